@@ -1,0 +1,6 @@
+// Package client is a Go client for the gateway's HTTP API, generated from
+// api/openapi.yaml. Requests need an API key: pass
+// WithRequestEditorFn to set `Authorization: Bearer <api key>`.
+package client
+
+//go:generate go tool oapi-codegen -config oapi-codegen.yaml -o client.gen.go ../openapi.yaml

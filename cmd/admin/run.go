@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordergate/ordergate/migrations"
+	"github.com/ordergate/ordergate/orders"
+)
+
+const usage = `usage: admin COMMAND [ARGS]   (DATABASE_URL names the database)
+
+  migrate                          apply all schema migrations
+  migrate-down                     revert all schema migrations (destroys data)
+  create-account NAME              create a customer account; prints account=ACC_...
+  issue-key ACCOUNT                issue an API key; prints key_id=KEY_... and api_key=... (shown once)
+  revoke-key KEY_ID                revoke an API key at once
+  deposit ACCOUNT ASSET AMOUNT     credit funds from the external account (a ledger transaction)
+  withdraw ACCOUNT ASSET AMOUNT    debit funds to the external account (a ledger transaction)
+  demo                             fund the venue if it is empty, create a funded demo account
+                                   and print account=... and api_key=...
+`
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) < 2 || args[1] == "-h" || args[1] == "--help" || args[1] == "help" {
+		fmt.Fprint(stdout, usage)
+		if len(args) < 2 {
+			return errors.New("no command given")
+		}
+		return nil
+	}
+	databaseURL := getenv("DATABASE_URL")
+	if databaseURL == "" {
+		return errors.New("DATABASE_URL is required")
+	}
+	command, rest := args[1], args[2:]
+	want := map[string]int{
+		"migrate": 0, "migrate-down": 0, "create-account": 1, "issue-key": 1, "revoke-key": 1,
+		"deposit": 3, "withdraw": 3, "demo": 0,
+	}
+	count, known := want[command]
+	if !known {
+		fmt.Fprint(stdout, usage)
+		return fmt.Errorf("unknown command %q", command)
+	}
+	if len(rest) != count {
+		return fmt.Errorf("%s takes %d argument(s), got %d; see admin help", command, count, len(rest))
+	}
+	switch command {
+	case "migrate":
+		return migrations.Up(databaseURL)
+	case "migrate-down":
+		return migrations.Down(databaseURL)
+	}
+
+	db, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	defer db.Close()
+	accounts, ledger := orders.NewAccounts(db), orders.NewLedger(db)
+	switch command {
+	case "create-account":
+		id, err := accounts.Create(ctx, rest[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "account=%s\n", id)
+	case "issue-key":
+		keyID, key, err := accounts.IssueKey(ctx, rest[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "key_id=%s\napi_key=%s\n", keyID, key)
+	case "revoke-key":
+		if err := accounts.RevokeKey(ctx, rest[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "revoked=%s\n", rest[0])
+	case "deposit":
+		if err := ledger.Deposit(ctx, rest[0], strings.ToUpper(rest[1]), rest[2]); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "deposited=%s %s to %s\n", rest[2], strings.ToUpper(rest[1]), rest[0])
+	case "withdraw":
+		if err := ledger.Withdraw(ctx, rest[0], strings.ToUpper(rest[1]), rest[2]); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "withdrew=%s %s from %s\n", rest[2], strings.ToUpper(rest[1]), rest[0])
+	case "demo":
+		return demo(ctx, db, accounts, ledger, stdout)
+	}
+	return nil
+}
+
+// demo funds the venue on first use (orders settle against its liquidity) and
+// creates a funded demo account with a fresh API key.
+func demo(ctx context.Context, db *pgxpool.Pool, accounts *orders.Accounts, ledger *orders.Ledger, stdout io.Writer) error {
+	var venueFunded bool
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM balances WHERE account_id = $1)`, orders.VenueAccount).Scan(&venueFunded); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	if !venueFunded {
+		for _, funds := range [][2]string{{"USD", "10000000.00"}, {"BTC", "200"}, {"ETH", "3000"}} {
+			if err := ledger.Deposit(ctx, orders.VenueAccount, funds[0], funds[1]); err != nil {
+				return fmt.Errorf("demo: fund the venue: %w", err)
+			}
+		}
+	}
+	account, err := accounts.Create(ctx, "demo")
+	if err != nil {
+		return err
+	}
+	for _, funds := range [][2]string{{"USD", "100000.00"}, {"BTC", "2"}, {"ETH", "20"}} {
+		if err := ledger.Deposit(ctx, account, funds[0], funds[1]); err != nil {
+			return fmt.Errorf("demo: fund %s: %w", account, err)
+		}
+	}
+	_, key, err := accounts.IssueKey(ctx, account)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "account=%s\napi_key=%s\n", account, key)
+	return nil
+}

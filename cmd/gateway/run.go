@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/gateway"
+	"github.com/ordergate/ordergate/migrations"
+	"github.com/ordergate/ordergate/orders"
+)
+
+type config struct {
+	addr              string
+	redisURL          string
+	databaseURL       string
+	logLevel          slog.Level
+	migrate           bool
+	dedupRetention    time.Duration
+	instrumentRefresh time.Duration
+	shutdownTimeout   time.Duration
+	http              gateway.Config
+}
+
+func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (config, error) {
+	env := func(name, fallback string) string {
+		if value := getenv(name); value != "" {
+			return value
+		}
+		return fallback
+	}
+	defaults := gateway.DefaultConfig()
+	var c config
+	flags := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	flags.SetOutput(stdout)
+	flags.StringVar(&c.addr, "addr", env("GATEWAY_ADDR", "127.0.0.1:8080"), "listen address (GATEWAY_ADDR)")
+	flags.StringVar(&c.redisURL, "redis-url", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL; addr= parameters make it a cluster (REDIS_URL)")
+	flags.StringVar(&c.databaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
+	flags.TextVar(&c.logLevel, "log-level", levelOf(env("LOG_LEVEL", "info")), "debug, info, warn or error (LOG_LEVEL)")
+	flags.BoolVar(&c.migrate, "migrate", env("MIGRATE", "true") == "true", "apply database migrations at start (MIGRATE)")
+	flags.DurationVar(&c.dedupRetention, "dedup-retention", durationOf(env("DEDUP_RETENTION", "24h")), "how long a client_order_id is held (DEDUP_RETENTION)")
+	flags.DurationVar(&c.instrumentRefresh, "instrument-refresh", durationOf(env("INSTRUMENT_REFRESH", "5s")), "how often instruments are reread (INSTRUMENT_REFRESH)")
+	flags.DurationVar(&c.shutdownTimeout, "shutdown-timeout", durationOf(env("SHUTDOWN_TIMEOUT", "10s")), "how long in-flight requests may take at shutdown (SHUTDOWN_TIMEOUT)")
+	flags.Int64Var(&c.http.BodyLimit, "body-limit", defaults.BodyLimit, "largest request body in bytes")
+	flags.DurationVar(&c.http.RequestTimeout, "request-timeout", durationOf(env("REQUEST_TIMEOUT", defaults.RequestTimeout.String())), "time bound of one request (REQUEST_TIMEOUT)")
+	if err := flags.Parse(args[1:]); err != nil {
+		return config{}, err
+	}
+	if c.databaseURL == "" {
+		return config{}, errors.New("DATABASE_URL (or -database-url) is required")
+	}
+	return c, nil
+}
+
+func levelOf(text string) slog.Level {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(text)); err != nil {
+		return slog.LevelInfo
+	}
+	return level
+}
+
+func durationOf(text string) time.Duration {
+	d, err := time.ParseDuration(text)
+	if err != nil {
+		return 0
+	}
+	return d
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	c, err := parseConfig(args, getenv, stdout)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: c.logLevel}))
+
+	if c.migrate {
+		if err := migrations.Up(c.databaseURL); err != nil {
+			return err
+		}
+	}
+	db, err := pgxpool.New(ctx, c.databaseURL)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	defer db.Close()
+
+	rdb, err := emq.Open(c.redisURL)
+	if err != nil {
+		return err
+	}
+	queueClient, err := emq.Connect(ctx, rdb, emq.WithLogger(log))
+	if err != nil {
+		rdb.Close()
+		return err
+	}
+	defer queueClient.Close()
+
+	placer := orders.NewPlacer(queueClient.Queue(orders.Queue), c.dedupRetention)
+	if err := placer.Declare(ctx); err != nil {
+		return err
+	}
+	instruments, err := orders.LoadInstruments(ctx, db)
+	if err != nil {
+		return err
+	}
+	go instruments.KeepFresh(ctx, c.instrumentRefresh, func(err error) {
+		log.Warn("instrument refresh failed; serving the last copy", "err", err)
+	})
+
+	server := gateway.New(gateway.Deps{
+		Placer:      placer,
+		Instruments: instruments,
+		Accounts:    orders.NewAccounts(db),
+		Probes:      probes(queueClient, db),
+		Logger:      log,
+	}, c.http)
+
+	listener, err := net.Listen("tcp", c.addr)
+	if err != nil {
+		return err
+	}
+	httpServer := gateway.NewHTTPServer(c.addr, server, log)
+	served := make(chan error, 1)
+	go func() { served <- httpServer.Serve(listener) }()
+	log.Info("gateway listening", "addr", listener.Addr().String())
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("gateway shutting down", "timeout", c.shutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	defer cancel()
+	if err := httpServer.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	log.Info("gateway stopped")
+	return nil
+}
+
+// probes report short reasons; the full error goes to the log only.
+func probes(queue *emq.Client, db *pgxpool.Pool) []gateway.Probe {
+	return []gateway.Probe{
+		{Name: "redis", Check: func(ctx context.Context) error {
+			if err := queue.Redis().Ping(ctx).Err(); err != nil {
+				return errors.New("down")
+			}
+			return nil
+		}},
+		{Name: "fence", Check: func(ctx context.Context) error {
+			err := queue.Check(ctx)
+			switch {
+			case errors.Is(err, emq.ErrProtocolVersion):
+				return errors.New("version mismatch")
+			case err != nil:
+				return errors.New("unknown: redis down")
+			}
+			return nil
+		}},
+		{Name: "postgres", Check: func(ctx context.Context) error {
+			if err := db.Ping(ctx); err != nil {
+				return errors.New("down")
+			}
+			return nil
+		}},
+	}
+}

@@ -1,0 +1,341 @@
+package emq_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/testserver"
+)
+
+// newQueue starts a fresh Redis and returns a connected queue that accepts kind "test.job".
+func newQueue(t testing.TB) (*emq.Queue, *redis.Client) {
+	t.Helper()
+	rdb := testserver.StartRedis(t).Client(t)
+	client, err := emq.Connect(context.Background(), rdb)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	queue := client.Queue("work")
+	if err := queue.Declare(context.Background(), "test.job"); err != nil {
+		t.Fatalf("declare: %v", err)
+	}
+	return queue, rdb
+}
+
+func job(id, group, dedup string) emq.Job {
+	return emq.Job{ID: id, Kind: "test.job", Group: group, Payload: []byte(`{"n":"` + id + `"}`), DedupKey: dedup, Fingerprint: "fp-" + id}
+}
+
+func keys(t testing.TB, rdb *redis.Client) []string {
+	t.Helper()
+	all, err := rdb.Keys(context.Background(), "*").Result()
+	if err != nil {
+		t.Fatalf("keys: %v", err)
+	}
+	return all
+}
+
+func TestAdmitWritesRowLaneAndDedupKey(t *testing.T) {
+	ctx := context.Background()
+	queue, rdb := newQueue(t)
+	before := time.Now().Add(-time.Second)
+
+	admission, err := queue.Admit(ctx, emq.Job{
+		ID: "J1", Kind: "test.job", Group: "acct-a", Payload: []byte("payload-1"),
+		DedupKey: "acct-a:c1", Fingerprint: "f1", DedupRetention: time.Hour,
+	})
+	if err != nil {
+		t.Fatalf("admit: %v", err)
+	}
+	if admission != (emq.Admission{ID: "J1", Fingerprint: "f1"}) {
+		t.Fatalf("admission = %+v", admission)
+	}
+	row, err := rdb.HGetAll(ctx, "emq:{work}:job:J1").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for field, want := range map[string]string{"state": "pending", "attempts": "0", "kind": "test.job", "group": "acct-a", "payload": "payload-1"} {
+		if row[field] != want {
+			t.Errorf("job field %s = %q, want %q", field, row[field], want)
+		}
+	}
+	info, err := queue.Job(ctx, "J1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Created.Before(before) || info.Created.After(time.Now().Add(time.Second)) {
+		t.Errorf("created = %v, want about now (server time)", info.Created)
+	}
+	if score, err := rdb.ZScore(ctx, "emq:{work}:pending", "J1").Result(); err != nil || score != 0 {
+		t.Errorf("pending score = %v, %v; want 0", score, err)
+	}
+	if depth, err := queue.LaneDepth(ctx, "acct-a"); err != nil || depth != 1 {
+		t.Errorf("lane depth = %d, %v; want 1", depth, err)
+	}
+	if value, err := rdb.Get(ctx, "emq:{work}:dedup:acct-a:c1").Result(); err != nil || value != "J1 f1" {
+		t.Errorf("dedup value = %q, %v", value, err)
+	}
+	ttl, err := rdb.PTTL(ctx, "emq:{work}:dedup:acct-a:c1").Result()
+	if err != nil || ttl <= 59*time.Minute || ttl > time.Hour {
+		t.Errorf("dedup ttl = %v, %v; want about 1h", ttl, err)
+	}
+}
+
+func TestAdmitRefusals(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		first   *emq.Job
+		job     emq.Job
+		wantErr error
+		want    emq.Admission
+	}{
+		{
+			name:    "kind not accepted",
+			job:     emq.Job{ID: "J1", Kind: "other.kind", Group: "g", Payload: []byte("x")},
+			wantErr: emq.ErrKind,
+		},
+		{
+			name:  "duplicate dedup key returns the first job",
+			first: ptr(job("J1", "g", "k")),
+			job:   job("J2", "g", "k"),
+			want:  emq.Admission{ID: "J1", Fingerprint: "fp-J1", Duplicate: true},
+		},
+		{
+			name:    "existing job id",
+			first:   ptr(job("J1", "g", "k1")),
+			job:     job("J1", "g", "k2"),
+			wantErr: emq.ErrExists,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			queue, rdb := newQueue(t)
+			if tt.first != nil {
+				if _, err := queue.Admit(ctx, *tt.first); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := snapshot(t, rdb)
+			got, err := queue.Admit(ctx, tt.job)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("err = %v, want %v", err, tt.wantErr)
+				}
+				var scriptErr *emq.ScriptError
+				if !errors.As(err, &scriptErr) || !strings.HasPrefix(scriptErr.Message, scriptErr.Code+" ") {
+					t.Errorf("err %v is not a coded script error", err)
+				}
+			} else if err != nil || got != tt.want {
+				t.Fatalf("admit = %+v, %v; want %+v", got, err, tt.want)
+			}
+			if after := snapshot(t, rdb); after != before {
+				t.Errorf("the refused admit wrote to Redis:\nbefore %s\nafter  %s", before, after)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// snapshot renders every key with its type and value, so two snapshots differ
+// when a script wrote anything at all.
+func snapshot(t testing.TB, rdb *redis.Client) string {
+	t.Helper()
+	ctx := context.Background()
+	var b strings.Builder
+	all := keys(t, rdb)
+	slices.Sort(all)
+	for _, key := range all {
+		dump, err := rdb.Dump(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s=%x;", key, dump)
+	}
+	return b.String()
+}
+
+
+func TestAdmitSurvivesScriptFlush(t *testing.T) {
+	ctx := context.Background()
+	queue, rdb := newQueue(t)
+	if _, err := queue.Admit(ctx, job("J1", "g", "")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.Admit(ctx, job("J2", "g", "")); err != nil {
+		t.Fatalf("admit after SCRIPT FLUSH: %v", err)
+	}
+	if n, _ := queue.Pending(ctx); n != 2 {
+		t.Errorf("pending = %d, want 2", n)
+	}
+}
+
+func TestAdmitConcurrentDuplicatesAdmitOnce(t *testing.T) {
+	ctx := context.Background()
+	queue, rdb := newQueue(t)
+	const callers = 64
+	var wg sync.WaitGroup
+	results := make([]emq.Admission, callers)
+	errs := make([]error, callers)
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = queue.Admit(ctx, job(fmt.Sprintf("J%02d", i), "g", "same"))
+		}()
+	}
+	wg.Wait()
+	admitted := 0
+	for i := range callers {
+		if errs[i] != nil {
+			t.Fatalf("caller %d: %v", i, errs[i])
+		}
+		if !results[i].Duplicate {
+			admitted++
+		}
+		if results[i].ID != results[0].ID {
+			t.Errorf("caller %d got job %s, caller 0 got %s", i, results[i].ID, results[0].ID)
+		}
+	}
+	if admitted != 1 {
+		t.Errorf("%d admissions, want 1", admitted)
+	}
+	jobs, _ := rdb.Keys(ctx, "emq:{work}:job:*").Result()
+	if len(jobs) != 1 {
+		t.Errorf("job rows = %v, want 1", jobs)
+	}
+}
+
+// TestAdmitTagsServeGroupsInRotation checks the fair-lane tags: a group that
+// queued much still alternates with a group that queued little.
+func TestAdmitTagsServeGroupsInRotation(t *testing.T) {
+	ctx := context.Background()
+	queue, rdb := newQueue(t)
+	for i := range 5 {
+		if _, err := queue.Admit(ctx, job(fmt.Sprintf("A%d", i), "a", "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		if _, err := queue.Admit(ctx, job(fmt.Sprintf("B%d", i), "b", "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	order, err := rdb.ZRange(ctx, "emq:{work}:pending", 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "A0 B0 A1 B1 A2 A3 A4"
+	if got := strings.Join(order, " "); got != want {
+		t.Errorf("pending order = %s, want %s", got, want)
+	}
+	for group, want := range map[string]int64{"a": 5, "b": 2} {
+		if depth, _ := queue.LaneDepth(ctx, group); depth != want {
+			t.Errorf("lane %s depth = %d, want %d", group, depth, want)
+		}
+	}
+}
+
+func TestConnectFencesProtocolVersion(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		held    string
+		wantErr bool
+	}{
+		{name: "fresh server is claimed", held: ""},
+		{name: "same version", held: emq.ProtocolVersion},
+		{name: "other version", held: "echomq:1.4.0", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rdb := testserver.StartRedis(t).Client(t)
+			if tt.held != "" {
+				rdb.Set(ctx, "{emq}:version", tt.held, 0)
+			}
+			_, err := emq.Connect(ctx, rdb)
+			if !tt.wantErr {
+				if err != nil {
+					t.Fatalf("connect: %v", err)
+				}
+				if got := rdb.Get(ctx, "{emq}:version").Val(); got != emq.ProtocolVersion {
+					t.Errorf("version = %q", got)
+				}
+				return
+			}
+			if !errors.Is(err, emq.ErrProtocolVersion) {
+				t.Fatalf("err = %v, want ErrProtocolVersion", err)
+			}
+			for _, version := range []string{tt.held, emq.ProtocolVersion} {
+				if !strings.Contains(err.Error(), version) {
+					t.Errorf("error %q does not name %s", err, version)
+				}
+			}
+			if got := rdb.Get(ctx, "{emq}:version").Val(); got != tt.held {
+				t.Errorf("connect overwrote the version: %q", got)
+			}
+		})
+	}
+}
+
+func TestConnectWarnsWhenServerEvicts(t *testing.T) {
+	for _, tt := range []struct {
+		policy   string
+		wantWarn bool
+	}{{"noeviction", false}, {"allkeys-lru", true}} {
+		t.Run(tt.policy, func(t *testing.T) {
+			rdb := testserver.StartRedis(t, testserver.WithRedisConfig("maxmemory-policy", tt.policy)).Client(t)
+			var logs bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			if _, err := emq.Connect(context.Background(), rdb, emq.WithLogger(log)); err != nil {
+				t.Fatal(err)
+			}
+			warned := strings.Contains(logs.String(), "level=WARN") && strings.Contains(logs.String(), tt.policy)
+			if warned != tt.wantWarn {
+				t.Errorf("warned = %v, want %v; logs: %s", warned, tt.wantWarn, logs.String())
+			}
+		})
+	}
+}
+
+func TestAdmitOnRedisCluster(t *testing.T) {
+	ctx := context.Background()
+	cluster := testserver.StartRedisCluster(t).Client(t)
+	client, err := emq.Connect(ctx, cluster)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	for _, name := range []string{"orders", "alpha", "beta"} {
+		queue := client.Queue(name)
+		if err := queue.Declare(ctx, "test.job"); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 20 {
+			if _, err := queue.Admit(ctx, job(fmt.Sprintf("J%d", i), fmt.Sprintf("g%d", i%3), "")); err != nil {
+				t.Fatalf("admit on %s: %v", name, err)
+			}
+		}
+		if n, err := queue.Pending(ctx); err != nil || n != 20 {
+			t.Errorf("%s pending = %d, %v", name, n, err)
+		}
+		dup, err := queue.Admit(ctx, job("J99", "g0", "J3"))
+		if err != nil || !dup.Duplicate || dup.ID != "J3" {
+			t.Errorf("%s duplicate = %+v, %v", name, dup, err)
+		}
+	}
+}

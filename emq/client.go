@@ -1,0 +1,149 @@
+// Package emq is a fenced, lease-based reliable queue on Redis (or Valkey).
+//
+// Every state move of a job is one Lua script from package lua, run
+// EVALSHA-first. All keys of queue q carry the hash tag {q}, and every key a
+// script touches is passed in KEYS, so the protocol runs unchanged on Redis
+// Cluster. emq knows nothing of what its jobs carry.
+package emq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ProtocolVersion is the wire protocol this package speaks. A Redis that holds
+// another version at {emq}:version belongs to an incompatible deployment.
+const ProtocolVersion = "echomq:2.0.0"
+
+const versionKey = "{emq}:version"
+
+// Client is a connection to the queue server whose protocol version was fenced.
+type Client struct {
+	rdb redis.UniversalClient
+	log *slog.Logger
+}
+
+// Option configures Connect.
+type Option func(*Client)
+
+// WithLogger sets the logger for start-up warnings; slog.Default otherwise.
+func WithLogger(log *slog.Logger) Option {
+	return func(c *Client) { c.log = log }
+}
+
+// Connect claims or verifies the protocol version before any other command:
+// SET {emq}:version NX, then read it back. A server holding another version is
+// refused with a *VersionError. It warns when the server may evict keys, since
+// an evicting server silently loses jobs.
+func Connect(ctx context.Context, rdb redis.UniversalClient, opts ...Option) (*Client, error) {
+	c := &Client{rdb: rdb, log: slog.Default()}
+	for _, opt := range opts {
+		opt(c)
+	}
+	if err := c.fence(ctx); err != nil {
+		return nil, err
+	}
+	c.warnIfEvicting(ctx)
+	return c, nil
+}
+
+// Redis returns the underlying client, for callers that share the connection.
+func (c *Client) Redis() redis.UniversalClient { return c.rdb }
+
+func (c *Client) fence(ctx context.Context) error {
+	if err := c.rdb.SetNX(ctx, versionKey, ProtocolVersion, 0).Err(); err != nil {
+		return fmt.Errorf("emq: claim protocol version: %w", err)
+	}
+	return c.verifyVersion(ctx)
+}
+
+func (c *Client) verifyVersion(ctx context.Context) error {
+	got, err := c.rdb.Get(ctx, versionKey).Result()
+	if errors.Is(err, redis.Nil) {
+		return &VersionError{Want: ProtocolVersion, Got: ""}
+	}
+	if err != nil {
+		return fmt.Errorf("emq: read protocol version: %w", err)
+	}
+	if got != ProtocolVersion {
+		return &VersionError{Want: ProtocolVersion, Got: got}
+	}
+	return nil
+}
+
+func (c *Client) warnIfEvicting(ctx context.Context) {
+	check := func(ctx context.Context, node *redis.Client) error {
+		policy, err := node.ConfigGet(ctx, "maxmemory-policy").Result()
+		if err != nil {
+			// Managed servers often refuse CONFIG; not knowing is not an error.
+			c.log.Debug("emq: cannot read maxmemory-policy", "err", err)
+			return nil
+		}
+		if value := policy["maxmemory-policy"]; value != "noeviction" {
+			c.log.Warn("emq: server may evict keys and silently lose jobs; set maxmemory-policy noeviction",
+				"addr", node.Options().Addr, "maxmemory-policy", value)
+		}
+		return nil
+	}
+	switch rdb := c.rdb.(type) {
+	case *redis.ClusterClient:
+		_ = rdb.ForEachMaster(ctx, check)
+	case *redis.Client:
+		_ = check(ctx, rdb)
+	}
+}
+
+// Check reports whether the server answers and still holds this protocol
+// version; readiness probes call it.
+func (c *Client) Check(ctx context.Context) error {
+	if err := c.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("emq: ping: %w", err)
+	}
+	return c.verifyVersion(ctx)
+}
+
+// Close closes the connection pool.
+func (c *Client) Close() error { return c.rdb.Close() }
+
+// Open makes a go-redis client from a URL. redis://host:port/db (or rediss://)
+// is one server; a URL with addr= query parameters, as in
+// redis://host1:port1?addr=host2:port2&addr=host3:port3, is a Redis Cluster.
+func Open(rawURL string) (redis.UniversalClient, error) {
+	parsed, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("emq: redis url: %w", err)
+	}
+	if parsed.Query().Has("addr") {
+		opts, err := redis.ParseClusterURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("emq: redis cluster url: %w", err)
+		}
+		timeouts(&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout)
+		return redis.NewClusterClient(opts), nil
+	}
+	opts, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("emq: redis url: %w", err)
+	}
+	timeouts(&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout)
+	return redis.NewClient(opts), nil
+}
+
+// timeouts bounds every call so a dead server turns into an error quickly
+// instead of a hung request; URL parameters win where given.
+func timeouts(dial, read, write *time.Duration) {
+	for _, d := range []struct {
+		target *time.Duration
+		value  time.Duration
+	}{{dial, 2 * time.Second}, {read, 2 * time.Second}, {write, 2 * time.Second}} {
+		if *d.target == 0 {
+			*d.target = d.value
+		}
+	}
+}

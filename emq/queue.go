@@ -1,0 +1,216 @@
+package emq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultDedupRetention is how long a dedup key keeps refusing a second job.
+const DefaultDedupRetention = 24 * time.Hour
+
+// Job states as the job hash stores them.
+const (
+	StatePending  = "pending"
+	StateActive   = "active"
+	StateDelayed  = "delayed"
+	StateDone     = "done"
+	StateDead     = "dead"
+	StateCanceled = "canceled"
+)
+
+// Queue is one named queue. All its keys share the hash tag {name}, so they
+// live in one Redis Cluster slot and a script may touch any of them.
+type Queue struct {
+	client *Client
+	name   string
+	prefix string
+}
+
+// Queue returns the queue called name. The name may not hold braces, which
+// would change the hash tag.
+func (c *Client) Queue(name string) *Queue {
+	if name == "" || strings.ContainsAny(name, "{}") {
+		panic(fmt.Sprintf("emq: invalid queue name %q", name))
+	}
+	return &Queue{client: c, name: name, prefix: "emq:{" + name + "}:"}
+}
+
+// Name is the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// Key returns the full key of one of the queue's structures, e.g. "pending";
+// for inspection and tests.
+func (q *Queue) Key(suffix string) string { return q.prefix + suffix }
+
+func (q *Queue) jobKey(id string) string      { return q.prefix + "job:" + id }
+func (q *Queue) dedupKey(dedup string) string { return q.prefix + "dedup:" + dedup }
+func (q *Queue) kindsKey() string             { return q.prefix + "kinds" }
+func (q *Queue) pendingKey() string           { return q.prefix + "pending" }
+func (q *Queue) lanesKey() string             { return q.prefix + "lanes" }
+func (q *Queue) tagsKey() string              { return q.prefix + "tags" }
+func (q *Queue) clockKey() string             { return q.prefix + "clock" }
+
+// Declare registers the job kinds the queue accepts; admission refuses others
+// with ErrKind. Declaring is additive and safe to repeat from every process.
+func (q *Queue) Declare(ctx context.Context, kinds ...string) error {
+	if len(kinds) == 0 {
+		return errors.New("emq: declare needs at least one kind")
+	}
+	members := make([]any, len(kinds))
+	for i, kind := range kinds {
+		members[i] = kind
+	}
+	if err := q.client.rdb.SAdd(ctx, q.kindsKey(), members...).Err(); err != nil {
+		return fmt.Errorf("emq: declare kinds on %s: %w", q.name, err)
+	}
+	return nil
+}
+
+// Job is a job to admit.
+type Job struct {
+	// ID names the job; the caller mints it. No spaces or braces.
+	ID string
+	// Kind must be one the queue declared.
+	Kind string
+	// Group is the job's fair lane: groups are served in rotation.
+	Group string
+	// Payload is opaque to the queue.
+	Payload []byte
+	// DedupKey refuses a second job under the same key while it is retained;
+	// empty means the job id itself.
+	DedupKey string
+	// Fingerprint identifies the request behind the job; a duplicate gets the
+	// first job's fingerprint back so the caller can tell a replay from a
+	// conflicting reuse of the key.
+	Fingerprint string
+	// DedupRetention is how long the dedup key is kept; DefaultDedupRetention
+	// when zero.
+	DedupRetention time.Duration
+}
+
+// Admission is the outcome of Admit.
+type Admission struct {
+	// ID of the job now on the queue: the new one, or the first one on a duplicate.
+	ID string
+	// Fingerprint stored with the dedup key.
+	Fingerprint string
+	// Duplicate is true when the dedup key was taken and nothing was written.
+	Duplicate bool
+}
+
+// Admit runs the admit script: kind check, duplicate refusal, row write and
+// pending insert, as one atomic step. Retrying an Admit is safe: the dedup key
+// turns the retry into a Duplicate answer.
+func (q *Queue) Admit(ctx context.Context, job Job) (Admission, error) {
+	if err := validJob(job); err != nil {
+		return Admission{}, err
+	}
+	dedup := job.DedupKey
+	if dedup == "" {
+		dedup = job.ID
+	}
+	retention := job.DedupRetention
+	if retention <= 0 {
+		retention = DefaultDedupRetention
+	}
+	keys := []string{
+		q.kindsKey(), q.dedupKey(dedup), q.jobKey(job.ID),
+		q.pendingKey(), q.lanesKey(), q.tagsKey(), q.clockKey(),
+	}
+	reply, err := admitScript.Run(ctx, q.client.rdb, keys,
+		job.ID, job.Kind, job.Group, job.Payload, job.Fingerprint, retention.Milliseconds()).StringSlice()
+	if err != nil {
+		return Admission{}, fmt.Errorf("emq: admit %s on %s: %w", job.ID, q.name, scriptError(err))
+	}
+	if len(reply) != 3 {
+		return Admission{}, fmt.Errorf("emq: admit %s on %s: unexpected reply %q", job.ID, q.name, reply)
+	}
+	return Admission{ID: reply[1], Fingerprint: reply[2], Duplicate: reply[0] == "duplicate"}, nil
+}
+
+func validJob(job Job) error {
+	switch {
+	case job.ID == "" || strings.ContainsAny(job.ID, " {}"):
+		return fmt.Errorf("emq: invalid job id %q", job.ID)
+	case job.Kind == "":
+		return fmt.Errorf("emq: job %s has no kind", job.ID)
+	case job.Group == "":
+		return fmt.Errorf("emq: job %s has no group", job.ID)
+	case strings.Contains(job.Fingerprint, " "):
+		return fmt.Errorf("emq: job %s: fingerprint may not hold spaces", job.ID)
+	}
+	return nil
+}
+
+// JobInfo is a job as its hash holds it.
+type JobInfo struct {
+	ID       string
+	State    string
+	Kind     string
+	Group    string
+	Attempts int64
+	Payload  []byte
+	Created  time.Time
+	// LastError is the error of the last failed attempt, if any.
+	LastError string
+}
+
+// Job reads one job; ErrNotFound when there is none.
+func (q *Queue) Job(ctx context.Context, id string) (JobInfo, error) {
+	fields, err := q.client.rdb.HGetAll(ctx, q.jobKey(id)).Result()
+	if err != nil {
+		return JobInfo{}, fmt.Errorf("emq: read job %s: %w", id, err)
+	}
+	if len(fields) == 0 {
+		return JobInfo{}, fmt.Errorf("emq: job %s on %s: %w", id, q.name, ErrNotFound)
+	}
+	return jobInfo(id, fields)
+}
+
+func jobInfo(id string, fields map[string]string) (JobInfo, error) {
+	attempts, err := strconv.ParseInt(fields["attempts"], 10, 64)
+	if err != nil {
+		return JobInfo{}, fmt.Errorf("emq: job %s: attempts %q: %w", id, fields["attempts"], err)
+	}
+	created, err := strconv.ParseInt(fields["created"], 10, 64)
+	if err != nil {
+		return JobInfo{}, fmt.Errorf("emq: job %s: created %q: %w", id, fields["created"], err)
+	}
+	return JobInfo{
+		ID:        id,
+		State:     fields["state"],
+		Kind:      fields["kind"],
+		Group:     fields["group"],
+		Attempts:  attempts,
+		Payload:   []byte(fields["payload"]),
+		Created:   time.UnixMilli(created).UTC(),
+		LastError: fields["error"],
+	}, nil
+}
+
+// LaneDepth is the number of pending jobs in a group's lane.
+func (q *Queue) LaneDepth(ctx context.Context, group string) (int64, error) {
+	depth, err := q.client.rdb.HGet(ctx, q.lanesKey(), group).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("emq: lane depth of %s on %s: %w", group, q.name, err)
+	}
+	return depth, nil
+}
+
+// Pending is the number of pending jobs across all lanes.
+func (q *Queue) Pending(ctx context.Context) (int64, error) {
+	n, err := q.client.rdb.ZCard(ctx, q.pendingKey()).Result()
+	if err != nil {
+		return 0, fmt.Errorf("emq: pending count on %s: %w", q.name, err)
+	}
+	return n, nil
+}

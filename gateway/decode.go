@@ -1,0 +1,327 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/go-playground/validator/v10"
+
+	"github.com/ordergate/ordergate/orders"
+)
+
+// placeRequest is the body of POST /v1/orders after the JSON checks: every
+// field a string, absent fields empty.
+type placeRequest struct {
+	ClientOrderID string `json:"client_order_id" validate:"required,client_order_id"`
+	Symbol        string `json:"symbol" validate:"required,symbol"`
+	Side          string `json:"side" validate:"required,oneof=buy sell"`
+	Type          string `json:"type" validate:"required,oneof=limit market"`
+	Quantity      string `json:"quantity" validate:"required"`
+	Price         string `json:"price" validate:"required_if=Type limit,excluded_if=Type market"`
+}
+
+var placeFields = map[string]bool{
+	"client_order_id": true, "symbol": true, "side": true, "type": true, "quantity": true, "price": true,
+}
+
+var (
+	clientOrderIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+	symbolPattern        = regexp.MustCompile(`^[A-Z0-9]{2,10}-[A-Z0-9]{2,10}$`)
+)
+
+func newValidator() *validator.Validate {
+	v := validator.New(validator.WithRequiredStructEnabled())
+	v.RegisterTagNameFunc(func(field reflect.StructField) string {
+		name, _, _ := strings.Cut(field.Tag.Get("json"), ",")
+		return name
+	})
+	mustRegister := func(tag string, pattern *regexp.Regexp) {
+		if err := v.RegisterValidation(tag, func(fl validator.FieldLevel) bool {
+			return pattern.MatchString(fl.Field().String())
+		}); err != nil {
+			panic(err)
+		}
+	}
+	mustRegister("client_order_id", clientOrderIDPattern)
+	mustRegister("symbol", symbolPattern)
+	return v
+}
+
+// reasons for validator tags, in the words an API user reads.
+func validationReason(fe validator.FieldError) string {
+	switch fe.Tag() {
+	case "required":
+		return "is required"
+	case "required_if":
+		return "is required for limit orders"
+	case "excluded_if":
+		return "must be absent for market orders; they fill at the reference price"
+	case "oneof":
+		return "must be one of: " + strings.ReplaceAll(fe.Param(), " ", ", ")
+	case "client_order_id":
+		return "must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_', ':' or '-'"
+	case "symbol":
+		return "must be an instrument symbol such as BTC-USD"
+	}
+	return "is invalid (" + fe.Tag() + ")"
+}
+
+// readJSONBody reads a size-limited JSON body; the content type must be JSON.
+func readJSONBody(r *http.Request, limit int64) ([]byte, error) {
+	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mediaType != "application/json" {
+		return nil, &requestError{kind: kindMediaType, detail: fmt.Sprintf("Content-Type %q is not application/json", r.Header.Get("Content-Type"))}
+	}
+	if r.ContentLength > limit {
+		return nil, tooLarge(limit)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
+	var maxBytes *http.MaxBytesError
+	if errors.As(err, &maxBytes) {
+		return nil, tooLarge(limit)
+	}
+	if err != nil {
+		return nil, malformed("", "the body could not be read: %v", err)
+	}
+	return body, nil
+}
+
+func tooLarge(limit int64) *requestError {
+	return &requestError{kind: kindTooLarge, detail: fmt.Sprintf("the body is over the limit of %d bytes", limit)}
+}
+
+// decodePlaceRequest holds the body to the document rules before any field is
+// looked at: one JSON object, valid UTF-8, no duplicate keys, nothing after it,
+// only known fields, and every field a string. Null counts as absent.
+func decodePlaceRequest(body []byte) (placeRequest, error) {
+	if !utf8.Valid(body) {
+		return placeRequest{}, malformed("", "the body is not valid UTF-8")
+	}
+	if err := checkDocument(body); err != nil {
+		return placeRequest{}, err
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil {
+		return placeRequest{}, malformed("", "the body must be a JSON object: %v", err)
+	}
+	var fields []FieldError
+	values := make(map[string]string, len(raw))
+	for name, value := range raw {
+		pointer := "/" + escapePointer(name)
+		switch {
+		case !placeFields[name]:
+			fields = append(fields, FieldError{Pointer: pointer, Reason: "is not a field of an order request"})
+		case bytes.Equal(value, []byte("null")):
+		case value[0] != '"':
+			fields = append(fields, FieldError{Pointer: pointer, Reason: "must be a JSON string" + stringHint(name)})
+		default:
+			var s string
+			if err := json.Unmarshal(value, &s); err != nil {
+				fields = append(fields, FieldError{Pointer: pointer, Reason: "must be a JSON string"})
+				continue
+			}
+			values[name] = s
+		}
+	}
+	if len(fields) > 0 {
+		sortFieldErrors(fields)
+		return placeRequest{}, &requestError{kind: kindMalformed, detail: fmt.Sprintf("%d field(s) refused", len(fields)), fields: fields}
+	}
+	return placeRequest{
+		ClientOrderID: values["client_order_id"],
+		Symbol:        values["symbol"],
+		Side:          values["side"],
+		Type:          values["type"],
+		Quantity:      values["quantity"],
+		Price:         values["price"],
+	}, nil
+}
+
+func stringHint(name string) string {
+	if name == "quantity" || name == "price" {
+		return `; amounts are decimal strings such as "0.015", never JSON numbers`
+	}
+	return ""
+}
+
+// checkDocument walks the tokens of the body: encoding/json would silently keep
+// the last of two duplicate keys and ignore what follows the first value.
+func checkDocument(body []byte) error {
+	decoder := json.NewDecoder(bytes.NewReader(body))
+	decoder.UseNumber()
+	first, err := decoder.Token()
+	if err != nil {
+		return malformed("", "the body is not valid JSON: %v", syntaxReason(err))
+	}
+	if first != json.Delim('{') {
+		return malformed("", "the body must be a JSON object")
+	}
+	if err := checkObject(decoder, ""); err != nil {
+		return err
+	}
+	if _, err := decoder.Token(); err != io.EOF {
+		return malformed("", "the body holds data after the JSON object")
+	}
+	return nil
+}
+
+// checkObject reads an object's members after its '{', refusing repeated keys
+// at any depth.
+func checkObject(decoder *json.Decoder, pointer string) error {
+	seen := make(map[string]bool)
+	for decoder.More() {
+		token, err := decoder.Token()
+		if err != nil {
+			return malformed(pointer, "the body is not valid JSON: %v", syntaxReason(err))
+		}
+		key, _ := token.(string)
+		member := pointer + "/" + escapePointer(key)
+		if seen[key] {
+			return malformed(member, "appears more than once")
+		}
+		seen[key] = true
+		if err := checkValue(decoder, member); err != nil {
+			return err
+		}
+	}
+	if _, err := decoder.Token(); err != nil { // the closing '}'
+		return malformed(pointer, "the body is not valid JSON: %v", syntaxReason(err))
+	}
+	return nil
+}
+
+func checkValue(decoder *json.Decoder, pointer string) error {
+	token, err := decoder.Token()
+	if err != nil {
+		return malformed(pointer, "the body is not valid JSON: %v", syntaxReason(err))
+	}
+	switch token {
+	case json.Delim('{'):
+		return checkObject(decoder, pointer)
+	case json.Delim('['):
+		for i := 0; decoder.More(); i++ {
+			if err := checkValue(decoder, fmt.Sprintf("%s/%d", pointer, i)); err != nil {
+				return err
+			}
+		}
+		if _, err := decoder.Token(); err != nil {
+			return malformed(pointer, "the body is not valid JSON: %v", syntaxReason(err))
+		}
+	}
+	return nil
+}
+
+func syntaxReason(err error) string {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return "unexpected end of input"
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// escapePointer escapes a key for a JSON pointer (RFC 6901).
+func escapePointer(key string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
+}
+
+// placeCommand turns a decoded request into a command for the account: field
+// rules, exact amounts, then the instrument's rules. Every refused field is
+// reported, not just the first.
+func (s *Server) placeCommand(account string, req placeRequest) (orders.PlaceCommand, error) {
+	var refused []orders.FieldError
+	refuse := func(field, reason string) {
+		refused = append(refused, orders.FieldError{Field: field, Reason: reason})
+	}
+	var invalid validator.ValidationErrors
+	if err := s.validate.Struct(req); errors.As(err, &invalid) {
+		for _, fe := range invalid {
+			refuse(fe.Field(), validationReason(fe))
+		}
+	} else if err != nil {
+		return orders.PlaceCommand{}, fmt.Errorf("gateway: validate order request: %w", err)
+	}
+	cmd := orders.PlaceCommand{
+		Account:       account,
+		ClientOrderID: req.ClientOrderID,
+		Symbol:        req.Symbol,
+		Side:          orders.Side(req.Side),
+		Type:          orders.OrderType(req.Type),
+	}
+	amountsOK := true
+	parse := func(field, text string) {
+		if text == "" {
+			amountsOK = false
+			return
+		}
+		amount, err := orders.ParseAmount(text)
+		var amountErr *orders.AmountError
+		if errors.As(err, &amountErr) {
+			refuse(field, "must be a decimal string such as \"0.015\": it "+amountErr.Reason)
+			amountsOK = false
+			return
+		}
+		if field == "quantity" {
+			cmd.Quantity = amount
+		} else {
+			cmd.Price = amount
+		}
+	}
+	parse("quantity", req.Quantity)
+	if cmd.Type == orders.Limit {
+		parse("price", req.Price)
+	}
+	if req.Symbol != "" && symbolPattern.MatchString(req.Symbol) {
+		instrument, err := s.instruments.Lookup(req.Symbol)
+		switch {
+		case errors.Is(err, orders.ErrUnknownInstrument):
+			refuse("symbol", "is not an instrument traded here")
+		case err != nil:
+			return orders.PlaceCommand{}, err
+		case len(refused) == 0 && amountsOK:
+			refused = append(refused, instrument.Check(cmd)...)
+		case instrument.Halted:
+			refuse("symbol", "instrument "+instrument.Symbol+" is halted; it accepts no orders")
+		}
+	}
+	if len(refused) > 0 {
+		sortOrderFieldErrors(refused)
+		return orders.PlaceCommand{}, &orders.InvalidError{Fields: refused}
+	}
+	return cmd, nil
+}
+
+// fieldRank orders reported fields as the request documents them.
+var fieldRank = map[string]int{"client_order_id": 1, "symbol": 2, "side": 3, "type": 4, "quantity": 5, "price": 6}
+
+func lessField(a, b string) bool {
+	ra, rb := fieldRank[a], fieldRank[b]
+	if ra == 0 {
+		ra = len(fieldRank) + 1
+	}
+	if rb == 0 {
+		rb = len(fieldRank) + 1
+	}
+	if ra != rb {
+		return ra < rb
+	}
+	return a < b
+}
+
+func sortFieldErrors(fields []FieldError) {
+	sort.SliceStable(fields, func(i, j int) bool {
+		return lessField(strings.TrimPrefix(fields[i].Pointer, "/"), strings.TrimPrefix(fields[j].Pointer, "/"))
+	})
+}
+
+func sortOrderFieldErrors(fields []orders.FieldError) {
+	sort.SliceStable(fields, func(i, j int) bool { return lessField(fields[i].Field, fields[j].Field) })
+}

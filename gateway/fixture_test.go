@@ -1,0 +1,200 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/gateway"
+	"github.com/ordergate/ordergate/internal/apitest"
+	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/migrations"
+	"github.com/ordergate/ordergate/orders"
+)
+
+func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
+
+// fixture is a gateway on a real Redis and a real PostgreSQL, with customer
+// accounts and their API keys.
+type fixture struct {
+	url         string
+	redis       *testserver.Redis
+	rdb         *redis.Client
+	db          *pgxpool.Pool
+	accounts    []string
+	keys        []string
+	keyIDs      []string
+	instruments *orders.Instruments
+	http        *http.Client
+	logs        *syncBuffer
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func newFixture(t testing.TB, accounts int) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	f := &fixture{redis: testserver.StartRedis(t), logs: &syncBuffer{}}
+	f.rdb = f.redis.Client(t)
+	database := testserver.Postgres(t)
+	if err := migrations.Up(database.URL); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	f.db = database.Pool(t)
+
+	queueClient, err := emq.Connect(ctx, f.rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	placer := orders.NewPlacer(queueClient.Queue(orders.Queue), 0)
+	if err := placer.Declare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.instruments, err = orders.LoadInstruments(ctx, f.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := orders.NewAccounts(f.db)
+	for range accounts {
+		newFixtureAccount(t, f)
+	}
+	log := slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	server := gateway.New(gateway.Deps{
+		Placer:      placer,
+		Instruments: f.instruments,
+		Accounts:    store,
+		Probes: []gateway.Probe{
+			{Name: "redis", Check: func(ctx context.Context) error { return f.rdb.Ping(ctx).Err() }},
+			{Name: "fence", Check: queueClient.Check},
+			{Name: "postgres", Check: f.db.Ping},
+		},
+		Logger: log,
+	}, gateway.DefaultConfig())
+	httpServer := httptest.NewServer(server)
+	t.Cleanup(httpServer.Close)
+	f.url = httpServer.URL
+	f.http = apitest.Client(t)
+	t.Cleanup(func() {
+		for _, key := range f.keys {
+			if strings.Contains(f.logs.String(), key) {
+				t.Errorf("an API key appears in the gateway's logs")
+			}
+		}
+	})
+	return f
+}
+
+// newFixtureAccount adds a customer account with an API key and returns the key.
+func newFixtureAccount(t testing.TB, f *fixture) string {
+	t.Helper()
+	ctx := context.Background()
+	store := orders.NewAccounts(f.db)
+	account, err := store.Create(ctx, "trader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyID, key, err := store.IssueKey(ctx, account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.accounts, f.keys, f.keyIDs = append(f.accounts, account), append(f.keys, key), append(f.keyIDs, keyID)
+	return key
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) json(t testing.TB) map[string]any {
+	t.Helper()
+	var decoded map[string]any
+	if err := json.Unmarshal(r.body, &decoded); err != nil {
+		t.Fatalf("response body %q: %v", r.body, err)
+	}
+	return decoded
+}
+
+// do sends a request with the key (none when empty) through the contract-checking client.
+func (f *fixture) do(t testing.TB, client *http.Client, method, path, key, contentType, body string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, f.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	data, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{status: res.StatusCode, header: res.Header, body: data}
+}
+
+func (f *fixture) place(t testing.TB, key, body string) response {
+	t.Helper()
+	return f.do(t, f.http, http.MethodPost, "/v1/orders", key, "application/json", body)
+}
+
+func (f *fixture) get(t testing.TB, key, id string) response {
+	t.Helper()
+	return f.do(t, f.http, http.MethodGet, "/v1/orders/"+id, key, "", "")
+}
+
+// queueKeys lists the keys of the orders queue that hold orders (not its
+// declared kinds).
+func (f *fixture) queueKeys(t testing.TB) []string {
+	t.Helper()
+	all, err := f.rdb.Keys(context.Background(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var written []string
+	for _, key := range all {
+		if key != "emq:{orders}:kinds" && key != "{emq}:version" {
+			written = append(written, key)
+		}
+	}
+	return written
+}
+
+func limitOrder(clientOrderID string) string {
+	return `{"client_order_id":"` + clientOrderID + `","symbol":"BTC-USD","side":"buy","type":"limit","quantity":"0.01000","price":"50000.00"}`
+}

@@ -1,0 +1,242 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func TestConcurrentRetriesAdmitOneOrder(t *testing.T) {
+	f := newFixture(t, 1)
+	const callers = 64
+	responses := make([]response, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			responses[i] = f.place(t, f.keys[0], limitOrder("retry-1"))
+		}()
+	}
+	wg.Wait()
+
+	created, replayed := 0, 0
+	ids := map[string]bool{}
+	for _, res := range responses {
+		order := res.json(t)
+		ids[order["id"].(string)] = true
+		switch res.status {
+		case http.StatusAccepted:
+			created++
+		case http.StatusOK:
+			replayed++
+			if res.header.Get("Idempotent-Replayed") != "true" {
+				t.Errorf("replay without Idempotent-Replayed: %v", res.header)
+			}
+		default:
+			t.Fatalf("status %d: %s", res.status, res.body)
+		}
+		if want := "/v1/orders/" + order["id"].(string); res.header.Get("Location") != want {
+			t.Errorf("Location = %q, want %q", res.header.Get("Location"), want)
+		}
+	}
+	if created != 1 || replayed != callers-1 || len(ids) != 1 {
+		t.Fatalf("created %d, replayed %d, distinct ids %d; want 1, %d, 1", created, replayed, len(ids), callers-1)
+	}
+	jobs, _ := f.rdb.Keys(context.Background(), "emq:{orders}:job:*").Result()
+	if len(jobs) != 1 {
+		t.Errorf("job rows = %d, want 1", len(jobs))
+	}
+}
+
+func TestReuseOfClientOrderIDWithAnotherBodyConflicts(t *testing.T) {
+	f := newFixture(t, 1)
+	first := f.place(t, f.keys[0], limitOrder("c-1"))
+	if first.status != http.StatusAccepted {
+		t.Fatalf("first: %d %s", first.status, first.body)
+	}
+	different := strings.Replace(limitOrder("c-1"), `"0.01000"`, `"0.02000"`, 1)
+	conflict := f.place(t, f.keys[0], different)
+	if conflict.status != http.StatusConflict {
+		t.Fatalf("reuse: %d %s, want 409", conflict.status, conflict.body)
+	}
+	problem := conflict.json(t)
+	if !strings.Contains(problem["detail"].(string), first.json(t)["id"].(string)) {
+		t.Errorf("conflict does not name the order holding the id: %s", conflict.body)
+	}
+	// The same order written with other spacing and equal amounts is a replay.
+	replay := f.place(t, f.keys[0], `{ "price": "50000.0", "quantity": "0.01", "type": "limit", "side": "buy", "symbol": "BTC-USD", "client_order_id": "c-1" }`)
+	if replay.status != http.StatusOK {
+		t.Errorf("equivalent request: %d %s, want a 200 replay", replay.status, replay.body)
+	}
+	stored := f.get(t, f.keys[0], first.json(t)["id"].(string))
+	if stored.status != http.StatusOK || stored.json(t)["quantity"] != "0.01000" {
+		t.Errorf("first order changed: %d %s", stored.status, stored.body)
+	}
+	// The same client order id is free for another account.
+	if other := f.place(t, newFixtureAccount(t, f), different); other.status != http.StatusAccepted {
+		t.Errorf("other account: %d %s", other.status, other.body)
+	}
+}
+
+func TestThousandOrdersFromTenAccountsLandInTheirLanes(t *testing.T) {
+	f := newFixture(t, 10)
+	const perAccount = 100
+	type placed struct{ account, id string }
+	results := make(chan placed, 10*perAccount)
+	var wg sync.WaitGroup
+	for a := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perAccount {
+				res := f.place(t, f.keys[a], limitOrder(fmt.Sprintf("o-%d", i)))
+				if res.status != http.StatusAccepted {
+					t.Errorf("account %d order %d: %d %s", a, i, res.status, res.body)
+					return
+				}
+				results <- placed{f.accounts[a], res.json(t)["id"].(string)}
+			}
+		}()
+	}
+	wg.Wait()
+	close(results)
+	ctx := context.Background()
+	count := 0
+	for p := range results {
+		count++
+		group, err := f.rdb.HGet(ctx, "emq:{orders}:job:"+p.id, "group").Result()
+		if err != nil || group != p.account {
+			t.Errorf("job %s group = %q, %v; want %s", p.id, group, err, p.account)
+		}
+	}
+	jobs, _ := f.rdb.Keys(ctx, "emq:{orders}:job:*").Result()
+	pending := f.rdb.ZCard(ctx, "emq:{orders}:pending").Val()
+	if count != 1000 || len(jobs) != 1000 || pending != 1000 {
+		t.Fatalf("placed %d, job rows %d, pending %d; want 1000 each", count, len(jobs), pending)
+	}
+	for _, account := range f.accounts {
+		if depth := f.rdb.HGet(ctx, "emq:{orders}:lanes", account).Val(); depth != fmt.Sprint(perAccount) {
+			t.Errorf("lane of %s holds %s, want %d", account, depth, perAccount)
+		}
+	}
+}
+
+func TestAnotherAccountsOrderIsNotFound(t *testing.T) {
+	f := newFixture(t, 2)
+	placed := f.place(t, f.keys[0], limitOrder("mine"))
+	id := placed.json(t)["id"].(string)
+	tests := []struct {
+		name, key, id string
+		want          int
+	}{
+		{"owner reads it", f.keys[0], id, http.StatusOK},
+		{"another account", f.keys[1], id, http.StatusNotFound},
+		{"unknown id", f.keys[0], "ORD_01J9Z8K3M4N5P6Q7R8S9T0V1W2", http.StatusNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := f.get(t, tt.key, tt.id)
+			if res.status != tt.want {
+				t.Fatalf("status %d %s, want %d", res.status, res.body, tt.want)
+			}
+			if tt.want == http.StatusNotFound && strings.Contains(string(res.body), f.accounts[0]) {
+				t.Errorf("404 leaks the owner: %s", res.body)
+			}
+		})
+	}
+	// A malformed id is not a route of the spec, so it goes through a plain client.
+	res := f.do(t, http.DefaultClient, http.MethodGet, "/v1/orders/not-an-id", f.keys[0], "", "")
+	if res.status != http.StatusNotFound {
+		t.Errorf("malformed id: %d %s", res.status, res.body)
+	}
+	notFoundOther, notFoundUnknown := f.get(t, f.keys[1], id), f.get(t, f.keys[1], "ORD_01J9Z8K3M4N5P6Q7R8S9T0V1W2")
+	if a, b := notFoundOther.json(t), notFoundUnknown.json(t); a["detail"] != b["detail"] || a["title"] != b["title"] {
+		t.Errorf("another account's order and a missing one answer differently: %s vs %s", notFoundOther.body, notFoundUnknown.body)
+	}
+}
+
+func TestAuthentication(t *testing.T) {
+	f := newFixture(t, 1)
+	revokedKey := newFixtureAccount(t, f)
+	var keyID string
+	if err := f.db.QueryRow(context.Background(), `SELECT id FROM api_keys ORDER BY created_at DESC, id DESC LIMIT 1`).Scan(&keyID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.db.Exec(context.Background(), `UPDATE api_keys SET revoked_at = now() WHERE id = $1`, keyID); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		header string
+	}{
+		{"no header", ""},
+		{"empty bearer", "Bearer "},
+		{"basic scheme", "Basic dXNlcjpwYXNz"},
+		{"unknown key", "Bearer ogk_notakeyatall"},
+		{"key without prefix", "Bearer " + strings.TrimPrefix(f.keys[0], "ogk_")},
+		{"revoked key", "Bearer " + revokedKey},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, send := range []func() (*http.Response, error){
+				func() (*http.Response, error) {
+					req, _ := http.NewRequest(http.MethodPost, f.url+"/v1/orders", strings.NewReader(limitOrder("x")))
+					req.Header.Set("Content-Type", "application/json")
+					if tt.header != "" {
+						req.Header.Set("Authorization", tt.header)
+					}
+					return f.http.Do(req)
+				},
+				func() (*http.Response, error) {
+					req, _ := http.NewRequest(http.MethodGet, f.url+"/v1/orders/ORD_01J9Z8K3M4N5P6Q7R8S9T0V1W2", nil)
+					if tt.header != "" {
+						req.Header.Set("Authorization", tt.header)
+					}
+					return f.http.Do(req)
+				},
+			} {
+				res, err := send()
+				if err != nil {
+					t.Fatal(err)
+				}
+				res.Body.Close()
+				if res.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(res.Header.Get("WWW-Authenticate"), "Bearer") {
+					t.Errorf("status %d, WWW-Authenticate %q; want 401 Bearer", res.StatusCode, res.Header.Get("WWW-Authenticate"))
+				}
+			}
+		})
+	}
+	if keys := f.queueKeys(t); len(keys) != 0 {
+		t.Errorf("unauthenticated requests wrote %v", keys)
+	}
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	f := newFixture(t, 1)
+	if res := f.do(t, f.http, http.MethodGet, "/healthz", "", "", ""); res.status != http.StatusOK {
+		t.Fatalf("healthz: %d", res.status)
+	}
+	ready := f.do(t, f.http, http.MethodGet, "/readyz", "", "", "")
+	if ready.status != http.StatusOK || ready.json(t)["status"] != "ready" {
+		t.Fatalf("readyz: %d %s", ready.status, ready.body)
+	}
+	f.rdb.Set(context.Background(), "{emq}:version", "echomq:9.9.9", 0)
+	mismatch := f.do(t, f.http, http.MethodGet, "/readyz", "", "", "")
+	if mismatch.status != http.StatusServiceUnavailable {
+		t.Errorf("readyz with a foreign protocol version: %d %s", mismatch.status, mismatch.body)
+	}
+	f.redis.Stop(t)
+	down := f.do(t, f.http, http.MethodGet, "/readyz", "", "", "")
+	checks, _ := down.json(t)["checks"].(map[string]any)
+	if down.status != http.StatusServiceUnavailable || checks["redis"] == "ok" || checks["postgres"] != "ok" {
+		t.Errorf("readyz with Redis down: %d %s", down.status, down.body)
+	}
+	placed := f.place(t, f.keys[0], limitOrder("while-down"))
+	if placed.status != http.StatusServiceUnavailable {
+		t.Errorf("place with Redis down: %d %s, want 503", placed.status, placed.body)
+	}
+}

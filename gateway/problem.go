@@ -1,0 +1,142 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/ordergate/ordergate/orders"
+)
+
+// Problem is an RFC 9457 problem details body.
+type Problem struct {
+	Type      string       `json:"type"`
+	Title     string       `json:"title"`
+	Status    int          `json:"status"`
+	Detail    string       `json:"detail,omitempty"`
+	Instance  string       `json:"instance,omitempty"`
+	RequestID string       `json:"request_id,omitempty"`
+	Errors    []FieldError `json:"errors,omitempty"`
+}
+
+// FieldError names one refused part of a request by its JSON pointer
+// (RFC 6901) into the request body; "" is the whole body.
+type FieldError struct {
+	Pointer string `json:"pointer"`
+	Reason  string `json:"reason"`
+}
+
+const problemContentType = "application/problem+json"
+
+// The problem kinds this API answers with; the type URI is urn:ordergate:problem:<slug>.
+type problemKind struct {
+	slug   string
+	title  string
+	status int
+}
+
+var (
+	kindMalformed        = problemKind{"malformed-request", "The request body is not a valid order document", http.StatusBadRequest}
+	kindValidation       = problemKind{"validation", "The order request has invalid fields", http.StatusUnprocessableEntity}
+	kindUnauthorized     = problemKind{"unauthorized", "A valid API key is required", http.StatusUnauthorized}
+	kindNotFound         = problemKind{"not-found", "Not found", http.StatusNotFound}
+	kindConflict         = problemKind{"idempotency-conflict", "The client order id was used for a different order", http.StatusConflict}
+	kindTooLarge         = problemKind{"payload-too-large", "The request body is too large", http.StatusRequestEntityTooLarge}
+	kindMediaType        = problemKind{"unsupported-media-type", "The request body must be application/json", http.StatusUnsupportedMediaType}
+	kindMethodNotAllowed = problemKind{"method-not-allowed", "The method is not allowed on this resource", http.StatusMethodNotAllowed}
+	kindUnavailable      = problemKind{"unavailable", "A dependency of the service is unavailable; retry later", http.StatusServiceUnavailable}
+	kindInternal         = problemKind{"internal", "Internal error", http.StatusInternalServerError}
+)
+
+// requestError is an error the gateway itself raises about a request.
+type requestError struct {
+	kind   problemKind
+	detail string
+	fields []FieldError
+}
+
+func (e *requestError) Error() string {
+	return fmt.Sprintf("%s: %s", e.kind.slug, e.detail)
+}
+
+func malformed(pointer, format string, args ...any) *requestError {
+	reason := fmt.Sprintf(format, args...)
+	return &requestError{kind: kindMalformed, detail: reason, fields: []FieldError{{Pointer: pointer, Reason: reason}}}
+}
+
+// problemFor is the one place where errors become HTTP answers.
+func problemFor(err error) (Problem, error) {
+	var (
+		request  *requestError
+		invalid  *orders.InvalidError
+		conflict *orders.ConflictError
+		httpErr  *echo.HTTPError
+		problem  = func(kind problemKind, detail string) Problem {
+			return Problem{Type: "urn:ordergate:problem:" + kind.slug, Title: kind.title, Status: kind.status, Detail: detail}
+		}
+	)
+	switch {
+	case errors.As(err, &request):
+		p := problem(request.kind, request.detail)
+		p.Errors = request.fields
+		return p, nil
+	case errors.As(err, &invalid):
+		p := problem(kindValidation, fmt.Sprintf("%d field(s) refused", len(invalid.Fields)))
+		for _, field := range invalid.Fields {
+			p.Errors = append(p.Errors, FieldError{Pointer: "/" + field.Field, Reason: field.Reason})
+		}
+		return p, nil
+	case errors.As(err, &conflict):
+		p := problem(kindConflict, fmt.Sprintf("client_order_id %q is held by order %s, placed with a different request; use a new client_order_id", conflict.ClientOrderID, conflict.OrderID))
+		p.Errors = []FieldError{{Pointer: "/client_order_id", Reason: "already used for a different order"}}
+		return p, nil
+	case errors.Is(err, orders.ErrNotFound):
+		return problem(kindNotFound, "no order with this id"), nil
+	case errors.Is(err, orders.ErrUnauthenticated):
+		return problem(kindUnauthorized, "the API key is unknown or revoked"), nil
+	case errors.Is(err, orders.ErrUnavailable):
+		return problem(kindUnavailable, "the order store did not answer in time"), err
+	case errors.As(err, &httpErr):
+		switch httpErr.Code {
+		case http.StatusNotFound:
+			return problem(kindNotFound, "no such resource"), nil
+		case http.StatusMethodNotAllowed:
+			return problem(kindMethodNotAllowed, "see the API description for the methods of this resource"), nil
+		case http.StatusRequestEntityTooLarge:
+			return problem(kindTooLarge, fmt.Sprint(httpErr.Message)), nil
+		}
+	}
+	return problem(kindInternal, "the request failed; quote the request id when reporting it"), err
+}
+
+// handleError is echo's error handler: every error leaves as problem+json.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	p, internal := problemFor(err)
+	p.RequestID = requestID(c)
+	p.Instance = c.Request().URL.Path
+	log := logger(c)
+	if internal != nil {
+		log.Error("request failed", "status", p.Status, "err", internal)
+	}
+	header := c.Response().Header()
+	switch p.Status {
+	case http.StatusUnauthorized:
+		header.Set("WWW-Authenticate", `Bearer realm="ordergate"`)
+	case http.StatusServiceUnavailable:
+		header.Set("Retry-After", "1")
+	}
+	header.Set(echo.HeaderContentType, problemContentType)
+	c.Response().WriteHeader(p.Status)
+	if c.Request().Method == http.MethodHead {
+		return
+	}
+	if err := json.NewEncoder(c.Response()).Encode(p); err != nil {
+		log.Debug("write problem", "err", err)
+	}
+}

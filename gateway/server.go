@@ -1,0 +1,108 @@
+// Package gateway is the HTTP face of the exchange: it authenticates callers,
+// turns untrusted order requests into typed place commands, admits them through
+// package orders, and answers every failure as RFC 9457 problem+json.
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-playground/validator/v10"
+	"github.com/labstack/echo/v4"
+
+	"github.com/ordergate/ordergate/orders"
+)
+
+// Config tunes the HTTP layer.
+type Config struct {
+	// BodyLimit is the largest request body taken, in bytes.
+	BodyLimit int64
+	// RequestTimeout bounds the work behind one request, so a dependency that
+	// hangs turns into a 503 instead of a hung client.
+	RequestTimeout time.Duration
+}
+
+// DefaultConfig is what the gateway runs with unless told otherwise.
+func DefaultConfig() Config {
+	return Config{BodyLimit: 16 << 10, RequestTimeout: 5 * time.Second}
+}
+
+// Authenticator finds the account of an API key.
+type Authenticator interface {
+	Authenticate(ctx context.Context, key string) (account string, err error)
+}
+
+// Probe is one readiness check.
+type Probe struct {
+	Name  string
+	Check func(ctx context.Context) error
+}
+
+// Deps are what the gateway serves with.
+type Deps struct {
+	Placer      *orders.Placer
+	Instruments *orders.Instruments
+	Accounts    Authenticator
+	Probes      []Probe
+	Logger      *slog.Logger
+}
+
+// Server is the gateway's HTTP handler.
+type Server struct {
+	echo        *echo.Echo
+	config      Config
+	placer      *orders.Placer
+	instruments *orders.Instruments
+	accounts    Authenticator
+	probes      []Probe
+	log         *slog.Logger
+	validate    *validator.Validate
+}
+
+// New builds the gateway's routes.
+func New(deps Deps, config Config) *Server {
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	s := &Server{
+		echo:        echo.New(),
+		config:      config,
+		placer:      deps.Placer,
+		instruments: deps.Instruments,
+		accounts:    deps.Accounts,
+		probes:      deps.Probes,
+		log:         deps.Logger,
+		validate:    newValidator(),
+	}
+	e := s.echo
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.handleError
+	e.Use(s.observe, s.recoverPanics, s.deadline)
+
+	e.GET("/healthz", s.health)
+	e.GET("/readyz", s.readiness)
+	v1 := e.Group("/v1", s.authenticate)
+	v1.POST("/orders", s.placeOrder)
+	v1.GET("/orders/:id", s.getOrder)
+	return s
+}
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+
+// NewHTTPServer wraps a handler in an http.Server whose timeouts keep slow or
+// idle clients from holding connections.
+func NewHTTPServer(addr string, handler http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}

@@ -1,0 +1,346 @@
+package testserver
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	redisStartTimeout = 15 * time.Second
+	redisStopGrace    = 15 * time.Second
+	// startAttempts bounds retries when another process grabs the free port
+	// between freePort and the server's bind.
+	startAttempts = 3
+)
+
+// Redis is a redis-server owned by one test.
+type Redis struct {
+	Addr string // "127.0.0.1:port"
+	Dir  string // working directory: log, RDB/AOF files
+
+	binary  string
+	port    int
+	busPort int // cluster bus port; 0 outside cluster mode
+	config  redisConfig
+
+	mu      sync.Mutex
+	process *serverProcess // nil while stopped
+}
+
+// RedisOption changes the configuration a Redis is started with.
+type RedisOption func(*redisConfig)
+
+type redisConfig struct {
+	directives []redisDirective
+	cluster    bool
+}
+
+type redisDirective struct{ name, value string }
+
+// set replaces an earlier value of the same directive rather than appending,
+// because repeating some directives (save) accumulates instead of overriding.
+func (c *redisConfig) set(name, value string) {
+	for i := range c.directives {
+		if strings.EqualFold(c.directives[i].name, name) {
+			c.directives[i].value = value
+			return
+		}
+	}
+	c.directives = append(c.directives, redisDirective{name: name, value: value})
+}
+
+// WithRedisConfig sets a redis.conf directive, e.g.
+// WithRedisConfig("appendonly", "yes") or
+// WithRedisConfig("maxmemory-policy", "allkeys-lru"). The network and
+// directory directives (port, bind, dir, ...) are fixed by StartRedis and
+// cannot be overridden.
+func WithRedisConfig(directive, value string) RedisOption {
+	return func(c *redisConfig) { c.set(directive, value) }
+}
+
+// clusterNode is unexported: StartRedisCluster is the way to get cluster
+// nodes, because a lone cluster-enabled node serves no slots.
+func clusterNode() RedisOption {
+	return func(c *redisConfig) { c.cluster = true }
+}
+
+// StartRedis starts a fresh redis-server on a free loopback port in a
+// temporary directory, waits until it answers PING, and stops it and removes
+// the directory at t.Cleanup. Persistence is off unless opts turn it on.
+func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
+	t.Helper()
+	binary, err := findBinary("redis-server")
+	if err != nil {
+		t.Fatalf("testserver: %v", err)
+	}
+	server := &Redis{Dir: t.TempDir(), binary: binary}
+	server.config.set("save", "")
+	server.config.set("appendonly", "no")
+	for _, opt := range opts {
+		opt(&server.config)
+	}
+	// Registered after t.TempDir so it runs before the directory is removed.
+	t.Cleanup(func() {
+		if err := server.stop(); err != nil {
+			t.Errorf("testserver: stop redis %s: %v", server.Addr, err)
+		}
+	})
+
+	var startErr error
+	for attempt := 0; attempt < startAttempts; attempt++ {
+		if startErr = server.choosePorts(); startErr != nil {
+			break
+		}
+		if startErr = server.start(); startErr == nil {
+			return server
+		}
+		if !strings.Contains(startErr.Error(), "in use") {
+			break
+		}
+	}
+	t.Fatalf("testserver: start redis-server: %v", startErr)
+	return nil
+}
+
+func (r *Redis) choosePorts() error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	r.port, r.Addr = port, addr(port)
+	if r.config.cluster {
+		if r.busPort, err = freePort(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Redis) args() []string {
+	config := redisConfig{directives: append([]redisDirective(nil), r.config.directives...)}
+	config.set("port", fmt.Sprint(r.port))
+	config.set("bind", "127.0.0.1")
+	config.set("protected-mode", "no")
+	config.set("daemonize", "no")
+	config.set("dir", r.Dir)
+	config.set("logfile", "") // stdout, which goes to redis.log
+	if r.config.cluster {
+		config.set("cluster-enabled", "yes")
+		config.set("cluster-config-file", "nodes.conf")
+		config.set("cluster-port", fmt.Sprint(r.busPort))
+	}
+	args := make([]string, 0, 2*len(config.directives))
+	for _, directive := range config.directives {
+		args = append(args, "--"+directive.name, directive.value)
+	}
+	return args
+}
+
+func (r *Redis) start() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.process != nil {
+		return nil
+	}
+	process, err := startServerProcess("redis-server "+r.Addr, processSpec{
+		path:    r.binary,
+		args:    r.args(),
+		workDir: r.Dir,
+		logPath: filepath.Join(r.Dir, "redis.log"),
+	})
+	if err != nil {
+		return err
+	}
+	if err := process.waitUntilReady(redisStartTimeout, func() error { return pingRedis(r.Addr) }); err != nil {
+		_ = process.stop(syscall.SIGKILL, time.Second)
+		return err
+	}
+	r.process = process
+	return nil
+}
+
+func (r *Redis) stop() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.process == nil {
+		return nil
+	}
+	// SHUTDOWN does what SIGTERM does (flush the AOF, write an RDB if save
+	// points are configured) but at once, where a signal waits up to 100 ms
+	// for the server's next cron tick. SIGTERM remains the fallback.
+	if shutdownRedis(r.Addr) == nil {
+		select {
+		case <-r.process.exited:
+		case <-time.After(redisStopGrace):
+		}
+	}
+	err := r.process.stop(syscall.SIGTERM, redisStopGrace)
+	r.process = nil
+	return err
+}
+
+// shutdownRedis returns nil once the server has closed the connection in
+// answer to SHUTDOWN, which it does only by exiting.
+func shutdownRedis(address string) error {
+	conn, err := net.DialTimeout("tcp", address, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(redisStopGrace))
+	if _, err := conn.Write([]byte("SHUTDOWN\r\n")); err != nil {
+		return err
+	}
+	reply, err := bufio.NewReader(conn).ReadString('\n')
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("SHUTDOWN answered %q", strings.TrimSpace(reply))
+}
+
+// pingRedis speaks RESP directly so that probing a starting server neither
+// needs a client nor logs connection errors.
+func pingRedis(address string) error {
+	conn, err := net.DialTimeout("tcp", address, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	reply, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	// -LOADING while an AOF/RDB is replayed: not ready yet.
+	if strings.TrimSpace(reply) != "+PONG" {
+		return fmt.Errorf("PING answered %q", strings.TrimSpace(reply))
+	}
+	return nil
+}
+
+// URL is the redis:// URL of database 0.
+func (r *Redis) URL() string {
+	return "redis://" + r.Addr + "/0"
+}
+
+// Client returns a go-redis client for r, closed at t.Cleanup.
+func (r *Redis) Client(t testing.TB) *redis.Client {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	return client
+}
+
+// Stop shuts the server down now, as an outage would. It keeps the port and
+// directory for Restart and does nothing if the server is already stopped.
+func (r *Redis) Stop(t testing.TB) {
+	t.Helper()
+	if err := r.stop(); err != nil {
+		t.Fatalf("testserver: stop redis %s: %v", r.Addr, err)
+	}
+}
+
+// Restart starts the server again on the same port and directory, stopping
+// it first if it is running. Data survives only if persistence was
+// configured (e.g. WithRedisConfig("appendonly", "yes")).
+func (r *Redis) Restart(t testing.TB) {
+	t.Helper()
+	if err := r.stop(); err != nil {
+		t.Fatalf("testserver: stop redis %s: %v", r.Addr, err)
+	}
+	if err := r.start(); err != nil {
+		t.Fatalf("testserver: restart redis %s: %v", r.Addr, err)
+	}
+}
+
+// RedisCluster is a three-master Redis Cluster owned by one test.
+type RedisCluster struct {
+	Addrs []string
+	nodes []*Redis
+}
+
+// StartRedisCluster starts three cluster-enabled masters on free ports, joins
+// them with `redis-cli --cluster create`, waits until every node reports
+// cluster_state:ok, and stops them all at t.Cleanup.
+func StartRedisCluster(t testing.TB) *RedisCluster {
+	t.Helper()
+	cli, err := findBinary("redis-cli")
+	if err != nil {
+		t.Fatalf("testserver: %v", err)
+	}
+	const masters = 3
+	cluster := &RedisCluster{}
+	for range masters {
+		node := StartRedis(t, clusterNode())
+		cluster.nodes = append(cluster.nodes, node)
+		cluster.Addrs = append(cluster.Addrs, node.Addr)
+	}
+
+	args := append([]string{"--cluster", "create"}, cluster.Addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	err = runToCompletion("redis-cli --cluster create", processSpec{
+		path:    cli,
+		args:    args,
+		workDir: cluster.nodes[0].Dir,
+		logPath: filepath.Join(cluster.nodes[0].Dir, "cluster-create.log"),
+	}, 60*time.Second)
+	if err != nil {
+		t.Fatalf("testserver: %v", err)
+	}
+	if err := cluster.waitUntilOK(30 * time.Second); err != nil {
+		t.Fatalf("testserver: %v", err)
+	}
+	return cluster
+}
+
+// waitUntilOK is needed because redis-cli returns once the nodes agree on
+// the configuration, but each node flips to cluster_state:ok on its own
+// schedule afterwards.
+func (c *RedisCluster) waitUntilOK(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for _, address := range c.Addrs {
+		client := redis.NewClient(&redis.Options{Addr: address})
+		var info string
+		var err error
+		for {
+			info, err = client.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if ctx.Err() != nil {
+				_ = client.Close()
+				return fmt.Errorf("redis cluster node %s not ok after %s (err %v):\n%s", address, timeout, err, info)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		_ = client.Close()
+	}
+	return nil
+}
+
+// Client returns a go-redis cluster client for c, closed at t.Cleanup.
+func (c *RedisCluster) Client(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
+	t.Cleanup(func() { _ = client.Close() })
+	return client
+}

@@ -1,0 +1,9 @@
+DROP TABLE ledger_entries;
+DROP TABLE ledger_transactions;
+DROP FUNCTION ledger_append_only();
+DROP FUNCTION ledger_transaction_balanced();
+DROP TABLE balances;
+DROP TABLE instruments;
+DROP TABLE api_keys;
+DROP TABLE accounts;
+DROP TABLE assets;

@@ -1,0 +1,114 @@
+package orders
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/govalues/decimal"
+)
+
+func mustAmount(t testing.TB, s string) decimal.Decimal {
+	t.Helper()
+	d, err := ParseAmount(s)
+	if err != nil {
+		t.Fatalf("amount %q: %v", s, err)
+	}
+	return d
+}
+
+func TestInstrumentCheck(t *testing.T) {
+	btc := Instrument{
+		Symbol: "BTC-USD", Base: "BTC", Quote: "USD",
+		TickSize: mustAmount(t, "0.01"), LotSize: mustAmount(t, "0.00001"),
+		MinNotional: mustAmount(t, "10"), ReferencePrice: mustAmount(t, "50000"),
+	}
+	halted := btc
+	halted.Halted = true
+	tests := []struct {
+		name       string
+		instrument Instrument
+		orderType  OrderType
+		quantity   string
+		price      string
+		want       []string // "field: part of reason"
+	}{
+		{name: "valid limit", instrument: btc, orderType: Limit, quantity: "0.01000", price: "50000.00"},
+		{name: "valid market", instrument: btc, orderType: Market, quantity: "0.001"},
+		{name: "exactly the minimum notional", instrument: btc, orderType: Limit, quantity: "0.001", price: "10000.00"},
+		{name: "halted", instrument: halted, orderType: Limit, quantity: "0.01", price: "50000", want: []string{"symbol: halted"}},
+		{name: "zero quantity", instrument: btc, orderType: Limit, quantity: "0", price: "50000", want: []string{"quantity: greater than zero"}},
+		{name: "zero price", instrument: btc, orderType: Limit, quantity: "0.01", price: "0.00", want: []string{"price: greater than zero"}},
+		{name: "quantity decimals", instrument: btc, orderType: Limit, quantity: "0.000011", price: "50000", want: []string{"quantity: 6 decimals"}},
+		{name: "trailing zeros past the scale", instrument: btc, orderType: Limit, quantity: "0.010000", price: "50000", want: []string{"quantity: 6 decimals"}},
+		{name: "price decimals", instrument: btc, orderType: Limit, quantity: "0.01", price: "50000.001", want: []string{"price: 3 decimals"}},
+		{name: "under minimum notional", instrument: btc, orderType: Limit, quantity: "0.00001", price: "50000", want: []string{"quantity: minimum notional"}},
+		{name: "market under minimum notional at the reference price", instrument: btc, orderType: Market, quantity: "0.0001", want: []string{"quantity: minimum notional"}},
+		{name: "notional too large", instrument: btc, orderType: Limit, quantity: "999999999999.00000", price: "9999999999.99", want: []string{"quantity: too large"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := PlaceCommand{Symbol: tt.instrument.Symbol, Side: Buy, Type: tt.orderType, Quantity: mustAmount(t, tt.quantity)}
+			if tt.price != "" {
+				cmd.Price = mustAmount(t, tt.price)
+			}
+			got := tt.instrument.Check(cmd)
+			if len(got) != len(tt.want) {
+				t.Fatalf("Check = %+v, want %v", got, tt.want)
+			}
+			for i, want := range tt.want {
+				field, reason, _ := strings.Cut(want, ": ")
+				if got[i].Field != field || !strings.Contains(got[i].Reason, reason) {
+					t.Errorf("refusal %d = %+v, want %s", i, got[i], want)
+				}
+			}
+		})
+	}
+}
+
+func TestGridRuleUsesTheGridNotTheScale(t *testing.T) {
+	ethBTC := Instrument{
+		Symbol: "ETH-BTC", TickSize: mustAmount(t, "0.00005"), LotSize: mustAmount(t, "0.001"),
+		MinNotional: mustAmount(t, "0.0001"), ReferencePrice: mustAmount(t, "0.06"),
+	}
+	cmd := PlaceCommand{Type: Limit, Quantity: mustAmount(t, "0.010"), Price: mustAmount(t, "0.06003")}
+	got := ethBTC.Check(cmd)
+	if len(got) != 1 || got[0].Field != "price" || !strings.Contains(got[0].Reason, "multiple of the tick size 0.00005") {
+		t.Fatalf("Check = %+v, want an off-grid price", got)
+	}
+}
+
+func TestFingerprint(t *testing.T) {
+	base := PlaceCommand{Account: "ACC_A", ClientOrderID: "c1", Symbol: "BTC-USD", Side: Buy, Type: Limit,
+		Quantity: mustAmount(t, "0.010"), Price: mustAmount(t, "50000.00")}
+	same := base
+	same.Quantity, same.Price = mustAmount(t, "0.01"), mustAmount(t, "50000")
+	if base.Fingerprint() != same.Fingerprint() {
+		t.Error("equal amounts written differently gave different fingerprints")
+	}
+	for name, change := range map[string]func(*PlaceCommand){
+		"account":  func(c *PlaceCommand) { c.Account = "ACC_B" },
+		"side":     func(c *PlaceCommand) { c.Side = Sell },
+		"symbol":   func(c *PlaceCommand) { c.Symbol = "ETH-USD" },
+		"quantity": func(c *PlaceCommand) { c.Quantity = mustAmount(t, "0.02") },
+		"price":    func(c *PlaceCommand) { c.Price = mustAmount(t, "50000.01") },
+		"type":     func(c *PlaceCommand) { c.Type = Market },
+	} {
+		other := base
+		change(&other)
+		if other.Fingerprint() == base.Fingerprint() {
+			t.Errorf("changing %s kept the fingerprint", name)
+		}
+	}
+}
+
+func TestOrderIDs(t *testing.T) {
+	id := NewOrderID()
+	if _, err := ParseOrderID(id); err != nil || len(id) != 30 || !strings.HasPrefix(id, "ORD_") {
+		t.Fatalf("NewOrderID = %q, parse: %v", id, err)
+	}
+	for _, bad := range []string{"", "ORD_", "ord_" + id[4:], "ORD_" + strings.ToLower(id[4:]), id + "0", "ORD_8ZZZZZZZZZZZZZZZZZZZZZZZZZ", "ORD_0000000000000000000000000U"} {
+		if _, err := ParseOrderID(bad); err == nil {
+			t.Errorf("ParseOrderID(%q) accepted", bad)
+		}
+	}
+}

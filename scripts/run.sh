@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# Runs ordergate locally (what `make run` does): its own Redis and PostgreSQL
+# under .state/ unless REDIS_URL / DATABASE_URL point elsewhere, then the
+# gateway and the worker, and prints a ready-to-paste order request.
+# Ctrl-C stops everything this script started.
+#
+# Settings (environment): REDIS_URL, REDIS_PORT (6380), DATABASE_URL,
+# PG_PORT (5433), GATEWAY_ADDR (127.0.0.1:8080).
+# shellcheck disable=SC2317 # functions called from traps and wait_for
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+repo_root=$PWD
+export PATH="/usr/local/go/bin:$PATH"
+
+REDIS_PORT=${REDIS_PORT:-6380}
+PG_PORT=${PG_PORT:-5433}
+export GATEWAY_ADDR=${GATEWAY_ADDR:-127.0.0.1:8080}
+
+state_dir=$repo_root/.state
+log_dir=$state_dir/logs
+redis_dir=$state_dir/redis
+pg_home=$state_dir/postgres
+pg_data=$pg_home/data
+
+log() { echo "run.sh: $*" >&2; }
+die() {
+	log "$*"
+	exit 1
+}
+
+# What this script started, so that shutdown stops exactly that.
+gateway_pid=""
+worker_pid=""
+redis_pid=""
+postgres_started=0
+pg_bin=""
+
+as_postgres() {
+	# PostgreSQL refuses to run as root.
+	if ((EUID == 0)); then
+		runuser -u postgres -- "$@"
+	else
+		"$@"
+	fi
+}
+
+stop_process() {
+	local name=$1 pid=$2
+	[[ -n $pid ]] || return 0
+	if kill -0 "$pid" 2>/dev/null; then
+		log "stopping $name (pid $pid)"
+		kill -TERM "$pid" 2>/dev/null || true
+	fi
+	wait "$pid" 2>/dev/null || true
+}
+
+shut_down() {
+	set +e
+	stop_process gateway "$gateway_pid"
+	stop_process worker "$worker_pid"
+	if [[ -n $redis_pid ]]; then
+		log "stopping redis-server (pid $redis_pid)"
+		# SHUTDOWN flushes the append-only file before exiting.
+		redis-cli -h 127.0.0.1 -p "$REDIS_PORT" shutdown >/dev/null 2>&1 || kill -TERM "$redis_pid" 2>/dev/null
+		wait "$redis_pid" 2>/dev/null
+	fi
+	if ((postgres_started)); then
+		log "stopping postgres"
+		as_postgres "$pg_bin/pg_ctl" --pgdata "$pg_data" --mode fast --wait stop >/dev/null
+	fi
+}
+
+on_exit() {
+	local status=$?
+	trap - EXIT INT TERM
+	shut_down
+	exit "$status"
+}
+# Ctrl-C and SIGTERM are the normal way to stop a run: exit 0 (via on_exit).
+trap 'exit 0' INT TERM
+trap on_exit EXIT
+
+# wait_for DESCRIPTION TIMEOUT_SECONDS PID LOG COMMAND...: polls COMMAND until
+# it succeeds, failing early with the log tail if the process PID died.
+wait_for() {
+	local description=$1 timeout=$2 pid=$3 logfile=$4
+	shift 4
+	local deadline=$((SECONDS + timeout))
+	until "$@" >/dev/null 2>&1; do
+		if [[ -n $pid ]] && ! kill -0 "$pid" 2>/dev/null; then
+			log "$description exited during startup; last lines of $logfile:"
+			tail -n 30 "$logfile" >&2 || true
+			exit 1
+		fi
+		if ((SECONDS >= deadline)); then
+			log "$description not ready after ${timeout}s; last lines of $logfile:"
+			tail -n 30 "$logfile" >&2 || true
+			exit 1
+		fi
+		sleep 0.1
+	done
+}
+
+bash scripts/deps.sh
+mkdir -p "$log_dir" bin
+
+start_redis() {
+	mkdir -p "$redis_dir"
+	log "starting redis-server on 127.0.0.1:$REDIS_PORT (data in ${redis_dir#"$repo_root"/})"
+	redis-server \
+		--port "$REDIS_PORT" --bind 127.0.0.1 --protected-mode no --daemonize no \
+		--dir "$redis_dir" --logfile "$log_dir/redis.log" \
+		--appendonly yes --appendfsync everysec \
+		--maxmemory-policy noeviction &
+	redis_pid=$!
+	wait_for redis-server 15 "$redis_pid" "$log_dir/redis.log" redis_answers_ping
+	export REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
+}
+
+redis_answers_ping() {
+	# PING answers LOADING while the append-only file is replayed.
+	[[ $(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null) == PONG ]]
+}
+
+find_pg_bin() {
+	if command -v postgres >/dev/null 2>&1; then
+		dirname "$(command -v postgres)"
+		return
+	fi
+	local newest
+	newest=$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+	[[ -x $newest/postgres ]] || die "no PostgreSQL server found; run scripts/deps.sh"
+	echo "$newest"
+}
+
+start_postgres() {
+	pg_bin=$(find_pg_bin)
+	mkdir -p "$pg_home"
+	chmod 700 "$pg_home"
+	if ((EUID == 0)); then
+		chown -R postgres:postgres "$pg_home"
+		runuser -u postgres -- test -w "$pg_home" ||
+			die "user postgres cannot reach $pg_home (a parent directory is closed to other users); set DATABASE_URL to a server of your own"
+	fi
+	if [[ ! -s $pg_data/PG_VERSION ]]; then
+		log "creating a PostgreSQL cluster in ${pg_data#"$repo_root"/}"
+		as_postgres "$pg_bin/initdb" --pgdata "$pg_data" --username postgres --auth trust \
+			--encoding UTF8 --locale C --no-instructions >"$log_dir/initdb.log" 2>&1 ||
+			die "initdb failed; see $log_dir/initdb.log"
+		# TCP on loopback only: no socket in a system directory that a
+		# non-root user could not write, and nothing reachable from outside.
+		cat >>"$pg_data/postgresql.conf" <<-'EOF'
+			listen_addresses = '127.0.0.1'
+			unix_socket_directories = ''
+		EOF
+	fi
+	if as_postgres "$pg_bin/pg_ctl" --pgdata "$pg_data" status >/dev/null 2>&1; then
+		log "a postgres from an earlier run is still running on ${pg_data#"$repo_root"/}; restarting it"
+		as_postgres "$pg_bin/pg_ctl" --pgdata "$pg_data" --mode fast --wait stop >/dev/null
+	fi
+	log "starting postgres on 127.0.0.1:$PG_PORT"
+	postgres_started=1
+	as_postgres "$pg_bin/pg_ctl" --pgdata "$pg_data" --log "$pg_home/postgres.log" \
+		--options "-p $PG_PORT" --wait --timeout 60 start >/dev/null ||
+		{
+			tail -n 30 "$pg_home/postgres.log" >&2 || true
+			die "postgres did not start; see ${pg_home#"$repo_root"/}/postgres.log"
+		}
+	local psql=("$pg_bin/psql" --host 127.0.0.1 --port "$PG_PORT" --username postgres --no-psqlrc --quiet --tuples-only --no-align)
+	if [[ $("${psql[@]}" --dbname postgres --command "SELECT 1 FROM pg_database WHERE datname = 'ordergate'") != 1 ]]; then
+		log "creating database ordergate"
+		"${psql[@]}" --dbname postgres --command 'CREATE DATABASE ordergate' >/dev/null
+	fi
+	export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/ordergate?sslmode=disable"
+}
+
+if [[ -z ${REDIS_URL:-} ]]; then
+	start_redis
+else
+	log "using REDIS_URL=$REDIS_URL"
+fi
+if [[ -z ${DATABASE_URL:-} ]]; then
+	start_postgres
+else
+	log "using DATABASE_URL=$DATABASE_URL"
+fi
+
+log "building bin/gateway bin/worker bin/admin"
+go build -o bin/ ./cmd/gateway ./cmd/worker ./cmd/admin
+
+log "migrating the database"
+bin/admin migrate
+
+demo_output=$(bin/admin demo)
+account_id=$(sed -n 's/^account=//p' <<<"$demo_output")
+api_key=$(sed -n 's/^api_key=//p' <<<"$demo_output")
+[[ -n $account_id && -n $api_key ]] ||
+	die "bin/admin demo printed no account=/api_key= lines; it printed: $demo_output"
+
+log "starting gateway on $GATEWAY_ADDR and worker (logs in ${log_dir#"$repo_root"/})"
+bin/gateway >>"$log_dir/gateway.log" 2>&1 &
+gateway_pid=$!
+bin/worker >>"$log_dir/worker.log" 2>&1 &
+worker_pid=$!
+wait_for gateway 30 "$gateway_pid" "$log_dir/gateway.log" curl -fsS "http://$GATEWAY_ADDR/readyz"
+
+cat <<EOF
+
+ordergate is running: gateway http://$GATEWAY_ADDR (pid $gateway_pid), worker (pid $worker_pid)
+  REDIS_URL=$REDIS_URL
+  DATABASE_URL=$DATABASE_URL
+  demo account: $account_id
+  logs: ${log_dir#"$repo_root"/}/gateway.log, ${log_dir#"$repo_root"/}/worker.log
+
+Place an order:
+
+curl -sS -X POST http://$GATEWAY_ADDR/v1/orders -H "Authorization: Bearer $api_key" -H 'Content-Type: application/json' -d '{"client_order_id":"demo-1","symbol":"BTC-USD","side":"buy","type":"limit","quantity":"0.01000","price":"50000.00"}'
+
+Then look it up with the id from the answer:
+
+curl -sS http://$GATEWAY_ADDR/v1/orders/<order_id> -H "Authorization: Bearer $api_key"
+
+Press Ctrl-C to stop.
+EOF
+
+# Returns when either service exits by itself, which is an error; a signal
+# interrupts the wait and runs the traps instead.
+status=0
+wait -n "$gateway_pid" "$worker_pid" || status=$?
+log "a service exited unexpectedly (status $status); see ${log_dir#"$repo_root"/}"
+exit 1
