@@ -167,7 +167,6 @@ func snapshot(t testing.TB, rdb *redis.Client) string {
 	return b.String()
 }
 
-
 func TestAdmitSurvivesScriptFlush(t *testing.T) {
 	ctx := context.Background()
 	queue, rdb := newQueue(t)

@@ -51,8 +51,8 @@ CREATE TABLE instruments (
 
 INSERT INTO instruments (symbol, base, quote, tick_size, lot_size, min_notional, reference_price, status) VALUES
     ('BTC-USD', 'BTC', 'USD', 0.01,    0.00001, 10,     50000.00, 'trading'),
-    ('ETH-USD', 'ETH', 'USD', 0.01,    0.0001,  10,     3000.00,  'trading'),
-    ('ETH-BTC', 'ETH', 'BTC', 0.00001, 0.001,   0.0001, 0.06000,  'trading');
+    ('ETH-USD', 'ETH', 'USD', 0.05,    0.001,   10,     3000.00,  'trading'),
+    ('ETH-BTC', 'ETH', 'BTC', 0.00001, 0.005,   0.0001, 0.06000,  'trading');
 
 CREATE TABLE balances (
     account_id TEXT NOT NULL REFERENCES accounts (id),

@@ -28,10 +28,14 @@ func Down(databaseURL string) error {
 	return run(databaseURL, func(m *migrate.Migrate) error { return m.Down() })
 }
 
-// Version is the schema version applied and whether a failed migration left it dirty.
+// Version is the schema version applied (0 for none) and whether a failed
+// migration left it dirty.
 func Version(databaseURL string) (version uint, dirty bool, err error) {
 	err = run(databaseURL, func(m *migrate.Migrate) error {
 		version, dirty, err = m.Version()
+		if errors.Is(err, migrate.ErrNilVersion) {
+			return nil // nothing applied
+		}
 		return err
 	})
 	return version, dirty, err

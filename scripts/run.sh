@@ -125,7 +125,8 @@ redis_answers_ping() {
 
 find_pg_bin() {
 	if command -v postgres >/dev/null 2>&1; then
-		dirname "$(command -v postgres)"
+		# Resolved: PATH may hold a symlink without psql beside it.
+		dirname "$(readlink -f "$(command -v postgres)")"
 		return
 	fi
 	local newest

@@ -249,6 +249,10 @@ func postgresBinDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// PATH may hold a lone symlink to the server; its tools are beside the target.
+	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+		path = resolved
+	}
 	binDir := filepath.Dir(path)
 	if _, err := os.Stat(filepath.Join(binDir, "initdb")); err != nil {
 		return "", fmt.Errorf("initdb not found next to %s: %s", path, installHint)

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/testserver"
+)
+
+func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
+
+func envOf(values map[string]string) func(string) string {
+	return func(name string) string { return values[name] }
+}
+
+func TestGatewayRefusesAnotherProtocolVersion(t *testing.T) {
+	redisServer := testserver.StartRedis(t)
+	redisServer.Client(t).Set(context.Background(), "{emq}:version", "echomq:1.0.0", 0)
+	database := testserver.Postgres(t)
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"gateway"}, envOf(map[string]string{
+		"REDIS_URL": redisServer.URL(), "DATABASE_URL": database.URL, "GATEWAY_ADDR": "127.0.0.1:0",
+	}), &out)
+	if err == nil {
+		t.Fatal("the gateway started against a foreign protocol version")
+	}
+	for _, version := range []string{"echomq:1.0.0", emq.ProtocolVersion} {
+		if !strings.Contains(err.Error(), version) {
+			t.Errorf("error %q does not name %s", err, version)
+		}
+	}
+}
+
+func TestGatewayServesAndShutsDown(t *testing.T) {
+	redisServer := testserver.StartRedis(t)
+	database := testserver.Postgres(t)
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"gateway"}, envOf(map[string]string{
+			"REDIS_URL": redisServer.URL(), "DATABASE_URL": database.URL, "GATEWAY_ADDR": addr,
+		}), &out)
+	}()
+	ready := false
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !ready; time.Sleep(50 * time.Millisecond) {
+		res, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			ready = res.StatusCode == http.StatusOK
+		}
+	}
+	if !ready {
+		cancel()
+		t.Fatalf("gateway never became ready: %v\n%s", <-done, out.String())
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("gateway did not stop")
+	}
+	if !strings.Contains(out.String(), `"msg":"gateway stopped"`) {
+		t.Errorf("no clean stop logged:\n%s", out.String())
+	}
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close()
+	return fmt.Sprint(listener.Addr())
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

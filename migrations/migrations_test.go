@@ -1,0 +1,96 @@
+package migrations_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/migrations"
+)
+
+func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
+
+func TestUpDownUp(t *testing.T) {
+	database := testserver.Postgres(t)
+	db := database.Pool(t)
+	tables := func() int {
+		var n int
+		if err := db.QueryRow(context.Background(),
+			`SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public' AND table_name <> 'schema_migrations'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	steps := []struct {
+		name       string
+		apply      func(string) error
+		wantTables bool
+	}{
+		{"up", migrations.Up, true},
+		{"up again changes nothing", migrations.Up, true},
+		{"down", migrations.Down, false},
+		{"up after down", migrations.Up, true},
+	}
+	for _, step := range steps {
+		if err := step.apply(database.URL); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if got := tables(); (got > 0) != step.wantTables {
+			t.Fatalf("%s: %d tables", step.name, got)
+		}
+		if version, dirty, err := migrations.Version(database.URL); err != nil || dirty {
+			t.Fatalf("%s: version %d dirty %v: %v", step.name, version, dirty, err)
+		}
+	}
+	var instruments int
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM instruments WHERE symbol IN ('BTC-USD', 'ETH-USD', 'ETH-BTC')`).Scan(&instruments); err != nil || instruments != 3 {
+		t.Fatalf("seeded instruments = %d, %v", instruments, err)
+	}
+}
+
+func TestLedgerRefusesUnbalancedAndRewrittenEntries(t *testing.T) {
+	database := testserver.Postgres(t)
+	if err := migrations.Up(database.URL); err != nil {
+		t.Fatal(err)
+	}
+	db := database.Pool(t)
+	ctx := context.Background()
+	setup := `INSERT INTO balances (account_id, asset) VALUES ('ACC_0000000000000000000000000V', 'USD'), ('ACC_0000000000000000000000000X', 'USD')`
+	if _, err := db.Exec(ctx, setup); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		sql  string
+	}{
+		{"unbalanced transaction", `WITH tx AS (INSERT INTO ledger_transactions (kind) VALUES ('deposit') RETURNING id)
+			INSERT INTO ledger_entries (transaction_id, account_id, asset, amount)
+			SELECT id, 'ACC_0000000000000000000000000V', 'USD', 10 FROM tx`},
+		{"off by a fraction", `WITH tx AS (INSERT INTO ledger_transactions (kind) VALUES ('deposit') RETURNING id)
+			INSERT INTO ledger_entries (transaction_id, account_id, asset, amount)
+			SELECT id, 'ACC_0000000000000000000000000V', 'USD', 10 FROM tx UNION ALL
+			SELECT id, 'ACC_0000000000000000000000000X', 'USD', -9.999999999 FROM tx`},
+		{"negative customer-side balance", `UPDATE balances SET available = -1 WHERE account_id = 'ACC_0000000000000000000000000V'`},
+		{"settlement without an order", `INSERT INTO ledger_transactions (kind) VALUES ('settlement')`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := db.Exec(ctx, tt.sql); err == nil {
+				t.Fatal("accepted")
+			}
+		})
+	}
+	balanced := `WITH tx AS (INSERT INTO ledger_transactions (kind) VALUES ('deposit') RETURNING id)
+		INSERT INTO ledger_entries (transaction_id, account_id, asset, amount)
+		SELECT id, 'ACC_0000000000000000000000000V', 'USD', 10 FROM tx UNION ALL
+		SELECT id, 'ACC_0000000000000000000000000X', 'USD', -10 FROM tx`
+	if _, err := db.Exec(ctx, balanced); err != nil {
+		t.Fatalf("balanced transaction refused: %v", err)
+	}
+	for _, rewrite := range []string{`UPDATE ledger_entries SET amount = 20`, `DELETE FROM ledger_entries`, `DELETE FROM ledger_transactions`} {
+		if _, err := db.Exec(ctx, rewrite); err == nil {
+			t.Errorf("%s accepted on an append-only ledger", rewrite)
+		}
+	}
+}
