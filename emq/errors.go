@@ -39,6 +39,8 @@ var scriptCodes = map[string]error{
 type ScriptError struct {
 	Code    string
 	Message string
+	// State is the job's state an EMQSTATE refusal names.
+	State string
 }
 
 func (e *ScriptError) Error() string { return "emq: " + e.Message }
@@ -71,5 +73,10 @@ func scriptError(err error) error {
 	if _, known := scriptCodes[code]; !known {
 		return err
 	}
-	return &ScriptError{Code: code, Message: message}
+	refusal := &ScriptError{Code: code, Message: message}
+	if code == "EMQSTATE" {
+		_, rest, _ := strings.Cut(message, " ")
+		refusal.State, _, _ = strings.Cut(rest, " ")
+	}
+	return refusal
 }

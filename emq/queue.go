@@ -24,21 +24,42 @@ const (
 	StateCanceled = "canceled"
 )
 
+// DefaultRetention is how many finished (done or canceled) jobs a queue keeps.
+const DefaultRetention = 10000
+
 // Queue is one named queue. All its keys share the hash tag {name}, so they
 // live in one Redis Cluster slot and a script may touch any of them.
 type Queue struct {
-	client *Client
-	name   string
-	prefix string
+	client    *Client
+	name      string
+	prefix    string
+	retention int
+}
+
+// QueueOption configures a Queue.
+type QueueOption func(*Queue)
+
+// WithRetention bounds how many finished jobs the queue keeps (their records
+// and their done index); older ones are dropped as new ones finish.
+func WithRetention(jobs int) QueueOption {
+	return func(q *Queue) {
+		if jobs > 0 {
+			q.retention = jobs
+		}
+	}
 }
 
 // Queue returns the queue called name. The name may not hold braces, which
 // would change the hash tag.
-func (c *Client) Queue(name string) *Queue {
+func (c *Client) Queue(name string, opts ...QueueOption) *Queue {
 	if name == "" || strings.ContainsAny(name, "{}") {
 		panic(fmt.Sprintf("emq: invalid queue name %q", name))
 	}
-	return &Queue{client: c, name: name, prefix: "emq:{" + name + "}:"}
+	q := &Queue{client: c, name: name, prefix: "emq:{" + name + "}:", retention: DefaultRetention}
+	for _, opt := range opts {
+		opt(q)
+	}
+	return q
 }
 
 // Name is the queue's name.
@@ -55,6 +76,11 @@ func (q *Queue) pendingKey() string           { return q.prefix + "pending" }
 func (q *Queue) lanesKey() string             { return q.prefix + "lanes" }
 func (q *Queue) tagsKey() string              { return q.prefix + "tags" }
 func (q *Queue) clockKey() string             { return q.prefix + "clock" }
+func (q *Queue) activeKey() string            { return q.prefix + "active" }
+func (q *Queue) delayedKey() string           { return q.prefix + "delayed" }
+func (q *Queue) deadKey() string              { return q.prefix + "dead" }
+func (q *Queue) doneKey() string              { return q.prefix + "done" }
+func (q *Queue) finishedKey() string          { return q.prefix + "finished" }
 
 // Declare registers the job kinds the queue accepts; admission refuses others
 // with ErrKind. Declaring is additive and safe to repeat from every process.
@@ -68,6 +94,11 @@ func (q *Queue) Declare(ctx context.Context, kinds ...string) error {
 	}
 	if err := q.client.rdb.SAdd(ctx, q.kindsKey(), members...).Err(); err != nil {
 		return fmt.Errorf("emq: declare kinds on %s: %w", q.name, err)
+	}
+	// The registry lets inspection find every queue; it lives outside the
+	// queue's slot, so it is a plain command, not part of a move.
+	if err := q.client.rdb.SAdd(ctx, queuesKey, q.name).Err(); err != nil {
+		return fmt.Errorf("emq: register queue %s: %w", q.name, err)
 	}
 	return nil
 }
@@ -148,7 +179,8 @@ func validJob(job Job) error {
 	return nil
 }
 
-// JobInfo is a job as its hash holds it.
+// JobInfo is a job as the queue holds it: its hash while it lives, its
+// record once finished.
 type JobInfo struct {
 	ID       string
 	State    string
@@ -157,6 +189,8 @@ type JobInfo struct {
 	Attempts int64
 	Payload  []byte
 	Created  time.Time
+	// Finished is when the job was completed or canceled; zero before.
+	Finished time.Time
 	// LastError is the error of the last failed attempt, if any.
 	LastError string
 }
@@ -168,7 +202,16 @@ func (q *Queue) Job(ctx context.Context, id string) (JobInfo, error) {
 		return JobInfo{}, fmt.Errorf("emq: read job %s: %w", id, err)
 	}
 	if len(fields) == 0 {
-		return JobInfo{}, fmt.Errorf("emq: job %s on %s: %w", id, q.name, ErrNotFound)
+		record, err := q.client.rdb.HGet(ctx, q.finishedKey(), id).Result()
+		if errors.Is(err, redis.Nil) {
+			return JobInfo{}, fmt.Errorf("emq: job %s on %s: %w", id, q.name, ErrNotFound)
+		}
+		if err != nil {
+			return JobInfo{}, fmt.Errorf("emq: read job %s: %w", id, err)
+		}
+		if fields, err = decodeRecord(record); err != nil {
+			return JobInfo{}, fmt.Errorf("emq: job %s on %s: %w", id, q.name, err)
+		}
 	}
 	return jobInfo(id, fields)
 }
@@ -182,7 +225,7 @@ func jobInfo(id string, fields map[string]string) (JobInfo, error) {
 	if err != nil {
 		return JobInfo{}, fmt.Errorf("emq: job %s: created %q: %w", id, fields["created"], err)
 	}
-	return JobInfo{
+	info := JobInfo{
 		ID:        id,
 		State:     fields["state"],
 		Kind:      fields["kind"],
@@ -191,7 +234,11 @@ func jobInfo(id string, fields map[string]string) (JobInfo, error) {
 		Payload:   []byte(fields["payload"]),
 		Created:   time.UnixMilli(created).UTC(),
 		LastError: fields["error"],
-	}, nil
+	}
+	if finished, err := strconv.ParseInt(fields["finished"], 10, 64); err == nil {
+		info.Finished = time.UnixMilli(finished).UTC()
+	}
+	return info, nil
 }
 
 // LaneDepth is the number of pending jobs in a group's lane.

@@ -21,9 +21,9 @@
 --   error "EMQKIND ..."                  the queue does not accept this kind; nothing written
 --   error "EMQEXISTS ..."                a job with this id exists already; nothing written
 --
--- Fair lanes are start-time fair queueing over one sorted set: a group's next job is
--- tagged max(clock, the group's last finish tag), so claiming the lowest tag serves
--- backlogged groups in rotation, and the script needs no key named after a group.
+-- Fair lanes are start-time fair queueing over one sorted set (see enqueue in
+-- lib.lua): claiming the lowest tag serves backlogged groups in rotation, and
+-- no script needs a key named after a group.
 
 local id, kind, group, payload, fingerprint = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 
@@ -41,23 +41,14 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   return redis.error_reply('EMQEXISTS job ' .. id .. ' exists already')
 end
 
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-
 redis.call('HSET', KEYS[3],
   'state', 'pending',
   'attempts', 0,
   'kind', kind,
   'group', group,
   'payload', payload,
-  'created', now)
-
-local clock = tonumber(redis.call('GET', KEYS[7]) or '0')
-local start = tonumber(redis.call('HGET', KEYS[6], group) or '0')
-if start < clock then start = clock end
-redis.call('HSET', KEYS[6], group, start + 1)
-redis.call('ZADD', KEYS[4], start, id)
-redis.call('HINCRBY', KEYS[5], group, 1)
+  'created', now())
+enqueue(KEYS[4], KEYS[5], KEYS[6], KEYS[7], id, group)
 
 redis.call('SET', KEYS[2], id .. ' ' .. fingerprint, 'PX', ARGV[6])
 

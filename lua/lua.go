@@ -1,11 +1,57 @@
 // Package lua holds the queue's Redis scripts. Each state move of a job is one
 // script file, embedded here so the binaries carry them and emq can run them
-// EVALSHA-first.
+// EVALSHA-first. lib.lua holds helpers some scripts share; it is prepended to
+// them, so every move still runs as one script.
 package lua
 
 import _ "embed"
 
-// Admit writes a new job and puts it in its group's fair lane, or refuses it.
-//
-//go:embed admit.lua
-var Admit string
+//go:embed lib.lua
+var lib string
+
+var (
+	//go:embed admit.lua
+	admit string
+	//go:embed claim.lua
+	claim string
+	//go:embed extend.lua
+	extend string
+	//go:embed complete.lua
+	complete string
+	//go:embed retry.lua
+	retry string
+	//go:embed release.lua
+	release string
+	//go:embed promote.lua
+	promote string
+	//go:embed reap.lua
+	reap string
+	//go:embed cancel.lua
+	cancel string
+	//go:embed requeue.lua
+	requeue string
+)
+
+// The scripts, one per state move, each with the shared helpers in front.
+var (
+	// Admit writes a new job and puts it in its group's fair lane, or refuses it.
+	Admit = lib + admit
+	// Claim leases pending jobs in fair-lane order.
+	Claim = lib + claim
+	// Extend renews a lease.
+	Extend = lib + extend
+	// Complete finishes an active job.
+	Complete = lib + complete
+	// Retry schedules a failed job again, or buries it.
+	Retry = lib + retry
+	// Release hands an active job back unfinished.
+	Release = lib + release
+	// Promote moves due delayed jobs into their lanes.
+	Promote = lib + promote
+	// Reap takes back jobs whose lease ran out.
+	Reap = lib + reap
+	// Cancel withdraws a job no worker holds.
+	Cancel = lib + cancel
+	// Requeue revives a dead job.
+	Requeue = lib + requeue
+)

@@ -56,8 +56,6 @@ type PostgresInstance struct {
 }
 
 var (
-	mainRunning atomic.Bool
-
 	sharedPostgres struct {
 		once     sync.Once
 		instance *PostgresInstance
@@ -66,22 +64,6 @@ var (
 
 	databaseCounter atomic.Int64
 )
-
-// Main runs the tests of a package and then stops the shared PostgreSQL
-// server if one was started. Every test package that uses Postgres has:
-//
-//	func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
-func Main(m *testing.M) int {
-	mainRunning.Store(true)
-	code := m.Run()
-	if err := shutDownSharedPostgres(); err != nil {
-		fmt.Fprintf(os.Stderr, "testserver: %v\n", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	return code
-}
 
 func shutDownSharedPostgres() error {
 	server := sharedPostgres.instance // all tests have returned: no concurrent access
@@ -113,9 +95,7 @@ func PostgresServer(t testing.TB) *PostgresInstance {
 
 func startedSharedPostgres(t testing.TB) *PostgresInstance {
 	t.Helper()
-	if !mainRunning.Load() {
-		t.Fatalf("testserver: Postgres needs the package's TestMain to be\n\tfunc TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }\nso the shared server is stopped after the tests")
-	}
+	requireMain(t, "Postgres")
 	sharedPostgres.once.Do(func() {
 		sharedPostgres.instance, sharedPostgres.err = newPostgresInstance()
 	})

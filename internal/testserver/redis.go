@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -81,15 +82,9 @@ func clusterNode() RedisOption {
 // the directory at t.Cleanup. Persistence is off unless opts turn it on.
 func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 	t.Helper()
-	binary, err := findBinary("redis-server")
+	server, err := newRedis(t.TempDir(), opts...)
 	if err != nil {
 		t.Fatalf("testserver: %v", err)
-	}
-	server := &Redis{Dir: t.TempDir(), binary: binary}
-	server.config.set("save", "")
-	server.config.set("appendonly", "no")
-	for _, opt := range opts {
-		opt(&server.config)
 	}
 	// Registered after t.TempDir so it runs before the directory is removed.
 	t.Cleanup(func() {
@@ -97,21 +92,44 @@ func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 			t.Errorf("testserver: stop redis %s: %v", server.Addr, err)
 		}
 	})
+	if err := server.startOnFreePorts(); err != nil {
+		t.Fatalf("testserver: start redis-server: %v", err)
+	}
+	return server
+}
 
+// newRedis prepares, but does not start, a server whose files go to dir.
+func newRedis(dir string, opts ...RedisOption) (*Redis, error) {
+	binary, err := findBinary("redis-server")
+	if err != nil {
+		return nil, err
+	}
+	server := &Redis{Dir: dir, binary: binary}
+	server.config.set("save", "")
+	server.config.set("appendonly", "no")
+	for _, opt := range opts {
+		opt(&server.config)
+	}
+	return server, nil
+}
+
+// startOnFreePorts starts the server on free ports, choosing new ones when
+// another process took them first. The caller stops the server, also after
+// an error.
+func (r *Redis) startOnFreePorts() error {
 	var startErr error
 	for attempt := 0; attempt < startAttempts; attempt++ {
-		if startErr = server.choosePorts(); startErr != nil {
+		if startErr = r.choosePorts(); startErr != nil {
 			break
 		}
-		if startErr = server.start(); startErr == nil {
-			return server
+		if startErr = r.start(); startErr == nil {
+			return nil
 		}
 		if !strings.Contains(startErr.Error(), "in use") {
 			break
 		}
 	}
-	t.Fatalf("testserver: start redis-server: %v", startErr)
-	return nil
+	return startErr
 }
 
 func (r *Redis) choosePorts() error {
@@ -271,7 +289,9 @@ func (r *Redis) Restart(t testing.TB) {
 	}
 }
 
-// RedisCluster is a three-master Redis Cluster owned by one test.
+// RedisCluster is a three-master Redis Cluster (no replicas): one owned by a
+// test (StartRedisCluster) or the one shared by a test binary
+// (SharedRedisCluster).
 type RedisCluster struct {
 	Addrs []string
 	nodes []*Redis
@@ -282,33 +302,67 @@ type RedisCluster struct {
 // cluster_state:ok, and stops them all at t.Cleanup.
 func StartRedisCluster(t testing.TB) *RedisCluster {
 	t.Helper()
-	cli, err := findBinary("redis-cli")
-	if err != nil {
+	dir := t.TempDir()
+	cluster := &RedisCluster{}
+	// Registered after t.TempDir so it runs before the directory is removed.
+	t.Cleanup(func() {
+		if err := cluster.stop(); err != nil {
+			t.Errorf("testserver: stop redis cluster: %v", err)
+		}
+	})
+	if err := cluster.start(dir); err != nil {
 		t.Fatalf("testserver: %v", err)
 	}
+	return cluster
+}
+
+// start starts the nodes with their files in subdirectories of dir. The
+// caller stops the cluster, also after an error.
+func (c *RedisCluster) start(dir string) error {
+	cli, err := findBinary("redis-cli")
+	if err != nil {
+		return err
+	}
 	const masters = 3
-	cluster := &RedisCluster{}
-	for range masters {
-		node := StartRedis(t, clusterNode())
-		cluster.nodes = append(cluster.nodes, node)
-		cluster.Addrs = append(cluster.Addrs, node.Addr)
+	for i := range masters {
+		nodeDir := filepath.Join(dir, fmt.Sprintf("node%d", i))
+		if err := os.Mkdir(nodeDir, 0o755); err != nil {
+			return fmt.Errorf("create node dir: %w", err)
+		}
+		node, err := newRedis(nodeDir, clusterNode())
+		if err != nil {
+			return err
+		}
+		c.nodes = append(c.nodes, node)
+		if err := node.startOnFreePorts(); err != nil {
+			return fmt.Errorf("start redis-server: %w", err)
+		}
+		c.Addrs = append(c.Addrs, node.Addr)
 	}
 
-	args := append([]string{"--cluster", "create"}, cluster.Addrs...)
+	args := append([]string{"--cluster", "create"}, c.Addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	err = runToCompletion("redis-cli --cluster create", processSpec{
 		path:    cli,
 		args:    args,
-		workDir: cluster.nodes[0].Dir,
-		logPath: filepath.Join(cluster.nodes[0].Dir, "cluster-create.log"),
+		workDir: dir,
+		logPath: filepath.Join(dir, "cluster-create.log"),
 	}, 60*time.Second)
 	if err != nil {
-		t.Fatalf("testserver: %v", err)
+		return err
 	}
-	if err := cluster.waitUntilOK(30 * time.Second); err != nil {
-		t.Fatalf("testserver: %v", err)
+	return c.waitUntilOK(30 * time.Second)
+}
+
+// stop stops every node that was started.
+func (c *RedisCluster) stop() error {
+	var errs []error
+	for _, node := range c.nodes {
+		if err := node.stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stop redis %s: %w", node.Addr, err))
+		}
 	}
-	return cluster
+	return errors.Join(errs...)
 }
 
 // waitUntilOK is needed because redis-cli returns once the nodes agree on

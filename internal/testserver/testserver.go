@@ -5,9 +5,10 @@
 // Every server listens on a free loopback port with its data in a temporary
 // directory, so test binaries that `go test ./...` runs concurrently never
 // share state. Each server is a child of the test binary in its own process
-// group and is stopped at t.Cleanup (Redis) or when Main returns (PostgreSQL);
-// if the test binary dies without cleaning up (a -timeout panic, SIGKILL) the
-// kernel kills the servers too, so no test run leaves processes behind.
+// group and is stopped at t.Cleanup (a test's own Redis) or when Main returns
+// (the shared PostgreSQL and Redis Cluster); if the test binary dies without
+// cleaning up (a -timeout panic, SIGKILL) the kernel kills the servers too, so
+// no test run leaves processes behind.
 package testserver
 
 import (
@@ -21,9 +22,41 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 )
+
+// mainRunning is set by Main. The shared servers need it: only Main can
+// stop them after the last test.
+var mainRunning atomic.Bool
+
+// Main runs the tests of a package and then stops the shared servers that
+// were started: PostgreSQL and the Redis Cluster. Every test package that
+// uses Postgres, SharedRedisCluster or QueueRedis has:
+//
+//	func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
+func Main(m *testing.M) int {
+	mainRunning.Store(true)
+	code := m.Run()
+	// All tests have returned: nothing uses the shared servers any more.
+	err := errors.Join(shutDownSharedPostgres(), shutDownSharedRedisCluster())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testserver: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+func requireMain(t testing.TB, what string) {
+	t.Helper()
+	if !mainRunning.Load() {
+		t.Fatalf("testserver: %s needs the package's TestMain to be\n\tfunc TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }\nso the shared server is stopped after the tests", what)
+	}
+}
 
 const installHint = "run scripts/deps.sh (or `make test`, which runs it) to install the test servers"
 

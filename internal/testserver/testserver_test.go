@@ -2,8 +2,12 @@ package testserver_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -235,4 +239,208 @@ func TestPostgresServerStopStart(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// The shared-cluster and QueueRedis tests are not parallel: SharedRedisCluster
+// empties the cluster for each caller, and t.Setenv forbids t.Parallel.
+
+func TestSharedRedisClusterIsEmptiedForEachCall(t *testing.T) {
+	ctx := context.Background()
+	first := testserver.SharedRedisCluster(t)
+	if len(first.Addrs) != 3 {
+		t.Fatalf("got %d node addresses, want 3", len(first.Addrs))
+	}
+	client := first.Client(t)
+	// The hash tags put the keys in slots 15495, 3300 and 7365: one per
+	// master of an evenly split three-node cluster.
+	for _, key := range []string{"{a}:order", "{b}:order", "{c}:order"} {
+		if err := client.Set(ctx, key, "x", 0).Err(); err != nil {
+			t.Fatalf("SET %s: %v", key, err)
+		}
+	}
+	sha, err := client.ScriptLoad(ctx, "return 1").Result() // loads on every master
+	if err != nil {
+		t.Fatalf("SCRIPT LOAD: %v", err)
+	}
+	if sizes := keysPerMaster(t, client); !slices.Equal(sizes, []int64{1, 1, 1}) {
+		t.Errorf("keys per master = %v, want [1 1 1]: keys with different hash tags on different masters", sizes)
+	}
+
+	second := testserver.SharedRedisCluster(t)
+	if !slices.Equal(second.Addrs, first.Addrs) {
+		t.Errorf("second call returned cluster %v, want the shared %v", second.Addrs, first.Addrs)
+	}
+	if sizes := keysPerMaster(t, client); !slices.Equal(sizes, []int64{0, 0, 0}) {
+		t.Errorf("keys per master after the second call = %v, want an empty keyspace", sizes)
+	}
+	err = client.ForEachMaster(ctx, func(ctx context.Context, master *redis.Client) error {
+		exists, err := master.ScriptExists(ctx, sha).Result()
+		if err != nil {
+			return err
+		}
+		if exists[0] {
+			t.Errorf("master %s still has script %s after the second call", master.Options().Addr, sha)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("SCRIPT EXISTS on masters: %v", err)
+	}
+}
+
+// keysPerMaster returns the DBSIZE of every master, sorted.
+func keysPerMaster(t *testing.T, client *redis.ClusterClient) []int64 {
+	t.Helper()
+	var mu sync.Mutex
+	var sizes []int64
+	err := client.ForEachMaster(context.Background(), func(ctx context.Context, master *redis.Client) error {
+		size, err := master.DBSize(ctx).Result()
+		mu.Lock()
+		sizes = append(sizes, size)
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("DBSIZE on masters: %v", err)
+	}
+	slices.Sort(sizes)
+	return sizes
+}
+
+func TestSharedRedisClusterRunsScriptsOnOneHashTag(t *testing.T) {
+	ctx := context.Background()
+	client := testserver.SharedRedisCluster(t).Client(t)
+	script := redis.NewScript(`
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[1])
+return redis.call('MGET', KEYS[1], KEYS[2])`)
+
+	got, err := script.Eval(ctx, client, []string{"emq:{q}:one", "emq:{q}:two"}, "v").StringSlice()
+	if err != nil || !slices.Equal(got, []string{"v", "v"}) {
+		t.Fatalf("EVAL with two keys of hash tag {q} = %v, %v; want [v v]", got, err)
+	}
+	// The cluster is real: keys of different slots in one script are refused.
+	err = script.Eval(ctx, client, []string{"emq:{a}:one", "emq:{b}:two"}, "v").Err()
+	if err == nil || !strings.Contains(err.Error(), "CROSSSLOT") {
+		t.Errorf("EVAL with keys of hash tags {a} and {b}: err = %v, want CROSSSLOT", err)
+	}
+}
+
+func TestSharedRedisClusterRefusesUnrelatedConcurrentUse(t *testing.T) {
+	testserver.SharedRedisCluster(t)
+	// A subtest running while its parent holds the cluster is allowed.
+	if msg := fatalOf(t, "TestSharedRedisClusterRefusesUnrelatedConcurrentUse/sub", func(tb testing.TB) {
+		testserver.SharedRedisCluster(tb)
+	}); msg != "" {
+		t.Errorf("subtest of the holder failed: %s", msg)
+	}
+	// Another test at the same time is what t.Parallel would cause.
+	msg := fatalOf(t, "TestOther", func(tb testing.TB) { testserver.SharedRedisCluster(tb) })
+	if !strings.Contains(msg, "t.Parallel") {
+		t.Errorf("concurrent use by another test: fatal = %q, want a failure naming t.Parallel", msg)
+	}
+}
+
+func TestClusterMode(t *testing.T) {
+	for value, want := range map[string]bool{"": false, "single": false, "cluster": true} {
+		t.Setenv("EMQ_TEST_REDIS", value)
+		if got := testserver.ClusterMode(); got != want {
+			t.Errorf("EMQ_TEST_REDIS=%q: ClusterMode() = %v, want %v", value, got, want)
+		}
+	}
+}
+
+func TestQueueRedisSingleServerByDefault(t *testing.T) {
+	ctx := context.Background()
+	for _, value := range []string{"", "single"} {
+		t.Run("EMQ_TEST_REDIS="+value, func(t *testing.T) {
+			t.Setenv("EMQ_TEST_REDIS", value)
+			rdb := testserver.QueueRedis(t, testserver.WithRedisConfig("maxmemory-policy", "allkeys-lru"))
+			if _, ok := rdb.(*redis.Client); !ok {
+				t.Fatalf("QueueRedis returned %T, want *redis.Client", rdb)
+			}
+			if info := rdb.Info(ctx, "cluster").Val(); !strings.Contains(info, "cluster_enabled:0") {
+				t.Errorf("INFO cluster = %q, want a server outside cluster mode", info)
+			}
+			if got := rdb.ConfigGet(ctx, "maxmemory-policy").Val()["maxmemory-policy"]; got != "allkeys-lru" {
+				t.Errorf("maxmemory-policy = %q, want the option's allkeys-lru", got)
+			}
+			if err := rdb.Set(ctx, "k", "v", 0).Err(); err != nil {
+				t.Fatalf("SET: %v", err)
+			}
+			if n := testserver.QueueRedis(t).DBSize(ctx).Val(); n != 0 {
+				t.Errorf("a second QueueRedis has %d keys, want a fresh server", n)
+			}
+		})
+	}
+}
+
+func TestQueueRedisClusterMode(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv("EMQ_TEST_REDIS", "cluster")
+	rdb := testserver.QueueRedis(t)
+	cluster, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		t.Fatalf("QueueRedis returned %T, want *redis.ClusterClient", rdb)
+	}
+	if nodes := cluster.ClusterNodes(ctx).Val(); strings.Count(nodes, "master") != 3 {
+		t.Errorf("CLUSTER NODES = %q, want 3 masters", nodes)
+	}
+	if err := rdb.Set(ctx, "{a}:k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	if sizes := keysPerMaster(t, testserver.QueueRedis(t).(*redis.ClusterClient)); !slices.Equal(sizes, []int64{0, 0, 0}) {
+		t.Errorf("keys per master after a second QueueRedis = %v, want the cluster emptied", sizes)
+	}
+}
+
+func TestQueueRedisRefusesMisuse(t *testing.T) {
+	t.Run("options in cluster mode", func(t *testing.T) {
+		t.Setenv("EMQ_TEST_REDIS", "cluster")
+		msg := fatalOf(t, t.Name(), func(tb testing.TB) {
+			testserver.QueueRedis(tb, testserver.WithRedisConfig("appendonly", "yes"))
+		})
+		if !strings.Contains(msg, "t.Skip") {
+			t.Errorf("fatal = %q, want a failure telling to skip in cluster mode", msg)
+		}
+	})
+	t.Run("unknown mode", func(t *testing.T) {
+		t.Setenv("EMQ_TEST_REDIS", "clsuter")
+		if msg := fatalOf(t, t.Name(), func(tb testing.TB) { testserver.QueueRedis(tb) }); !strings.Contains(msg, `"clsuter"`) {
+			t.Errorf("fatal = %q, want a failure naming the value", msg)
+		}
+	})
+}
+
+// fatalOf runs use with a testing.TB named name that records Fatalf instead
+// of failing t, and returns the message ("" when use did not fail). Cleanups
+// go to t.
+func fatalOf(t *testing.T, name string, use func(testing.TB)) string {
+	t.Helper()
+	recorder := &fatalRecorder{TB: t, name: name}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		use(recorder)
+	}()
+	<-done
+	return recorder.fatal
+}
+
+type fatalRecorder struct {
+	testing.TB
+	name  string
+	fatal string
+}
+
+func (r *fatalRecorder) Name() string { return r.name }
+
+func (r *fatalRecorder) Fatalf(format string, args ...any) {
+	r.fatal = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func (r *fatalRecorder) Fatal(args ...any) {
+	r.fatal = fmt.Sprint(args...)
+	runtime.Goexit()
 }

@@ -1,0 +1,175 @@
+package testserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// QueueRedisEnv is the environment variable that QueueRedis and ClusterMode
+// read: "cluster" selects the shared Redis Cluster; unset, empty or "single"
+// selects a fresh single redis-server per call.
+const QueueRedisEnv = "EMQ_TEST_REDIS"
+
+const redisAdminTimeout = 30 * time.Second
+
+var sharedRedisCluster struct {
+	once    sync.Once
+	cluster *RedisCluster
+	dir     string
+	err     error
+
+	mu sync.Mutex
+	// users counts, per test name, the SharedRedisCluster calls whose test
+	// has not finished yet: emptying the cluster under a running test would
+	// corrupt it.
+	users map[string]int
+}
+
+// SharedRedisCluster returns the 3-master cluster shared by every test of the binary, started on first use
+// (sync.Once) and stopped by Main. Before returning it empties every master (FLUSHALL on each master, then
+// SCRIPT FLUSH too) so each test starts from an empty keyspace; tests that use it must therefore not run in parallel.
+//
+// A test fails when it calls SharedRedisCluster while an unrelated test (not
+// its parent or subtest) that called it is still running, which is what
+// t.Parallel would cause. A test calling it again, or its sequential subtest
+// calling it, empties the cluster again. Tests must not change the servers'
+// configuration (CONFIG SET): the next test would inherit it.
+func SharedRedisCluster(t testing.TB) *RedisCluster {
+	t.Helper()
+	requireMain(t, "SharedRedisCluster")
+	cluster := startedSharedRedisCluster(t)
+	claimSharedRedisCluster(t)
+	if err := cluster.empty(); err != nil {
+		t.Fatalf("testserver: empty the shared redis cluster: %v", err)
+	}
+	return cluster
+}
+
+func startedSharedRedisCluster(t testing.TB) *RedisCluster {
+	t.Helper()
+	sharedRedisCluster.once.Do(func() {
+		dir, err := os.MkdirTemp("", "ordergate-redis-cluster-")
+		if err != nil {
+			sharedRedisCluster.err = fmt.Errorf("create temp dir: %w", err)
+			return
+		}
+		cluster := &RedisCluster{}
+		if err := cluster.start(dir); err != nil {
+			sharedRedisCluster.err = errors.Join(err, cluster.stop(), os.RemoveAll(dir))
+			return
+		}
+		sharedRedisCluster.cluster, sharedRedisCluster.dir = cluster, dir
+	})
+	if sharedRedisCluster.err != nil {
+		t.Fatalf("testserver: start the shared redis cluster: %v", sharedRedisCluster.err)
+	}
+	return sharedRedisCluster.cluster
+}
+
+func claimSharedRedisCluster(t testing.TB) {
+	t.Helper()
+	name := t.Name()
+	shared := &sharedRedisCluster
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	for user := range shared.users {
+		if !sameTestTree(user, name) {
+			t.Fatalf("testserver: %s uses the shared redis cluster while %s still does: "+
+				"tests using SharedRedisCluster or QueueRedis in cluster mode must not call t.Parallel", name, user)
+		}
+	}
+	if shared.users == nil {
+		shared.users = make(map[string]int)
+	}
+	shared.users[name]++
+	t.Cleanup(func() {
+		shared.mu.Lock()
+		defer shared.mu.Unlock()
+		if shared.users[name]--; shared.users[name] == 0 {
+			delete(shared.users, name)
+		}
+	})
+}
+
+// sameTestTree reports whether a and b are the same test or one is a subtest
+// of the other: only then can they use the shared cluster without running at
+// the same time.
+func sameTestTree(a, b string) bool {
+	return a == b || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/")
+}
+
+// empty flushes every node; all are masters.
+func (c *RedisCluster) empty() error {
+	ctx, cancel := context.WithTimeout(context.Background(), redisAdminTimeout)
+	defer cancel()
+	var errs []error
+	for _, address := range c.Addrs {
+		client := redis.NewClient(&redis.Options{Addr: address})
+		if err := client.FlushAll(ctx).Err(); err != nil {
+			errs = append(errs, fmt.Errorf("FLUSHALL on %s: %w", address, err))
+		} else if err := client.ScriptFlush(ctx).Err(); err != nil {
+			errs = append(errs, fmt.Errorf("SCRIPT FLUSH on %s: %w", address, err))
+		}
+		_ = client.Close()
+	}
+	return errors.Join(errs...)
+}
+
+func shutDownSharedRedisCluster() error {
+	shared := &sharedRedisCluster
+	if shared.cluster == nil {
+		return nil
+	}
+	err := shared.cluster.stop()
+	if removeErr := os.RemoveAll(shared.dir); removeErr != nil {
+		err = errors.Join(err, fmt.Errorf("remove %s: %w", shared.dir, removeErr))
+	}
+	return err
+}
+
+// ClusterMode reports whether EMQ_TEST_REDIS=cluster.
+func ClusterMode() bool {
+	return os.Getenv(QueueRedisEnv) == "cluster"
+}
+
+// QueueRedis returns a go-redis UniversalClient for queue tests: a fresh single redis-server (StartRedis) by default,
+// or the shared cluster, emptied, when the environment variable EMQ_TEST_REDIS=cluster is set. Closed at cleanup.
+//
+// opts apply only to the single server. In cluster mode QueueRedis fails a
+// test that passes opts, rather than ignore them: a test that needs special
+// server configuration skips itself first,
+//
+//	if testserver.ClusterMode() {
+//		t.Skip("needs maxmemory-policy allkeys-lru, which the shared cluster does not have")
+//	}
+//
+// In cluster mode the test must not run in parallel with others using the
+// cluster (see SharedRedisCluster). In both modes the package needs
+// TestMain to call Main, so that a missing one shows in the ordinary run. Any
+// EMQ_TEST_REDIS value other than unset, "", "single" or "cluster" fails the
+// test, so that a typo cannot silently run the single-server suite twice.
+func QueueRedis(t testing.TB, opts ...RedisOption) redis.UniversalClient {
+	t.Helper()
+	requireMain(t, "QueueRedis")
+	switch mode := os.Getenv(QueueRedisEnv); mode {
+	case "", "single":
+		return StartRedis(t, opts...).Client(t)
+	case "cluster":
+		if len(opts) > 0 {
+			t.Fatalf("testserver: QueueRedis got %d RedisOption(s), which cannot apply to the shared cluster (%s=cluster); "+
+				"skip the test in cluster mode: if testserver.ClusterMode() { t.Skip(...) }", len(opts), QueueRedisEnv)
+		}
+		return SharedRedisCluster(t).Client(t)
+	default:
+		t.Fatalf(`testserver: %s=%q: want "cluster", "single", "" or unset`, QueueRedisEnv, mode)
+		return nil
+	}
+}
