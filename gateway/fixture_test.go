@@ -188,7 +188,7 @@ func (f *fixture) queueKeys(t testing.TB) []string {
 	}
 	var written []string
 	for _, key := range all {
-		if key != "emq:{orders}:kinds" && key != "{emq}:version" {
+		if key != "emq:{orders}:kinds" && key != "{emq}:version" && key != "{emq}:queues" {
 			written = append(written, key)
 		}
 	}
