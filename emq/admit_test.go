@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -18,10 +19,13 @@ import (
 	"github.com/ordergate/ordergate/internal/testserver"
 )
 
-// newQueue starts a fresh Redis and returns a connected queue that accepts kind "test.job".
-func newQueue(t testing.TB) (*emq.Queue, *redis.Client) {
+func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
+
+// newQueue returns a connected queue that accepts kind "test.job", on a fresh
+// Redis, or on the shared Redis Cluster when EMQ_TEST_REDIS=cluster.
+func newQueue(t testing.TB) (*emq.Queue, redis.UniversalClient) {
 	t.Helper()
-	rdb := testserver.StartRedis(t).Client(t)
+	rdb := testserver.QueueRedis(t)
 	client, err := emq.Connect(context.Background(), rdb)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
@@ -37,13 +41,9 @@ func job(id, group, dedup string) emq.Job {
 	return emq.Job{ID: id, Kind: "test.job", Group: group, Payload: []byte(`{"n":"` + id + `"}`), DedupKey: dedup, Fingerprint: "fp-" + id}
 }
 
-func keys(t testing.TB, rdb *redis.Client) []string {
+func keys(t testing.TB, rdb redis.UniversalClient) []string {
 	t.Helper()
-	all, err := rdb.Keys(context.Background(), "*").Result()
-	if err != nil {
-		t.Fatalf("keys: %v", err)
-	}
-	return all
+	return testserver.Keys(t, rdb, "*")
 }
 
 func TestAdmitWritesRowLaneAndDedupKey(t *testing.T) {
@@ -151,7 +151,7 @@ func ptr[T any](v T) *T { return &v }
 
 // snapshot renders every key with its type and value, so two snapshots differ
 // when a script wrote anything at all.
-func snapshot(t testing.TB, rdb *redis.Client) string {
+func snapshot(t testing.TB, rdb redis.UniversalClient) string {
 	t.Helper()
 	ctx := context.Background()
 	var b strings.Builder
@@ -214,7 +214,7 @@ func TestAdmitConcurrentDuplicatesAdmitOnce(t *testing.T) {
 	if admitted != 1 {
 		t.Errorf("%d admissions, want 1", admitted)
 	}
-	jobs, _ := rdb.Keys(ctx, "emq:{work}:job:*").Result()
+	jobs := testserver.Keys(t, rdb, "emq:{work}:job:*")
 	if len(jobs) != 1 {
 		t.Errorf("job rows = %v, want 1", jobs)
 	}
@@ -312,9 +312,11 @@ func TestConnectWarnsWhenServerEvicts(t *testing.T) {
 	}
 }
 
+// TestAdmitOnRedisCluster runs in every mode, so a plain `go test` proves the
+// keyspace is Cluster-safe too.
 func TestAdmitOnRedisCluster(t *testing.T) {
 	ctx := context.Background()
-	cluster := testserver.StartRedisCluster(t).Client(t)
+	cluster := testserver.SharedRedisCluster(t).Client(t)
 	client, err := emq.Connect(ctx, cluster)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
@@ -337,4 +339,9 @@ func TestAdmitOnRedisCluster(t *testing.T) {
 			t.Errorf("%s duplicate = %+v, %v", name, dup, err)
 		}
 	}
+}
+
+func newRedisForModel(t testing.TB) redis.UniversalClient {
+	t.Helper()
+	return testserver.QueueRedis(t)
 }

@@ -139,8 +139,16 @@ type Admission struct {
 // pending insert, as one atomic step. Retrying an Admit is safe: the dedup key
 // turns the retry into a Duplicate answer.
 func (q *Queue) Admit(ctx context.Context, job Job) (Admission, error) {
-	if err := validJob(job); err != nil {
+	keys, args, err := q.admitCall(job)
+	if err != nil {
 		return Admission{}, err
+	}
+	return q.admission(job.ID, admitScript.Run(ctx, q.client.rdb, keys, args...))
+}
+
+func (q *Queue) admitCall(job Job) ([]string, []any, error) {
+	if err := validJob(job); err != nil {
+		return nil, nil, err
 	}
 	dedup := job.DedupKey
 	if dedup == "" {
@@ -154,13 +162,17 @@ func (q *Queue) Admit(ctx context.Context, job Job) (Admission, error) {
 		q.kindsKey(), q.dedupKey(dedup), q.jobKey(job.ID),
 		q.pendingKey(), q.lanesKey(), q.tagsKey(), q.clockKey(),
 	}
-	reply, err := admitScript.Run(ctx, q.client.rdb, keys,
-		job.ID, job.Kind, job.Group, job.Payload, job.Fingerprint, retention.Milliseconds()).StringSlice()
+	args := []any{job.ID, job.Kind, job.Group, job.Payload, job.Fingerprint, retention.Milliseconds()}
+	return keys, args, nil
+}
+
+func (q *Queue) admission(id string, cmd *redis.Cmd) (Admission, error) {
+	reply, err := cmd.StringSlice()
 	if err != nil {
-		return Admission{}, fmt.Errorf("emq: admit %s on %s: %w", job.ID, q.name, scriptError(err))
+		return Admission{}, fmt.Errorf("emq: admit %s on %s: %w", id, q.name, scriptError(err))
 	}
 	if len(reply) != 3 {
-		return Admission{}, fmt.Errorf("emq: admit %s on %s: unexpected reply %q", job.ID, q.name, reply)
+		return Admission{}, fmt.Errorf("emq: admit %s on %s: unexpected reply %q", id, q.name, reply)
 	}
 	return Admission{ID: reply[1], Fingerprint: reply[2], Duplicate: reply[0] == "duplicate"}, nil
 }

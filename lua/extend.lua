@@ -8,8 +8,7 @@
 -- ARGV[3] lease in milliseconds, from now
 --
 -- Reply: the new deadline in server milliseconds
---   error "EMQSTALE ..."  the lease was lost (reaped, or claimed by another worker)
---   error "EMQNOJOB ..."  no such job
+--   error "EMQSTALE ..."  the lease was lost (reaped, claimed by another worker, or finished)
 
 local job, refused = fenced(read(KEYS[1]), ARGV[2], 'extend')
 if not job then return refused end

@@ -4,7 +4,7 @@
 --
 -- now()                     server time in milliseconds (never the caller's clock)
 -- read(key)                 the job hash at key as a table, or nil
--- fenced(job, token, move)  the job table if it is active under token, else an EMQSTALE/EMQNOJOB error reply
+-- fenced(job, token, move)  the job table if it is active under token, else an EMQSTALE error reply
 -- enqueue(pending, lanes, tags, clock, id, group)
 --                           puts id at the back of its group's fair lane (start-time fair queueing)
 -- requeue_front(pending, lanes, clock, id, group)
@@ -28,9 +28,10 @@ end
 
 -- A token is current only while the job is active and nobody claimed it since:
 -- a reaped job keeps its attempts until the next claim, so state is checked too.
+-- A job without a row has finished (or never was): no token holds it.
 local function fenced(job, token, move)
   if not job then
-    return nil, redis.error_reply('EMQNOJOB ' .. move .. ': no such job')
+    return nil, redis.error_reply('EMQSTALE ' .. move .. ' token ' .. token .. ': the job is finished or unknown')
   end
   if job.attempts ~= token or job.state ~= 'active' then
     return nil, redis.error_reply('EMQSTALE ' .. move .. ' token ' .. token ..

@@ -13,8 +13,7 @@
 -- ARGV[2] token
 --
 -- Reply: 1
---   error "EMQSTALE ..."  the lease was lost; nothing changed
---   error "EMQNOJOB ..."  no such job
+--   error "EMQSTALE ..."  the lease was lost (or the job finished); nothing changed
 
 local job, refused = fenced(read(KEYS[1]), ARGV[2], 'release')
 if not job then return refused end

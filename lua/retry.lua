@@ -17,8 +17,7 @@
 -- ARGV[8] "1" when the failure is permanent: dead at once
 --
 -- Reply: {"delayed", due} or {"dead", time of death}
---   error "EMQSTALE ..."  the lease was lost; nothing changed
---   error "EMQNOJOB ..."  no such job
+--   error "EMQSTALE ..."  the lease was lost (or the job finished); nothing changed
 
 local job, refused = fenced(read(KEYS[1]), ARGV[2], 'retry')
 if not job then return refused end

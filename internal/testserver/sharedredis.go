@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -172,4 +173,36 @@ func QueueRedis(t testing.TB, opts ...RedisOption) redis.UniversalClient {
 		t.Fatalf(`testserver: %s=%q: want "cluster", "single", "" or unset`, QueueRedisEnv, mode)
 		return nil
 	}
+}
+
+// Keys returns the keys matching pattern, sorted, from every master when rdb
+// is a cluster client. rdb.Keys would ask only one node of a cluster and
+// miss the keys of the others.
+func Keys(t testing.TB, rdb redis.UniversalClient, pattern string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), redisAdminTimeout)
+	defer cancel()
+	var keys []string
+	cluster, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		var err error
+		if keys, err = rdb.Keys(ctx, pattern).Result(); err != nil {
+			t.Fatalf("testserver: KEYS %s: %v", pattern, err)
+		}
+		slices.Sort(keys)
+		return keys
+	}
+	var mu sync.Mutex
+	err := cluster.ForEachMaster(ctx, func(ctx context.Context, master *redis.Client) error {
+		found, err := master.Keys(ctx, pattern).Result()
+		mu.Lock()
+		keys = append(keys, found...)
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("testserver: KEYS %s on the cluster's masters: %v", pattern, err)
+	}
+	slices.Sort(keys)
+	return keys
 }

@@ -394,6 +394,24 @@ func TestQueueRedisClusterMode(t *testing.T) {
 	}
 }
 
+func TestKeysListsEveryNode(t *testing.T) {
+	ctx := context.Background()
+	for _, mode := range []string{"single", "cluster"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Setenv("EMQ_TEST_REDIS", mode)
+			rdb := testserver.QueueRedis(t)
+			for _, key := range []string{"{c}:order", "{a}:order", "{b}:order", "{a}:other"} {
+				if err := rdb.Set(ctx, key, "x", 0).Err(); err != nil {
+					t.Fatalf("SET %s: %v", key, err)
+				}
+			}
+			if got, want := testserver.Keys(t, rdb, "*:order"), []string{"{a}:order", "{b}:order", "{c}:order"}; !slices.Equal(got, want) {
+				t.Errorf("Keys(*:order) = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
 func TestQueueRedisRefusesMisuse(t *testing.T) {
 	t.Run("options in cluster mode", func(t *testing.T) {
 		t.Setenv("EMQ_TEST_REDIS", "cluster")

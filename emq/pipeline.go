@@ -1,0 +1,105 @@
+package emq
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// scriptCall is one run of a script in a pipeline.
+type scriptCall struct {
+	keys []string
+	args []any
+}
+
+// runPipelined runs many calls of one script in one round trip, EVALSHA
+// first. A pipeline cannot fall back call by call the way Script.Run does, so
+// calls refused with NOSCRIPT (which did not run) are sent again after
+// loading the script.
+func runPipelined(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, calls []scriptCall) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(calls))
+	pending := make([]int, len(calls))
+	for i := range pending {
+		pending[i] = i
+	}
+	for round := 0; round < 2 && len(pending) > 0; round++ {
+		pipe := rdb.Pipeline()
+		for _, i := range pending {
+			cmds[i] = script.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per command below
+		var missing []int
+		for _, i := range pending {
+			if err := cmds[i].Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				missing = append(missing, i)
+			}
+		}
+		if len(missing) > 0 {
+			if err := script.Load(ctx, rdb).Err(); err != nil {
+				return nil, fmt.Errorf("emq: load script: %w", err)
+			}
+		}
+		pending = missing
+	}
+	return cmds, nil
+}
+
+// AdmitMany admits jobs in one round trip; each job is admitted or refused
+// on its own, exactly as by Admit. The answers and errors are in job order.
+func (q *Queue) AdmitMany(ctx context.Context, jobs []Job) ([]Admission, []error) {
+	admissions := make([]Admission, len(jobs))
+	errs := make([]error, len(jobs))
+	calls := make([]scriptCall, 0, len(jobs))
+	index := make([]int, 0, len(jobs))
+	for i, job := range jobs {
+		keys, args, err := q.admitCall(job)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		calls = append(calls, scriptCall{keys: keys, args: args})
+		index = append(index, i)
+	}
+	cmds, err := runPipelined(ctx, q.client.rdb, admitScript, calls)
+	for n, i := range index {
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		admissions[i], errs[i] = q.admission(jobs[i].ID, cmds[n])
+	}
+	return admissions, errs
+}
+
+// Completion names a claimed job by its id and lease token.
+type Completion struct {
+	ID    string
+	Token int64
+}
+
+// CompleteMany completes claimed jobs in one round trip; each is completed or
+// refused (ErrStale) on its own, exactly as by Complete. Errors are in order.
+func (q *Queue) CompleteMany(ctx context.Context, jobs []Completion) []error {
+	errs := make([]error, len(jobs))
+	calls := make([]scriptCall, len(jobs))
+	for i, job := range jobs {
+		calls[i] = scriptCall{
+			keys: []string{q.jobKey(job.ID), q.activeKey(), q.doneKey(), q.finishedKey()},
+			args: []any{job.ID, job.Token, q.retention},
+		}
+	}
+	cmds, err := runPipelined(ctx, q.client.rdb, completeScript, calls)
+	for i, job := range jobs {
+		if err == nil {
+			err := cmds[i].Err()
+			if err != nil {
+				errs[i] = fmt.Errorf("emq: complete %s on %s: %w", job.ID, q.name, scriptError(err))
+			}
+			continue
+		}
+		errs[i] = err
+	}
+	return errs
+}
