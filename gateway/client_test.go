@@ -9,9 +9,9 @@ import (
 	"github.com/ordergate/ordergate/internal/apitest"
 )
 
-// TestGeneratedClientPlacesAndReadsAnOrder drives the gateway with the client
+// TestGeneratedClientPlacesReadsAndCancelsAnOrder drives the gateway with the client
 // generated from api/openapi.yaml, as an SDK user would.
-func TestGeneratedClientPlacesAndReadsAnOrder(t *testing.T) {
+func TestGeneratedClientPlacesReadsAndCancelsAnOrder(t *testing.T) {
 	f := newFixture(t, 2)
 	ctx := context.Background()
 	sdk := func(key string) *client.ClientWithResponses {
@@ -59,5 +59,18 @@ func TestGeneratedClientPlacesAndReadsAnOrder(t *testing.T) {
 	hidden, err := bob.GetOrderWithResponse(ctx, order.ID, nil)
 	if err != nil || hidden.ApplicationProblemJSON404 == nil {
 		t.Fatalf("other account's get: %v %d %s", err, hidden.StatusCode(), hidden.Body)
+	}
+
+	notBobs, err := bob.CancelOrderWithResponse(ctx, order.ID, nil)
+	if err != nil || notBobs.ApplicationProblemJSON404 == nil {
+		t.Fatalf("other account's cancel: %v %d %s", err, notBobs.StatusCode(), notBobs.Body)
+	}
+	canceled, err := alice.CancelOrderWithResponse(ctx, order.ID, nil)
+	if err != nil || canceled.JSON200 == nil || canceled.JSON200.Status != client.OrderStatusCanceled || canceled.JSON200.CanceledAt == nil {
+		t.Fatalf("cancel: %v %d %s", err, canceled.StatusCode(), canceled.Body)
+	}
+	twice, err := alice.CancelOrderWithResponse(ctx, order.ID, nil)
+	if err != nil || twice.ApplicationProblemJSON409 == nil || twice.ApplicationProblemJSON409.Type != client.ProblemTypeOrderNotCancelable {
+		t.Fatalf("second cancel: %v %d %s", err, twice.StatusCode(), twice.Body)
 	}
 }

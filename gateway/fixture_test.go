@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -29,10 +30,12 @@ func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 // fixture is a gateway on a real Redis and a real PostgreSQL, with customer
 // accounts and their API keys.
 type fixture struct {
-	url         string
-	redis       *testserver.Redis
-	rdb         *redis.Client
-	db          *pgxpool.Pool
+	url   string
+	redis *testserver.Redis
+	rdb   *redis.Client
+	db    *pgxpool.Pool
+	// queue is the orders queue, for tests that play the worker.
+	queue       *emq.Queue
 	accounts    []string
 	keys        []string
 	keyIDs      []string
@@ -73,7 +76,8 @@ func newFixture(t testing.TB, accounts int) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	placer := orders.NewPlacer(queueClient.Queue(orders.Queue), 0)
+	f.queue = queueClient.Queue(orders.Queue)
+	placer := orders.NewPlacer(f.queue, 0)
 	if err := placer.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -176,6 +180,35 @@ func (f *fixture) place(t testing.TB, key, body string) response {
 func (f *fixture) get(t testing.TB, key, id string) response {
 	t.Helper()
 	return f.do(t, f.http, http.MethodGet, "/v1/orders/"+id, key, "", "")
+}
+
+func (f *fixture) cancel(t testing.TB, key, id string) response {
+	t.Helper()
+	return f.do(t, f.http, http.MethodDelete, "/v1/orders/"+id, key, "", "")
+}
+
+// placeNew places a new limit order and returns its id.
+func (f *fixture) placeNew(t testing.TB, key, clientOrderID string) string {
+	t.Helper()
+	res := f.place(t, key, limitOrder(clientOrderID))
+	if res.status != http.StatusAccepted {
+		t.Fatalf("place %s: %d %s", clientOrderID, res.status, res.body)
+	}
+	return res.json(t)["id"].(string)
+}
+
+// claim takes the next pending order as a worker would and checks it is the
+// one the test expects.
+func (f *fixture) claim(t testing.TB, id string) emq.Claim {
+	t.Helper()
+	claims, err := f.queue.Claim(context.Background(), 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claims) != 1 || claims[0].ID != id {
+		t.Fatalf("claimed %+v, want order %s", claims, id)
+	}
+	return claims[0]
 }
 
 // queueKeys lists the keys of the orders queue that hold orders (not its

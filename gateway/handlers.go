@@ -43,6 +43,15 @@ func (s *Server) getOrder(c echo.Context) error {
 	return c.JSON(http.StatusOK, order)
 }
 
+func (s *Server) cancelOrder(c echo.Context) error {
+	order, err := s.placer.Cancel(c.Request().Context(), account(c), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	logger(c).Info("order canceled", "order_id", order.ID, "account", order.Account)
+	return c.JSON(http.StatusOK, order)
+}
+
 func (s *Server) health(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -125,43 +126,57 @@ func TestThousandOrdersFromTenAccountsLandInTheirLanes(t *testing.T) {
 	}
 }
 
-func TestAnotherAccountsOrderIsNotFound(t *testing.T) {
+// TestEveryOrderRouteHidesAnotherAccountsOrders: reading or canceling
+// another account's order answers exactly as for an order that does not
+// exist, and changes nothing. (Placing is per account by construction: the
+// order is the caller's, and client order ids are per account, see
+// TestReuseOfClientOrderIDWithAnotherBodyConflicts.)
+func TestEveryOrderRouteHidesAnotherAccountsOrders(t *testing.T) {
 	f := newFixture(t, 2)
-	placed := f.place(t, f.keys[0], limitOrder("mine"))
-	id := placed.json(t)["id"].(string)
-	tests := []struct {
-		name, key, id string
-		want          int
-	}{
-		{"owner reads it", f.keys[0], id, http.StatusOK},
-		{"another account", f.keys[1], id, http.StatusNotFound},
-		{"unknown id", f.keys[0], "ORD_01J9Z8K3M4N5P6Q7R8S9T0V1W2", http.StatusNotFound},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			res := f.get(t, tt.key, tt.id)
-			if res.status != tt.want {
-				t.Fatalf("status %d %s, want %d", res.status, res.body, tt.want)
+	owner, other := f.keys[0], f.keys[1]
+	id := f.placeNew(t, owner, "mine")
+	const unknownID = "ORD_01J9Z8K3M4N5P6Q7R8S9T0V1W2"
+	for _, method := range []string{http.MethodGet, http.MethodDelete} {
+		t.Run(method, func(t *testing.T) {
+			tests := []struct {
+				name, key, id string
+			}{
+				{"another account", other, id},
+				{"unknown id", owner, unknownID},
+				{"unknown id, another account", other, unknownID},
 			}
-			if tt.want == http.StatusNotFound && strings.Contains(string(res.body), f.accounts[0]) {
-				t.Errorf("404 leaks the owner: %s", res.body)
+			var answers []map[string]any
+			for _, tt := range tests {
+				res := f.do(t, f.http, method, "/v1/orders/"+tt.id, tt.key, "", "")
+				if res.status != http.StatusNotFound {
+					t.Fatalf("%s: status %d %s, want 404", tt.name, res.status, res.body)
+				}
+				if strings.Contains(string(res.body), f.accounts[0]) {
+					t.Errorf("%s: 404 leaks the owner: %s", tt.name, res.body)
+				}
+				answers = append(answers, res.json(t))
+			}
+			for i, answer := range answers[1:] {
+				if answer["title"] != answers[0]["title"] || answer["detail"] != answers[0]["detail"] {
+					t.Errorf("%s answers %v, %s answers %v: ids can be probed", tests[i+1].name, answer, tests[0].name, answers[0])
+				}
+			}
+			// A malformed id is not a route of the spec, so it goes through a plain client.
+			if res := f.do(t, http.DefaultClient, method, "/v1/orders/not-an-id", owner, "", ""); res.status != http.StatusNotFound {
+				t.Errorf("malformed id: %d %s", res.status, res.body)
 			}
 		})
 	}
-	// A malformed id is not a route of the spec, so it goes through a plain client.
-	res := f.do(t, http.DefaultClient, http.MethodGet, "/v1/orders/not-an-id", f.keys[0], "", "")
-	if res.status != http.StatusNotFound {
-		t.Errorf("malformed id: %d %s", res.status, res.body)
-	}
-	notFoundOther, notFoundUnknown := f.get(t, f.keys[1], id), f.get(t, f.keys[1], "ORD_01J9Z8K3M4N5P6Q7R8S9T0V1W2")
-	if a, b := notFoundOther.json(t), notFoundUnknown.json(t); a["detail"] != b["detail"] || a["title"] != b["title"] {
-		t.Errorf("another account's order and a missing one answer differently: %s vs %s", notFoundOther.body, notFoundUnknown.body)
+	if res := f.get(t, owner, id); res.status != http.StatusOK || res.json(t)["status"] != "pending" {
+		t.Errorf("the owner's order after the other account's attempts: %d %s, want it pending", res.status, res.body)
 	}
 }
 
 func TestAuthentication(t *testing.T) {
 	f := newFixture(t, 1)
 	revokedKey := newFixtureAccount(t, f)
+	pendingID := f.placeNew(t, f.keys[0], "stays-pending")
+	keysBefore := f.queueKeys(t)
 	var keyID string
 	if err := f.db.QueryRow(context.Background(), `SELECT id FROM api_keys ORDER BY created_at DESC, id DESC LIMIT 1`).Scan(&keyID); err != nil {
 		t.Fatal(err)
@@ -198,6 +213,13 @@ func TestAuthentication(t *testing.T) {
 					}
 					return f.http.Do(req)
 				},
+				func() (*http.Response, error) {
+					req, _ := http.NewRequest(http.MethodDelete, f.url+"/v1/orders/"+pendingID, nil)
+					if tt.header != "" {
+						req.Header.Set("Authorization", tt.header)
+					}
+					return f.http.Do(req)
+				},
 			} {
 				res, err := send()
 				if err != nil {
@@ -210,13 +232,23 @@ func TestAuthentication(t *testing.T) {
 			}
 		})
 	}
-	if keys := f.queueKeys(t); len(keys) != 0 {
-		t.Errorf("unauthenticated requests wrote %v", keys)
+	if keys := f.queueKeys(t); !slices.Equal(sorted(keys), sorted(keysBefore)) {
+		t.Errorf("unauthenticated requests changed the queue's keys from %v to %v", keysBefore, keys)
 	}
+	if res := f.get(t, f.keys[0], pendingID); res.json(t)["status"] != "pending" {
+		t.Errorf("unauthenticated cancels changed the order: %s", res.body)
+	}
+}
+
+func sorted(values []string) []string {
+	values = slices.Clone(values)
+	slices.Sort(values)
+	return values
 }
 
 func TestHealthAndReadiness(t *testing.T) {
 	f := newFixture(t, 1)
+	id := f.placeNew(t, f.keys[0], "before-the-outage")
 	if res := f.do(t, f.http, http.MethodGet, "/healthz", "", "", ""); res.status != http.StatusOK {
 		t.Fatalf("healthz: %d", res.status)
 	}
@@ -238,5 +270,10 @@ func TestHealthAndReadiness(t *testing.T) {
 	placed := f.place(t, f.keys[0], limitOrder("while-down"))
 	if placed.status != http.StatusServiceUnavailable {
 		t.Errorf("place with Redis down: %d %s, want 503", placed.status, placed.body)
+	}
+	for _, method := range []string{http.MethodGet, http.MethodDelete} {
+		if res := f.do(t, f.http, method, "/v1/orders/"+id, f.keys[0], "", ""); res.status != http.StatusServiceUnavailable {
+			t.Errorf("%s an order with Redis down: %d %s, want 503", method, res.status, res.body)
+		}
 	}
 }

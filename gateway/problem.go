@@ -44,6 +44,7 @@ var (
 	kindUnauthorized     = problemKind{"unauthorized", "A valid API key is required", http.StatusUnauthorized}
 	kindNotFound         = problemKind{"not-found", "Not found", http.StatusNotFound}
 	kindConflict         = problemKind{"idempotency-conflict", "The client order id was used for a different order", http.StatusConflict}
+	kindNotCancelable    = problemKind{"order-not-cancelable", "The order can no longer be canceled", http.StatusConflict}
 	kindTooLarge         = problemKind{"payload-too-large", "The request body is too large", http.StatusRequestEntityTooLarge}
 	kindMediaType        = problemKind{"unsupported-media-type", "The request body must be application/json", http.StatusUnsupportedMediaType}
 	kindMethodNotAllowed = problemKind{"method-not-allowed", "The method is not allowed on this resource", http.StatusMethodNotAllowed}
@@ -70,11 +71,12 @@ func malformed(pointer, format string, args ...any) *requestError {
 // problemFor is the one place where errors become HTTP answers.
 func problemFor(err error) (Problem, error) {
 	var (
-		request  *requestError
-		invalid  *orders.InvalidError
-		conflict *orders.ConflictError
-		httpErr  *echo.HTTPError
-		problem  = func(kind problemKind, detail string) Problem {
+		request       *requestError
+		invalid       *orders.InvalidError
+		conflict      *orders.ConflictError
+		notCancelable *orders.NotCancelableError
+		httpErr       *echo.HTTPError
+		problem       = func(kind problemKind, detail string) Problem {
 			return Problem{Type: "urn:ordergate:problem:" + kind.slug, Title: kind.title, Status: kind.status, Detail: detail}
 		}
 	)
@@ -93,6 +95,8 @@ func problemFor(err error) (Problem, error) {
 		p := problem(kindConflict, fmt.Sprintf("client_order_id %q is held by order %s, placed with a different request; use a new client_order_id", conflict.ClientOrderID, conflict.OrderID))
 		p.Errors = []FieldError{{Pointer: "/client_order_id", Reason: "already used for a different order"}}
 		return p, nil
+	case errors.As(err, &notCancelable):
+		return problem(kindNotCancelable, fmt.Sprintf("order %s is %s; only a pending order can be canceled", notCancelable.OrderID, notCancelable.Status)), nil
 	case errors.Is(err, orders.ErrNotFound):
 		return problem(kindNotFound, "no order with this id"), nil
 	case errors.Is(err, orders.ErrUnauthenticated):

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-playground/validator/v10"
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordergate/ordergate/orders"
 )
@@ -47,6 +48,10 @@ type Deps struct {
 	Accounts    Authenticator
 	Probes      []Probe
 	Logger      *slog.Logger
+	// Metrics is where the gateway registers its series and what GET
+	// /metrics serves; a private registry when nil. One registry backs one
+	// Server.
+	Metrics *prometheus.Registry
 }
 
 // Server is the gateway's HTTP handler.
@@ -59,12 +64,21 @@ type Server struct {
 	probes      []Probe
 	log         *slog.Logger
 	validate    *validator.Validate
+	metrics     *metrics
+	// routes holds the registered route patterns, for the metrics' route label.
+	routes map[string]bool
 }
+
+// placeOrderRoute is the route placements arrive on.
+const placeOrderRoute = "/v1/orders"
 
 // New builds the gateway's routes.
 func New(deps Deps, config Config) *Server {
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = prometheus.NewRegistry()
 	}
 	s := &Server{
 		echo:        echo.New(),
@@ -75,18 +89,27 @@ func New(deps Deps, config Config) *Server {
 		probes:      deps.Probes,
 		log:         deps.Logger,
 		validate:    newValidator(),
+		metrics:     newMetrics(deps.Metrics),
+		routes:      map[string]bool{},
 	}
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.observe, s.recoverPanics, s.deadline)
+	e.Use(s.measure, s.observe, s.recoverPanics, s.deadline)
 
 	e.GET("/healthz", s.health)
 	e.GET("/readyz", s.readiness)
+	// Operational, like the probes: unauthenticated and not in the API
+	// contract. Keep the port off the public network.
+	e.GET("/metrics", echo.WrapHandler(s.metrics.handler))
 	// Authentication is per route: group middleware would answer a wrong
 	// method on a known path with 404 instead of 405.
-	e.POST("/v1/orders", s.placeOrder, s.authenticate)
+	e.POST(placeOrderRoute, s.placeOrder, s.authenticate)
 	e.GET("/v1/orders/:id", s.getOrder, s.authenticate)
+	e.DELETE("/v1/orders/:id", s.cancelOrder, s.authenticate)
+	for _, route := range e.Routes() {
+		s.routes[route.Path] = true
+	}
 	return s
 }
 

@@ -32,15 +32,25 @@ const (
 	Market OrderType = "market"
 )
 
-// Status of an order as clients see it.
+// Status of an order as clients see it. api/openapi.yaml (OrderStatus)
+// tells clients what each one means; statusOf derives it from the queue.
 type Status string
 
 const (
-	StatusPending  Status = "pending"
-	StatusActive   Status = "active"
+	// StatusPending: admitted and waiting for a worker, including between
+	// retries.
+	StatusPending Status = "pending"
+	// StatusActive: a worker holds the order right now.
+	StatusActive Status = "active"
+	// StatusAccepted: a worker took the order and finished with it, and no
+	// settlement is recorded for it yet.
+	StatusAccepted Status = "accepted"
 	StatusSettled  Status = "settled"
 	StatusRejected Status = "rejected"
 	StatusCanceled Status = "canceled"
+	// StatusFailed: the queue gave up on the order after its attempts failed
+	// (a dead job). An operator may requeue it, which makes it pending again.
+	StatusFailed Status = "failed"
 )
 
 // Order is an admitted order. Its JSON form is both the queue job's payload
@@ -56,6 +66,8 @@ type Order struct {
 	Price         *decimal.Decimal `json:"price,omitempty"`
 	Status        Status           `json:"status"`
 	CreatedAt     time.Time        `json:"created_at"`
+	// CanceledAt is set only in status canceled, from the queue's clock.
+	CanceledAt *time.Time `json:"canceled_at,omitempty"`
 }
 
 const orderIDPrefix = "ORD_"

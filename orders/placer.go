@@ -25,6 +25,8 @@ var (
 	ErrConflict = errors.New("orders: client order id used for a different order")
 	// ErrUnavailable: a dependency (Redis, PostgreSQL) did not answer.
 	ErrUnavailable = errors.New("orders: a dependency is unavailable")
+	// ErrNotCancelable: the order is held by a worker or is final.
+	ErrNotCancelable = errors.New("orders: order can no longer be canceled")
 )
 
 // ConflictError names the order that holds the client order id.
@@ -38,6 +40,19 @@ func (e *ConflictError) Error() string {
 }
 
 func (e *ConflictError) Unwrap() error { return ErrConflict }
+
+// NotCancelableError names the status that keeps an order from being
+// canceled: only a pending order can be.
+type NotCancelableError struct {
+	OrderID string
+	Status  Status
+}
+
+func (e *NotCancelableError) Error() string {
+	return fmt.Sprintf("orders: order %s is %s; only a pending order can be canceled", e.OrderID, e.Status)
+}
+
+func (e *NotCancelableError) Unwrap() error { return ErrNotCancelable }
 
 // Placer admits orders onto the orders queue and reads them back.
 type Placer struct {
@@ -129,23 +144,97 @@ func (p *Placer) Order(ctx context.Context, account, id string) (Order, error) {
 	if job.Kind != KindPlace || job.Group != account {
 		return Order{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
+	return orderOf(job)
+}
+
+// orderOf reads the order a job carries and its status from the job's state.
+func orderOf(job emq.JobInfo) (Order, error) {
 	var order Order
 	if err := json.Unmarshal(job.Payload, &order); err != nil {
-		return Order{}, fmt.Errorf("orders: decode order %s: %w", id, err)
+		return Order{}, fmt.Errorf("orders: decode order %s: %w", job.ID, err)
 	}
-	order.Status = statusOf(job.State)
+	status, known := statusOf(job.State)
+	if !known {
+		return Order{}, fmt.Errorf("orders: order %s is in queue state %q, which no order status stands for", job.ID, job.State)
+	}
+	order.Status = status
+	if status == StatusCanceled && !job.Finished.IsZero() {
+		canceled := job.Finished
+		order.CanceledAt = &canceled
+	}
 	return order, nil
 }
 
-// statusOf maps a queue state to what a client sees: a job waiting for a retry
-// is still pending to the client.
-func statusOf(state string) Status {
-	switch state {
-	case emq.StateActive:
-		return StatusActive
-	case emq.StateCanceled:
-		return StatusCanceled
-	default:
-		return StatusPending
+// Cancel withdraws the account's order while it is pending and returns it in
+// status canceled. An order a worker holds or that is final is refused with a
+// *NotCancelableError naming its status (canceling twice is refused too: the
+// second call finds it canceled). Another account's order is ErrNotFound,
+// exactly as in Order.
+func (p *Placer) Cancel(ctx context.Context, account, id string) (Order, error) {
+	order, err := p.Order(ctx, account, id)
+	if err != nil {
+		return Order{}, err
 	}
+	err = p.queue.Cancel(ctx, id)
+	switch {
+	case errors.Is(err, emq.ErrState):
+		return Order{}, p.notCancelable(ctx, account, id, err)
+	case errors.Is(err, emq.ErrNotFound):
+		// Its finished record was trimmed between the read and the cancel.
+		return Order{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	case err != nil:
+		return Order{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	canceled, err := p.Order(ctx, account, id)
+	if err != nil {
+		// The cancel took effect; failing the call now would make the client
+		// retry into a 409. Only the cancel time is lost.
+		order.Status = StatusCanceled
+		return order, nil
+	}
+	return canceled, nil
+}
+
+// notCancelable turns the queue's refusal into the order status that caused
+// it. The refusal names the job's state at the moment it was refused, except
+// for a finished job, whose record tells whether it was accepted or canceled.
+func (p *Placer) notCancelable(ctx context.Context, account, id string, refusal error) error {
+	state, ok := emq.StateOf(refusal)
+	if !ok {
+		return fmt.Errorf("orders: cancel %s: %w", id, refusal)
+	}
+	// cancel.lua says "finished" for a job only its finished record holds.
+	if state == "finished" {
+		final, err := p.Order(ctx, account, id)
+		if err != nil {
+			return err
+		}
+		return &NotCancelableError{OrderID: id, Status: final.Status}
+	}
+	status, known := statusOf(state)
+	if !known || status == StatusPending {
+		return fmt.Errorf("orders: cancel %s refused in queue state %q: %w", id, state, refusal)
+	}
+	return &NotCancelableError{OrderID: id, Status: status}
+}
+
+// statusOf maps a queue state to what a client sees. A job waiting out a
+// retry backoff is still pending to the client: nothing holds it and it can
+// still be canceled. A finished job is accepted, since until settlement lands
+// a worker only takes orders. A dead job is failed, not rejected: the
+// exchange gave up on it, the order itself was never refused.
+func statusOf(state string) (Status, bool) {
+	switch state {
+	case emq.StatePending, emq.StateDelayed:
+		return StatusPending, true
+	case emq.StateActive:
+		return StatusActive, true
+	case emq.StateDone:
+		return StatusAccepted, true
+	case emq.StateCanceled:
+		return StatusCanceled, true
+	case emq.StateDead:
+		return StatusFailed, true
+	}
+	return "", false
 }

@@ -34,8 +34,10 @@ func (e HealthStatus) Valid() bool {
 
 // Defines values for OrderStatus.
 const (
+	OrderStatusAccepted OrderStatus = "accepted"
 	OrderStatusActive   OrderStatus = "active"
 	OrderStatusCanceled OrderStatus = "canceled"
+	OrderStatusFailed   OrderStatus = "failed"
 	OrderStatusPending  OrderStatus = "pending"
 	OrderStatusRejected OrderStatus = "rejected"
 	OrderStatusSettled  OrderStatus = "settled"
@@ -44,9 +46,13 @@ const (
 // Valid indicates whether the value is a known member of the OrderStatus enum.
 func (e OrderStatus) Valid() bool {
 	switch e {
+	case OrderStatusAccepted:
+		return true
 	case OrderStatusActive:
 		return true
 	case OrderStatusCanceled:
+		return true
+	case OrderStatusFailed:
 		return true
 	case OrderStatusPending:
 		return true
@@ -84,6 +90,7 @@ const (
 	ProblemTypeMalformedRequest     ProblemType = "urn:ordergate:problem:malformed-request"
 	ProblemTypeMethodNotAllowed     ProblemType = "urn:ordergate:problem:method-not-allowed"
 	ProblemTypeNotFound             ProblemType = "urn:ordergate:problem:not-found"
+	ProblemTypeOrderNotCancelable   ProblemType = "urn:ordergate:problem:order-not-cancelable"
 	ProblemTypePayloadTooLarge      ProblemType = "urn:ordergate:problem:payload-too-large"
 	ProblemTypeUnauthorized         ProblemType = "urn:ordergate:problem:unauthorized"
 	ProblemTypeUnavailable          ProblemType = "urn:ordergate:problem:unavailable"
@@ -103,6 +110,8 @@ func (e ProblemType) Valid() bool {
 	case ProblemTypeMethodNotAllowed:
 		return true
 	case ProblemTypeNotFound:
+		return true
+	case ProblemTypeOrderNotCancelable:
 		return true
 	case ProblemTypePayloadTooLarge:
 		return true
@@ -205,6 +214,10 @@ type Order struct {
 	// Example: ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1
 	AccountID AccountID `json:"account_id"`
 
+	// CanceledAt When the order was canceled (RFC 3339, UTC). Only canceled orders
+	// have it.
+	CanceledAt *time.Time `json:"canceled_at,omitempty"`
+
 	// ClientOrderID The client's own id for the order, unique per account. It is the
 	// idempotency key of `placeOrder`.
 	//
@@ -237,9 +250,21 @@ type Order struct {
 	Quantity Decimal `json:"quantity"`
 	Side     Side    `json:"side"`
 
-	// Status `pending`: admitted, not yet taken by the matcher. `active`: resting on
-	// the book. `settled`: fully filled. `rejected`: refused by the matcher.
-	// `canceled`: removed before it filled.
+	// Status Where the order is. Only a `pending` order can be canceled.
+	//
+	// * `pending`: admitted and waiting for a worker to take it, including
+	//   while it waits to be tried again after a failed attempt.
+	// * `active`: a worker is processing it now.
+	// * `accepted`: a worker took the order and finished with it; its
+	//   settlement is not recorded yet.
+	// * `settled`: fully filled.
+	// * `rejected`: refused by the matcher.
+	// * `canceled`: canceled by the client before a worker took it.
+	// * `failed`: the exchange could not process it: its attempts failed
+	//   and it stopped trying. An operator may retry it, which returns it
+	//   to `pending`.
+	//
+	// Clients must be ready for statuses they do not know: more may be added.
 	Status OrderStatus `json:"status"`
 
 	// Symbol An instrument, `BASE-QUOTE` in upper case.
@@ -257,9 +282,21 @@ type Order struct {
 // Example: ORD_01J9Z8K3M4N5P6Q7R8S9T0V1W2
 type OrderID = string
 
-// OrderStatus `pending`: admitted, not yet taken by the matcher. `active`: resting on
-// the book. `settled`: fully filled. `rejected`: refused by the matcher.
-// `canceled`: removed before it filled.
+// OrderStatus Where the order is. Only a `pending` order can be canceled.
+//
+//   - `pending`: admitted and waiting for a worker to take it, including
+//     while it waits to be tried again after a failed attempt.
+//   - `active`: a worker is processing it now.
+//   - `accepted`: a worker took the order and finished with it; its
+//     settlement is not recorded yet.
+//   - `settled`: fully filled.
+//   - `rejected`: refused by the matcher.
+//   - `canceled`: canceled by the client before a worker took it.
+//   - `failed`: the exchange could not process it: its attempts failed
+//     and it stopped trying. An operator may retry it, which returns it
+//     to `pending`.
+//
+// Clients must be ready for statuses they do not know: more may be added.
 type OrderStatus string
 
 // OrderType `limit` trades at `price` or better; `market` trades at the best price
@@ -377,6 +414,9 @@ type Internal = Problem
 // MalformedRequest An error, as an RFC 9457 problem details object.
 type MalformedRequest = Problem
 
+// NotCancelable An error, as an RFC 9457 problem details object.
+type NotCancelable = Problem
+
 // NotFound An error, as an RFC 9457 problem details object.
 type NotFound = Problem
 
@@ -411,6 +451,13 @@ type GetReadinessParams struct {
 
 // PlaceOrderParams defines parameters for PlaceOrder.
 type PlaceOrderParams struct {
+	// XRequestID An id for this request, chosen by the client to correlate logs. It is
+	// echoed in the `X-Request-Id` response header and in problem bodies.
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// CancelOrderParams defines parameters for CancelOrder.
+type CancelOrderParams struct {
 	// XRequestID An id for this request, chosen by the client to correlate logs. It is
 	// echoed in the `X-Request-Id` response header and in problem bodies.
 	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
@@ -555,6 +602,18 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/orders (the `PlaceOrder` operationId).
 	PlaceOrder(ctx context.Context, params *PlaceOrderParams, body PlaceOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// CancelOrder Cancel an order.
+	//
+	// Cancels one of the caller's orders while it is `pending`, that is
+	// before a worker has taken it, and answers with the order in status
+	// `canceled`. Once a worker holds the order (`active`) or it has reached
+	// any other status, the answer is `409` and the problem's `detail` names
+	// the status. Canceling an order twice is answered `409` as well: the
+	// second call finds it `canceled`.
+	//
+	// Corresponds with DELETE /v1/orders/{id} (the `CancelOrder` operationId).
+	CancelOrder(ctx context.Context, id OrderID, params *CancelOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetOrder Get an order.
 	//
 	// Returns one of the caller's orders in its current status.
@@ -648,6 +707,28 @@ func (c *Client) PlaceOrderWithBody(ctx context.Context, params *PlaceOrderParam
 // Corresponds with POST /v1/orders (the `PlaceOrder` operationId).
 func (c *Client) PlaceOrder(ctx context.Context, params *PlaceOrderParams, body PlaceOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPlaceOrderRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelOrder Cancel an order.
+//
+// Cancels one of the caller's orders while it is `pending`, that is
+// before a worker has taken it, and answers with the order in status
+// `canceled`. Once a worker holds the order (`active`) or it has reached
+// any other status, the answer is `409` and the problem's `detail` names
+// the status. Canceling an order twice is answered `409` as well: the
+// second call finds it `canceled`.
+//
+// Corresponds with DELETE /v1/orders/{id} (the `CancelOrder` operationId).
+func (c *Client) CancelOrder(ctx context.Context, id OrderID, params *CancelOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelOrderRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -795,6 +876,55 @@ func NewPlaceOrderRequestWithBody(server string, params *PlaceOrderParams, conte
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewCancelOrderRequest constructs an http.Request for the CancelOrder method
+func NewCancelOrderRequest(server string, id OrderID, params *CancelOrderParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/orders/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	if params != nil {
 
@@ -965,6 +1095,20 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/orders (the `PlaceOrder` operationId).
 	PlaceOrderWithResponse(ctx context.Context, params *PlaceOrderParams, body PlaceOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*PlaceOrderResponse, error)
+
+	// CancelOrderWithResponse Cancel an order.
+	//
+	// Cancels one of the caller's orders while it is `pending`, that is
+	// before a worker has taken it, and answers with the order in status
+	// `canceled`. Once a worker holds the order (`active`) or it has reached
+	// any other status, the answer is `409` and the problem's `detail` names
+	// the status. Canceling an order twice is answered `409` as well: the
+	// second call finds it `canceled`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/orders/{id} (the `CancelOrder` operationId).
+	CancelOrderWithResponse(ctx context.Context, id OrderID, params *CancelOrderParams, reqEditors ...RequestEditorFn) (*CancelOrderResponse, error)
 
 	// GetOrderWithResponse Get an order.
 	//
@@ -1265,6 +1409,126 @@ func (r PlaceOrderResponse) ContentType() string {
 	return ""
 }
 
+// CancelOrderResponse200Headers the declared response headers of an HTTP 200 response for CancelOrder
+type CancelOrderResponse200Headers struct {
+	XRequestID string
+}
+
+// CancelOrderResponse401Headers the declared response headers of an HTTP 401 response for CancelOrder
+type CancelOrderResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// CancelOrderResponse404Headers the declared response headers of an HTTP 404 response for CancelOrder
+type CancelOrderResponse404Headers struct {
+	XRequestID string
+}
+
+// CancelOrderResponse409Headers the declared response headers of an HTTP 409 response for CancelOrder
+type CancelOrderResponse409Headers struct {
+	XRequestID string
+}
+
+// CancelOrderResponse500Headers the declared response headers of an HTTP 500 response for CancelOrder
+type CancelOrderResponse500Headers struct {
+	XRequestID string
+}
+
+// CancelOrderResponse503Headers the declared response headers of an HTTP 503 response for CancelOrder
+type CancelOrderResponse503Headers struct {
+	RetryAfter *int
+	XRequestID string
+}
+
+type CancelOrderResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Order
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *NotCancelable
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *Internal
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *CancelOrderResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CancelOrderResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *CancelOrderResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CancelOrderResponse409Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *CancelOrderResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CancelOrderResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelOrderResponse) GetJSON200() *Order {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelOrderResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CancelOrderResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CancelOrderResponse) GetApplicationProblemJSON409() *NotCancelable {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CancelOrderResponse) GetApplicationProblemJSON500() *Internal {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CancelOrderResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelOrderResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelOrderResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelOrderResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelOrderResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetOrderResponse200Headers the declared response headers of an HTTP 200 response for GetOrder
 type GetOrderResponse200Headers struct {
 	XRequestID string
@@ -1452,6 +1716,26 @@ func (c *ClientWithResponses) PlaceOrderWithResponse(ctx context.Context, params
 		return nil, err
 	}
 	return ParsePlaceOrderResponse(rsp)
+}
+
+// CancelOrderWithResponse Cancel an order.
+//
+// Cancels one of the caller's orders while it is `pending`, that is
+// before a worker has taken it, and answers with the order in status
+// `canceled`. Once a worker holds the order (`active`) or it has reached
+// any other status, the answer is `409` and the problem's `detail` names
+// the status. Canceling an order twice is answered `409` as well: the
+// second call finds it `canceled`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/orders/{id} (the `CancelOrder` operationId).
+func (c *ClientWithResponses) CancelOrderWithResponse(ctx context.Context, id OrderID, params *CancelOrderParams, reqEditors ...RequestEditorFn) (*CancelOrderResponse, error) {
+	rsp, err := c.CancelOrder(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelOrderResponse(rsp)
 }
 
 // GetOrderWithResponse Get an order.
@@ -1771,6 +2055,144 @@ func ParsePlaceOrderResponse(rsp *http.Response) (*PlaceOrderResponse, error) {
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers PlaceOrderResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCancelOrderResponse parses an HTTP response from a CancelOrderWithResponse call
+func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelOrderResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Order
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest NotCancelable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers CancelOrderResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers CancelOrderResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers CancelOrderResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers CancelOrderResponse409Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 500:
+		var headers CancelOrderResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers CancelOrderResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/gateway"
@@ -118,12 +120,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		log.Warn("instrument refresh failed; serving the last copy", "err", err)
 	})
 
+	// The process's own health (memory, goroutines, file descriptors) sits
+	// beside the gateway's series on its /metrics.
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	server := gateway.New(gateway.Deps{
 		Placer:      placer,
 		Instruments: instruments,
 		Accounts:    orders.NewAccounts(db),
 		Probes:      probes(queueClient, db),
 		Logger:      log,
+		Metrics:     metrics,
 	}, c.http)
 
 	listener, err := net.Listen("tcp", c.addr)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -64,6 +65,17 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 	if !ready {
 		cancel()
 		t.Fatalf("gateway never became ready: %v\n%s", <-done, out.String())
+	}
+	scrape, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(scrape.Body)
+	scrape.Body.Close()
+	for _, series := range []string{"http_requests_total", "go_goroutines", "process_open_fds"} {
+		if scrape.StatusCode != http.StatusOK || !strings.Contains(string(metrics), "\n"+series) {
+			t.Errorf("GET /metrics: %d, no %s series", scrape.StatusCode, series)
+		}
 	}
 	cancel()
 	select {

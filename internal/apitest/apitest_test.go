@@ -128,7 +128,7 @@ func TestTransport(t *testing.T) {
 			wantErr: "no such operation",
 		},
 		{
-			name: "method not in spec", method: http.MethodDelete, path: "/v1/orders/" + orderID,
+			name: "method not in spec", method: http.MethodPatch, path: "/v1/orders/" + orderID,
 			handler: respond(405, notFound, "Content-Type", problemCT, "X-Request-Id", "r-1"),
 			wantErr: "no such operation",
 		},

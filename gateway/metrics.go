@@ -1,0 +1,103 @@
+package gateway
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// unmatchedRoute labels requests for paths no route serves, so that scans of
+// random paths cannot mint a series each.
+const unmatchedRoute = "unmatched"
+
+// metrics are the gateway's Prometheus series. Requests are labelled by route
+// pattern (/v1/orders/:id), never by raw path, for the same reason.
+type metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	admitted prometheus.Counter
+	replayed prometheus.Counter
+	refused  *prometheus.CounterVec
+	handler  http.Handler
+}
+
+// newMetrics registers the gateway's series on registry, which then serves
+// them; one registry backs one Server.
+func newMetrics(registry *prometheus.Registry) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "http_requests_total",
+			Help: "HTTP requests answered, by route pattern, method and status code.",
+		}, []string{"route", "method", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "http_request_duration_seconds",
+			Help:    "Time from receiving a request to having answered it, by route pattern and method.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route", "method"}),
+		admitted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "orders_admitted_total",
+			Help: "Orders admitted onto the queue as new (placeOrder answered 202).",
+		}),
+		replayed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "orders_replayed_total",
+			Help: "Order placements that repeated an earlier identical request (placeOrder answered 200).",
+		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orders_refused_total",
+			Help: "Order placements that admitted nothing, by HTTP status: 4xx the request was refused, 5xx the gateway could not admit it.",
+		}, []string{"status"}),
+	}
+	registry.MustRegister(m.requests, m.duration, m.admitted, m.replayed, m.refused)
+	m.handler = promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry})
+	return m
+}
+
+// measure records every answer once it is written. It wraps observe, which
+// turns errors into problem answers, so the status it reads is the one sent.
+func (s *Server) measure(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		route := c.Path()
+		if !s.routes[route] {
+			route = unmatchedRoute
+		}
+		method := methodLabel(c.Request().Method)
+		status := c.Response().Status
+		s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+		s.metrics.duration.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
+		if route == placeOrderRoute && method == http.MethodPost {
+			s.metrics.countPlacement(status)
+		}
+		return err
+	}
+}
+
+// countPlacement reads the outcome of a placement from its status, which the
+// contract defines (202 new, 200 replay), so the counts cannot disagree with
+// what clients were told.
+func (m *metrics) countPlacement(status int) {
+	switch status {
+	case http.StatusAccepted:
+		m.admitted.Inc()
+	case http.StatusOK:
+		m.replayed.Inc()
+	default:
+		m.refused.WithLabelValues(strconv.Itoa(status)).Inc()
+	}
+}
+
+// methodLabel keeps the method label to the methods HTTP defines: a client
+// may send any token as a method.
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return method
+	}
+	return "other"
+}
