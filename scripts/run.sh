@@ -187,8 +187,8 @@ else
 	log "using DATABASE_URL=$DATABASE_URL"
 fi
 
-log "building bin/gateway bin/worker bin/admin"
-go build -o bin/ ./cmd/gateway ./cmd/worker ./cmd/admin
+log "building bin/gateway bin/worker bin/admin bin/inspect"
+go build -o bin/ ./cmd/gateway ./cmd/worker ./cmd/admin ./cmd/inspect
 
 log "migrating the database"
 bin/admin migrate
