@@ -1,4 +1,6 @@
-// Command worker settles orders from the orders queue.
+// Command worker works the orders queue: it claims order jobs, handles them,
+// and on SIGTERM or SIGINT drains before it exits. Run it with -h for its
+// flags and environment variables.
 package main
 
 import (
@@ -12,6 +14,12 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal starts the drain; restoring the default action lets a
+	// second one end the process at once.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	if err := run(ctx, os.Args, os.Getenv, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
