@@ -181,7 +181,7 @@ func (q *Queue) Release(ctx context.Context, id string, token int64) error {
 // Promote moves up to limit delayed jobs whose time has come into their lanes
 // and returns how many it moved.
 func (q *Queue) Promote(ctx context.Context, limit int) (int, error) {
-	candidates, err := q.client.rdb.ZRange(ctx, q.delayedKey(), 0, int64(limit-1)).Result()
+	candidates, err := q.due(ctx, q.delayedKey(), limit)
 	if err != nil || len(candidates) == 0 {
 		return 0, wrapRead("promote", q.name, err)
 	}
@@ -209,7 +209,7 @@ type Reaped struct {
 // Reap takes back up to limit jobs whose lease ran out: pending again, or
 // dead once maxAttempts are spent. Many workers may reap at once.
 func (q *Queue) Reap(ctx context.Context, maxAttempts, limit int) (Reaped, error) {
-	candidates, err := q.client.rdb.ZRange(ctx, q.activeKey(), 0, int64(limit-1)).Result()
+	candidates, err := q.due(ctx, q.activeKey(), limit)
 	if err != nil || len(candidates) == 0 {
 		return Reaped{}, wrapRead("reap", q.name, err)
 	}
@@ -224,6 +224,28 @@ func (q *Queue) Reap(ctx context.Context, maxAttempts, limit int) (Reaped, error
 		return Reaped{}, fmt.Errorf("emq: reap on %s: %w", q.name, scriptError(err))
 	}
 	return Reaped{Requeued: int(counts[0]), Dead: int(counts[1])}, nil
+}
+
+// due reads up to limit ids of a set scored by time whose time has come by
+// the server's clock, read in the same round trip. Most reaper and promoter
+// ticks find nothing due and end here, without running a script; the script
+// still checks each candidate against the clock as it moves it.
+func (q *Queue) due(ctx context.Context, key string, limit int) ([]string, error) {
+	pipe := q.client.rdb.Pipeline()
+	now := pipe.Time(ctx)
+	earliest := pipe.ZRangeWithScores(ctx, key, 0, int64(limit-1))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	cutoff := float64(now.Val().UnixMilli())
+	var ids []string
+	for _, member := range earliest.Val() {
+		if member.Score > cutoff {
+			break
+		}
+		ids = append(ids, member.Member.(string))
+	}
+	return ids, nil
 }
 
 func wrapRead(move, queue string, err error) error {
