@@ -351,3 +351,44 @@ func TestFinishedJobsStayWithinRetention(t *testing.T) {
 		t.Fatalf("the newest finished job is gone: %v", err)
 	}
 }
+
+// TestReapersRacingReapEachLeaseOnce: every worker runs the reaper; a lease
+// is taken back exactly once however many reap at the same moment.
+func TestReapersRacingReapEachLeaseOnce(t *testing.T) {
+	ctx := context.Background()
+	queue, rdb := newQueue(t)
+	admitN(t, queue, "g", 200)
+	claims, err := queue.Claim(ctx, 200, time.Minute)
+	if err != nil || len(claims) != 200 {
+		t.Fatalf("claim: %d, %v", len(claims), err)
+	}
+	for _, c := range claims {
+		expireLease(t, rdb, queue, c.ID)
+	}
+	results := make(chan emq.Reaped, 8)
+	for range 8 {
+		go func() {
+			var total emq.Reaped
+			for {
+				reaped, err := queue.Reap(ctx, 5, 50)
+				if err != nil {
+					t.Error(err)
+				}
+				if reaped.Requeued+reaped.Dead == 0 {
+					break
+				}
+				total.Requeued += reaped.Requeued
+				total.Dead += reaped.Dead
+			}
+			results <- total
+		}()
+	}
+	requeued := 0
+	for range 8 {
+		requeued += (<-results).Requeued
+	}
+	pending, _ := queue.Pending(ctx)
+	if requeued != 200 || pending != 200 {
+		t.Fatalf("reapers requeued %d, pending %d; want 200 each", requeued, pending)
+	}
+}
