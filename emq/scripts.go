@@ -19,4 +19,6 @@ var (
 	reapScript     = redis.NewScript(lua.Reap)
 	cancelScript   = redis.NewScript(lua.Cancel)
 	requeueScript  = redis.NewScript(lua.Requeue)
+
+	cacheFillScript = redis.NewScript(lua.CacheFill)
 )

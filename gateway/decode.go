@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -166,7 +167,7 @@ func checkDocument(body []byte) error {
 	if first != json.Delim('{') {
 		return malformed("", "the body must be a JSON object")
 	}
-	if err := checkObject(decoder, ""); err != nil {
+	if err := checkObject(decoder, "", 1); err != nil {
 		return err
 	}
 	if _, err := decoder.Token(); err != io.EOF {
@@ -175,9 +176,16 @@ func checkDocument(body []byte) error {
 	return nil
 }
 
+// maxDepth bounds nesting: an order is one flat object, and an unbounded walk
+// would let a small body of nested brackets cost memory quadratic in its size.
+const maxDepth = 8
+
 // checkObject reads an object's members after its '{', refusing repeated keys
 // at any depth.
-func checkObject(decoder *json.Decoder, pointer string) error {
+func checkObject(decoder *json.Decoder, pointer string, depth int) error {
+	if depth > maxDepth {
+		return malformed(pointer, "nests deeper than %d levels", maxDepth)
+	}
 	seen := make(map[string]bool)
 	for decoder.More() {
 		token, err := decoder.Token()
@@ -190,7 +198,7 @@ func checkObject(decoder *json.Decoder, pointer string) error {
 			return malformed(member, "appears more than once")
 		}
 		seen[key] = true
-		if err := checkValue(decoder, member); err != nil {
+		if err := checkValue(decoder, member, depth); err != nil {
 			return err
 		}
 	}
@@ -200,17 +208,20 @@ func checkObject(decoder *json.Decoder, pointer string) error {
 	return nil
 }
 
-func checkValue(decoder *json.Decoder, pointer string) error {
+func checkValue(decoder *json.Decoder, pointer string, depth int) error {
 	token, err := decoder.Token()
 	if err != nil {
 		return malformed(pointer, "the body is not valid JSON: %v", syntaxReason(err))
 	}
 	switch token {
 	case json.Delim('{'):
-		return checkObject(decoder, pointer)
+		return checkObject(decoder, pointer, depth+1)
 	case json.Delim('['):
+		if depth+1 > maxDepth {
+			return malformed(pointer, "nests deeper than %d levels", maxDepth)
+		}
 		for i := 0; decoder.More(); i++ {
-			if err := checkValue(decoder, fmt.Sprintf("%s/%d", pointer, i)); err != nil {
+			if err := checkValue(decoder, pointer+"/"+strconv.Itoa(i), depth+1); err != nil {
 				return err
 			}
 		}

@@ -77,7 +77,7 @@ func newFixture(t testing.TB, accounts int) *fixture {
 		t.Fatal(err)
 	}
 	f.queue = queueClient.Queue(orders.Queue)
-	placer := orders.NewPlacer(f.queue, 0)
+	placer := orders.NewPlacer(f.queue, 0, orders.WithHistory(orders.NewHistory(f.db)))
 	if err := placer.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}

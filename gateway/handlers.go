@@ -2,10 +2,21 @@ package gateway
 
 import (
 	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"maps"
 	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/ordergate/ordergate/orders"
 )
 
 func (s *Server) placeOrder(c echo.Context) error {
@@ -45,11 +56,126 @@ func (s *Server) getOrder(c echo.Context) error {
 
 func (s *Server) cancelOrder(c echo.Context) error {
 	order, err := s.placer.Cancel(c.Request().Context(), account(c), c.Param("id"))
+	var unrecorded *orders.CancelNotRecordedError
+	if errors.As(err, &unrecorded) {
+		// The queue canceled the order: it will never be processed, and the
+		// next read of it writes the missing row. Answering 503 would tell
+		// the client the order may still trade, and its retry would be a 409.
+		logger(c).Error("order canceled but its orders row was not written; the next read of the order writes it",
+			"order_id", unrecorded.Order.ID, "account", unrecorded.Order.Account, "err", unrecorded.Err)
+		order, err = unrecorded.Order, nil
+	}
 	if err != nil {
 		return err
 	}
 	logger(c).Info("order canceled", "order_id", order.ID, "account", order.Account)
 	return c.JSON(http.StatusOK, order)
+}
+
+// orderList is the body of GET /v1/orders.
+type orderList struct {
+	Orders     []orders.Order `json:"orders"`
+	NextCursor string         `json:"next_cursor,omitempty"`
+}
+
+func (s *Server) listOrders(c echo.Context) error {
+	query, err := listQueryOf(c.QueryParams())
+	if err != nil {
+		return err
+	}
+	page, err := s.placer.List(c.Request().Context(), account(c), query)
+	if err != nil {
+		return err
+	}
+	body := orderList{Orders: page.Orders}
+	if body.Orders == nil {
+		body.Orders = []orders.Order{}
+	}
+	if page.Next != "" {
+		body.NextCursor = encodeCursor(page.Next)
+	}
+	return c.JSON(http.StatusOK, body)
+}
+
+// The query parameters of GET /v1/orders, in the order their errors are listed.
+var listParameters = []string{"limit", "cursor", "status"}
+
+var limitPattern = regexp.MustCompile(`^[1-9][0-9]{0,2}$`)
+
+// listQueryOf reads the listing's query parameters strictly, as the order
+// body is read: a typo such as ?stauts=settled would otherwise list every
+// order as if it were filtered. Every bad parameter is named, each as a field
+// error with the empty pointer (there is no body to point into) and a reason
+// that starts with "query parameter <name>".
+func listQueryOf(params url.Values) (orders.ListQuery, error) {
+	var (
+		query  orders.ListQuery
+		fields []FieldError
+	)
+	refuse := func(name, format string, args ...any) {
+		fields = append(fields, FieldError{Pointer: "", Reason: "query parameter " + name + " " + fmt.Sprintf(format, args...)})
+	}
+	for _, name := range slices.Sorted(maps.Keys(params)) {
+		if !slices.Contains(listParameters, name) {
+			refuse(name, "is not defined; this operation takes %s", strings.Join(listParameters, ", "))
+		}
+	}
+	for _, name := range listParameters {
+		values, given := params[name]
+		if !given {
+			continue
+		}
+		if len(values) > 1 {
+			refuse(name, "is given %d times; give it at most once", len(values))
+			continue
+		}
+		value := values[0]
+		switch name {
+		case "limit":
+			limit, err := strconv.Atoi(value)
+			if !limitPattern.MatchString(value) || err != nil || limit > orders.MaxListLimit {
+				refuse(name, "must be an integer from 1 to %d", orders.MaxListLimit)
+				continue
+			}
+			query.Limit = limit
+		case "cursor":
+			after, err := decodeCursor(value)
+			if err != nil {
+				refuse(name, "is not a cursor this API issued; pass next_cursor from the previous page unchanged")
+				continue
+			}
+			query.After = after
+		case "status":
+			status := orders.Status(value)
+			if !status.Final() {
+				refuse(name, "must be one of settled, rejected, canceled; orders in flight are not listed")
+				continue
+			}
+			query.Status = status
+		}
+	}
+	if len(fields) > 0 {
+		return orders.ListQuery{}, &requestError{kind: kindInvalidQuery, detail: fmt.Sprintf("%d query parameter(s) refused", len(fields)), fields: fields}
+	}
+	return query, nil
+}
+
+// Cursors are the last listed order's id in base64url: opaque to clients, so
+// the listing may change what a cursor holds without breaking them.
+func encodeCursor(orderID string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(orderID))
+}
+
+func decodeCursor(cursor string) (string, error) {
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(cursor)
+	if err != nil {
+		return "", err
+	}
+	id := string(raw)
+	if _, err := orders.ParseOrderID(id); err != nil {
+		return "", err
+	}
+	return id, nil
 }
 
 func (s *Server) health(c echo.Context) error {

@@ -41,6 +41,7 @@ type problemKind struct {
 var (
 	kindMalformed        = problemKind{"malformed-request", "The request body is not a valid order document", http.StatusBadRequest}
 	kindValidation       = problemKind{"validation", "The order request has invalid fields", http.StatusUnprocessableEntity}
+	kindInvalidQuery     = problemKind{"invalid-query", "The query parameters are invalid", http.StatusBadRequest}
 	kindUnauthorized     = problemKind{"unauthorized", "A valid API key is required", http.StatusUnauthorized}
 	kindNotFound         = problemKind{"not-found", "Not found", http.StatusNotFound}
 	kindConflict         = problemKind{"idempotency-conflict", "The client order id was used for a different order", http.StatusConflict}

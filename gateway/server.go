@@ -46,6 +46,7 @@ type Deps struct {
 	Placer      *orders.Placer
 	Instruments *orders.Instruments
 	Accounts    Authenticator
+	Balances    BalanceReader
 	Probes      []Probe
 	Logger      *slog.Logger
 	// Metrics is where the gateway registers its series and what GET
@@ -61,6 +62,7 @@ type Server struct {
 	placer      *orders.Placer
 	instruments *orders.Instruments
 	accounts    Authenticator
+	balances    BalanceReader
 	probes      []Probe
 	log         *slog.Logger
 	validate    *validator.Validate
@@ -86,6 +88,7 @@ func New(deps Deps, config Config) *Server {
 		placer:      deps.Placer,
 		instruments: deps.Instruments,
 		accounts:    deps.Accounts,
+		balances:    deps.Balances,
 		probes:      deps.Probes,
 		log:         deps.Logger,
 		validate:    newValidator(),
@@ -105,8 +108,10 @@ func New(deps Deps, config Config) *Server {
 	// Authentication is per route: group middleware would answer a wrong
 	// method on a known path with 404 instead of 405.
 	e.POST(placeOrderRoute, s.placeOrder, s.authenticate)
+	e.GET(placeOrderRoute, s.listOrders, s.authenticate)
 	e.GET("/v1/orders/:id", s.getOrder, s.authenticate)
 	e.DELETE("/v1/orders/:id", s.cancelOrder, s.authenticate)
+	e.GET("/v1/balances", s.listBalances, s.authenticate)
 	for _, route := range e.Routes() {
 		s.routes[route.Path] = true
 	}

@@ -30,6 +30,8 @@ var (
 	cancel string
 	//go:embed requeue.lua
 	requeue string
+	//go:embed cache_fill.lua
+	cacheFill string
 )
 
 // The scripts, one per state move, each with the shared helpers in front.
@@ -54,4 +56,7 @@ var (
 	Cancel = lib + cancel
 	// Requeue revives a dead job.
 	Requeue = lib + requeue
+	// CacheFill writes versioned cache entries that are newer than the cached
+	// ones. It moves no job, so it goes without the helpers.
+	CacheFill = cacheFill
 )

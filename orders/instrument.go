@@ -44,9 +44,13 @@ func (in Instrument) Check(cmd PlaceCommand) []FieldError {
 		case amount.Scale() > grid.Scale():
 			refuse(field, "has %d decimals; %s allows at most %d", amount.Scale(), in.Symbol, grid.Scale())
 		default:
-			if _, remainder, err := amount.QuoRem(grid); err != nil || !remainder.IsZero() {
+			_, remainder, err := amount.QuoRem(grid)
+			switch {
+			case err != nil: // the quotient overflows the decimal type
+				refuse(field, "is too large for %s", in.Symbol)
+			case !remainder.IsZero():
 				refuse(field, "must be a multiple of the %s %s", gridName, grid)
-			} else {
+			default:
 				return true
 			}
 		}

@@ -105,10 +105,19 @@ func (l *Ledger) transfer(ctx context.Context, kind, from, to, asset, amountText
 			VALUES ($1, $2, $4, -$5::numeric), ($1, $3, $4, $5::numeric)`, transaction, from, to, asset, amount.String()); err != nil {
 			return fmt.Errorf("orders: %s: %w", kind, err)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE balances
-			SET available = available + CASE WHEN account_id = $2 THEN -$4::numeric ELSE $4::numeric END,
-			    version = version + 1
-			WHERE asset = $1 AND account_id IN ($2, $3)`, asset, from, to, amount.String()); err != nil {
+		// Each changed balance gets a journal row in the same transaction; the
+		// relay's sweep carries it to the coherence lane, so cached balances
+		// learn of deposits and withdrawals too.
+		if _, err := tx.Exec(ctx, `WITH changed AS (
+				UPDATE balances
+				SET available = available + CASE WHEN account_id = $2 THEN -$4::numeric ELSE $4::numeric END,
+				    version = version + 1
+				WHERE asset = $1 AND account_id IN ($2, $3)
+				RETURNING account_id, asset, version)
+			INSERT INTO journal_outbox (name, version, payload)
+			SELECT 'balances:' || account_id || ':' || asset, version,
+			       'balances:' || account_id || ':' || asset || '@' || version
+			FROM changed`, asset, from, to, amount.String()); err != nil {
 			return fmt.Errorf("orders: %s: %w", kind, err)
 		}
 		return nil

@@ -33,7 +33,8 @@ const (
 )
 
 // Status of an order as clients see it. api/openapi.yaml (OrderStatus)
-// tells clients what each one means; statusOf derives it from the queue.
+// tells clients what each one means. A final status comes from the orders
+// table (History); the others are derived from the queue by statusOf.
 type Status string
 
 const (
@@ -43,7 +44,11 @@ const (
 	// StatusActive: a worker holds the order right now.
 	StatusActive Status = "active"
 	// StatusAccepted: a worker took the order and finished with it, and no
-	// settlement is recorded for it yet.
+	// settlement is recorded for it. Kept so clients that learned it keep
+	// working: settlement writes the orders row before it completes the job,
+	// so a settling worker's orders go from active straight to settled or
+	// rejected, and only a job finished by a worker that predates settlement
+	// still shows it.
 	StatusAccepted Status = "accepted"
 	StatusSettled  Status = "settled"
 	StatusRejected Status = "rejected"
@@ -53,8 +58,19 @@ const (
 	StatusFailed Status = "failed"
 )
 
+// Final reports whether the status is one the orders table records: the
+// order will never change again.
+func (s Status) Final() bool {
+	return s == StatusSettled || s == StatusRejected || s == StatusCanceled
+}
+
+// RejectReason says why settlement refused an order: one of the Reason*
+// values settlement writes to the orders table.
+type RejectReason string
+
 // Order is an admitted order. Its JSON form is both the queue job's payload
-// and the API's order body.
+// and the API's order body; the settlement fields are empty in a payload and
+// filled only from the orders table.
 type Order struct {
 	ID            string           `json:"id"`
 	ClientOrderID string           `json:"client_order_id"`
@@ -66,8 +82,19 @@ type Order struct {
 	Price         *decimal.Decimal `json:"price,omitempty"`
 	Status        Status           `json:"status"`
 	CreatedAt     time.Time        `json:"created_at"`
-	// CanceledAt is set only in status canceled, from the queue's clock.
+	// CanceledAt is set only in status canceled: the queue's clock when the
+	// cancel took effect.
 	CanceledAt *time.Time `json:"canceled_at,omitempty"`
+	// RejectReason is set only in status rejected.
+	RejectReason RejectReason `json:"reject_reason,omitempty"`
+	// FillPrice, FillQuantity and FillNotional (FillPrice × FillQuantity, in
+	// the quote asset) are set only in status settled.
+	FillPrice    *decimal.Decimal `json:"fill_price,omitempty"`
+	FillQuantity *decimal.Decimal `json:"fill_quantity,omitempty"`
+	FillNotional *decimal.Decimal `json:"fill_notional,omitempty"`
+	// FinishedAt is when the order reached its final status; set only in a
+	// final status (for a canceled order it equals CanceledAt).
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 
 const orderIDPrefix = "ORD_"

@@ -54,19 +54,57 @@ func (e *NotCancelableError) Error() string {
 
 func (e *NotCancelableError) Unwrap() error { return ErrNotCancelable }
 
-// Placer admits orders onto the orders queue and reads them back.
+// ErrCancelNotRecorded matches every *CancelNotRecordedError.
+var ErrCancelNotRecorded = errors.New("orders: order canceled but its orders row was not written")
+
+// CancelNotRecordedError: the queue canceled the order, so it will never be
+// processed, but writing its canceled row failed. Order is the canceled
+// order; the cancel stands, and the row is written again the next time the
+// order is read (Placer.Order), so the caller should report success.
+type CancelNotRecordedError struct {
+	Order Order
+	Err   error
+}
+
+func (e *CancelNotRecordedError) Error() string {
+	return fmt.Sprintf("orders: order %s is canceled in the queue but its orders row was not written: %v", e.Order.ID, e.Err)
+}
+
+func (e *CancelNotRecordedError) Is(target error) bool { return target == ErrCancelNotRecorded }
+
+func (e *CancelNotRecordedError) Unwrap() error { return e.Err }
+
+// Placer admits orders onto the orders queue and reads them back: final
+// orders from the orders table (its History), the others from the queue.
 type Placer struct {
 	queue     *emq.Queue
 	retention time.Duration
+	// history is nil for a Placer on the queue alone, which then knows no
+	// final state but canceled and lists nothing.
+	history *History
+}
+
+// PlacerOption configures a Placer.
+type PlacerOption func(*Placer)
+
+// WithHistory reads final orders from history first and records cancels in
+// it. Every Placer that serves clients needs it: without it a settled order
+// shows as accepted and canceled orders are never listed.
+func WithHistory(history *History) PlacerOption {
+	return func(p *Placer) { p.history = history }
 }
 
 // NewPlacer admits onto queue; a client order id is held for retention
 // (emq.DefaultDedupRetention when zero).
-func NewPlacer(queue *emq.Queue, retention time.Duration) *Placer {
+func NewPlacer(queue *emq.Queue, retention time.Duration, opts ...PlacerOption) *Placer {
 	if retention <= 0 {
 		retention = emq.DefaultDedupRetention
 	}
-	return &Placer{queue: queue, retention: retention}
+	p := &Placer{queue: queue, retention: retention}
+	for _, opt := range opts {
+		opt(p)
+	}
+	return p
 }
 
 // Declare registers the order job kind on the queue; call once at start.
@@ -130,10 +168,50 @@ func (p *Placer) Place(ctx context.Context, cmd PlaceCommand) (order Order, repl
 
 // Order returns the account's order with the id. Another account's order is
 // ErrNotFound, exactly like a missing one, so ids leak nothing.
+//
+// The orders table is read first: a row there is final and holds the fill,
+// and settlement writes it before it completes the job, so the queue's view
+// is never fresher. Without a row the order is still in flight and the queue
+// tells its status. PostgreSQL down is ErrUnavailable rather than a fallback
+// to the queue, which would show a settled order as accepted.
 func (p *Placer) Order(ctx context.Context, account, id string) (Order, error) {
 	if _, err := ParseOrderID(id); err != nil {
 		return Order{}, fmt.Errorf("%w: %w", ErrNotFound, err)
 	}
+	if p.history != nil {
+		order, err := p.history.Order(ctx, account, id)
+		if !errors.Is(err, ErrNotFound) {
+			return order, err
+		}
+	}
+	order, err := p.queued(ctx, account, id)
+	if err != nil || order.Status != StatusCanceled || p.history == nil {
+		return order, err
+	}
+	// Canceled in the queue with no row: the cancel's own write failed (see
+	// Cancel). Writing it now keeps the order from vanishing from the listing
+	// and, once the queue trims its finished record, from GET. It is the
+	// row Cancel would have written, so a read may write it; a failure only
+	// leaves it for the next read.
+	stored, err := p.history.RecordCanceled(ctx, order)
+	if err == nil && stored != StatusCanceled {
+		return p.history.Order(ctx, account, id)
+	}
+	return order, nil
+}
+
+// List returns one page of the account's final orders, newest first (see
+// History.List). Orders still in flight live only in the queue and are not
+// listed.
+func (p *Placer) List(ctx context.Context, account string, q ListQuery) (Page, error) {
+	if p.history == nil {
+		return Page{}, errors.New("orders: listing orders needs a Placer with a History")
+	}
+	return p.history.List(ctx, account, q)
+}
+
+// queued reads the account's order from the queue alone.
+func (p *Placer) queued(ctx context.Context, account, id string) (Order, error) {
 	job, err := p.queue.Job(ctx, id)
 	if errors.Is(err, emq.ErrNotFound) {
 		return Order{}, fmt.Errorf("%w: %s", ErrNotFound, id)
@@ -159,21 +237,30 @@ func orderOf(job emq.JobInfo) (Order, error) {
 	}
 	order.Status = status
 	if status == StatusCanceled && !job.Finished.IsZero() {
-		canceled := job.Finished
-		order.CanceledAt = &canceled
+		canceled := job.Finished.UTC()
+		order.CanceledAt, order.FinishedAt = &canceled, &canceled
 	}
 	return order, nil
 }
 
-// Cancel withdraws the account's order while it is pending and returns it in
-// status canceled. An order a worker holds or that is final is refused with a
-// *NotCancelableError naming its status (canceling twice is refused too: the
-// second call finds it canceled). Another account's order is ErrNotFound,
-// exactly as in Order.
+// Cancel withdraws the account's order while it is pending, records it in
+// the orders table, and returns it in status canceled. An order a worker
+// holds or that is final is refused with a *NotCancelableError naming its
+// status (canceling twice is refused too: the second call finds it
+// canceled). Another account's order is ErrNotFound, exactly as in Order.
+//
+// The queue decides, and the row follows: writing the row first would make
+// a cancel the queue then refuses (a worker took the order meanwhile) block
+// that order's settlement. So when the row cannot be written the cancel has
+// already happened, and Cancel returns a *CancelNotRecordedError carrying the
+// canceled order; the next Order writes the row.
 func (p *Placer) Cancel(ctx context.Context, account, id string) (Order, error) {
 	order, err := p.Order(ctx, account, id)
 	if err != nil {
 		return Order{}, err
+	}
+	if order.Status.Final() {
+		return Order{}, &NotCancelableError{OrderID: id, Status: order.Status}
 	}
 	err = p.queue.Cancel(ctx, id)
 	switch {
@@ -185,12 +272,25 @@ func (p *Placer) Cancel(ctx context.Context, account, id string) (Order, error) 
 	case err != nil:
 		return Order{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	canceled, err := p.Order(ctx, account, id)
+	canceled, err := p.queued(ctx, account, id)
 	if err != nil {
 		// The cancel took effect; failing the call now would make the client
-		// retry into a 409. Only the cancel time is lost.
-		order.Status = StatusCanceled
-		return order, nil
+		// retry into a 409. Only the cancel time is lost (the row gets the
+		// database's clock instead).
+		canceled = order
+		canceled.Status = StatusCanceled
+	}
+	if p.history == nil {
+		return canceled, nil
+	}
+	stored, err := p.history.RecordCanceled(ctx, canceled)
+	switch {
+	case err != nil:
+		return Order{}, &CancelNotRecordedError{Order: canceled, Err: err}
+	case stored != StatusCanceled:
+		// Settlement recorded the order first (a worker whose lease had
+		// expired settled it): the row is what happened to the money.
+		return Order{}, &NotCancelableError{OrderID: id, Status: stored}
 	}
 	return canceled, nil
 }
@@ -203,8 +303,10 @@ func (p *Placer) notCancelable(ctx context.Context, account, id string, refusal 
 	if !ok {
 		return fmt.Errorf("orders: cancel %s: %w", id, refusal)
 	}
-	// cancel.lua says "finished" for a job only its finished record holds.
-	if state == "finished" {
+	// cancel.lua says "finished" for a job only its finished record holds. A
+	// finished job's final status is in the orders table when settlement
+	// ran, so it is read as GET reads it.
+	if state == "finished" || state == emq.StateDone {
 		final, err := p.Order(ctx, account, id)
 		if err != nil {
 			return err
@@ -218,11 +320,13 @@ func (p *Placer) notCancelable(ctx context.Context, account, id string, refusal 
 	return &NotCancelableError{OrderID: id, Status: status}
 }
 
-// statusOf maps a queue state to what a client sees. A job waiting out a
-// retry backoff is still pending to the client: nothing holds it and it can
-// still be canceled. A finished job is accepted, since until settlement lands
-// a worker only takes orders. A dead job is failed, not rejected: the
-// exchange gave up on it, the order itself was never refused.
+// statusOf maps a queue state to what a client sees of an order without an
+// orders row. A job waiting out a retry backoff is still pending to the
+// client: nothing holds it and it can still be canceled. A finished job
+// without a row is accepted: settlement writes the row before it completes
+// the job, so only a worker that predates settlement leaves one. A dead job
+// is failed, not rejected: the exchange gave up on it, the order itself was
+// never refused.
 func statusOf(state string) (Status, bool) {
 	switch state {
 	case emq.StatePending, emq.StateDelayed:

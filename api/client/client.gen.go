@@ -32,6 +32,27 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
+// Defines values for OrderRejectReason.
+const (
+	OrderRejectReasonInstrumentHalted      OrderRejectReason = "instrument_halted"
+	OrderRejectReasonInsufficientFunds     OrderRejectReason = "insufficient_funds"
+	OrderRejectReasonInsufficientLiquidity OrderRejectReason = "insufficient_liquidity"
+)
+
+// Valid indicates whether the value is a known member of the OrderRejectReason enum.
+func (e OrderRejectReason) Valid() bool {
+	switch e {
+	case OrderRejectReasonInstrumentHalted:
+		return true
+	case OrderRejectReasonInsufficientFunds:
+		return true
+	case OrderRejectReasonInsufficientLiquidity:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for OrderStatus.
 const (
 	OrderStatusAccepted OrderStatus = "accepted"
@@ -87,6 +108,7 @@ func (e OrderType) Valid() bool {
 const (
 	ProblemTypeIdempotencyConflict  ProblemType = "urn:ordergate:problem:idempotency-conflict"
 	ProblemTypeInternal             ProblemType = "urn:ordergate:problem:internal"
+	ProblemTypeInvalidQuery         ProblemType = "urn:ordergate:problem:invalid-query"
 	ProblemTypeMalformedRequest     ProblemType = "urn:ordergate:problem:malformed-request"
 	ProblemTypeMethodNotAllowed     ProblemType = "urn:ordergate:problem:method-not-allowed"
 	ProblemTypeNotFound             ProblemType = "urn:ordergate:problem:not-found"
@@ -104,6 +126,8 @@ func (e ProblemType) Valid() bool {
 	case ProblemTypeIdempotencyConflict:
 		return true
 	case ProblemTypeInternal:
+		return true
+	case ProblemTypeInvalidQuery:
 		return true
 	case ProblemTypeMalformedRequest:
 		return true
@@ -164,10 +188,60 @@ func (e Side) Valid() bool {
 	}
 }
 
+// Defines values for ListOrdersParamsStatus.
+const (
+	ListOrdersParamsStatusCanceled ListOrdersParamsStatus = "canceled"
+	ListOrdersParamsStatusRejected ListOrdersParamsStatus = "rejected"
+	ListOrdersParamsStatusSettled  ListOrdersParamsStatus = "settled"
+)
+
+// Valid indicates whether the value is a known member of the ListOrdersParamsStatus enum.
+func (e ListOrdersParamsStatus) Valid() bool {
+	switch e {
+	case ListOrdersParamsStatusCanceled:
+		return true
+	case ListOrdersParamsStatusRejected:
+		return true
+	case ListOrdersParamsStatusSettled:
+		return true
+	default:
+		return false
+	}
+}
+
 // AccountID An account's id, `ACC_` and a ULID in Crockford base32.
 //
 // Example: ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1
 type AccountID = string
+
+// Balance One asset of the caller's account. `available` is exact, with at least
+// as many decimals as the asset has and more only where a fill left
+// them, such as `1.50000000` BTC.
+type Balance struct {
+	// Asset The asset's code.
+	//
+	// Example: BTC
+	Asset string `json:"asset"`
+
+	// Available An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	Available Decimal `json:"available"`
+
+	// Version Rises by one with every change of this balance; never goes down.
+	//
+	//
+	// Example: 7
+	Version int64 `json:"version"`
+}
+
+// BalanceList The caller's balances, sorted by asset.
+type BalanceList struct {
+	Balances []Balance `json:"balances"`
+}
 
 // ClientOrderID The client's own id for the order, unique per account. It is the
 // idempotency key of `placeOrder`.
@@ -208,6 +282,18 @@ type HealthStatus string
 // Order An order as the gateway knows it. `price` is the limit price and is
 // absent for a market order. Clients must ignore fields they do not
 // know: more will be added.
+//
+// A final order (`settled`, `rejected`, `canceled`) has `finished_at`.
+// A `settled` one has `fill_price` (the limit price, or the
+// instrument's reference price for a market order), `fill_quantity`
+// and `fill_notional` (`fill_price` × `fill_quantity`, in the quote
+// asset); a `rejected` one has `reject_reason`.
+//
+// Amounts are exact. A final order shows them on the instrument's grid
+// (quantities with the lot size's decimals, prices with the tick
+// size's, the notional with both together), an order in flight as they
+// were sent: `0.01` may read `0.01000` once final, so compare amounts
+// by value.
 type Order struct {
 	// AccountID An account's id, `ACC_` and a ULID in Crockford base32.
 	//
@@ -227,6 +313,34 @@ type Order struct {
 
 	// CreatedAt When the gateway admitted the order (RFC 3339, UTC).
 	CreatedAt time.Time `json:"created_at"`
+
+	// FillNotional An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	FillNotional *Decimal `json:"fill_notional,omitempty"`
+
+	// FillPrice An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	FillPrice *Decimal `json:"fill_price,omitempty"`
+
+	// FillQuantity An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	FillQuantity *Decimal `json:"fill_quantity,omitempty"`
+
+	// FinishedAt When the order reached its final status (RFC 3339, UTC). Only
+	// final orders have it; for a canceled order it is `canceled_at`.
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 
 	// ID An order's id, `ORD_` and a ULID in Crockford base32.
 	//
@@ -248,17 +362,24 @@ type Order struct {
 	//
 	// Example: 64250.50
 	Quantity Decimal `json:"quantity"`
-	Side     Side    `json:"side"`
+
+	// RejectReason Why settlement refused the order; only `rejected` orders have it.
+	// Clients must be ready for reasons they do not know: more may be
+	// added.
+	RejectReason *OrderRejectReason `json:"reject_reason,omitempty"`
+	Side         Side               `json:"side"`
 
 	// Status Where the order is. Only a `pending` order can be canceled.
 	//
 	// * `pending`: admitted and waiting for a worker to take it, including
 	//   while it waits to be tried again after a failed attempt.
 	// * `active`: a worker is processing it now.
-	// * `accepted`: a worker took the order and finished with it; its
-	//   settlement is not recorded yet.
-	// * `settled`: fully filled.
-	// * `rejected`: refused by the matcher.
+	// * `accepted`: a worker took the order and finished with it without
+	//   recording a settlement. Kept for compatibility: settlement records
+	//   every order it finishes as `settled` or `rejected`, so orders no
+	//   longer show it; only one finished before settlement ran may.
+	// * `settled`: fully filled; the order's `fill_*` fields tell how.
+	// * `rejected`: refused at settlement; `reject_reason` tells why.
 	// * `canceled`: canceled by the client before a worker took it.
 	// * `failed`: the exchange could not process it: its attempts failed
 	//   and it stopped trying. An operator may retry it, which returns it
@@ -277,20 +398,34 @@ type Order struct {
 	Type OrderType `json:"type"`
 }
 
+// OrderRejectReason Why settlement refused the order; only `rejected` orders have it.
+// Clients must be ready for reasons they do not know: more may be
+// added.
+type OrderRejectReason string
+
 // OrderID An order's id, `ORD_` and a ULID in Crockford base32.
 //
 // Example: ORD_01J9Z8K3M4N5P6Q7R8S9T0V1W2
 type OrderID = string
+
+// OrderList One page of a listing of orders, newest first.
+type OrderList struct {
+	// NextCursor Pass it as `cursor` for the next page. Absent on the last page.
+	NextCursor *string `json:"next_cursor,omitempty"`
+	Orders     []Order `json:"orders"`
+}
 
 // OrderStatus Where the order is. Only a `pending` order can be canceled.
 //
 //   - `pending`: admitted and waiting for a worker to take it, including
 //     while it waits to be tried again after a failed attempt.
 //   - `active`: a worker is processing it now.
-//   - `accepted`: a worker took the order and finished with it; its
-//     settlement is not recorded yet.
-//   - `settled`: fully filled.
-//   - `rejected`: refused by the matcher.
+//   - `accepted`: a worker took the order and finished with it without
+//     recording a settlement. Kept for compatibility: settlement records
+//     every order it finishes as `settled` or `rejected`, so orders no
+//     longer show it; only one finished before settlement ran may.
+//   - `settled`: fully filled; the order's `fill_*` fields tell how.
+//   - `rejected`: refused at settlement; `reject_reason` tells why.
 //   - `canceled`: canceled by the client before a worker took it.
 //   - `failed`: the exchange could not process it: its attempts failed
 //     and it stopped trying. An operator may retry it, which returns it
@@ -348,11 +483,19 @@ type PlaceOrderRequest struct {
 }
 
 // Problem An error, as an RFC 9457 problem details object.
+//
+// `errors` names each refused part of the request. A field of the body
+// is named by `pointer`, an RFC 6901 JSON pointer into the body. A
+// query parameter (problem type `invalid-query`) has the empty
+// `pointer`, since a query has no body to point into, and a `reason`
+// that starts with `query parameter <name>`, such as
+// `query parameter limit must be an integer from 1 to 200`.
 type Problem struct {
 	// Detail What went wrong with this request, for humans.
 	Detail *string `json:"detail,omitempty"`
 
-	// Errors The invalid fields of the request body (validation problems only).
+	// Errors The refused parts of the request: fields of the body, or query
+	// parameters (see the description of `Problem`).
 	Errors *[]FieldError `json:"errors,omitempty"`
 
 	// Instance The request's path.
@@ -406,33 +549,103 @@ type Symbol = string
 type RequestID = string
 
 // IdempotencyConflict An error, as an RFC 9457 problem details object.
+//
+// `errors` names each refused part of the request. A field of the body
+// is named by `pointer`, an RFC 6901 JSON pointer into the body. A
+// query parameter (problem type `invalid-query`) has the empty
+// `pointer`, since a query has no body to point into, and a `reason`
+// that starts with `query parameter <name>`, such as
+// `query parameter limit must be an integer from 1 to 200`.
 type IdempotencyConflict = Problem
 
 // Internal An error, as an RFC 9457 problem details object.
+//
+// `errors` names each refused part of the request. A field of the body
+// is named by `pointer`, an RFC 6901 JSON pointer into the body. A
+// query parameter (problem type `invalid-query`) has the empty
+// `pointer`, since a query has no body to point into, and a `reason`
+// that starts with `query parameter <name>`, such as
+// `query parameter limit must be an integer from 1 to 200`.
 type Internal = Problem
 
 // MalformedRequest An error, as an RFC 9457 problem details object.
+//
+// `errors` names each refused part of the request. A field of the body
+// is named by `pointer`, an RFC 6901 JSON pointer into the body. A
+// query parameter (problem type `invalid-query`) has the empty
+// `pointer`, since a query has no body to point into, and a `reason`
+// that starts with `query parameter <name>`, such as
+// `query parameter limit must be an integer from 1 to 200`.
 type MalformedRequest = Problem
 
 // NotCancelable An error, as an RFC 9457 problem details object.
+//
+// `errors` names each refused part of the request. A field of the body
+// is named by `pointer`, an RFC 6901 JSON pointer into the body. A
+// query parameter (problem type `invalid-query`) has the empty
+// `pointer`, since a query has no body to point into, and a `reason`
+// that starts with `query parameter <name>`, such as
+// `query parameter limit must be an integer from 1 to 200`.
 type NotCancelable = Problem
 
 // NotFound An error, as an RFC 9457 problem details object.
+//
+// `errors` names each refused part of the request. A field of the body
+// is named by `pointer`, an RFC 6901 JSON pointer into the body. A
+// query parameter (problem type `invalid-query`) has the empty
+// `pointer`, since a query has no body to point into, and a `reason`
+// that starts with `query parameter <name>`, such as
+// `query parameter limit must be an integer from 1 to 200`.
 type NotFound = Problem
 
 // PayloadTooLarge An error, as an RFC 9457 problem details object.
+//
+// `errors` names each refused part of the request. A field of the body
+// is named by `pointer`, an RFC 6901 JSON pointer into the body. A
+// query parameter (problem type `invalid-query`) has the empty
+// `pointer`, since a query has no body to point into, and a `reason`
+// that starts with `query parameter <name>`, such as
+// `query parameter limit must be an integer from 1 to 200`.
 type PayloadTooLarge = Problem
 
 // Unauthorized An error, as an RFC 9457 problem details object.
+//
+// `errors` names each refused part of the request. A field of the body
+// is named by `pointer`, an RFC 6901 JSON pointer into the body. A
+// query parameter (problem type `invalid-query`) has the empty
+// `pointer`, since a query has no body to point into, and a `reason`
+// that starts with `query parameter <name>`, such as
+// `query parameter limit must be an integer from 1 to 200`.
 type Unauthorized = Problem
 
 // Unavailable An error, as an RFC 9457 problem details object.
+//
+// `errors` names each refused part of the request. A field of the body
+// is named by `pointer`, an RFC 6901 JSON pointer into the body. A
+// query parameter (problem type `invalid-query`) has the empty
+// `pointer`, since a query has no body to point into, and a `reason`
+// that starts with `query parameter <name>`, such as
+// `query parameter limit must be an integer from 1 to 200`.
 type Unavailable = Problem
 
 // UnsupportedMediaType An error, as an RFC 9457 problem details object.
+//
+// `errors` names each refused part of the request. A field of the body
+// is named by `pointer`, an RFC 6901 JSON pointer into the body. A
+// query parameter (problem type `invalid-query`) has the empty
+// `pointer`, since a query has no body to point into, and a `reason`
+// that starts with `query parameter <name>`, such as
+// `query parameter limit must be an integer from 1 to 200`.
 type UnsupportedMediaType = Problem
 
 // ValidationFailed An error, as an RFC 9457 problem details object.
+//
+// `errors` names each refused part of the request. A field of the body
+// is named by `pointer`, an RFC 6901 JSON pointer into the body. A
+// query parameter (problem type `invalid-query`) has the empty
+// `pointer`, since a query has no body to point into, and a `reason`
+// that starts with `query parameter <name>`, such as
+// `query parameter limit must be an integer from 1 to 200`.
 type ValidationFailed = Problem
 
 // GetHealthParams defines parameters for GetHealth.
@@ -448,6 +661,34 @@ type GetReadinessParams struct {
 	// echoed in the `X-Request-Id` response header and in problem bodies.
 	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
+
+// ListBalancesParams defines parameters for ListBalances.
+type ListBalancesParams struct {
+	// XRequestID An id for this request, chosen by the client to correlate logs. It is
+	// echoed in the `X-Request-Id` response header and in problem bodies.
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// ListOrdersParams defines parameters for ListOrders.
+type ListOrdersParams struct {
+	// Limit The most orders on one page.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Where the page starts: the previous page's `next_cursor`, passed
+	// unchanged (cursors are opaque). Without it the listing starts with
+	// the newest order.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// Status Lists only orders in this status.
+	Status *ListOrdersParamsStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// XRequestID An id for this request, chosen by the client to correlate logs. It is
+	// echoed in the `X-Request-Id` response header and in problem bodies.
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// ListOrdersParamsStatus defines parameters for ListOrders.
+type ListOrdersParamsStatus string
 
 // PlaceOrderParams defines parameters for PlaceOrder.
 type PlaceOrderParams struct {
@@ -566,6 +807,45 @@ type ClientInterface interface {
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, params *GetReadinessParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListBalances List the caller's balances.
+	//
+	// Returns every asset the caller's account holds a balance in, sorted by
+	// asset. Each balance carries its `version`, which rises by one with
+	// every change of that balance: a client never sees the version of a
+	// balance go down from one answer to the next, so a client that caches
+	// balances can keep the one with the higher version.
+	//
+	// Balances are served from a cache that settlement keeps current
+	// through a coherence queue, so a change may take a moment to show.
+	//
+	// Corresponds with GET /v1/balances (the `ListBalances` operationId).
+	ListBalances(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListOrders List the caller's final orders.
+	//
+	// Lists the caller's orders that reached a final status (`settled`,
+	// `rejected` or `canceled`), newest first: by id, and ids sort by
+	// admission time (to the millisecond).
+	//
+	// Orders in flight (`pending`, `active`) live only in the queue and are
+	// not listed: an order appears here once it is final, normally within
+	// milliseconds of its settlement or cancel. Follow one with `getOrder`
+	// until then. `failed` orders, which an operator may still retry, and
+	// `accepted` ones are not listed either.
+	//
+	// Each page holds at most `limit` orders. When more follow, the answer
+	// has `next_cursor`: pass it unchanged as `cursor`, with the same
+	// `status`, for the next page. The last page has no `next_cursor`. A
+	// listing is not a snapshot: an order that becomes final while a client
+	// pages shows up on a later page when it is older than the cursor, and
+	// otherwise only in a new listing from the start.
+	//
+	// The query is read strictly: an unknown parameter, a repeated one or a
+	// value out of its range is answered `400` naming every bad parameter.
+	//
+	// Corresponds with GET /v1/orders (the `ListOrders` operationId).
+	ListOrders(ctx context.Context, params *ListOrdersParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PlaceOrderWithBody Place an order.
 	//
 	// Validates the order and admits it onto the matching queue. The answer
@@ -606,8 +886,10 @@ type ClientInterface interface {
 	//
 	// Cancels one of the caller's orders while it is `pending`, that is
 	// before a worker has taken it, and answers with the order in status
-	// `canceled`. Once a worker holds the order (`active`) or it has reached
-	// any other status, the answer is `409` and the problem's `detail` names
+	// `canceled`. The cancel is recorded with the exchange's final orders,
+	// so `listOrders` lists it (`status=canceled`). Once a worker holds the
+	// order (`active`) or it has reached any other status (`settled`,
+	// `rejected`, ...), the answer is `409` and the problem's `detail` names
 	// the status. Canceling an order twice is answered `409` as well: the
 	// second call finds it `canceled`.
 	//
@@ -616,7 +898,10 @@ type ClientInterface interface {
 
 	// GetOrder Get an order.
 	//
-	// Returns one of the caller's orders in its current status.
+	// Returns one of the caller's orders in its current status. A final
+	// order (`settled`, `rejected`, `canceled`) is read from the exchange's
+	// durable record, with its fill or its reject reason; an order in flight
+	// from the queue.
 	//
 	// Corresponds with GET /v1/orders/{id} (the `GetOrder` operationId).
 	GetOrder(ctx context.Context, id OrderID, params *GetOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -651,6 +936,65 @@ func (c *Client) GetHealth(ctx context.Context, params *GetHealthParams, reqEdit
 // Corresponds with GET /readyz (the `GetReadiness` operationId).
 func (c *Client) GetReadiness(ctx context.Context, params *GetReadinessParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetReadinessRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListBalances List the caller's balances.
+//
+// Returns every asset the caller's account holds a balance in, sorted by
+// asset. Each balance carries its `version`, which rises by one with
+// every change of that balance: a client never sees the version of a
+// balance go down from one answer to the next, so a client that caches
+// balances can keep the one with the higher version.
+//
+// Balances are served from a cache that settlement keeps current
+// through a coherence queue, so a change may take a moment to show.
+//
+// Corresponds with GET /v1/balances (the `ListBalances` operationId).
+func (c *Client) ListBalances(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListBalancesRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListOrders List the caller's final orders.
+//
+// Lists the caller's orders that reached a final status (`settled`,
+// `rejected` or `canceled`), newest first: by id, and ids sort by
+// admission time (to the millisecond).
+//
+// Orders in flight (`pending`, `active`) live only in the queue and are
+// not listed: an order appears here once it is final, normally within
+// milliseconds of its settlement or cancel. Follow one with `getOrder`
+// until then. `failed` orders, which an operator may still retry, and
+// `accepted` ones are not listed either.
+//
+// Each page holds at most `limit` orders. When more follow, the answer
+// has `next_cursor`: pass it unchanged as `cursor`, with the same
+// `status`, for the next page. The last page has no `next_cursor`. A
+// listing is not a snapshot: an order that becomes final while a client
+// pages shows up on a later page when it is older than the cursor, and
+// otherwise only in a new listing from the start.
+//
+// The query is read strictly: an unknown parameter, a repeated one or a
+// value out of its range is answered `400` naming every bad parameter.
+//
+// Corresponds with GET /v1/orders (the `ListOrders` operationId).
+func (c *Client) ListOrders(ctx context.Context, params *ListOrdersParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListOrdersRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -721,8 +1065,10 @@ func (c *Client) PlaceOrder(ctx context.Context, params *PlaceOrderParams, body 
 //
 // Cancels one of the caller's orders while it is `pending`, that is
 // before a worker has taken it, and answers with the order in status
-// `canceled`. Once a worker holds the order (`active`) or it has reached
-// any other status, the answer is `409` and the problem's `detail` names
+// `canceled`. The cancel is recorded with the exchange's final orders,
+// so `listOrders` lists it (`status=canceled`). Once a worker holds the
+// order (`active`) or it has reached any other status (`settled`,
+// `rejected`, ...), the answer is `409` and the problem's `detail` names
 // the status. Canceling an order twice is answered `409` as well: the
 // second call finds it `canceled`.
 //
@@ -741,7 +1087,10 @@ func (c *Client) CancelOrder(ctx context.Context, id OrderID, params *CancelOrde
 
 // GetOrder Get an order.
 //
-// Returns one of the caller's orders in its current status.
+// Returns one of the caller's orders in its current status. A final
+// order (`settled`, `rejected`, `canceled`) is read from the exchange's
+// durable record, with its fill or its reject reason; an order in flight
+// from the queue.
 //
 // Corresponds with GET /v1/orders/{id} (the `GetOrder` operationId).
 func (c *Client) GetOrder(ctx context.Context, id OrderID, params *GetOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -815,6 +1164,141 @@ func NewGetReadinessRequest(server string, params *GetReadinessParams) (*http.Re
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewListBalancesRequest constructs an http.Request for the ListBalances method
+func NewListBalancesRequest(server string, params *ListBalancesParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/balances")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewListOrdersRequest constructs an http.Request for the ListOrders method
+func NewListOrdersRequest(server string, params *ListOrdersParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/orders")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Status != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -1060,6 +1544,49 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadinessWithResponse(ctx context.Context, params *GetReadinessParams, reqEditors ...RequestEditorFn) (*GetReadinessResponse, error)
 
+	// ListBalancesWithResponse List the caller's balances.
+	//
+	// Returns every asset the caller's account holds a balance in, sorted by
+	// asset. Each balance carries its `version`, which rises by one with
+	// every change of that balance: a client never sees the version of a
+	// balance go down from one answer to the next, so a client that caches
+	// balances can keep the one with the higher version.
+	//
+	// Balances are served from a cache that settlement keeps current
+	// through a coherence queue, so a change may take a moment to show.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/balances (the `ListBalances` operationId).
+	ListBalancesWithResponse(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*ListBalancesResponse, error)
+
+	// ListOrdersWithResponse List the caller's final orders.
+	//
+	// Lists the caller's orders that reached a final status (`settled`,
+	// `rejected` or `canceled`), newest first: by id, and ids sort by
+	// admission time (to the millisecond).
+	//
+	// Orders in flight (`pending`, `active`) live only in the queue and are
+	// not listed: an order appears here once it is final, normally within
+	// milliseconds of its settlement or cancel. Follow one with `getOrder`
+	// until then. `failed` orders, which an operator may still retry, and
+	// `accepted` ones are not listed either.
+	//
+	// Each page holds at most `limit` orders. When more follow, the answer
+	// has `next_cursor`: pass it unchanged as `cursor`, with the same
+	// `status`, for the next page. The last page has no `next_cursor`. A
+	// listing is not a snapshot: an order that becomes final while a client
+	// pages shows up on a later page when it is older than the cursor, and
+	// otherwise only in a new listing from the start.
+	//
+	// The query is read strictly: an unknown parameter, a repeated one or a
+	// value out of its range is answered `400` naming every bad parameter.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/orders (the `ListOrders` operationId).
+	ListOrdersWithResponse(ctx context.Context, params *ListOrdersParams, reqEditors ...RequestEditorFn) (*ListOrdersResponse, error)
+
 	// PlaceOrderWithBodyWithResponse Place an order.
 	//
 	// Validates the order and admits it onto the matching queue. The answer
@@ -1100,8 +1627,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// Cancels one of the caller's orders while it is `pending`, that is
 	// before a worker has taken it, and answers with the order in status
-	// `canceled`. Once a worker holds the order (`active`) or it has reached
-	// any other status, the answer is `409` and the problem's `detail` names
+	// `canceled`. The cancel is recorded with the exchange's final orders,
+	// so `listOrders` lists it (`status=canceled`). Once a worker holds the
+	// order (`active`) or it has reached any other status (`settled`,
+	// `rejected`, ...), the answer is `409` and the problem's `detail` names
 	// the status. Canceling an order twice is answered `409` as well: the
 	// second call finds it `canceled`.
 	//
@@ -1112,7 +1641,10 @@ type ClientWithResponsesInterface interface {
 
 	// GetOrderWithResponse Get an order.
 	//
-	// Returns one of the caller's orders in its current status.
+	// Returns one of the caller's orders in its current status. A final
+	// order (`settled`, `rejected`, `canceled`) is read from the exchange's
+	// durable record, with its fill or its reject reason; an order in flight
+	// from the queue.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1224,6 +1756,204 @@ func (r GetReadinessResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetReadinessResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListBalancesResponse200Headers the declared response headers of an HTTP 200 response for ListBalances
+type ListBalancesResponse200Headers struct {
+	XRequestID string
+}
+
+// ListBalancesResponse401Headers the declared response headers of an HTTP 401 response for ListBalances
+type ListBalancesResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// ListBalancesResponse500Headers the declared response headers of an HTTP 500 response for ListBalances
+type ListBalancesResponse500Headers struct {
+	XRequestID string
+}
+
+// ListBalancesResponse503Headers the declared response headers of an HTTP 503 response for ListBalances
+type ListBalancesResponse503Headers struct {
+	RetryAfter *int
+	XRequestID string
+}
+
+type ListBalancesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *BalanceList
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *Internal
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListBalancesResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListBalancesResponse401Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListBalancesResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListBalancesResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListBalancesResponse) GetJSON200() *BalanceList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListBalancesResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListBalancesResponse) GetApplicationProblemJSON500() *Internal {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListBalancesResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListBalancesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListBalancesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListBalancesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListBalancesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListOrdersResponse200Headers the declared response headers of an HTTP 200 response for ListOrders
+type ListOrdersResponse200Headers struct {
+	XRequestID string
+}
+
+// ListOrdersResponse400Headers the declared response headers of an HTTP 400 response for ListOrders
+type ListOrdersResponse400Headers struct {
+	XRequestID string
+}
+
+// ListOrdersResponse401Headers the declared response headers of an HTTP 401 response for ListOrders
+type ListOrdersResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// ListOrdersResponse500Headers the declared response headers of an HTTP 500 response for ListOrders
+type ListOrdersResponse500Headers struct {
+	XRequestID string
+}
+
+// ListOrdersResponse503Headers the declared response headers of an HTTP 503 response for ListOrders
+type ListOrdersResponse503Headers struct {
+	RetryAfter *int
+	XRequestID string
+}
+
+type ListOrdersResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *OrderList
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *Problem
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *Internal
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListOrdersResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListOrdersResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListOrdersResponse401Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListOrdersResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListOrdersResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListOrdersResponse) GetJSON200() *OrderList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListOrdersResponse) GetApplicationProblemJSON400() *Problem {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListOrdersResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListOrdersResponse) GetApplicationProblemJSON500() *Internal {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListOrdersResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListOrdersResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListOrdersResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListOrdersResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListOrdersResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -1670,6 +2400,61 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, para
 	return ParseGetReadinessResponse(rsp)
 }
 
+// ListBalancesWithResponse List the caller's balances.
+//
+// Returns every asset the caller's account holds a balance in, sorted by
+// asset. Each balance carries its `version`, which rises by one with
+// every change of that balance: a client never sees the version of a
+// balance go down from one answer to the next, so a client that caches
+// balances can keep the one with the higher version.
+//
+// Balances are served from a cache that settlement keeps current
+// through a coherence queue, so a change may take a moment to show.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/balances (the `ListBalances` operationId).
+func (c *ClientWithResponses) ListBalancesWithResponse(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*ListBalancesResponse, error) {
+	rsp, err := c.ListBalances(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListBalancesResponse(rsp)
+}
+
+// ListOrdersWithResponse List the caller's final orders.
+//
+// Lists the caller's orders that reached a final status (`settled`,
+// `rejected` or `canceled`), newest first: by id, and ids sort by
+// admission time (to the millisecond).
+//
+// Orders in flight (`pending`, `active`) live only in the queue and are
+// not listed: an order appears here once it is final, normally within
+// milliseconds of its settlement or cancel. Follow one with `getOrder`
+// until then. `failed` orders, which an operator may still retry, and
+// `accepted` ones are not listed either.
+//
+// Each page holds at most `limit` orders. When more follow, the answer
+// has `next_cursor`: pass it unchanged as `cursor`, with the same
+// `status`, for the next page. The last page has no `next_cursor`. A
+// listing is not a snapshot: an order that becomes final while a client
+// pages shows up on a later page when it is older than the cursor, and
+// otherwise only in a new listing from the start.
+//
+// The query is read strictly: an unknown parameter, a repeated one or a
+// value out of its range is answered `400` naming every bad parameter.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/orders (the `ListOrders` operationId).
+func (c *ClientWithResponses) ListOrdersWithResponse(ctx context.Context, params *ListOrdersParams, reqEditors ...RequestEditorFn) (*ListOrdersResponse, error) {
+	rsp, err := c.ListOrders(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListOrdersResponse(rsp)
+}
+
 // PlaceOrderWithBodyWithResponse Place an order.
 //
 // Validates the order and admits it onto the matching queue. The answer
@@ -1722,8 +2507,10 @@ func (c *ClientWithResponses) PlaceOrderWithResponse(ctx context.Context, params
 //
 // Cancels one of the caller's orders while it is `pending`, that is
 // before a worker has taken it, and answers with the order in status
-// `canceled`. Once a worker holds the order (`active`) or it has reached
-// any other status, the answer is `409` and the problem's `detail` names
+// `canceled`. The cancel is recorded with the exchange's final orders,
+// so `listOrders` lists it (`status=canceled`). Once a worker holds the
+// order (`active`) or it has reached any other status (`settled`,
+// `rejected`, ...), the answer is `409` and the problem's `detail` names
 // the status. Canceling an order twice is answered `409` as well: the
 // second call finds it `canceled`.
 //
@@ -1740,7 +2527,10 @@ func (c *ClientWithResponses) CancelOrderWithResponse(ctx context.Context, id Or
 
 // GetOrderWithResponse Get an order.
 //
-// Returns one of the caller's orders in its current status.
+// Returns one of the caller's orders in its current status. A final
+// order (`settled`, `rejected`, `canceled`) is read from the exchange's
+// durable record, with its fill or its reject reason; an order in flight
+// from the queue.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -1835,6 +2625,231 @@ func ParseGetReadinessResponse(rsp *http.Response) (*GetReadinessResponse, error
 		response.Headers200 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetReadinessResponse503Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListBalancesResponse parses an HTTP response from a ListBalancesWithResponse call
+func ParseListBalancesResponse(rsp *http.Response) (*ListBalancesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListBalancesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest BalanceList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListBalancesResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListBalancesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListBalancesResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListBalancesResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListOrdersResponse parses an HTTP response from a ListOrdersWithResponse call
+func ParseListOrdersResponse(rsp *http.Response) (*ListOrdersResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListOrdersResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest OrderList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListOrdersResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListOrdersResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListOrdersResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListOrdersResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListOrdersResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

@@ -1,5 +1,5 @@
 // Command admin manages the exchange's accounts, API keys and funds, and its
-// database schema.
+// database schema, and audits the ledger.
 package main
 
 import (

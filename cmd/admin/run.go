@@ -24,7 +24,13 @@ const usage = `usage: admin COMMAND [ARGS]   (DATABASE_URL names the database)
   withdraw ACCOUNT ASSET AMOUNT    debit funds to the external account (a ledger transaction)
   demo                             fund the venue if it is empty, create a funded demo account
                                    and print account=... and api_key=...
+  audit                            check the ledger: balances against their entries, conservation
+                                   per asset, balanced transactions, one settlement per settled
+                                   order; prints each violation and exits non-zero on any
 `
+
+// errViolations: the audit found the books unsound. Its output says how.
+var errViolations = errors.New("the audit found violations")
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) < 2 || args[1] == "-h" || args[1] == "--help" || args[1] == "help" {
@@ -41,7 +47,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	command, rest := args[1], args[2:]
 	want := map[string]int{
 		"migrate": 0, "migrate-down": 0, "create-account": 1, "issue-key": 1, "revoke-key": 1,
-		"deposit": 3, "withdraw": 3, "demo": 0,
+		"deposit": 3, "withdraw": 3, "demo": 0, "audit": 0,
 	}
 	count, known := want[command]
 	if !known {
@@ -94,7 +100,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		fmt.Fprintf(stdout, "withdrew=%s %s from %s\n", rest[2], strings.ToUpper(rest[1]), rest[0])
 	case "demo":
 		return demo(ctx, db, accounts, ledger, stdout)
+	case "audit":
+		return audit(ctx, db, stdout)
 	}
+	return nil
+}
+
+// audit prints every violation, then one summary line, and fails when it
+// printed any violation.
+func audit(ctx context.Context, db *pgxpool.Pool, stdout io.Writer) error {
+	report, err := orders.RunAudit(ctx, db)
+	if err != nil {
+		return err
+	}
+	for _, v := range report.Violations {
+		fmt.Fprintln(stdout, v)
+	}
+	if n := len(report.Violations); n > 0 {
+		fmt.Fprintf(stdout, "audit: %d violations\n", n)
+		return fmt.Errorf("%w: %d", errViolations, n)
+	}
+	fmt.Fprintf(stdout, "audit: ok, %d balances, %d transactions, %d orders\n", report.Balances, report.Transactions, report.Orders)
 	return nil
 }
 

@@ -108,7 +108,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer queueClient.Close()
 
-	placer := orders.NewPlacer(queueClient.Queue(orders.Queue), c.dedupRetention)
+	placer := orders.NewPlacer(queueClient.Queue(orders.Queue), c.dedupRetention, orders.WithHistory(orders.NewHistory(db)))
 	if err := placer.Declare(ctx); err != nil {
 		return err
 	}
@@ -128,6 +128,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Placer:      placer,
 		Instruments: instruments,
 		Accounts:    orders.NewAccounts(db),
+		Balances:    orders.NewBalances(db, queueClient, log),
 		Probes:      probes(queueClient, db),
 		Logger:      log,
 		Metrics:     metrics,

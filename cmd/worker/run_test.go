@@ -3,10 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -29,8 +30,10 @@ func envOf(values map[string]string) func(string) string {
 }
 
 func TestParseConfig(t *testing.T) {
+	const databaseURL = "postgres://postgres@db:5432/ordergate"
 	defaults := config{
-		redisURL: "redis://127.0.0.1:6379/0", concurrency: 8, lease: 30 * time.Second, maxAttempts: 10,
+		redisURL: "redis://127.0.0.1:6379/0", databaseURL: databaseURL, migrate: true, concurrency: 8, lease: 30 * time.Second,
+		maxAttempts: 60, retryBase: 100 * time.Millisecond, retryCap: 10 * time.Second,
 		drainTimeout: 10 * time.Second, metricsAddr: "127.0.0.1:9091", logLevel: slog.LevelInfo,
 	}
 	tests := []struct {
@@ -46,11 +49,13 @@ func TestParseConfig(t *testing.T) {
 			env: map[string]string{
 				"REDIS_URL": "redis://queue:6379/1", "WORKER_CONCURRENCY": "32", "WORKER_BATCH": "16",
 				"WORKER_LEASE": "45s", "WORKER_MAX_ATTEMPTS": "5", "WORKER_DRAIN_TIMEOUT": "20s",
-				"METRICS_ADDR": ":9100", "LOG_LEVEL": "debug",
+				"METRICS_ADDR": ":9100", "LOG_LEVEL": "debug", "DATABASE_URL": "postgres://other/db", "MIGRATE": "false",
+				"WORKER_RETRY_BASE": "1s", "WORKER_RETRY_CAP": "1m",
 			},
 			want: func(c *config) {
 				c.redisURL, c.concurrency, c.batch, c.lease = "redis://queue:6379/1", 32, 16, 45*time.Second
 				c.maxAttempts, c.drainTimeout, c.metricsAddr, c.logLevel = 5, 20*time.Second, ":9100", slog.LevelDebug
+				c.databaseURL, c.migrate, c.retryBase, c.retryCap = "postgres://other/db", false, time.Second, time.Minute
 			},
 		},
 		{
@@ -65,12 +70,21 @@ func TestParseConfig(t *testing.T) {
 		{name: "no concurrency", args: []string{"-concurrency", "0"}, wantErr: "concurrency 0"},
 		{name: "lease too short", env: map[string]string{"WORKER_LEASE": "100ms"}, wantErr: "lease 100ms"},
 		{name: "no attempts", env: map[string]string{"WORKER_MAX_ATTEMPTS": "0"}, wantErr: "max attempts 0"},
+		{name: "no database", env: map[string]string{"DATABASE_URL": ""}, wantErr: "DATABASE_URL"},
+		{name: "database by flag", env: map[string]string{"DATABASE_URL": ""}, args: []string{"-database-url", "postgres://flag/db"},
+			want: func(c *config) { c.databaseURL = "postgres://flag/db" }},
+		{name: "unparsable MIGRATE", env: map[string]string{"MIGRATE": "sometimes"}, wantErr: `MIGRATE="sometimes"`},
+		{name: "no migrations by flag", args: []string{"-migrate=false"}, want: func(c *config) { c.migrate = false }},
+		{name: "zero retry base", env: map[string]string{"WORKER_RETRY_BASE": "0s"}, wantErr: "retry base 0s"},
+		{name: "retry cap under the base", env: map[string]string{"WORKER_RETRY_BASE": "2s", "WORKER_RETRY_CAP": "1s"}, wantErr: "retry cap 1s"},
 		{name: "stray argument", args: []string{"now"}, wantErr: "unexpected arguments"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
-			got, err := parseConfig(append([]string{"worker"}, tt.args...), envOf(tt.env), &out)
+			env := map[string]string{"DATABASE_URL": databaseURL}
+			maps.Copy(env, tt.env)
+			got, err := parseConfig(append([]string{"worker"}, tt.args...), envOf(env), &out)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error = %v, want one naming %s", err, tt.wantErr)
@@ -94,8 +108,8 @@ func TestUsageNamesEveryEnvironmentVariable(t *testing.T) {
 	if err := run(context.Background(), []string{"worker", "-h"}, envOf(nil), &out); err != nil {
 		t.Fatalf("run -h: %v", err)
 	}
-	for _, name := range []string{"REDIS_URL", "WORKER_CONCURRENCY", "WORKER_BATCH", "WORKER_LEASE",
-		"WORKER_MAX_ATTEMPTS", "WORKER_DRAIN_TIMEOUT", "METRICS_ADDR", "LOG_LEVEL"} {
+	for _, name := range []string{"REDIS_URL", "DATABASE_URL", "MIGRATE", "WORKER_CONCURRENCY", "WORKER_BATCH", "WORKER_LEASE",
+		"WORKER_MAX_ATTEMPTS", "WORKER_RETRY_BASE", "WORKER_RETRY_CAP", "WORKER_DRAIN_TIMEOUT", "METRICS_ADDR", "LOG_LEVEL"} {
 		if !strings.Contains(out.String(), "("+name+")") {
 			t.Errorf("usage does not document %s:\n%s", name, out.String())
 		}
@@ -107,7 +121,7 @@ func TestWorkerRefusesAnotherProtocolVersion(t *testing.T) {
 	redisServer.Client(t).Set(context.Background(), "{emq}:version", "echomq:1.0.0", 0)
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"worker"}, envOf(map[string]string{
-		"REDIS_URL": redisServer.URL(), "METRICS_ADDR": "",
+		"REDIS_URL": redisServer.URL(), "METRICS_ADDR": "", "DATABASE_URL": testserver.Postgres(t).URL,
 	}), &out)
 	if err == nil || !strings.Contains(err.Error(), "echomq:1.0.0") {
 		t.Fatalf("run = %v, want a refusal naming the foreign version", err)
@@ -163,10 +177,13 @@ func waitUntil(t testing.TB, timeout time.Duration, what string, condition func(
 	}
 }
 
-// TestWorkerAcceptsOrders runs the worker as main does: it accepts an order,
-// buries a job that is no order, serves its metrics and drains on cancel.
-func TestWorkerAcceptsOrders(t *testing.T) {
+// TestWorkerSettlesOrders runs the worker as main does, on a database it
+// migrates itself: an order admitted through the Placer is settled, an
+// unaffordable one rejected, a job that is no order buried; it serves its
+// metrics and drains on cancel.
+func TestWorkerSettlesOrders(t *testing.T) {
 	redisServer := testserver.StartRedis(t)
+	database := testserver.Postgres(t)
 	metricsAddr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -174,7 +191,7 @@ func TestWorkerAcceptsOrders(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"worker", "-lease", "2s"}, envOf(map[string]string{
-			"REDIS_URL": redisServer.URL(), "METRICS_ADDR": metricsAddr,
+			"REDIS_URL": redisServer.URL(), "DATABASE_URL": database.URL, "METRICS_ADDR": metricsAddr,
 		}), &out)
 	}()
 	t.Cleanup(func() {
@@ -182,52 +199,95 @@ func TestWorkerAcceptsOrders(t *testing.T) {
 			t.Logf("worker output:\n%s", out.String())
 		}
 	})
-	waitUntil(t, 10*time.Second, "/healthz answers 200", func() bool {
+	// The metrics listener starts after the migrations.
+	waitUntil(t, 30*time.Second, "/healthz answers 200", func() bool {
 		status, _ := get(t, "http://"+metricsAddr+"/healthz")
 		return status == http.StatusOK
 	})
 
-	client, err := emq.Connect(context.Background(), redisServer.Client(t))
+	background := context.Background()
+	db := database.Pool(t)
+	account, err := orders.NewAccounts(db).Create(background, "worker test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger := orders.NewLedger(db)
+	for _, funds := range []struct{ account, asset, amount string }{
+		{orders.VenueAccount, "BTC", "10"}, {orders.VenueAccount, "USD", "1000000.00"}, {account, "USD", "1000.00"},
+	} {
+		if err := ledger.Deposit(background, funds.account, funds.asset, funds.amount); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client, err := emq.Connect(background, redisServer.Client(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	queue := client.Queue(orders.Queue)
-	price := decimal.MustParse("50000.00")
-	order := orders.Order{
-		ID: orders.NewOrderID(), ClientOrderID: "c-1", Account: "ACC_TEST", Symbol: "BTC-USD",
-		Side: orders.Buy, Type: orders.Limit, Quantity: decimal.MustParse("0.01000"), Price: &price,
-		Status: orders.StatusPending, CreatedAt: time.Now().UTC(),
-	}
-	payload, err := json.Marshal(order)
-	if err != nil {
-		t.Fatal(err)
-	}
-	broken := orders.NewOrderID()
-	for _, job := range []emq.Job{
-		{ID: order.ID, Kind: orders.KindPlace, Group: order.Account, Payload: payload},
-		{ID: broken, Kind: orders.KindPlace, Group: order.Account, Payload: []byte("{not json")},
-	} {
-		if _, err := queue.Admit(context.Background(), job); err != nil {
-			t.Fatalf("admit %s: %v", job.ID, err)
+	placer := orders.NewPlacer(queue, 0)
+	place := func(clientOrderID, quantity string) orders.Order {
+		t.Helper()
+		order, _, err := placer.Place(background, orders.PlaceCommand{
+			Account: account, ClientOrderID: clientOrderID, Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit,
+			Quantity: decimal.MustParse(quantity), Price: decimal.MustParse("50000.00"),
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
+		return order
 	}
+	affordable, unaffordable := place("c-1", "0.01"), place("c-2", "1")
+	broken := orders.NewOrderID()
+	if _, err := queue.Admit(background, emq.Job{ID: broken, Kind: orders.KindPlace, Group: account, Payload: []byte("{not json")}); err != nil {
+		t.Fatalf("admit %s: %v", broken, err)
+	}
+
 	stateOf := func(id string) string {
-		info, err := queue.Job(context.Background(), id)
+		info, err := queue.Job(background, id)
 		if err != nil {
 			return err.Error()
 		}
 		return info.State
 	}
-	waitUntil(t, 10*time.Second, "the order done and the broken job dead", func() bool {
-		return stateOf(order.ID) == emq.StateDone && stateOf(broken) == emq.StateDead
-	})
-	if accepted := fmt.Sprintf(`"msg":"order accepted","queue":"orders","order_id":%q`, order.ID); !strings.Contains(out.String(), accepted) {
-		t.Errorf("no %s in the log", accepted)
+	finalOf := func(id string) (status, reason string) {
+		var rejectReason *string
+		if err := db.QueryRow(background, `SELECT status, reject_reason FROM orders WHERE id = $1`, id).Scan(&status, &rejectReason); err != nil {
+			return err.Error(), ""
+		}
+		if rejectReason != nil {
+			reason = *rejectReason
+		}
+		return status, reason
 	}
-	if info, _ := queue.Job(context.Background(), broken); !strings.Contains(info.LastError, "decode order") || info.Attempts != 1 {
+	waitUntil(t, 15*time.Second, "both orders done and the broken job dead", func() bool {
+		return stateOf(affordable.ID) == emq.StateDone && stateOf(unaffordable.ID) == emq.StateDone && stateOf(broken) == emq.StateDead
+	})
+	if status, _ := finalOf(affordable.ID); status != "settled" {
+		t.Errorf("affordable order: %s, want settled", status)
+	}
+	if status, reason := finalOf(unaffordable.ID); status != "rejected" || reason != orders.ReasonInsufficientFunds {
+		t.Errorf("unaffordable order: %s %s, want rejected for insufficient funds", status, reason)
+	}
+	var usd string
+	if err := db.QueryRow(background, `SELECT trim_scale(available)::text FROM balances WHERE account_id = $1 AND asset = 'USD'`,
+		account).Scan(&usd); err != nil || usd != "500" {
+		t.Errorf("USD after the fill: %s (%v), want 500", usd, err)
+	}
+	if violations, err := orders.Audit(background, db); err != nil || len(violations) > 0 {
+		t.Errorf("audit: %v, %v", violations, err)
+	}
+	if info, _ := queue.Job(background, broken); !strings.Contains(info.LastError, "malformed order payload") || info.Attempts != 1 {
 		t.Errorf("broken job: attempts %d, last error %q; want dead on its first attempt with the decode error", info.Attempts, info.LastError)
 	}
-	if strings.Contains(out.String(), "BTC-USD") || strings.Contains(out.String(), "not json") {
+	for _, line := range []string{
+		fmt.Sprintf(`"msg":"order settled","queue":"orders","order_id":%q`, affordable.ID),
+		fmt.Sprintf(`"msg":"order rejected","queue":"orders","order_id":%q`, unaffordable.ID),
+	} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("no %s in the log", line)
+		}
+	}
+	if strings.Contains(out.String(), "50000") || strings.Contains(out.String(), "not json") {
 		t.Error("a payload made it into the log")
 	}
 
@@ -238,10 +298,10 @@ func TestWorkerAcceptsOrders(t *testing.T) {
 		status, body := get(t, "http://"+metricsAddr+"/metrics")
 		missing = missing[:0]
 		for _, series := range []string{
-			`emq_jobs_claimed_total{queue="orders"} 2`,
-			`emq_jobs_completed_total{queue="orders"} 1`,
+			`emq_jobs_claimed_total{queue="orders"} 3`,
+			`emq_jobs_completed_total{queue="orders"} 2`,
 			`emq_jobs_dead_total{queue="orders"} 1`,
-			`emq_claim_to_complete_seconds_count{queue="orders"} 1`,
+			`emq_claim_to_complete_seconds_count{queue="orders"} 2`,
 			`emq_pending_jobs{queue="orders"}`,
 			`go_goroutines`,
 		} {
@@ -271,5 +331,47 @@ func TestWorkerAcceptsOrders(t *testing.T) {
 	}
 	if status, _ := get(t, "http://"+metricsAddr+"/healthz"); status != 0 {
 		t.Errorf("/healthz still answers %d after the worker stopped", status)
+	}
+}
+
+// TestWorkBesideStopsWhenALoopFails: a coherence loop that fails stops the
+// settlement worker too, and its error is what run returns.
+func TestWorkBesideStopsWhenALoopFails(t *testing.T) {
+	broken := errors.New("coherence consumer broke")
+	tests := []struct {
+		name    string
+		loops   []func(context.Context) error
+		cancel  bool
+		wantErr error
+	}{
+		{name: "a loop fails", loops: []func(context.Context) error{
+			func(ctx context.Context) error { <-ctx.Done(); return nil },
+			func(context.Context) error { return broken },
+		}, wantErr: broken},
+		{name: "all run until cancelled", cancel: true, loops: []func(context.Context) error{
+			func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
+		}},
+		{name: "no loops", cancel: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tt.cancel {
+				time.AfterFunc(20*time.Millisecond, cancel)
+			}
+			workStopped := false
+			err := workBeside(ctx, tt.loops, func(ctx context.Context) error {
+				<-ctx.Done()
+				workStopped = true
+				return nil
+			})
+			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
+				t.Errorf("workBeside = %v, want %v", err, tt.wantErr)
+			}
+			if !workStopped {
+				t.Error("the work did not run until stopped")
+			}
+		})
 	}
 }

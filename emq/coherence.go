@@ -1,0 +1,466 @@
+package emq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// Coherence lanes carry "this changed" from where a table's truth is written
+// to the caches that copy it. The message is the same on both lanes; what a
+// table declares is what losing one costs:
+//
+//   - the job lane is an ordinary queue, CoherenceQueue(table): at-least-once
+//     and crash-surviving, for data where a stale read costs money. Its
+//     consumer must tolerate duplicates and reordering (it acts only on a
+//     version newer than the last it applied).
+//   - the broadcast lane is one PUBLISH on CoherenceChannel(table): at most
+//     once, for data where a lost message costs one expiry of staleness.
+//
+// Channel and cache keys of a table share the hash tag {table}, so on a Redis
+// Cluster they live in the table's slot.
+
+// CoherenceQueue is the job lane of table.
+func CoherenceQueue(table string) string { return "ecc.coh." + table }
+
+// CoherenceChannel is the broadcast lane of table.
+func CoherenceChannel(table string) string { return "ecc:{" + table + "}:coh" }
+
+// CacheKey is the key of one cached item of table, e.g. one account's
+// balances.
+func CacheKey(table, id string) string { return "ecc:{" + table + "}:" + id }
+
+// Lane is how a table's changes reach its caches.
+type Lane string
+
+// The lanes a table may declare.
+const (
+	// LaneNone: no message; caches rely on their expiry alone.
+	LaneNone Lane = "none"
+	// LaneBroadcast: a PUBLISH, at most once.
+	LaneBroadcast Lane = "broadcast"
+	// LaneJob: a job on the table's coherence queue, at least once.
+	LaneJob Lane = "job"
+)
+
+// ParseLane reads a lane's name.
+func ParseLane(name string) (Lane, error) {
+	switch lane := Lane(name); lane {
+	case LaneNone, LaneBroadcast, LaneJob:
+		return lane, nil
+	}
+	return "", fmt.Errorf("emq: unknown coherence lane %q: want none, broadcast or job", name)
+}
+
+// Lanes declares the lane of each table. A table not declared rides no lane:
+// forgetting a table must not make up a promise nobody chose.
+type Lanes map[string]Lane
+
+// Of is the lane table rides.
+func (l Lanes) Of(table string) Lane {
+	if lane, ok := l[table]; ok {
+		return lane
+	}
+	return LaneNone
+}
+
+// Validate refuses unknown lanes and table names that would break the hash
+// tag of their keys.
+func (l Lanes) Validate() error {
+	for table, lane := range l {
+		if table == "" || strings.ContainsAny(table, "{} ") {
+			return fmt.Errorf("emq: invalid coherence table name %q", table)
+		}
+		if _, err := ParseLane(string(lane)); err != nil {
+			return fmt.Errorf("emq: table %s: %w", table, err)
+		}
+	}
+	return nil
+}
+
+// Broadcast publishes payload on table's broadcast lane. Nobody acknowledges
+// it: a subscriber that is disconnected or full never sees it.
+func (c *Client) Broadcast(ctx context.Context, table, payload string) error {
+	if err := c.rdb.Publish(ctx, CoherenceChannel(table), payload).Err(); err != nil {
+		return fmt.Errorf("emq: broadcast on %s: %w", table, err)
+	}
+	return nil
+}
+
+// CacheEntry is one field of a versioned cache hash, stored as
+// "<version> <value>".
+type CacheEntry struct {
+	Field   string
+	Version int64
+	Value   string
+}
+
+// CacheFill is the outcome of filling one entry.
+type CacheFill struct {
+	// Wrote is false when the field held the same or a newer version.
+	Wrote bool
+	// Held is what the field holds after the fill: the entry itself when it
+	// was written, the newer one that stayed otherwise.
+	Held CacheEntry
+}
+
+// ErrCacheValue: a cached value is not "<version> <value>".
+var ErrCacheValue = errors.New("emq: malformed cache value")
+
+// ParseCacheValue splits a stored "<version> <value>" of field.
+func ParseCacheValue(field, stored string) (CacheEntry, error) {
+	version, value, found := strings.Cut(stored, " ")
+	if !found {
+		return CacheEntry{}, fmt.Errorf("%w: field %q holds %q", ErrCacheValue, field, stored)
+	}
+	n, err := strconv.ParseInt(version, 10, 64)
+	if err != nil || n < 0 {
+		return CacheEntry{}, fmt.Errorf("%w: field %q holds version %q", ErrCacheValue, field, version)
+	}
+	return CacheEntry{Field: field, Version: n, Value: value}, nil
+}
+
+// FillIfNewer writes value at version into field of the cache hash key only
+// if the field holds no version or an older one, and reports whether it
+// wrote. Fillers that read the truth at different moments may finish in any
+// order; this is what keeps the cache from going back in time.
+func (c *Client) FillIfNewer(ctx context.Context, key, field string, version int64, value string) (bool, error) {
+	fills, err := c.FillManyIfNewer(ctx, key, []CacheEntry{{Field: field, Version: version, Value: value}})
+	if err != nil {
+		return false, err
+	}
+	return fills[0].Wrote, nil
+}
+
+// FillManyIfNewer fills several fields of one cache hash in one atomic step,
+// each as by FillIfNewer, and returns per entry what its field holds
+// afterwards. Readers never see the hash half filled.
+func (c *Client) FillManyIfNewer(ctx context.Context, key string, entries []CacheEntry) ([]CacheFill, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	args := make([]any, 0, 3*len(entries))
+	for _, entry := range entries {
+		if entry.Version < 0 {
+			return nil, fmt.Errorf("emq: fill %s: field %q: negative version %d", key, entry.Field, entry.Version)
+		}
+		args = append(args, entry.Field, strconv.FormatInt(entry.Version, 10), entry.Value)
+	}
+	reply, err := cacheFillScript.Run(ctx, c.rdb, []string{key}, args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("emq: fill %s: %w", key, err)
+	}
+	if len(reply) != 2*len(entries) {
+		return nil, fmt.Errorf("emq: fill %s: unexpected reply of %d values for %d entries", key, len(reply), len(entries))
+	}
+	fills := make([]CacheFill, len(entries))
+	for i, entry := range entries {
+		wrote, _ := reply[2*i].(int64)
+		stored, ok := reply[2*i+1].(string)
+		if !ok {
+			return nil, fmt.Errorf("emq: fill %s: unexpected reply %T for field %q", key, reply[2*i+1], entry.Field)
+		}
+		held, err := ParseCacheValue(entry.Field, stored)
+		if err != nil {
+			return nil, fmt.Errorf("emq: fill %s: %w", key, err)
+		}
+		fills[i] = CacheFill{Wrote: wrote == 1, Held: held}
+	}
+	return fills, nil
+}
+
+// ReadCache returns every field of the cache hash key by field name; an
+// empty map when there is no such hash. A malformed value is an error
+// wrapping ErrCacheValue, so the caller can treat the hash as a miss.
+func (c *Client) ReadCache(ctx context.Context, key string) (map[string]CacheEntry, error) {
+	fields, err := c.rdb.HGetAll(ctx, key).Result()
+	if err != nil {
+		return nil, fmt.Errorf("emq: read cache %s: %w", key, err)
+	}
+	entries := make(map[string]CacheEntry, len(fields))
+	for field, stored := range fields {
+		entry, err := ParseCacheValue(field, stored)
+		if err != nil {
+			return nil, fmt.Errorf("emq: read cache %s: %w", key, err)
+		}
+		entries[field] = entry
+	}
+	return entries, nil
+}
+
+// BroadcastStats counts what one subscription did.
+type BroadcastStats struct {
+	// Received is every message read off the channel.
+	Received uint64
+	// Dropped is the messages the ring refused because it was full.
+	Dropped uint64
+	// Applied is the messages handed to apply (and returned from it).
+	Applied uint64
+	// Held is how many messages the ring holds now, the one apply is
+	// working on included: the backpressure gauge.
+	Held int
+}
+
+// broadcastMetrics are the series every subscription of a process shares;
+// each carries the table as label "table".
+type broadcastMetrics struct {
+	received *prometheus.CounterVec
+	dropped  *prometheus.CounterVec
+}
+
+func newBroadcastMetrics(registerer prometheus.Registerer) broadcastMetrics {
+	table := []string{"table"}
+	return broadcastMetrics{
+		received: register(registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "emq_coherence_broadcast_received_total",
+			Help: "Broadcast coherence messages read off the channel, whether kept or dropped.",
+		}, table)),
+		dropped: register(registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "emq_coherence_broadcast_dropped_total",
+			Help: "Broadcast coherence messages refused because the subscriber's ring was full.",
+		}, table)),
+	}
+}
+
+// SubscribeOption configures Subscribe.
+type SubscribeOption func(*subscribeConfig)
+
+type subscribeConfig struct {
+	registerer    prometheus.Registerer
+	healthTimeout time.Duration
+}
+
+// WithBroadcastMetrics registers the subscription's counters with registerer;
+// several subscriptions may share one registry.
+func WithBroadcastMetrics(registerer prometheus.Registerer) SubscribeOption {
+	return func(c *subscribeConfig) { c.registerer = registerer }
+}
+
+// WithHealthCheck sets how long the subscription may hear nothing before it
+// pings the server to find out whether the connection still stands (default
+// 30s). A connection that died without a word would otherwise wait forever.
+func WithHealthCheck(idle time.Duration) SubscribeOption {
+	return func(c *subscribeConfig) {
+		if idle > 0 {
+			c.healthTimeout = idle
+		}
+	}
+}
+
+const defaultHealthTimeout = 30 * time.Second
+
+// Subscription is a running subscription to one table's broadcast lane.
+type Subscription struct {
+	table  string
+	log    *slog.Logger
+	pubsub *redis.PubSub
+	ring   *ring
+	apply  func(payload string)
+
+	receivedMetric, droppedMetric prometheus.Counter
+	received, dropped, applied    atomic.Uint64
+
+	done chan struct{}
+}
+
+// Subscribe listens on table's broadcast lane and hands each message to
+// apply, one at a time, on a goroutine of its own, until ctx is cancelled.
+//
+// Between the two sits a ring of capacity slots: the reader only ever offers
+// a message to it, and a full ring refuses the message and counts the drop.
+// The reader therefore never waits for apply, so the server's output buffer
+// for this connection never backs up (Redis would disconnect a subscriber
+// that falls too far behind), and a slow apply costs messages, counted, not
+// memory. The message apply is working on keeps its slot until apply
+// returns, so at most capacity messages are held, that one included.
+//
+// Subscribe returns once the server confirmed the subscription: a message
+// published after that reaches apply unless it is dropped. A lost connection
+// is re-established on its own; what was published meanwhile is lost, as the
+// lane promises. Done is closed when both goroutines have ended.
+func (c *Client) Subscribe(ctx context.Context, table string, capacity int, apply func(payload string), opts ...SubscribeOption) (*Subscription, error) {
+	if capacity <= 0 {
+		return nil, fmt.Errorf("emq: subscribe to %s: capacity %d, want at least 1", table, capacity)
+	}
+	if apply == nil {
+		return nil, fmt.Errorf("emq: subscribe to %s: no apply function", table)
+	}
+	config := subscribeConfig{healthTimeout: defaultHealthTimeout}
+	for _, opt := range opts {
+		opt(&config)
+	}
+	pubsub := c.rdb.Subscribe(ctx, CoherenceChannel(table))
+	if _, err := pubsub.Receive(ctx); err != nil {
+		_ = pubsub.Close()
+		return nil, fmt.Errorf("emq: subscribe to %s: %w", CoherenceChannel(table), err)
+	}
+	metrics := newBroadcastMetrics(config.registerer)
+	s := &Subscription{
+		table:          table,
+		log:            c.log.With("coherence_table", table),
+		pubsub:         pubsub,
+		ring:           newRing(capacity),
+		apply:          apply,
+		receivedMetric: metrics.received.WithLabelValues(table),
+		droppedMetric:  metrics.dropped.WithLabelValues(table),
+		done:           make(chan struct{}),
+	}
+	var loops sync.WaitGroup
+	loops.Go(func() { s.read(ctx, config.healthTimeout) })
+	loops.Go(func() { s.applyLoop(ctx) })
+	go func() {
+		// A blocking read does not watch the context; closing the
+		// subscription is what ends it.
+		<-ctx.Done()
+		_ = pubsub.Close()
+	}()
+	go func() {
+		loops.Wait()
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// Stats reports the subscription's counts so far.
+func (s *Subscription) Stats() BroadcastStats {
+	return BroadcastStats{
+		Received: s.received.Load(), Dropped: s.dropped.Load(), Applied: s.applied.Load(),
+		Held: s.ring.occupancy(),
+	}
+}
+
+// Done is closed when the subscription has stopped.
+func (s *Subscription) Done() <-chan struct{} { return s.done }
+
+func (s *Subscription) read(ctx context.Context, healthTimeout time.Duration) {
+	trouble := outage{loop: "broadcast subscription"}
+	for ctx.Err() == nil {
+		message, err := s.pubsub.ReceiveTimeout(ctx, healthTimeout)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			var netErr net.Error
+			if errors.As(err, &netErr) && netErr.Timeout() {
+				// Quiet for a while: a ping either comes back as a pong or
+				// fails, and a failure makes the next receive reconnect.
+				pingCtx, cancel := context.WithTimeout(ctx, healthTimeout)
+				err = s.pubsub.Ping(pingCtx)
+				cancel()
+				if err == nil {
+					continue
+				}
+			}
+			trouble.fail(s.log, err)
+			sleep(ctx, trouble.backoff(outageBackoffFloor))
+			continue
+		}
+		trouble.recover(s.log)
+		if m, ok := message.(*redis.Message); ok {
+			s.offer(m.Payload)
+		}
+	}
+}
+
+func (s *Subscription) offer(payload string) {
+	s.received.Add(1)
+	s.receivedMetric.Inc()
+	if !s.ring.offer(payload) {
+		s.dropped.Add(1)
+		s.droppedMetric.Inc()
+	}
+}
+
+func (s *Subscription) applyLoop(ctx context.Context) {
+	for {
+		payload, ok := s.ring.next(ctx)
+		if !ok {
+			return
+		}
+		s.applyOne(payload)
+		s.ring.release()
+		s.applied.Add(1)
+	}
+}
+
+// applyOne keeps one bad message from ending the applier.
+func (s *Subscription) applyOne(payload string) {
+	defer func() {
+		if recovered := recover(); recovered != nil {
+			s.log.Error("coherence apply panicked; the message is skipped", "panic", fmt.Sprint(recovered))
+		}
+	}()
+	s.apply(payload)
+}
+
+// ring is a bounded single-producer single-consumer queue. A full ring
+// refuses instead of waiting or overwriting: the producer (the subscription
+// reader) must never block, and an overwritten slot would lose a message
+// without counting it. The consumer frees a slot only after it is done with
+// the message in it, so occupancy (tail - head) counts the message in hand.
+type ring struct {
+	slots []string
+	// head is the next slot to consume, tail the next to fill; both only grow.
+	head, tail atomic.Uint64
+	// wake has room for one signal: the producer never waits on it, and one
+	// pending signal is enough to make the consumer look again.
+	wake chan struct{}
+}
+
+func newRing(capacity int) *ring {
+	return &ring{slots: make([]string, capacity), wake: make(chan struct{}, 1)}
+}
+
+// offer is called by the producer only.
+func (r *ring) offer(item string) bool {
+	tail := r.tail.Load()
+	if tail-r.head.Load() >= uint64(len(r.slots)) {
+		return false
+	}
+	r.slots[tail%uint64(len(r.slots))] = item
+	r.tail.Store(tail + 1)
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// next waits for the oldest item, which keeps its slot until release; false
+// once ctx is cancelled. Called by the consumer only.
+func (r *ring) next(ctx context.Context) (string, bool) {
+	for {
+		if ctx.Err() != nil {
+			return "", false
+		}
+		head := r.head.Load()
+		if head != r.tail.Load() {
+			return r.slots[head%uint64(len(r.slots))], true
+		}
+		select {
+		case <-r.wake:
+		case <-ctx.Done():
+			return "", false
+		}
+	}
+}
+
+// release frees the slot of the item next returned. Called by the consumer only.
+func (r *ring) release() {
+	head := r.head.Load()
+	r.slots[head%uint64(len(r.slots))] = "" // let the payload be collected
+	r.head.Store(head + 1)
+}
+
+// occupancy is how many items the ring holds, the one in hand included.
+func (r *ring) occupancy() int { return int(r.tail.Load() - r.head.Load()) }

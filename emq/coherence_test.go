@@ -1,0 +1,441 @@
+package emq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/testserver"
+)
+
+func connected(t testing.TB, rdb redis.UniversalClient) *emq.Client {
+	t.Helper()
+	client, err := emq.Connect(context.Background(), rdb)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	return client
+}
+
+func TestCoherenceAddresses(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{emq.CoherenceQueue("balances"), "ecc.coh.balances"},
+		{emq.CoherenceChannel("balances"), "ecc:{balances}:coh"},
+		{emq.CacheKey("balances", "ACC_1"), "ecc:{balances}:ACC_1"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
+
+func TestLanes(t *testing.T) {
+	lanes := emq.Lanes{"balances": emq.LaneJob, "instruments": emq.LaneBroadcast}
+	for _, c := range []struct {
+		table string
+		want  emq.Lane
+	}{
+		{"balances", emq.LaneJob},
+		{"instruments", emq.LaneBroadcast},
+		{"undeclared", emq.LaneNone},
+	} {
+		if got := lanes.Of(c.table); got != c.want {
+			t.Errorf("Of(%q) = %q, want %q", c.table, got, c.want)
+		}
+	}
+	if err := lanes.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+	for name, lanes := range map[string]emq.Lanes{
+		"unknown lane":   {"balances": "tracking"},
+		"brace in table": {"bal{ances}": emq.LaneJob},
+		"empty table":    {"": emq.LaneJob},
+	} {
+		if err := lanes.Validate(); err == nil {
+			t.Errorf("%s: Validate accepted %v", name, lanes)
+		}
+	}
+	for _, name := range []string{"none", "broadcast", "job"} {
+		if lane, err := emq.ParseLane(name); err != nil || string(lane) != name {
+			t.Errorf("ParseLane(%q) = %q, %v", name, lane, err)
+		}
+	}
+	if _, err := emq.ParseLane("tracking"); err == nil {
+		t.Error("ParseLane(tracking) accepted a lane that does not exist")
+	}
+}
+
+func TestFillIfNewer(t *testing.T) {
+	ctx := context.Background()
+	client := connected(t, testserver.QueueRedis(t))
+	rdb := client.Redis()
+	const key = "ecc:{test}:fill"
+	for _, c := range []struct {
+		name    string
+		stored  string // "" for an absent field
+		version int64
+		value   string
+		wrote   bool
+		after   string
+	}{
+		{"absent field is filled", "", 5, "1.50", true, "5 1.50"},
+		{"older stored version is replaced", "4 1.00", 5, "1.50", true, "5 1.50"},
+		{"equal version is kept", "5 1.00", 5, "1.50", false, "5 1.00"},
+		{"newer stored version is kept", "6 2.00", 5, "1.50", false, "6 2.00"},
+		// Compared as digit strings, not as text: 10 is newer than 9.
+		{"more digits are newer", "9 9.00", 10, "10.00", true, "10 10.00"},
+		{"fewer digits are older", "10 10.00", 9, "9.00", false, "10 10.00"},
+		// Beyond 2^53 a float comparison would call these equal.
+		{"exact beyond float precision", "9007199254740992 a", 9007199254740993, "b", true, "9007199254740993 b"},
+		{"version zero fills an absent field", "", 0, "0", true, "0 0"},
+		{"a value without a version is repaired", "garbage", 1, "x", true, "1 x"},
+		{"values may hold spaces", "", 3, "a b c", true, "3 a b c"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := rdb.Del(ctx, key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if c.stored != "" {
+				if err := rdb.HSet(ctx, key, "USD", c.stored).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wrote, err := client.FillIfNewer(ctx, key, "USD", c.version, c.value)
+			if err != nil {
+				t.Fatalf("FillIfNewer: %v", err)
+			}
+			if wrote != c.wrote {
+				t.Errorf("wrote = %v, want %v", wrote, c.wrote)
+			}
+			if got := rdb.HGet(ctx, key, "USD").Val(); got != c.after {
+				t.Errorf("field holds %q, want %q", got, c.after)
+			}
+		})
+	}
+	if _, err := client.FillIfNewer(ctx, key, "USD", -1, "x"); err == nil {
+		t.Error("FillIfNewer took a negative version")
+	}
+}
+
+func TestFillManyIfNewerIsOneStepAndReportsWhatIsHeld(t *testing.T) {
+	ctx := context.Background()
+	client := connected(t, testserver.QueueRedis(t))
+	key := emq.CacheKey("test", "many")
+	if _, err := client.FillIfNewer(ctx, key, "BTC", 7, "0.5"); err != nil {
+		t.Fatal(err)
+	}
+	fills, err := client.FillManyIfNewer(ctx, key, []emq.CacheEntry{
+		{Field: "BTC", Version: 6, Value: "0.4"},
+		{Field: "USD", Version: 2, Value: "10.00"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []emq.CacheFill{
+		{Wrote: false, Held: emq.CacheEntry{Field: "BTC", Version: 7, Value: "0.5"}},
+		{Wrote: true, Held: emq.CacheEntry{Field: "USD", Version: 2, Value: "10.00"}},
+	}
+	if fmt.Sprint(fills) != fmt.Sprint(want) {
+		t.Errorf("fills = %+v, want %+v", fills, want)
+	}
+	cached, err := client.ReadCache(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cached) != 2 || cached["BTC"] != want[0].Held || cached["USD"] != want[1].Held {
+		t.Errorf("ReadCache = %+v", cached)
+	}
+	if fills, err := client.FillManyIfNewer(ctx, key, nil); err != nil || fills != nil {
+		t.Errorf("an empty fill = %v, %v; want nothing", fills, err)
+	}
+}
+
+func TestReadCache(t *testing.T) {
+	ctx := context.Background()
+	client := connected(t, testserver.QueueRedis(t))
+	rdb := client.Redis()
+	empty, err := client.ReadCache(ctx, emq.CacheKey("test", "absent"))
+	if err != nil || len(empty) != 0 {
+		t.Errorf("ReadCache of an absent hash = %v, %v; want empty", empty, err)
+	}
+	key := emq.CacheKey("test", "bad")
+	for _, stored := range []string{"no-version", "x 1", "-1 1"} {
+		if err := rdb.HSet(ctx, key, "F", stored).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.ReadCache(ctx, key); !errors.Is(err, emq.ErrCacheValue) {
+			t.Errorf("ReadCache of %q = %v, want ErrCacheValue", stored, err)
+		}
+	}
+}
+
+// counterOf reads one labelled counter back from the registry, as a scrape
+// would see it.
+func counterOf(t testing.TB, registry *prometheus.Registry, name, table string) float64 {
+	t.Helper()
+	families, err := registry.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	for _, family := range families {
+		if family.GetName() != name {
+			continue
+		}
+		for _, metric := range family.GetMetric() {
+			for _, label := range metric.GetLabel() {
+				if label.GetName() == "table" && label.GetValue() == table {
+					return metric.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no series %s{table=%q} in the registry", name, table)
+	return 0
+}
+
+// blockingApplier records what it applies and, until released, holds the
+// applier on the first message it gets.
+type blockingApplier struct {
+	mu      sync.Mutex
+	applied []string
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func newBlockingApplier(t testing.TB) *blockingApplier {
+	a := &blockingApplier{entered: make(chan struct{}), release: make(chan struct{})}
+	t.Cleanup(a.unblock)
+	return a
+}
+
+func (a *blockingApplier) apply(payload string) {
+	a.mu.Lock()
+	a.applied = append(a.applied, payload)
+	first := len(a.applied) == 1
+	a.mu.Unlock()
+	if first {
+		close(a.entered)
+		<-a.release
+	}
+}
+
+func (a *blockingApplier) unblock() { a.once.Do(func() { close(a.release) }) }
+
+func (a *blockingApplier) seen() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.applied...)
+}
+
+func TestBroadcastFloodIsDroppedAndCountedWithoutBlockingThePublisher(t *testing.T) {
+	const (
+		capacity = 16
+		flood    = 3000
+		table    = "flood"
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rdb := testserver.QueueRedis(t)
+	client := connected(t, rdb)
+	registry := prometheus.NewRegistry()
+	applier := newBlockingApplier(t)
+	sub, err := client.Subscribe(ctx, table, capacity, applier.apply, emq.WithBroadcastMetrics(registry))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The first message parks the applier, holding its slot.
+	if err := client.Broadcast(ctx, table, "m-0000"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-applier.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the applier never got the first message")
+	}
+
+	// The flood: every PUBLISH is answered at once, however far behind the
+	// applier is, because the subscriber's reader never waits for it.
+	began := time.Now()
+	var slowest time.Duration
+	for i := 1; i < flood; i++ {
+		sent := time.Now()
+		if err := client.Broadcast(ctx, table, fmt.Sprintf("m-%04d", i)); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+		slowest = max(slowest, time.Since(sent))
+	}
+	took := time.Since(began)
+	if slowest > time.Second || took > 20*time.Second {
+		t.Errorf("publishing %d messages took %s, the slowest %s: the publisher was held up", flood, took, slowest)
+	}
+	eventually(t, 10*time.Second, "the reader reads every message", func() bool {
+		return sub.Stats().Received == flood
+	})
+
+	stats := sub.Stats()
+	if stats.Dropped != flood-capacity || stats.Held != capacity || stats.Applied != 0 {
+		t.Errorf("stats at the peak = %+v, want %d dropped, %d held, none applied yet", stats, flood-capacity, capacity)
+	}
+	if got := counterOf(t, registry, "emq_coherence_broadcast_dropped_total", table); got != flood-capacity {
+		t.Errorf("emq_coherence_broadcast_dropped_total = %v, want %d", got, flood-capacity)
+	}
+	if got := counterOf(t, registry, "emq_coherence_broadcast_received_total", table); got != flood {
+		t.Errorf("emq_coherence_broadcast_received_total = %v, want %d", got, flood)
+	}
+
+	// Released, the applier gets exactly what the ring kept: capacity
+	// messages, the one it held included. A single server delivers in
+	// publish order, so those are the first ones; on a cluster a PUBLISH
+	// reaches the subscriber's node through the cluster bus unless it was
+	// sent to that node, so the order is not kept there.
+	applier.unblock()
+	eventually(t, 10*time.Second, "the applier drains the ring", func() bool {
+		return sub.Stats().Applied == capacity
+	})
+	time.Sleep(50 * time.Millisecond) // room for a wrongly kept message to show up
+	seen := applier.seen()
+	if len(seen) != capacity {
+		t.Fatalf("applied %d messages, want %d", len(seen), capacity)
+	}
+	distinct := map[string]bool{}
+	for i, payload := range seen {
+		var n int
+		if _, err := fmt.Sscanf(payload, "m-%04d", &n); err != nil || n >= flood || distinct[payload] {
+			t.Errorf("applied[%d] = %q: not one of the flood's messages, or applied twice", i, payload)
+		}
+		distinct[payload] = true
+		if want := fmt.Sprintf("m-%04d", i); payload != want && !testserver.ClusterMode() {
+			t.Errorf("applied[%d] = %q, want %q", i, payload, want)
+		}
+	}
+
+	// With room again, the lane carries messages as before.
+	if err := client.Broadcast(ctx, table, "after"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "a message after the flood is applied", func() bool {
+		seen := applier.seen()
+		return len(seen) == capacity+1 && seen[capacity] == "after"
+	})
+}
+
+func TestSubscriptionSurvivesAServerRestart(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	server := testserver.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: server.Addr, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	client := connected(t, rdb)
+	var mu sync.Mutex
+	var got []string
+	sub, err := client.Subscribe(ctx, "restart", 8, func(payload string) {
+		mu.Lock()
+		got = append(got, payload)
+		mu.Unlock()
+	}, emq.WithHealthCheck(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := func(want string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, payload := range got {
+			if payload == want {
+				return true
+			}
+		}
+		return false
+	}
+	if err := client.Broadcast(ctx, "restart", "before"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the message before the restart arrives", func() bool { return has("before") })
+
+	server.Restart(t)
+	// At most once: what went out while the subscriber reconnected is lost,
+	// so keep publishing until one gets through.
+	deadline := time.Now().Add(20 * time.Second)
+	for n := 0; ; n++ {
+		payload := "after-" + strconv.Itoa(n)
+		_ = client.Broadcast(ctx, "restart", payload)
+		if has(payload) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no message reached the subscriber after the restart; stats %+v", sub.Stats())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	cancel()
+	select {
+	case <-sub.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the subscription did not stop after its context was cancelled")
+	}
+}
+
+func TestSubscriptionStopsWhileTheApplierWaits(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	client := connected(t, testserver.QueueRedis(t))
+	sub, err := client.Subscribe(ctx, "stop", 4, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case <-sub.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the subscription did not stop after its context was cancelled")
+	}
+}
+
+func TestSubscribeRefusals(t *testing.T) {
+	ctx := context.Background()
+	client := connected(t, testserver.QueueRedis(t))
+	if _, err := client.Subscribe(ctx, "t", 0, func(string) {}); err == nil {
+		t.Error("Subscribe took a capacity of 0")
+	}
+	if _, err := client.Subscribe(ctx, "t", 1, nil); err == nil {
+		t.Error("Subscribe took no apply function")
+	}
+}
+
+func TestSubscriptionSurvivesAPanickingApply(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := connected(t, testserver.QueueRedis(t))
+	applied := make(chan string, 2)
+	_, err := client.Subscribe(ctx, "panics", 4, func(payload string) {
+		if payload == "bad" {
+			panic("bad message")
+		}
+		applied <- payload
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, payload := range []string{"bad", "good"} {
+		if err := client.Broadcast(ctx, "panics", payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case payload := <-applied:
+		if payload != "good" {
+			t.Errorf("applied %q, want good", payload)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a panicking apply stopped the applier")
+	}
+}

@@ -1,0 +1,56 @@
+-- cache_fill: write versioned entries into a cache hash, each only if the
+-- field holds no version yet or an older one. Fillers read the truth at
+-- different moments and finish in any order; this check is what keeps a slow
+-- one from putting an older version over a newer one.
+--
+-- KEYS[1] a cache hash  field -> "<version> <value>"
+--
+-- ARGV    field, version, value, repeated once per entry. A version is a
+--         decimal integer without sign or leading zeros, compared exactly
+--         (by length, then digit by digit), never as a float.
+--
+-- Reply: per entry, in order, two values: 1 when the entry was written or 0
+--        when the field held the same or a newer version, then what the
+--        field holds now, "<version> <value>".
+--   error "ECCARG ..."  an argument is malformed; nothing written
+
+if #ARGV == 0 or #ARGV % 3 ~= 0 then
+  return redis.error_reply('ECCARG want field, version, value triples, got ' .. #ARGV .. ' arguments')
+end
+for i = 2, #ARGV, 3 do
+  local version = ARGV[i]
+  if not string.match(version, '^%d+$') or (#version > 1 and string.sub(version, 1, 1) == '0') then
+    return redis.error_reply('ECCARG version "' .. version .. '" is not a canonical non-negative integer')
+  end
+end
+
+-- A stored value without a version in front counts as absent: a fill repairs it.
+local function stored_version(held)
+  if not held then return nil end
+  local space = string.find(held, ' ', 1, true)
+  if not space then return nil end
+  local version = string.sub(held, 1, space - 1)
+  if not string.match(version, '^%d+$') then return nil end
+  return version
+end
+
+local function older(held, version)
+  if #held ~= #version then return #held < #version end
+  return held < version
+end
+
+local reply = {}
+for i = 1, #ARGV, 3 do
+  local field, version, value = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local held = redis.call('HGET', KEYS[1], field)
+  local held_version = stored_version(held)
+  if held_version == nil or older(held_version, version) then
+    held = version .. ' ' .. value
+    redis.call('HSET', KEYS[1], field, held)
+    reply[#reply + 1] = 1
+  else
+    reply[#reply + 1] = 0
+  end
+  reply[#reply + 1] = held
+end
+return reply

@@ -1,0 +1,194 @@
+package orders
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordergate/ordergate/emq"
+)
+
+// BalancesTable names balances on the coherence lanes: their journal names,
+// their job queue (emq.CoherenceQueue) and their cache keys all carry it.
+const BalancesTable = "balances"
+
+// CoherenceLanes declares how each table's changes reach the caches.
+// Balances ride the job lane: a stale balance costs money, so the message
+// must survive a crash and a lost one is not acceptable.
+var CoherenceLanes = emq.Lanes{BalancesTable: emq.LaneJob}
+
+// Balance is one asset of an account, as clients read it.
+type Balance struct {
+	Asset string `json:"asset"`
+	// Available is exact, with at least the asset's decimals ("1.50000000"
+	// BTC) and more only where a fill left them.
+	Available string `json:"available"`
+	// Version rises by one with every change of the balance. A reader never
+	// sees it go down.
+	Version int64 `json:"version"`
+}
+
+// The cache holds one hash per account, ecc:{balances}:<account>, field =
+// asset, value "<version> <available>", every write a conditional fill
+// (emq.FillIfNewer) so no version is ever replaced by an older one. Nothing
+// deletes or expires a field: a filler that read PostgreSQL before a newer
+// version was cached can only be refused while that newer version is there
+// to compare with.
+//
+// The coherence lane refreshes single fields, and may create the hash doing
+// so, so a hash need not hold every balance of the account. completeField
+// marks one that does: a read fills every balance of the account at once,
+// marker included, and from then on the lane keeps each field current. Asset
+// codes are upper case letters and digits, so the marker is never an asset.
+const completeField = "~complete"
+
+// BalanceCacheKey is the cache hash of an account's balances.
+func BalanceCacheKey(account string) string { return emq.CacheKey(BalancesTable, account) }
+
+// Balances reads accounts' balances: from the cache when it holds the whole
+// account, from PostgreSQL otherwise, filling the cache as it goes.
+type Balances struct {
+	db    *pgxpool.Pool
+	cache *emq.Client
+	log   *slog.Logger
+	// lastCacheWarning (UnixNano) keeps a Redis outage from logging once
+	// per request.
+	lastCacheWarning atomic.Int64
+}
+
+// cacheWarningEvery is the most often a cache failure is logged.
+const cacheWarningEvery = 10 * time.Second
+
+func (b *Balances) warnCache(message, account string, err error) {
+	now := time.Now().UnixNano()
+	last := b.lastCacheWarning.Load()
+	if now-last < int64(cacheWarningEvery) || !b.lastCacheWarning.CompareAndSwap(last, now) {
+		return
+	}
+	b.log.Warn(message, "account", account, "err", err)
+}
+
+// NewBalances reads from db and caches in cache's Redis; with a nil cache
+// every read goes to PostgreSQL.
+func NewBalances(db *pgxpool.Pool, cache *emq.Client, log *slog.Logger) *Balances {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Balances{db: db, cache: cache, log: log}
+}
+
+// Of returns the account's balances sorted by asset; none for an account
+// without any (or no such account).
+//
+// A hash marked complete is served as it is. Otherwise PostgreSQL is read
+// and the cache filled, and the answer is, per asset, the newer of what was
+// read and what the cache holds: the cache may have been refreshed past the
+// read meanwhile, and serving the read would then go back in time.
+//
+// Redis down: the balances come from PostgreSQL, which is never behind the
+// cache, and nothing is cached. PostgreSQL down and the account not cached:
+// ErrUnavailable.
+func (b *Balances) Of(ctx context.Context, account string) ([]Balance, error) {
+	if b.cache == nil {
+		return b.fromDatabase(ctx, account)
+	}
+	key := BalanceCacheKey(account)
+	cached, err := b.cache.ReadCache(ctx, key)
+	if err != nil {
+		b.warnCache("balance cache unreadable; reading PostgreSQL, caching nothing", account, err)
+		return b.fromDatabase(ctx, account)
+	}
+	if _, complete := cached[completeField]; complete {
+		return balancesOf(cached), nil
+	}
+	read, err := b.fromDatabase(ctx, account)
+	if err != nil {
+		return nil, err
+	}
+	entries := make([]emq.CacheEntry, 0, len(read)+1)
+	for _, balance := range read {
+		entries = append(entries, emq.CacheEntry{Field: balance.Asset, Version: balance.Version, Value: balance.Available})
+	}
+	entries = append(entries, emq.CacheEntry{Field: completeField})
+	fills, err := b.cache.FillManyIfNewer(ctx, key, entries)
+	if err != nil {
+		b.warnCache("balance cache fill failed; serving what PostgreSQL holds", account, err)
+		return newest(cached, read), nil
+	}
+	for _, fill := range fills {
+		cached[fill.Held.Field] = fill.Held
+	}
+	return balancesOf(cached), nil
+}
+
+func (b *Balances) fromDatabase(ctx context.Context, account string) ([]Balance, error) {
+	read, err := readBalanceRows(ctx, b.db, account, "")
+	if err != nil {
+		return nil, fmt.Errorf("%w: balances of %s: %w", ErrUnavailable, account, err)
+	}
+	return read, nil
+}
+
+// newest merges read into cached, keeping per asset the higher version, and
+// returns the balances sorted by asset.
+func newest(cached map[string]emq.CacheEntry, read []Balance) []Balance {
+	for _, balance := range read {
+		if held, ok := cached[balance.Asset]; !ok || held.Version < balance.Version {
+			cached[balance.Asset] = emq.CacheEntry{Field: balance.Asset, Version: balance.Version, Value: balance.Available}
+		}
+	}
+	return balancesOf(cached)
+}
+
+// balancesOf turns cache entries into balances sorted by asset, leaving out
+// the marker.
+func balancesOf(entries map[string]emq.CacheEntry) []Balance {
+	balances := make([]Balance, 0, len(entries))
+	for field, entry := range entries {
+		if field == completeField {
+			continue
+		}
+		balances = append(balances, Balance{Asset: field, Available: entry.Value, Version: entry.Version})
+	}
+	slices.SortFunc(balances, func(a, b Balance) int { return strings.Compare(a.Asset, b.Asset) })
+	return balances
+}
+
+// balanceQuerier is a pool or a transaction.
+type balanceQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// readBalanceRows reads the account's balances, or its balance of asset when
+// asset is not empty, in the form clients see and the cache stores.
+//
+// available keeps every significant decimal and at least the asset's scale:
+// trailing zeros past both are what NUMERIC(38,18) pads with, and rounding
+// to that many places is exact because only zeros are dropped.
+func readBalanceRows(ctx context.Context, db balanceQuerier, account, asset string) ([]Balance, error) {
+	rows, err := db.Query(ctx, `SELECT b.asset,
+			round(b.available, greatest(scale(trim_scale(b.available)), a.scale))::text,
+			b.version
+		FROM balances b JOIN assets a ON a.code = b.asset
+		WHERE b.account_id = $1 AND ($2 = '' OR b.asset = $2)
+		ORDER BY b.asset`, account, asset)
+	if err != nil {
+		return nil, fmt.Errorf("orders: read balances of %s: %w", account, err)
+	}
+	balances, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Balance, error) {
+		var balance Balance
+		err := row.Scan(&balance.Asset, &balance.Available, &balance.Version)
+		return balance, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("orders: read balances of %s: %w", account, err)
+	}
+	return balances, nil
+}

@@ -1,0 +1,250 @@
+package orders
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/govalues/decimal"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Bounds of one page of a listing.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 200
+)
+
+// ErrInvalidQuery: a ListQuery out of its bounds. The gateway checks queries
+// before they get here, so this means a caller's bug, not a client's mistake.
+var ErrInvalidQuery = errors.New("orders: invalid list query")
+
+// ListQuery selects one page of an account's final orders, newest first.
+type ListQuery struct {
+	// Limit is the most orders on the page, 1 to MaxListLimit; zero means
+	// DefaultListLimit.
+	Limit int
+	// After is an order id: the page starts with the next older order. Empty
+	// starts with the newest.
+	After string
+	// Status keeps only orders in this final status; empty keeps every one.
+	Status Status
+}
+
+// Page is one page of a listing.
+type Page struct {
+	Orders []Order
+	// Next is the After of the next page (the id of this page's last order),
+	// or empty when no older order is left.
+	Next string
+}
+
+// History reads and writes the durable record of orders that reached a final
+// state, the orders table. Settlement writes settled and rejected rows; the
+// cancel path writes canceled ones (RecordCanceled).
+type History struct {
+	db *pgxpool.Pool
+}
+
+// NewHistory uses db.
+func NewHistory(db *pgxpool.Pool) *History { return &History{db: db} }
+
+// orderSelect reads an order row with its instrument's grid. trim_scale
+// undoes NUMERIC(38,18)'s padding, which would otherwise overflow the
+// decimal type's 19 digits for any amount of 2 or more integer digits.
+const orderSelect = `SELECT o.id, o.client_order_id, o.account_id, o.symbol, o.side, o.type,
+	trim_scale(o.quantity)::text, trim_scale(o.price)::text, o.status, o.reject_reason,
+	trim_scale(o.fill_price)::text, trim_scale(o.fill_quantity)::text, trim_scale(o.fill_notional)::text,
+	o.created_at, o.finished_at, scale(trim_scale(i.tick_size)), scale(trim_scale(i.lot_size))
+	FROM orders o JOIN instruments i ON i.symbol = o.symbol`
+
+// Order returns the account's final order with the id, or ErrNotFound when
+// the table has no such order of this account (another account's order
+// included).
+func (h *History) Order(ctx context.Context, account, id string) (Order, error) {
+	rows, err := h.db.Query(ctx, orderSelect+` WHERE o.id = $1 AND o.account_id = $2`, id, account)
+	if err != nil {
+		return Order{}, fmt.Errorf("%w: read order %s: %w", ErrUnavailable, id, err)
+	}
+	orders, err := collectOrders(rows)
+	if err != nil {
+		return Order{}, err
+	}
+	if len(orders) == 0 {
+		return Order{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return orders[0], nil
+}
+
+// List returns one page of the account's final orders, newest first. ORD ids
+// are ULIDs, so ordering by id is ordering by admission (to the millisecond),
+// and each page is one range scan of orders_account_newest or, filtered,
+// orders_account_status_newest.
+func (h *History) List(ctx context.Context, account string, q ListQuery) (Page, error) {
+	if q.Limit == 0 {
+		q.Limit = DefaultListLimit
+	}
+	if q.Limit < 1 || q.Limit > MaxListLimit {
+		return Page{}, fmt.Errorf("%w: limit %d is outside 1..%d", ErrInvalidQuery, q.Limit, MaxListLimit)
+	}
+	if q.Status != "" && !q.Status.Final() {
+		return Page{}, fmt.Errorf("%w: status %q is not a final status", ErrInvalidQuery, q.Status)
+	}
+	if q.After != "" {
+		if _, err := ParseOrderID(q.After); err != nil {
+			return Page{}, fmt.Errorf("%w: after: %w", ErrInvalidQuery, err)
+		}
+	}
+	// Each filter is its own predicate rather than "$n IS NULL OR ...": a
+	// generic plan of the catch-all form cannot use the status index.
+	var sql strings.Builder
+	sql.WriteString(orderSelect + ` WHERE o.account_id = $1`)
+	args := []any{account}
+	if q.Status != "" {
+		args = append(args, string(q.Status))
+		fmt.Fprintf(&sql, ` AND o.status = $%d`, len(args))
+	}
+	if q.After != "" {
+		args = append(args, q.After)
+		fmt.Fprintf(&sql, ` AND o.id < $%d`, len(args))
+	}
+	// One row more than the page tells whether another page follows, so the
+	// last page carries no cursor and a client never fetches an empty page.
+	args = append(args, q.Limit+1)
+	fmt.Fprintf(&sql, ` ORDER BY o.id DESC LIMIT $%d`, len(args))
+
+	rows, err := h.db.Query(ctx, sql.String(), args...)
+	if err != nil {
+		return Page{}, fmt.Errorf("%w: list orders: %w", ErrUnavailable, err)
+	}
+	orders, err := collectOrders(rows)
+	if err != nil {
+		return Page{}, err
+	}
+	page := Page{Orders: orders}
+	if len(orders) > q.Limit {
+		page.Orders = orders[:q.Limit]
+		page.Next = page.Orders[q.Limit-1].ID
+	}
+	return page, nil
+}
+
+// RecordCanceled writes the canceled row of an order the queue has canceled,
+// and returns the status the row holds afterwards: canceled, or the status
+// settlement recorded when it wrote the row first (a worker whose lease had
+// expired can settle an order the reaper had returned to pending). Writing
+// twice changes nothing.
+func (h *History) RecordCanceled(ctx context.Context, order Order) (Status, error) {
+	var price *string
+	if order.Price != nil {
+		text := order.Price.String()
+		price = &text
+	}
+	tag, err := h.db.Exec(ctx, `INSERT INTO orders (id, account_id, client_order_id, symbol, side, type,
+		quantity, price, status, created_at, finished_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8::numeric, 'canceled', $9, COALESCE($10, now()))
+		ON CONFLICT (id) DO NOTHING`,
+		order.ID, order.Account, order.ClientOrderID, order.Symbol, string(order.Side), string(order.Type),
+		order.Quantity.String(), price, order.CreatedAt, order.CanceledAt)
+	if err != nil {
+		return "", fmt.Errorf("%w: record cancel of %s: %w", ErrUnavailable, order.ID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return StatusCanceled, nil
+	}
+	var status string
+	if err := h.db.QueryRow(ctx, `SELECT status FROM orders WHERE id = $1`, order.ID).Scan(&status); err != nil {
+		return "", fmt.Errorf("%w: read order %s: %w", ErrUnavailable, order.ID, err)
+	}
+	return Status(status), nil
+}
+
+// collectOrders reads every row of an orderSelect query.
+func collectOrders(rows pgx.Rows) ([]Order, error) {
+	defer rows.Close()
+	var orders []Order
+	for rows.Next() {
+		order, err := scanOrder(rows)
+		if err != nil {
+			return nil, err
+		}
+		orders = append(orders, order)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%w: read orders: %w", ErrUnavailable, err)
+	}
+	return orders, nil
+}
+
+// scanOrder reads one orderSelect row. Amounts are shown on the instrument's
+// grid (quantities with the lot size's decimals, prices with the tick size's,
+// the notional with both), as orders are entered; padding never rounds, so a
+// value finer than the grid keeps its digits.
+func scanOrder(row pgx.Row) (Order, error) {
+	var (
+		order                                  Order
+		side, typ, status, quantity            string
+		price, reason, fillPrice, fillQuantity *string
+		fillNotional                           *string
+		created, finished                      time.Time
+		tickScale, lotScale                    int
+	)
+	if err := row.Scan(&order.ID, &order.ClientOrderID, &order.Account, &order.Symbol, &side, &typ,
+		&quantity, &price, &status, &reason, &fillPrice, &fillQuantity, &fillNotional,
+		&created, &finished, &tickScale, &lotScale); err != nil {
+		return Order{}, fmt.Errorf("orders: read order row: %w", err)
+	}
+	order.Side, order.Type, order.Status = Side(side), OrderType(typ), Status(status)
+	if !order.Status.Final() {
+		return Order{}, fmt.Errorf("orders: order %s has status %q in the orders table, which holds only final ones", order.ID, status)
+	}
+	order.CreatedAt, finished = created.UTC(), finished.UTC()
+	order.FinishedAt = &finished
+	if order.Status == StatusCanceled {
+		order.CanceledAt = &finished
+	}
+	if reason != nil {
+		order.RejectReason = RejectReason(*reason)
+	}
+	amount := func(text string, scale int) (decimal.Decimal, error) {
+		d, err := decimal.Parse(text)
+		// The decimal type rounds what it cannot hold; a stored amount is
+		// shown exactly or not at all.
+		if err == nil && d.String() != text {
+			err = fmt.Errorf("%s does not fit the decimal type", text)
+		}
+		if err != nil {
+			return decimal.Decimal{}, fmt.Errorf("orders: order %s: stored amount: %w", order.ID, err)
+		}
+		return d.Pad(scale), nil
+	}
+	optional := func(text *string, scale int) (*decimal.Decimal, error) {
+		if text == nil {
+			return nil, nil
+		}
+		d, err := amount(*text, scale)
+		return &d, err
+	}
+	var err error
+	if order.Quantity, err = amount(quantity, lotScale); err != nil {
+		return Order{}, err
+	}
+	for _, field := range []struct {
+		text   *string
+		scale  int
+		target **decimal.Decimal
+	}{
+		{price, tickScale, &order.Price},
+		{fillPrice, tickScale, &order.FillPrice},
+		{fillQuantity, lotScale, &order.FillQuantity},
+		{fillNotional, tickScale + lotScale, &order.FillNotional},
+	} {
+		if *field.target, err = optional(field.text, field.scale); err != nil {
+			return Order{}, err
+		}
+	}
+	return order, nil
+}

@@ -1,0 +1,409 @@
+package orders
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/ordergate/ordergate/emq"
+)
+
+// KindBalanceCoherence is the job kind of a balance change on the balances
+// coherence queue, emq.CoherenceQueue(BalancesTable).
+const KindBalanceCoherence = "coherence.balance"
+
+const (
+	// DefaultSweepAge is how old an unrelayed journal row must be before the
+	// sweep takes it: younger ones are most likely on their way through
+	// Relay right after their commit, and relaying them twice is harmless
+	// but wasted.
+	DefaultSweepAge = 5 * time.Second
+	// sweepBatch bounds the rows one sweep transaction locks and relays.
+	sweepBatch = 500
+	// relayTimeout bounds one relay: a hung Redis must not hold a settling
+	// worker, and what is left unrelayed the sweep takes.
+	relayTimeout = 5 * time.Second
+	// coherenceTimeout bounds one coherence job for the same reason: its
+	// context ends only when the lease is lost.
+	coherenceTimeout = 10 * time.Second
+)
+
+// ErrJournalPayload: a coherence message is not "<name>@<version>" of a
+// known table. The job lane buries such a job: no retry can fix it.
+var ErrJournalPayload = errors.New("orders: malformed coherence payload")
+
+// JournalRelay carries journal outbox rows to the coherence lane their table
+// declares, and marks them relayed. It is the Relayer settlement hands its
+// committed entries to, and its sweep relays what a crash left behind.
+type JournalRelay struct {
+	db       *pgxpool.Pool
+	client   *emq.Client
+	lanes    emq.Lanes
+	log      *slog.Logger
+	sweepAge time.Duration
+}
+
+// RelayOption configures a JournalRelay.
+type RelayOption func(*JournalRelay)
+
+// WithSweepAge sets how old an unrelayed row must be before Sweep takes it
+// (DefaultSweepAge otherwise); zero takes every unrelayed row.
+func WithSweepAge(age time.Duration) RelayOption {
+	return func(r *JournalRelay) { r.sweepAge = max(age, 0) }
+}
+
+// NewJournalRelay relays rows of db onto client's Redis by lanes
+// (CoherenceLanes in production). Invalid lanes are a programming error and
+// panic.
+func NewJournalRelay(db *pgxpool.Pool, client *emq.Client, lanes emq.Lanes, log *slog.Logger, opts ...RelayOption) *JournalRelay {
+	if err := lanes.Validate(); err != nil {
+		panic(err)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	r := &JournalRelay{db: db, client: client, lanes: lanes, log: log, sweepAge: DefaultSweepAge}
+	for _, opt := range opts {
+		opt(r)
+	}
+	return r
+}
+
+// coherenceKind is the job kind of a table's changes on its coherence queue.
+func coherenceKind(table string) string {
+	if table == BalancesTable {
+		return KindBalanceCoherence
+	}
+	return "coherence." + table
+}
+
+// Declare registers the job kind of every job-lane table on its coherence
+// queue; call once at start, from every process that relays.
+func (r *JournalRelay) Declare(ctx context.Context) error {
+	for table, lane := range r.lanes {
+		if lane != emq.LaneJob {
+			continue
+		}
+		if err := r.client.Queue(emq.CoherenceQueue(table)).Declare(ctx, coherenceKind(table)); err != nil {
+			return fmt.Errorf("%w: declare coherence queue of %s: %w", ErrUnavailable, table, err)
+		}
+	}
+	return nil
+}
+
+// Relay carries entries to their lanes and marks the carried ones relayed.
+// Nothing is returned: the entries are committed already, so a failure only
+// delays them until the sweep, and is logged.
+func (r *JournalRelay) Relay(ctx context.Context, entries []JournalEntry) {
+	if len(entries) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relayTimeout)
+	defer cancel()
+	carried, err := r.carry(ctx, entries)
+	if err != nil {
+		r.log.Warn("journal relay failed; the sweep relays the rows left", "entries", len(entries), "carried", len(carried), "err", err)
+	}
+	if err := markRelayed(ctx, r.db, carried); err != nil {
+		// Carried but not marked: the sweep carries them again, and the
+		// job lane's dedup key turns that into a no-op.
+		r.log.Warn("journal rows carried but not marked relayed", "entries", len(carried), "err", err)
+	}
+}
+
+// Sweep relays unrelayed rows older than the sweep age, oldest first, in
+// batches, and returns how many it relayed. Each batch is one transaction
+// whose rows are locked with SKIP LOCKED, so sweepers in several workers
+// share the backlog instead of relaying it twice.
+func (r *JournalRelay) Sweep(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		relayed, full, err := r.sweepBatch(ctx)
+		total += relayed
+		if err != nil || !full {
+			return total, err
+		}
+	}
+}
+
+func (r *JournalRelay) sweepBatch(ctx context.Context) (relayed int, full bool, err error) {
+	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT id, name, version, payload FROM journal_outbox
+			WHERE relayed_at IS NULL AND created_at < now() - $1::interval
+			ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, r.sweepAge, sweepBatch)
+		if err != nil {
+			return err
+		}
+		entries, err := pgx.CollectRows(rows, pgx.RowToStructByPos[JournalEntry])
+		if err != nil {
+			return err
+		}
+		full = len(entries) == sweepBatch
+		carried, carryErr := r.carry(ctx, entries)
+		if err := markRelayed(ctx, tx, carried); err != nil {
+			return err
+		}
+		relayed = len(carried)
+		if carryErr != nil {
+			// Keep what was carried and marked; the rest waits for the next sweep.
+			r.log.Warn("journal sweep could not relay every row", "rows", len(entries), "relayed", relayed, "err", carryErr)
+			full = false
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("orders: sweep journal: %w", err)
+	}
+	return relayed, full, nil
+}
+
+// KeepSweeping sweeps at once (a restarted worker relays what its previous
+// life left) and then every interval until ctx is cancelled.
+func (r *JournalRelay) KeepSweeping(ctx context.Context, interval time.Duration) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		relayed, err := r.Sweep(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.log.Warn("journal sweep failed; trying again next interval", "err", err, "relayed", relayed)
+		case relayed > 0:
+			r.log.Info("journal sweep relayed rows left behind", "relayed", relayed)
+		}
+		timer.Reset(interval)
+	}
+}
+
+// carry sends each entry down its table's lane and returns the entries that
+// went: job-lane entries admitted (or refused as duplicates, which means an
+// earlier relay admitted them), broadcast entries published, and entries of a
+// table without a lane, which have nowhere to go.
+func (r *JournalRelay) carry(ctx context.Context, entries []JournalEntry) ([]JournalEntry, error) {
+	carried := make([]JournalEntry, 0, len(entries))
+	jobs := map[string][]JournalEntry{}
+	var errs []error
+	for _, entry := range entries {
+		table, _ := journalTableAndGroup(entry.Name)
+		switch r.lanes.Of(table) {
+		case emq.LaneJob:
+			jobs[table] = append(jobs[table], entry)
+		case emq.LaneBroadcast:
+			if err := r.client.Broadcast(ctx, table, entry.Payload); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			carried = append(carried, entry)
+		default:
+			if _, declared := r.lanes[table]; !declared {
+				r.log.Warn("journal entry of a table that declares no coherence lane; marked relayed", "name", entry.Name)
+			}
+			carried = append(carried, entry)
+		}
+	}
+	for table, entries := range jobs {
+		admitted, err := r.admit(ctx, table, entries)
+		carried = append(carried, admitted...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return carried, errors.Join(errs...)
+}
+
+// admit puts one job per entry on the table's coherence queue in one round
+// trip. The dedup key is the payload (name@version), so relaying an entry
+// again, from Relay and the sweep or from two sweeps, admits it once.
+func (r *JournalRelay) admit(ctx context.Context, table string, entries []JournalEntry) ([]JournalEntry, error) {
+	queue := r.client.Queue(emq.CoherenceQueue(table))
+	jobs := make([]emq.Job, len(entries))
+	for i, entry := range entries {
+		_, group := journalTableAndGroup(entry.Name)
+		jobs[i] = emq.Job{
+			ID:       "JOB_" + ulid.Make().String(),
+			Kind:     coherenceKind(table),
+			Group:    group,
+			Payload:  []byte(entry.Payload),
+			DedupKey: entry.Payload,
+		}
+	}
+	_, errs := queue.AdmitMany(ctx, jobs)
+	admitted := make([]JournalEntry, 0, len(entries))
+	var failed []error
+	for i, err := range errs {
+		if err != nil {
+			failed = append(failed, fmt.Errorf("relay %s: %w", entries[i].Payload, err))
+			continue
+		}
+		admitted = append(admitted, entries[i])
+	}
+	return admitted, errors.Join(failed...)
+}
+
+// journalExecer is a pool or a transaction.
+type journalExecer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// markRelayed stamps the rows of entries, found by their unique name and
+// version, so an entry handed over without its row id is marked too.
+func markRelayed(ctx context.Context, db journalExecer, entries []JournalEntry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	names := make([]string, len(entries))
+	versions := make([]int64, len(entries))
+	for i, entry := range entries {
+		names[i], versions[i] = entry.Name, entry.Version
+	}
+	if _, err := db.Exec(ctx, `UPDATE journal_outbox o SET relayed_at = now()
+		FROM unnest($1::text[], $2::bigint[]) AS r(name, version)
+		WHERE o.name = r.name AND o.version = r.version AND o.relayed_at IS NULL`, names, versions); err != nil {
+		return fmt.Errorf("orders: mark journal rows relayed: %w", err)
+	}
+	return nil
+}
+
+// journalTableAndGroup splits a journal name, "<table>:<id>[:...]", into its
+// table and the fair lane its jobs ride: the id, which for balances is the
+// account, so one busy account's changes do not hold up another's.
+func journalTableAndGroup(name string) (table, group string) {
+	table, rest, found := strings.Cut(name, ":")
+	if !found || rest == "" {
+		return name, name
+	}
+	group, _, _ = strings.Cut(rest, ":")
+	return table, group
+}
+
+// parseJournalPayload reads "<name>@<version>".
+func parseJournalPayload(payload string) (name string, version int64, err error) {
+	at := strings.LastIndexByte(payload, '@')
+	if at <= 0 {
+		return "", 0, fmt.Errorf("%w: %q has no name@version", ErrJournalPayload, payload)
+	}
+	version, err = strconv.ParseInt(payload[at+1:], 10, 64)
+	if err != nil || version <= 0 {
+		return "", 0, fmt.Errorf("%w: %q has no positive version", ErrJournalPayload, payload)
+	}
+	return payload[:at], version, nil
+}
+
+// parseBalanceName reads "balances:<account>:<asset>", BalanceName's form.
+func parseBalanceName(name string) (account, asset string, ok bool) {
+	rest, found := strings.CutPrefix(name, BalancesTable+":")
+	if !found {
+		return "", "", false
+	}
+	account, asset, found = strings.Cut(rest, ":")
+	if !found || account == "" || asset == "" || strings.Contains(asset, ":") {
+		return "", "", false
+	}
+	return account, asset, true
+}
+
+// BalanceCoherence consumes the balances coherence queue: each job says a
+// balance reached a version, and the one conditional step decides whether
+// anything is done.
+type BalanceCoherence struct {
+	db    *pgxpool.Pool
+	cache *emq.Client
+	log   *slog.Logger
+}
+
+// NewBalanceCoherence records applied versions in db and refreshes the
+// balance cache in cache's Redis (nil: only the applied versions).
+func NewBalanceCoherence(db *pgxpool.Pool, cache *emq.Client, log *slog.Logger) *BalanceCoherence {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &BalanceCoherence{db: db, cache: cache, log: log}
+}
+
+// Handle is the emq.Handler of the balances coherence queue. A malformed
+// payload fails permanently; a failure to reach PostgreSQL or Redis is
+// returned for a retry.
+func (c *BalanceCoherence) Handle(ctx context.Context, claim emq.Claim) error {
+	_, err := c.Apply(ctx, string(claim.Payload))
+	if errors.Is(err, ErrJournalPayload) {
+		return emq.Permanent(err)
+	}
+	return err
+}
+
+// Apply acts on one "<name>@<version>" announcement only if the version is
+// newer than the last one applied for the name, and reports whether it was.
+// Acting means recording the version in journal_applied and refreshing the
+// cached balance from PostgreSQL with a conditional fill. A duplicate, or a
+// version that arrives after a newer one, changes nothing.
+//
+// The cache is filled inside the transaction that advances the applied
+// version and before its commit: were the advance committed first and the
+// fill then lost, a retry would find the version applied and the cache
+// would keep the old balance until the next change. The other way round, a
+// fill whose commit fails is harmless: it wrote a committed balance, and
+// the retry fills the same or a newer one.
+func (c *BalanceCoherence) Apply(ctx context.Context, payload string) (bool, error) {
+	name, version, err := parseJournalPayload(payload)
+	if err != nil {
+		return false, err
+	}
+	account, asset, ok := parseBalanceName(name)
+	if !ok {
+		return false, fmt.Errorf("%w: %q names no balance", ErrJournalPayload, payload)
+	}
+	ctx, cancel := context.WithTimeout(ctx, coherenceTimeout)
+	defer cancel()
+	advanced := false
+	err = pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
+		// The row lock the upsert takes also orders concurrent deliveries
+		// of the same name: the second waits, then finds nothing newer.
+		var applied int64
+		err := tx.QueryRow(ctx, `INSERT INTO journal_applied (name, version) VALUES ($1, $2)
+			ON CONFLICT (name) DO UPDATE SET version = EXCLUDED.version, applied_at = now()
+			WHERE journal_applied.version < EXCLUDED.version
+			RETURNING version`, name, version).Scan(&applied)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("advance applied version: %w", err)
+		}
+		advanced = true
+		if c.cache == nil {
+			return nil
+		}
+		// The balance may have moved past version already; its current row
+		// is what to cache, and the fill keeps anything newer.
+		balances, err := readBalanceRows(ctx, tx, account, asset)
+		if err != nil {
+			return err
+		}
+		if len(balances) == 0 {
+			c.log.Warn("coherence job for a balance that does not exist; nothing to cache", "name", name, "version", version)
+			return nil
+		}
+		balance := balances[0]
+		if _, err := c.cache.FillIfNewer(ctx, BalanceCacheKey(account), asset, balance.Version, balance.Available); err != nil {
+			return fmt.Errorf("refresh cached balance: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("orders: apply %s: %w", payload, err)
+	}
+	return advanced, nil
+}

@@ -1,0 +1,403 @@
+package orders
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordergate/ordergate/emq"
+)
+
+// Why an order was rejected, as the orders table records it.
+const (
+	ReasonInstrumentHalted      = "instrument_halted"
+	ReasonInsufficientFunds     = "insufficient_funds"
+	ReasonInsufficientLiquidity = "insufficient_liquidity"
+)
+
+// ErrMalformedOrder: a job's payload is not an order that can be settled.
+// Settle returns it wrapped in emq.Permanent: no retry can fix a payload.
+var ErrMalformedOrder = errors.New("orders: malformed order payload")
+
+// settleTimeout bounds one settlement. The handler's context ends only when
+// the lease is lost, and the heartbeat keeps the lease while Redis answers,
+// so without a bound a hung PostgreSQL would hold the job forever instead of
+// failing it into a retry.
+const settleTimeout = 10 * time.Second
+
+// Settler settles claimed orders in PostgreSQL: one transaction moves the
+// money through the ledger, versions the balances, records the order's final
+// state and writes the journal outbox.
+type Settler struct {
+	db    *pgxpool.Pool
+	relay Relayer
+	log   *slog.Logger
+}
+
+// NewSettler settles on db and hands each committed settlement's journal
+// entries to relay (nil: nobody is told; the relay's sweep finds the rows).
+func NewSettler(db *pgxpool.Pool, relay Relayer, log *slog.Logger) *Settler {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Settler{db: db, relay: relay, log: log}
+}
+
+// Settle is an emq.Handler for the orders queue: it settles the claimed
+// order in one PostgreSQL transaction, then relays the journal entries.
+//
+// An order settled before (a redelivery, or a stale worker whose lease passed
+// on) is left alone and Settle returns nil, so the job completes. A payload
+// that is no order, or names an unknown account or instrument, fails with
+// emq.Permanent. Every other failure is returned as it is, for the queue to
+// retry: an order is never rejected because PostgreSQL was unreachable.
+func (s *Settler) Settle(ctx context.Context, claim emq.Claim) error {
+	order, err := decodeOrder(claim)
+	if err != nil {
+		return emq.Permanent(err)
+	}
+	settleCtx, cancel := context.WithTimeout(ctx, settleTimeout)
+	result, err := s.settle(settleCtx, order, claim.Token)
+	cancel()
+	if err != nil {
+		return err
+	}
+	log := s.log.With("order_id", order.ID, "account", order.Account, "token", claim.Token)
+	switch {
+	case result.duplicate:
+		// Worth seeing: it means two leases ran the order, or a completion was lost.
+		log.Info("order already settled; nothing changed")
+		return nil
+	case result.status == StatusRejected:
+		log.Info("order rejected", "reason", result.reason)
+	default:
+		log.Info("order settled", "ledger_transaction_id", result.transaction)
+	}
+	if s.relay != nil && len(result.journal) > 0 {
+		s.relay.Relay(ctx, result.journal)
+	}
+	return nil
+}
+
+// decodeOrder reads the order a claim carries and refuses one that no
+// settlement could ever succeed with.
+func decodeOrder(claim emq.Claim) (Order, error) {
+	if claim.Kind != KindPlace {
+		return Order{}, fmt.Errorf("%w: job %s is of kind %q, not %q", ErrMalformedOrder, claim.ID, claim.Kind, KindPlace)
+	}
+	var order Order
+	if err := json.Unmarshal(claim.Payload, &order); err != nil {
+		return Order{}, fmt.Errorf("%w: job %s: %w", ErrMalformedOrder, claim.ID, err)
+	}
+	var refused []string
+	refuse := func(format string, args ...any) { refused = append(refused, fmt.Sprintf(format, args...)) }
+	if order.ID != claim.ID {
+		refuse("id %q is not the job's", order.ID)
+	}
+	if _, err := ParseOrderID(order.ID); err != nil {
+		refuse("id %q is no ORD id", order.ID)
+	}
+	if order.Account == VenueAccount || order.Account == ExternalAccount {
+		refuse("account %s cannot place orders", order.Account)
+	}
+	if order.Side != Buy && order.Side != Sell {
+		refuse("side %q", order.Side)
+	}
+	if !order.Quantity.IsPos() {
+		refuse("quantity %s is not positive", order.Quantity)
+	}
+	switch order.Type {
+	case Limit:
+		if order.Price == nil || !order.Price.IsPos() {
+			refuse("a limit order needs a positive price")
+		}
+	case Market:
+		if order.Price != nil {
+			refuse("a market order has no price")
+		}
+	default:
+		refuse("type %q", order.Type)
+	}
+	if order.CreatedAt.IsZero() {
+		refuse("no created_at")
+	}
+	if len(refused) > 0 {
+		return Order{}, fmt.Errorf("%w: job %s: %v", ErrMalformedOrder, claim.ID, refused)
+	}
+	return order, nil
+}
+
+type settlement struct {
+	// duplicate: the order had a final row already; nothing was written.
+	duplicate   bool
+	status      Status
+	reason      string
+	transaction int64
+	journal     []JournalEntry
+}
+
+// lockedBalance is one of the four balance rows a settlement holds locked.
+type lockedBalance struct {
+	account, asset string
+	version        int64
+	// whether available covers the order's quantity, and its notional
+	coversQuantity, coversNotional bool
+}
+
+// move is one ledger entry of a settlement: a signed amount on a balance.
+type move struct {
+	account, asset string
+	amount         string
+	balance        *lockedBalance
+}
+
+// settle runs the transaction in two round trips: the BEGIN rides in the
+// first batch (read, lock) and the COMMIT in the second (one statement for
+// all the writes), so a settlement holds the hot venue rows for about one
+// round trip and the server runs as few statements as it can.
+//
+// Two settlers of one order lock the same four rows, so the second waits for
+// the first to commit; its orders insert then finds the row and, being the
+// statement every write hangs on, writes nothing.
+func (s *Settler) settle(ctx context.Context, order Order, token int64) (result settlement, err error) {
+	conn, err := s.db.Acquire(ctx)
+	if err != nil {
+		return settlement{}, fmt.Errorf("orders: settle %s: %w", order.ID, err)
+	}
+	defer releaseAfterTx(conn)
+
+	var price *string
+	if order.Price != nil {
+		text := order.Price.String()
+		price = &text
+	}
+	quantity := order.Quantity.String()
+
+	var (
+		found         bool
+		halted, exact bool
+		base, quote   string
+		fillPrice     string
+		notional      string
+		locked        []lockedBalance
+	)
+	first := &pgx.Batch{}
+	first.Queue(`BEGIN`)
+	// The fill is priced in SQL: NUMERIC multiplies exactly whatever the
+	// digits, and exact says whether the notional fits the ledger's 18
+	// decimals without rounding.
+	first.Queue(`SELECT status = 'halted', base, quote,
+			trim_scale(coalesce($2::numeric, reference_price))::text,
+			trim_scale(coalesce($2::numeric, reference_price) * $3::numeric)::text,
+			scale(trim_scale(coalesce($2::numeric, reference_price) * $3::numeric)) <= 18
+		FROM instruments WHERE symbol = $1`, order.Symbol, price, quantity).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			found = true
+			if err := rows.Scan(&halted, &base, &quote, &fillPrice, &notional, &exact); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
+	// Rows are created in one fixed order, like the locks below, so two
+	// settlers creating the same new balances cannot deadlock.
+	first.Queue(`INSERT INTO balances (account_id, asset)
+		SELECT account.id, asset.code
+		FROM instruments i, unnest(ARRAY[$1::text, $2::text]) AS account(id), unnest(ARRAY[i.base, i.quote]) AS asset(code)
+		WHERE i.symbol = $3
+		ORDER BY account.id, asset.code
+		ON CONFLICT DO NOTHING`, order.Account, VenueAccount, order.Symbol)
+	// One statement locks all four rows in (account, asset) order: every
+	// settlement takes them in the same order, so none waits on another in a
+	// cycle. The funds checks are NUMERIC comparisons made under the lock. A
+	// reference price changed since the statement above could at worst make
+	// a balance's CHECK refuse the writes, and the retry prices afresh.
+	first.Queue(`SELECT b.account_id, b.asset, b.version,
+			b.available >= $4::numeric,
+			b.available >= coalesce($5::numeric, i.reference_price) * $4::numeric
+		FROM balances b JOIN instruments i ON b.asset IN (i.base, i.quote)
+		WHERE i.symbol = $3 AND b.account_id IN ($1, $2)
+		ORDER BY b.account_id, b.asset
+		FOR UPDATE OF b`, order.Account, VenueAccount, order.Symbol, quantity, price).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var b lockedBalance
+			if err := rows.Scan(&b.account, &b.asset, &b.version, &b.coversQuantity, &b.coversNotional); err != nil {
+				return err
+			}
+			locked = append(locked, b)
+		}
+		return rows.Err()
+	})
+	if err := conn.SendBatch(ctx, first).Close(); err != nil {
+		return settlement{}, classify(order, err)
+	}
+	switch {
+	case !found:
+		return settlement{}, emq.Permanent(fmt.Errorf("%w: %s (order %s)", ErrUnknownInstrument, order.Symbol, order.ID))
+	case !exact:
+		return settlement{}, emq.Permanent(fmt.Errorf("%w: order %s: notional %s has more decimals than the ledger holds",
+			ErrMalformedOrder, order.ID, notional))
+	case len(locked) != 4:
+		return settlement{}, fmt.Errorf("orders: settle %s: locked %d balance rows, want 4", order.ID, len(locked))
+	}
+
+	balance := func(account, asset string) *lockedBalance {
+		for i := range locked {
+			if locked[i].account == account && locked[i].asset == asset {
+				return &locked[i]
+			}
+		}
+		return nil
+	}
+	mine := struct{ base, quote *lockedBalance }{balance(order.Account, base), balance(order.Account, quote)}
+	venue := struct{ base, quote *lockedBalance }{balance(VenueAccount, base), balance(VenueAccount, quote)}
+	if mine.base == nil || mine.quote == nil || venue.base == nil || venue.quote == nil {
+		return settlement{}, fmt.Errorf("orders: settle %s: the locked rows are not the order's four balances", order.ID)
+	}
+
+	reason := ""
+	var moves []move
+	switch {
+	case halted:
+		reason = ReasonInstrumentHalted
+	case order.Side == Buy && !mine.quote.coversNotional, order.Side == Sell && !mine.base.coversQuantity:
+		reason = ReasonInsufficientFunds
+	case order.Side == Buy && !venue.base.coversQuantity, order.Side == Sell && !venue.quote.coversNotional:
+		reason = ReasonInsufficientLiquidity
+	case order.Side == Buy:
+		moves = []move{
+			{order.Account, quote, "-" + notional, mine.quote},
+			{order.Account, base, quantity, mine.base},
+			{VenueAccount, quote, notional, venue.quote},
+			{VenueAccount, base, "-" + quantity, venue.base},
+		}
+	default:
+		moves = []move{
+			{order.Account, base, "-" + quantity, mine.base},
+			{order.Account, quote, notional, mine.quote},
+			{VenueAccount, base, quantity, venue.base},
+			{VenueAccount, quote, "-" + notional, venue.quote},
+		}
+	}
+
+	inserted := false
+	second := &pgx.Batch{}
+	if reason != "" {
+		result = settlement{status: StatusRejected, reason: reason}
+		second.Queue(`INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price,
+				status, reject_reason, settled_by_token, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'rejected', $9, $10, $11)
+			ON CONFLICT (id) DO NOTHING`,
+			order.ID, order.Account, order.ClientOrderID, order.Symbol, string(order.Side), string(order.Type),
+			quantity, price, reason, token, order.CreatedAt).Exec(func(tag pgconn.CommandTag) error {
+			inserted = tag.RowsAffected() == 1
+			return nil
+		})
+	} else {
+		result = settlement{status: StatusSettled}
+		accounts, assets, amounts := make([]string, 4), make([]string, 4), make([]string, 4)
+		names, payloads, versions := make([]string, 4), make([]string, 4), make([]int64, 4)
+		for i, m := range moves {
+			accounts[i], assets[i], amounts[i] = m.account, m.asset, m.amount
+			// The row is locked, so its next version is exactly one more.
+			versions[i] = m.balance.version + 1
+			names[i] = BalanceName(m.account, m.asset)
+			payloads[i] = fmt.Sprintf("%s@%d", names[i], versions[i])
+		}
+		// Every write hangs on placed, the order's insert: when the order has
+		// its row already, the statement changes nothing at all. The ledger
+		// transaction's id is drawn first because the settled row must name it.
+		second.Queue(`WITH drawn AS (
+				SELECT nextval(pg_get_serial_sequence('ledger_transactions', 'id')) AS id
+			), placed AS (
+				INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price, status,
+					fill_price, fill_quantity, fill_notional, ledger_transaction_id, settled_by_token, created_at)
+				SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'settled', $9, $7, $10, drawn.id, $11, $12 FROM drawn
+				ON CONFLICT (id) DO NOTHING
+				RETURNING ledger_transaction_id AS id
+			), txn AS (
+				INSERT INTO ledger_transactions (id, kind, order_id) OVERRIDING SYSTEM VALUE
+				SELECT id, 'settlement', $1 FROM placed
+				RETURNING id
+			), moves AS (
+				SELECT * FROM unnest($13::text[], $14::text[], $15::numeric[]) AS m(account_id, asset, amount)
+			), entries AS (
+				INSERT INTO ledger_entries (transaction_id, account_id, asset, amount)
+				SELECT txn.id, m.account_id, m.asset, m.amount FROM txn, moves m
+			), moved AS (
+				UPDATE balances b SET available = b.available + m.amount, version = b.version + 1
+				FROM moves m, placed
+				WHERE b.account_id = m.account_id AND b.asset = m.asset
+			)
+			INSERT INTO journal_outbox (name, version, payload)
+			SELECT j.* FROM placed, unnest($16::text[], $17::bigint[], $18::text[]) AS j
+			RETURNING id, name, version, payload, (SELECT id FROM placed)`,
+			order.ID, order.Account, order.ClientOrderID, order.Symbol, string(order.Side), string(order.Type),
+			quantity, price, fillPrice, notional, token, order.CreatedAt,
+			accounts, assets, amounts, names, versions, payloads).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var entry JournalEntry
+				if err := rows.Scan(&entry.ID, &entry.Name, &entry.Version, &entry.Payload, &result.transaction); err != nil {
+					return err
+				}
+				result.journal = append(result.journal, entry)
+			}
+			inserted = len(result.journal) > 0
+			return rows.Err()
+		})
+	}
+	committed := false
+	second.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
+		// COMMIT of a failed transaction answers ROLLBACK, not an error.
+		committed = tag.String() == "COMMIT"
+		return nil
+	})
+	if err := conn.SendBatch(ctx, second).Close(); err != nil {
+		return settlement{}, classify(order, err)
+	}
+	if !committed {
+		return settlement{}, fmt.Errorf("orders: settle %s: the transaction rolled back at commit", order.ID)
+	}
+	if !inserted {
+		return settlement{duplicate: true}, nil
+	}
+	return result, nil
+}
+
+// classify sorts a failure: an order whose account does not exist, or whose
+// fields the schema refuses, can never settle; anything else (the server
+// down, a deadlock, a timeout) may pass.
+func classify(order Order, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.ConstraintName == "balances_account_id_fkey" || pgErr.ConstraintName == "orders_account_id_fkey":
+			return emq.Permanent(fmt.Errorf("%w: %s (order %s)", ErrNoAccount, order.Account, order.ID))
+		case pgErr.Code == "23514" && pgErr.TableName == "orders" || strings.HasPrefix(pgErr.Code, "22"):
+			// a CHECK of the orders row, or a value out of a column's range
+			return emq.Permanent(fmt.Errorf("%w: order %s: %w", ErrMalformedOrder, order.ID, err))
+		}
+	}
+	return fmt.Errorf("orders: settle %s: %w", order.ID, err)
+}
+
+// releaseAfterTx hands the connection back with no transaction open: a
+// settlement that failed midway leaves one, which ROLLBACK ends, and a
+// connection that cannot be rolled back is closed by the pool on release.
+func releaseAfterTx(conn *pgxpool.Conn) {
+	pg := conn.Conn().PgConn()
+	if !pg.IsClosed() && pg.TxStatus() != 'I' {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, _ = conn.Exec(ctx, `ROLLBACK`)
+		cancel()
+	}
+	conn.Release()
+}
