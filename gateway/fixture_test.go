@@ -36,6 +36,8 @@ type fixture struct {
 	db    *pgxpool.Pool
 	// queue is the orders queue, for tests that play the worker.
 	queue       *emq.Queue
+	client      *emq.Client
+	databaseURL string
 	accounts    []string
 	keys        []string
 	keyIDs      []string
@@ -76,7 +78,7 @@ func newFixture(t testing.TB, accounts int) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.queue = queueClient.Queue(orders.Queue)
+	f.queue, f.client, f.databaseURL = queueClient.Queue(orders.Queue), queueClient, database.URL
 	placer := orders.NewPlacer(f.queue, 0, orders.WithHistory(orders.NewHistory(f.db)))
 	if err := placer.Declare(ctx); err != nil {
 		t.Fatal(err)
