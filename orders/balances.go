@@ -21,8 +21,10 @@ const BalancesTable = "balances"
 
 // CoherenceLanes declares how each table's changes reach the caches.
 // Balances ride the job lane: a stale balance costs money, so the message
-// must survive a crash and a lost one is not acceptable.
-var CoherenceLanes = emq.Lanes{BalancesTable: emq.LaneJob}
+// must survive a crash and a lost one is not acceptable. Instruments ride the
+// broadcast lane: a lost halt message costs one refresh interval, after
+// which every gateway rereads the table anyway.
+var CoherenceLanes = emq.Lanes{BalancesTable: emq.LaneJob, InstrumentsTable: emq.LaneBroadcast}
 
 // Balance is one asset of an account, as clients read it.
 type Balance struct {

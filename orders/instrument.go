@@ -9,6 +9,8 @@ import (
 
 	"github.com/govalues/decimal"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordergate/ordergate/emq"
 )
 
 // Instrument is a tradable pair and the rules its orders must follow.
@@ -153,4 +155,43 @@ func (s *Instruments) KeepFresh(ctx context.Context, interval time.Duration, fai
 			}
 		}
 	}
+}
+
+// InstrumentsTable names instruments on the coherence lanes.
+const InstrumentsTable = "instruments"
+
+// SetInstrumentHalted halts or resumes trading in an instrument, then
+// broadcasts the change so gateways reread their copy at once instead of at
+// their next refresh. The broadcast is at-most-once: its failure is returned
+// but the halt stands, and the periodic refresh delivers it.
+func SetInstrumentHalted(ctx context.Context, db *pgxpool.Pool, lanes *emq.Client, symbol string, halted bool) error {
+	status := "trading"
+	if halted {
+		status = "halted"
+	}
+	tag, err := db.Exec(ctx, `UPDATE instruments SET status = $2 WHERE symbol = $1`, symbol, status)
+	if err != nil {
+		return fmt.Errorf("orders: set %s %s: %w", symbol, status, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: %s", ErrUnknownInstrument, symbol)
+	}
+	if lanes == nil {
+		return nil
+	}
+	if err := lanes.Broadcast(ctx, InstrumentsTable, InstrumentsTable+":"+symbol); err != nil {
+		return fmt.Errorf("orders: %s is %s, but the broadcast failed (gateways see it at their next refresh): %w", symbol, status, err)
+	}
+	return nil
+}
+
+// FollowBroadcasts rereads the instruments whenever the broadcast lane says
+// one changed. A burst of halts fills the bounded ring and the excess is
+// dropped and counted; one reread covers them all.
+func (s *Instruments) FollowBroadcasts(ctx context.Context, lanes *emq.Client, failed func(error), opts ...emq.SubscribeOption) (*emq.Subscription, error) {
+	return lanes.Subscribe(ctx, InstrumentsTable, 16, func(string) {
+		if err := s.Refresh(ctx); err != nil && ctx.Err() == nil {
+			failed(err)
+		}
+	}, opts...)
 }

@@ -9,11 +9,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
 )
 
-const usage = `usage: admin COMMAND [ARGS]   (DATABASE_URL names the database)
+const usage = `usage: admin COMMAND [ARGS]   (DATABASE_URL names the database; REDIS_URL the queue server, for halt/resume)
 
   migrate                          apply all schema migrations
   migrate-down                     revert all schema migrations (destroys data)
@@ -24,6 +25,9 @@ const usage = `usage: admin COMMAND [ARGS]   (DATABASE_URL names the database)
   withdraw ACCOUNT ASSET AMOUNT    debit funds to the external account (a ledger transaction)
   demo                             fund the venue if it is empty, create a funded demo account
                                    and print account=... and api_key=...
+  halt SYMBOL                      stop an instrument taking orders; gateways hear of it at once
+                                   over the broadcast lane (at the latest at their next refresh)
+  resume SYMBOL                    let a halted instrument take orders again
   audit                            check the ledger: balances against their entries, conservation
                                    per asset, balanced transactions, one settlement per settled
                                    order; prints each violation and exits non-zero on any
@@ -47,7 +51,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	command, rest := args[1], args[2:]
 	want := map[string]int{
 		"migrate": 0, "migrate-down": 0, "create-account": 1, "issue-key": 1, "revoke-key": 1,
-		"deposit": 3, "withdraw": 3, "demo": 0, "audit": 0,
+		"deposit": 3, "withdraw": 3, "demo": 0, "audit": 0, "halt": 1, "resume": 1,
 	}
 	count, known := want[command]
 	if !known {
@@ -102,7 +106,40 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return demo(ctx, db, accounts, ledger, stdout)
 	case "audit":
 		return audit(ctx, db, stdout)
+	case "halt", "resume":
+		return setHalted(ctx, db, getenv("REDIS_URL"), strings.ToUpper(rest[0]), command == "halt", stdout)
 	}
+	return nil
+}
+
+// setHalted changes the instrument's status and broadcasts it. Without a
+// queue server the status still changes; gateways pick it up at their next
+// refresh, and the command says so.
+func setHalted(ctx context.Context, db *pgxpool.Pool, redisURL, symbol string, halted bool, stdout io.Writer) error {
+	var lanes *emq.Client
+	if redisURL != "" {
+		rdb, err := emq.Open(redisURL)
+		if err != nil {
+			return err
+		}
+		if lanes, err = emq.Connect(ctx, rdb); err != nil {
+			rdb.Close()
+			return err
+		}
+		defer lanes.Close()
+	}
+	if err := orders.SetInstrumentHalted(ctx, db, lanes, symbol, halted); err != nil {
+		return err
+	}
+	status := "trading"
+	if halted {
+		status = "halted"
+	}
+	if lanes == nil {
+		fmt.Fprintf(stdout, "%s=%s (REDIS_URL unset: gateways see it at their next refresh)\n", symbol, status)
+		return nil
+	}
+	fmt.Fprintf(stdout, "%s=%s\n", symbol, status)
 	return nil
 }
 

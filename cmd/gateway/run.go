@@ -116,14 +116,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	go instruments.KeepFresh(ctx, c.instrumentRefresh, func(err error) {
+	refreshFailed := func(err error) {
 		log.Warn("instrument refresh failed; serving the last copy", "err", err)
-	})
+	}
+	go instruments.KeepFresh(ctx, c.instrumentRefresh, refreshFailed)
 
 	// The process's own health (memory, goroutines, file descriptors) sits
 	// beside the gateway's series on its /metrics.
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if _, err := instruments.FollowBroadcasts(ctx, queueClient, refreshFailed, emq.WithBroadcastMetrics(metrics)); err != nil {
+		return err
+	}
 	server := gateway.New(gateway.Deps{
 		Placer:      placer,
 		Instruments: instruments,
