@@ -37,9 +37,10 @@ const settleTimeout = 10 * time.Second
 // money through the ledger, versions the balances, records the order's final
 // state and writes the journal outbox.
 type Settler struct {
-	db    *pgxpool.Pool
-	relay Relayer
-	log   *slog.Logger
+	db      *pgxpool.Pool
+	relay   Relayer
+	log     *slog.Logger
+	metrics *SettlementMetrics
 }
 
 // NewSettler settles on db and hands each committed settlement's journal
@@ -65,11 +66,13 @@ func (s *Settler) Settle(ctx context.Context, claim emq.Claim) error {
 		return emq.Permanent(err)
 	}
 	settleCtx, cancel := context.WithTimeout(ctx, settleTimeout)
+	began := time.Now()
 	result, err := s.settle(settleCtx, order, claim.Token)
 	cancel()
 	if err != nil {
 		return err
 	}
+	s.metrics.observe(result, time.Since(began))
 	log := s.log.With("order_id", order.ID, "account", order.Account, "token", claim.Token)
 	switch {
 	case result.duplicate:

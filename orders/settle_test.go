@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/govalues/decimal"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/testserver"
@@ -710,4 +712,43 @@ func BenchmarkSettle(b *testing.B) {
 	}
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "settlements/s")
+}
+
+func TestSettlementMetricsCountOutcomes(t *testing.T) {
+	m := newMarket(t)
+	registry := prometheus.NewRegistry()
+	m.settler.WithMetrics(orders.NewSettlementMetrics(registry))
+	filled := newOrder(m.account, "BTC-USD", orders.Buy, "0.01000", "50000.00")
+	m.settle(t, filled, 1)
+	m.settle(t, filled, 2) // a redelivery
+	m.settle(t, newOrder(m.account, "BTC-USD", orders.Buy, "100.00000", ""), 1)
+
+	counts := map[string]float64{}
+	families, err := registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, family := range families {
+		for _, metric := range family.GetMetric() {
+			switch family.GetName() {
+			case "orders_settlement_total":
+				labels := ""
+				for _, label := range metric.GetLabel() {
+					labels += label.GetName() + "=" + label.GetValue() + " "
+				}
+				counts[labels] = metric.GetCounter().GetValue()
+			case "orders_settlement_seconds":
+				counts["observations"] = float64(metric.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	want := map[string]float64{
+		"outcome=settled reason= ":                    1,
+		"outcome=duplicate reason= ":                  1,
+		"outcome=rejected reason=insufficient_funds ": 1,
+		"observations":                                3,
+	}
+	if !maps.Equal(counts, want) {
+		t.Errorf("settlement metrics %v, want %v", counts, want)
+	}
 }

@@ -230,7 +230,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	settler := orders.NewSettler(db, extra.relay, log.With("queue", orders.Queue))
+	settler := orders.NewSettler(db, extra.relay, log.With("queue", orders.Queue)).WithMetrics(orders.NewSettlementMetrics(registry))
 	err = workBeside(ctx, extra.loops, func(ctx context.Context) error {
 		return queue.Work(ctx, settler.Settle, emq.WorkerOptions{
 			Concurrency:  c.concurrency,

@@ -1,0 +1,53 @@
+package orders
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// SettlementMetrics counts what settlement decided and how long it took.
+type SettlementMetrics struct {
+	outcomes *prometheus.CounterVec
+	duration prometheus.Histogram
+}
+
+// NewSettlementMetrics registers settlement's series: orders_settlement_total
+// by outcome (settled, rejected: <reason>, duplicate) and
+// orders_settlement_seconds for the transaction.
+func NewSettlementMetrics(registerer prometheus.Registerer) *SettlementMetrics {
+	m := &SettlementMetrics{
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orders_settlement_total",
+			Help: "Settlements by outcome: settled, rejected (with its reason), or duplicate (the order was final already).",
+		}, []string{"outcome", "reason"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "orders_settlement_seconds",
+			Help:    "Time of one settlement transaction, from the first statement to commit.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+	}
+	registerer.MustRegister(m.outcomes, m.duration)
+	return m
+}
+
+func (m *SettlementMetrics) observe(result settlement, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.duration.Observe(took.Seconds())
+	switch {
+	case result.duplicate:
+		m.outcomes.WithLabelValues("duplicate", "").Inc()
+	case result.status == StatusRejected:
+		m.outcomes.WithLabelValues("rejected", result.reason).Inc()
+	default:
+		m.outcomes.WithLabelValues("settled", "").Inc()
+	}
+}
+
+// WithMetrics makes the settler count its outcomes.
+func (s *Settler) WithMetrics(metrics *SettlementMetrics) *Settler {
+	s.metrics = metrics
+	return s
+}
