@@ -21,4 +21,5 @@ var (
 	requeueScript  = redis.NewScript(lua.Requeue)
 
 	cacheFillScript = redis.NewScript(lua.CacheFill)
+	rateLimitScript = redis.NewScript(lua.RateLimit)
 )

@@ -65,6 +65,12 @@ func (b *syncBuffer) String() string {
 
 func newFixture(t testing.TB, accounts int) *fixture {
 	t.Helper()
+	return newFixtureWith(t, accounts, gateway.DefaultConfig())
+}
+
+// newFixtureWith is newFixture with the gateway configured by config.
+func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture {
+	t.Helper()
 	ctx := context.Background()
 	f := &fixture{redis: testserver.StartRedis(t), logs: &syncBuffer{}}
 	f.rdb = f.redis.Client(t)
@@ -96,13 +102,14 @@ func newFixture(t testing.TB, accounts int) *fixture {
 		Placer:      placer,
 		Instruments: f.instruments,
 		Accounts:    store,
+		Limiter:     queueClient,
 		Probes: []gateway.Probe{
 			{Name: "redis", Check: func(ctx context.Context) error { return f.rdb.Ping(ctx).Err() }},
 			{Name: "fence", Check: queueClient.Check},
 			{Name: "postgres", Check: f.db.Ping},
 		},
 		Logger: log,
-	}, gateway.DefaultConfig())
+	}, config)
 	httpServer := httptest.NewServer(server)
 	t.Cleanup(httpServer.Close)
 	f.url = httpServer.URL
@@ -214,7 +221,7 @@ func (f *fixture) claim(t testing.TB, id string) emq.Claim {
 }
 
 // queueKeys lists the keys of the orders queue that hold orders (not its
-// declared kinds).
+// declared kinds, nor the rate limiter's buckets).
 func (f *fixture) queueKeys(t testing.TB) []string {
 	t.Helper()
 	all, err := f.rdb.Keys(context.Background(), "*").Result()
@@ -223,7 +230,7 @@ func (f *fixture) queueKeys(t testing.TB) []string {
 	}
 	var written []string
 	for _, key := range all {
-		if key != "emq:{orders}:kinds" && key != "{emq}:version" && key != "{emq}:queues" {
+		if key != "emq:{orders}:kinds" && key != "{emq}:version" && key != "{emq}:queues" && !strings.HasPrefix(key, "ratelimit:") {
 			written = append(written, key)
 		}
 	}

@@ -22,7 +22,11 @@ type metrics struct {
 	admitted prometheus.Counter
 	replayed prometheus.Counter
 	refused  *prometheus.CounterVec
-	handler  http.Handler
+	// rateLimited counts requests refused with 429; rateLimitFailOpen those
+	// let through because the limiter's store did not answer.
+	rateLimited       prometheus.Counter
+	rateLimitFailOpen prometheus.Counter
+	handler           http.Handler
 }
 
 // newMetrics registers the gateway's series on registry, which then serves
@@ -50,8 +54,16 @@ func newMetrics(registry *prometheus.Registry) *metrics {
 			Name: "orders_refused_total",
 			Help: "Order placements that admitted nothing, by HTTP status: 4xx the request was refused, 5xx the gateway could not admit it.",
 		}, []string{"status"}),
+		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rate_limited_total",
+			Help: "Requests refused with 429 because their API key's token bucket was empty.",
+		}),
+		rateLimitFailOpen: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rate_limit_fail_open_total",
+			Help: "Requests let through unlimited because the rate limiter's store (Redis) did not answer.",
+		}),
 	}
-	registry.MustRegister(m.requests, m.duration, m.admitted, m.replayed, m.refused)
+	registry.MustRegister(m.requests, m.duration, m.admitted, m.replayed, m.refused, m.rateLimited, m.rateLimitFailOpen)
 	m.handler = promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry})
 	return m
 }

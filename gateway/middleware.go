@@ -17,6 +17,7 @@ const (
 	headerRequestID = "X-Request-Id"
 	contextLogger   = "gateway.logger"
 	contextAccount  = "gateway.account"
+	contextBucket   = "gateway.bucket"
 )
 
 var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
@@ -98,11 +99,13 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if !found || !strings.EqualFold(scheme, "Bearer") || key == "" {
 			return &requestError{kind: kindUnauthorized, detail: "send the API key as Authorization: Bearer <key>"}
 		}
-		account, err := s.accounts.Authenticate(c.Request().Context(), strings.TrimSpace(key))
+		key = strings.TrimSpace(key)
+		account, err := s.accounts.Authenticate(c.Request().Context(), key)
 		if err != nil {
 			return err
 		}
 		c.Set(contextAccount, account)
+		c.Set(contextBucket, keyBucket(key))
 		return next(c)
 	}
 }

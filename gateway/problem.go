@@ -49,6 +49,7 @@ var (
 	kindTooLarge         = problemKind{"payload-too-large", "The request body is too large", http.StatusRequestEntityTooLarge}
 	kindMediaType        = problemKind{"unsupported-media-type", "The request body must be application/json", http.StatusUnsupportedMediaType}
 	kindMethodNotAllowed = problemKind{"method-not-allowed", "The method is not allowed on this resource", http.StatusMethodNotAllowed}
+	kindRateLimited      = problemKind{"rate-limited", "Too many requests", http.StatusTooManyRequests}
 	kindUnavailable      = problemKind{"unavailable", "A dependency of the service is unavailable; retry later", http.StatusServiceUnavailable}
 	kindInternal         = problemKind{"internal", "Internal error", http.StatusInternalServerError}
 )

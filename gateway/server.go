@@ -23,11 +23,17 @@ type Config struct {
 	// RequestTimeout bounds the work behind one request, so a dependency that
 	// hangs turns into a 503 instead of a hung client.
 	RequestTimeout time.Duration
+	// RateLimitBurst is how many requests one API key may make at once (the
+	// token bucket's capacity); 0 turns rate limiting off.
+	RateLimitBurst int
+	// RateLimitPerSecond is how many requests a second one API key may make
+	// sustained (the bucket's refill rate).
+	RateLimitPerSecond int
 }
 
 // DefaultConfig is what the gateway runs with unless told otherwise.
 func DefaultConfig() Config {
-	return Config{BodyLimit: 16 << 10, RequestTimeout: 5 * time.Second}
+	return Config{BodyLimit: 16 << 10, RequestTimeout: 5 * time.Second, RateLimitBurst: 100, RateLimitPerSecond: 50}
 }
 
 // Authenticator finds the account of an API key.
@@ -47,8 +53,11 @@ type Deps struct {
 	Instruments *orders.Instruments
 	Accounts    Authenticator
 	Balances    BalanceReader
-	Probes      []Probe
-	Logger      *slog.Logger
+	// Limiter keeps the per-key token buckets of the /v1 routes (an
+	// *emq.Client); no rate limiting when nil.
+	Limiter RateLimiter
+	Probes  []Probe
+	Logger  *slog.Logger
 	// Metrics is where the gateway registers its series and what GET
 	// /metrics serves; a private registry when nil. One registry backs one
 	// Server.
@@ -63,6 +72,7 @@ type Server struct {
 	instruments *orders.Instruments
 	accounts    Authenticator
 	balances    BalanceReader
+	limiter     RateLimiter
 	probes      []Probe
 	log         *slog.Logger
 	validate    *validator.Validate
@@ -89,6 +99,7 @@ func New(deps Deps, config Config) *Server {
 		instruments: deps.Instruments,
 		accounts:    deps.Accounts,
 		balances:    deps.Balances,
+		limiter:     deps.Limiter,
 		probes:      deps.Probes,
 		log:         deps.Logger,
 		validate:    newValidator(),
@@ -105,13 +116,15 @@ func New(deps Deps, config Config) *Server {
 	// Operational, like the probes: unauthenticated and not in the API
 	// contract. Keep the port off the public network.
 	e.GET("/metrics", echo.WrapHandler(s.metrics.handler))
-	// Authentication is per route: group middleware would answer a wrong
-	// method on a known path with 404 instead of 405.
-	e.POST(placeOrderRoute, s.placeOrder, s.authenticate)
-	e.GET(placeOrderRoute, s.listOrders, s.authenticate)
-	e.GET("/v1/orders/:id", s.getOrder, s.authenticate)
-	e.DELETE("/v1/orders/:id", s.cancelOrder, s.authenticate)
-	e.GET("/v1/balances", s.listBalances, s.authenticate)
+	// Authentication and the rate limit are per route: group middleware would
+	// answer a wrong method on a known path with 404 instead of 405. The
+	// limit runs after authentication: its buckets are per API key.
+	v1 := []echo.MiddlewareFunc{s.authenticate, s.rateLimit}
+	e.POST(placeOrderRoute, s.placeOrder, v1...)
+	e.GET(placeOrderRoute, s.listOrders, v1...)
+	e.GET("/v1/orders/:id", s.getOrder, v1...)
+	e.DELETE("/v1/orders/:id", s.cancelOrder, v1...)
+	e.GET("/v1/balances", s.listBalances, v1...)
 	for _, route := range e.Routes() {
 		s.routes[route.Path] = true
 	}

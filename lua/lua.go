@@ -60,3 +60,10 @@ var (
 	// ones. It moves no job, so it goes without the helpers.
 	CacheFill = cacheFill
 )
+
+//go:embed ratelimit.lua
+var rateLimit string
+
+// RateLimit takes a token from a token bucket, or refuses. It moves no job,
+// so it goes without the helpers.
+var RateLimit = rateLimit

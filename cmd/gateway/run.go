@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -54,11 +55,17 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.DurationVar(&c.shutdownTimeout, "shutdown-timeout", durationOf(env("SHUTDOWN_TIMEOUT", "10s")), "how long in-flight requests may take at shutdown (SHUTDOWN_TIMEOUT)")
 	flags.Int64Var(&c.http.BodyLimit, "body-limit", defaults.BodyLimit, "largest request body in bytes")
 	flags.DurationVar(&c.http.RequestTimeout, "request-timeout", durationOf(env("REQUEST_TIMEOUT", defaults.RequestTimeout.String())), "time bound of one request (REQUEST_TIMEOUT)")
+	flags.IntVar(&c.http.RateLimitBurst, "rate-limit-burst", intOf(env("RATE_LIMIT_BURST", strconv.Itoa(defaults.RateLimitBurst))), "requests one API key may make at once; 0 turns rate limiting off (RATE_LIMIT_BURST)")
+	flags.IntVar(&c.http.RateLimitPerSecond, "rate-limit-per-second", intOf(env("RATE_LIMIT_PER_SECOND", strconv.Itoa(defaults.RateLimitPerSecond))), "requests a second one API key may make sustained (RATE_LIMIT_PER_SECOND)")
 	if err := flags.Parse(args[1:]); err != nil {
 		return config{}, err
 	}
 	if c.databaseURL == "" {
 		return config{}, errors.New("DATABASE_URL (or -database-url) is required")
+	}
+	const most = 1_000_000
+	if b, r := c.http.RateLimitBurst, c.http.RateLimitPerSecond; b < 0 || b > most || (b > 0 && (r < 1 || r > most)) {
+		return config{}, fmt.Errorf("rate limit: burst %d and per-second %d must be whole numbers from 1 to %d (burst 0 turns the limit off)", b, r, most)
 	}
 	return c, nil
 }
@@ -69,6 +76,15 @@ func levelOf(text string) slog.Level {
 		return slog.LevelInfo
 	}
 	return level
+}
+
+// intOf reads a number; -1, which the limits refuse, when it is not one.
+func intOf(text string) int {
+	n, err := strconv.Atoi(text)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 func durationOf(text string) time.Duration {
@@ -133,6 +149,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Instruments: instruments,
 		Accounts:    orders.NewAccounts(db),
 		Balances:    orders.NewBalances(db, queueClient, log),
+		Limiter:     queueClient,
 		Probes:      probes(queueClient, db),
 		Logger:      log,
 		Metrics:     metrics,

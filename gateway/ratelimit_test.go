@@ -1,0 +1,203 @@
+package gateway_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ordergate/ordergate/gateway"
+	"github.com/ordergate/ordergate/orders"
+)
+
+func limited(burst, perSecond int) gateway.Config {
+	config := gateway.DefaultConfig()
+	config.RateLimitBurst, config.RateLimitPerSecond = burst, perSecond
+	return config
+}
+
+func headerInt(t testing.TB, res response, name string) int {
+	t.Helper()
+	value, err := strconv.Atoi(res.header.Get(name))
+	if err != nil {
+		t.Fatalf("%s: %q is not a whole number (status %d)", name, res.header.Get(name), res.status)
+	}
+	return value
+}
+
+// A key may make its burst of requests, each answer counting down
+// RateLimit-Remaining; the next is refused with 429, Retry-After and the
+// headers, and the refused placement writes nothing. f.http checks every
+// exchange against the spec.
+func TestRateLimitRefusesPastTheBurst(t *testing.T) {
+	f := newFixtureWith(t, 1, limited(3, 1))
+	key := f.keys[0]
+	for i, want := range []int{2, 1, 0} {
+		res := f.list(t, key, nil)
+		if res.status != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i, res.status, res.body)
+		}
+		if got := headerInt(t, res, "RateLimit-Limit"); got != 3 {
+			t.Errorf("request %d: RateLimit-Limit %d, want 3", i, got)
+		}
+		if got := headerInt(t, res, "RateLimit-Remaining"); got != want {
+			t.Errorf("request %d: RateLimit-Remaining %d, want %d", i, got, want)
+		}
+		if got := headerInt(t, res, "RateLimit-Reset"); got < 1 || got > 3 {
+			t.Errorf("request %d: RateLimit-Reset %d, want 1..3 s", i, got)
+		}
+	}
+	keysBefore := f.queueKeys(t)
+	for _, res := range []response{f.list(t, key, nil), f.place(t, key, limitOrder("over"))} {
+		if res.status != http.StatusTooManyRequests {
+			t.Fatalf("past the burst: %d %s, want 429", res.status, res.body)
+		}
+		if got := res.header.Get("Content-Type"); got != "application/problem+json" {
+			t.Errorf("Content-Type %q", got)
+		}
+		problem := res.json(t)
+		if problem["type"] != "urn:ordergate:problem:rate-limited" || problem["title"] != "Too many requests" || problem["status"] != float64(429) {
+			t.Errorf("problem %s", res.body)
+		}
+		if got := headerInt(t, res, "Retry-After"); got != 1 {
+			t.Errorf("Retry-After %d, want 1 (a token a second)", got)
+		}
+		if got := headerInt(t, res, "RateLimit-Remaining"); got != 0 {
+			t.Errorf("RateLimit-Remaining %d, want 0", got)
+		}
+		if got := headerInt(t, res, "RateLimit-Limit"); got != 3 {
+			t.Errorf("RateLimit-Limit %d, want 3", got)
+		}
+		if got := headerInt(t, res, "RateLimit-Reset"); got < 2 || got > 3 {
+			t.Errorf("RateLimit-Reset %d, want 2..3 s", got)
+		}
+	}
+	if keys := f.queueKeys(t); strings.Join(sorted(keys), " ") != strings.Join(sorted(keysBefore), " ") {
+		t.Errorf("a refused placement changed the queue's keys from %v to %v", keysBefore, keys)
+	}
+	samples := parseSamples(t, f.do(t, http.DefaultClient, http.MethodGet, "/metrics", "", "", "").body)
+	if got := samples["rate_limited_total"]; got != "2" {
+		t.Errorf("rate_limited_total %q, want 2", got)
+	}
+	if got := samples[`orders_refused_total{status="429"}`]; got != "1" {
+		t.Errorf(`orders_refused_total{status="429"} %q, want 1`, got)
+	}
+}
+
+func TestRateLimitRefillsAfterRetryAfter(t *testing.T) {
+	f := newFixtureWith(t, 1, limited(1, 1))
+	key := f.keys[0]
+	if res := f.list(t, key, nil); res.status != http.StatusOK {
+		t.Fatalf("first: %d %s", res.status, res.body)
+	}
+	refused := f.list(t, key, nil)
+	if refused.status != http.StatusTooManyRequests {
+		t.Fatalf("second: %d %s, want 429", refused.status, refused.body)
+	}
+	time.Sleep(time.Duration(headerInt(t, refused, "Retry-After"))*time.Second + 20*time.Millisecond)
+	res := f.list(t, key, nil)
+	if res.status != http.StatusOK {
+		t.Fatalf("after Retry-After: %d %s, want 200", res.status, res.body)
+	}
+	if got := headerInt(t, res, "RateLimit-Remaining"); got != 0 {
+		t.Errorf("RateLimit-Remaining %d, want 0 (the one refilled token was taken)", got)
+	}
+}
+
+// Buckets are per API key: one key's exhaustion leaves another's alone, and
+// the bucket is named by a hash of the key, never the key itself.
+func TestRateLimitBucketsArePerKey(t *testing.T) {
+	f := newFixtureWith(t, 2, limited(1, 1))
+	if res := f.list(t, f.keys[0], nil); res.status != http.StatusOK {
+		t.Fatalf("key 0: %d", res.status)
+	}
+	if res := f.list(t, f.keys[0], nil); res.status != http.StatusTooManyRequests {
+		t.Fatalf("key 0 again: %d, want 429", res.status)
+	}
+	if res := f.list(t, f.keys[1], nil); res.status != http.StatusOK || headerInt(t, res, "RateLimit-Remaining") != 0 {
+		t.Errorf("key 1 after key 0 ran dry: %d %v, want 200 from its own bucket", res.status, res.header)
+	}
+	// A second key of the same account has its own bucket too.
+	_, second, err := orders.NewAccounts(f.db).IssueKey(context.Background(), f.accounts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.keys = append(f.keys, second)
+	if res := f.list(t, second, nil); res.status != http.StatusOK {
+		t.Errorf("another key of account 0: %d, want 200", res.status)
+	}
+
+	buckets, err := f.rdb.Keys(context.Background(), "ratelimit:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for _, key := range f.keys {
+		sum := sha256.Sum256([]byte(key))
+		want["ratelimit:{key:"+hex.EncodeToString(sum[:16])+"}"] = true
+	}
+	if len(buckets) != len(f.keys) {
+		t.Errorf("buckets %v, want one per key used", buckets)
+	}
+	for _, bucket := range buckets {
+		if !want[bucket] {
+			t.Errorf("bucket %q is not named by a key's hash", bucket)
+		}
+		for _, key := range f.keys {
+			if strings.Contains(bucket, key) || strings.Contains(bucket, strings.TrimPrefix(key, "ogk_")) {
+				t.Errorf("bucket %q holds an API key", bucket)
+			}
+		}
+	}
+}
+
+// The limiter fails open: with Redis down, reads that need only PostgreSQL
+// still succeed, without RateLimit headers, logged and counted.
+func TestRateLimitFailsOpenWhenRedisIsDown(t *testing.T) {
+	f := newFixtureWith(t, 1, limited(1, 1))
+	key := f.keys[0]
+	if res := f.list(t, key, nil); res.status != http.StatusOK {
+		t.Fatalf("before the outage: %d", res.status)
+	}
+	f.redis.Stop(t)
+	for i := range 3 { // past the burst of 1: the bucket is not consulted
+		res := f.list(t, key, nil)
+		if res.status != http.StatusOK {
+			t.Fatalf("request %d with Redis down: %d %s, want 200", i, res.status, res.body)
+		}
+		for _, name := range []string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} {
+			if res.header.Get(name) != "" {
+				t.Errorf("request %d: %s %q without a bucket to read it from", i, name, res.header.Get(name))
+			}
+		}
+	}
+	samples := parseSamples(t, f.do(t, http.DefaultClient, http.MethodGet, "/metrics", "", "", "").body)
+	if got := samples["rate_limit_fail_open_total"]; got != "3" {
+		t.Errorf("rate_limit_fail_open_total %q, want 3", got)
+	}
+	if !strings.Contains(f.logs.String(), "rate limiter unavailable") {
+		t.Error("the fail-open is not logged")
+	}
+}
+
+// Authentication reads the key's row on every request: a key revoked between
+// two requests is refused on the second.
+func TestRevokedKeyIsRefusedOnTheNextRequest(t *testing.T) {
+	f := newFixture(t, 1)
+	key := f.keys[0]
+	if res := f.list(t, key, nil); res.status != http.StatusOK {
+		t.Fatalf("before revocation: %d %s", res.status, res.body)
+	}
+	if err := orders.NewAccounts(f.db).RevokeKey(context.Background(), f.keyIDs[0]); err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range []response{f.list(t, key, nil), f.place(t, key, limitOrder("after-revoke"))} {
+		if res.status != http.StatusUnauthorized || res.json(t)["type"] != "urn:ordergate:problem:unauthorized" {
+			t.Errorf("after revocation: %d %s, want 401", res.status, res.body)
+		}
+	}
+}
