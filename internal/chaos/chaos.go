@@ -1,0 +1,958 @@
+// Package chaos is a seeded chaos run of the whole system as real processes:
+// one gateway and three workers (built from cmd/gateway and cmd/worker),
+// Redis with `appendonly yes` and `appendfsync always`, and PostgreSQL. A
+// client places orders at a steady pace, retrying with the same
+// client_order_id and body on 503s and connection errors, while a schedule
+// drawn from the seed SIGKILLs and restarts workers, SIGSTOPs one worker past
+// its lease and resumes it, SIGKILLs and restarts Redis once and stops and
+// starts PostgreSQL once. A checker then reads the books: every acknowledged
+// order has exactly one final row, nothing is left in the queue, no order has
+// two ledger transactions, and orders.Audit passes.
+//
+// The same seed draws the same schedule and the same orders (the timing of
+// the processes is not replayed, so a failure may need a few runs):
+//
+//	make chaos SEED=7 ORDERS=5000
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/migrations"
+	"github.com/ordergate/ordergate/orders"
+)
+
+// Config sizes one run.
+type Config struct {
+	Seed   uint64
+	Orders int
+	// Window is how long placing the orders should take at a steady pace;
+	// faults fall inside it.
+	Window time.Duration
+	// Clients bounds the requests in flight.
+	Clients  int
+	Accounts int
+	Workers  int
+	Lease    time.Duration
+	// Drain bounds how long, after the client is done, every acknowledged
+	// order may take to reach its final state.
+	Drain time.Duration
+	// Binaries built by BuildBinaries.
+	GatewayBinary, WorkerBinary string
+}
+
+func (c *Config) defaults() {
+	if c.Window == 0 {
+		c.Window = max(15*time.Second, time.Duration(c.Orders)*time.Second/100)
+	}
+	if c.Clients == 0 {
+		c.Clients = 16
+	}
+	if c.Accounts == 0 {
+		c.Accounts = 20
+	}
+	if c.Workers == 0 {
+		c.Workers = 3
+	}
+	if c.Lease == 0 {
+		c.Lease = 2 * time.Second
+	}
+	if c.Drain == 0 {
+		c.Drain = 2 * time.Minute
+	}
+}
+
+// FaultKind names a fault.
+type FaultKind string
+
+const (
+	KillWorker    FaultKind = "sigkill-worker" // SIGKILL, then start a new process after Hold
+	StopWorker    FaultKind = "sigstop-worker" // SIGSTOP for Hold (past the lease), then SIGCONT
+	RestartRedis  FaultKind = "restart-redis"  // SIGKILL redis-server, start it again after Hold (AOF replay)
+	RestartPostgr FaultKind = "restart-postgres"
+)
+
+// Fault is one entry of the schedule.
+type Fault struct {
+	At     time.Duration // offset from the start of placing
+	Kind   FaultKind
+	Worker int           // for worker faults
+	Hold   time.Duration // downtime, or how long the worker stays stopped
+}
+
+func (f Fault) String() string {
+	switch f.Kind {
+	case KillWorker, StopWorker:
+		return fmt.Sprintf("%s worker-%d hold %s", f.Kind, f.Worker+1, f.Hold.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("%s hold %s", f.Kind, f.Hold.Round(time.Millisecond))
+}
+
+// Schedule draws the faults of a run from seed: three worker kills, one
+// SIGSTOP past the lease, one Redis restart and one PostgreSQL restart, at
+// random offsets within 10%–80% of the window, in time order.
+func Schedule(seed uint64, window, lease time.Duration, workers int) []Fault {
+	r := rand.New(rand.NewPCG(seed, 0xfa017))
+	at := func() time.Duration {
+		return window/10 + time.Duration(r.Int64N(int64(window*7/10)))
+	}
+	between := func(low, high time.Duration) time.Duration {
+		return low + time.Duration(r.Int64N(int64(high-low)))
+	}
+	var faults []Fault
+	for range 3 {
+		faults = append(faults, Fault{At: at(), Kind: KillWorker, Worker: r.IntN(workers), Hold: between(0, time.Second)})
+	}
+	faults = append(faults,
+		Fault{At: at(), Kind: StopWorker, Worker: r.IntN(workers), Hold: between(lease+time.Second, lease+3*time.Second)},
+		Fault{At: at(), Kind: RestartRedis, Hold: between(200*time.Millisecond, 1500*time.Millisecond)},
+		Fault{At: at(), Kind: RestartPostgr, Hold: between(200*time.Millisecond, 1500*time.Millisecond)},
+	)
+	slices.SortStableFunc(faults, func(a, b Fault) int { return int(a.At - b.At) })
+	return faults
+}
+
+// Summary is what a run observed.
+type Summary struct {
+	Seed            uint64
+	Orders          int
+	Acknowledged    int
+	Accepted        int // 202
+	Replayed        int // 200 Idempotent-Replayed
+	ClientRetries   int
+	RetryStatuses   map[string]int // why the client retried: status code or "conn"
+	Settled         int
+	Rejected        int
+	Faults          []string
+	PlaceTime       time.Duration
+	DrainTime       time.Duration
+	Reaped          float64
+	StaleRefusals   float64
+	WorkerRetries   float64
+	WorkerRestarts  int
+	GatewayAdmitted float64
+	GatewayReplayed float64
+	CheckerProblems []string
+}
+
+func (s Summary) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "chaos seed=%d orders=%d acknowledged=%d (202: %d, 200 replay: %d) settled=%d rejected=%d\n",
+		s.Seed, s.Orders, s.Acknowledged, s.Accepted, s.Replayed, s.Settled, s.Rejected)
+	fmt.Fprintf(&b, "  client retries=%d %v\n", s.ClientRetries, s.RetryStatuses)
+	fmt.Fprintf(&b, "  faults injected=%d, worker processes restarted=%d\n", len(s.Faults), s.WorkerRestarts)
+	for _, f := range s.Faults {
+		fmt.Fprintf(&b, "    %s\n", f)
+	}
+	fmt.Fprintf(&b, "  workers (orders queue, at least; a killed process loses its last counts): reaped=%.0f stale refusals=%.0f retries=%.0f\n",
+		s.Reaped, s.StaleRefusals, s.WorkerRetries)
+	fmt.Fprintf(&b, "  gateway: orders_admitted_total=%.0f orders_replayed_total=%.0f\n", s.GatewayAdmitted, s.GatewayReplayed)
+	fmt.Fprintf(&b, "  placing took %s, drain took %s after the last acknowledgement\n", s.PlaceTime.Round(time.Millisecond), s.DrainTime.Round(time.Millisecond))
+	if len(s.CheckerProblems) == 0 {
+		b.WriteString("  checker: OK (one final row per acknowledged order, queue empty, one ledger transaction per settled order, audit clean)\n")
+	} else {
+		fmt.Fprintf(&b, "  checker: %d problem(s)\n", len(s.CheckerProblems))
+		for _, p := range s.CheckerProblems {
+			fmt.Fprintf(&b, "    %s\n", p)
+		}
+	}
+	return b.String()
+}
+
+// workerSlot is one of the worker processes, restarted under the same slot.
+type workerSlot struct {
+	index int
+	mu    sync.Mutex // held through a fault on this worker
+
+	stateMu     sync.Mutex
+	proc        *process
+	metricsAddr string
+	instance    int
+	// counters of the processes of this slot that are gone, and of the
+	// current one at its last scrape
+	gone, last map[string]float64
+}
+
+var workerCounters = []string{"emq_jobs_reaped_total", "emq_stale_refusals_total", "emq_jobs_retried_total"}
+
+type run struct {
+	t     testing.TB
+	cfg   Config
+	dir   string
+	env   []string
+	redis *testserver.Redis
+	pg    *testserver.PostgresInstance
+	db    *pgxpool.Pool
+	// the test's own view of the queue
+	queueRedis redis.UniversalClient
+	queue      *emq.Queue
+	slots      []*workerSlot
+	gateway    *process
+	gwAddr     string
+	start      time.Time
+
+	errMu sync.Mutex
+	errs  []string
+
+	restarts atomic.Int64
+}
+
+func (r *run) errorf(format string, args ...any) {
+	message := fmt.Sprintf(format, args...)
+	r.errMu.Lock()
+	r.errs = append(r.errs, message)
+	r.errMu.Unlock()
+	r.t.Errorf("chaos: %s", message)
+}
+
+func (r *run) logf(format string, args ...any) {
+	r.t.Logf("[%8s] %s", time.Since(r.start).Round(time.Millisecond), fmt.Sprintf(format, args...))
+}
+
+// Run performs one chaos run. It uses the package's shared PostgreSQL
+// (testserver.Postgres) and stops and starts it, so the calling test must
+// not run in parallel with other PostgreSQL tests.
+func Run(t testing.TB, cfg Config) Summary {
+	t.Helper()
+	cfg.defaults()
+	ctx := context.Background()
+	r := &run{t: t, cfg: cfg, dir: t.TempDir(), start: time.Now()}
+	faults := Schedule(cfg.Seed, cfg.Window, cfg.Lease, cfg.Workers)
+	t.Logf("chaos: seed %d, %d orders over %s, %d workers (lease %s); replay with: make chaos SEED=%d ORDERS=%d",
+		cfg.Seed, cfg.Orders, cfg.Window, cfg.Workers, cfg.Lease, cfg.Seed, cfg.Orders)
+	for _, f := range faults {
+		t.Logf("chaos: scheduled at +%s: %s", f.At.Round(time.Millisecond), f)
+	}
+
+	// Servers.
+	r.redis = testserver.StartRedis(t, testserver.WithRedisConfig("appendonly", "yes"), testserver.WithRedisConfig("appendfsync", "always"))
+	database := testserver.Postgres(t)
+	r.pg = testserver.PostgresServer(t)
+	if err := migrations.Up(database.URL); err != nil {
+		t.Fatalf("chaos: migrate: %v", err)
+	}
+	r.db = database.Pool(t)
+	keys := fund(t, r.db, cfg.Accounts)
+	queueRedis, err := emq.Open(r.redis.URL())
+	if err != nil {
+		t.Fatalf("chaos: %v", err)
+	}
+	queueClient, err := emq.Connect(ctx, queueRedis)
+	if err != nil {
+		queueRedis.Close()
+		t.Fatalf("chaos: %v", err)
+	}
+	t.Cleanup(func() { _ = queueClient.Close() })
+	r.queueRedis, r.queue = queueRedis, queueClient.Queue(orders.Queue)
+	r.env = []string{"REDIS_URL=" + r.redis.URL(), "DATABASE_URL=" + database.URL, "MIGRATE=false"}
+
+	// Processes.
+	t.Cleanup(r.stopProcesses) // before the servers' cleanups (LIFO)
+	for i := range cfg.Workers {
+		slot := &workerSlot{index: i, gone: map[string]float64{}, last: map[string]float64{}}
+		r.slots = append(r.slots, slot)
+		if err := r.startWorker(slot, 30*time.Second); err != nil {
+			t.Fatalf("chaos: %v", err)
+		}
+	}
+	r.startGateway()
+
+	// Client and faults.
+	r.start = time.Now()
+	scrapeCtx, stopScraping := context.WithCancel(ctx)
+	var scraping sync.WaitGroup
+	scraping.Go(func() { r.scrapeWorkers(scrapeCtx) })
+	c := newClient(r, keys)
+	placed := make(chan struct{})
+	go func() {
+		defer close(placed)
+		c.placeAll()
+	}()
+	var faultsRunning sync.WaitGroup
+	var injected []string
+	for _, f := range faults {
+		time.Sleep(time.Until(r.start.Add(f.At)))
+		injected = append(injected, fmt.Sprintf("+%s %s", time.Since(r.start).Round(time.Millisecond), f))
+		switch f.Kind {
+		case RestartRedis, RestartPostgr:
+			r.inject(f) // needs the test goroutine: testserver calls t.Fatal
+		default:
+			faultsRunning.Go(func() { r.inject(f) })
+		}
+	}
+	faultsRunning.Wait()
+	<-placed
+	placeTime := time.Since(r.start)
+	r.logf("client done: %d acknowledged of %d", len(c.acked), cfg.Orders)
+
+	summary := r.check(ctx, c)
+	summary.PlaceTime = placeTime
+	summary.Faults = injected
+
+	stopScraping()
+	scraping.Wait()
+	r.scrapeOnce() // the last counts before the processes stop
+	for _, slot := range r.slots {
+		slot.stateMu.Lock()
+		summary.Reaped += slot.gone["emq_jobs_reaped_total"] + slot.last["emq_jobs_reaped_total"]
+		summary.StaleRefusals += slot.gone["emq_stale_refusals_total"] + slot.last["emq_stale_refusals_total"]
+		summary.WorkerRetries += slot.gone["emq_jobs_retried_total"] + slot.last["emq_jobs_retried_total"]
+		slot.stateMu.Unlock()
+	}
+	summary.WorkerRestarts = int(r.restarts.Load())
+	if gw, err := scrapeCounters(&http.Client{Timeout: 2 * time.Second}, "http://"+r.gwAddr+"/metrics", "",
+		"orders_admitted_total", "orders_replayed_total"); err == nil {
+		summary.GatewayAdmitted, summary.GatewayReplayed = gw["orders_admitted_total"], gw["orders_replayed_total"]
+	}
+	r.checkLogsHoldNoKeys(keys)
+	r.errMu.Lock()
+	summary.CheckerProblems = append(summary.CheckerProblems, r.errs...)
+	r.errMu.Unlock()
+	t.Logf("\n%s", summary)
+	if t.Failed() {
+		r.dumpLogs()
+	}
+	return summary
+}
+
+// fund creates the accounts with keys and deposits: the venue deep, the
+// accounts rich, middling and poor, so orders both settle and reject.
+func fund(t testing.TB, db *pgxpool.Pool, accounts int) []string {
+	t.Helper()
+	ctx := context.Background()
+	ledger := orders.NewLedger(db)
+	for _, funds := range [][2]string{{"USD", "50000000.00"}, {"BTC", "1000"}, {"ETH", "20000"}} {
+		if err := ledger.Deposit(ctx, orders.VenueAccount, funds[0], funds[1]); err != nil {
+			t.Fatalf("chaos: fund venue: %v", err)
+		}
+	}
+	store := orders.NewAccounts(db)
+	keys := make([]string, accounts)
+	for i := range accounts {
+		account, err := store.Create(ctx, fmt.Sprintf("chaos-%02d", i))
+		if err != nil {
+			t.Fatalf("chaos: create account: %v", err)
+		}
+		if _, keys[i], err = store.IssueKey(ctx, account); err != nil {
+			t.Fatalf("chaos: issue key: %v", err)
+		}
+		scale := []string{"10", "1000", "100000"}[i%3]
+		amounts := map[string][3]string{"10": {"10", "0.001", "0.001"}, "1000": {"1000", "0.5", "0.5"}, "100000": {"100000", "40", "40"}}[scale]
+		for j, asset := range []string{"USD", "BTC", "ETH"} {
+			if err := ledger.Deposit(ctx, account, asset, amounts[j]); err != nil {
+				t.Fatalf("chaos: deposit: %v", err)
+			}
+		}
+	}
+	return keys
+}
+
+func (r *run) startGateway() {
+	addr, err := freeAddr()
+	if err != nil {
+		r.t.Fatalf("chaos: %v", err)
+	}
+	r.gwAddr = addr
+	env := append(slices.Clone(r.env), "GATEWAY_ADDR="+addr, "LOG_LEVEL=warn")
+	r.gateway, err = startProcess("gateway", r.cfg.GatewayBinary, filepath.Join(r.dir, "gateway.log"), env)
+	if err != nil {
+		r.t.Fatalf("chaos: %v", err)
+	}
+	if err := r.gateway.waitHTTP("http://"+addr+"/readyz", 60*time.Second); err != nil {
+		r.t.Fatalf("chaos: %v", err)
+	}
+}
+
+// startWorker starts a new process in slot, trying again while it exits
+// during startup (Redis or PostgreSQL may be down), up to within.
+func (r *run) startWorker(slot *workerSlot, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		addr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		slot.stateMu.Lock()
+		slot.instance++
+		name := fmt.Sprintf("worker-%d.%d", slot.index+1, slot.instance)
+		slot.stateMu.Unlock()
+		env := append(slices.Clone(r.env),
+			"WORKER_LEASE="+r.cfg.Lease.String(), "WORKER_CONCURRENCY=8",
+			"WORKER_RETRY_BASE=50ms", "WORKER_RETRY_CAP=1s", "WORKER_DRAIN_TIMEOUT=2s",
+			"METRICS_ADDR="+addr, "LOG_LEVEL=info")
+		proc, err := startProcess(name, r.cfg.WorkerBinary, filepath.Join(r.dir, name+".log"), env)
+		if err != nil {
+			return err
+		}
+		slot.stateMu.Lock()
+		slot.proc, slot.metricsAddr = proc, addr
+		slot.last = map[string]float64{}
+		slot.stateMu.Unlock()
+		err = proc.waitHTTP("http://"+addr+"/healthz", time.Until(deadline))
+		if err == nil {
+			return nil
+		}
+		if proc.alive() || time.Now().After(deadline) {
+			proc.kill()
+			return fmt.Errorf("start %s: %w", name, err)
+		}
+		r.logf("%s exited during startup; starting it again", name)
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// inject performs one fault; worker faults run on their own goroutines and
+// must not call t.Fatal.
+func (r *run) inject(f Fault) {
+	switch f.Kind {
+	case KillWorker:
+		slot := r.slots[f.Worker]
+		slot.mu.Lock()
+		defer slot.mu.Unlock()
+		slot.stateMu.Lock()
+		proc := slot.proc
+		slot.stateMu.Unlock()
+		r.scrapeSlot(&http.Client{Timeout: 400 * time.Millisecond}, slot) // its last counts
+		r.logf("fault: SIGKILL %s", proc.name)
+		proc.kill()
+		slot.stateMu.Lock()
+		for name, v := range slot.last {
+			slot.gone[name] += v
+		}
+		slot.last = map[string]float64{}
+		slot.stateMu.Unlock()
+		time.Sleep(f.Hold)
+		if err := r.startWorker(slot, 60*time.Second); err != nil {
+			r.errorf("restart worker-%d: %v", slot.index+1, err)
+			return
+		}
+		r.restarts.Add(1)
+		r.logf("fault: worker-%d restarted", slot.index+1)
+	case StopWorker:
+		slot := r.slots[f.Worker]
+		slot.mu.Lock()
+		defer slot.mu.Unlock()
+		slot.stateMu.Lock()
+		proc := slot.proc
+		slot.stateMu.Unlock()
+		r.stopWorker(proc, f.Hold)
+	case RestartRedis:
+		pid, err := redisPID(r.redis.Addr)
+		if err != nil {
+			r.errorf("redis pid: %v", err)
+			return
+		}
+		r.logf("fault: SIGKILL redis-server (pid %d), down for %s", pid, f.Hold.Round(time.Millisecond))
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			r.errorf("kill redis: %v", err)
+			return
+		}
+		time.Sleep(f.Hold)
+		r.redis.Restart(r.t) // replays the AOF
+		r.logf("fault: redis-server back")
+	case RestartPostgr:
+		r.logf("fault: stop PostgreSQL, down for %s", f.Hold.Round(time.Millisecond))
+		r.pg.Stop(r.t)
+		time.Sleep(f.Hold)
+		r.pg.Start(r.t)
+		r.logf("fault: PostgreSQL back")
+	}
+}
+
+// stopWorker SIGSTOPs proc for hold. A stop that catches the worker holding
+// no lease tests nothing, so the first lease/2 checks which leases stop being
+// renewed (the others renew every lease/3); if none, the worker is resumed
+// and stopped again, a few times at most, before the stop is held.
+func (r *run) stopWorker(proc *process, hold time.Duration) {
+	for try := 1; ; try++ {
+		r.logf("fault: SIGSTOP %s for %s (lease %s), try %d", proc.name, hold.Round(time.Millisecond), r.cfg.Lease, try)
+		stoppedAt := time.Now()
+		if err := proc.signal(syscall.SIGSTOP); err != nil {
+			r.errorf("%v", err)
+			return
+		}
+		held := r.unrenewedLeases()
+		if len(held) > 0 || try == 5 {
+			r.logf("fault: %s stopped holding %d lease(s) that are not renewed: %v", proc.name, len(held), held)
+			time.Sleep(time.Until(stoppedAt.Add(hold)))
+			break
+		}
+		if err := proc.signal(syscall.SIGCONT); err != nil {
+			r.errorf("%v", err)
+			return
+		}
+		time.Sleep(time.Duration(rand.Int64N(int64(300 * time.Millisecond))))
+	}
+	if err := proc.signal(syscall.SIGCONT); err != nil {
+		r.errorf("%v", err)
+	}
+	r.logf("fault: SIGCONT %s", proc.name)
+	// Let the resumed worker act on its stale leases (heartbeat, complete)
+	// before another fault on this slot may kill it.
+	time.Sleep(time.Second)
+}
+
+// unrenewedLeases returns the orders whose lease deadline did not move over
+// half a lease: live workers renew theirs every lease/3.
+func (r *run) unrenewedLeases() []string {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Lease)
+	defer cancel()
+	time.Sleep(50 * time.Millisecond)
+	before, err := r.queueRedis.ZRangeWithScores(ctx, r.queue.Key("active"), 0, -1).Result()
+	if err != nil {
+		return nil
+	}
+	time.Sleep(r.cfg.Lease / 2)
+	after, err := r.queueRedis.ZRangeWithScores(ctx, r.queue.Key("active"), 0, -1).Result()
+	if err != nil {
+		return nil
+	}
+	deadlines := make(map[string]float64, len(before))
+	for _, z := range before {
+		deadlines[z.Member.(string)] = z.Score
+	}
+	var held []string
+	for _, z := range after {
+		if deadline, ok := deadlines[z.Member.(string)]; ok && deadline == z.Score {
+			held = append(held, z.Member.(string))
+		}
+	}
+	return held
+}
+
+// redisPID asks the server for its process id: testserver does not offer a
+// crash, so the run SIGKILLs the server itself and lets Restart replay the AOF.
+func redisPID(addr string) (int, error) {
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	info, err := client.Info(ctx, "server").Result()
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if value, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			return strconv.Atoi(value)
+		}
+	}
+	return 0, fmt.Errorf("no process_id in INFO server")
+}
+
+func (r *run) scrapeWorkers(ctx context.Context) {
+	ticker := time.NewTicker(500 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			r.scrapeOnce()
+		}
+	}
+}
+
+func (r *run) scrapeOnce() {
+	client := &http.Client{Timeout: 400 * time.Millisecond} // a stopped worker does not answer
+	for _, slot := range r.slots {
+		r.scrapeSlot(client, slot)
+	}
+}
+
+func (r *run) scrapeSlot(client *http.Client, slot *workerSlot) {
+	slot.stateMu.Lock()
+	addr, instance, proc := slot.metricsAddr, slot.instance, slot.proc
+	slot.stateMu.Unlock()
+	if proc == nil || !proc.alive() {
+		return
+	}
+	values, err := scrapeCounters(client, "http://"+addr+"/metrics", `queue="`+orders.Queue+`"`, workerCounters...)
+	if err != nil {
+		return
+	}
+	slot.stateMu.Lock()
+	if slot.instance == instance && proc.alive() {
+		slot.last = values
+	}
+	slot.stateMu.Unlock()
+}
+
+func (r *run) stopProcesses() {
+	var stopping sync.WaitGroup
+	for _, slot := range r.slots {
+		slot.stateMu.Lock()
+		proc := slot.proc
+		slot.stateMu.Unlock()
+		if proc != nil {
+			stopping.Go(func() { proc.terminate(10 * time.Second) })
+		}
+	}
+	if r.gateway != nil {
+		stopping.Go(func() { r.gateway.terminate(10 * time.Second) })
+	}
+	stopping.Wait()
+}
+
+func (r *run) dumpLogs() {
+	entries, _ := os.ReadDir(r.dir)
+	for _, entry := range entries {
+		if strings.HasSuffix(entry.Name(), ".log") {
+			r.t.Logf("%s", logTail(filepath.Join(r.dir, entry.Name()), 3000))
+		}
+	}
+}
+
+// checkLogsHoldNoKeys reads everything the gateway and the workers logged
+// through every fault and restart, and fails the run if any API key appears.
+func (r *run) checkLogsHoldNoKeys(keys []string) {
+	entries, err := os.ReadDir(r.dir)
+	if err != nil {
+		r.errorf("logs: %v", err)
+		return
+	}
+	for _, entry := range entries {
+		if !strings.HasSuffix(entry.Name(), ".log") {
+			continue
+		}
+		content, err := os.ReadFile(filepath.Join(r.dir, entry.Name()))
+		if err != nil {
+			r.errorf("logs: %v", err)
+			continue
+		}
+		for _, key := range keys {
+			if strings.Contains(string(content), key) {
+				r.errorf("logs: %s holds an API key", entry.Name())
+				break
+			}
+		}
+	}
+}
+
+// check waits for every acknowledged order to be final, then reads the books.
+func (r *run) check(ctx context.Context, c *client) Summary {
+	s := Summary{Seed: r.cfg.Seed, Orders: r.cfg.Orders, Acknowledged: len(c.acked),
+		Accepted: int(c.accepted.Load()), Replayed: int(c.replayed.Load()),
+		ClientRetries: int(c.retries.Load()), RetryStatuses: c.retryStatuses()}
+	if len(c.acked) != r.cfg.Orders {
+		r.errorf("client: %d of %d orders acknowledged (gave up on the rest)", len(c.acked), r.cfg.Orders)
+	}
+	ids := make([]string, 0, len(c.acked))
+	for _, a := range c.acked {
+		ids = append(ids, a.id)
+	}
+
+	queue := r.queue
+
+	drainStart := time.Now()
+	deadline := drainStart.Add(r.cfg.Drain)
+	var final int
+	var stats emq.Stats
+	for {
+		final = -1
+		countErr := r.db.QueryRow(ctx, `SELECT count(*) FROM orders WHERE id = ANY($1)`, ids).Scan(&final)
+		var statsErr error
+		stats, statsErr = queue.Stats(ctx)
+		if countErr == nil && statsErr == nil && final == len(ids) && stats.Pending+stats.Active+stats.Delayed == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.errorf("drain: after %s, %d of %d acknowledged orders final; queue %+v (%v, %v)",
+				r.cfg.Drain, final, len(ids), stats, countErr, statsErr)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.DrainTime = time.Since(drainStart)
+	r.logf("drained in %s", s.DrainTime.Round(time.Millisecond))
+
+	// Quiet period: stale workers, the reaper and retries get a chance to
+	// do something wrong before the books are read.
+	time.Sleep(2 * r.cfg.Lease)
+
+	stats, err := queue.Stats(ctx)
+	if err != nil {
+		r.errorf("queue stats: %v", err)
+	} else if stats.Pending+stats.Active+stats.Delayed+stats.Dead != 0 {
+		r.errorf("queue not empty after the drain: pending %d active %d delayed %d dead %d",
+			stats.Pending, stats.Active, stats.Delayed, stats.Dead)
+	}
+
+	// Every acknowledged order: exactly one row, final, of its client order.
+	type row struct{ account, clientOrderID, status string }
+	rows := map[string]row{}
+	perClientOrder := map[[2]string]int{}
+	result, err := r.db.Query(ctx, `SELECT id, account_id, client_order_id, status FROM orders`)
+	if err != nil {
+		r.t.Fatalf("chaos: read orders: %v", err)
+	}
+	for result.Next() {
+		var id string
+		var o row
+		if err := result.Scan(&id, &o.account, &o.clientOrderID, &o.status); err != nil {
+			r.t.Fatalf("chaos: read orders: %v", err)
+		}
+		rows[id] = o
+		perClientOrder[[2]string{o.account, o.clientOrderID}]++
+	}
+	if err := result.Err(); err != nil {
+		r.t.Fatalf("chaos: read orders: %v", err)
+	}
+	missing := 0
+	for cid, a := range c.acked {
+		o, ok := rows[a.id]
+		switch {
+		case !ok:
+			missing++
+			if missing <= 10 {
+				r.errorf("lost: %s (%s) acknowledged with %d at +%s has no row in orders", a.id, cid, a.status, a.at.Round(time.Millisecond))
+			}
+		case o.clientOrderID != cid:
+			r.errorf("order %s: client_order_id %s, acknowledged as %s", a.id, o.clientOrderID, cid)
+		case o.status != "settled" && o.status != "rejected":
+			r.errorf("order %s (%s): final state %s, want settled or rejected", a.id, cid, o.status)
+		}
+		switch o.status {
+		case "settled":
+			s.Settled++
+		case "rejected":
+			s.Rejected++
+		}
+	}
+	if missing > 0 {
+		r.errorf("lost: %d acknowledged orders have no row in orders", missing)
+	}
+	if extra := len(rows) - (len(c.acked) - missing); extra != 0 {
+		r.errorf("orders holds %d rows, %d acknowledged orders are in it: %d rows nobody acknowledged", len(rows), len(c.acked)-missing, extra)
+	}
+	for key, n := range perClientOrder {
+		if n > 1 {
+			r.errorf("double placement: account %s client_order_id %s has %d orders", key[0], key[1], n)
+		}
+	}
+
+	// No order has two ledger transactions; every settled one has one.
+	doubles, err := r.db.Query(ctx, `SELECT order_id, count(*) FROM ledger_transactions WHERE kind = 'settlement' GROUP BY order_id HAVING count(*) > 1`)
+	if err != nil {
+		r.t.Fatalf("chaos: read ledger: %v", err)
+	}
+	for doubles.Next() {
+		var id string
+		var n int
+		if err := doubles.Scan(&id, &n); err != nil {
+			r.t.Fatalf("chaos: read ledger: %v", err)
+		}
+		r.errorf("double settlement: order %s has %d ledger transactions", id, n)
+	}
+	doubles.Close()
+	var transactions int
+	if err := r.db.QueryRow(ctx, `SELECT count(*) FROM ledger_transactions WHERE kind = 'settlement'`).Scan(&transactions); err != nil {
+		r.t.Fatalf("chaos: read ledger: %v", err)
+	}
+	if transactions != s.Settled {
+		r.errorf("%d settlement transactions for %d settled orders", transactions, s.Settled)
+	}
+
+	violations, err := orders.Audit(ctx, r.db)
+	if err != nil {
+		r.errorf("audit: %v", err)
+	}
+	for _, v := range violations {
+		r.errorf("audit: %s", v)
+	}
+	if s.Settled == 0 || s.Rejected == 0 {
+		r.errorf("the mix should both settle and reject: settled %d, rejected %d", s.Settled, s.Rejected)
+	}
+	return s
+}
+
+// ack is one acknowledged order.
+type ack struct {
+	id     string
+	status int
+	at     time.Duration
+}
+
+// client places the orders at a steady pace with bounded concurrency.
+type client struct {
+	r      *run
+	keys   []string
+	bodies []request
+	http   *http.Client
+
+	mu                          sync.Mutex
+	acked                       map[string]ack // client_order_id → ack
+	why                         map[string]int
+	accepted, replayed, retries atomic.Int64
+}
+
+type request struct {
+	key, clientOrderID, body string
+}
+
+func newClient(r *run, keys []string) *client {
+	rng := rand.New(rand.NewPCG(r.cfg.Seed, 0x0dde5))
+	c := &client{r: r, keys: keys, acked: map[string]ack{}, why: map[string]int{},
+		http: &http.Client{
+			Timeout:   5 * time.Second,
+			Transport: &http.Transport{MaxIdleConnsPerHost: r.cfg.Clients, MaxConnsPerHost: r.cfg.Clients},
+		}}
+	for i := range r.cfg.Orders {
+		clientOrderID := fmt.Sprintf("chaos-%d-%05d", r.cfg.Seed, i)
+		c.bodies = append(c.bodies, request{keys[rng.IntN(len(keys))], clientOrderID, randomOrder(rng, clientOrderID)})
+	}
+	return c
+}
+
+func (c *client) retryStatuses() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.why)
+}
+
+func (c *client) placeAll() {
+	work := make(chan request)
+	var clients sync.WaitGroup
+	for range c.r.cfg.Clients {
+		clients.Go(func() {
+			for req := range work {
+				c.place(req)
+			}
+		})
+	}
+	interval := c.r.cfg.Window / time.Duration(len(c.bodies))
+	for i, req := range c.bodies {
+		time.Sleep(time.Until(c.r.start.Add(time.Duration(i) * interval)))
+		work <- req
+	}
+	close(work)
+	clients.Wait()
+	c.http.CloseIdleConnections()
+}
+
+// place sends one order until it is acknowledged, replaying the same
+// client_order_id and body on 5xx and connection errors.
+func (c *client) place(req request) {
+	giveUp := time.Now().Add(2 * time.Minute)
+	backoff := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		status, id, replayed, err := c.post(req)
+		why := ""
+		switch {
+		case err != nil:
+			why = "conn"
+		case status == http.StatusAccepted || (status == http.StatusOK && replayed):
+			if status == http.StatusAccepted {
+				c.accepted.Add(1)
+			} else {
+				c.replayed.Add(1)
+			}
+			c.mu.Lock()
+			c.acked[req.clientOrderID] = ack{id: id, status: status, at: time.Since(c.r.start)}
+			c.mu.Unlock()
+			return
+		case status >= 500:
+			why = strconv.Itoa(status)
+		default:
+			c.r.errorf("place %s: unexpected %d (attempt %d)", req.clientOrderID, status, attempt)
+			return
+		}
+		c.retries.Add(1)
+		c.mu.Lock()
+		c.why[why]++
+		c.mu.Unlock()
+		if time.Now().After(giveUp) {
+			c.r.errorf("place %s: gave up after %d attempts (last: %s %v)", req.clientOrderID, attempt, why, err)
+			return
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+func (c *client) post(req request) (status int, id string, replayed bool, err error) {
+	httpReq, err := http.NewRequest(http.MethodPost, "http://"+c.r.gwAddr+"/v1/orders", bytes.NewReader([]byte(req.body)))
+	if err != nil {
+		return 0, "", false, err
+	}
+	httpReq.Header.Set("Authorization", "Bearer "+req.key)
+	httpReq.Header.Set("Content-Type", "application/json")
+	res, err := c.http.Do(httpReq)
+	if err != nil {
+		return 0, "", false, err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return 0, "", false, err
+	}
+	if res.StatusCode == http.StatusAccepted || res.StatusCode == http.StatusOK {
+		var order struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(body, &order); err != nil || order.ID == "" {
+			return 0, "", false, fmt.Errorf("status %d with body %q: %v", res.StatusCode, body, err)
+		}
+		return res.StatusCode, order.ID, res.Header.Get("Idempotent-Replayed") == "true", nil
+	}
+	if res.StatusCode >= 500 && res.StatusCode != http.StatusServiceUnavailable {
+		c.r.logf("place %s: %d %s", req.clientOrderID, res.StatusCode, bytes.TrimSpace(body))
+	}
+	return res.StatusCode, "", false, nil
+}
+
+// randomOrder is a valid order on the seeded instruments' grids (as in
+// gateway/settlement_test.go); funds decide whether it settles.
+func randomOrder(r *rand.Rand, clientOrderID string) string {
+	side := []string{"buy", "sell"}[r.IntN(2)]
+	switch r.IntN(3) {
+	case 0:
+		quantity := decimalText(100+r.IntN(4900), 5)
+		price := fmt.Sprintf("%d.%02d", 49000+r.IntN(2000), r.IntN(100))
+		return orderJSON(clientOrderID, "BTC-USD", side, r.IntN(4) == 0, quantity, price)
+	case 1:
+		quantity := decimalText(10+r.IntN(1990), 3)
+		price := fmt.Sprintf("%d.%02d", 2900+r.IntN(200), 5*r.IntN(20))
+		return orderJSON(clientOrderID, "ETH-USD", side, r.IntN(4) == 0, quantity, price)
+	default:
+		quantity := decimalText(5*(2+r.IntN(998)), 3)
+		price := fmt.Sprintf("0.0%d", 5000+r.IntN(2000))
+		return orderJSON(clientOrderID, "ETH-BTC", side, r.IntN(4) == 0, quantity, price)
+	}
+}
+
+func decimalText(units, decimals int) string {
+	scale := 1
+	for range decimals {
+		scale *= 10
+	}
+	return fmt.Sprintf("%d.%0*d", units/scale, decimals, units%scale)
+}
+
+func orderJSON(clientOrderID, symbol, side string, market bool, quantity, price string) string {
+	if market {
+		return fmt.Sprintf(`{"client_order_id":%q,"symbol":%q,"side":%q,"type":"market","quantity":%q}`, clientOrderID, symbol, side, quantity)
+	}
+	return fmt.Sprintf(`{"client_order_id":%q,"symbol":%q,"side":%q,"type":"limit","quantity":%q,"price":%q}`, clientOrderID, symbol, side, quantity, price)
+}
