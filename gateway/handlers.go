@@ -58,12 +58,13 @@ func (s *Server) cancelOrder(c echo.Context) error {
 	order, err := s.placer.Cancel(c.Request().Context(), account(c), c.Param("id"))
 	var unrecorded *orders.CancelNotRecordedError
 	if errors.As(err, &unrecorded) {
-		// The queue canceled the order: it will never be processed, and the
-		// next read of it writes the missing row. Answering 503 would tell
-		// the client the order may still trade, and its retry would be a 409.
-		logger(c).Error("order canceled but its orders row was not written; the next read of the order writes it",
+		// The queue canceled the job, but until the canceled row exists a
+		// worker whose lease ran out may still settle the order: only the row
+		// decides. So no 200 yet; the client's retry reads the order, which
+		// writes the row or finds the settlement, and answers truthfully.
+		logger(c).Error("order canceled in the queue but its orders row was not written; answering unavailable",
 			"order_id", unrecorded.Order.ID, "account", unrecorded.Order.Account, "err", unrecorded.Err)
-		order, err = unrecorded.Order, nil
+		return fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
 	}
 	if err != nil {
 		return err

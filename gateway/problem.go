@@ -104,7 +104,7 @@ func problemFor(err error) (Problem, error) {
 	case errors.Is(err, orders.ErrUnauthenticated):
 		return problem(kindUnauthorized, "the API key is unknown or revoked"), nil
 	case errors.Is(err, orders.ErrUnavailable):
-		return problem(kindUnavailable, "the order store did not answer in time"), err
+		return problem(kindUnavailable, "a dependency (Redis or PostgreSQL) did not answer in time; retry later"), err
 	case errors.As(err, &httpErr):
 		switch httpErr.Code {
 		case http.StatusNotFound:

@@ -84,6 +84,8 @@ func TestDepositsAndWithdrawalsAreLedgerTransactions(t *testing.T) {
 		{"unknown asset", func() error { return ledger.Deposit(ctx, account, "XYZ", "1") }, orders.ErrAsset},
 		{"unknown account", func() error { return ledger.Deposit(ctx, "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1", "USD", "1") }, orders.ErrNoAccount},
 		{"malformed amount", func() error { return ledger.Deposit(ctx, account, "USD", "1e3") }, orders.ErrAmount},
+		{"deposit to the external account", func() error { return ledger.Deposit(ctx, orders.ExternalAccount, "USD", "50.00") }, orders.ErrNoAccount},
+		{"withdraw from the external account", func() error { return ledger.Withdraw(ctx, orders.ExternalAccount, "USD", "50.00") }, orders.ErrNoAccount},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -114,5 +116,8 @@ func TestDepositsAndWithdrawalsAreLedgerTransactions(t *testing.T) {
 	}
 	if available != "100.000000000000000000" || version != entries || total != "0.000000000000000000" {
 		t.Errorf("available %s, version %d, entries %d, sum of all USD %s", available, version, entries, total)
+	}
+	if violations, err := orders.Audit(ctx, db); err != nil || len(violations) != 0 {
+		t.Errorf("audit: %v, %v", violations, err)
 	}
 }

@@ -94,9 +94,10 @@ func NewBalances(db *pgxpool.Pool, cache *emq.Client, log *slog.Logger) *Balance
 // read and what the cache holds: the cache may have been refreshed past the
 // read meanwhile, and serving the read would then go back in time.
 //
-// Redis down: the balances come from PostgreSQL, which is never behind the
-// cache, and nothing is cached. PostgreSQL down and the account not cached:
-// ErrUnavailable.
+// Redis down (or the fill failing): ErrUnavailable. Serving PostgreSQL
+// instead would show a version the cache does not hold yet, and the next
+// read from the cache would then go back in time. PostgreSQL down and the
+// account not cached: ErrUnavailable.
 func (b *Balances) Of(ctx context.Context, account string) ([]Balance, error) {
 	if b.cache == nil {
 		return b.fromDatabase(ctx, account)
@@ -104,8 +105,8 @@ func (b *Balances) Of(ctx context.Context, account string) ([]Balance, error) {
 	key := BalanceCacheKey(account)
 	cached, err := b.cache.ReadCache(ctx, key)
 	if err != nil {
-		b.warnCache("balance cache unreadable; reading PostgreSQL, caching nothing", account, err)
-		return b.fromDatabase(ctx, account)
+		b.warnCache("balance cache unreadable; answering unavailable", account, err)
+		return nil, fmt.Errorf("%w: balance cache: %w", ErrUnavailable, err)
 	}
 	if _, complete := cached[completeField]; complete {
 		return balancesOf(cached), nil
@@ -121,8 +122,8 @@ func (b *Balances) Of(ctx context.Context, account string) ([]Balance, error) {
 	entries = append(entries, emq.CacheEntry{Field: completeField})
 	fills, err := b.cache.FillManyIfNewer(ctx, key, entries)
 	if err != nil {
-		b.warnCache("balance cache fill failed; serving what PostgreSQL holds", account, err)
-		return newest(cached, read), nil
+		b.warnCache("balance cache fill failed; answering unavailable", account, err)
+		return nil, fmt.Errorf("%w: balance cache: %w", ErrUnavailable, err)
 	}
 	for _, fill := range fills {
 		cached[fill.Held.Field] = fill.Held
@@ -136,17 +137,6 @@ func (b *Balances) fromDatabase(ctx context.Context, account string) ([]Balance,
 		return nil, fmt.Errorf("%w: balances of %s: %w", ErrUnavailable, account, err)
 	}
 	return read, nil
-}
-
-// newest merges read into cached, keeping per asset the higher version, and
-// returns the balances sorted by asset.
-func newest(cached map[string]emq.CacheEntry, read []Balance) []Balance {
-	for _, balance := range read {
-		if held, ok := cached[balance.Asset]; !ok || held.Version < balance.Version {
-			cached[balance.Asset] = emq.CacheEntry{Field: balance.Asset, Version: balance.Version, Value: balance.Available}
-		}
-	}
-	return balancesOf(cached)
 }
 
 // balancesOf turns cache entries into balances sorted by asset, leaving out

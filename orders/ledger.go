@@ -42,6 +42,12 @@ func (l *Ledger) transfer(ctx context.Context, kind, from, to, asset, amountText
 	if !amount.IsPos() {
 		return fmt.Errorf("orders: %s amount must be greater than zero", kind)
 	}
+	// Money moves between the external world and an account inside: a
+	// transfer of the external account to itself would post two entries on
+	// one balance while the update below applies only one of them.
+	if from == to {
+		return fmt.Errorf("%w: the external account cannot %s to itself", ErrNoAccount, kind)
+	}
 	return pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
 		var scale int
 		if err := tx.QueryRow(ctx, `SELECT scale FROM assets WHERE code = $1`, asset).Scan(&scale); err != nil {

@@ -268,6 +268,9 @@ type lanes struct {
 	loops []func(ctx context.Context) error
 }
 
+// coherenceAttempts is, at a 10 s backoff cap, more than a week of retries.
+const coherenceAttempts = 100_000
+
 // coherence runs the balance coherence job lane beside settlement: the
 // journal relay the settler hands committed entries to, the relay's sweep of
 // rows a crash (or an admin deposit) left behind, and the ecc.coh.balances
@@ -287,10 +290,13 @@ func coherence(ctx context.Context, p process) (lanes, error) {
 				return nil
 			},
 			func(ctx context.Context) error {
+				// A coherence job that died would leave its cached balance stale
+				// until the next change (its journal row is relayed already), so
+				// it keeps retrying, at the capped backoff, for as long as it takes.
 				return lane.Work(ctx, consumer.Handle, emq.WorkerOptions{
 					Concurrency:  p.config.concurrency,
 					Lease:        p.config.lease,
-					Retry:        emq.RetryPolicy{MaxAttempts: p.config.maxAttempts, BaseDelay: p.config.retryBase, MaxDelay: p.config.retryCap},
+					Retry:        emq.RetryPolicy{MaxAttempts: coherenceAttempts, BaseDelay: p.config.retryBase, MaxDelay: p.config.retryCap},
 					DrainTimeout: p.config.drainTimeout,
 					Logger:       p.log,
 					Metrics:      p.metrics,
