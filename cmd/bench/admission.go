@@ -1,0 +1,337 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/gateway"
+	"github.com/ordergate/ordergate/orders"
+)
+
+// benchAccounts is how many funded accounts (and API keys) the load uses.
+const benchAccounts = 8
+
+// env is what the phases share: the queue client, the database and the
+// funded accounts with their keys.
+type env struct {
+	queue    *emq.Client
+	db       *pgxpool.Pool
+	log      *slog.Logger
+	accounts []string
+	keys     []string
+	// run makes ids unique across runs against the same servers.
+	run string
+}
+
+// fundAccounts funds the venue when it is empty (as `admin demo` does) and
+// creates benchAccounts funded accounts with an API key each.
+func (e *env) fundAccounts(ctx context.Context) error {
+	ledger := orders.NewLedger(e.db)
+	accounts := orders.NewAccounts(e.db)
+	var venueFunded bool
+	if err := e.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM balances WHERE account_id = $1)`, orders.VenueAccount).Scan(&venueFunded); err != nil {
+		return err
+	}
+	if !venueFunded {
+		for _, funds := range [][2]string{{"USD", "10000000.00"}, {"BTC", "200"}, {"ETH", "3000"}} {
+			if err := ledger.Deposit(ctx, orders.VenueAccount, funds[0], funds[1]); err != nil {
+				return fmt.Errorf("fund the venue: %w", err)
+			}
+		}
+	}
+	for i := range benchAccounts {
+		account, err := accounts.Create(ctx, "bench-"+strconv.Itoa(i))
+		if err != nil {
+			return err
+		}
+		for _, funds := range [][2]string{{"USD", "1000000000.00"}, {"BTC", "1000"}, {"ETH", "10000"}} {
+			if err := ledger.Deposit(ctx, account, funds[0], funds[1]); err != nil {
+				return fmt.Errorf("fund %s: %w", account, err)
+			}
+		}
+		_, key, err := accounts.IssueKey(ctx, account)
+		if err != nil {
+			return err
+		}
+		e.accounts = append(e.accounts, account)
+		e.keys = append(e.keys, key)
+	}
+	return nil
+}
+
+// startGateway serves the real gateway on a loopback port, with the rate
+// limiter on (its Redis call is part of every request) but set so high that
+// it never refuses. The returned stop shuts it down.
+func (e *env) startGateway(ctx context.Context) (url string, stop func(), err error) {
+	placer := orders.NewPlacer(e.queue.Queue(orders.Queue), 0, orders.WithHistory(orders.NewHistory(e.db)))
+	if err := placer.Declare(ctx); err != nil {
+		return "", nil, err
+	}
+	instruments, err := orders.LoadInstruments(ctx, e.db)
+	if err != nil {
+		return "", nil, err
+	}
+	config := gateway.DefaultConfig()
+	config.RateLimitBurst, config.RateLimitPerSecond = 1_000_000, 1_000_000
+	server := gateway.New(gateway.Deps{
+		Placer:      placer,
+		Instruments: instruments,
+		Accounts:    orders.NewAccounts(e.db),
+		Balances:    orders.NewBalances(e.db, e.queue, e.log),
+		Limiter:     e.queue,
+		Logger:      e.log,
+		Metrics:     prometheus.NewRegistry(),
+	}, config)
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	httpServer := gateway.NewHTTPServer(listener.Addr().String(), server, e.log)
+	served := make(chan error, 1)
+	go func() { served <- httpServer.Serve(listener) }()
+	// Close, not Shutdown: nothing is in flight by then, and Shutdown would
+	// wait seconds for the load generator's never-used connections.
+	stop = func() {
+		_ = httpServer.Close()
+		<-served
+	}
+	return "http://" + listener.Addr().String() + "/v1/orders", stop, nil
+}
+
+// loadResult is one load phase: completed orders per second and latency.
+type loadResult struct {
+	Name        string  `json:"name"`
+	Concurrency int     `json:"concurrency,omitempty"`
+	TargetRate  float64 `json:"target_rate,omitempty"`
+	Orders      int64   `json:"orders"`
+	Errors      int64   `json:"errors"`
+	Seconds     float64 `json:"seconds"`
+	PerSecond   float64 `json:"orders_per_second"`
+	P50Ms       float64 `json:"p50_ms"`
+	P99Ms       float64 `json:"p99_ms"`
+	P999Ms      float64 `json:"p999_ms"`
+	MaxMs       float64 `json:"max_ms"`
+	FirstError  string  `json:"first_error,omitempty"`
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// tally collects the per-goroutine histograms and error counts of a phase.
+type tally struct {
+	mu         sync.Mutex
+	hist       histogram
+	orders     int64
+	errors     int64
+	firstError error
+}
+
+func (t *tally) add(h *histogram, ok, failed int64, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.hist.merge(h)
+	t.orders += ok
+	t.errors += failed
+	if t.firstError == nil {
+		t.firstError = err
+	}
+}
+
+func (t *tally) result(name string, elapsed time.Duration) loadResult {
+	r := loadResult{
+		Name: name, Orders: t.orders, Errors: t.errors, Seconds: elapsed.Seconds(),
+		PerSecond: float64(t.orders) / elapsed.Seconds(),
+		P50Ms:     ms(t.hist.quantile(0.5)), P99Ms: ms(t.hist.quantile(0.99)),
+		P999Ms: ms(t.hist.quantile(0.999)), MaxMs: ms(t.hist.quantile(1)),
+	}
+	if t.firstError != nil {
+		r.FirstError = t.firstError.Error()
+	}
+	return r
+}
+
+// orderClient sends distinct valid orders: each has its own client_order_id,
+// and the keys are used in turn.
+type orderClient struct {
+	http   *http.Client
+	url    string
+	keys   []string
+	prefix string
+	seq    atomic.Int64
+}
+
+func newOrderClient(url string, keys []string, prefix string, conns int) *orderClient {
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConns = conns
+	transport.MaxIdleConnsPerHost = conns
+	return &orderClient{http: &http.Client{Transport: transport, Timeout: 30 * time.Second}, url: url, keys: keys, prefix: prefix}
+}
+
+func (c *orderClient) place(ctx context.Context) error {
+	n := c.seq.Add(1)
+	body := `{"client_order_id":"` + c.prefix + strconv.FormatInt(n, 10) +
+		`","symbol":"BTC-USD","side":"buy","type":"limit","quantity":"0.01000","price":"50000.00"}`
+	request, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader([]byte(body)))
+	if err != nil {
+		return err
+	}
+	request.Header.Set("Authorization", "Bearer "+c.keys[n%int64(len(c.keys))])
+	request.Header.Set("Content-Type", "application/json")
+	response, err := c.http.Do(request)
+	if err != nil {
+		return err
+	}
+	answer, _ := io.ReadAll(response.Body)
+	response.Body.Close()
+	if response.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("POST /v1/orders answered %d: %.200s", response.StatusCode, answer)
+	}
+	return nil
+}
+
+// closedLoop runs op from concurrency goroutines back to back for duration.
+func closedLoop(ctx context.Context, name string, concurrency int, duration time.Duration, progress func(string, ...any), op func(context.Context) error) loadResult {
+	var t tally
+	deadline := time.Now().Add(duration)
+	var wg sync.WaitGroup
+	stopProgress := ticking(name, duration, progress)
+	start := time.Now()
+	for range concurrency {
+		wg.Go(func() {
+			var h histogram
+			var ok, failed int64
+			var first error
+			for ctx.Err() == nil {
+				sent := time.Now()
+				if sent.After(deadline) {
+					break
+				}
+				if err := op(ctx); err != nil {
+					failed++
+					if first == nil {
+						first = err
+					}
+					continue
+				}
+				h.record(time.Since(sent))
+				ok++
+			}
+			t.add(&h, ok, failed, first)
+		})
+	}
+	wg.Wait()
+	stopProgress()
+	r := t.result(name, time.Since(start))
+	r.Concurrency = concurrency
+	return r
+}
+
+// openLoop sends at a fixed rate whatever the answers do: a ticker releases
+// each request at its scheduled time, and latency runs from that scheduled
+// time, so a stall counts against every request it delayed (no coordinated
+// omission). Requests still scheduled at the end are sent and counted.
+func openLoop(ctx context.Context, name string, rate float64, senders int, duration time.Duration, progress func(string, ...any), op func(context.Context) error) loadResult {
+	var t tally
+	total := int(rate * duration.Seconds())
+	due := make(chan time.Time, total+1)
+	var wg sync.WaitGroup
+	for range senders {
+		wg.Go(func() {
+			var h histogram
+			var ok, failed int64
+			var first error
+			for scheduled := range due {
+				if err := op(ctx); err != nil {
+					failed++
+					if first == nil {
+						first = err
+					}
+					continue
+				}
+				h.record(time.Since(scheduled))
+				ok++
+			}
+			t.add(&h, ok, failed, first)
+		})
+	}
+	stopProgress := ticking(name, duration, progress)
+	interval := time.Duration(float64(time.Second) / rate)
+	start := time.Now()
+	ticker := time.NewTicker(time.Millisecond)
+	next := 0
+	for next < total && ctx.Err() == nil {
+		now := <-ticker.C
+		for ; next < total; next++ {
+			scheduled := start.Add(time.Duration(next) * interval)
+			if scheduled.After(now) {
+				break
+			}
+			due <- scheduled
+		}
+	}
+	ticker.Stop()
+	close(due)
+	wg.Wait()
+	stopProgress()
+	r := t.result(name, time.Since(start))
+	r.TargetRate = rate
+	return r
+}
+
+// ticking prints name's progress every two seconds until the returned stop.
+func ticking(name string, duration time.Duration, progress func(string, ...any)) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		start := time.Now()
+		ticker := time.NewTicker(2 * time.Second)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ticker.C:
+				progress("%s: %s of %s…", name, time.Since(start).Round(time.Second), duration)
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// ceilingAdmit returns an op admitting an order job straight through the
+// admit script (EVALSHA), shaped as the gateway's: same payload size, the
+// account as lane, account:client_order_id as dedup key.
+func (e *env) ceilingAdmit(ctx context.Context) (func(context.Context) error, error) {
+	queue := e.queue.Queue("bench-ceiling-" + e.run)
+	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
+		return nil, err
+	}
+	var seq atomic.Int64
+	return func(ctx context.Context) error {
+		n := seq.Add(1)
+		account := e.accounts[n%int64(len(e.accounts))]
+		job, err := orderJob(account, "ceil-"+e.run+"-"+strconv.FormatInt(n, 10), time.Hour)
+		if err != nil {
+			return err
+		}
+		admission, err := queue.Admit(ctx, job)
+		if err == nil && admission.Duplicate {
+			err = errors.New("unexpected duplicate")
+		}
+		return err
+	}, nil
+}

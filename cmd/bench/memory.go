@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/govalues/decimal"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
+)
+
+var (
+	benchQuantity = decimal.MustParse("0.01000")
+	benchPrice    = decimal.MustParse("50000.00")
+)
+
+// orderJob is the job Placer.Place would admit for a 0.01 BTC limit buy.
+func orderJob(account, clientOrderID string, retention time.Duration) (emq.Job, error) {
+	id := orders.NewOrderID()
+	created, _ := orders.ParseOrderID(id)
+	price := benchPrice
+	order := orders.Order{
+		ID: id, ClientOrderID: clientOrderID, Account: account, Symbol: "BTC-USD",
+		Side: orders.Buy, Type: orders.Limit, Quantity: benchQuantity, Price: &price,
+		Status: orders.StatusPending, CreatedAt: created,
+	}
+	payload, err := json.Marshal(order)
+	if err != nil {
+		return emq.Job{}, err
+	}
+	cmd := orders.PlaceCommand{
+		Account: account, ClientOrderID: clientOrderID, Symbol: "BTC-USD",
+		Side: orders.Buy, Type: orders.Limit, Quantity: benchQuantity, Price: benchPrice,
+	}
+	return emq.Job{
+		ID: id, Kind: orders.KindPlace, Group: account, Payload: payload,
+		DedupKey: account + ":" + clientOrderID, Fingerprint: cmd.Fingerprint(), DedupRetention: retention,
+	}, nil
+}
+
+// memoryResult is Redis memory per order job, pending and finished.
+type memoryResult struct {
+	Jobs         int     `json:"jobs"`
+	PayloadBytes float64 `json:"payload_bytes"`
+	// From INFO memory used_memory deltas, divided by Jobs.
+	PendingBytes         float64 `json:"pending_bytes_per_job"`
+	PendingBeyondPayload float64 `json:"pending_bytes_beyond_payload"`
+	FinishedBytes        float64 `json:"finished_bytes_per_job"`
+	FinishedBeyond       float64 `json:"finished_bytes_beyond_payload"`
+	// From MEMORY USAGE of one job's keys plus its share of the shared ones.
+	UsageJobHash  int64   `json:"usage_job_hash"`
+	JobHashCoding string  `json:"job_hash_encoding"`
+	UsageDedupKey int64   `json:"usage_dedup_key"`
+	UsagePending  float64 `json:"usage_pending_share"`
+	UsageLanes    float64 `json:"usage_lanes_share"`
+	UsagePerJob   float64 `json:"usage_pending_total"`
+	UsageFinished float64 `json:"usage_finished_share"`
+	UsageDone     float64 `json:"usage_done_share"`
+}
+
+func usedMemory(ctx context.Context, e *env) (int64, error) {
+	info, err := e.queue.Redis().Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, err
+	}
+	scanner := bufio.NewScanner(strings.NewReader(info))
+	for scanner.Scan() {
+		if value, ok := strings.CutPrefix(scanner.Text(), "used_memory:"); ok {
+			return strconv.ParseInt(strings.TrimSpace(value), 10, 64)
+		}
+	}
+	return 0, errors.New("INFO memory has no used_memory")
+}
+
+// measureMemory admits jobs order jobs onto a fresh queue and reads the
+// used_memory delta, then claims and completes them all with a retention
+// that keeps every one and reads it again.
+func (e *env) measureMemory(ctx context.Context, jobs int, progress func(string, ...any)) (memoryResult, error) {
+	r := memoryResult{Jobs: jobs}
+	queue := e.queue.Queue("bench-memory-"+e.run, emq.WithRetention(jobs+1))
+	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
+		return r, err
+	}
+	rdb := e.queue.Redis()
+	before, err := usedMemory(ctx, e)
+	if err != nil {
+		return r, err
+	}
+	const batch = 1000
+	var payloads int64
+	var first emq.Job
+	for done := 0; done < jobs; {
+		n := min(batch, jobs-done)
+		list := make([]emq.Job, n)
+		for i := range list {
+			account := e.accounts[(done+i)%len(e.accounts)]
+			if list[i], err = orderJob(account, fmt.Sprintf("mem-%s-%07d", e.run, done+i), time.Hour); err != nil {
+				return r, err
+			}
+			payloads += int64(len(list[i].Payload))
+		}
+		if done == 0 {
+			first = list[0]
+		}
+		_, errs := queue.AdmitMany(ctx, list)
+		if err := errors.Join(errs...); err != nil {
+			return r, err
+		}
+		done += n
+		if done%20000 == 0 {
+			progress("memory: admitted %d of %d jobs…", done, jobs)
+		}
+	}
+	pending, err := usedMemory(ctx, e)
+	if err != nil {
+		return r, err
+	}
+	r.PayloadBytes = float64(payloads) / float64(jobs)
+	r.PendingBytes = float64(pending-before) / float64(jobs)
+	r.PendingBeyondPayload = r.PendingBytes - r.PayloadBytes
+
+	usage := func(key string) int64 { return rdb.MemoryUsage(ctx, key, 0).Val() }
+	r.UsageJobHash = usage(queue.Key("job:" + first.ID))
+	r.JobHashCoding = rdb.ObjectEncoding(ctx, queue.Key("job:"+first.ID)).Val()
+	r.UsageDedupKey = usage(queue.Key("dedup:" + first.DedupKey))
+	r.UsagePending = float64(usage(queue.Key("pending"))) / float64(jobs)
+	r.UsageLanes = float64(usage(queue.Key("lanes"))+usage(queue.Key("tags"))) / float64(jobs)
+	r.UsagePerJob = float64(r.UsageJobHash+r.UsageDedupKey) + r.UsagePending + r.UsageLanes
+
+	completed := 0
+	for completed < jobs {
+		claims, err := queue.Claim(ctx, 500, 10*time.Minute)
+		if err != nil {
+			return r, err
+		}
+		if len(claims) == 0 {
+			return r, fmt.Errorf("memory: queue empty after %d of %d completions", completed, jobs)
+		}
+		list := make([]emq.Completion, len(claims))
+		for i, claim := range claims {
+			list[i] = emq.Completion{ID: claim.ID, Token: claim.Token}
+		}
+		if err := errors.Join(queue.CompleteMany(ctx, list)...); err != nil {
+			return r, err
+		}
+		completed += len(claims)
+		if completed%20000 < len(claims) {
+			progress("memory: completed %d of %d jobs…", completed, jobs)
+		}
+	}
+	finished, err := usedMemory(ctx, e)
+	if err != nil {
+		return r, err
+	}
+	r.FinishedBytes = float64(finished-before) / float64(jobs)
+	r.FinishedBeyond = r.FinishedBytes - r.PayloadBytes
+	r.UsageFinished = float64(usage(queue.Key("finished"))) / float64(jobs)
+	r.UsageDone = float64(usage(queue.Key("done"))) / float64(jobs)
+	// Leave no large keys behind on a server that is not ours; the dedup keys
+	// expire within the hour.
+	for _, suffix := range []string{"finished", "done", "pending", "active", "lanes", "tags", "kinds", "clock"} {
+		rdb.Unlink(ctx, queue.Key(suffix))
+	}
+	return r, nil
+}

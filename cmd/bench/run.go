@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/migrations"
+)
+
+type config struct {
+	duration    time.Duration
+	concurrency int
+	jobs        int
+	out         string
+}
+
+func parseConfig(args []string, stdout io.Writer) (config, error) {
+	var c config
+	flags := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	flags.SetOutput(stdout)
+	flags.DurationVar(&c.duration, "duration", 10*time.Second, "length of each admission load phase")
+	flags.IntVar(&c.concurrency, "concurrency", 32, "closed-loop concurrency of the admission phases")
+	flags.IntVar(&c.jobs, "jobs", 100_000, "order jobs admitted for the memory measurement")
+	flags.StringVar(&c.out, "out", "bench/results", "directory for the JSON and Markdown reports")
+	if err := flags.Parse(args[1:]); err != nil {
+		return config{}, err
+	}
+	if c.duration < time.Second || c.concurrency < 1 || c.jobs < 1000 {
+		return config{}, errors.New("want -duration ≥ 1s, -concurrency ≥ 1 and -jobs ≥ 1000")
+	}
+	return c, nil
+}
+
+// report is everything one run measured; JSON and Markdown are made from it.
+type report struct {
+	Started     time.Time `json:"started"`
+	GoVersion   string    `json:"go_version"`
+	CPUs        int       `json:"cpus"`
+	Concurrency int       `json:"concurrency"`
+	Duration    string    `json:"duration"`
+
+	Ceiling    loadResult `json:"admit_script_ceiling"`
+	HTTPClosed loadResult `json:"http_closed_loop"`
+	HTTPOpen   loadResult `json:"http_open_loop"`
+	// HTTPRatio is HTTP closed-loop orders/s over the ceiling's.
+	HTTPRatio float64 `json:"http_to_ceiling_ratio"`
+
+	Memory   memoryResult     `json:"memory"`
+	Recovery []recoveryResult `json:"recovery"`
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	c, err := parseConfig(args, stdout)
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	progress := func(format string, a ...any) {
+		fmt.Fprintf(stdout, "[%5.1fs] %s\n", time.Since(started).Seconds(), fmt.Sprintf(format, a...))
+	}
+	servers, err := startServers(ctx, getenv, progress)
+	if err != nil {
+		return err
+	}
+	defer servers.stop()
+
+	// The gateway's request logs cost what they cost in production, but go
+	// nowhere.
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	if err := migrations.Up(servers.databaseURL); err != nil {
+		return err
+	}
+	db, err := pgxpool.New(ctx, servers.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	rdb, err := emq.Open(servers.redisURL)
+	if err != nil {
+		return err
+	}
+	queue, err := emq.Connect(ctx, rdb, emq.WithLogger(log))
+	if err != nil {
+		rdb.Close()
+		return err
+	}
+	defer queue.Close()
+	e := &env{queue: queue, db: db, log: log, run: started.UTC().Format("150405")}
+	if err := e.fundAccounts(ctx); err != nil {
+		return err
+	}
+
+	r := report{Started: started.UTC(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Concurrency: c.concurrency, Duration: c.duration.String()}
+	if err := e.admission(ctx, c, &r, progress); err != nil {
+		return err
+	}
+	progress("memory: admitting %d order jobs…", c.jobs)
+	if r.Memory, err = e.measureMemory(ctx, c.jobs, progress); err != nil {
+		return fmt.Errorf("memory: %w", err)
+	}
+	for _, reap := range []struct {
+		name     string
+		interval time.Duration
+	}{{"default", 0}, {"1s", time.Second}} {
+		result, err := e.measureRecovery(ctx, reap.name, reap.interval, progress)
+		if err != nil {
+			return err
+		}
+		r.Recovery = append(r.Recovery, result)
+	}
+	table := r.markdown()
+	fmt.Fprintln(stdout)
+	fmt.Fprint(stdout, table)
+	paths, err := r.write(c.out)
+	if err != nil {
+		return err
+	}
+	progress("reports: %s", strings.Join(paths, ", "))
+	return nil
+}
+
+func (e *env) admission(ctx context.Context, c config, r *report, progress func(string, ...any)) error {
+	admit, err := e.ceilingAdmit(ctx)
+	if err != nil {
+		return err
+	}
+	progress("admit script ceiling: %d goroutines for %s…", c.concurrency, c.duration)
+	r.Ceiling = closedLoop(ctx, "admit script ceiling", c.concurrency, c.duration, progress, admit)
+
+	url, stopGateway, err := e.startGateway(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopGateway()
+	senders := 4 * c.concurrency
+	client := newOrderClient(url, e.keys, "b"+e.run+"-", senders)
+	if err := client.place(ctx); err != nil { // one order first: fail fast when the gateway refuses
+		return err
+	}
+	progress("admission closed loop: %d clients for %s…", c.concurrency, c.duration)
+	r.HTTPClosed = closedLoop(ctx, "admission closed loop", c.concurrency, c.duration, progress, client.place)
+	if r.HTTPClosed.Orders == 0 {
+		return fmt.Errorf("admission closed loop placed no order: %s", r.HTTPClosed.FirstError)
+	}
+	rate := r.HTTPClosed.PerSecond / 2
+	progress("admission open loop: %.0f orders/s (half the closed-loop peak) for %s…", rate, c.duration)
+	r.HTTPOpen = openLoop(ctx, "admission open loop", rate, senders, c.duration, progress, client.place)
+	if r.Ceiling.PerSecond > 0 {
+		r.HTTPRatio = r.HTTPClosed.PerSecond / r.Ceiling.PerSecond
+	}
+	return ctx.Err()
+}
