@@ -69,7 +69,7 @@ type WorkerOptions struct {
 	// Retry.MaxAttempts is also the limit the reaper applies.
 	Retry RetryPolicy
 	// ReapInterval is how often expired leases are taken back (default
-	// Lease/4, at most 1s), so a dead worker's jobs are claimable within
+	// Lease/4, at most 500ms), so a dead worker's jobs are claimable within
 	// Lease + ReapInterval.
 	ReapInterval time.Duration
 	// PromoteInterval is how often due retries move back to pending (default 250ms).
@@ -98,7 +98,7 @@ type WorkerOptions struct {
 const (
 	defaultConcurrency     = 8
 	defaultLease           = 30 * time.Second
-	maxDefaultReapInterval = time.Second
+	maxDefaultReapInterval = 500 * time.Millisecond
 	defaultPromoteInterval = 250 * time.Millisecond
 	defaultIdlePoll        = 50 * time.Millisecond
 	idlePollCeiling        = 200 * time.Millisecond
