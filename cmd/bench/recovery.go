@@ -61,7 +61,7 @@ func (e *env) measureRecovery(ctx context.Context, name string, reap time.Durati
 	options := emq.WorkerOptions{Concurrency: recoveryJobs, Lease: recoveryLease, ReapInterval: reap, Logger: e.log}
 	r.ReapIntervalMs = ms(reap)
 	if reap == 0 {
-		r.ReapIntervalMs = ms(min(recoveryLease/4, time.Second)) // the runtime's default, see emq.WorkerOptions
+		r.ReapIntervalMs = ms(min(recoveryLease/4, 500*time.Millisecond)) // the runtime's default, see emq.WorkerOptions
 	}
 	workCtx, stopWork := context.WithCancel(ctx)
 	worked := make(chan error, 1)
