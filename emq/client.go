@@ -53,6 +53,21 @@ func Connect(ctx context.Context, rdb redis.UniversalClient, opts ...Option) (*C
 	return c, nil
 }
 
+// Dial opens a client for the URL (see Open) and connects it, protocol fence
+// included; the connection pool is closed again when Connect refuses.
+func Dial(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
+	rdb, err := Open(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	client, err := Connect(ctx, rdb, opts...)
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	return client, nil
+}
+
 // Redis returns the underlying client, for callers that share the connection.
 func (c *Client) Redis() redis.UniversalClient { return c.rdb }
 

@@ -118,12 +118,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 func setHalted(ctx context.Context, db *pgxpool.Pool, redisURL, symbol string, halted bool, stdout io.Writer) error {
 	var lanes *emq.Client
 	if redisURL != "" {
-		rdb, err := emq.Open(redisURL)
-		if err != nil {
-			return err
-		}
-		if lanes, err = emq.Connect(ctx, rdb); err != nil {
-			rdb.Close()
+		var err error
+		if lanes, err = emq.Dial(ctx, redisURL); err != nil {
 			return err
 		}
 		defer lanes.Close()

@@ -85,13 +85,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer db.Close()
-	rdb, err := emq.Open(servers.redisURL)
+	queue, err := emq.Dial(ctx, servers.redisURL, emq.WithLogger(log))
 	if err != nil {
-		return err
-	}
-	queue, err := emq.Connect(ctx, rdb, emq.WithLogger(log))
-	if err != nil {
-		rdb.Close()
 		return err
 	}
 	defer queue.Close()

@@ -100,16 +100,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return fmt.Errorf("dead: -limit must not be negative, got %d", limit)
 	}
 
-	rdb, err := emq.Open(redisURL)
-	if err != nil {
-		return err
-	}
-	// Connect refuses a server of another protocol version, whose keys this
+	// Dial refuses a server of another protocol version, whose keys this
 	// command would misread. Its eviction warning is for long-running
 	// processes; here it would only corrupt -json output.
-	client, err := emq.Connect(ctx, rdb, emq.WithLogger(slog.New(slog.DiscardHandler)))
+	client, err := emq.Dial(ctx, redisURL, emq.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
-		rdb.Close()
 		return err
 	}
 	defer client.Close()

@@ -202,13 +202,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer db.Close()
 
-	rdb, err := emq.Open(c.redisURL)
+	queueClient, err := emq.Dial(ctx, c.redisURL, emq.WithLogger(log))
 	if err != nil {
-		return err
-	}
-	queueClient, err := emq.Connect(ctx, rdb, emq.WithLogger(log))
-	if err != nil {
-		rdb.Close()
 		return err
 	}
 	defer queueClient.Close()

@@ -255,17 +255,12 @@ func Run(t testing.TB, cfg Config) Summary {
 	}
 	r.db = database.Pool(t)
 	keys := fund(t, r.db, cfg.Accounts)
-	queueRedis, err := emq.Open(r.redis.URL())
+	queueClient, err := emq.Dial(ctx, r.redis.URL())
 	if err != nil {
-		t.Fatalf("chaos: %v", err)
-	}
-	queueClient, err := emq.Connect(ctx, queueRedis)
-	if err != nil {
-		queueRedis.Close()
 		t.Fatalf("chaos: %v", err)
 	}
 	t.Cleanup(func() { _ = queueClient.Close() })
-	r.queueRedis, r.queue = queueRedis, queueClient.Queue(orders.Queue)
+	r.queueRedis, r.queue = queueClient.Redis(), queueClient.Queue(orders.Queue)
 	r.env = []string{"REDIS_URL=" + r.redis.URL(), "DATABASE_URL=" + database.URL, "MIGRATE=false"}
 
 	// Processes.

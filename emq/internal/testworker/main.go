@@ -45,14 +45,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := flags.Parse(args[1:]); err != nil {
 		return err
 	}
-	rdb, err := emq.Open(*redisURL)
-	if err != nil {
-		return err
-	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
-	client, err := emq.Connect(ctx, rdb, emq.WithLogger(log))
+	client, err := emq.Dial(ctx, *redisURL, emq.WithLogger(log))
 	if err != nil {
-		rdb.Close()
 		return err
 	}
 	defer client.Close()
