@@ -10,13 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ordergate/ordergate/internal/testserver"
 )
 
 // BuildBinaries compiles cmd/gateway and cmd/worker (without -race: they are
@@ -35,34 +35,6 @@ func BuildBinaries(t testing.TB, dir string) (gateway, worker string) {
 		t.Fatalf("chaos: go build gateway and worker: %v\n%s", err, out)
 	}
 	return filepath.Join(dir, "gateway"), filepath.Join(dir, "worker")
-}
-
-// Processes are forked from one goroutine locked to its OS thread: Linux
-// delivers the parent-death signal when the forking *thread* exits, so a
-// long-lived thread makes Pdeathsig mean "kill the child when the test binary
-// dies" (the same trick as internal/testserver).
-var (
-	spawnRequests = make(chan spawnRequest)
-	startSpawner  sync.Once
-)
-
-type spawnRequest struct {
-	cmd    *exec.Cmd
-	result chan error
-}
-
-func startOnLongLivedThread(cmd *exec.Cmd) error {
-	startSpawner.Do(func() {
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread must outlive every child
-			for request := range spawnRequests {
-				request.result <- request.cmd.Start()
-			}
-		}()
-	})
-	request := spawnRequest{cmd: cmd, result: make(chan error, 1)}
-	spawnRequests <- request
-	return <-request.result
 }
 
 // process is one run of a binary; its output goes to a log file.
@@ -85,7 +57,8 @@ func startProcess(name, binary, logPath string, env []string) (*process, error) 
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := startOnLongLivedThread(cmd); err != nil {
+	// Started through testserver so Pdeathsig kills the child with the test binary.
+	if err := testserver.StartChild(cmd); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &process{name: name, cmd: cmd, logPath: logPath, exited: make(chan struct{})}

@@ -103,7 +103,10 @@ type spawnRequest struct {
 	result chan error
 }
 
-func startOnLongLivedThread(cmd *exec.Cmd) error {
+// StartChild starts cmd from that long-lived thread, so a SysProcAttr
+// Pdeathsig set on it kills the child when the test binary dies. Tests that
+// run the project's own binaries (the chaos run) start them through it too.
+func StartChild(cmd *exec.Cmd) error {
 	startSpawner.Do(func() {
 		go func() {
 			runtime.LockOSThread() // never unlocked: the thread must outlive every child
@@ -162,7 +165,7 @@ func startServerProcess(name string, spec processSpec) (*serverProcess, error) {
 		return nil, err
 	}
 	defer logFile.Close() // the child holds its own descriptor
-	if err := startOnLongLivedThread(cmd); err != nil {
+	if err := StartChild(cmd); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	process := &serverProcess{name: name, cmd: cmd, logPath: spec.logPath, exited: make(chan struct{})}
@@ -181,7 +184,7 @@ func runToCompletion(name string, spec processSpec, timeout time.Duration) error
 		return err
 	}
 	defer logFile.Close()
-	if err := startOnLongLivedThread(cmd); err != nil {
+	if err := StartChild(cmd); err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
 	done := make(chan error, 1)
