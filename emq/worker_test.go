@@ -1,7 +1,6 @@
 package emq_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,32 +15,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/logbuffer"
 	"github.com/ordergate/ordergate/internal/testserver"
 )
 
-// lockedBuffer collects a worker's logs from many goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // workerLogger returns a debug-level JSON logger whose lines the test prints
 // only when it fails, so passing runs stay quiet.
-func workerLogger(t testing.TB) (*slog.Logger, *lockedBuffer) {
+func workerLogger(t testing.TB) (*slog.Logger, *logbuffer.Buffer) {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs := &logbuffer.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("worker logs:\n%s", logs.String())
@@ -865,7 +847,7 @@ func BenchmarkWorkClaimComplete(b *testing.B) {
 	}
 	var completed atomic.Int64
 	all := make(chan struct{})
-	logger := slog.New(slog.NewJSONHandler(&lockedBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := slog.New(slog.NewJSONHandler(&logbuffer.Buffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	b.ResetTimer()
 	worker := startWorker(b, queue, func(context.Context, emq.Claim) error { return nil }, emq.WorkerOptions{
 		Concurrency: 32, Logger: logger,

@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/gateway"
 	"github.com/ordergate/ordergate/internal/apitest"
+	"github.com/ordergate/ordergate/internal/logbuffer"
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
@@ -43,24 +42,7 @@ type fixture struct {
 	keyIDs      []string
 	instruments *orders.Instruments
 	http        *http.Client
-	logs        *syncBuffer
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	logs        *logbuffer.Buffer
 }
 
 func newFixture(t testing.TB, accounts int) *fixture {
@@ -72,7 +54,7 @@ func newFixture(t testing.TB, accounts int) *fixture {
 func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	f := &fixture{redis: testserver.StartRedis(t), logs: &syncBuffer{}}
+	f := &fixture{redis: testserver.StartRedis(t), logs: &logbuffer.Buffer{}}
 	f.rdb = f.redis.Client(t)
 	database := testserver.Postgres(t)
 	if err := migrations.Up(database.URL); err != nil {

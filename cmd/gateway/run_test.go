@@ -9,11 +9,11 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/logbuffer"
 	"github.com/ordergate/ordergate/internal/testserver"
 )
 
@@ -47,7 +47,7 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out logbuffer.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"gateway"}, envOf(map[string]string{
@@ -99,21 +99,4 @@ func freeAddr(t testing.TB) string {
 	}
 	defer listener.Close()
 	return fmt.Sprint(listener.Addr())
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -12,13 +12,13 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/govalues/decimal"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/logbuffer"
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
 )
@@ -128,25 +128,6 @@ func TestWorkerRefusesAnotherProtocolVersion(t *testing.T) {
 	}
 }
 
-// syncBuffer is the worker's stdout, written by its goroutines while the
-// test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func freeAddr(t testing.TB) string {
 	t.Helper()
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
@@ -187,7 +168,7 @@ func TestWorkerSettlesOrders(t *testing.T) {
 	metricsAddr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out syncBuffer
+	var out logbuffer.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"worker", "-lease", "2s"}, envOf(map[string]string{
