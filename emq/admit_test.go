@@ -25,16 +25,7 @@ func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 // Redis, or on the shared Redis Cluster when EMQ_TEST_REDIS=cluster.
 func newQueue(t testing.TB) (*emq.Queue, redis.UniversalClient) {
 	t.Helper()
-	rdb := testserver.QueueRedis(t)
-	client, err := emq.Connect(context.Background(), rdb)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	queue := client.Queue("work")
-	if err := queue.Declare(context.Background(), "test.job"); err != nil {
-		t.Fatalf("declare: %v", err)
-	}
-	return queue, rdb
+	return queueOn(t, testserver.QueueRedis(t))
 }
 
 func job(id, group, dedup string) emq.Job {
