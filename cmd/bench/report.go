@@ -21,35 +21,49 @@ func (r report) markdown() string {
 	fmt.Fprintf(&b, "ordergate bench, %s, %s, %d CPUs, concurrency %d, %s per load phase\n\n",
 		r.Started.Format("2006-01-02 15:04:05Z"), r.GoVersion, r.CPUs, r.Concurrency, r.Duration)
 
-	b.WriteString("| admission | orders/s | p50 ms | p99 ms | p99.9 ms | max ms | errors |\n|---|---:|---:|---:|---:|---:|---:|\n")
-	for _, l := range []loadResult{r.Ceiling, r.HTTPClosed, r.HTTPOpen} {
-		name := l.Name
-		if l.TargetRate > 0 {
-			name += fmt.Sprintf(" (target %.0f/s)", l.TargetRate)
+	// A run with -phases leaves the other phases' results empty: their rows
+	// are left out, not printed as zeros.
+	var targets []string
+	target := func(format string, a ...any) { targets = append(targets, fmt.Sprintf(format, a...)) }
+	if r.Ceiling.Orders > 0 {
+		b.WriteString("| admission | orders/s | p50 ms | p99 ms | p99.9 ms | max ms | errors |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		for _, l := range []loadResult{r.Ceiling, r.HTTPClosed, r.HTTPOpen} {
+			name := l.Name
+			if l.TargetRate > 0 {
+				name += fmt.Sprintf(" (target %.0f/s)", l.TargetRate)
+			}
+			fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.2f | %.2f | %.2f | %d |\n", name, l.PerSecond, l.P50Ms, l.P99Ms, l.P999Ms, l.MaxMs, l.Errors)
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.2f | %.2f | %.2f | %d |\n", name, l.PerSecond, l.P50Ms, l.P99Ms, l.P999Ms, l.MaxMs, l.Errors)
+		b.WriteString("\n")
+		target("| HTTP admission ≥ 40%% of the admit-script ceiling | %.0f / %.0f = %.1f%% | %s |",
+			r.HTTPClosed.PerSecond, r.Ceiling.PerSecond, 100*r.HTTPRatio, verdict(r.HTTPRatio >= 0.4))
+		target("| p99 ≤ 10 ms at half the peak rate | p99 %.2f ms at %.0f/s | %s |",
+			r.HTTPOpen.P99Ms, r.HTTPOpen.PerSecond, verdict(r.HTTPOpen.P99Ms <= 10 && r.HTTPOpen.Errors == 0))
 	}
-	b.WriteString("\n| target | measured | verdict |\n|---|---|---|\n")
-	fmt.Fprintf(&b, "| HTTP admission ≥ 40%% of the admit-script ceiling | %.0f / %.0f = %.1f%% | %s |\n",
-		r.HTTPClosed.PerSecond, r.Ceiling.PerSecond, 100*r.HTTPRatio, verdict(r.HTTPRatio >= 0.4))
-	fmt.Fprintf(&b, "| p99 ≤ 10 ms at half the peak rate | p99 %.2f ms at %.0f/s | %s |\n",
-		r.HTTPOpen.P99Ms, r.HTTPOpen.PerSecond, verdict(r.HTTPOpen.P99Ms <= 10 && r.HTTPOpen.Errors == 0))
 	m := r.Memory
-	fmt.Fprintf(&b, "| ≤ 400 B of Redis per pending order beyond its payload | %.0f B (%.0f B per job − %.0f B payload, used_memory over %d jobs) | %s |\n",
-		m.PendingBeyondPayload, m.PendingBytes, m.PayloadBytes, m.Jobs, verdict(m.PendingBeyondPayload <= 400))
+	if m.Jobs > 0 {
+		target("| ≤ 400 B of Redis per pending order beyond its payload | %.0f B (%.0f B per job − %.0f B payload, used_memory over %d jobs) | %s |",
+			m.PendingBeyondPayload, m.PendingBytes, m.PayloadBytes, m.Jobs, verdict(m.PendingBeyondPayload <= 400))
+	}
 	for _, rec := range r.Recovery {
-		fmt.Fprintf(&b, "| dead worker's jobs claimable within lease + 1 s (reap %s) | lease %.0f ms + %.0f ms (max of %d jobs; median %.0f ms after death) | %s |\n",
+		target("| dead worker's jobs claimable within lease + 1 s (reap %s) | lease %.0f ms + %.0f ms (max of %d jobs; median %.0f ms after death) | %s |",
 			fmt.Sprintf("%.0f ms", rec.ReapIntervalMs), rec.LeaseMs, rec.OvershootMs, rec.Jobs, rec.MedianMs, verdict(rec.Met))
 	}
-	b.WriteString("\n| Redis memory per order job | bytes |\n|---|---:|\n")
-	fmt.Fprintf(&b, "| pending, used_memory delta / job | %.0f |\n", m.PendingBytes)
-	fmt.Fprintf(&b, "| pending, MEMORY USAGE: job hash %d (%s) + dedup key %d + pending zset share %.0f + lanes/tags share %.1f | %.0f |\n",
-		m.UsageJobHash, m.JobHashCoding, m.UsageDedupKey, m.UsagePending, m.UsageLanes, m.UsagePerJob)
-	fmt.Fprintf(&b, "| retained finished, used_memory delta / job (record + done index + dedup key) | %.0f |\n", m.FinishedBytes)
-	fmt.Fprintf(&b, "| retained finished beyond payload | %.0f |\n", m.FinishedBeyond)
-	fmt.Fprintf(&b, "| retained finished, MEMORY USAGE: finished hash share %.0f + done zset share %.0f | %.0f |\n",
-		m.UsageFinished, m.UsageDone, m.UsageFinished+m.UsageDone)
-	fmt.Fprintf(&b, "| order payload (JSON) | %.0f |\n", m.PayloadBytes)
+	if len(targets) > 0 {
+		b.WriteString("| target | measured | verdict |\n|---|---|---|\n")
+		b.WriteString(strings.Join(targets, "\n") + "\n")
+	}
+	if m.Jobs > 0 {
+		b.WriteString("\n| Redis memory per order job | bytes |\n|---|---:|\n")
+		fmt.Fprintf(&b, "| pending, used_memory delta / job | %.0f |\n", m.PendingBytes)
+		fmt.Fprintf(&b, "| pending, MEMORY USAGE: job hash %d (%s) + dedup key %d + pending zset share %.0f + lanes/tags share %.1f | %.0f |\n",
+			m.UsageJobHash, m.JobHashCoding, m.UsageDedupKey, m.UsagePending, m.UsageLanes, m.UsagePerJob)
+		fmt.Fprintf(&b, "| retained finished, used_memory delta / job (record + done index + dedup key) | %.0f |\n", m.FinishedBytes)
+		fmt.Fprintf(&b, "| retained finished beyond payload | %.0f |\n", m.FinishedBeyond)
+		fmt.Fprintf(&b, "| retained finished, MEMORY USAGE: finished hash share %.0f + done zset share %.0f | %.0f |\n",
+			m.UsageFinished, m.UsageDone, m.UsageFinished+m.UsageDone)
+		fmt.Fprintf(&b, "| order payload (JSON) | %.0f |\n", m.PayloadBytes)
+	}
 	return b.String()
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,7 +23,12 @@ type config struct {
 	concurrency int
 	jobs        int
 	out         string
+	// phases are the phases to run, by name; all of them unless -phases says.
+	phases map[string]bool
 }
+
+// phaseNames are the phases in the order a run takes them.
+var phaseNames = []string{"admission", "memory", "recovery"}
 
 func parseConfig(args []string, stdout io.Writer) (config, error) {
 	var c config
@@ -32,8 +38,16 @@ func parseConfig(args []string, stdout io.Writer) (config, error) {
 	flags.IntVar(&c.concurrency, "concurrency", 32, "closed-loop concurrency of the admission phases")
 	flags.IntVar(&c.jobs, "jobs", 100_000, "order jobs admitted for the memory measurement")
 	flags.StringVar(&c.out, "out", "bench/results", "directory for the JSON and Markdown reports")
+	phases := flags.String("phases", strings.Join(phaseNames, ","), "comma-separated phases to run")
 	if err := flags.Parse(args[1:]); err != nil {
 		return config{}, err
+	}
+	c.phases = map[string]bool{}
+	for _, name := range strings.Split(*phases, ",") {
+		if !slices.Contains(phaseNames, name) {
+			return config{}, fmt.Errorf("unknown phase %q; the phases are %s", name, strings.Join(phaseNames, ", "))
+		}
+		c.phases[name] = true
 	}
 	if c.duration < time.Second || c.concurrency < 1 || c.jobs < 1000 {
 		return config{}, errors.New("want -duration ≥ 1s, -concurrency ≥ 1 and -jobs ≥ 1000")
@@ -96,22 +110,36 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 
 	r := report{Started: started.UTC(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Concurrency: c.concurrency, Duration: c.duration.String()}
-	if err := e.admission(ctx, c, &r, progress); err != nil {
-		return err
+	phases := map[string]func() error{
+		"admission": func() error { return e.admission(ctx, c, &r, progress) },
+		"memory": func() (err error) {
+			progress("memory: admitting %d order jobs…", c.jobs)
+			if r.Memory, err = e.measureMemory(ctx, c.jobs, progress); err != nil {
+				return fmt.Errorf("memory: %w", err)
+			}
+			return nil
+		},
+		"recovery": func() error {
+			for _, reap := range []struct {
+				name     string
+				interval time.Duration
+			}{{"default", 0}, {"1s", time.Second}} {
+				result, err := e.measureRecovery(ctx, reap.name, reap.interval, progress)
+				if err != nil {
+					return err
+				}
+				r.Recovery = append(r.Recovery, result)
+			}
+			return nil
+		},
 	}
-	progress("memory: admitting %d order jobs…", c.jobs)
-	if r.Memory, err = e.measureMemory(ctx, c.jobs, progress); err != nil {
-		return fmt.Errorf("memory: %w", err)
-	}
-	for _, reap := range []struct {
-		name     string
-		interval time.Duration
-	}{{"default", 0}, {"1s", time.Second}} {
-		result, err := e.measureRecovery(ctx, reap.name, reap.interval, progress)
-		if err != nil {
+	for _, name := range phaseNames {
+		if !c.phases[name] {
+			continue
+		}
+		if err := phases[name](); err != nil {
 			return err
 		}
-		r.Recovery = append(r.Recovery, result)
 	}
 	table := r.markdown()
 	fmt.Fprintln(stdout)
