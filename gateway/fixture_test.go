@@ -75,7 +75,19 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := orders.NewAccounts(f.db)
+	// As cmd/gateway wires it, but with an hour-long ttl: a revocation must
+	// reach the cache by its broadcast.
+	keys := orders.NewKeyCache(orders.NewAccounts(f.db), time.Hour)
+	following, stopFollowing := context.WithCancel(ctx)
+	subscription, err := keys.FollowRevocations(following, queueClient)
+	if err != nil {
+		stopFollowing()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stopFollowing()
+		<-subscription.Done()
+	})
 	for range accounts {
 		newFixtureAccount(t, f)
 	}
@@ -83,7 +95,8 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 	server := gateway.New(gateway.Deps{
 		Placer:      placer,
 		Instruments: f.instruments,
-		Accounts:    store,
+		Accounts:    keys,
+		Balances:    orders.NewBalances(f.db, queueClient, log),
 		Limiter:     queueClient,
 		Probes: []gateway.Probe{
 			{Name: "redis", Check: func(ctx context.Context) error { return f.rdb.Ping(ctx).Err() }},

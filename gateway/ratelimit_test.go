@@ -184,16 +184,20 @@ func TestRateLimitFailsOpenWhenRedisIsDown(t *testing.T) {
 	}
 }
 
-// Authentication reads the key's row on every request: a key revoked between
-// two requests is refused on the second.
-func TestRevokedKeyIsRefusedOnTheNextRequest(t *testing.T) {
+// A key revoked between two requests is refused as soon as the revocation's
+// broadcast reaches the gateway's key cache (whose ttl here is an hour).
+func TestRevokedKeyIsRefusedOnceTheRevocationIsBroadcast(t *testing.T) {
 	f := newFixture(t, 1)
 	key := f.keys[0]
 	if res := f.list(t, key, nil); res.status != http.StatusOK {
 		t.Fatalf("before revocation: %d %s", res.status, res.body)
 	}
-	if err := orders.NewAccounts(f.db).RevokeKey(context.Background(), f.keyIDs[0]); err != nil {
+	if err := orders.NewAccounts(f.db).RevokeKey(context.Background(), f.keyIDs[0], f.client); err != nil {
 		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for f.list(t, key, nil).status == http.StatusOK && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
 	}
 	for _, res := range []response{f.list(t, key, nil), f.place(t, key, limitOrder("after-revoke"))} {
 		if res.status != http.StatusUnauthorized || res.json(t)["type"] != "urn:ordergate:problem:unauthorized" {

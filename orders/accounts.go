@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/oklog/ulid/v2"
+
+	"github.com/ordergate/ordergate/emq"
 )
 
 // The two accounts every ledger transaction that is not a trade touches.
@@ -75,24 +78,48 @@ func (a *Accounts) IssueKey(ctx context.Context, account string) (keyID, key str
 	return keyID, key, nil
 }
 
-// RevokeKey revokes an API key by its KEY id.
-func (a *Accounts) RevokeKey(ctx context.Context, keyID string) error {
-	tag, err := a.db.Exec(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL`, keyID)
+// RevokeKey revokes an API key by its KEY id, then broadcasts the revocation
+// so gateways drop their cached copy of the key at once instead of when it
+// expires (KeyCache). The broadcast is at-most-once: its failure is returned
+// but the revocation stands, and every gateway stops taking the key within
+// its cache's time to live. lanes may be nil: no broadcast.
+func (a *Accounts) RevokeKey(ctx context.Context, keyID string, lanes *emq.Client) error {
+	var hash []byte
+	err := a.db.QueryRow(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL RETURNING key_hash`, keyID).Scan(&hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %s", ErrNoKey, keyID)
+	}
 	if err != nil {
 		return fmt.Errorf("orders: revoke key: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: %s", ErrNoKey, keyID)
+	if lanes == nil {
+		return nil
+	}
+	if err := lanes.Broadcast(ctx, APIKeysTable, hex.EncodeToString(hash)); err != nil {
+		return fmt.Errorf("orders: %s is revoked, but the broadcast failed (gateways refuse it once their cached copy expires): %w", keyID, err)
 	}
 	return nil
 }
 
 // Authenticate returns the account an active API key belongs to.
 func (a *Accounts) Authenticate(ctx context.Context, key string) (string, error) {
-	if !strings.HasPrefix(key, apiKeyPrefix) {
+	hash, ok := keyHash(key)
+	if !ok {
 		return "", ErrUnauthenticated
 	}
-	hash := sha256.Sum256([]byte(key))
+	return a.accountOf(ctx, hash)
+}
+
+// keyHash is what a key is stored and found by; ok is false for a string
+// that cannot be a key, which needs no lookup to refuse.
+func keyHash(key string) (hash [sha256.Size]byte, ok bool) {
+	if !strings.HasPrefix(key, apiKeyPrefix) {
+		return hash, false
+	}
+	return sha256.Sum256([]byte(key)), true
+}
+
+func (a *Accounts) accountOf(ctx context.Context, hash [sha256.Size]byte) (string, error) {
 	var account string
 	err := a.db.QueryRow(ctx, `SELECT account_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL`, hash[:]).Scan(&account)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -45,13 +45,13 @@ func TestKeysAuthenticateUntilRevoked(t *testing.T) {
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM api_keys WHERE key_hash = convert_to($1, 'UTF8') OR id = $1`, key).Scan(&stored); err != nil || stored != 0 {
 		t.Errorf("the key is stored in clear (%d rows, %v)", stored, err)
 	}
-	if err := accounts.RevokeKey(ctx, keyID); err != nil {
+	if err := accounts.RevokeKey(ctx, keyID, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := accounts.Authenticate(ctx, key); !errors.Is(err, orders.ErrUnauthenticated) {
 		t.Errorf("revoked key: %v", err)
 	}
-	if err := accounts.RevokeKey(ctx, keyID); !errors.Is(err, orders.ErrNoKey) {
+	if err := accounts.RevokeKey(ctx, keyID, nil); !errors.Is(err, orders.ErrNoKey) {
 		t.Errorf("second revoke: %v", err)
 	}
 	for _, bad := range []string{"", "ogk_", key + "x", strings.ToUpper(key)} {

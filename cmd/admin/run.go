@@ -14,13 +14,16 @@ import (
 	"github.com/ordergate/ordergate/orders"
 )
 
-const usage = `usage: admin COMMAND [ARGS]   (DATABASE_URL names the database; REDIS_URL the queue server, for halt/resume)
+const usage = `usage: admin COMMAND [ARGS]   (DATABASE_URL names the database; REDIS_URL the queue server, for
+                              halt/resume/revoke-key broadcasts)
 
   migrate                          apply all schema migrations
   migrate-down                     revert all schema migrations (destroys data)
   create-account NAME              create a customer account; prints account=ACC_...
   issue-key ACCOUNT                issue an API key; prints key_id=KEY_... and api_key=... (shown once)
-  revoke-key KEY_ID                revoke an API key at once
+  revoke-key KEY_ID                revoke an API key; gateways hear of it at once over the
+                                   broadcast lane (at the latest when their cached copy of the
+                                   key expires: gateway -key-cache-ttl, 5s by default)
   deposit ACCOUNT ASSET AMOUNT     credit funds from the external account (a ledger transaction)
   withdraw ACCOUNT ASSET AMOUNT    debit funds to the external account (a ledger transaction)
   demo                             fund the venue if it is empty, create a funded demo account
@@ -88,10 +91,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		fmt.Fprintf(stdout, "key_id=%s\napi_key=%s\n", keyID, key)
 	case "revoke-key":
-		if err := accounts.RevokeKey(ctx, rest[0]); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "revoked=%s\n", rest[0])
+		return revokeKey(ctx, accounts, getenv("REDIS_URL"), rest[0], stdout)
 	case "deposit":
 		if err := ledger.Deposit(ctx, rest[0], strings.ToUpper(rest[1]), rest[2]); err != nil {
 			return err
@@ -112,18 +112,47 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	return nil
 }
 
+// revokeKey revokes the key and broadcasts it. Without a queue server the key
+// is still revoked; gateways refuse it once their cached copy expires, and the
+// command says so.
+func revokeKey(ctx context.Context, accounts *orders.Accounts, redisURL, keyID string, stdout io.Writer) error {
+	lanes, closeLanes, err := dialLanes(ctx, redisURL)
+	if err != nil {
+		return err
+	}
+	defer closeLanes()
+	if err := accounts.RevokeKey(ctx, keyID, lanes); err != nil {
+		return err
+	}
+	if lanes == nil {
+		fmt.Fprintf(stdout, "revoked=%s (REDIS_URL unset: gateways refuse it once their cached copy expires)\n", keyID)
+		return nil
+	}
+	fmt.Fprintf(stdout, "revoked=%s\n", keyID)
+	return nil
+}
+
+// dialLanes connects to the queue server for a broadcast; no server (nil
+// lanes) when redisURL is empty.
+func dialLanes(ctx context.Context, redisURL string) (lanes *emq.Client, closeLanes func(), err error) {
+	if redisURL == "" {
+		return nil, func() {}, nil
+	}
+	if lanes, err = emq.Dial(ctx, redisURL); err != nil {
+		return nil, nil, err
+	}
+	return lanes, func() { _ = lanes.Close() }, nil
+}
+
 // setHalted changes the instrument's status and broadcasts it. Without a
 // queue server the status still changes; gateways pick it up at their next
 // refresh, and the command says so.
 func setHalted(ctx context.Context, db *pgxpool.Pool, redisURL, symbol string, halted bool, stdout io.Writer) error {
-	var lanes *emq.Client
-	if redisURL != "" {
-		var err error
-		if lanes, err = emq.Dial(ctx, redisURL); err != nil {
-			return err
-		}
-		defer lanes.Close()
+	lanes, closeLanes, err := dialLanes(ctx, redisURL)
+	if err != nil {
+		return err
 	}
+	defer closeLanes()
 	if err := orders.SetInstrumentHalted(ctx, db, lanes, symbol, halted); err != nil {
 		return err
 	}

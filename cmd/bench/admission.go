@@ -90,7 +90,7 @@ func (e *env) startGateway(ctx context.Context) (url string, stop func(), err er
 	server := gateway.New(gateway.Deps{
 		Placer:      placer,
 		Instruments: instruments,
-		Accounts:    orders.NewAccounts(e.db),
+		Accounts:    orders.NewKeyCache(orders.NewAccounts(e.db), 0),
 		Balances:    orders.NewBalances(e.db, e.queue, e.log),
 		Limiter:     e.queue,
 		Logger:      e.log,

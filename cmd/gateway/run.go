@@ -30,6 +30,7 @@ type config struct {
 	migrate           bool
 	dedupRetention    time.Duration
 	instrumentRefresh time.Duration
+	keyCacheTTL       time.Duration
 	shutdownTimeout   time.Duration
 	http              gateway.Config
 }
@@ -52,6 +53,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.BoolVar(&c.migrate, "migrate", env("MIGRATE", "true") == "true", "apply database migrations at start (MIGRATE)")
 	flags.DurationVar(&c.dedupRetention, "dedup-retention", durationOf(env("DEDUP_RETENTION", "24h")), "how long a client_order_id is held (DEDUP_RETENTION)")
 	flags.DurationVar(&c.instrumentRefresh, "instrument-refresh", durationOf(env("INSTRUMENT_REFRESH", "5s")), "how often instruments are reread (INSTRUMENT_REFRESH)")
+	flags.DurationVar(&c.keyCacheTTL, "key-cache-ttl", durationOf(env("KEY_CACHE_TTL", orders.DefaultKeyCacheTTL.String())), "how long an API key's account is trusted from memory when no revocation broadcast arrives (KEY_CACHE_TTL)")
 	flags.DurationVar(&c.shutdownTimeout, "shutdown-timeout", durationOf(env("SHUTDOWN_TIMEOUT", "10s")), "how long in-flight requests may take at shutdown (SHUTDOWN_TIMEOUT)")
 	flags.Int64Var(&c.http.BodyLimit, "body-limit", defaults.BodyLimit, "largest request body in bytes")
 	flags.DurationVar(&c.http.RequestTimeout, "request-timeout", durationOf(env("REQUEST_TIMEOUT", defaults.RequestTimeout.String())), "time bound of one request (REQUEST_TIMEOUT)")
@@ -62,6 +64,9 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	}
 	if c.databaseURL == "" {
 		return config{}, errors.New("DATABASE_URL (or -database-url) is required")
+	}
+	if c.keyCacheTTL <= 0 {
+		return config{}, errors.New("KEY_CACHE_TTL (or -key-cache-ttl) must be a positive duration")
 	}
 	const most = 1_000_000
 	if b, r := c.http.RateLimitBurst, c.http.RateLimitPerSecond; b < 0 || b > most || (b > 0 && (r < 1 || r > most)) {
@@ -139,10 +144,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if _, err := instruments.FollowBroadcasts(ctx, queueClient, refreshFailed, emq.WithBroadcastMetrics(metrics)); err != nil {
 		return err
 	}
+	keys := orders.NewKeyCache(orders.NewAccounts(db), c.keyCacheTTL)
+	if _, err := keys.FollowRevocations(ctx, queueClient, emq.WithBroadcastMetrics(metrics)); err != nil {
+		return err
+	}
 	server := gateway.New(gateway.Deps{
 		Placer:      placer,
 		Instruments: instruments,
-		Accounts:    orders.NewAccounts(db),
+		Accounts:    keys,
 		Balances:    orders.NewBalances(db, queueClient, log),
 		Limiter:     queueClient,
 		Probes:      probes(queueClient, db),

@@ -1,0 +1,52 @@
+package gateway_test
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ordergate/ordergate/gateway"
+)
+
+// BenchmarkPlaceOrder is one admitted order per operation over real HTTP,
+// through authentication, the rate limiter (set too high to refuse), the
+// decoder, the instrument rules and the admit script. Profile it with
+//
+//	go test -run '^$' -bench PlaceOrder -benchmem -cpuprofile cpu.prof ./gateway/
+func BenchmarkPlaceOrder(b *testing.B) {
+	config := gateway.DefaultConfig()
+	config.RateLimitBurst, config.RateLimitPerSecond = 1_000_000, 1_000_000
+	f := newFixtureWith(b, 8, config)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	b.Cleanup(client.CloseIdleConnections)
+	var sent atomic.Int64
+	b.SetParallelism(8)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			n := sent.Add(1)
+			req, err := http.NewRequest(http.MethodPost, f.url+"/v1/orders", strings.NewReader(limitOrder("bench-"+strconv.FormatInt(n, 10))))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+f.keys[n%int64(len(f.keys))])
+			req.Header.Set("Content-Type", "application/json")
+			res, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusAccepted {
+				b.Errorf("status %d, want 202", res.StatusCode)
+				return
+			}
+		}
+	})
+}
