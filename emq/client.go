@@ -27,6 +27,9 @@ const versionKey = "{emq}:version"
 type Client struct {
 	rdb redis.UniversalClient
 	log *slog.Logger
+	// admits and tokens carry the calls that arrive one per request (Admit,
+	// TakeToken), so concurrent requests share round trips.
+	admits, tokens *coalescer
 }
 
 // Option configures Connect.
@@ -42,7 +45,7 @@ func WithLogger(log *slog.Logger) Option {
 // refused with a *VersionError. It warns when the server may evict keys, since
 // an evicting server silently loses jobs.
 func Connect(ctx context.Context, rdb redis.UniversalClient, opts ...Option) (*Client, error) {
-	c := &Client{rdb: rdb, log: slog.Default()}
+	c := &Client{rdb: rdb, log: slog.Default(), admits: newCoalescer(rdb, admitScript), tokens: newCoalescer(rdb, rateLimitScript)}
 	for _, opt := range opts {
 		opt(c)
 	}
@@ -123,8 +126,12 @@ func (c *Client) Check(ctx context.Context) error {
 	return c.verifyVersion(ctx)
 }
 
-// Close closes the connection pool.
-func (c *Client) Close() error { return c.rdb.Close() }
+// Close waits for the round trips in flight, then closes the connection pool.
+func (c *Client) Close() error {
+	c.admits.close()
+	c.tokens.close()
+	return c.rdb.Close()
+}
 
 // Open makes a go-redis client from a URL. redis://host:port/db (or rediss://)
 // is one server; a URL with addr= query parameters, as in

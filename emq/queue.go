@@ -143,7 +143,7 @@ func (q *Queue) Admit(ctx context.Context, job Job) (Admission, error) {
 	if err != nil {
 		return Admission{}, err
 	}
-	return q.admission(job.ID, admitScript.Run(ctx, q.client.rdb, keys, args...))
+	return q.admission(job.ID, q.client.admits.run(ctx, keys, args...))
 }
 
 func (q *Queue) admitCall(job Job) ([]string, []any, error) {

@@ -49,7 +49,7 @@ func (c *Client) TakeToken(ctx context.Context, bucket string, limit TokenBucket
 		return TokenTake{}, fmt.Errorf("emq: rate limit %+v: capacity and per-second rate must be from 1 to %d", limit, maxBucketSize)
 	}
 	key := RateLimitKey(bucket)
-	reply, err := rateLimitScript.Run(ctx, c.rdb, []string{key},
+	reply, err := c.tokens.run(ctx, []string{key},
 		strconv.Itoa(limit.Capacity), strconv.Itoa(limit.PerSecond)).Int64Slice()
 	if err != nil {
 		return TokenTake{}, fmt.Errorf("emq: take token from %s: %w", key, err)
