@@ -47,6 +47,14 @@ var fuzzDecodeSeeds = []string{
 	"{\"client_order_id\":\"a\",\"symbol\":\"BTC-USD\",\"side\":\"buy\",\"type\":\"market\",\"quantity\":\"\xff\"}",
 	`{"quantity":1e400,"price":-0.0}`,
 	``,
+	` { "client_order_id" : "a" ,` + "\t\r\n" + `"symbol":"BTC-USD","price": null } `,
+	`{}`,
+	`{} x`,
+	`{"price":nullx}`,
+	`{"price":"1","price":null}`,
+	`{"symbol":"BTC-USD",}`,
+	`{"symbol":"café","side":"é"}`,
+	`{"side":"b\"uy"}`,
 }
 
 // fuzzRequestFields are the members an order request may have, written out
@@ -102,6 +110,14 @@ func FuzzDecodePlaceRequest(f *testing.F) {
 			t.Fatalf("readJSONBody refused a %d-byte body: %v", len(body), err)
 		case !bytes.Equal(read, body):
 			t.Fatalf("readJSONBody changed the body: %q, want %q", read, body)
+		}
+
+		// The plain path may only take what the checked path reads the same.
+		if plain, ok := decodePlainPlaceRequest(body); ok {
+			checked, err := decodeCheckedPlaceRequest(body)
+			if err != nil || checked != plain {
+				t.Fatalf("the plain path read %q as %+v; the checked path as %+v, %v", body, plain, checked, err)
+			}
 		}
 
 		req, err := decodePlaceRequest(body)
@@ -359,5 +375,27 @@ func fuzzCheckRules(t *testing.T, server *Server, instruments map[string]orders.
 		notional.Cmp(rat(instrument.MinNotional.String())) < 0 {
 		t.Fatalf("accepted %+v: off the grid of %s or under its minimum notional (notional %s)",
 			req, instrument.Symbol, notional.FloatString(10))
+	}
+}
+
+// BenchmarkDecodePlaceRequest compares the two decoding paths on the body
+// every client sends.
+func BenchmarkDecodePlaceRequest(b *testing.B) {
+	body := []byte(fuzzDecodeSeeds[0])
+	for _, path := range []struct {
+		name   string
+		decode func([]byte) (placeRequest, error)
+	}{
+		{"plain", decodePlaceRequest},
+		{"checked", decodeCheckedPlaceRequest},
+	} {
+		b.Run(path.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := path.decode(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
