@@ -78,12 +78,15 @@ chaos:
 	bash scripts/deps.sh
 	go test -run '^TestChaos$$' -count=1 -v -timeout 60m ./internal/chaos/ -args -seed=$(SEED) -orders=$(ORDERS)
 
-# The benchmark (cmd/bench): HTTP admission against the real gateway beside
-# the bare admit script, Redis memory per order job, and how soon a dead
-# worker's jobs are claimed again, all in one run on throwaway servers (or
-# REDIS_URL / DATABASE_URL). About a minute; prints a table and writes JSON
-# and Markdown reports under bench/results/. Pass flags through BENCHFLAGS,
-# e.g. `make bench BENCHFLAGS='-duration 30s -concurrency 64'`.
+# The benchmark (cmd/bench), all in one run on throwaway servers (or
+# REDIS_URL / DATABASE_URL): HTTP admission against the real gateway beside
+# the bare admit script (plus an open-loop sweep drawn as a latency chart),
+# emq against asynq (bench/asynq, its own module) on the same Redis,
+# settlement against pgbench on the same PostgreSQL, Redis memory per order
+# job, and how soon a dead worker's jobs are claimed again. A few minutes;
+# prints a table and writes JSON, Markdown and SVG under bench/results/. Pass
+# flags through BENCHFLAGS, e.g. `make bench BENCHFLAGS='-phases admission
+# -duration 30s -concurrency 64'` (`go run ./cmd/bench -h` lists them).
 .PHONY: bench
 BENCHFLAGS ?=
 bench:

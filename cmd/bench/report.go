@@ -35,10 +35,21 @@ func (r report) markdown() string {
 			fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.2f | %.2f | %.2f | %d |\n", name, l.PerSecond, l.P50Ms, l.P99Ms, l.P999Ms, l.MaxMs, l.Errors)
 		}
 		b.WriteString("\n")
+		b.WriteString(r.sweepMarkdown())
 		target("| HTTP admission ≥ 40%% of the admit-script ceiling | %.0f / %.0f = %.1f%% | %s |",
 			r.HTTPClosed.PerSecond, r.Ceiling.PerSecond, 100*r.HTTPRatio, verdict(r.HTTPRatio >= 0.4))
 		target("| p99 ≤ 10 ms at half the peak rate | p99 %.2f ms at %.0f/s | %s |",
 			r.HTTPOpen.P99Ms, r.HTTPOpen.PerSecond, verdict(r.HTTPOpen.P99Ms <= 10 && r.HTTPOpen.Errors == 0))
+	}
+	if q := r.Queue; q.Jobs > 0 {
+		b.WriteString(q.markdown())
+		target("| emq claim+complete ≥ 2× asynq's processing rate | %.0f / %.0f jobs/s = %.2f× | %s |",
+			q.EMQ.Process.PerSecond, q.Asynq.Process.PerSecond, q.ProcessRatio, verdict(q.ProcessRatio >= 2))
+	}
+	if s := r.Settlement; s.PerSecond > 0 {
+		b.WriteString(s.markdown())
+		target("| settlement ≥ 30%% of pgbench's TPS | %.0f orders/s / %.0f tps (-c %d) = %.1f%% | %s |",
+			s.PerSecond, s.PgbenchTPS, s.PgbenchClients, 100*s.Ratio, verdict(s.Met))
 	}
 	m := r.Memory
 	if m.Jobs > 0 {
@@ -67,7 +78,8 @@ func (r report) markdown() string {
 	return b.String()
 }
 
-// write stores the report as bench-<time>.json and .md under dir.
+// write stores the report as bench-<time>.json and .md under dir, with the
+// admission chart (bench-<time>-admission.svg) beside them when there is one.
 func (r report) write(dir string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -83,5 +95,13 @@ func (r report) write(dir string) ([]string, error) {
 	if err := os.WriteFile(base+".md", []byte("# "+r.markdown()), 0o644); err != nil {
 		return nil, err
 	}
-	return []string{base + ".json", base + ".md"}, nil
+	paths := []string{base + ".json", base + ".md"}
+	if len(r.Sweep) > 0 {
+		chart := filepath.Join(dir, r.chartFile())
+		if err := os.WriteFile(chart, r.admissionChart(), 0o644); err != nil {
+			return nil, err
+		}
+		paths = append(paths, chart)
+	}
+	return paths, nil
 }

@@ -25,18 +25,28 @@ type config struct {
 	out         string
 	// phases are the phases to run, by name; all of them unless -phases says.
 	phases map[string]bool
+	// sweepDuration is each open-loop sweep rate's length; 0 skips the sweep.
+	sweepDuration time.Duration
+	// queueJobs is how many jobs each pass of the queue phase enqueues and
+	// processes.
+	queueJobs int
+	// settlement is the settlement phase's flags (settlement.go).
+	settlement settlementConfig
 }
 
 // phaseNames are the phases in the order a run takes them.
-var phaseNames = []string{"admission", "memory", "recovery"}
+var phaseNames = []string{"admission", "queue", "settlement", "memory", "recovery"}
 
 func parseConfig(args []string, stdout io.Writer) (config, error) {
 	var c config
 	flags := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	flags.SetOutput(stdout)
 	flags.DurationVar(&c.duration, "duration", 10*time.Second, "length of each admission load phase")
-	flags.IntVar(&c.concurrency, "concurrency", 32, "closed-loop concurrency of the admission phases")
+	flags.DurationVar(&c.sweepDuration, "sweep-duration", 4*time.Second, "length of each rate of the admission open-loop sweep (0 skips it)")
+	flags.IntVar(&c.concurrency, "concurrency", 32, "closed-loop concurrency of the admission phases; the queue phase's enqueuers and workers")
 	flags.IntVar(&c.jobs, "jobs", 100_000, "order jobs admitted for the memory measurement")
+	flags.IntVar(&c.queueJobs, "queue-jobs", 40_000, "jobs per pass of the queue phase (emq against asynq)")
+	c.settlement.register(flags)
 	flags.StringVar(&c.out, "out", "bench/results", "directory for the JSON and Markdown reports")
 	phases := flags.String("phases", strings.Join(phaseNames, ","), "comma-separated phases to run")
 	if err := flags.Parse(args[1:]); err != nil {
@@ -51,6 +61,15 @@ func parseConfig(args []string, stdout io.Writer) (config, error) {
 	}
 	if c.duration < time.Second || c.concurrency < 1 || c.jobs < 1000 {
 		return config{}, errors.New("want -duration ≥ 1s, -concurrency ≥ 1 and -jobs ≥ 1000")
+	}
+	if c.queueJobs < 1 {
+		return config{}, errors.New("want -queue-jobs ≥ 1")
+	}
+	if err := c.settlement.validate(); err != nil {
+		return config{}, err
+	}
+	if c.sweepDuration != 0 && c.sweepDuration < time.Second {
+		return config{}, errors.New("want -sweep-duration ≥ 1s, or 0 to skip the sweep")
 	}
 	return c, nil
 }
@@ -68,9 +87,15 @@ type report struct {
 	HTTPOpen   loadResult `json:"http_open_loop"`
 	// HTTPRatio is HTTP closed-loop orders/s over the ceiling's.
 	HTTPRatio float64 `json:"http_to_ceiling_ratio"`
+	// Sweep is the open loop at rising shares of the closed-loop peak: the
+	// latency-vs-throughput chart.
+	Sweep         []loadResult `json:"http_open_loop_sweep,omitempty"`
+	SweepDuration string       `json:"sweep_duration,omitempty"`
 
-	Memory   memoryResult     `json:"memory"`
-	Recovery []recoveryResult `json:"recovery"`
+	Queue      queueResult      `json:"queue"`
+	Settlement settlementResult `json:"settlement"`
+	Memory     memoryResult     `json:"memory"`
+	Recovery   []recoveryResult `json:"recovery"`
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -112,6 +137,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	r := report{Started: started.UTC(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Concurrency: c.concurrency, Duration: c.duration.String()}
 	phases := map[string]func() error{
 		"admission": func() error { return e.admission(ctx, c, &r, progress) },
+		"queue": func() (err error) {
+			r.Queue, err = e.compareQueues(ctx, c, servers.redisURL, progress)
+			return err
+		},
+		"settlement": func() (err error) {
+			r.Settlement, err = e.settlement(ctx, c.settlement, servers, c.duration, progress)
+			return err
+		},
 		"memory": func() (err error) {
 			progress("memory: admitting %d order jobs…", c.jobs)
 			if r.Memory, err = e.measureMemory(ctx, c.jobs, progress); err != nil {
@@ -180,6 +213,22 @@ func (e *env) admission(ctx context.Context, c config, r *report, progress func(
 	r.HTTPOpen = openLoop(ctx, "admission open loop", rate, senders, c.duration, progress, client.place)
 	if r.Ceiling.PerSecond > 0 {
 		r.HTTPRatio = r.HTTPClosed.PerSecond / r.Ceiling.PerSecond
+	}
+	if c.sweepDuration == 0 {
+		return ctx.Err()
+	}
+	// The sweep draws the latency-vs-throughput curve; past 100% the open
+	// loop's backlog grows for the whole step, which shows how fast overload
+	// turns into waiting.
+	r.SweepDuration = c.sweepDuration.String()
+	for _, share := range []float64{0.10, 0.25, 0.50, 0.75, 0.90, 1.00, 1.10} {
+		if ctx.Err() != nil {
+			break
+		}
+		rate := share * r.HTTPClosed.PerSecond
+		name := fmt.Sprintf("admission sweep %.0f%%", 100*share)
+		progress("%s: %.0f orders/s for %s…", name, rate, c.sweepDuration)
+		r.Sweep = append(r.Sweep, openLoop(ctx, name, rate, senders, c.sweepDuration, progress, client.place))
 	}
 	return ctx.Err()
 }

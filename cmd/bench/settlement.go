@@ -1,0 +1,508 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/govalues/decimal"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
+)
+
+// settlementConfig is the settlement phase's part of the command line.
+type settlementConfig struct {
+	workers int
+	orders  int
+	// pgbenchClients is pgbench's -c; 0 takes the workers' settlement
+	// concurrency (see pgbenchClientsFor).
+	pgbenchClients int
+}
+
+func (s *settlementConfig) register(flags *flag.FlagSet) {
+	flags.IntVar(&s.workers, "settle-workers", 4, "worker processes (run in-process, wired as cmd/worker) of the settlement phase")
+	flags.IntVar(&s.orders, "settle-orders", 2500, "order backlog the settlement phase settles")
+	flags.IntVar(&s.pgbenchClients, "pgbench-clients", 0,
+		"pgbench -c of the settlement phase's reference; 0 takes the workers' settlement concurrency, at most 32")
+}
+
+func (s settlementConfig) validate() error {
+	if s.workers < 1 || s.orders < 100 || s.pgbenchClients < 0 {
+		return errors.New("want -settle-workers ≥ 1, -settle-orders ≥ 100 and -pgbench-clients ≥ 0")
+	}
+	return nil
+}
+
+// The worker settings are cmd/worker's defaults: the phase measures what a
+// worker deployed without flags does.
+const (
+	settleConcurrency  = 8
+	settleLease        = 30 * time.Second
+	settleMaxAttempts  = 60
+	settleRetryBase    = 100 * time.Millisecond
+	settleRetryCap     = 10 * time.Second
+	settleDrainTimeout = 10 * time.Second
+	// settleCoherenceAttempts is cmd/worker's: the coherence lane never
+	// gives up.
+	settleCoherenceAttempts = 100_000
+	// settleStall is how long the backlog may go without an order becoming
+	// final before the phase gives up.
+	settleStall = time.Minute
+)
+
+// settlementResult is the settlement phase: orders settled end to end by
+// worker processes, against pgbench's TPC-B-like transactions on the same
+// PostgreSQL server.
+type settlementResult struct {
+	Workers           int `json:"workers"`
+	WorkerConcurrency int `json:"worker_concurrency"`
+	Orders            int `json:"orders"`
+	Settled           int `json:"settled"`
+	Rejected          int `json:"rejected"`
+	// Seconds runs from the workers' start (their connecting included) until
+	// the last order's job left the queue, its orders row committed.
+	Seconds float64 `json:"seconds"`
+	// PerSecond counts settled and rejected orders: both are a settlement
+	// transaction, and the backlog is funded so that nearly all settle.
+	PerSecond float64 `json:"final_orders_per_second"`
+	// CoherenceSeconds runs from the same start until the balance coherence
+	// lane had applied every journal row the settlements wrote.
+	CoherenceSeconds float64 `json:"coherence_seconds"`
+	// CommitsPerOrder is PostgreSQL's committed transactions of the phase's
+	// database per order, the coherence lane's included.
+	CommitsPerOrder float64 `json:"commits_per_order"`
+
+	PgbenchClients int     `json:"pgbench_clients"`
+	PgbenchThreads int     `json:"pgbench_threads"`
+	PgbenchScale   int     `json:"pgbench_scale"`
+	PgbenchSeconds int     `json:"pgbench_seconds"`
+	PgbenchTPS     float64 `json:"pgbench_tps"`
+	// Ratio is PerSecond over PgbenchTPS.
+	Ratio float64 `json:"settlement_to_pgbench_ratio"`
+	Met   bool    `json:"met"`
+}
+
+// settleQuantity is the admission phase's order size; a buy and a sell of
+// it at the same price leave the venue's balances where they were.
+var settleQuantity = decimal.MustParse("0.01000")
+
+// settlement admits a backlog of orders, settles it with workers wired as
+// cmd/worker wires them, then runs pgbench against the same server.
+func (e *env) settlement(ctx context.Context, c settlementConfig, s *servers, duration time.Duration, progress func(string, ...any)) (settlementResult, error) {
+	r := settlementResult{Workers: c.workers, WorkerConcurrency: settleConcurrency, Orders: c.orders}
+	if err := e.settleBacklog(ctx, &r, s, progress); err != nil {
+		return r, fmt.Errorf("settlement: %w", err)
+	}
+	r.PgbenchClients = c.pgbenchClients
+	if r.PgbenchClients == 0 {
+		r.PgbenchClients = pgbenchClientsFor(c.workers)
+	}
+	if err := runPgbench(ctx, &r, s.databaseURL, "bench_pgbench_"+e.run, duration, progress); err != nil {
+		return r, fmt.Errorf("settlement: pgbench: %w", err)
+	}
+	if r.PgbenchTPS > 0 {
+		r.Ratio = r.PerSecond / r.PgbenchTPS
+	}
+	r.Met = r.Ratio >= 0.3
+	return r, nil
+}
+
+// pgbenchClientsFor matches pgbench's clients to the settlement
+// transactions the workers can have open at once (each handler holds one
+// connection for its settlement), so both sides offer the server the same
+// concurrency. The cap bounds pgbench's initialization, whose scale follows
+// the clients: on a 2-core machine -c 8 and -c 32 reach about the same tps.
+func pgbenchClientsFor(workers int) int {
+	return min(workers*settleConcurrency, 32)
+}
+
+// settleBacklog admits the backlog and times the workers through it.
+//
+// The backlog rides a queue of its own, not orders.Queue: the admission
+// phase leaves tens of thousands of unsettled buys on orders.Queue, which
+// would make the phase's length depend on the admission rate and drain the
+// venue's BTC. The queue is otherwise the orders queue: same scripts, same
+// default options, the order job kind, the Settler as handler.
+func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers, progress func(string, ...any)) error {
+	name := orders.Queue + "-settle-" + e.run
+	queue := e.queue.Queue(name)
+	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
+		return err
+	}
+	progress("settlement: admitting %d orders…", r.Orders)
+	ids, err := e.admitSettlementBacklog(ctx, queue, r.Orders)
+	if err != nil {
+		return err
+	}
+	commitsBefore, err := e.commits(ctx)
+	if err != nil {
+		return err
+	}
+
+	workCtx, stopWork := context.WithCancel(ctx)
+	defer stopWork()
+	progress("settlement: %d workers × concurrency %d settling %d orders…", r.Workers, settleConcurrency, r.Orders)
+	start := time.Now()
+	errs := make([]error, r.Workers)
+	var workers sync.WaitGroup
+	// A worker returns before the phase stops it only when it failed; the
+	// figure would then be of fewer workers, so the wait ends there.
+	exited := make(chan struct{})
+	var exit sync.Once
+	for i := range r.Workers {
+		workers.Go(func() {
+			errs[i] = e.runWorker(workCtx, s, name)
+			exit.Do(func() { close(exited) })
+		})
+	}
+	stopped := false
+	stop := func() error {
+		if !stopped {
+			stopped = true
+			stopWork()
+			workers.Wait()
+		}
+		return errors.Join(errs...)
+	}
+	defer func() { _ = stop() }()
+
+	settled, err := e.waitDrained(ctx, queue, r.Orders, "orders final", progress, start, exited)
+	if err != nil {
+		return errors.Join(err, stop())
+	}
+	r.Seconds = settled.Seconds()
+	coherence := e.queue.Queue(emq.CoherenceQueue(orders.BalancesTable))
+	coherent, err := e.waitDrained(ctx, coherence, 0, "coherence jobs left", progress, start, exited)
+	if err != nil {
+		return errors.Join(err, stop())
+	}
+	r.CoherenceSeconds = coherent.Seconds()
+	if err := stop(); err != nil {
+		return err
+	}
+
+	if err := e.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'settled'), count(*) FILTER (WHERE status = 'rejected')
+		FROM orders WHERE id = ANY($1)`, ids).Scan(&r.Settled, &r.Rejected); err != nil {
+		return err
+	}
+	if final := r.Settled + r.Rejected; final != r.Orders {
+		dead, _ := e.queue.Redis().ZCard(ctx, queue.Key("dead")).Result()
+		return fmt.Errorf("%d of %d orders reached a final state (%d jobs dead)", final, r.Orders, dead)
+	}
+	r.PerSecond = float64(r.Orders) / r.Seconds
+	// The workers' connections are closed, so their backends have flushed
+	// their statistics.
+	commitsAfter, err := e.commits(ctx)
+	if err != nil {
+		return err
+	}
+	r.CommitsPerOrder = float64(commitsAfter-commitsBefore) / float64(r.Orders)
+	progress("settlement: %d settled, %d rejected in %.1fs: %.0f orders/s; coherence lane drained at %.1fs",
+		r.Settled, r.Rejected, r.Seconds, r.PerSecond, r.CoherenceSeconds)
+	// The retained finished jobs are the queue's only large keys; the dedup
+	// keys expire on their own.
+	for _, suffix := range []string{"finished", "done", "pending", "active", "lanes", "tags", "kinds", "clock"} {
+		e.queue.Redis().Unlink(ctx, queue.Key(suffix))
+	}
+	return nil
+}
+
+// admitSettlementBacklog admits n orders spread over the funded accounts,
+// each account alternating buys and sells, and returns their ids.
+func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n int) ([]string, error) {
+	const batch = 1000
+	ids := make([]string, 0, n)
+	for done := 0; done < n; {
+		list := make([]emq.Job, min(batch, n-done))
+		for i := range list {
+			seq := done + i
+			side := orders.Buy
+			if (seq/len(e.accounts))%2 == 1 {
+				side = orders.Sell
+			}
+			job, err := settlementJob(e.accounts[seq%len(e.accounts)], fmt.Sprintf("settle-%s-%d", e.run, seq), side)
+			if err != nil {
+				return nil, err
+			}
+			list[i] = job
+			ids = append(ids, job.ID)
+		}
+		if _, errs := queue.AdmitMany(ctx, list); errors.Join(errs...) != nil {
+			return nil, errors.Join(errs...)
+		}
+		done += len(list)
+	}
+	return ids, nil
+}
+
+// settlementJob is the job Placer.Place admits for a 0.01 BTC limit order
+// at 50,000 USD.
+func settlementJob(account, clientOrderID string, side orders.Side) (emq.Job, error) {
+	id := orders.NewOrderID()
+	created, _ := orders.ParseOrderID(id)
+	price := benchPrice
+	payload, err := json.Marshal(orders.Order{
+		ID: id, ClientOrderID: clientOrderID, Account: account, Symbol: "BTC-USD",
+		Side: side, Type: orders.Limit, Quantity: settleQuantity, Price: &price,
+		Status: orders.StatusPending, CreatedAt: created,
+	})
+	if err != nil {
+		return emq.Job{}, err
+	}
+	cmd := orders.PlaceCommand{
+		Account: account, ClientOrderID: clientOrderID, Symbol: "BTC-USD",
+		Side: side, Type: orders.Limit, Quantity: settleQuantity, Price: benchPrice,
+	}
+	return emq.Job{
+		ID: id, Kind: orders.KindPlace, Group: account, Payload: payload,
+		DedupKey: account + ":" + clientOrderID, Fingerprint: cmd.Fingerprint(), DedupRetention: time.Hour,
+	}, nil
+}
+
+// runWorker is one worker process as cmd/worker's run wires it: its own
+// Redis client and connection pool (concurrency + 4 connections), the
+// Settler with its metrics, and beside it the journal relay's sweep and the
+// balance coherence lane. Only the /metrics listener is left out; nothing
+// scrapes it here. It returns when ctx ends and the worker has drained.
+func (e *env) runWorker(ctx context.Context, s *servers, queueName string) error {
+	poolConfig, err := pgxpool.ParseConfig(s.databaseURL)
+	if err != nil {
+		return err
+	}
+	poolConfig.MaxConns = settleConcurrency + 4
+	db, err := pgxpool.NewWithConfig(ctx, poolConfig)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	client, err := emq.Dial(ctx, s.redisURL, emq.WithLogger(e.log))
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	queue := client.Queue(queueName)
+	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
+		return err
+	}
+	registry := prometheus.NewRegistry()
+	metrics := emq.NewMetrics(registry)
+	relay := orders.NewJournalRelay(db, client, orders.CoherenceLanes, e.log)
+	if err := relay.Declare(ctx); err != nil {
+		return err
+	}
+	consumer := orders.NewBalanceCoherence(db, client, e.log)
+	lane := client.Queue(emq.CoherenceQueue(orders.BalancesTable))
+	settler := orders.NewSettler(db, relay, e.log.With("queue", queueName)).WithMetrics(orders.NewSettlementMetrics(registry))
+	retry := emq.RetryPolicy{MaxAttempts: settleMaxAttempts, BaseDelay: settleRetryBase, MaxDelay: settleRetryCap}
+
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	var beside sync.WaitGroup
+	var coherenceErr error
+	beside.Go(func() { relay.KeepSweeping(ctx, time.Second) })
+	beside.Go(func() {
+		coherenceErr = lane.Work(ctx, consumer.Handle, emq.WorkerOptions{
+			Concurrency: settleConcurrency, Lease: settleLease,
+			Retry:        emq.RetryPolicy{MaxAttempts: settleCoherenceAttempts, BaseDelay: settleRetryBase, MaxDelay: settleRetryCap},
+			DrainTimeout: settleDrainTimeout, Logger: e.log, Metrics: metrics,
+		})
+		stop(coherenceErr)
+	})
+	workErr := queue.Work(ctx, settler.Settle, emq.WorkerOptions{
+		Concurrency: settleConcurrency, Lease: settleLease, Retry: retry,
+		DrainTimeout: settleDrainTimeout, Logger: e.log, Metrics: metrics,
+	})
+	stop(nil)
+	beside.Wait()
+	return errors.Join(workErr, coherenceErr)
+}
+
+// waitDrained waits until queue has no job pending, leased or waiting for a
+// retry, printing the count left every two seconds, and returns the time
+// since start. total is the count the progress lines speak of (0: they give
+// the count left).
+func (e *env) waitDrained(ctx context.Context, queue *emq.Queue, total int, what string, progress func(string, ...any), start time.Time, exited <-chan struct{}) (time.Duration, error) {
+	rdb := e.queue.Redis()
+	left := func() (int64, error) {
+		pipe := rdb.Pipeline()
+		counts := []*redis.IntCmd{
+			pipe.ZCard(ctx, queue.Key("pending")), pipe.ZCard(ctx, queue.Key("active")), pipe.ZCard(ctx, queue.Key("delayed")),
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return 0, err
+		}
+		var n int64
+		for _, count := range counts {
+			n += count.Val()
+		}
+		return n, nil
+	}
+	lastReport := time.Now()
+	lastChange, lastLeft := time.Now(), int64(-1)
+	ticker := time.NewTicker(20 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		n, err := left()
+		if err != nil {
+			return 0, err
+		}
+		if n == 0 {
+			return time.Since(start), nil
+		}
+		if n != lastLeft {
+			lastChange, lastLeft = time.Now(), n
+		}
+		if time.Since(lastChange) > settleStall {
+			return 0, fmt.Errorf("%s: %d jobs left on %s, none finished for %s", what, n, queue.Name(), settleStall)
+		}
+		if time.Since(lastReport) >= 2*time.Second {
+			lastReport = time.Now()
+			if total > 0 {
+				progress("settlement: %d of %d %s…", int64(total)-n, total, what)
+			} else {
+				progress("settlement: %d %s…", n, what)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-exited:
+			return 0, fmt.Errorf("%s: a worker stopped with %d jobs left on %s", what, n, queue.Name())
+		case <-ticker.C:
+		}
+	}
+}
+
+// commits is the committed transactions of the bench's database so far.
+func (e *env) commits(ctx context.Context) (int64, error) {
+	var n int64
+	err := e.db.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
+	return n, err
+}
+
+// pgbenchTPS is pgbench's summary line; connecting is left out of it, as
+// the settlement workers connect before the timed part too.
+var pgbenchTPS = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+
+// runPgbench runs pgbench's built-in TPC-B-like script for duration against
+// a database of its own on the server databaseURL names, and drops it after.
+// The scale is the clients': with fewer branches than clients, the clients
+// queue for the branch rows, and pgbench's own documentation calls such a
+// run unrepresentative.
+func runPgbench(ctx context.Context, r *settlementResult, databaseURL, database string, duration time.Duration, progress func(string, ...any)) error {
+	tool := func(name string) (string, error) {
+		if dir, err := postgresBin(); err == nil {
+			if path := filepath.Join(dir, name); fileExists(path) {
+				return path, nil
+			}
+		}
+		return exec.LookPath(name)
+	}
+	pgbench, err := tool("pgbench")
+	if err != nil {
+		return err
+	}
+	createdb, err := tool("createdb")
+	if err != nil {
+		return err
+	}
+	dropdb, err := tool("dropdb")
+	if err != nil {
+		return err
+	}
+	target, err := url.Parse(databaseURL)
+	if err != nil {
+		return err
+	}
+	target.Path = "/" + database
+	r.PgbenchScale = r.PgbenchClients
+	r.PgbenchThreads = min(2, r.PgbenchClients)
+	r.PgbenchSeconds = max(1, int(duration.Round(time.Second).Seconds()))
+
+	// A connection string as the maintenance database is libpq's: its host,
+	// port, user and options are the bench's.
+	if out, err := exec.CommandContext(ctx, createdb, "--maintenance-db="+databaseURL, database).CombinedOutput(); err != nil {
+		return fmt.Errorf("createdb %s: %w: %s", database, err, out)
+	}
+	defer func() {
+		if out, err := exec.Command(dropdb, "--if-exists", "--maintenance-db="+databaseURL, database).CombinedOutput(); err != nil {
+			progress("pgbench: dropdb %s: %v: %s", database, err, strings.TrimSpace(string(out)))
+		}
+	}()
+	progress("pgbench: initializing scale %d…", r.PgbenchScale)
+	if out, err := exec.CommandContext(ctx, pgbench, "--initialize", "--quiet", "--scale", strconv.Itoa(r.PgbenchScale), target.String()).CombinedOutput(); err != nil {
+		return fmt.Errorf("initialize: %w: %s", err, out)
+	}
+	progress("pgbench: TPC-B-like, %d clients, %d threads for %ds…", r.PgbenchClients, r.PgbenchThreads, r.PgbenchSeconds)
+	cmd := exec.CommandContext(ctx, pgbench, "--client", strconv.Itoa(r.PgbenchClients), "--jobs", strconv.Itoa(r.PgbenchThreads),
+		"--time", strconv.Itoa(r.PgbenchSeconds), "--progress", "2", target.String())
+	var summary strings.Builder
+	cmd.Stdout = &summary
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	// pgbench's progress lines go to stderr; they are passed on as they come.
+	var errorLines []string
+	lines := bufio.NewScanner(stderr)
+	for lines.Scan() {
+		line := lines.Text()
+		if strings.HasPrefix(line, "progress:") {
+			progress("pgbench %s", line)
+		} else if line != "" {
+			errorLines = append(errorLines, line)
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("%w: %s", err, strings.Join(errorLines, "; "))
+	}
+	match := pgbenchTPS.FindStringSubmatch(summary.String())
+	if match == nil {
+		return fmt.Errorf("no tps line in its output: %s", summary.String())
+	}
+	if r.PgbenchTPS, err = strconv.ParseFloat(match[1], 64); err != nil {
+		return err
+	}
+	progress("pgbench: %.0f transactions/s", r.PgbenchTPS)
+	return nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// markdown is the phase's table.
+func (s settlementResult) markdown() string {
+	var b strings.Builder
+	b.WriteString("| settlement | value |\n|---|---:|\n")
+	fmt.Fprintf(&b, "| workers × concurrency (cmd/worker defaults, coherence lane and relay sweep beside) | %d × %d |\n", s.Workers, s.WorkerConcurrency)
+	fmt.Fprintf(&b, "| orders (settled / rejected) | %d (%d / %d) |\n", s.Orders, s.Settled, s.Rejected)
+	fmt.Fprintf(&b, "| seconds until every order was final | %.2f |\n", s.Seconds)
+	fmt.Fprintf(&b, "| final orders/s | %.0f |\n", s.PerSecond)
+	fmt.Fprintf(&b, "| seconds until the coherence lane had applied every balance change | %.2f |\n", s.CoherenceSeconds)
+	fmt.Fprintf(&b, "| PostgreSQL commits per order | %.1f |\n", s.CommitsPerOrder)
+	fmt.Fprintf(&b, "| pgbench TPC-B-like tps (-c %d -j %d, scale %d, %d s) | %.0f |\n",
+		s.PgbenchClients, s.PgbenchThreads, s.PgbenchScale, s.PgbenchSeconds, s.PgbenchTPS)
+	b.WriteString("\n")
+	return b.String()
+}
