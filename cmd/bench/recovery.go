@@ -13,6 +13,9 @@ import (
 
 // recoveryResult is how soon a dead worker's jobs were claimed by another.
 type recoveryResult struct {
+	// Name is "default" for the runtime's own reap interval, the target's
+	// measurement; the others show what a longer interval costs.
+	Name           string  `json:"name"`
 	LeaseMs        float64 `json:"lease_ms"`
 	ReapIntervalMs float64 `json:"reap_interval_ms"`
 	Jobs           int     `json:"jobs"`
@@ -37,7 +40,7 @@ const (
 // completes them and never heartbeats, as after a SIGKILL. It times each job
 // from that claim to the live worker's claim.
 func (e *env) measureRecovery(ctx context.Context, name string, reap time.Duration, progress func(string, ...any)) (recoveryResult, error) {
-	r := recoveryResult{LeaseMs: ms(recoveryLease)}
+	r := recoveryResult{Name: name, LeaseMs: ms(recoveryLease)}
 	queue := e.queue.Queue("bench-recovery-" + name + "-" + e.run)
 	const kind = "bench.recover"
 	if err := queue.Declare(ctx, kind); err != nil {
