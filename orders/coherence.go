@@ -6,15 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/lua"
 )
 
 // CoherenceBatch is the most deliveries one apply of the balance coherence
@@ -22,11 +19,6 @@ import (
 // time, so the lane's worker runs with this concurrency (and claims as many
 // at once) for batches to fill under load.
 const CoherenceBatch = 64
-
-// cacheFillScript is the one emq.Client.FillManyIfNewer runs; the lane runs
-// it for several accounts' hashes in one pipeline, which emq offers for one
-// hash per round trip only.
-var cacheFillScript = redis.NewScript(lua.CacheFill)
 
 // BalanceCoherence consumes the balances coherence queue: each job says a
 // balance reached a version, and the one conditional step decides whether
@@ -271,11 +263,9 @@ func (c *BalanceCoherence) readDue(ctx context.Context, deliveries []*coherenceD
 }
 
 // fill writes the due balances into the cache, each account's hash by one
-// conditional fill, every hash in one pipelined round trip. A fill that
-// finds a newer version leaves it: that is the fill working, not failing.
+// conditional fill, every hash in one round trip.
 func (c *BalanceCoherence) fill(ctx context.Context, due []dueBalance) error {
-	keys := make([]string, 0, len(due))
-	args := map[string][]any{}
+	fills := map[string][]emq.CacheEntry{}
 	for _, entry := range due {
 		if entry.balance == nil {
 			c.log.Warn("coherence job for a balance that does not exist; nothing to cache",
@@ -283,45 +273,10 @@ func (c *BalanceCoherence) fill(ctx context.Context, due []dueBalance) error {
 			continue
 		}
 		key := BalanceCacheKey(entry.delivery.account)
-		if _, seen := args[key]; !seen {
-			keys = append(keys, key)
-		}
-		args[key] = append(args[key], entry.balance.Asset, strconv.FormatInt(entry.balance.Version, 10), entry.balance.Available)
+		fills[key] = append(fills[key], emq.CacheEntry{Field: entry.balance.Asset, Version: entry.balance.Version, Value: entry.balance.Available})
 	}
-	if len(keys) == 0 {
-		return nil
-	}
-	rdb := c.cache.Redis()
-	pending := keys
-	// EVALSHA first; a server that lost its scripts (a restart) refuses
-	// those calls unrun, and they go again once the script is loaded.
-	for round := 0; len(pending) > 0; round++ {
-		pipe := rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(pending))
-		for i, key := range pending {
-			cmds[i] = cacheFillScript.EvalSha(ctx, pipe, []string{key}, args[key]...)
-		}
-		_, _ = pipe.Exec(ctx) // read per command below
-		var missing []string
-		var errs []error
-		for i, cmd := range cmds {
-			switch err := cmd.Err(); {
-			case err == nil:
-			case round == 0 && redis.HasErrorPrefix(err, "NOSCRIPT"):
-				missing = append(missing, pending[i])
-			default:
-				errs = append(errs, fmt.Errorf("refresh cached balances %s: %w", pending[i], err))
-			}
-		}
-		if len(errs) > 0 {
-			return errors.Join(errs...)
-		}
-		if len(missing) > 0 {
-			if err := cacheFillScript.Load(ctx, rdb).Err(); err != nil {
-				return fmt.Errorf("refresh cached balances: load the fill script: %w", err)
-			}
-		}
-		pending = missing
+	if err := c.cache.FillHashesIfNewer(ctx, fills); err != nil {
+		return fmt.Errorf("refresh cached balances: %w", err)
 	}
 	return nil
 }
