@@ -179,6 +179,43 @@ func (c *Client) FillManyIfNewer(ctx context.Context, key string, entries []Cach
 	return fills, nil
 }
 
+// FillHashesIfNewer fills several cache hashes in one round trip: each hash
+// as by FillManyIfNewer, in its own atomic step. A fill that finds a newer
+// version keeps it: that is the fill working, not failing. The error names
+// every hash whose fill failed; the others are filled.
+func (c *Client) FillHashesIfNewer(ctx context.Context, fills map[string][]CacheEntry) error {
+	keys := make([]string, 0, len(fills))
+	calls := make([]scriptCall, 0, len(fills))
+	for key, entries := range fills {
+		if len(entries) == 0 {
+			continue
+		}
+		args := make([]any, 0, 3*len(entries))
+		for _, entry := range entries {
+			if entry.Version < 0 {
+				return fmt.Errorf("emq: fill %s: field %q: negative version %d", key, entry.Field, entry.Version)
+			}
+			args = append(args, entry.Field, strconv.FormatInt(entry.Version, 10), entry.Value)
+		}
+		keys = append(keys, key)
+		calls = append(calls, scriptCall{keys: []string{key}, args: args})
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	cmds, err := runPipelined(ctx, c.rdb, cacheFillScript, calls)
+	if err != nil {
+		return fmt.Errorf("emq: fill %d cache hashes: %w", len(calls), err)
+	}
+	var errs []error
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			errs = append(errs, fmt.Errorf("emq: fill %s: %w", keys[i], err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // ReadCache returns every field of the cache hash key by field name; an
 // empty map when there is no such hash. A malformed value is an error
 // wrapping ErrCacheValue, so the caller can treat the hash as a miss.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"testing"
@@ -437,5 +438,39 @@ func TestSubscriptionSurvivesAPanickingApply(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a panicking apply stopped the applier")
+	}
+}
+
+// TestFillHashesIfNewerFillsEachHashConditionally: several hashes in one
+// round trip, each field kept when it holds a newer version, on a server
+// that lost its scripts (the NOSCRIPT path) as after a restart.
+func TestFillHashesIfNewerFillsEachHashConditionally(t *testing.T) {
+	ctx := context.Background()
+	client := connected(t, testserver.QueueRedis(t))
+	first, second := emq.CacheKey("test", "a"), emq.CacheKey("test", "b")
+	if _, err := client.FillIfNewer(ctx, first, "BTC", 7, "0.5"); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Redis().ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err := client.FillHashesIfNewer(ctx, map[string][]emq.CacheEntry{
+		first:  {{Field: "BTC", Version: 6, Value: "0.4"}, {Field: "USD", Version: 2, Value: "10.00"}},
+		second: {{Field: "ETH", Version: 1, Value: "3"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]map[string]string{
+		first:  {"BTC": "7 0.5", "USD": "2 10.00"},
+		second: {"ETH": "1 3"},
+	} {
+		got, err := client.Redis().HGetAll(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s holds %v, want %v", key, got, want)
+		}
 	}
 }

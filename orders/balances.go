@@ -158,16 +158,19 @@ type balanceQuerier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// readBalanceRows reads the account's balances, or its balance of asset when
-// asset is not empty, in the form clients see and the cache stores.
+// availableText is the SQL of a balance row b's available amount, its asset
+// a joined, in the form clients see and the cache stores. Every reader of
+// balances uses it, so a cached value and a read one never differ in form.
 //
-// available keeps every significant decimal and at least the asset's scale:
+// It keeps every significant decimal and at least the asset's scale:
 // trailing zeros past both are what NUMERIC(38,18) pads with, and rounding
 // to that many places is exact because only zeros are dropped.
+const availableText = `round(b.available, greatest(scale(trim_scale(b.available)), a.scale))::text`
+
+// readBalanceRows reads the account's balances, or its balance of asset when
+// asset is not empty.
 func readBalanceRows(ctx context.Context, db balanceQuerier, account, asset string) ([]Balance, error) {
-	rows, err := db.Query(ctx, `SELECT b.asset,
-			round(b.available, greatest(scale(trim_scale(b.available)), a.scale))::text,
-			b.version
+	rows, err := db.Query(ctx, `SELECT b.asset, `+availableText+`, b.version
 		FROM balances b JOIN assets a ON a.code = b.asset
 		WHERE b.account_id = $1 AND ($2 = '' OR b.asset = $2)
 		ORDER BY b.asset`, account, asset)

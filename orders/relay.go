@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,9 +33,17 @@ const (
 	// relayTimeout bounds one relay: a hung Redis must not hold a settling
 	// worker, and what is left unrelayed the sweep takes.
 	relayTimeout = 5 * time.Second
-	// coherenceTimeout bounds one coherence job for the same reason: its
-	// context ends only when the lease is lost.
+	// coherenceTimeout bounds one batch of coherence jobs for the same
+	// reason: their contexts end only when their leases are lost.
 	coherenceTimeout = 10 * time.Second
+	// markInterval is how often a relay whose sweep loop runs marks the
+	// rows it carried since; well under DefaultSweepAge, so the sweep does
+	// not take them for rows left behind.
+	markInterval = 200 * time.Millisecond
+	// mostUnmarked bounds the carried rows waiting to be marked (PostgreSQL
+	// down, say); past it rows are not kept, and the sweep carries them
+	// again, which the job lane's dedup key makes a no-op.
+	mostUnmarked = 50_000
 )
 
 // ErrJournalPayload: a coherence message is not "<name>@<version>" of a
@@ -50,6 +59,15 @@ type JournalRelay struct {
 	lanes    emq.Lanes
 	log      *slog.Logger
 	sweepAge time.Duration
+
+	mu sync.Mutex
+	// markers counts the KeepSweeping loops running; while there is one,
+	// Relay leaves marking to it.
+	markers int
+	// unmarked are rows carried and not yet marked relayed.
+	unmarked []JournalEntry
+	// dropped counts rows refused marking since the last warning.
+	dropped int
 }
 
 // RelayOption configures a JournalRelay.
@@ -103,6 +121,12 @@ func (r *JournalRelay) Declare(ctx context.Context) error {
 // Relay carries entries to their lanes and marks the carried ones relayed.
 // Nothing is returned: the entries are committed already, so a failure only
 // delays them until the sweep, and is logged.
+//
+// While KeepSweeping runs, the marking is left to it: it marks every row
+// carried since its last tick in one statement, instead of a transaction per
+// settlement. A row carried but not marked (the process died first) is
+// carried again by the sweep, and the job lane's dedup key turns that into
+// a no-op, so the deferral risks nothing but a second admission attempt.
 func (r *JournalRelay) Relay(ctx context.Context, entries []JournalEntry) {
 	if len(entries) == 0 {
 		return
@@ -113,10 +137,50 @@ func (r *JournalRelay) Relay(ctx context.Context, entries []JournalEntry) {
 	if err != nil {
 		r.log.Warn("journal relay failed; the sweep relays the rows left", "entries", len(entries), "carried", len(carried), "err", err)
 	}
+	if r.deferMarking(carried) {
+		return
+	}
 	if err := markRelayed(ctx, r.db, carried); err != nil {
 		// Carried but not marked: the sweep carries them again, and the
 		// job lane's dedup key turns that into a no-op.
 		r.log.Warn("journal rows carried but not marked relayed", "entries", len(carried), "err", err)
+	}
+}
+
+// deferMarking hands carried rows to the running KeepSweeping loop, and
+// reports false when none runs.
+func (r *JournalRelay) deferMarking(carried []JournalEntry) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.markers == 0 {
+		return false
+	}
+	if len(r.unmarked)+len(carried) > mostUnmarked {
+		r.dropped += len(carried)
+		return true
+	}
+	r.unmarked = append(r.unmarked, carried...)
+	return true
+}
+
+// markCarried marks the rows carried since it last ran, in one statement.
+func (r *JournalRelay) markCarried(ctx context.Context) {
+	r.mu.Lock()
+	carried, dropped := r.unmarked, r.dropped
+	r.unmarked, r.dropped = nil, 0
+	r.mu.Unlock()
+	if dropped > 0 {
+		r.log.Warn("journal rows carried while marking lagged are left to the sweep", "entries", dropped)
+	}
+	if len(carried) == 0 {
+		return
+	}
+	// Rows taken are marked now or left to the sweep, so a loop told to
+	// stop lets the statement finish.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relayTimeout)
+	defer cancel()
+	if err := markRelayed(ctx, r.db, carried); err != nil {
+		r.log.Warn("journal rows carried but not marked relayed; the sweep carries them again", "entries", len(carried), "err", err)
 	}
 }
 
@@ -167,16 +231,34 @@ func (r *JournalRelay) sweepBatch(ctx context.Context) (relayed int, full bool, 
 }
 
 // KeepSweeping sweeps at once (a restarted worker relays what its previous
-// life left) and then every interval until ctx is cancelled.
+// life left) and then every interval until ctx is cancelled. Meanwhile it
+// marks the rows Relay carried, every markInterval and before each sweep (so
+// the sweep does not carry them again), and once more on its way out.
 func (r *JournalRelay) KeepSweeping(ctx context.Context, interval time.Duration) {
+	r.mu.Lock()
+	r.markers++
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.markers--
+		r.mu.Unlock()
+		// Relay marks on its own from here; what it left is marked now.
+		r.markCarried(ctx)
+	}()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	marks := time.NewTicker(min(markInterval, max(interval, time.Millisecond)))
+	defer marks.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-marks.C:
+			r.markCarried(ctx)
+			continue
 		case <-timer.C:
 		}
+		r.markCarried(ctx)
 		relayed, err := r.Sweep(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -313,97 +395,4 @@ func parseBalanceName(name string) (account, asset string, ok bool) {
 		return "", "", false
 	}
 	return account, asset, true
-}
-
-// BalanceCoherence consumes the balances coherence queue: each job says a
-// balance reached a version, and the one conditional step decides whether
-// anything is done.
-type BalanceCoherence struct {
-	db    *pgxpool.Pool
-	cache *emq.Client
-	log   *slog.Logger
-}
-
-// NewBalanceCoherence records applied versions in db and refreshes the
-// balance cache in cache's Redis (nil: only the applied versions).
-func NewBalanceCoherence(db *pgxpool.Pool, cache *emq.Client, log *slog.Logger) *BalanceCoherence {
-	if log == nil {
-		log = slog.Default()
-	}
-	return &BalanceCoherence{db: db, cache: cache, log: log}
-}
-
-// Handle is the emq.Handler of the balances coherence queue. A malformed
-// payload fails permanently; a failure to reach PostgreSQL or Redis is
-// returned for a retry.
-func (c *BalanceCoherence) Handle(ctx context.Context, claim emq.Claim) error {
-	_, err := c.Apply(ctx, string(claim.Payload))
-	if errors.Is(err, ErrJournalPayload) {
-		return emq.Permanent(err)
-	}
-	return err
-}
-
-// Apply acts on one "<name>@<version>" announcement only if the version is
-// newer than the last one applied for the name, and reports whether it was.
-// Acting means recording the version in journal_applied and refreshing the
-// cached balance from PostgreSQL with a conditional fill. A duplicate, or a
-// version that arrives after a newer one, changes nothing.
-//
-// The cache is filled inside the transaction that advances the applied
-// version and before its commit: were the advance committed first and the
-// fill then lost, a retry would find the version applied and the cache
-// would keep the old balance until the next change. The other way round, a
-// fill whose commit fails is harmless: it wrote a committed balance, and
-// the retry fills the same or a newer one.
-func (c *BalanceCoherence) Apply(ctx context.Context, payload string) (bool, error) {
-	name, version, err := parseJournalPayload(payload)
-	if err != nil {
-		return false, err
-	}
-	account, asset, ok := parseBalanceName(name)
-	if !ok {
-		return false, fmt.Errorf("%w: %q names no balance", ErrJournalPayload, payload)
-	}
-	ctx, cancel := context.WithTimeout(ctx, coherenceTimeout)
-	defer cancel()
-	advanced := false
-	err = pgx.BeginFunc(ctx, c.db, func(tx pgx.Tx) error {
-		// The row lock the upsert takes also orders concurrent deliveries
-		// of the same name: the second waits, then finds nothing newer.
-		var applied int64
-		err := tx.QueryRow(ctx, `INSERT INTO journal_applied (name, version) VALUES ($1, $2)
-			ON CONFLICT (name) DO UPDATE SET version = EXCLUDED.version, applied_at = now()
-			WHERE journal_applied.version < EXCLUDED.version
-			RETURNING version`, name, version).Scan(&applied)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("advance applied version: %w", err)
-		}
-		advanced = true
-		if c.cache == nil {
-			return nil
-		}
-		// The balance may have moved past version already; its current row
-		// is what to cache, and the fill keeps anything newer.
-		balances, err := readBalanceRows(ctx, tx, account, asset)
-		if err != nil {
-			return err
-		}
-		if len(balances) == 0 {
-			c.log.Warn("coherence job for a balance that does not exist; nothing to cache", "name", name, "version", version)
-			return nil
-		}
-		balance := balances[0]
-		if _, err := c.cache.FillIfNewer(ctx, BalanceCacheKey(account), asset, balance.Version, balance.Available); err != nil {
-			return fmt.Errorf("refresh cached balance: %w", err)
-		}
-		return nil
-	})
-	if err != nil {
-		return false, fmt.Errorf("orders: apply %s: %w", payload, err)
-	}
-	return advanced, nil
 }

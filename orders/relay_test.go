@@ -312,6 +312,62 @@ func TestKeepSweepingRelaysUntilCancelled(t *testing.T) {
 	}
 }
 
+func TestWhileSweepingRelayLeavesMarkingToTheLoop(t *testing.T) {
+	ctx := context.Background()
+	// The default sweep age: the sweep leaves these young rows alone, so
+	// only the loop's marking can mark them.
+	f := newCoherenceFixture(t)
+	account := f.newAccount(t)
+	loopCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.relay.KeepSweeping(loopCtx, time.Hour)
+	}()
+
+	var entries []orders.JournalEntry
+	for _, c := range []struct {
+		name     string
+		deposits int
+	}{
+		{name: "marked on a tick", deposits: 3},
+		{name: "marked by the time the loop stops", deposits: 2},
+	} {
+		var relayed []orders.JournalEntry
+		for range c.deposits {
+			relayed = append(relayed, f.depositJournaled(t, account, "USD", "1.00"))
+		}
+		entries = append(entries, relayed...)
+		f.relay.Relay(ctx, relayed)
+		// Carried at once; only the marking waits.
+		if got := f.pending(t); got != int64(len(entries)) {
+			t.Errorf("%s: %d jobs pending after Relay, want %d", c.name, got, len(entries))
+		}
+		if c.name == "marked on a tick" {
+			waitFor(t, 10*time.Second, "the loop marks the carried rows", func() bool { return f.unrelayed(t) == 0 })
+		}
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("KeepSweeping did not return after its context was cancelled")
+	}
+	if got := f.unrelayed(t); got != 0 {
+		t.Errorf("%d carried rows left unmarked after the loop stopped", got)
+	}
+
+	// With no loop running, Relay marks before it returns.
+	f.relay.Relay(ctx, []orders.JournalEntry{f.depositJournaled(t, account, "USD", "1.00")})
+	if got := f.unrelayed(t); got != 0 {
+		t.Errorf("%d rows unrelayed after Relay with no loop running", got)
+	}
+	claims := f.claimAll(t)
+	if len(claims) != len(entries)+1 {
+		t.Errorf("%d coherence jobs, want one per row, %d", len(claims), len(entries)+1)
+	}
+}
+
 func waitFor(t testing.TB, timeout time.Duration, what string, condition func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)

@@ -318,7 +318,7 @@ func (e *env) runWorker(ctx context.Context, s *servers, queueName string) error
 	beside.Go(func() { relay.KeepSweeping(ctx, time.Second) })
 	beside.Go(func() {
 		coherenceErr = lane.Work(ctx, consumer.Handle, emq.WorkerOptions{
-			Concurrency: settleConcurrency, Lease: settleLease,
+			Concurrency: orders.CoherenceBatch, Lease: settleLease,
 			Retry:        emq.RetryPolicy{MaxAttempts: settleCoherenceAttempts, BaseDelay: settleRetryBase, MaxDelay: settleRetryCap},
 			DrainTimeout: settleDrainTimeout, Logger: e.log, Metrics: metrics,
 		})

@@ -288,8 +288,12 @@ func coherence(ctx context.Context, p process) (lanes, error) {
 				// A coherence job that died would leave its cached balance stale
 				// until the next change (its journal row is relayed already), so
 				// it keeps retrying, at the capped backoff, for as long as it takes.
+				//
+				// The handlers wait for the consumer's shared batch and hold no
+				// connection of their own, so the lane runs as many at once as a
+				// batch takes, not the settlement concurrency.
 				return lane.Work(ctx, consumer.Handle, emq.WorkerOptions{
-					Concurrency:  p.config.concurrency,
+					Concurrency:  orders.CoherenceBatch,
 					Lease:        p.config.lease,
 					Retry:        emq.RetryPolicy{MaxAttempts: coherenceAttempts, BaseDelay: p.config.retryBase, MaxDelay: p.config.retryCap},
 					DrainTimeout: p.config.drainTimeout,
