@@ -86,7 +86,7 @@ func (q *Queue) CompleteMany(ctx context.Context, jobs []Completion) []error {
 	calls := make([]scriptCall, len(jobs))
 	for i, job := range jobs {
 		calls[i] = scriptCall{
-			keys: []string{q.jobKey(job.ID), q.activeKey(), q.doneKey(), q.finishedKey()},
+			keys: []string{q.jobsKey(), q.activeKey(), q.doneKey(), q.finishedKey()},
 			args: []any{job.ID, job.Token, q.retention},
 		}
 	}

@@ -2,6 +2,7 @@ package emq
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strconv"
@@ -14,7 +15,7 @@ import (
 // DefaultDedupRetention is how long a dedup key keeps refusing a second job.
 const DefaultDedupRetention = 24 * time.Hour
 
-// Job states as the job hash stores them.
+// Job states, as JobInfo names them.
 const (
 	StatePending  = "pending"
 	StateActive   = "active"
@@ -65,22 +66,58 @@ func (c *Client) Queue(name string, opts ...QueueOption) *Queue {
 // Name is the queue's name.
 func (q *Queue) Name() string { return q.name }
 
-// Key returns the full key of one of the queue's structures, e.g. "pending";
+// Key returns the full key of one of the queue's structures, e.g. "active";
 // for inspection and tests.
 func (q *Queue) Key(suffix string) string { return q.prefix + suffix }
 
-func (q *Queue) jobKey(id string) string      { return q.prefix + "job:" + id }
-func (q *Queue) dedupKey(dedup string) string { return q.prefix + "dedup:" + dedup }
-func (q *Queue) kindsKey() string             { return q.prefix + "kinds" }
-func (q *Queue) pendingKey() string           { return q.prefix + "pending" }
-func (q *Queue) lanesKey() string             { return q.prefix + "lanes" }
-func (q *Queue) tagsKey() string              { return q.prefix + "tags" }
-func (q *Queue) clockKey() string             { return q.prefix + "clock" }
-func (q *Queue) activeKey() string            { return q.prefix + "active" }
-func (q *Queue) delayedKey() string           { return q.prefix + "delayed" }
-func (q *Queue) deadKey() string              { return q.prefix + "dead" }
-func (q *Queue) doneKey() string              { return q.prefix + "done" }
-func (q *Queue) finishedKey() string          { return q.prefix + "finished" }
+func (q *Queue) jobsKey() string              { return q.prefix + "jobs" }
+func (q *Queue) laneKey(group string) string { return q.prefix + "lane:" + group }
+func (q *Queue) kindsKey() string            { return q.prefix + "kinds" }
+func (q *Queue) frontKey() string            { return q.prefix + "front" }
+func (q *Queue) rotationKey() string         { return q.prefix + "rotation" }
+func (q *Queue) lanesKey() string            { return q.prefix + "lanes" }
+func (q *Queue) tagsKey() string             { return q.prefix + "tags" }
+func (q *Queue) clockKey() string            { return q.prefix + "clock" }
+func (q *Queue) activeKey() string           { return q.prefix + "active" }
+func (q *Queue) delayedKey() string          { return q.prefix + "delayed" }
+func (q *Queue) deadKey() string             { return q.prefix + "dead" }
+func (q *Queue) doneKey() string             { return q.prefix + "done" }
+func (q *Queue) finishedKey() string         { return q.prefix + "finished" }
+
+// dedupSkewAllowance is how far apart the clocks of the processes admitting
+// to one queue may be. Dedup windows are cut by the admitting process's clock
+// (see dedupWindows), so a skew beyond it shortens how long a dedup key
+// refuses a second job by the excess.
+const dedupSkewAllowance = time.Minute
+
+// dedupDigestBytes is how much of the SHA-256 of a dedup key names its entry:
+// 112 bits make a collision among even 10^9 retained keys a 1-in-10^16
+// chance, and a 14-byte field still fits the 16-byte allocation class.
+const dedupDigestBytes = 14
+
+// dedupWindows names the dedup hashes an admission at now looks in, windows
+// w-1, w and w+1 of the retention R by this process's clock (w the one now
+// falls in), and when window w, the one it writes to, expires. An entry
+// written during w is found by every admission of the next R: until (w+2)*R
+// they fall in w or w+1, and both look in w; w+1 holds what processes whose
+// clocks run ahead wrote. The hash expires at the end of w+1 plus the skew
+// allowance, so an entry lives between R and 2R plus the allowance. This
+// assumes the clocks of the processes admitting to one queue differ by less
+// than the allowance; a larger skew shortens the refusal by the excess.
+func (q *Queue) dedupWindows(retention time.Duration, now time.Time) (keys [3]string, expireAt int64) {
+	length := max(retention.Milliseconds(), 1)
+	window := now.UnixMilli() / length
+	prefix := q.prefix + "dedup:" + strconv.FormatInt(length, 10) + ":"
+	for i := range keys {
+		keys[i] = prefix + strconv.FormatInt(window-1+int64(i), 10)
+	}
+	return keys, (window+2)*length + min(length, dedupSkewAllowance.Milliseconds())
+}
+
+func dedupDigest(dedup string) string {
+	sum := sha256.Sum256([]byte(dedup))
+	return string(sum[:dedupDigestBytes])
+}
 
 // Declare registers the job kinds the queue accepts; admission refuses others
 // with ErrKind. Declaring is additive and safe to repeat from every process.
@@ -120,8 +157,9 @@ type Job struct {
 	// first job's fingerprint back so the caller can tell a replay from a
 	// conflicting reuse of the key.
 	Fingerprint string
-	// DedupRetention is how long the dedup key is kept; DefaultDedupRetention
-	// when zero.
+	// DedupRetention is how long the dedup key refuses a second job at least
+	// (it may for up to twice as long); DefaultDedupRetention when zero. A
+	// key is matched only against jobs admitted with the same retention.
 	DedupRetention time.Duration
 }
 
@@ -158,11 +196,12 @@ func (q *Queue) admitCall(job Job) ([]string, []any, error) {
 	if retention <= 0 {
 		retention = DefaultDedupRetention
 	}
+	windows, expireAt := q.dedupWindows(retention, time.Now())
 	keys := []string{
-		q.kindsKey(), q.dedupKey(dedup), q.jobKey(job.ID),
-		q.pendingKey(), q.lanesKey(), q.tagsKey(), q.clockKey(),
+		q.kindsKey(), windows[0], windows[1], windows[2], q.jobsKey(), q.laneKey(job.Group),
+		q.rotationKey(), q.lanesKey(), q.tagsKey(), q.clockKey(),
 	}
-	args := []any{job.ID, job.Kind, job.Group, job.Payload, job.Fingerprint, retention.Milliseconds()}
+	args := []any{job.ID, job.Kind, job.Group, job.Payload, job.Fingerprint, dedupDigest(dedup), expireAt}
 	return keys, args, nil
 }
 
@@ -191,7 +230,7 @@ func validJob(job Job) error {
 	return nil
 }
 
-// JobInfo is a job as the queue holds it: its hash while it lives, its
+// JobInfo is a job as the queue holds it: its row while it lives, its
 // record once finished.
 type JobInfo struct {
 	ID       string
@@ -209,46 +248,28 @@ type JobInfo struct {
 
 // Job reads one job; ErrNotFound when there is none.
 func (q *Queue) Job(ctx context.Context, id string) (JobInfo, error) {
-	fields, err := q.client.rdb.HGetAll(ctx, q.jobKey(id)).Result()
+	pipe := q.client.rdb.Pipeline()
+	live := pipe.HGet(ctx, q.jobsKey(), id)
+	record := pipe.HGet(ctx, q.finishedKey(), id)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return JobInfo{}, fmt.Errorf("emq: read job %s: %w", id, err)
+	}
+	// A job moves from jobs to finished and never back, so reading jobs
+	// first finds it in one of the two, however the reads and its moves
+	// interleave (unless the retention dropped its record).
+	row, err := live.Result()
+	if errors.Is(err, redis.Nil) {
+		row, err = record.Result()
+	}
+	if errors.Is(err, redis.Nil) {
+		return JobInfo{}, fmt.Errorf("emq: job %s on %s: %w", id, q.name, ErrNotFound)
+	}
 	if err != nil {
 		return JobInfo{}, fmt.Errorf("emq: read job %s: %w", id, err)
 	}
-	if len(fields) == 0 {
-		record, err := q.client.rdb.HGet(ctx, q.finishedKey(), id).Result()
-		if errors.Is(err, redis.Nil) {
-			return JobInfo{}, fmt.Errorf("emq: job %s on %s: %w", id, q.name, ErrNotFound)
-		}
-		if err != nil {
-			return JobInfo{}, fmt.Errorf("emq: read job %s: %w", id, err)
-		}
-		if fields, err = decodeRecord(record); err != nil {
-			return JobInfo{}, fmt.Errorf("emq: job %s on %s: %w", id, q.name, err)
-		}
-	}
-	return jobInfo(id, fields)
-}
-
-func jobInfo(id string, fields map[string]string) (JobInfo, error) {
-	attempts, err := strconv.ParseInt(fields["attempts"], 10, 64)
+	info, err := decodeRow(id, row)
 	if err != nil {
-		return JobInfo{}, fmt.Errorf("emq: job %s: attempts %q: %w", id, fields["attempts"], err)
-	}
-	created, err := strconv.ParseInt(fields["created"], 10, 64)
-	if err != nil {
-		return JobInfo{}, fmt.Errorf("emq: job %s: created %q: %w", id, fields["created"], err)
-	}
-	info := JobInfo{
-		ID:        id,
-		State:     fields["state"],
-		Kind:      fields["kind"],
-		Group:     fields["group"],
-		Attempts:  attempts,
-		Payload:   []byte(fields["payload"]),
-		Created:   time.UnixMilli(created).UTC(),
-		LastError: fields["error"],
-	}
-	if finished, err := strconv.ParseInt(fields["finished"], 10, 64); err == nil {
-		info.Finished = time.UnixMilli(finished).UTC()
+		return JobInfo{}, fmt.Errorf("emq: %s: %w", q.name, err)
 	}
 	return info, nil
 }
@@ -267,9 +288,13 @@ func (q *Queue) LaneDepth(ctx context.Context, group string) (int64, error) {
 
 // Pending is the number of pending jobs across all lanes.
 func (q *Queue) Pending(ctx context.Context) (int64, error) {
-	n, err := q.client.rdb.ZCard(ctx, q.pendingKey()).Result()
+	depths, err := q.LaneDepths(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("emq: pending count on %s: %w", q.name, err)
+		return 0, err
+	}
+	var n int64
+	for _, depth := range depths {
+		n += depth
 	}
 	return n, nil
 }

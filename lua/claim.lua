@@ -1,50 +1,83 @@
--- claim: lease up to N pending jobs to the caller, next in fair-lane order.
+-- claim: lease up to N pending jobs to the caller: first the jobs requeued to
+-- the front (they already waited their turn), then the lanes in fair-queueing
+-- order, the lane whose head has the lowest start tag first.
 --
--- The caller reads candidate ids first (ZRANGE pending 0 M), so that every job
--- key the script touches is passed in KEYS; the script takes each candidate
--- only if it is still pending, so racing claimers never share a job.
+-- The caller reads the groups at the head of the rotation first (ZRANGE
+-- rotation 0 M) and names their lanes in KEYS, so every key the script
+-- touches is in KEYS. N claims in rotation order take from at most the first
+-- N lanes; when the next lane in the rotation is one the caller did not name
+-- (the rotation changed since the read), the script stops there and the
+-- caller reads again. Racing claimers pop different jobs off the same lists,
+-- so they never share a job.
 --
--- KEYS[1]    emq:{q}:pending   zset  pending ids by fair-queueing tag
--- KEYS[2]    emq:{q}:active    zset  active ids by lease deadline (ms)
--- KEYS[3]    emq:{q}:lanes     hash  group -> pending count
--- KEYS[4]    emq:{q}:clock     string virtual time: the highest tag claimed
--- KEYS[5..]  emq:{q}:job:<id>  hash  one per candidate, in ARGV order
+-- KEYS[1]   emq:{q}:jobs          hash   id -> job row (see lib.lua)
+-- KEYS[2]   emq:{q}:front         list   requeued ids, claimed before any lane
+-- KEYS[3]   emq:{q}:rotation      zset   group -> start tag of its lane's head
+-- KEYS[4]   emq:{q}:lanes         hash   group -> pending count
+-- KEYS[5]   emq:{q}:clock         string virtual time: the highest tag claimed
+-- KEYS[6]   emq:{q}:active        zset   active ids by lease deadline (ms)
+-- KEYS[7..] emq:{q}:lane:<group>  list   one per group in ARGV order
 --
 -- ARGV[1]    lease in milliseconds
 -- ARGV[2]    N, the most jobs to claim
--- ARGV[3..]  candidate ids
+-- ARGV[3..]  the groups whose lanes KEYS[7..] name
 --
 -- Reply: {deadline, id, token, kind, group, payload, id, token, ...}
 --   deadline is the lease's end in server milliseconds; token is the job's new
 --   attempts, the fencing token every later move of this lease must present.
 
 local lease, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-local deadline = now() + lease
-local virtual = tonumber(redis.call('GET', KEYS[4]) or '0')
+local claimed_at = now()
+local deadline = claimed_at + lease
 local reply = {deadline}
 local claimed = 0
-for i = 3, #ARGV do
-  if claimed >= limit then break end
-  local id, key = ARGV[i], KEYS[i + 2]
-  local tag = redis.call('ZSCORE', KEYS[1], id)
-  if tag then
-    tag = tonumber(tag)
+
+local function take(id)
+  local job = read(KEYS[1], id)
+  if not job then return end -- a listed id without a row: nobody could run it
+  job.attempts = int(tonumber(job.attempts) + 1)
+  job.state = 'active'
+  job.claimed = int(claimed_at)
+  write(KEYS[1], id, job)
+  redis.call('ZADD', KEYS[6], deadline, id)
+  if redis.call('HINCRBY', KEYS[4], job.group, -1) <= 0 then
+    redis.call('HDEL', KEYS[4], job.group)
+  end
+  reply[#reply + 1] = id
+  reply[#reply + 1] = tonumber(job.attempts)
+  reply[#reply + 1] = job.kind
+  reply[#reply + 1] = job.group
+  reply[#reply + 1] = job.payload
+  claimed = claimed + 1
+end
+
+while claimed < limit do
+  local id = redis.call('LPOP', KEYS[2])
+  if not id then break end
+  take(id)
+end
+
+local named = {}
+for i = 3, #ARGV do named[ARGV[i]] = KEYS[i + 4] end
+local virtual = tonumber(redis.call('GET', KEYS[5]) or '0')
+local moved = false
+while claimed < limit do
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  if #head == 0 then break end
+  local group, tag = head[1], tonumber(head[2])
+  local lane = named[group]
+  if not lane then break end
+  local id = redis.call('LPOP', lane)
+  if redis.call('LLEN', lane) == 0 then
+    redis.call('ZREM', KEYS[3], group)
+  else
+    redis.call('ZADD', KEYS[3], tag + 1, group)
+  end
+  if id then
     if tag > virtual then virtual = tag end
-    redis.call('ZREM', KEYS[1], id)
-    local token = redis.call('HINCRBY', key, 'attempts', 1)
-    redis.call('HSET', key, 'state', 'active', 'claimed', deadline - lease)
-    redis.call('ZADD', KEYS[2], deadline, id)
-    local job = redis.call('HMGET', key, 'kind', 'group', 'payload')
-    if redis.call('HINCRBY', KEYS[3], job[2], -1) <= 0 then
-      redis.call('HDEL', KEYS[3], job[2])
-    end
-    reply[#reply + 1] = id
-    reply[#reply + 1] = token
-    reply[#reply + 1] = job[1]
-    reply[#reply + 1] = job[2]
-    reply[#reply + 1] = job[3]
-    claimed = claimed + 1
+    moved = true
+    take(id)
   end
 end
-redis.call('SET', KEYS[4], virtual)
+if moved then redis.call('SET', KEYS[5], int(virtual)) end
 return reply
