@@ -70,7 +70,7 @@ func (q *Queue) Name() string { return q.name }
 // for inspection and tests.
 func (q *Queue) Key(suffix string) string { return q.prefix + suffix }
 
-func (q *Queue) jobsKey() string              { return q.prefix + "jobs" }
+func (q *Queue) jobsKey() string             { return q.prefix + "jobs" }
 func (q *Queue) laneKey(group string) string { return q.prefix + "lane:" + group }
 func (q *Queue) kindsKey() string            { return q.prefix + "kinds" }
 func (q *Queue) frontKey() string            { return q.prefix + "front" }
