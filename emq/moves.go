@@ -52,8 +52,8 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]Claim,
 		if len(groups) == 0 && front.Val() == 0 {
 			return nil, nil
 		}
-		keys := append(make([]string, 0, 6+len(groups)),
-			q.jobsKey(), q.frontKey(), q.rotationKey(), q.lanesKey(), q.clockKey(), q.activeKey())
+		keys := append(make([]string, 0, 7+len(groups)),
+			q.jobsKey(), q.frontKey(), q.rotationKey(), q.lanesKey(), q.clockKey(), q.activeKey(), q.tagsKey())
 		args := append(make([]any, 0, 2+len(groups)), lease.Milliseconds(), n)
 		for _, group := range groups {
 			keys = append(keys, q.laneKey(group))
@@ -286,7 +286,7 @@ func (q *Queue) Cancel(ctx context.Context, id string) error {
 	return q.inLane("cancel", id, func(group string) *redis.Cmd {
 		return cancelScript.Run(ctx, q.client.rdb,
 			[]string{q.jobsKey(), q.frontKey(), q.rotationKey(), q.lanesKey(), q.delayedKey(), q.doneKey(),
-				q.finishedKey(), q.laneKey(group)},
+				q.finishedKey(), q.tagsKey(), q.laneKey(group)},
 			id, q.retention, group)
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -53,8 +54,9 @@ func (q *Queue) AdmitMany(ctx context.Context, jobs []Job) ([]Admission, []error
 	errs := make([]error, len(jobs))
 	calls := make([]scriptCall, 0, len(jobs))
 	index := make([]int, 0, len(jobs))
+	now := time.Now()
 	for i, job := range jobs {
-		keys, args, err := q.admitCall(job)
+		keys, args, err := q.admitCall(job, now)
 		if err != nil {
 			errs[i] = err
 			continue

@@ -95,23 +95,28 @@ const dedupSkewAllowance = time.Minute
 // chance, and a 14-byte field still fits the 16-byte allocation class.
 const dedupDigestBytes = 14
 
-// dedupWindows names the dedup hashes an admission at now looks in, windows
-// w-1, w and w+1 of the retention R by this process's clock (w the one now
-// falls in), and when window w, the one it writes to, expires. An entry
+// dedupWindows names the dedup hashes of an admission at now: window w of
+// the retention R by this process's clock, the one it writes to and when
+// that expires, and the other windows a live entry may be in. An entry
 // written during w is found by every admission of the next R: until (w+2)*R
-// they fall in w or w+1, and both look in w; w+1 holds what processes whose
-// clocks run ahead wrote. The hash expires at the end of w+1 plus the skew
-// allowance, so an entry lives between R and 2R plus the allowance. This
-// assumes the clocks of the processes admitting to one queue differ by less
-// than the allowance; a larger skew shortens the refusal by the excess.
-func (q *Queue) dedupWindows(retention time.Duration, now time.Time) (keys [3]string, expireAt int64) {
+// they fall in w or w+1, and both look in w (as w and as w-1). Entries in
+// w+1 exist only once some clock has passed w's end, so w+1 is looked in
+// within the skew allowance of it. The hash expires at the end of w+1 plus
+// the allowance, so an entry lives between R and 2R plus the allowance.
+// This assumes the clocks of the processes admitting to one queue differ by
+// less than the allowance; a larger skew shortens the refusal by the excess.
+func (q *Queue) dedupWindows(retention time.Duration, now time.Time) (write string, others []string, expireAt int64) {
 	length := max(retention.Milliseconds(), 1)
-	window := now.UnixMilli() / length
+	skew := min(length, dedupSkewAllowance.Milliseconds())
+	at := now.UnixMilli()
+	window := at / length
 	prefix := q.prefix + "dedup:" + strconv.FormatInt(length, 10) + ":"
-	for i := range keys {
-		keys[i] = prefix + strconv.FormatInt(window-1+int64(i), 10)
+	name := func(w int64) string { return prefix + strconv.FormatInt(w, 10) }
+	others = []string{name(window - 1)}
+	if at+skew >= (window+1)*length {
+		others = append(others, name(window+1))
 	}
-	return keys, (window+2)*length + min(length, dedupSkewAllowance.Milliseconds())
+	return name(window), others, (window+2)*length + skew
 }
 
 func dedupDigest(dedup string) string {
@@ -177,14 +182,16 @@ type Admission struct {
 // pending insert, as one atomic step. Retrying an Admit is safe: the dedup key
 // turns the retry into a Duplicate answer.
 func (q *Queue) Admit(ctx context.Context, job Job) (Admission, error) {
-	keys, args, err := q.admitCall(job)
+	keys, args, err := q.admitCall(job, time.Now())
 	if err != nil {
 		return Admission{}, err
 	}
 	return q.admission(job.ID, admitScript.Run(ctx, q.client.rdb, keys, args...))
 }
 
-func (q *Queue) admitCall(job Job) ([]string, []any, error) {
+// admitCall is the admit script's keys and arguments for job, with the
+// dedup windows of now by this process's clock.
+func (q *Queue) admitCall(job Job, now time.Time) ([]string, []any, error) {
 	if err := validJob(job); err != nil {
 		return nil, nil, err
 	}
@@ -196,11 +203,10 @@ func (q *Queue) admitCall(job Job) ([]string, []any, error) {
 	if retention <= 0 {
 		retention = DefaultDedupRetention
 	}
-	windows, expireAt := q.dedupWindows(retention, time.Now())
-	keys := []string{
-		q.kindsKey(), windows[0], windows[1], windows[2], q.jobsKey(), q.laneKey(job.Group),
-		q.rotationKey(), q.lanesKey(), q.tagsKey(), q.clockKey(),
-	}
+	window, others, expireAt := q.dedupWindows(retention, now)
+	keys := append(make([]string, 0, 8+len(others)), q.kindsKey(), q.jobsKey(), q.laneKey(job.Group),
+		q.rotationKey(), q.lanesKey(), q.tagsKey(), q.clockKey(), window)
+	keys = append(keys, others...)
 	args := []any{job.ID, job.Kind, job.Group, job.Payload, job.Fingerprint, dedupDigest(dedup), expireAt}
 	return keys, args, nil
 }

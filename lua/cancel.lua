@@ -1,7 +1,7 @@
 -- cancel: withdraw a job that no worker holds (pending, or delayed for a retry).
 --
 -- A pending job sits on the front list or in its group's lane, which only its
--- row names. The caller names the lane of the group it expects in KEYS[8]
+-- row names. The caller names the lane of the group it expects in KEYS[9]
 -- (any group, or none, at first); when the job is in another group's lane the
 -- reply names that group and nothing changed, for the caller to call again.
 --
@@ -12,7 +12,8 @@
 -- KEYS[5] emq:{q}:delayed       zset
 -- KEYS[6] emq:{q}:done          zset
 -- KEYS[7] emq:{q}:finished      hash  id -> row of a finished job
--- KEYS[8] emq:{q}:lane:<group>  list  the lane of ARGV[3]
+-- KEYS[8] emq:{q}:tags          hash  group -> finish tag, kept while its lane is empty
+-- KEYS[9] emq:{q}:lane:<group>  list  the lane of ARGV[3]
 --
 -- ARGV[1] id
 -- ARGV[2] retention: how many finished jobs are kept
@@ -34,13 +35,18 @@ end
 if job.state == 'pending' then
   if redis.call('LREM', KEYS[2], 1, id) == 0 then
     if job.group ~= ARGV[3] then return {'lane', job.group} end
-    local head = redis.call('LINDEX', KEYS[8], 0)
-    redis.call('LREM', KEYS[8], 1, id)
-    if redis.call('LLEN', KEYS[8]) == 0 then
-      redis.call('ZREM', KEYS[3], job.group)
-    elseif head == id then
-      -- the next job's tag is the canceled head's + 1, as if it had been claimed
-      redis.call('ZINCRBY', KEYS[3], 1, job.group)
+    -- A canceled head leaves the lane as if it had been claimed: the next
+    -- job's tag is its + 1, and so is the finish tag of a lane it empties.
+    local head = redis.call('LINDEX', KEYS[9], 0)
+    redis.call('LREM', KEYS[9], 1, id)
+    if head == id then
+      local tag = tonumber(redis.call('ZSCORE', KEYS[3], job.group) or '0')
+      if redis.call('LLEN', KEYS[9]) == 0 then
+        redis.call('ZREM', KEYS[3], job.group)
+        redis.call('HSET', KEYS[8], job.group, tag + 1)
+      else
+        redis.call('ZADD', KEYS[3], tag + 1, job.group)
+      end
     end
   end
   if redis.call('HINCRBY', KEYS[4], job.group, -1) <= 0 then

@@ -16,11 +16,12 @@
 -- KEYS[4]   emq:{q}:lanes         hash   group -> pending count
 -- KEYS[5]   emq:{q}:clock         string virtual time: the highest tag claimed
 -- KEYS[6]   emq:{q}:active        zset   active ids by lease deadline (ms)
--- KEYS[7..] emq:{q}:lane:<group>  list   one per group in ARGV order
+-- KEYS[7]   emq:{q}:tags          hash   group -> finish tag, kept while its lane is empty
+-- KEYS[8..] emq:{q}:lane:<group>  list   one per group in ARGV order
 --
 -- ARGV[1]    lease in milliseconds
 -- ARGV[2]    N, the most jobs to claim
--- ARGV[3..]  the groups whose lanes KEYS[7..] name
+-- ARGV[3..]  the groups whose lanes KEYS[8..] name
 --
 -- Reply: {deadline, id, token, kind, group, payload, id, token, ...}
 --   deadline is the lease's end in server milliseconds; token is the job's new
@@ -35,16 +36,16 @@ local claimed = 0
 local function take(id)
   local job = read(KEYS[1], id)
   if not job then return end -- a listed id without a row: nobody could run it
-  job.attempts = int(tonumber(job.attempts) + 1)
+  job.attempts = job.attempts + 1
   job.state = 'active'
-  job.claimed = int(claimed_at)
+  job.claimed = claimed_at
   write(KEYS[1], id, job)
   redis.call('ZADD', KEYS[6], deadline, id)
   if redis.call('HINCRBY', KEYS[4], job.group, -1) <= 0 then
     redis.call('HDEL', KEYS[4], job.group)
   end
   reply[#reply + 1] = id
-  reply[#reply + 1] = tonumber(job.attempts)
+  reply[#reply + 1] = job.attempts
   reply[#reply + 1] = job.kind
   reply[#reply + 1] = job.group
   reply[#reply + 1] = job.payload
@@ -58,26 +59,30 @@ while claimed < limit do
 end
 
 local named = {}
-for i = 3, #ARGV do named[ARGV[i]] = KEYS[i + 4] end
-local virtual = tonumber(redis.call('GET', KEYS[5]) or '0')
-local moved = false
+for i = 3, #ARGV do named[ARGV[i]] = KEYS[i + 5] end
+local virtual = -1
 while claimed < limit do
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  local head = redis.call('ZPOPMIN', KEYS[3])
   if #head == 0 then break end
   local group, tag = head[1], tonumber(head[2])
   local lane = named[group]
-  if not lane then break end
+  if not lane then
+    redis.call('ZADD', KEYS[3], tag, group)
+    break
+  end
   local id = redis.call('LPOP', lane)
-  if redis.call('LLEN', lane) == 0 then
-    redis.call('ZREM', KEYS[3], group)
-  else
+  if redis.call('LLEN', lane) > 0 then
     redis.call('ZADD', KEYS[3], tag + 1, group)
+  else
+    -- the lane ran empty: its group's finish tag waits for the next job
+    redis.call('HSET', KEYS[7], group, tag + 1)
   end
   if id then
     if tag > virtual then virtual = tag end
-    moved = true
     take(id)
   end
 end
-if moved then redis.call('SET', KEYS[5], int(virtual)) end
+if virtual >= 0 and virtual > tonumber(redis.call('GET', KEYS[5]) or '0') then
+  redis.call('SET', KEYS[5], virtual)
+end
 return reply

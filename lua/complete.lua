@@ -14,7 +14,7 @@
 
 local job, refused = fenced(read(KEYS[1], ARGV[1]), ARGV[2], 'complete')
 if not job then return refused end
-job.error = nil
+job.error = ''
 redis.call('ZREM', KEYS[2], ARGV[1])
 finish(KEYS[1], ARGV[1], job, 'done', KEYS[3], KEYS[4], tonumber(ARGV[3]))
 return 1

@@ -3,7 +3,6 @@
 -- touches only keys the calling script was given.
 --
 -- now()                     server time in milliseconds (never the caller's clock)
--- int(n)                    n as a decimal integer string (never 1.7e+12)
 -- encode(job) / decode(row) the job row format below, both ways
 -- read(jobs, id)            the job table of id in the jobs hash, or nil
 -- write(jobs, id, job)      stores the job table as id's row
@@ -17,64 +16,41 @@
 --                           finish time, deletes its row, and trims both to retention
 --
 -- A job row is one string, the value of field <id> in emq:{q}:jobs (and, once
--- finished, in emq:{q}:finished). One string per job instead of a hash per
--- job: a job costs one hash entry, not a key and an entry per field.
+-- finished, in emq:{q}:finished): a job costs one hash entry, not a key with
+-- an entry per field. The row is a sequence of MessagePack values, packed and
+-- unpacked in C by the server's cmsgpack library (in Redis and Valkey alike):
 --
---   1<state>,<attempts>,<forgiven>,<created>,<claimed>,<died>,<finished>,<#kind>,<#group>,<#error>:<kind><group><error><payload>
+--   1, state, attempts, forgiven, created, claimed, died, finished, kind, group, error, payload
 --
--- "1" is the format's version. state is one letter (see state_codes); the
--- numbers are decimal, times in server milliseconds, and empty when unset;
--- #kind, #group and #error are the byte lengths of the strings that follow
--- the colon, and the payload is the rest, so any bytes survive. emq/row.go
--- reads the same format.
+-- 1 is the format's version; state is one letter (see state_codes); the
+-- numbers are integers, times in server milliseconds, 0 when unset; kind,
+-- group, error (empty when none) and payload are strings of any bytes.
+-- emq/row.go reads the same format.
 
 local function now()
   local time = redis.call('TIME')
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
-local function int(n)
-  return string.format('%d', n)
-end
-
 local state_codes = {pending = 'p', active = 'a', delayed = 'w', dead = 'x', done = 'd', canceled = 'c'}
-local state_names = {}
-for name, code in pairs(state_codes) do state_names[code] = name end
-
-local function blank(value)
-  if value == '' then return nil end
-  return value
-end
+local state_names = {p = 'pending', a = 'active', w = 'delayed', x = 'dead', d = 'done', c = 'canceled'}
 
 local function encode(job)
-  local kind, group, err = job.kind, job.group, job.error or ''
-  return table.concat({
-    '1', state_codes[job.state], ',', job.attempts, ',', job.forgiven or '', ',', job.created, ',',
-    job.claimed or '', ',', job.died or '', ',', job.finished or '', ',',
-    #kind, ',', #group, ',', #err, ':', kind, group, err, job.payload,
-  })
+  return cmsgpack.pack(1, state_codes[job.state], job.attempts, job.forgiven, job.created, job.claimed,
+    job.died, job.finished, job.kind, job.group, job.error, job.payload)
 end
 
 local function decode(row)
-  local colon = string.find(row, ':', 1, true)
-  if string.sub(row, 1, 1) ~= '1' or not colon then
-    error(redis.error_reply('EMQROW a job row in an unknown format: ' .. string.sub(row, 1, 16)))
+  local version, state, attempts, forgiven, created, claimed, died, finished, kind, group, err, payload =
+    cmsgpack.unpack(row)
+  if version ~= 1 then
+    error(redis.error_reply('EMQROW a job row in an unknown format (version ' .. tostring(version) .. ')'))
   end
-  local v = {}
-  for value in string.gmatch(string.sub(row, 2, colon - 1) .. ',', '([^,]*),') do v[#v + 1] = value end
-  local job = {
-    state = state_names[v[1]], attempts = v[2], forgiven = blank(v[3]), created = v[4],
-    claimed = blank(v[5]), died = blank(v[6]), finished = blank(v[7]),
+  return {
+    state = state_names[state], attempts = attempts, forgiven = forgiven, created = created,
+    claimed = claimed, died = died, finished = finished, kind = kind, group = group, error = err,
+    payload = payload,
   }
-  local kind_at = colon + 1
-  local group_at = kind_at + tonumber(v[8])
-  local error_at = group_at + tonumber(v[9])
-  local payload_at = error_at + tonumber(v[10])
-  job.kind = string.sub(row, kind_at, group_at - 1)
-  job.group = string.sub(row, group_at, error_at - 1)
-  job.error = blank(string.sub(row, error_at, payload_at - 1))
-  job.payload = string.sub(row, payload_at)
-  return job
 end
 
 local function read(jobs, id)
@@ -94,7 +70,7 @@ local function fenced(job, token, move)
   if not job then
     return nil, redis.error_reply('EMQSTALE ' .. move .. ' token ' .. token .. ': the job is finished or unknown')
   end
-  if job.attempts ~= token or job.state ~= 'active' then
+  if job.attempts ~= tonumber(token) or job.state ~= 'active' then
     return nil, redis.error_reply('EMQSTALE ' .. move .. ' token ' .. token ..
       ' is not the current lease (attempts ' .. job.attempts .. ', state ' .. job.state .. ')')
   end
@@ -104,14 +80,15 @@ end
 -- Start-time fair queueing: a job's start tag is max(virtual time, the
 -- group's finish tag), and the group's finish tag is its start + 1. Only a
 -- lane's head carries its tag, as its score in the rotation: while a lane is
--- backlogged its jobs' tags run on one by one, so the next head's tag is the
--- last one's + 1 (see claim.lua) and no job needs its own.
+-- backlogged its jobs' tags run on one by one, so a job joining a lane that
+-- is not empty needs no tag, and the next head's tag is the last one's + 1.
+-- The group's finish tag is kept in tags once its lane runs empty (see
+-- claim.lua), for the next job that starts the lane again.
 local function enqueue(lane, rotation, lanes, tags, clock, id, group)
-  local virtual = tonumber(redis.call('GET', clock) or '0')
-  local start = tonumber(redis.call('HGET', tags, group) or '0')
-  if start < virtual then start = virtual end
-  redis.call('HSET', tags, group, int(start + 1))
   if redis.call('RPUSH', lane, id) == 1 then
+    local start = tonumber(redis.call('HGET', tags, group) or '0')
+    local virtual = tonumber(redis.call('GET', clock) or '0')
+    if start < virtual then start = virtual end
     redis.call('ZADD', rotation, start, group)
   end
   redis.call('HINCRBY', lanes, group, 1)
@@ -125,7 +102,7 @@ end
 local function finish(jobs, id, job, state, done, finished, retention)
   local at = now()
   job.state = state
-  job.finished = int(at)
+  job.finished = at
   redis.call('HSET', finished, id, encode(job))
   redis.call('HDEL', jobs, id)
   redis.call('ZADD', done, at, id)

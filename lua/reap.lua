@@ -23,9 +23,9 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', at, 'LIMIT', 0,
   local job = read(KEYS[2], id)
   -- a lease without a job row is dropped: nobody could run it
   if job then
-    local spent = tonumber(job.attempts) - tonumber(job.forgiven or '0')
+    local spent = job.attempts - job.forgiven
     if spent >= limit then
-      job.state, job.died = 'dead', int(at)
+      job.state, job.died = 'dead', at
       job.error = 'lease expired on attempt ' .. job.attempts .. ', the last allowed'
       write(KEYS[2], id, job)
       redis.call('ZADD', KEYS[5], at, id)

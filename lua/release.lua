@@ -19,7 +19,7 @@ local job, refused = fenced(read(KEYS[1], id), ARGV[2], 'release')
 if not job then return refused end
 redis.call('ZREM', KEYS[2], id)
 job.state = 'pending'
-job.forgiven = int(tonumber(job.forgiven or '0') + 1)
+job.forgiven = job.forgiven + 1
 write(KEYS[1], id, job)
 requeue_front(KEYS[3], KEYS[4], id, job.group)
 return 1

@@ -30,7 +30,7 @@ if job.state ~= 'dead' then
 end
 if job.group ~= ARGV[2] then return {'lane', job.group} end
 redis.call('ZREM', KEYS[2], id)
-job.state, job.forgiven, job.died = 'pending', job.attempts, nil
+job.state, job.forgiven, job.died = 'pending', job.attempts, 0
 write(KEYS[1], id, job)
 enqueue(KEYS[7], KEYS[3], KEYS[4], KEYS[5], KEYS[6], id, job.group)
 return 1

@@ -23,11 +23,11 @@ local id = ARGV[1]
 local job, refused = fenced(read(KEYS[1], id), ARGV[2], 'retry')
 if not job then return refused end
 local at = now()
-local spent = tonumber(job.attempts) - tonumber(job.forgiven or '0')
+local spent = job.attempts - job.forgiven
 redis.call('ZREM', KEYS[2], id)
 job.error = ARGV[3]
 if ARGV[8] == '1' or spent >= tonumber(ARGV[4]) then
-  job.state, job.died = 'dead', int(at)
+  job.state, job.died = 'dead', at
   write(KEYS[1], id, job)
   redis.call('ZADD', KEYS[4], at, id)
   return {'dead', at}
