@@ -286,32 +286,76 @@ func TestAdmitConcurrentDuplicatesAdmitOnce(t *testing.T) {
 }
 
 // TestAdmitTagsServeGroupsInRotation checks the fair-lane tags: a group that
-// queued much still alternates with a group that queued little.
+// queued much still alternates with a group that queued little, whether the
+// jobs are claimed one by one or in batches.
 func TestAdmitTagsServeGroupsInRotation(t *testing.T) {
-	ctx := context.Background()
-	queue, _ := newQueue(t)
-	for i := range 5 {
-		if _, err := queue.Admit(ctx, job(fmt.Sprintf("A%d", i), "a", "")); err != nil {
-			t.Fatal(err)
+	for _, batch := range []int{1, 2, 3, 7} {
+		t.Run(fmt.Sprintf("claims of %d", batch), func(t *testing.T) {
+			ctx := context.Background()
+			queue, _ := newQueue(t)
+			for i := range 5 {
+				if _, err := queue.Admit(ctx, job(fmt.Sprintf("A%d", i), "a", "")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range 2 {
+				if _, err := queue.Admit(ctx, job(fmt.Sprintf("B%d", i), "b", "")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for group, want := range map[string]int64{"a": 5, "b": 2} {
+				if depth, _ := queue.LaneDepth(ctx, group); depth != want {
+					t.Errorf("lane %s depth = %d, want %d", group, depth, want)
+				}
+			}
+			var order []string
+			for len(order) < 7 {
+				claims, err := queue.Claim(ctx, batch, time.Minute)
+				if err != nil || len(claims) != min(batch, 7-len(order)) {
+					t.Fatalf("claim = %d jobs, %v", len(claims), err)
+				}
+				for _, c := range claims {
+					order = append(order, c.ID)
+				}
+			}
+			want := "A0 B0 A1 B1 A2 A3 A4"
+			if got := strings.Join(order, " "); got != want {
+				t.Errorf("claim order = %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+// TestClaimBatchesKeepTheRotation: a claim sees only the lanes at the head
+// of the rotation it read; batches of any size still take ten backlogged
+// groups in turn, one job each per round.
+func TestClaimBatchesKeepTheRotation(t *testing.T) {
+	var want []string
+	for round := range 3 {
+		for g := range 10 {
+			want = append(want, fmt.Sprintf("g%d-%05d", g, round))
 		}
 	}
-	for i := range 2 {
-		if _, err := queue.Admit(ctx, job(fmt.Sprintf("B%d", i), "b", "")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for group, want := range map[string]int64{"a": 5, "b": 2} {
-		if depth, _ := queue.LaneDepth(ctx, group); depth != want {
-			t.Errorf("lane %s depth = %d, want %d", group, depth, want)
-		}
-	}
-	var order []string
-	for range 7 {
-		order = append(order, claimOne(t, queue, time.Minute).ID)
-	}
-	want := "A0 B0 A1 B1 A2 A3 A4"
-	if got := strings.Join(order, " "); got != want {
-		t.Errorf("claim order = %s, want %s", got, want)
+	for _, batch := range []int{1, 2, 4, 13, 30} {
+		t.Run(fmt.Sprintf("claims of %d", batch), func(t *testing.T) {
+			queue, _ := newQueue(t)
+			for g := range 10 {
+				admitN(t, queue, fmt.Sprintf("g%d", g), 3)
+			}
+			var got []string
+			for len(got) < len(want) {
+				claims, err := queue.Claim(context.Background(), batch, time.Minute)
+				if err != nil || len(claims) == 0 {
+					t.Fatalf("claim = %v, %v", claims, err)
+				}
+				for _, c := range claims {
+					got = append(got, c.ID)
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("claim order\n%v, want\n%v", got, want)
+			}
+		})
 	}
 }
 

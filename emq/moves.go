@@ -24,78 +24,90 @@ type Claim struct {
 	Deadline time.Time
 }
 
-// laneSlack widens the read of the rotation: n claims in fair-lane order take
-// from at most the first n lanes, and the lanes behind them keep a claim
-// going when racing claimers empty some of those first.
+// laneSlack widens the lanes a claim names: n claims in fair-lane order take
+// from at most the first n lanes of the rotation, and the lanes behind them
+// keep a claim going when racing claimers empty some of those first.
 const laneSlack = 2
+
+// headsListed is the fewest groups a claim's reply lists for the next claim
+// to name: enough for a worker's usual batch, which varies from one claim to
+// the next with the jobs that finished meanwhile.
+const headsListed = 64
 
 // Claim leases up to n pending jobs, next in fair-lane order, for lease. It
 // returns no jobs, and no error, when nothing is pending.
 //
 // Each lane is a list named after its group, and every key a script touches
-// is passed in KEYS: so the groups at the head of the rotation are read first
-// and the claim script is handed their lanes. It stops at a lane it was not
-// handed (the rotation changed meanwhile), and the claim reads again.
+// is passed in KEYS, so the claim script is handed the lanes at the head of
+// the rotation as the previous claim's reply listed them. When the rotation
+// has moved on to a lane not handed over, the script stops there and lists
+// the lanes now at the head, and the claim goes on with those: one round trip
+// while the rotation stays where the last claim left it, two when it moved.
 // Concurrent claimers pop different jobs off the lists: they never share one.
 func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]Claim, error) {
-	if n <= 0 {
-		return nil, nil
-	}
-	for {
-		pipe := q.client.rdb.Pipeline()
-		heads := pipe.ZRange(ctx, q.rotationKey(), 0, int64(n*laneSlack-1))
-		front := pipe.LLen(ctx, q.frontKey())
-		if _, err := pipe.Exec(ctx); err != nil {
-			return nil, fmt.Errorf("emq: claim on %s: %w", q.name, err)
+	var claims []Claim
+	for len(claims) < n {
+		var groups []string
+		if heads := q.heads.Load(); heads != nil {
+			groups = *heads
 		}
-		groups := heads.Val()
-		if len(groups) == 0 && front.Val() == 0 {
-			return nil, nil
-		}
+		want := n - len(claims)
+		groups = groups[:min(len(groups), want*laneSlack)]
 		keys := append(make([]string, 0, 7+len(groups)),
 			q.jobsKey(), q.frontKey(), q.rotationKey(), q.lanesKey(), q.clockKey(), q.activeKey(), q.tagsKey())
-		args := append(make([]any, 0, 2+len(groups)), lease.Milliseconds(), n)
+		args := append(make([]any, 0, 3+len(groups)), lease.Milliseconds(), want, n*laneSlack)
 		for _, group := range groups {
 			keys = append(keys, q.laneKey(group))
 			args = append(args, group)
 		}
 		reply, err := claimScript.Run(ctx, q.client.rdb, keys, args...).Slice()
 		if err != nil {
-			return nil, fmt.Errorf("emq: claim on %s: %w", q.name, scriptError(err))
+			return claims, fmt.Errorf("emq: claim on %s: %w", q.name, scriptError(err))
 		}
-		claims, err := decodeClaims(reply)
+		batch, heads, err := decodeClaims(reply)
 		if err != nil {
-			return nil, fmt.Errorf("emq: claim on %s: %w", q.name, err)
+			return claims, fmt.Errorf("emq: claim on %s: %w", q.name, err)
 		}
-		// Other claimers took the jobs read, or the rotation moved on to a
-		// lane not handed over: read again rather than report an empty queue.
-		if len(claims) > 0 {
-			return claims, nil
+		q.heads.Store(&heads)
+		claims = append(claims, batch...)
+		if len(heads) == 0 {
+			break // no lane holds a job
 		}
 	}
+	return claims, nil
 }
 
-func decodeClaims(reply []any) ([]Claim, error) {
-	if len(reply) == 0 || (len(reply)-1)%5 != 0 {
-		return nil, fmt.Errorf("unexpected claim reply of %d values", len(reply))
+// decodeClaims reads the claim script's reply: the claims, then the groups
+// at the head of the rotation.
+func decodeClaims(reply []any) ([]Claim, []string, error) {
+	if len(reply) < 2 {
+		return nil, nil, fmt.Errorf("unexpected claim reply of %d values", len(reply))
 	}
 	deadline, ok := reply[0].(int64)
-	if !ok {
-		return nil, fmt.Errorf("unexpected claim deadline %T", reply[0])
+	claimed, ok2 := reply[1].(int64)
+	if !ok || !ok2 || claimed < 0 || int64(len(reply)) < 2+2*claimed {
+		return nil, nil, fmt.Errorf("unexpected claim reply %T %T of %d values", reply[0], reply[1], len(reply))
 	}
-	claims := make([]Claim, 0, (len(reply)-1)/5)
-	for i := 1; i < len(reply); i += 5 {
+	claims := make([]Claim, 0, claimed)
+	end := 2 + 2*int(claimed)
+	for i := 2; i < end; i += 2 {
 		id, _ := reply[i].(string)
-		token, _ := reply[i+1].(int64)
-		kind, _ := reply[i+2].(string)
-		group, _ := reply[i+3].(string)
-		payload, _ := reply[i+4].(string)
+		row, _ := reply[i+1].(string)
+		job, err := decodeRow(id, row)
+		if err != nil {
+			return nil, nil, err
+		}
 		claims = append(claims, Claim{
-			ID: id, Token: token, Kind: kind, Group: group, Payload: []byte(payload),
+			ID: id, Token: job.Attempts, Kind: job.Kind, Group: job.Group, Payload: job.Payload,
 			Deadline: time.UnixMilli(deadline),
 		})
 	}
-	return claims, nil
+	heads := make([]string, 0, len(reply)-end)
+	for _, group := range reply[end:] {
+		name, _ := group.(string)
+		heads = append(heads, name)
+	}
+	return claims, heads, nil
 }
 
 // Extend renews the lease of a claimed job to lease from now and returns the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,6 +36,9 @@ type Queue struct {
 	name      string
 	prefix    string
 	retention int
+	// heads are the groups at the head of the rotation as the last claim
+	// left it: the lanes the next claim names.
+	heads atomic.Pointer[[]string]
 }
 
 // QueueOption configures a Queue.

@@ -21,14 +21,14 @@ var rowStates = map[string]string{
 // field in the jobs hash (or, once finished, in the finished hash): a
 // sequence of MessagePack values,
 //
-//	1, state, attempts, forgiven, created, claimed, died, finished, kind, group, error, payload
+//	1, state, attempts, forgiven, created, died, finished, kind, group, error, payload
 func decodeRow(id, row string) (JobInfo, error) {
 	r := rowReader{rest: row}
 	if version := r.integer(); r.err == nil && version != 1 {
 		return JobInfo{}, fmt.Errorf("job %s: %w: format version %d", id, errRow, version)
 	}
 	state := r.text()
-	attempts, _, created, _, _, finished := r.integer(), r.integer(), r.integer(), r.integer(), r.integer(), r.integer()
+	attempts, _, created, _, finished := r.integer(), r.integer(), r.integer(), r.integer(), r.integer()
 	kind, group, lastError, payload := r.text(), r.text(), r.text(), r.text()
 	name, known := rowStates[state]
 	switch {

@@ -40,6 +40,9 @@ func packRow(values ...any) string {
 	return string(b)
 }
 
+// attempts is how lib.lua writes attempts: always as a 32-bit unsigned integer.
+func attempts(n uint32) []byte { return binary.BigEndian.AppendUint32([]byte{0xce}, n) }
+
 func TestDecodeRow(t *testing.T) {
 	created := time.UnixMilli(1764557034123).UTC()
 	long := strings.Repeat("x", 300)
@@ -51,22 +54,22 @@ func TestDecodeRow(t *testing.T) {
 	}{
 		{
 			name: "pending job",
-			row:  packRow(1, "p", 0, 0, int(created.UnixMilli()), 0, 0, 0, "k", "g", "", "payload"),
+			row:  packRow(1, "p", attempts(0), 0, int(created.UnixMilli()), 0, 0, "k", "g", "", "payload"),
 			want: JobInfo{ID: "J", State: StatePending, Kind: "k", Group: "g", Payload: []byte("payload"), Created: created},
 		},
 		{
 			name: "finished job with a long payload and an error",
-			row:  packRow(1, "d", 3, 1, int(created.UnixMilli()), 5, 0, int(created.UnixMilli())+1000, "k", "g", "boom", long),
+			row:  packRow(1, "d", attempts(3), 1, int(created.UnixMilli()), 0, int(created.UnixMilli())+1000, "k", "g", "boom", long),
 			want: JobInfo{
 				ID: "J", State: StateDone, Kind: "k", Group: "g", Attempts: 3, Payload: []byte(long), Created: created,
 				Finished: created.Add(time.Second), LastError: "boom",
 			},
 		},
 		{name: "another format version", row: packRow(2, "p"), wantErr: "format version 2"},
-		{name: "unknown state", row: packRow(1, "q", 0, 0, 0, 0, 0, 0, "k", "g", "", ""), wantErr: `state "q"`},
-		{name: "truncated", row: packRow(1, "p", 0, 0, 0, 0, 0, 0, "k", "g", "", "payload")[:20], wantErr: "truncated"},
+		{name: "unknown state", row: packRow(1, "q", attempts(0), 0, 0, 0, 0, "k", "g", "", ""), wantErr: `state "q"`},
+		{name: "truncated", row: packRow(1, "p", attempts(0), 0, 0, 0, 0, "k", "g", "", "payload")[:20], wantErr: "truncated"},
 		{name: "a string where a number belongs", row: packRow(1, "p", "0"), wantErr: "where an integer belongs"},
-		{name: "bytes after the payload", row: packRow(1, "p", 0, 0, 0, 0, 0, 0, "k", "g", "", "", "more"), wantErr: "after the payload"},
+		{name: "bytes after the payload", row: packRow(1, "p", attempts(0), 0, 0, 0, 0, "k", "g", "", "", "more"), wantErr: "after the payload"},
 		{name: "empty", row: "", wantErr: "truncated"},
 	}
 	for _, tt := range tests {

@@ -52,7 +52,7 @@ if redis.call('HEXISTS', KEYS[2], id) == 1 then
 end
 
 write(KEYS[2], id, {
-  state = 'pending', attempts = 0, forgiven = 0, created = now(), claimed = 0, died = 0, finished = 0,
+  state = 'pending', attempts = 0, forgiven = 0, created = now(), died = 0, finished = 0,
   kind = kind, group = group, error = '', payload = payload,
 })
 enqueue(KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], id, group)

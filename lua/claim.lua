@@ -2,13 +2,13 @@
 -- the front (they already waited their turn), then the lanes in fair-queueing
 -- order, the lane whose head has the lowest start tag first.
 --
--- The caller reads the groups at the head of the rotation first (ZRANGE
--- rotation 0 M) and names their lanes in KEYS, so every key the script
--- touches is in KEYS. N claims in rotation order take from at most the first
--- N lanes; when the next lane in the rotation is one the caller did not name
--- (the rotation changed since the read), the script stops there and the
--- caller reads again. Racing claimers pop different jobs off the same lists,
--- so they never share a job.
+-- Every key the script touches is in KEYS, so the caller names the lanes it
+-- expects at the head of the rotation: those the previous claim's reply
+-- listed. N claims in rotation order take from at most the first N lanes;
+-- when the next lane in the rotation is one the caller did not name (the
+-- rotation moved on), the script stops there, and the reply lists the lanes
+-- now at the head for the caller to claim the rest with. Racing claimers pop
+-- different jobs off the same lists, so they never share a job.
 --
 -- KEYS[1]   emq:{q}:jobs          hash   id -> job row (see lib.lua)
 -- KEYS[2]   emq:{q}:front         list   requeued ids, claimed before any lane
@@ -21,34 +21,36 @@
 --
 -- ARGV[1]    lease in milliseconds
 -- ARGV[2]    N, the most jobs to claim
--- ARGV[3..]  the groups whose lanes KEYS[8..] name
+-- ARGV[3]    M, how many groups at the head of the rotation to list in the reply
+-- ARGV[4..]  the groups whose lanes KEYS[8..] name
 --
--- Reply: {deadline, id, token, kind, group, payload, id, token, ...}
---   deadline is the lease's end in server milliseconds; token is the job's new
---   attempts, the fencing token every later move of this lease must present.
+-- Reply: {deadline, claimed, id, row, id, row, ..., group, group, ...}
+--   deadline is the lease's end in server milliseconds; claimed is how many
+--   jobs follow, each as its id and its row (see lib.lua), whose attempts
+--   are the fencing token every later move of this lease must present. Then
+--   the first M groups of the rotation once the claims are made, none when
+--   no lane holds a job.
 
 local lease, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-local claimed_at = now()
-local deadline = claimed_at + lease
-local reply = {deadline}
+local deadline = now() + lease
+local reply = {deadline, 0}
 local claimed = 0
+local taken = {} -- group -> how many of its pending jobs were claimed
 
-local function take(id)
-  local job = read(KEYS[1], id)
-  if not job then return end -- a listed id without a row: nobody could run it
-  job.attempts = job.attempts + 1
-  job.state = 'active'
-  job.claimed = claimed_at
-  write(KEYS[1], id, job)
+-- The job's row goes to the caller as it is now, active under its new
+-- attempts; only the eight bytes it opens with change.
+local function take(id, group)
+  local row = redis.call('HGET', KEYS[1], id)
+  if not row then return end -- a listed id without a row: nobody could run it
+  local state, attempts = lease_of(row)
+  if state ~= 'pending' then return end -- listed twice, and taken already
+  group = group or decode(row).group
+  row = relabel(row, 'active', attempts + 1)
+  redis.call('HSET', KEYS[1], id, row)
   redis.call('ZADD', KEYS[6], deadline, id)
-  if redis.call('HINCRBY', KEYS[4], job.group, -1) <= 0 then
-    redis.call('HDEL', KEYS[4], job.group)
-  end
+  taken[group] = (taken[group] or 0) + 1
   reply[#reply + 1] = id
-  reply[#reply + 1] = job.attempts
-  reply[#reply + 1] = job.kind
-  reply[#reply + 1] = job.group
-  reply[#reply + 1] = job.payload
+  reply[#reply + 1] = row
   claimed = claimed + 1
 end
 
@@ -58,15 +60,17 @@ while claimed < limit do
   take(id)
 end
 
+-- The lane whose head has the lowest tag gives one job and goes back into
+-- the rotation one tag later, or, run empty, leaves its finish tag in tags.
 local named = {}
-for i = 3, #ARGV do named[ARGV[i]] = KEYS[i + 5] end
+for i = 4, #ARGV do named[ARGV[i]] = KEYS[i + 4] end
 local virtual = -1
 while claimed < limit do
   local head = redis.call('ZPOPMIN', KEYS[3])
   if #head == 0 then break end
   local group, tag = head[1], tonumber(head[2])
   local lane = named[group]
-  if not lane then
+  if not lane then -- not named: the caller claims the rest with the reply's heads
     redis.call('ZADD', KEYS[3], tag, group)
     break
   end
@@ -74,15 +78,24 @@ while claimed < limit do
   if redis.call('LLEN', lane) > 0 then
     redis.call('ZADD', KEYS[3], tag + 1, group)
   else
-    -- the lane ran empty: its group's finish tag waits for the next job
     redis.call('HSET', KEYS[7], group, tag + 1)
   end
   if id then
     if tag > virtual then virtual = tag end
-    take(id)
+    take(id, group)
+  end
+end
+for group, n in pairs(taken) do
+  if redis.call('HINCRBY', KEYS[4], group, -n) <= 0 then
+    redis.call('HDEL', KEYS[4], group)
   end
 end
 if virtual >= 0 and virtual > tonumber(redis.call('GET', KEYS[5]) or '0') then
   redis.call('SET', KEYS[5], virtual)
+end
+reply[2] = claimed
+local wanted = tonumber(ARGV[3])
+if wanted > 0 then
+  for _, group in ipairs(redis.call('ZRANGE', KEYS[3], 0, wanted - 1)) do reply[#reply + 1] = group end
 end
 return reply

@@ -12,8 +12,9 @@
 -- Reply: 1
 --   error "EMQSTALE ..."  the lease was lost (or the job finished); nothing changed
 
-local job, refused = fenced(read(KEYS[1], ARGV[1]), ARGV[2], 'complete')
-if not job then return refused end
+local row, refused = fenced(redis.call('HGET', KEYS[1], ARGV[1]), ARGV[2], 'complete')
+if not row then return refused end
+local job = decode(row)
 job.error = ''
 redis.call('ZREM', KEYS[2], ARGV[1])
 finish(KEYS[1], ARGV[1], job, 'done', KEYS[3], KEYS[4], tonumber(ARGV[3]))

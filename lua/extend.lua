@@ -10,8 +10,8 @@
 -- Reply: the new deadline in server milliseconds
 --   error "EMQSTALE ..."  the lease was lost (reaped, claimed by another worker, or finished)
 
-local job, refused = fenced(read(KEYS[1], ARGV[1]), ARGV[2], 'extend')
-if not job then return refused end
+local row, refused = fenced(redis.call('HGET', KEYS[1], ARGV[1]), ARGV[2], 'extend')
+if not row then return refused end
 local deadline = now() + tonumber(ARGV[3])
 redis.call('ZADD', KEYS[2], deadline, ARGV[1])
 return deadline

@@ -4,9 +4,12 @@
 --
 -- now()                     server time in milliseconds (never the caller's clock)
 -- encode(job) / decode(row) the job row format below, both ways
+-- lease_of(row)             the state name and attempts a row opens with, without decoding the rest
+-- relabel(row, state, attempts)
+--                           the row with another state and attempts, the rest left as it is
 -- read(jobs, id)            the job table of id in the jobs hash, or nil
 -- write(jobs, id, job)      stores the job table as id's row
--- fenced(job, token, move)  the job table if it is active under token, else an EMQSTALE error reply
+-- fenced(row, token, move)  the row if its job is active under token, else an EMQSTALE error reply
 -- enqueue(lane, rotation, lanes, tags, clock, id, group)
 --                           puts id at the back of its group's lane (start-time fair queueing)
 -- requeue_front(front, lanes, id, group)
@@ -18,14 +21,17 @@
 -- A job row is one string, the value of field <id> in emq:{q}:jobs (and, once
 -- finished, in emq:{q}:finished): a job costs one hash entry, not a key with
 -- an entry per field. The row is a sequence of MessagePack values, packed and
--- unpacked in C by the server's cmsgpack library (in Redis and Valkey alike):
+-- unpacked in C by the server's cmsgpack and struct libraries (in Redis and
+-- Valkey alike):
 --
---   1, state, attempts, forgiven, created, claimed, died, finished, kind, group, error, payload
+--   1, state, attempts, forgiven, created, died, finished, kind, group, error, payload
 --
 -- 1 is the format's version; state is one letter (see state_codes); the
 -- numbers are integers, times in server milliseconds, 0 when unset; kind,
--- group, error (empty when none) and payload are strings of any bytes.
--- emq/row.go reads the same format.
+-- group, error (empty when none) and payload are strings of any bytes. The
+-- first three always take the same eight bytes, attempts as a 32-bit
+-- unsigned integer, so that claim and the fenced moves read and rewrite them
+-- in place, without unpacking the payload. emq/row.go reads the same format.
 
 local function now()
   local time = redis.call('TIME')
@@ -35,21 +41,32 @@ end
 local state_codes = {pending = 'p', active = 'a', delayed = 'w', dead = 'x', done = 'd', canceled = 'c'}
 local state_names = {p = 'pending', a = 'active', w = 'delayed', x = 'dead', d = 'done', c = 'canceled'}
 
+-- The eight bytes every row opens with: the version, the state and attempts.
+local function opening(state, attempts)
+  return '\1\161' .. state_codes[state] .. '\206' .. struct.pack('>I4', attempts)
+end
+
+local function relabel(row, state, attempts)
+  return opening(state, attempts) .. string.sub(row, 9)
+end
+
+local function lease_of(row)
+  return state_names[string.sub(row, 3, 3)], (struct.unpack('>I4', row, 5))
+end
+
 local function encode(job)
-  return cmsgpack.pack(1, state_codes[job.state], job.attempts, job.forgiven, job.created, job.claimed,
-    job.died, job.finished, job.kind, job.group, job.error, job.payload)
+  return opening(job.state, job.attempts) ..
+    cmsgpack.pack(job.forgiven, job.created, job.died, job.finished, job.kind, job.group, job.error, job.payload)
 end
 
 local function decode(row)
-  local version, state, attempts, forgiven, created, claimed, died, finished, kind, group, err, payload =
-    cmsgpack.unpack(row)
+  local version, state, attempts, forgiven, created, died, finished, kind, group, err, payload = cmsgpack.unpack(row)
   if version ~= 1 then
     error(redis.error_reply('EMQROW a job row in an unknown format (version ' .. tostring(version) .. ')'))
   end
   return {
-    state = state_names[state], attempts = attempts, forgiven = forgiven, created = created,
-    claimed = claimed, died = died, finished = finished, kind = kind, group = group, error = err,
-    payload = payload,
+    state = state_names[state], attempts = attempts, forgiven = forgiven, created = created, died = died,
+    finished = finished, kind = kind, group = group, error = err, payload = payload,
   }
 end
 
@@ -66,15 +83,16 @@ end
 -- A token is current only while the job is active and nobody claimed it since:
 -- a reaped job keeps its attempts until the next claim, so state is checked too.
 -- A job without a row has finished (or never was): no token holds it.
-local function fenced(job, token, move)
-  if not job then
+local function fenced(row, token, move)
+  if not row then
     return nil, redis.error_reply('EMQSTALE ' .. move .. ' token ' .. token .. ': the job is finished or unknown')
   end
-  if job.attempts ~= tonumber(token) or job.state ~= 'active' then
+  local state, attempts = lease_of(row)
+  if attempts ~= tonumber(token) or state ~= 'active' then
     return nil, redis.error_reply('EMQSTALE ' .. move .. ' token ' .. token ..
-      ' is not the current lease (attempts ' .. job.attempts .. ', state ' .. job.state .. ')')
+      ' is not the current lease (attempts ' .. attempts .. ', state ' .. state .. ')')
   end
-  return job, nil
+  return row, nil
 end
 
 -- Start-time fair queueing: a job's start tag is max(virtual time, the

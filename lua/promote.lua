@@ -25,7 +25,7 @@ for i = 2, #ARGV do named[ARGV[i]] = KEYS[i + 5] end
 local promoted, missing, seen = 0, {}, {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now(), 'LIMIT', 0, tonumber(ARGV[1]))) do
   local job = read(KEYS[2], id)
-  if not job then
+  if not job or job.state ~= 'delayed' then
     redis.call('ZREM', KEYS[1], id) -- nothing left to run
   elseif named[job.group] then
     redis.call('ZREM', KEYS[1], id)

@@ -21,8 +21,8 @@ local requeued, buried = 0, 0
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', at, 'LIMIT', 0, tonumber(ARGV[2]))) do
   redis.call('ZREM', KEYS[1], id)
   local job = read(KEYS[2], id)
-  -- a lease without a job row is dropped: nobody could run it
-  if job then
+  -- a lease without an active job is dropped: nobody could run it
+  if job and job.state == 'active' then
     local spent = job.attempts - job.forgiven
     if spent >= limit then
       job.state, job.died = 'dead', at

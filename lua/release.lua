@@ -15,8 +15,9 @@
 --   error "EMQSTALE ..."  the lease was lost (or the job finished); nothing changed
 
 local id = ARGV[1]
-local job, refused = fenced(read(KEYS[1], id), ARGV[2], 'release')
-if not job then return refused end
+local row, refused = fenced(redis.call('HGET', KEYS[1], id), ARGV[2], 'release')
+if not row then return refused end
+local job = decode(row)
 redis.call('ZREM', KEYS[2], id)
 job.state = 'pending'
 job.forgiven = job.forgiven + 1

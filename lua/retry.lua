@@ -20,8 +20,9 @@
 --   error "EMQSTALE ..."  the lease was lost (or the job finished); nothing changed
 
 local id = ARGV[1]
-local job, refused = fenced(read(KEYS[1], id), ARGV[2], 'retry')
-if not job then return refused end
+local row, refused = fenced(redis.call('HGET', KEYS[1], id), ARGV[2], 'retry')
+if not row then return refused end
+local job = decode(row)
 local at = now()
 local spent = job.attempts - job.forgiven
 redis.call('ZREM', KEYS[2], id)
