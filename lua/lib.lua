@@ -50,8 +50,15 @@ local function relabel(row, state, attempts)
   return opening(state, attempts) .. string.sub(row, 9)
 end
 
+local function unknown_format(row)
+  return redis.error_reply('EMQROW a job row in an unknown format: ' .. string.format('%q', string.sub(row, 1, 8)))
+end
+
 local function lease_of(row)
-  return state_names[string.sub(row, 3, 3)], (struct.unpack('>I4', row, 5))
+  local version, fixstr, _, uint32 = string.byte(row, 1, 4)
+  local state = state_names[string.sub(row, 3, 3)]
+  if version ~= 1 or fixstr ~= 161 or uint32 ~= 206 or not state then error(unknown_format(row)) end
+  return state, (struct.unpack('>I4', row, 5))
 end
 
 local function encode(job)
@@ -61,9 +68,7 @@ end
 
 local function decode(row)
   local version, state, attempts, forgiven, created, died, finished, kind, group, err, payload = cmsgpack.unpack(row)
-  if version ~= 1 then
-    error(redis.error_reply('EMQROW a job row in an unknown format (version ' .. tostring(version) .. ')'))
-  end
+  if version ~= 1 or not state_names[state] then error(unknown_format(row)) end
   return {
     state = state_names[state], attempts = attempts, forgiven = forgiven, created = created, died = died,
     finished = finished, kind = kind, group = group, error = err, payload = payload,
