@@ -55,18 +55,24 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]Claim,
 		groups = groups[:min(len(groups), want*laneSlack)]
 		keys := append(make([]string, 0, 7+len(groups)),
 			q.jobsKey(), q.frontKey(), q.rotationKey(), q.lanesKey(), q.clockKey(), q.activeKey(), q.tagsKey())
-		args := append(make([]any, 0, 3+len(groups)), lease.Milliseconds(), want, n*laneSlack)
+		args := append(make([]any, 0, 3+len(groups)), lease.Milliseconds(), want, max(n*laneSlack, headsListed))
 		for _, group := range groups {
 			keys = append(keys, q.laneKey(group))
 			args = append(args, group)
 		}
 		reply, err := claimScript.Run(ctx, q.client.rdb, keys, args...).Slice()
-		if err != nil {
-			return claims, fmt.Errorf("emq: claim on %s: %w", q.name, scriptError(err))
+		var batch []Claim
+		var heads []string
+		if err == nil {
+			batch, heads, err = decodeClaims(reply)
 		}
-		batch, heads, err := decodeClaims(reply)
 		if err != nil {
-			return claims, fmt.Errorf("emq: claim on %s: %w", q.name, err)
+			if len(claims) > 0 {
+				// The jobs claimed so far are leased to the caller: hand
+				// them over rather than leave them to the reaper.
+				return claims, nil
+			}
+			return nil, fmt.Errorf("emq: claim on %s: %w", q.name, scriptError(err))
 		}
 		q.heads.Store(&heads)
 		claims = append(claims, batch...)

@@ -167,7 +167,7 @@ type Job struct {
 	// conflicting reuse of the key.
 	Fingerprint string
 	// DedupRetention is how long the dedup key refuses a second job at least
-	// (it may for up to twice as long); DefaultDedupRetention when zero. A
+	// (up to twice as long and a minute); DefaultDedupRetention when zero. A
 	// key is matched only against jobs admitted with the same retention.
 	DedupRetention time.Duration
 }

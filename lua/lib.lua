@@ -21,8 +21,7 @@
 -- A job row is one string, the value of field <id> in emq:{q}:jobs (and, once
 -- finished, in emq:{q}:finished): a job costs one hash entry, not a key with
 -- an entry per field. The row is a sequence of MessagePack values, packed and
--- unpacked in C by the server's cmsgpack and struct libraries (in Redis and
--- Valkey alike):
+-- unpacked in C by the server's cmsgpack library (in Redis and Valkey alike):
 --
 --   1, state, attempts, forgiven, created, died, finished, kind, group, error, payload
 --
@@ -43,7 +42,8 @@ local state_names = {p = 'pending', a = 'active', w = 'delayed', x = 'dead', d =
 
 -- The eight bytes every row opens with: the version, the state and attempts.
 local function opening(state, attempts)
-  return '\1\161' .. state_codes[state] .. '\206' .. struct.pack('>I4', attempts)
+  return '\1\161' .. state_codes[state] .. '\206' .. string.char(math.floor(attempts / 16777216) % 256,
+    math.floor(attempts / 65536) % 256, math.floor(attempts / 256) % 256, attempts % 256)
 end
 
 local function relabel(row, state, attempts)
@@ -55,10 +55,10 @@ local function unknown_format(row)
 end
 
 local function lease_of(row)
-  local version, fixstr, _, uint32 = string.byte(row, 1, 4)
+  local version, fixstr, _, uint32, a, b, c, d = string.byte(row, 1, 8)
   local state = state_names[string.sub(row, 3, 3)]
-  if version ~= 1 or fixstr ~= 161 or uint32 ~= 206 or not state then error(unknown_format(row)) end
-  return state, (struct.unpack('>I4', row, 5))
+  if version ~= 1 or fixstr ~= 161 or uint32 ~= 206 or not state or not d then error(unknown_format(row)) end
+  return state, ((a * 256 + b) * 256 + c) * 256 + d
 end
 
 local function encode(job)
