@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -52,34 +53,108 @@ func TestAdmitWritesRowLaneAndDedupKey(t *testing.T) {
 	if admission != (emq.Admission{ID: "J1", Fingerprint: "f1"}) {
 		t.Fatalf("admission = %+v", admission)
 	}
-	row, err := rdb.HGetAll(ctx, "emq:{work}:job:J1").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for field, want := range map[string]string{"state": "pending", "attempts": "0", "kind": "test.job", "group": "acct-a", "payload": "payload-1"} {
-		if row[field] != want {
-			t.Errorf("job field %s = %q, want %q", field, row[field], want)
-		}
+	if rows, err := rdb.HKeys(ctx, "emq:{work}:jobs").Result(); err != nil || !slices.Equal(rows, []string{"J1"}) {
+		t.Fatalf("job rows = %v, %v; want J1's", rows, err)
 	}
 	info, err := queue.Job(ctx, "J1")
 	if err != nil {
 		t.Fatal(err)
 	}
+	want := emq.JobInfo{ID: "J1", State: emq.StatePending, Kind: "test.job", Group: "acct-a", Payload: []byte("payload-1"), Created: info.Created}
+	if !reflect.DeepEqual(info, want) {
+		t.Errorf("job = %+v, want %+v", info, want)
+	}
 	if info.Created.Before(before) || info.Created.After(time.Now().Add(time.Second)) {
 		t.Errorf("created = %v, want about now (server time)", info.Created)
 	}
-	if score, err := rdb.ZScore(ctx, "emq:{work}:pending", "J1").Result(); err != nil || score != 0 {
-		t.Errorf("pending score = %v, %v; want 0", score, err)
+	if lane, err := rdb.LRange(ctx, "emq:{work}:lane:acct-a", 0, -1).Result(); err != nil || !slices.Equal(lane, []string{"J1"}) {
+		t.Errorf("lane = %v, %v; want [J1]", lane, err)
+	}
+	if tag, err := rdb.ZScore(ctx, "emq:{work}:rotation", "acct-a").Result(); err != nil || tag != 0 {
+		t.Errorf("rotation tag = %v, %v; want 0", tag, err)
 	}
 	if depth, err := queue.LaneDepth(ctx, "acct-a"); err != nil || depth != 1 {
 		t.Errorf("lane depth = %d, %v; want 1", depth, err)
 	}
-	if value, err := rdb.Get(ctx, "emq:{work}:dedup:acct-a:c1").Result(); err != nil || value != "J1 f1" {
-		t.Errorf("dedup value = %q, %v", value, err)
+	windows := testserver.Keys(t, rdb, "emq:{work}:dedup:*")
+	if len(windows) != 1 || !strings.HasPrefix(windows[0], "emq:{work}:dedup:3600000:") {
+		t.Fatalf("dedup windows = %v, want one of the hour-long windows", windows)
 	}
-	ttl, err := rdb.PTTL(ctx, "emq:{work}:dedup:acct-a:c1").Result()
-	if err != nil || ttl <= 59*time.Minute || ttl > time.Hour {
-		t.Errorf("dedup ttl = %v, %v; want about 1h", ttl, err)
+	entries, err := rdb.HGetAll(ctx, windows[0]).Result()
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("dedup entries = %v, %v; want one", entries, err)
+	}
+	for digest, value := range entries {
+		if len(digest) != 14 || value != "J1 f1" {
+			t.Errorf("dedup entry %x = %q, want a 14-byte digest holding \"J1 f1\"", digest, value)
+		}
+	}
+	// The window lives to the end of the next one plus the skew allowance:
+	// at least the retention, at most twice it and a minute.
+	ttl, err := rdb.PTTL(ctx, windows[0]).Result()
+	if err != nil || ttl < time.Hour-time.Second || ttl > 2*time.Hour+time.Minute {
+		t.Errorf("dedup window ttl = %v, %v; want 1h to 2h1m", ttl, err)
+	}
+}
+
+// TestRowsKeepAnyBytes: the job row is one string holding every field, so
+// the strings in it must come back unchanged whatever bytes they hold, and
+// at every length MessagePack encodes differently.
+func TestRowsKeepAnyBytes(t *testing.T) {
+	every := make([]byte, 256)
+	for i := range every {
+		every[i] = byte(i)
+	}
+	tests := []struct {
+		name  string
+		kind  string
+		group string
+		cause string
+		load  []byte
+	}{
+		{"every byte in the payload", "test.job", "g", "boom", every},
+		{"empty payload", "test.job", "g", "boom", []byte{}},
+		{"a payload that reads as MessagePack", "test.job", "g", "boom", []byte("\x01\xa1p\x00\xc0\xdb\xff\xff")},
+		{"a payload over 64 KiB", "test.job", "g", "boom", bytes.Repeat([]byte("0123456789"), 7000)},
+		{"multi-byte text", "tâche", "groupe é", "échec ✗", []byte("ünïcødé")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			queue, _ := newQueue(t)
+			if err := queue.Declare(ctx, tt.kind); err != nil {
+				t.Fatal(err)
+			}
+			_, err := queue.Admit(ctx, emq.Job{ID: "J1", Kind: tt.kind, Group: tt.group, Payload: tt.load})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := claimOne(t, queue, time.Minute)
+			if c.Kind != tt.kind || c.Group != tt.group || !bytes.Equal(c.Payload, tt.load) {
+				t.Fatalf("claim = %q %q %q", c.Kind, c.Group, c.Payload)
+			}
+			if _, err := queue.Retry(ctx, "J1", c.Token, errors.New(tt.cause), emq.DefaultRetryPolicy); err != nil {
+				t.Fatal(err)
+			}
+			for _, read := range []func() (emq.JobInfo, error){
+				func() (emq.JobInfo, error) { return queue.Job(ctx, "J1") },
+				func() (emq.JobInfo, error) {
+					if err := queue.Cancel(ctx, "J1"); err != nil {
+						return emq.JobInfo{}, err
+					}
+					return queue.Job(ctx, "J1")
+				},
+			} {
+				info, err := read()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if info.Kind != tt.kind || info.Group != tt.group || info.LastError != tt.cause ||
+					!bytes.Equal(info.Payload, tt.load) || info.Attempts != 1 {
+					t.Errorf("%s job = %+v", info.State, info)
+				}
+			}
+		})
 	}
 }
 
@@ -205,39 +280,82 @@ func TestAdmitConcurrentDuplicatesAdmitOnce(t *testing.T) {
 	if admitted != 1 {
 		t.Errorf("%d admissions, want 1", admitted)
 	}
-	jobs := testserver.Keys(t, rdb, "emq:{work}:job:*")
-	if len(jobs) != 1 {
-		t.Errorf("job rows = %v, want 1", jobs)
+	if rows, err := rdb.HLen(ctx, "emq:{work}:jobs").Result(); err != nil || rows != 1 {
+		t.Errorf("job rows = %d, %v; want 1", rows, err)
 	}
 }
 
 // TestAdmitTagsServeGroupsInRotation checks the fair-lane tags: a group that
-// queued much still alternates with a group that queued little.
+// queued much still alternates with a group that queued little, whether the
+// jobs are claimed one by one or in batches.
 func TestAdmitTagsServeGroupsInRotation(t *testing.T) {
-	ctx := context.Background()
-	queue, rdb := newQueue(t)
-	for i := range 5 {
-		if _, err := queue.Admit(ctx, job(fmt.Sprintf("A%d", i), "a", "")); err != nil {
-			t.Fatal(err)
+	for _, batch := range []int{1, 2, 3, 7} {
+		t.Run(fmt.Sprintf("claims of %d", batch), func(t *testing.T) {
+			ctx := context.Background()
+			queue, _ := newQueue(t)
+			for i := range 5 {
+				if _, err := queue.Admit(ctx, job(fmt.Sprintf("A%d", i), "a", "")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range 2 {
+				if _, err := queue.Admit(ctx, job(fmt.Sprintf("B%d", i), "b", "")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for group, want := range map[string]int64{"a": 5, "b": 2} {
+				if depth, _ := queue.LaneDepth(ctx, group); depth != want {
+					t.Errorf("lane %s depth = %d, want %d", group, depth, want)
+				}
+			}
+			var order []string
+			for len(order) < 7 {
+				claims, err := queue.Claim(ctx, batch, time.Minute)
+				if err != nil || len(claims) != min(batch, 7-len(order)) {
+					t.Fatalf("claim = %d jobs, %v", len(claims), err)
+				}
+				for _, c := range claims {
+					order = append(order, c.ID)
+				}
+			}
+			want := "A0 B0 A1 B1 A2 A3 A4"
+			if got := strings.Join(order, " "); got != want {
+				t.Errorf("claim order = %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+// TestClaimBatchesKeepTheRotation: a claim sees only the lanes at the head
+// of the rotation it read; batches of any size still take ten backlogged
+// groups in turn, one job each per round.
+func TestClaimBatchesKeepTheRotation(t *testing.T) {
+	var want []string
+	for round := range 3 {
+		for g := range 10 {
+			want = append(want, fmt.Sprintf("g%d-%05d", g, round))
 		}
 	}
-	for i := range 2 {
-		if _, err := queue.Admit(ctx, job(fmt.Sprintf("B%d", i), "b", "")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	order, err := rdb.ZRange(ctx, "emq:{work}:pending", 0, -1).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "A0 B0 A1 B1 A2 A3 A4"
-	if got := strings.Join(order, " "); got != want {
-		t.Errorf("pending order = %s, want %s", got, want)
-	}
-	for group, want := range map[string]int64{"a": 5, "b": 2} {
-		if depth, _ := queue.LaneDepth(ctx, group); depth != want {
-			t.Errorf("lane %s depth = %d, want %d", group, depth, want)
-		}
+	for _, batch := range []int{1, 2, 4, 13, 30} {
+		t.Run(fmt.Sprintf("claims of %d", batch), func(t *testing.T) {
+			queue, _ := newQueue(t)
+			for g := range 10 {
+				admitN(t, queue, fmt.Sprintf("g%d", g), 3)
+			}
+			var got []string
+			for len(got) < len(want) {
+				claims, err := queue.Claim(context.Background(), batch, time.Minute)
+				if err != nil || len(claims) == 0 {
+					t.Fatalf("claim = %v, %v", claims, err)
+				}
+				for _, c := range claims {
+					got = append(got, c.ID)
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("claim order\n%v, want\n%v", got, want)
+			}
+		})
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 
 // ProtocolVersion is the wire protocol this package speaks. A Redis that holds
 // another version at {emq}:version belongs to an incompatible deployment.
-const ProtocolVersion = "echomq:2.0.0"
+const ProtocolVersion = "echomq:3.0.0"
 
 const versionKey = "{emq}:version"
 

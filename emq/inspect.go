@@ -2,6 +2,7 @@ package emq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -25,20 +26,22 @@ type Stats struct {
 	OldestPending time.Duration
 }
 
-// Stats reads the queue's counts. Finding the oldest pending job reads the
-// creation time of every pending job, so it costs one pipelined round trip
-// per thousand of them: fine for inspection, not for a hot path.
+// Stats reads the queue's counts. Pending jobs are counted on the front list
+// and in every lane, one pipelined round trip per thousand lanes, and the
+// oldest pending job is looked for among those next in line (the front list
+// and each lane's head: a lane is first in, first out): fine for
+// inspection, not for a hot path.
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	stats := Stats{Queue: q.name}
 	pipe := q.client.rdb.Pipeline()
 	counts := map[*int64]*redis.IntCmd{
-		&stats.Pending:  pipe.ZCard(ctx, q.pendingKey()),
 		&stats.Active:   pipe.ZCard(ctx, q.activeKey()),
 		&stats.Delayed:  pipe.ZCard(ctx, q.delayedKey()),
 		&stats.Dead:     pipe.ZCard(ctx, q.deadKey()),
 		&stats.Finished: pipe.ZCard(ctx, q.doneKey()),
 		&stats.Lanes:    pipe.HLen(ctx, q.lanesKey()),
 	}
+	front := pipe.LRange(ctx, q.frontKey(), 0, -1)
 	timeCmd := pipe.Time(ctx)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return Stats{}, fmt.Errorf("emq: stats of %s: %w", q.name, err)
@@ -46,7 +49,14 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	for target, cmd := range counts {
 		*target = cmd.Val()
 	}
-	oldest, err := q.oldestPending(ctx)
+	next := front.Val()
+	stats.Pending = int64(len(next))
+	heads, queued, err := q.laneHeads(ctx)
+	if err != nil {
+		return Stats{}, err
+	}
+	stats.Pending += queued
+	oldest, err := q.oldestCreated(ctx, append(next, heads...))
 	if err != nil {
 		return Stats{}, err
 	}
@@ -56,38 +66,68 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	return stats, nil
 }
 
-func (q *Queue) oldestPending(ctx context.Context) (time.Time, error) {
-	const chunk = 1000
-	var oldest int64
-	for start := int64(0); ; start += chunk {
-		ids, err := q.client.rdb.ZRange(ctx, q.pendingKey(), start, start+chunk-1).Result()
+// inspectChunk is how many lanes or jobs one pipelined read of Stats covers.
+const inspectChunk = 1000
+
+// laneHeads reads the head of every lane in the rotation and how many jobs
+// the lanes hold together.
+func (q *Queue) laneHeads(ctx context.Context) ([]string, int64, error) {
+	var heads []string
+	var queued int64
+	for start := int64(0); ; start += inspectChunk {
+		groups, err := q.client.rdb.ZRange(ctx, q.rotationKey(), start, start+inspectChunk-1).Result()
+		if err != nil {
+			return nil, 0, fmt.Errorf("emq: lanes of %s: %w", q.name, err)
+		}
+		pipe := q.client.rdb.Pipeline()
+		lengths := make([]*redis.IntCmd, len(groups))
+		firsts := make([]*redis.StringCmd, len(groups))
+		for i, group := range groups {
+			lengths[i] = pipe.LLen(ctx, q.laneKey(group))
+			firsts[i] = pipe.LIndex(ctx, q.laneKey(group), 0)
+		}
+		if len(groups) > 0 {
+			if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+				return nil, 0, fmt.Errorf("emq: lanes of %s: %w", q.name, err)
+			}
+		}
+		for i := range groups {
+			queued += lengths[i].Val()
+			if head := firsts[i].Val(); head != "" {
+				heads = append(heads, head)
+			}
+		}
+		if len(groups) < inspectChunk {
+			return heads, queued, nil
+		}
+	}
+}
+
+// oldestCreated returns the earliest creation time of the jobs ids; zero when
+// none of them has a row.
+func (q *Queue) oldestCreated(ctx context.Context, ids []string) (time.Time, error) {
+	var oldest time.Time
+	for start := 0; start < len(ids); start += inspectChunk {
+		chunk := ids[start:min(start+inspectChunk, len(ids))]
+		rows, err := q.client.rdb.HMGet(ctx, q.jobsKey(), chunk...).Result()
 		if err != nil {
 			return time.Time{}, fmt.Errorf("emq: pending of %s: %w", q.name, err)
 		}
-		if len(ids) == 0 {
-			break
-		}
-		pipe := q.client.rdb.Pipeline()
-		created := make([]*redis.StringCmd, len(ids))
-		for i, id := range ids {
-			created[i] = pipe.HGet(ctx, q.jobKey(id), "created")
-		}
-		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-			return time.Time{}, fmt.Errorf("emq: pending of %s: %w", q.name, err)
-		}
-		for _, cmd := range created {
-			if ms, err := strconv.ParseInt(cmd.Val(), 10, 64); err == nil && (oldest == 0 || ms < oldest) {
-				oldest = ms
+		for i, row := range rows {
+			text, ok := row.(string)
+			if !ok {
+				continue
+			}
+			info, err := decodeRow(chunk[i], text)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("emq: pending of %s: %w", q.name, err)
+			}
+			if oldest.IsZero() || info.Created.Before(oldest) {
+				oldest = info.Created
 			}
 		}
-		if len(ids) < chunk {
-			break
-		}
 	}
-	if oldest == 0 {
-		return time.Time{}, nil
-	}
-	return time.UnixMilli(oldest), nil
+	return oldest, nil
 }
 
 // LaneDepths returns each group's pending count.

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Claim is a job leased to the caller. Token is the job's attempts after the
@@ -22,77 +24,102 @@ type Claim struct {
 	Deadline time.Time
 }
 
-// candidateSlack widens the candidate read so that claimers racing for the
-// head of the queue still fill their batch from the ids behind it.
-const candidateSlack = 2
+// laneSlack widens the lanes a claim names: n claims in fair-lane order take
+// from at most the first n lanes of the rotation, and the lanes behind them
+// keep a claim going when racing claimers empty some of those first.
+const laneSlack = 2
+
+// headsListed is the fewest groups a claim's reply lists for the next claim
+// to name: enough for a worker's usual batch, which varies from one claim to
+// the next with the jobs that finished meanwhile.
+const headsListed = 64
 
 // Claim leases up to n pending jobs, next in fair-lane order, for lease. It
 // returns no jobs, and no error, when nothing is pending.
 //
-// Selection is read-then-move: the candidate ids are read first so the claim
-// script can be handed every job key it touches; the script takes only the
-// candidates still pending, so concurrent claimers never share a job.
+// Each lane is a list named after its group, and every key a script touches
+// is passed in KEYS, so the claim script is handed the lanes at the head of
+// the rotation as the previous claim's reply listed them. When the rotation
+// has moved on to a lane not handed over, the script stops there and lists
+// the lanes now at the head, and the claim goes on with those: one round trip
+// while the rotation stays where the last claim left it, two when it moved.
+// Concurrent claimers pop different jobs off the lists: they never share one.
 func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]Claim, error) {
-	if n <= 0 {
-		return nil, nil
-	}
-	for {
-		candidates, err := q.client.rdb.ZRange(ctx, q.pendingKey(), 0, int64(n*candidateSlack-1)).Result()
-		if err != nil {
-			return nil, fmt.Errorf("emq: claim on %s: %w", q.name, err)
+	var claims []Claim
+	for len(claims) < n {
+		var groups []string
+		if heads := q.heads.Load(); heads != nil {
+			groups = *heads
 		}
-		if len(candidates) == 0 {
-			return nil, nil
-		}
-		keys := append(make([]string, 0, 4+len(candidates)), q.pendingKey(), q.activeKey(), q.lanesKey(), q.clockKey())
-		args := append(make([]any, 0, 2+len(candidates)), lease.Milliseconds(), n)
-		for _, id := range candidates {
-			keys = append(keys, q.jobKey(id))
-			args = append(args, id)
+		want := n - len(claims)
+		groups = groups[:min(len(groups), want*laneSlack)]
+		keys := append(make([]string, 0, 7+len(groups)),
+			q.jobsKey(), q.frontKey(), q.rotationKey(), q.lanesKey(), q.clockKey(), q.activeKey(), q.tagsKey())
+		args := append(make([]any, 0, 3+len(groups)), lease.Milliseconds(), want, max(n*laneSlack, headsListed))
+		for _, group := range groups {
+			keys = append(keys, q.laneKey(group))
+			args = append(args, group)
 		}
 		reply, err := claimScript.Run(ctx, q.client.rdb, keys, args...).Slice()
+		var batch []Claim
+		var heads []string
+		if err == nil {
+			batch, heads, err = decodeClaims(reply)
+		}
 		if err != nil {
+			if len(claims) > 0 {
+				// The jobs claimed so far are leased to the caller: hand
+				// them over rather than leave them to the reaper.
+				return claims, nil
+			}
 			return nil, fmt.Errorf("emq: claim on %s: %w", q.name, scriptError(err))
 		}
-		claims, err := decodeClaims(reply)
-		if err != nil {
-			return nil, fmt.Errorf("emq: claim on %s: %w", q.name, err)
-		}
-		// Every candidate gone to other claimers while more wait behind them:
-		// read again rather than report an empty queue.
-		if len(claims) > 0 || len(candidates) < n*candidateSlack {
-			return claims, nil
+		q.heads.Store(&heads)
+		claims = append(claims, batch...)
+		if len(heads) == 0 {
+			break // no lane holds a job
 		}
 	}
+	return claims, nil
 }
 
-func decodeClaims(reply []any) ([]Claim, error) {
-	if len(reply) == 0 || (len(reply)-1)%5 != 0 {
-		return nil, fmt.Errorf("unexpected claim reply of %d values", len(reply))
+// decodeClaims reads the claim script's reply: the claims, then the groups
+// at the head of the rotation.
+func decodeClaims(reply []any) ([]Claim, []string, error) {
+	if len(reply) < 2 {
+		return nil, nil, fmt.Errorf("unexpected claim reply of %d values", len(reply))
 	}
 	deadline, ok := reply[0].(int64)
-	if !ok {
-		return nil, fmt.Errorf("unexpected claim deadline %T", reply[0])
+	claimed, ok2 := reply[1].(int64)
+	if !ok || !ok2 || claimed < 0 || int64(len(reply)) < 2+2*claimed {
+		return nil, nil, fmt.Errorf("unexpected claim reply %T %T of %d values", reply[0], reply[1], len(reply))
 	}
-	claims := make([]Claim, 0, (len(reply)-1)/5)
-	for i := 1; i < len(reply); i += 5 {
+	claims := make([]Claim, 0, claimed)
+	end := 2 + 2*int(claimed)
+	for i := 2; i < end; i += 2 {
 		id, _ := reply[i].(string)
-		token, _ := reply[i+1].(int64)
-		kind, _ := reply[i+2].(string)
-		group, _ := reply[i+3].(string)
-		payload, _ := reply[i+4].(string)
+		row, _ := reply[i+1].(string)
+		job, err := decodeRow(id, row)
+		if err != nil {
+			return nil, nil, err
+		}
 		claims = append(claims, Claim{
-			ID: id, Token: token, Kind: kind, Group: group, Payload: []byte(payload),
+			ID: id, Token: job.Attempts, Kind: job.Kind, Group: job.Group, Payload: job.Payload,
 			Deadline: time.UnixMilli(deadline),
 		})
 	}
-	return claims, nil
+	heads := make([]string, 0, len(reply)-end)
+	for _, group := range reply[end:] {
+		name, _ := group.(string)
+		heads = append(heads, name)
+	}
+	return claims, heads, nil
 }
 
 // Extend renews the lease of a claimed job to lease from now and returns the
 // new deadline; ErrStale when the lease was lost.
 func (q *Queue) Extend(ctx context.Context, id string, token int64, lease time.Duration) (time.Time, error) {
-	deadline, err := extendScript.Run(ctx, q.client.rdb, []string{q.jobKey(id), q.activeKey()},
+	deadline, err := extendScript.Run(ctx, q.client.rdb, []string{q.jobsKey(), q.activeKey()},
 		id, token, lease.Milliseconds()).Int64()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("emq: extend %s on %s: %w", id, q.name, scriptError(err))
@@ -103,7 +130,7 @@ func (q *Queue) Extend(ctx context.Context, id string, token int64, lease time.D
 // Complete finishes a claimed job; ErrStale when the lease was lost, in which
 // case the job is untouched and belongs to whoever holds it now.
 func (q *Queue) Complete(ctx context.Context, id string, token int64) error {
-	err := completeScript.Run(ctx, q.client.rdb, []string{q.jobKey(id), q.activeKey(), q.doneKey(), q.finishedKey()},
+	err := completeScript.Run(ctx, q.client.rdb, []string{q.jobsKey(), q.activeKey(), q.doneKey(), q.finishedKey()},
 		id, token, q.retention).Err()
 	if err != nil {
 		return fmt.Errorf("emq: complete %s on %s: %w", id, q.name, scriptError(err))
@@ -156,7 +183,7 @@ func (q *Queue) fail(ctx context.Context, id string, token int64, cause error, p
 		bury = "1"
 	}
 	reply, err := retryScript.Run(ctx, q.client.rdb,
-		[]string{q.jobKey(id), q.activeKey(), q.delayedKey(), q.deadKey()},
+		[]string{q.jobsKey(), q.activeKey(), q.delayedKey(), q.deadKey()},
 		id, token, message, policy.MaxAttempts, policy.BaseDelay.Milliseconds(), policy.MaxDelay.Milliseconds(),
 		strconv.FormatFloat(rand.Float64(), 'f', 6, 64), bury).Slice()
 	if err != nil {
@@ -171,29 +198,53 @@ func (q *Queue) fail(ctx context.Context, id string, token int64, cause error, p
 // the attempt does not count toward the limit. ErrStale when the lease was lost.
 func (q *Queue) Release(ctx context.Context, id string, token int64) error {
 	err := releaseScript.Run(ctx, q.client.rdb,
-		[]string{q.jobKey(id), q.activeKey(), q.pendingKey(), q.lanesKey(), q.clockKey()}, id, token).Err()
+		[]string{q.jobsKey(), q.activeKey(), q.frontKey(), q.lanesKey()}, id, token).Err()
 	if err != nil {
 		return fmt.Errorf("emq: release %s on %s: %w", id, q.name, scriptError(err))
 	}
 	return nil
 }
 
+// promoteRounds bounds the calls of one Promote: the first names the groups
+// of the due jobs, the second moves them; more are needed only when other
+// jobs fall due in between.
+const promoteRounds = 3
+
 // Promote moves up to limit delayed jobs whose time has come into their lanes
 // and returns how many it moved.
+//
+// A job's lane is named after its group, which only its row tells; the
+// script moves the due jobs whose lanes it was handed and names the groups of
+// the others, so a promotion takes one call when nothing is due and two when
+// something is.
 func (q *Queue) Promote(ctx context.Context, limit int) (int, error) {
-	candidates, err := q.due(ctx, q.delayedKey(), limit)
-	if err != nil || len(candidates) == 0 {
-		return 0, wrapRead("promote", q.name, err)
-	}
-	keys := []string{q.delayedKey(), q.pendingKey(), q.lanesKey(), q.tagsKey(), q.clockKey()}
-	args := make([]any, 0, len(candidates))
-	for _, id := range candidates {
-		keys = append(keys, q.jobKey(id))
-		args = append(args, id)
-	}
-	promoted, err := promoteScript.Run(ctx, q.client.rdb, keys, args...).Int()
-	if err != nil {
-		return 0, fmt.Errorf("emq: promote on %s: %w", q.name, scriptError(err))
+	promoted := 0
+	var groups []string
+	for round := 0; round < promoteRounds && promoted < limit; round++ {
+		keys := append(make([]string, 0, 6+len(groups)),
+			q.delayedKey(), q.jobsKey(), q.rotationKey(), q.lanesKey(), q.tagsKey(), q.clockKey())
+		args := append(make([]any, 0, 1+len(groups)), limit-promoted)
+		for _, group := range groups {
+			keys = append(keys, q.laneKey(group))
+			args = append(args, group)
+		}
+		reply, err := promoteScript.Run(ctx, q.client.rdb, keys, args...).Slice()
+		if err != nil {
+			return promoted, fmt.Errorf("emq: promote on %s: %w", q.name, scriptError(err))
+		}
+		moved, ok := reply[0].(int64)
+		if !ok {
+			return promoted, fmt.Errorf("emq: promote on %s: unexpected reply %v", q.name, reply)
+		}
+		promoted += int(moved)
+		if len(reply) == 1 {
+			break
+		}
+		groups = groups[:0]
+		for _, group := range reply[1:] {
+			name, _ := group.(string)
+			groups = append(groups, name)
+		}
 	}
 	return promoted, nil
 }
@@ -206,77 +257,66 @@ type Reaped struct {
 	Dead int
 }
 
-// Reap takes back up to limit jobs whose lease ran out: pending again, or
-// dead once maxAttempts are spent. Many workers may reap at once.
+// Reap takes back up to limit jobs whose lease ran out by the server's
+// clock: pending again, or dead once maxAttempts are spent. Many workers may
+// reap at once.
 func (q *Queue) Reap(ctx context.Context, maxAttempts, limit int) (Reaped, error) {
-	candidates, err := q.due(ctx, q.activeKey(), limit)
-	if err != nil || len(candidates) == 0 {
-		return Reaped{}, wrapRead("reap", q.name, err)
-	}
-	keys := []string{q.activeKey(), q.pendingKey(), q.lanesKey(), q.clockKey(), q.deadKey()}
-	args := append(make([]any, 0, 1+len(candidates)), maxAttempts)
-	for _, id := range candidates {
-		keys = append(keys, q.jobKey(id))
-		args = append(args, id)
-	}
-	counts, err := reapScript.Run(ctx, q.client.rdb, keys, args...).Int64Slice()
+	counts, err := reapScript.Run(ctx, q.client.rdb,
+		[]string{q.activeKey(), q.jobsKey(), q.frontKey(), q.lanesKey(), q.deadKey()},
+		maxAttempts, limit).Int64Slice()
 	if err != nil {
 		return Reaped{}, fmt.Errorf("emq: reap on %s: %w", q.name, scriptError(err))
 	}
 	return Reaped{Requeued: int(counts[0]), Dead: int(counts[1])}, nil
 }
 
-// due reads up to limit ids of a set scored by time whose time has come by
-// the server's clock, read in the same round trip. Most reaper and promoter
-// ticks find nothing due and end here, without running a script; the script
-// still checks each candidate against the clock as it moves it.
-func (q *Queue) due(ctx context.Context, key string, limit int) ([]string, error) {
-	pipe := q.client.rdb.Pipeline()
-	now := pipe.Time(ctx)
-	earliest := pipe.ZRangeWithScores(ctx, key, 0, int64(limit-1))
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, err
-	}
-	cutoff := float64(now.Val().UnixMilli())
-	var ids []string
-	for _, member := range earliest.Val() {
-		if member.Score > cutoff {
-			break
-		}
-		ids = append(ids, member.Member.(string))
-	}
-	return ids, nil
-}
+// laneRounds bounds the calls of a move that must name the lane of a job's
+// group before it knows the group: the first call learns it, the second
+// moves, a third is needed only if the id was reused meanwhile.
+const laneRounds = 3
 
-func wrapRead(move, queue string, err error) error {
-	if err == nil {
-		return nil
+// inLane runs a move that may need the lane of the job's group. The script
+// answers {"lane", group} when it was handed another group's lane and
+// changed nothing; run calls it again with that group's lane.
+func (q *Queue) inLane(move string, id string, run func(group string) *redis.Cmd) error {
+	group := ""
+	for range laneRounds {
+		reply, err := run(group).Result()
+		if err != nil {
+			return fmt.Errorf("emq: %s %s on %s: %w", move, id, q.name, scriptError(err))
+		}
+		answer, ok := reply.([]any)
+		if !ok {
+			return nil
+		}
+		if len(answer) != 2 || answer[0] != "lane" {
+			return fmt.Errorf("emq: %s %s on %s: unexpected reply %v", move, id, q.name, answer)
+		}
+		group, _ = answer[1].(string)
 	}
-	return fmt.Errorf("emq: %s on %s: %w", move, queue, err)
+	return fmt.Errorf("emq: %s %s on %s: the job's group kept changing", move, id, q.name)
 }
 
 // Cancel withdraws a job no worker holds (pending, or delayed for a retry).
 // An active, dead or finished job is refused with ErrState; a missing one with
 // ErrNotFound.
 func (q *Queue) Cancel(ctx context.Context, id string) error {
-	err := cancelScript.Run(ctx, q.client.rdb,
-		[]string{q.jobKey(id), q.pendingKey(), q.delayedKey(), q.lanesKey(), q.doneKey(), q.finishedKey()},
-		id, q.retention).Err()
-	if err != nil {
-		return fmt.Errorf("emq: cancel %s on %s: %w", id, q.name, scriptError(err))
-	}
-	return nil
+	return q.inLane("cancel", id, func(group string) *redis.Cmd {
+		return cancelScript.Run(ctx, q.client.rdb,
+			[]string{q.jobsKey(), q.frontKey(), q.rotationKey(), q.lanesKey(), q.delayedKey(), q.doneKey(),
+				q.finishedKey(), q.tagsKey(), q.laneKey(group)},
+			id, q.retention, group)
+	})
 }
 
 // Requeue puts a dead job back at the end of its lane with a fresh attempt
 // budget; ErrState when it is not dead.
 func (q *Queue) Requeue(ctx context.Context, id string) error {
-	err := requeueScript.Run(ctx, q.client.rdb,
-		[]string{q.jobKey(id), q.deadKey(), q.pendingKey(), q.lanesKey(), q.tagsKey(), q.clockKey()}, id).Err()
-	if err != nil {
-		return fmt.Errorf("emq: requeue %s on %s: %w", id, q.name, scriptError(err))
-	}
-	return nil
+	return q.inLane("requeue", id, func(group string) *redis.Cmd {
+		return requeueScript.Run(ctx, q.client.rdb,
+			[]string{q.jobsKey(), q.deadKey(), q.rotationKey(), q.lanesKey(), q.tagsKey(), q.clockKey(), q.laneKey(group)},
+			id, group)
+	})
 }
 
 // StateOf returns the state word a refusal carries ("active", "finished", …)

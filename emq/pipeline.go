@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -53,8 +54,9 @@ func (q *Queue) AdmitMany(ctx context.Context, jobs []Job) ([]Admission, []error
 	errs := make([]error, len(jobs))
 	calls := make([]scriptCall, 0, len(jobs))
 	index := make([]int, 0, len(jobs))
+	now := time.Now()
 	for i, job := range jobs {
-		keys, args, err := q.admitCall(job)
+		keys, args, err := q.admitCall(job, now)
 		if err != nil {
 			errs[i] = err
 			continue
@@ -86,7 +88,7 @@ func (q *Queue) CompleteMany(ctx context.Context, jobs []Completion) []error {
 	calls := make([]scriptCall, len(jobs))
 	for i, job := range jobs {
 		calls[i] = scriptCall{
-			keys: []string{q.jobKey(job.ID), q.activeKey(), q.doneKey(), q.finishedKey()},
+			keys: []string{q.jobsKey(), q.activeKey(), q.doneKey(), q.finishedKey()},
 			args: []any{job.ID, job.Token, q.retention},
 		}
 	}

@@ -2,10 +2,12 @@ package emq
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,7 +16,7 @@ import (
 // DefaultDedupRetention is how long a dedup key keeps refusing a second job.
 const DefaultDedupRetention = 24 * time.Hour
 
-// Job states as the job hash stores them.
+// Job states, as JobInfo names them.
 const (
 	StatePending  = "pending"
 	StateActive   = "active"
@@ -34,6 +36,9 @@ type Queue struct {
 	name      string
 	prefix    string
 	retention int
+	// heads are the groups at the head of the rotation as the last claim
+	// left it: the lanes the next claim names.
+	heads atomic.Pointer[[]string]
 }
 
 // QueueOption configures a Queue.
@@ -65,22 +70,63 @@ func (c *Client) Queue(name string, opts ...QueueOption) *Queue {
 // Name is the queue's name.
 func (q *Queue) Name() string { return q.name }
 
-// Key returns the full key of one of the queue's structures, e.g. "pending";
+// Key returns the full key of one of the queue's structures, e.g. "active";
 // for inspection and tests.
 func (q *Queue) Key(suffix string) string { return q.prefix + suffix }
 
-func (q *Queue) jobKey(id string) string      { return q.prefix + "job:" + id }
-func (q *Queue) dedupKey(dedup string) string { return q.prefix + "dedup:" + dedup }
-func (q *Queue) kindsKey() string             { return q.prefix + "kinds" }
-func (q *Queue) pendingKey() string           { return q.prefix + "pending" }
-func (q *Queue) lanesKey() string             { return q.prefix + "lanes" }
-func (q *Queue) tagsKey() string              { return q.prefix + "tags" }
-func (q *Queue) clockKey() string             { return q.prefix + "clock" }
-func (q *Queue) activeKey() string            { return q.prefix + "active" }
-func (q *Queue) delayedKey() string           { return q.prefix + "delayed" }
-func (q *Queue) deadKey() string              { return q.prefix + "dead" }
-func (q *Queue) doneKey() string              { return q.prefix + "done" }
-func (q *Queue) finishedKey() string          { return q.prefix + "finished" }
+func (q *Queue) jobsKey() string             { return q.prefix + "jobs" }
+func (q *Queue) laneKey(group string) string { return q.prefix + "lane:" + group }
+func (q *Queue) kindsKey() string            { return q.prefix + "kinds" }
+func (q *Queue) frontKey() string            { return q.prefix + "front" }
+func (q *Queue) rotationKey() string         { return q.prefix + "rotation" }
+func (q *Queue) lanesKey() string            { return q.prefix + "lanes" }
+func (q *Queue) tagsKey() string             { return q.prefix + "tags" }
+func (q *Queue) clockKey() string            { return q.prefix + "clock" }
+func (q *Queue) activeKey() string           { return q.prefix + "active" }
+func (q *Queue) delayedKey() string          { return q.prefix + "delayed" }
+func (q *Queue) deadKey() string             { return q.prefix + "dead" }
+func (q *Queue) doneKey() string             { return q.prefix + "done" }
+func (q *Queue) finishedKey() string         { return q.prefix + "finished" }
+
+// dedupSkewAllowance is how far apart the clocks of the processes admitting
+// to one queue may be. Dedup windows are cut by the admitting process's clock
+// (see dedupWindows), so a skew beyond it shortens how long a dedup key
+// refuses a second job by the excess.
+const dedupSkewAllowance = time.Minute
+
+// dedupDigestBytes is how much of the SHA-256 of a dedup key names its entry:
+// 112 bits make a collision among even 10^9 retained keys a 1-in-10^16
+// chance, and a 14-byte field still fits the 16-byte allocation class.
+const dedupDigestBytes = 14
+
+// dedupWindows names the dedup hashes of an admission at now: window w of
+// the retention R by this process's clock, the one it writes to and when
+// that expires, and the other windows a live entry may be in. An entry
+// written during w is found by every admission of the next R: until (w+2)*R
+// they fall in w or w+1, and both look in w (as w and as w-1). Entries in
+// w+1 exist only once some clock has passed w's end, so w+1 is looked in
+// within the skew allowance of it. The hash expires at the end of w+1 plus
+// the allowance, so an entry lives between R and 2R plus the allowance.
+// This assumes the clocks of the processes admitting to one queue differ by
+// less than the allowance; a larger skew shortens the refusal by the excess.
+func (q *Queue) dedupWindows(retention time.Duration, now time.Time) (write string, others []string, expireAt int64) {
+	length := max(retention.Milliseconds(), 1)
+	skew := min(length, dedupSkewAllowance.Milliseconds())
+	at := now.UnixMilli()
+	window := at / length
+	prefix := q.prefix + "dedup:" + strconv.FormatInt(length, 10) + ":"
+	name := func(w int64) string { return prefix + strconv.FormatInt(w, 10) }
+	others = []string{name(window - 1)}
+	if at+skew >= (window+1)*length {
+		others = append(others, name(window+1))
+	}
+	return name(window), others, (window+2)*length + skew
+}
+
+func dedupDigest(dedup string) string {
+	sum := sha256.Sum256([]byte(dedup))
+	return string(sum[:dedupDigestBytes])
+}
 
 // Declare registers the job kinds the queue accepts; admission refuses others
 // with ErrKind. Declaring is additive and safe to repeat from every process.
@@ -120,8 +166,9 @@ type Job struct {
 	// first job's fingerprint back so the caller can tell a replay from a
 	// conflicting reuse of the key.
 	Fingerprint string
-	// DedupRetention is how long the dedup key is kept; DefaultDedupRetention
-	// when zero.
+	// DedupRetention is how long the dedup key refuses a second job at least
+	// (up to twice as long and a minute); DefaultDedupRetention when zero. A
+	// key is matched only against jobs admitted with the same retention.
 	DedupRetention time.Duration
 }
 
@@ -139,14 +186,16 @@ type Admission struct {
 // pending insert, as one atomic step. Retrying an Admit is safe: the dedup key
 // turns the retry into a Duplicate answer.
 func (q *Queue) Admit(ctx context.Context, job Job) (Admission, error) {
-	keys, args, err := q.admitCall(job)
+	keys, args, err := q.admitCall(job, time.Now())
 	if err != nil {
 		return Admission{}, err
 	}
 	return q.admission(job.ID, q.client.admits.run(ctx, keys, args...))
 }
 
-func (q *Queue) admitCall(job Job) ([]string, []any, error) {
+// admitCall is the admit script's keys and arguments for job, with the
+// dedup windows of now by this process's clock.
+func (q *Queue) admitCall(job Job, now time.Time) ([]string, []any, error) {
 	if err := validJob(job); err != nil {
 		return nil, nil, err
 	}
@@ -158,11 +207,11 @@ func (q *Queue) admitCall(job Job) ([]string, []any, error) {
 	if retention <= 0 {
 		retention = DefaultDedupRetention
 	}
-	keys := []string{
-		q.kindsKey(), q.dedupKey(dedup), q.jobKey(job.ID),
-		q.pendingKey(), q.lanesKey(), q.tagsKey(), q.clockKey(),
-	}
-	args := []any{job.ID, job.Kind, job.Group, job.Payload, job.Fingerprint, retention.Milliseconds()}
+	window, others, expireAt := q.dedupWindows(retention, now)
+	keys := append(make([]string, 0, 8+len(others)), q.kindsKey(), q.jobsKey(), q.laneKey(job.Group),
+		q.rotationKey(), q.lanesKey(), q.tagsKey(), q.clockKey(), window)
+	keys = append(keys, others...)
+	args := []any{job.ID, job.Kind, job.Group, job.Payload, job.Fingerprint, dedupDigest(dedup), expireAt}
 	return keys, args, nil
 }
 
@@ -191,7 +240,7 @@ func validJob(job Job) error {
 	return nil
 }
 
-// JobInfo is a job as the queue holds it: its hash while it lives, its
+// JobInfo is a job as the queue holds it: its row while it lives, its
 // record once finished.
 type JobInfo struct {
 	ID       string
@@ -209,46 +258,28 @@ type JobInfo struct {
 
 // Job reads one job; ErrNotFound when there is none.
 func (q *Queue) Job(ctx context.Context, id string) (JobInfo, error) {
-	fields, err := q.client.rdb.HGetAll(ctx, q.jobKey(id)).Result()
+	pipe := q.client.rdb.Pipeline()
+	live := pipe.HGet(ctx, q.jobsKey(), id)
+	record := pipe.HGet(ctx, q.finishedKey(), id)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return JobInfo{}, fmt.Errorf("emq: read job %s: %w", id, err)
+	}
+	// A job moves from jobs to finished and never back, so reading jobs
+	// first finds it in one of the two, however the reads and its moves
+	// interleave (unless the retention dropped its record).
+	row, err := live.Result()
+	if errors.Is(err, redis.Nil) {
+		row, err = record.Result()
+	}
+	if errors.Is(err, redis.Nil) {
+		return JobInfo{}, fmt.Errorf("emq: job %s on %s: %w", id, q.name, ErrNotFound)
+	}
 	if err != nil {
 		return JobInfo{}, fmt.Errorf("emq: read job %s: %w", id, err)
 	}
-	if len(fields) == 0 {
-		record, err := q.client.rdb.HGet(ctx, q.finishedKey(), id).Result()
-		if errors.Is(err, redis.Nil) {
-			return JobInfo{}, fmt.Errorf("emq: job %s on %s: %w", id, q.name, ErrNotFound)
-		}
-		if err != nil {
-			return JobInfo{}, fmt.Errorf("emq: read job %s: %w", id, err)
-		}
-		if fields, err = decodeRecord(record); err != nil {
-			return JobInfo{}, fmt.Errorf("emq: job %s on %s: %w", id, q.name, err)
-		}
-	}
-	return jobInfo(id, fields)
-}
-
-func jobInfo(id string, fields map[string]string) (JobInfo, error) {
-	attempts, err := strconv.ParseInt(fields["attempts"], 10, 64)
+	info, err := decodeRow(id, row)
 	if err != nil {
-		return JobInfo{}, fmt.Errorf("emq: job %s: attempts %q: %w", id, fields["attempts"], err)
-	}
-	created, err := strconv.ParseInt(fields["created"], 10, 64)
-	if err != nil {
-		return JobInfo{}, fmt.Errorf("emq: job %s: created %q: %w", id, fields["created"], err)
-	}
-	info := JobInfo{
-		ID:        id,
-		State:     fields["state"],
-		Kind:      fields["kind"],
-		Group:     fields["group"],
-		Attempts:  attempts,
-		Payload:   []byte(fields["payload"]),
-		Created:   time.UnixMilli(created).UTC(),
-		LastError: fields["error"],
-	}
-	if finished, err := strconv.ParseInt(fields["finished"], 10, 64); err == nil {
-		info.Finished = time.UnixMilli(finished).UTC()
+		return JobInfo{}, fmt.Errorf("emq: %s: %w", q.name, err)
 	}
 	return info, nil
 }
@@ -267,9 +298,13 @@ func (q *Queue) LaneDepth(ctx context.Context, group string) (int64, error) {
 
 // Pending is the number of pending jobs across all lanes.
 func (q *Queue) Pending(ctx context.Context) (int64, error) {
-	n, err := q.client.rdb.ZCard(ctx, q.pendingKey()).Result()
+	depths, err := q.LaneDepths(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("emq: pending count on %s: %w", q.name, err)
+		return 0, err
+	}
+	var n int64
+	for _, depth := range depths {
+		n += depth
 	}
 	return n, nil
 }

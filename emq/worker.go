@@ -739,7 +739,7 @@ func (q *Queue) extendLeases(ctx context.Context, leases []Completion, lease tim
 	calls := make([]scriptCall, len(leases))
 	for i, held := range leases {
 		calls[i] = scriptCall{
-			keys: []string{q.jobKey(held.ID), q.activeKey()},
+			keys: []string{q.jobsKey(), q.activeKey()},
 			args: []any{held.ID, held.Token, lease.Milliseconds()},
 		}
 	}
@@ -934,10 +934,9 @@ type queueDepths struct {
 }
 
 // depths reads the queue's gauges in one round trip of counts; unlike Stats
-// it does not look for the oldest pending job, which reads every job.
+// it does not look for the oldest pending job, which reads every lane.
 func (q *Queue) depths(ctx context.Context) (queueDepths, error) {
 	pipe := q.client.rdb.Pipeline()
-	pending := pipe.ZCard(ctx, q.pendingKey())
 	active := pipe.ZCard(ctx, q.activeKey())
 	delayed := pipe.ZCard(ctx, q.delayedKey())
 	dead := pipe.ZCard(ctx, q.deadKey())
@@ -945,12 +944,13 @@ func (q *Queue) depths(ctx context.Context) (queueDepths, error) {
 	if _, err := pipe.Exec(ctx); err != nil {
 		return queueDepths{}, fmt.Errorf("emq: depths of %s: %w", q.name, err)
 	}
-	depths := queueDepths{pending: pending.Val(), active: active.Val(), delayed: delayed.Val(), dead: dead.Val()}
+	depths := queueDepths{active: active.Val(), delayed: delayed.Val(), dead: dead.Val()}
 	for _, text := range lanes.Val() {
 		depth, err := strconv.ParseInt(text, 10, 64)
 		if err != nil || depth <= 0 {
 			continue
 		}
+		depths.pending += depth
 		depths.lanes++
 		depths.deepestLane = max(depths.deepestLane, depth)
 	}

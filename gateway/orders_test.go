@@ -47,9 +47,8 @@ func TestConcurrentRetriesAdmitOneOrder(t *testing.T) {
 	if created != 1 || replayed != callers-1 || len(ids) != 1 {
 		t.Fatalf("created %d, replayed %d, distinct ids %d; want 1, %d, 1", created, replayed, len(ids), callers-1)
 	}
-	jobs, _ := f.rdb.Keys(context.Background(), "emq:{orders}:job:*").Result()
-	if len(jobs) != 1 {
-		t.Errorf("job rows = %d, want 1", len(jobs))
+	if jobs := f.rdb.HLen(context.Background(), "emq:{orders}:jobs").Val(); jobs != 1 {
+		t.Errorf("job rows = %d, want 1", jobs)
 	}
 }
 
@@ -109,19 +108,19 @@ func TestThousandOrdersFromTenAccountsLandInTheirLanes(t *testing.T) {
 	count := 0
 	for p := range results {
 		count++
-		group, err := f.rdb.HGet(ctx, "emq:{orders}:job:"+p.id, "group").Result()
-		if err != nil || group != p.account {
-			t.Errorf("job %s group = %q, %v; want %s", p.id, group, err, p.account)
+		job, err := f.queue.Job(ctx, p.id)
+		if err != nil || job.Group != p.account {
+			t.Errorf("job %s group = %q, %v; want %s", p.id, job.Group, err, p.account)
 		}
 	}
-	jobs, _ := f.rdb.Keys(ctx, "emq:{orders}:job:*").Result()
-	pending := f.rdb.ZCard(ctx, "emq:{orders}:pending").Val()
-	if count != 1000 || len(jobs) != 1000 || pending != 1000 {
-		t.Fatalf("placed %d, job rows %d, pending %d; want 1000 each", count, len(jobs), pending)
+	jobs := f.rdb.HLen(ctx, "emq:{orders}:jobs").Val()
+	pending, err := f.queue.Pending(ctx)
+	if count != 1000 || jobs != 1000 || pending != 1000 || err != nil {
+		t.Fatalf("placed %d, job rows %d, pending %d (%v); want 1000 each", count, jobs, pending, err)
 	}
 	for _, account := range f.accounts {
-		if depth := f.rdb.HGet(ctx, "emq:{orders}:lanes", account).Val(); depth != fmt.Sprint(perAccount) {
-			t.Errorf("lane of %s holds %s, want %d", account, depth, perAccount)
+		if lane := f.rdb.LLen(ctx, "emq:{orders}:lane:"+account).Val(); lane != perAccount {
+			t.Errorf("lane of %s holds %d, want %d", account, lane, perAccount)
 		}
 	}
 }

@@ -1,50 +1,101 @@
--- claim: lease up to N pending jobs to the caller, next in fair-lane order.
+-- claim: lease up to N pending jobs to the caller: first the jobs requeued to
+-- the front (they already waited their turn), then the lanes in fair-queueing
+-- order, the lane whose head has the lowest start tag first.
 --
--- The caller reads candidate ids first (ZRANGE pending 0 M), so that every job
--- key the script touches is passed in KEYS; the script takes each candidate
--- only if it is still pending, so racing claimers never share a job.
+-- Every key the script touches is in KEYS, so the caller names the lanes it
+-- expects at the head of the rotation: those the previous claim's reply
+-- listed. N claims in rotation order take from at most the first N lanes;
+-- when the next lane in the rotation is one the caller did not name (the
+-- rotation moved on), the script stops there, and the reply lists the lanes
+-- now at the head for the caller to claim the rest with. Racing claimers pop
+-- different jobs off the same lists, so they never share a job.
 --
--- KEYS[1]    emq:{q}:pending   zset  pending ids by fair-queueing tag
--- KEYS[2]    emq:{q}:active    zset  active ids by lease deadline (ms)
--- KEYS[3]    emq:{q}:lanes     hash  group -> pending count
--- KEYS[4]    emq:{q}:clock     string virtual time: the highest tag claimed
--- KEYS[5..]  emq:{q}:job:<id>  hash  one per candidate, in ARGV order
+-- KEYS[1]   emq:{q}:jobs          hash   id -> job row (see lib.lua)
+-- KEYS[2]   emq:{q}:front         list   requeued ids, claimed before any lane
+-- KEYS[3]   emq:{q}:rotation      zset   group -> start tag of its lane's head
+-- KEYS[4]   emq:{q}:lanes         hash   group -> pending count
+-- KEYS[5]   emq:{q}:clock         string virtual time: the highest tag claimed
+-- KEYS[6]   emq:{q}:active        zset   active ids by lease deadline (ms)
+-- KEYS[7]   emq:{q}:tags          hash   group -> finish tag, kept while its lane is empty
+-- KEYS[8..] emq:{q}:lane:<group>  list   one per group in ARGV order
 --
 -- ARGV[1]    lease in milliseconds
 -- ARGV[2]    N, the most jobs to claim
--- ARGV[3..]  candidate ids
+-- ARGV[3]    M, how many groups at the head of the rotation to list in the reply
+-- ARGV[4..]  the groups whose lanes KEYS[8..] name
 --
--- Reply: {deadline, id, token, kind, group, payload, id, token, ...}
---   deadline is the lease's end in server milliseconds; token is the job's new
---   attempts, the fencing token every later move of this lease must present.
+-- Reply: {deadline, claimed, id, row, id, row, ..., group, group, ...}
+--   deadline is the lease's end in server milliseconds; claimed is how many
+--   jobs follow, each as its id and its row (see lib.lua), whose attempts
+--   are the fencing token every later move of this lease must present. Then
+--   the first M groups of the rotation once the claims are made, none when
+--   no lane holds a job.
 
 local lease, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local deadline = now() + lease
-local virtual = tonumber(redis.call('GET', KEYS[4]) or '0')
-local reply = {deadline}
+local reply = {deadline, 0}
 local claimed = 0
-for i = 3, #ARGV do
-  if claimed >= limit then break end
-  local id, key = ARGV[i], KEYS[i + 2]
-  local tag = redis.call('ZSCORE', KEYS[1], id)
-  if tag then
-    tag = tonumber(tag)
+local taken = {} -- group -> how many of its pending jobs were claimed
+
+-- The job's row goes to the caller as it is now, active under its new
+-- attempts; only the eight bytes it opens with change.
+local function take(id, group)
+  local row = redis.call('HGET', KEYS[1], id)
+  if not row then return end -- a listed id without a row: nobody could run it
+  local state, attempts = lease_of(row)
+  if state ~= 'pending' then return end -- listed twice, and taken already
+  group = group or decode(row).group
+  row = relabel(row, 'active', attempts + 1)
+  redis.call('HSET', KEYS[1], id, row)
+  redis.call('ZADD', KEYS[6], deadline, id)
+  taken[group] = (taken[group] or 0) + 1
+  reply[#reply + 1] = id
+  reply[#reply + 1] = row
+  claimed = claimed + 1
+end
+
+while claimed < limit do
+  local id = redis.call('LPOP', KEYS[2])
+  if not id then break end
+  take(id)
+end
+
+-- The lane whose head has the lowest tag gives one job and goes back into
+-- the rotation one tag later, or, run empty, leaves its finish tag in tags.
+local named = {}
+for i = 4, #ARGV do named[ARGV[i]] = KEYS[i + 4] end
+local virtual = -1
+while claimed < limit do
+  local head = redis.call('ZPOPMIN', KEYS[3])
+  if #head == 0 then break end
+  local group, tag = head[1], tonumber(head[2])
+  local lane = named[group]
+  if not lane then -- not named: the caller claims the rest with the reply's heads
+    redis.call('ZADD', KEYS[3], tag, group)
+    break
+  end
+  local id = redis.call('LPOP', lane)
+  if redis.call('LLEN', lane) > 0 then
+    redis.call('ZADD', KEYS[3], tag + 1, group)
+  else
+    redis.call('HSET', KEYS[7], group, tag + 1)
+  end
+  if id then
     if tag > virtual then virtual = tag end
-    redis.call('ZREM', KEYS[1], id)
-    local token = redis.call('HINCRBY', key, 'attempts', 1)
-    redis.call('HSET', key, 'state', 'active', 'claimed', deadline - lease)
-    redis.call('ZADD', KEYS[2], deadline, id)
-    local job = redis.call('HMGET', key, 'kind', 'group', 'payload')
-    if redis.call('HINCRBY', KEYS[3], job[2], -1) <= 0 then
-      redis.call('HDEL', KEYS[3], job[2])
-    end
-    reply[#reply + 1] = id
-    reply[#reply + 1] = token
-    reply[#reply + 1] = job[1]
-    reply[#reply + 1] = job[2]
-    reply[#reply + 1] = job[3]
-    claimed = claimed + 1
+    take(id, group)
   end
 end
-redis.call('SET', KEYS[4], virtual)
+for group, n in pairs(taken) do
+  if redis.call('HINCRBY', KEYS[4], group, -n) <= 0 then
+    redis.call('HDEL', KEYS[4], group)
+  end
+end
+if virtual >= 0 and virtual > tonumber(redis.call('GET', KEYS[5]) or '0') then
+  redis.call('SET', KEYS[5], virtual)
+end
+reply[2] = claimed
+local wanted = tonumber(ARGV[3])
+if wanted > 0 then
+  for _, group in ipairs(redis.call('ZRANGE', KEYS[3], 0, wanted - 1)) do reply[#reply + 1] = group end
+end
 return reply

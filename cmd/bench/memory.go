@@ -54,15 +54,22 @@ type memoryResult struct {
 	PendingBeyondPayload float64 `json:"pending_bytes_beyond_payload"`
 	FinishedBytes        float64 `json:"finished_bytes_per_job"`
 	FinishedBeyond       float64 `json:"finished_bytes_beyond_payload"`
-	// From MEMORY USAGE of one job's keys plus its share of the shared ones.
-	UsageJobHash  int64   `json:"usage_job_hash"`
-	JobHashCoding string  `json:"job_hash_encoding"`
-	UsageDedupKey int64   `json:"usage_dedup_key"`
-	UsagePending  float64 `json:"usage_pending_share"`
-	UsageLanes    float64 `json:"usage_lanes_share"`
-	UsagePerJob   float64 `json:"usage_pending_total"`
-	UsageFinished float64 `json:"usage_finished_share"`
-	UsageDone     float64 `json:"usage_done_share"`
+	// From MEMORY USAGE of the queue's structures, each divided by Jobs.
+	UsageJobRows   float64 `json:"usage_job_rows_share"`
+	JobRowsCoding  string  `json:"job_rows_encoding"`
+	UsageDedup     float64 `json:"usage_dedup_share"`
+	UsageLaneLists float64 `json:"usage_lane_lists_share"`
+	UsageLaneIndex float64 `json:"usage_lane_index_share"`
+	UsagePerJob    float64 `json:"usage_pending_total"`
+	UsageFinished  float64 `json:"usage_finished_share"`
+	UsageDone      float64 `json:"usage_done_share"`
+}
+
+// pendingUsage names the structures a pending job's MEMORY USAGE share is
+// made of, for the report.
+func (m memoryResult) pendingUsage() string {
+	return fmt.Sprintf("job rows (one %s hash) %.0f + dedup windows %.0f + lane lists %.0f + rotation/lanes/tags/front %.1f",
+		m.JobRowsCoding, m.UsageJobRows, m.UsageDedup, m.UsageLaneLists, m.UsageLaneIndex)
 }
 
 func usedMemory(ctx context.Context, e *env) (int64, error) {
@@ -95,7 +102,6 @@ func (e *env) measureMemory(ctx context.Context, jobs int, progress func(string,
 	}
 	const batch = 1000
 	var payloads int64
-	var first emq.Job
 	for done := 0; done < jobs; {
 		n := min(batch, jobs-done)
 		list := make([]emq.Job, n)
@@ -105,9 +111,6 @@ func (e *env) measureMemory(ctx context.Context, jobs int, progress func(string,
 				return r, err
 			}
 			payloads += int64(len(list[i].Payload))
-		}
-		if done == 0 {
-			first = list[0]
 		}
 		_, errs := queue.AdmitMany(ctx, list)
 		if err := errors.Join(errs...); err != nil {
@@ -126,13 +129,27 @@ func (e *env) measureMemory(ctx context.Context, jobs int, progress func(string,
 	r.PendingBytes = float64(pending-before) / float64(jobs)
 	r.PendingBeyondPayload = r.PendingBytes - r.PayloadBytes
 
-	usage := func(key string) int64 { return rdb.MemoryUsage(ctx, key, 0).Val() }
-	r.UsageJobHash = usage(queue.Key("job:" + first.ID))
-	r.JobHashCoding = rdb.ObjectEncoding(ctx, queue.Key("job:"+first.ID)).Val()
-	r.UsageDedupKey = usage(queue.Key("dedup:" + first.DedupKey))
-	r.UsagePending = float64(usage(queue.Key("pending"))) / float64(jobs)
-	r.UsageLanes = float64(usage(queue.Key("lanes"))+usage(queue.Key("tags"))) / float64(jobs)
-	r.UsagePerJob = float64(r.UsageJobHash+r.UsageDedupKey) + r.UsagePending + r.UsageLanes
+	usage := func(keys ...string) float64 {
+		var total int64
+		for _, key := range keys {
+			total += rdb.MemoryUsage(ctx, key, 0).Val()
+		}
+		return float64(total) / float64(jobs)
+	}
+	matching := func(pattern string) []string {
+		var keys []string
+		iter := rdb.Scan(ctx, 0, queue.Key(pattern), 1000).Iterator()
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		return keys
+	}
+	r.UsageJobRows = usage(queue.Key("jobs"))
+	r.JobRowsCoding = rdb.ObjectEncoding(ctx, queue.Key("jobs")).Val()
+	r.UsageDedup = usage(matching("dedup:*")...)
+	r.UsageLaneLists = usage(matching("lane:*")...)
+	r.UsageLaneIndex = usage(queue.Key("rotation"), queue.Key("lanes"), queue.Key("tags"), queue.Key("front"))
+	r.UsagePerJob = r.UsageJobRows + r.UsageDedup + r.UsageLaneLists + r.UsageLaneIndex
 
 	completed := 0
 	for completed < jobs {
@@ -161,11 +178,11 @@ func (e *env) measureMemory(ctx context.Context, jobs int, progress func(string,
 	}
 	r.FinishedBytes = float64(finished-before) / float64(jobs)
 	r.FinishedBeyond = r.FinishedBytes - r.PayloadBytes
-	r.UsageFinished = float64(usage(queue.Key("finished"))) / float64(jobs)
-	r.UsageDone = float64(usage(queue.Key("done"))) / float64(jobs)
-	// Leave no large keys behind on a server that is not ours; the dedup keys
-	// expire within the hour.
-	for _, suffix := range []string{"finished", "done", "pending", "active", "lanes", "tags", "kinds", "clock"} {
+	r.UsageFinished = usage(queue.Key("finished"))
+	r.UsageDone = usage(queue.Key("done"))
+	// Leave no large keys behind on a server that is not ours; the dedup
+	// windows expire within two hours.
+	for _, suffix := range []string{"finished", "done", "jobs", "rotation", "front", "active", "lanes", "tags", "kinds", "clock"} {
 		rdb.Unlink(ctx, queue.Key(suffix))
 	}
 	return r, nil

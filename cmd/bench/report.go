@@ -71,9 +71,8 @@ func (r report) markdown() string {
 	if m.Jobs > 0 {
 		b.WriteString("\n| Redis memory per order job | bytes |\n|---|---:|\n")
 		fmt.Fprintf(&b, "| pending, used_memory delta / job | %.0f |\n", m.PendingBytes)
-		fmt.Fprintf(&b, "| pending, MEMORY USAGE: job hash %d (%s) + dedup key %d + pending zset share %.0f + lanes/tags share %.1f | %.0f |\n",
-			m.UsageJobHash, m.JobHashCoding, m.UsageDedupKey, m.UsagePending, m.UsageLanes, m.UsagePerJob)
-		fmt.Fprintf(&b, "| retained finished, used_memory delta / job (record + done index + dedup key) | %.0f |\n", m.FinishedBytes)
+		fmt.Fprintf(&b, "| pending, MEMORY USAGE: %s | %.0f |\n", m.pendingUsage(), m.UsagePerJob)
+		fmt.Fprintf(&b, "| retained finished, used_memory delta / job (record + done index + dedup entry) | %.0f |\n", m.FinishedBytes)
 		fmt.Fprintf(&b, "| retained finished beyond payload | %.0f |\n", m.FinishedBeyond)
 		fmt.Fprintf(&b, "| retained finished, MEMORY USAGE: finished hash share %.0f + done zset share %.0f | %.0f |\n",
 			m.UsageFinished, m.UsageDone, m.UsageFinished+m.UsageDone)
