@@ -1,6 +1,7 @@
 package orders
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -231,6 +232,7 @@ type pricedOrder struct {
 	transaction          int64
 }
 
+// balanceKey names a balance row.
 type balanceKey struct{ account, asset string }
 
 // batchBalance is a balance row the batch holds locked, and what the batch's
@@ -357,17 +359,18 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 	// coherence consumer acts only on a version newer than the one it
 	// applied, and then reads the balance as it is, so the versions the
 	// batch passed through on the way need no row of their own.
+	var moved []balanceKey
+	for key, b := range locked {
+		if b.entries > 0 {
+			moved = append(moved, key)
+		}
+	}
+	slices.SortFunc(moved, func(a, b balanceKey) int {
+		return cmp.Or(strings.Compare(a.account, b.account), strings.Compare(a.asset, b.asset))
+	})
 	var names, payloads []string
 	var versions []int64
-	for _, key := range slices.SortedFunc(func(yield func(balanceKey) bool) {
-		for key, b := range locked {
-			if b.entries > 0 && !yield(key) {
-				return
-			}
-		}
-	}, func(a, b balanceKey) int {
-		return strings.Compare(a.account+"\x00"+a.asset, b.account+"\x00"+b.asset)
-	}) {
+	for _, key := range moved {
 		version := locked[key].version + locked[key].entries
 		name := BalanceName(key.account, key.asset)
 		names, versions = append(names, name), append(versions, version)
