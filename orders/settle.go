@@ -100,10 +100,11 @@ func (s *Settler) settleJoined(ctx context.Context, order Order, token int64) (s
 	defer cancel()
 	req := &settleRequest{ctx: settleCtx, order: order, token: token, done: make(chan struct{})}
 	if s.queue.join(req) {
+		// Deferred: a panicking settlement must still hand the queue on, or
+		// the orders waiting in it would wait for good.
+		defer s.handOn()
 		s.metrics.observeBatch(1)
-		result, err := s.settle(settleCtx, order, token)
-		s.handOn()
-		return result, err
+		return s.settle(settleCtx, order, token)
 	}
 	select {
 	case <-req.done:
