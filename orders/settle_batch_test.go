@@ -368,7 +368,8 @@ func TestBatchedSettlementMatchesOneByOne(t *testing.T) {
 // TestBatchSettlesEachOrderOnItsOwn builds one batch of orders with every
 // kind of trouble: a redelivered order, orders of one account that only some
 // of its funds cover, an unknown account and instrument, a payload that is no
-// order, and (in the second case) an order the schema refuses, which makes
+// order, an order queued twice by two leases, and (in the second case) an
+// order the schema refuses, which makes
 // PostgreSQL refuse the batch's writes. Each order must end as it would have
 // alone, and one order's trouble must not fail another.
 func TestBatchSettlesEachOrderOnItsOwn(t *testing.T) {
@@ -408,7 +409,7 @@ func TestBatchSettlesEachOrderOnItsOwn(t *testing.T) {
 	}
 	common := []member{
 		ok("an order settled before, delivered again", redelivered, "settled", ""),
-		ok("a buy of the trader", buy("0.01", "50000", trader), "settled", ""),
+		ok("a buy of the trader", func(_ *market, p *people) emq.Claim { return claimOf(t, p.traderBuy, 1) }, "settled", ""),
 		refused("an unknown account", changed(func(o *orders.Order) { o.Account = "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1" }), orders.ErrNoAccount),
 		refused("an unknown instrument", changed(func(o *orders.Order) { o.Symbol = "DOGE-USD" }), orders.ErrUnknownInstrument),
 		ok("a market sell of ETH", sell("ETH-USD", "1", trader), "settled", ""),
@@ -434,6 +435,9 @@ func TestBatchSettlesEachOrderOnItsOwn(t *testing.T) {
 				ok("a buy for 200 of the 250 left", buy("0.004", "50000", frugal), "settled", ""),
 				ok("a sell of BTC only the buys before brought", sell("BTC-USD", "0.019", frugal), "settled", ""),
 				ok("a sell of BTC beyond what they brought", sell("BTC-USD", "0.001", frugal), "rejected", orders.ReasonInsufficientFunds),
+				// Left for the next batch, which finds it settled under token 1.
+				ok("the trader's buy again, from a second lease", func(_ *market, p *people) emq.Claim { return claimOf(t, p.traderBuy, 2) },
+					"settled", ""),
 			}),
 		},
 		{
@@ -451,6 +455,7 @@ func TestBatchSettlesEachOrderOnItsOwn(t *testing.T) {
 			m := newMarket(t)
 			p := &people{frugal: m.newCustomerWith(t, map[string]string{"USD": "1000.00"})}
 			p.settledBefore = newOrder(m.account, "BTC-USD", orders.Sell, "0.02", "50000")
+			p.traderBuy = newOrder(m.account, "BTC-USD", orders.Buy, "0.01", "50000")
 			m.settle(t, p.settledBefore, 1)
 			before, _ := readOrder(t, m.db, p.settledBefore.ID)
 			settler, registry := meteredSettler(t, m)
@@ -565,6 +570,7 @@ func TestBatchSettlesEachOrderOnItsOwn(t *testing.T) {
 type people struct {
 	frugal        string
 	settledBefore orders.Order
+	traderBuy     orders.Order
 }
 
 func nilIfEmpty(s string) any {
