@@ -41,6 +41,7 @@ type Settler struct {
 	relay   Relayer
 	log     *slog.Logger
 	metrics *SettlementMetrics
+	queue   settleQueue
 }
 
 // NewSettler settles on db and hands each committed settlement's journal
@@ -54,6 +55,9 @@ func NewSettler(db *pgxpool.Pool, relay Relayer, log *slog.Logger) *Settler {
 
 // Settle is an emq.Handler for the orders queue: it settles the claimed
 // order in one PostgreSQL transaction, then relays the journal entries.
+// Concurrent calls share transactions: while one of the settler's
+// settlements is in flight, the orders that arrive wait and then settle
+// together in the next (see settleTogether), each with its own outcome.
 //
 // An order settled before (a redelivery, or a stale worker whose lease passed
 // on) is left alone and Settle returns nil, so the job completes. A payload
@@ -65,10 +69,8 @@ func (s *Settler) Settle(ctx context.Context, claim emq.Claim) error {
 	if err != nil {
 		return emq.Permanent(err)
 	}
-	settleCtx, cancel := context.WithTimeout(ctx, settleTimeout)
 	began := time.Now()
-	result, err := s.settle(settleCtx, order, claim.Token)
-	cancel()
+	result, err := s.settleJoined(ctx, order, claim.Token)
 	if err != nil {
 		return err
 	}
@@ -88,6 +90,38 @@ func (s *Settler) Settle(ctx context.Context, claim emq.Claim) error {
 		s.relay.Relay(ctx, result.journal)
 	}
 	return nil
+}
+
+// settleJoined settles the order at once when none of the settler's
+// transactions is in flight, and otherwise waits for the next batch. An order
+// the batch could not settle is settled alone, as if there were no batch.
+func (s *Settler) settleJoined(ctx context.Context, order Order, token int64) (settlement, error) {
+	settleCtx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	req := &settleRequest{ctx: settleCtx, order: order, token: token, done: make(chan struct{})}
+	if s.queue.join(req) {
+		// Deferred: a panicking settlement must still hand the queue on, or
+		// the orders waiting in it would wait for good.
+		defer s.handOn()
+		s.metrics.observeBatch(1)
+		return s.settle(settleCtx, order, token)
+	}
+	select {
+	case <-req.done:
+	case <-settleCtx.Done():
+		if s.queue.withdraw(req) {
+			return settlement{}, fmt.Errorf("orders: settle %s: waiting for a batch: %w", order.ID, context.Cause(settleCtx))
+		}
+		// A batch holds the order: its outcome is what happened to it.
+		<-req.done
+	}
+	if req.alone {
+		aloneCtx, cancel := context.WithTimeout(ctx, settleTimeout)
+		defer cancel()
+		s.metrics.observeBatch(1)
+		return s.settle(aloneCtx, order, token)
+	}
+	return req.result, req.err
 }
 
 // decodeOrder reads the order a claim carries and refuses one that no

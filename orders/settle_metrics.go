@@ -10,11 +10,13 @@ import (
 type SettlementMetrics struct {
 	outcomes *prometheus.CounterVec
 	duration prometheus.Histogram
+	batch    prometheus.Histogram
 }
 
 // NewSettlementMetrics registers settlement's series: orders_settlement_total
 // by outcome (settled, rejected: <reason>, duplicate) and
-// orders_settlement_seconds for the transaction.
+// orders_settlement_seconds for an order's settlement, and
+// orders_settlement_batch_orders for the orders one transaction took.
 func NewSettlementMetrics(registerer prometheus.Registerer) *SettlementMetrics {
 	m := &SettlementMetrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -23,11 +25,16 @@ func NewSettlementMetrics(registerer prometheus.Registerer) *SettlementMetrics {
 		}, []string{"outcome", "reason"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "orders_settlement_seconds",
-			Help:    "Time of one settlement transaction, from the first statement to commit.",
+			Help:    "Time of one order's settlement, from the handler's start to its transaction's commit, waiting for a batch included.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "orders_settlement_batch_orders",
+			Help:    "Orders one settlement transaction took: several when they waited while the previous one was in flight.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32},
+		}),
 	}
-	registerer.MustRegister(m.outcomes, m.duration)
+	registerer.MustRegister(m.outcomes, m.duration, m.batch)
 	return m
 }
 
@@ -44,6 +51,13 @@ func (m *SettlementMetrics) observe(result settlement, took time.Duration) {
 	default:
 		m.outcomes.WithLabelValues("settled", "").Inc()
 	}
+}
+
+func (m *SettlementMetrics) observeBatch(orders int) {
+	if m == nil {
+		return
+	}
+	m.batch.Observe(float64(orders))
 }
 
 // WithMetrics makes the settler count its outcomes.

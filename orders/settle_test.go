@@ -580,8 +580,11 @@ func TestSettleTwiceChangesNothing(t *testing.T) {
 // TestStaleWorkerSettlesOnce hands each claimed order to two handlers at
 // once, as when a worker's lease expired and another worker claimed the job
 // while the first still ran: tokens 1 and 2 race, and only one may settle.
+// The handlers are two workers' settlers, so the two settlements race in
+// PostgreSQL, not in one settler's queue.
 func TestStaleWorkerSettlesOnce(t *testing.T) {
 	m := newMarket(t)
+	settlers := []*orders.Settler{m.settler, orders.NewSettler(m.db, m.relay, slog.New(slog.DiscardHandler))}
 	const rounds = 60
 	placed := make([]orders.Order, rounds)
 	for i := range placed {
@@ -598,7 +601,7 @@ func TestStaleWorkerSettlesOnce(t *testing.T) {
 		for token := range int64(2) {
 			wg.Go(func() {
 				<-start
-				errs[token] = m.settler.Settle(context.Background(), claimOf(t, order, token+1))
+				errs[token] = settlers[token].Settle(context.Background(), claimOf(t, order, token+1))
 			})
 		}
 		close(start)

@@ -327,10 +327,12 @@ func workBeside(ctx context.Context, loops []func(context.Context) error, work f
 	return errors.Join(append([]error{workErr}, errs...)...)
 }
 
-// openDatabase sizes the pool to the concurrency: every job in flight holds
-// a connection for its settlement, and pgx's default of four would make the
-// handlers queue for connections rather than for the rows they lock. The
-// few more are for what runs beside settlement (the coherence lane).
+// openDatabase sizes the pool to the concurrency: the settler runs one
+// transaction at a time for the orders in flight, but when PostgreSQL refuses
+// a batch its orders settle alone at once, one connection each, and pgx's
+// default of four would make them queue for connections rather than for the
+// rows they lock. The few more are for what runs beside settlement (the
+// coherence lane).
 func openDatabase(ctx context.Context, c config) (*pgxpool.Pool, error) {
 	poolConfig, err := pgxpool.ParseConfig(c.databaseURL)
 	if err != nil {
