@@ -20,7 +20,6 @@ import (
 	"github.com/govalues/decimal"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
@@ -215,10 +214,8 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 	r.CommitsPerOrder = float64(commitsAfter-commitsBefore) / float64(r.Orders)
 	progress("settlement: %d settled, %d rejected in %.1fs: %.0f orders/s; coherence lane drained at %.1fs",
 		r.Settled, r.Rejected, r.Seconds, r.PerSecond, r.CoherenceSeconds)
-	// The retained finished jobs are the queue's only large keys; the dedup
-	// keys expire on their own.
-	for _, suffix := range []string{"finished", "done", "pending", "active", "lanes", "tags", "kinds", "clock"} {
-		e.queue.Redis().Unlink(ctx, queue.Key(suffix))
+	if err := e.deleteQueueKeys(context.WithoutCancel(ctx), queue); err != nil {
+		progress("settlement: cleaning up %s: %v", queue.Name(), err)
 	}
 	return nil
 }
@@ -338,20 +335,9 @@ func (e *env) runWorker(ctx context.Context, s *servers, queueName string) error
 // since start. total is the count the progress lines speak of (0: they give
 // the count left).
 func (e *env) waitDrained(ctx context.Context, queue *emq.Queue, total int, what string, progress func(string, ...any), start time.Time, exited <-chan struct{}) (time.Duration, error) {
-	rdb := e.queue.Redis()
 	left := func() (int64, error) {
-		pipe := rdb.Pipeline()
-		counts := []*redis.IntCmd{
-			pipe.ZCard(ctx, queue.Key("pending")), pipe.ZCard(ctx, queue.Key("active")), pipe.ZCard(ctx, queue.Key("delayed")),
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return 0, err
-		}
-		var n int64
-		for _, count := range counts {
-			n += count.Val()
-		}
-		return n, nil
+		stats, err := queue.Stats(ctx)
+		return stats.Pending + stats.Active + stats.Delayed, err
 	}
 	lastReport := time.Now()
 	lastChange, lastLeft := time.Now(), int64(-1)
