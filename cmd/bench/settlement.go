@@ -36,7 +36,7 @@ type settlementConfig struct {
 
 func (s *settlementConfig) register(flags *flag.FlagSet) {
 	flags.IntVar(&s.workers, "settle-workers", 4, "worker processes (run in-process, wired as cmd/worker) of the settlement phase")
-	flags.IntVar(&s.orders, "settle-orders", 2500, "order backlog the settlement phase settles")
+	flags.IntVar(&s.orders, "settle-orders", 10000, "order backlog the settlement phase settles")
 	flags.IntVar(&s.pgbenchClients, "pgbench-clients", 0,
 		"pgbench -c of the settlement phase's reference; 0 takes the workers' settlement concurrency, at most 32")
 }
