@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -161,45 +158,6 @@ func (t *tally) result(name string, elapsed time.Duration) loadResult {
 		r.FirstError = t.firstError.Error()
 	}
 	return r
-}
-
-// orderClient sends distinct valid orders: each has its own client_order_id,
-// and the keys are used in turn.
-type orderClient struct {
-	http   *http.Client
-	url    string
-	keys   []string
-	prefix string
-	seq    atomic.Int64
-}
-
-func newOrderClient(url string, keys []string, prefix string, conns int) *orderClient {
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.MaxIdleConns = conns
-	transport.MaxIdleConnsPerHost = conns
-	return &orderClient{http: &http.Client{Transport: transport, Timeout: 30 * time.Second}, url: url, keys: keys, prefix: prefix}
-}
-
-func (c *orderClient) place(ctx context.Context) error {
-	n := c.seq.Add(1)
-	body := `{"client_order_id":"` + c.prefix + strconv.FormatInt(n, 10) +
-		`","symbol":"BTC-USD","side":"buy","type":"limit","quantity":"0.01000","price":"50000.00"}`
-	request, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader([]byte(body)))
-	if err != nil {
-		return err
-	}
-	request.Header.Set("Authorization", "Bearer "+c.keys[n%int64(len(c.keys))])
-	request.Header.Set("Content-Type", "application/json")
-	response, err := c.http.Do(request)
-	if err != nil {
-		return err
-	}
-	answer, _ := io.ReadAll(response.Body)
-	response.Body.Close()
-	if response.StatusCode != http.StatusAccepted {
-		return fmt.Errorf("POST /v1/orders answered %d: %.200s", response.StatusCode, answer)
-	}
-	return nil
 }
 
 // closedLoop runs op from concurrency goroutines back to back for duration.
