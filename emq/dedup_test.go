@@ -12,27 +12,32 @@ import (
 
 func TestDedupWindows(t *testing.T) {
 	queue := (&Client{}).Queue("work") // naming keys needs no server
-	const r = 10 * time.Minute
-	base := time.UnixMilli(42 * r.Milliseconds())
-	window := func(w int) string { return fmt.Sprintf("emq:{work}:dedup:600000:%d", w) }
+	const day = dedupWindowLength
+	base := time.UnixMilli(42 * day.Milliseconds())
+	window := func(w int) string { return fmt.Sprintf("emq:{work}:dedup:%d", w) }
 	tests := []struct {
-		name   string
-		now    time.Time
-		others []string
+		name      string
+		retention time.Duration
+		now       time.Time
+		others    []string
+		expiresAt time.Time
 	}{
-		{"start of a window", base, []string{window(41)}},
-		{"middle of a window", base.Add(r / 2), []string{window(41)}},
-		{"just outside the skew allowance of its end", base.Add(r - time.Minute - time.Millisecond), []string{window(41)}},
-		{"within the skew allowance of its end", base.Add(r - time.Minute), []string{window(41), window(43)}},
+		{"start of a window", 24 * time.Hour, base, []string{window(41)}, base.Add(2*day + time.Minute)},
+		{"middle of a window", 24 * time.Hour, base.Add(day / 2), []string{window(41)}, base.Add(2*day + time.Minute)},
+		{"just outside the skew allowance of its end", 24 * time.Hour, base.Add(day - time.Minute - time.Millisecond), []string{window(41)}, base.Add(2*day + time.Minute)},
+		{"within the skew allowance of its end", 24 * time.Hour, base.Add(day - time.Minute), []string{window(41), window(43)}, base.Add(2*day + time.Minute)},
+		{"a retention shorter than a window still looks one back", 10 * time.Minute, base, []string{window(41)}, base.Add(2*day + time.Minute)},
+		{"a longer retention looks further back and lives longer", 48 * time.Hour, base, []string{window(40), window(41)}, base.Add(3*day + time.Minute)},
+		{"a retention just over a day takes two windows", 25 * time.Hour, base, []string{window(40), window(41)}, base.Add(3*day + time.Minute)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			write, others, expireAt := queue.dedupWindows(r, tt.now)
+			write, others, expireAt := queue.dedupWindows(tt.retention, tt.now)
 			if write != window(42) || !slices.Equal(others, tt.others) {
 				t.Errorf("windows = %s + %v, want %s + %v", write, others, window(42), tt.others)
 			}
-			if want := base.Add(2*r + time.Minute).UnixMilli(); expireAt != want {
-				t.Errorf("expires at %d, want %d: the end of the next window plus the allowance", expireAt, want)
+			if want := tt.expiresAt.UnixMilli(); expireAt != want {
+				t.Errorf("expires at %d, want %d", expireAt, want)
 			}
 		})
 	}
@@ -41,20 +46,25 @@ func TestDedupWindows(t *testing.T) {
 // TestDedupAcrossWindows admits the same dedup key at two moments by two
 // clocks and checks whether the second admission sees the first.
 func TestDedupAcrossWindows(t *testing.T) {
-	const r = 10 * time.Minute
+	const r, day = 24 * time.Hour, dedupWindowLength
 	// Windows in the near future, so that their expiry is too.
-	base := time.UnixMilli((time.Now().UnixMilli()/r.Milliseconds() + 1) * r.Milliseconds())
+	base := time.UnixMilli((time.Now().UnixMilli()/day.Milliseconds() + 1) * day.Milliseconds())
 	tests := []struct {
-		name          string
-		first, second time.Time
-		duplicate     bool
+		name                         string
+		first, second                time.Time
+		firstRetention, secondRetain time.Duration
+		duplicate                    bool
 	}{
-		{"same window", base.Add(time.Minute), base.Add(2 * time.Minute), true},
-		{"next window, within the retention", base.Add(9 * time.Minute), base.Add(18 * time.Minute), true},
-		{"two windows on", base.Add(time.Minute), base.Add(2*r + time.Minute), false},
-		{"a clock ahead wrote to the next window", base.Add(r + 10*time.Second), base.Add(r - 20*time.Second), true},
-		{"a clock ahead by more than the allowance is missed", base.Add(r + 10*time.Second), base.Add(r - 2*time.Minute), false},
-		{"a clock behind wrote to the previous window", base.Add(r - 10*time.Second), base.Add(r + 20*time.Second), true},
+		{"same window", base.Add(time.Minute), base.Add(2 * time.Minute), r, r, true},
+		{"next window, within the retention", base.Add(23 * time.Hour), base.Add(day + 22*time.Hour), r, r, true},
+		{"two windows on", base.Add(time.Minute), base.Add(2*day + time.Minute), r, r, false},
+		{"a clock ahead wrote to the next window", base.Add(day + 10*time.Second), base.Add(day - 20*time.Second), r, r, true},
+		{"a clock ahead by more than the allowance is missed", base.Add(day + 10*time.Second), base.Add(day - 2*time.Minute), r, r, false},
+		{"a clock behind wrote to the previous window", base.Add(day - 10*time.Second), base.Add(day + 20*time.Second), r, r, true},
+		// A retention changed between the two admissions (a rolling deploy).
+		{"a longer retention sees a key kept for a shorter one", base.Add(time.Hour), base.Add(day + time.Hour), r, 48 * time.Hour, true},
+		{"a shorter retention sees a key kept for a longer one", base.Add(time.Hour), base.Add(2 * time.Hour), 48 * time.Hour, time.Hour, true},
+		{"a longer retention holds past two windows", base.Add(time.Hour), base.Add(2*day + 30*time.Minute), 48 * time.Hour, 48 * time.Hour, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,9 +77,9 @@ func TestDedupAcrossWindows(t *testing.T) {
 			if err := queue.Declare(ctx, "test.job"); err != nil {
 				t.Fatal(err)
 			}
-			admit := func(id string, now time.Time) Admission {
+			admit := func(id string, now time.Time, retention time.Duration) Admission {
 				t.Helper()
-				job := Job{ID: id, Kind: "test.job", Group: "g", DedupKey: "key", Fingerprint: "fp-" + id, DedupRetention: r}
+				job := Job{ID: id, Kind: "test.job", Group: "g", DedupKey: "key", Fingerprint: "fp-" + id, DedupRetention: retention}
 				keys, args, err := queue.admitCall(job, now)
 				if err != nil {
 					t.Fatal(err)
@@ -80,8 +90,8 @@ func TestDedupAcrossWindows(t *testing.T) {
 				}
 				return admission
 			}
-			admit("J1", tt.first)
-			got := admit("J2", tt.second)
+			admit("J1", tt.first, tt.firstRetention)
+			got := admit("J2", tt.second, tt.secondRetain)
 			want := Admission{ID: "J2", Fingerprint: "fp-J2"}
 			if tt.duplicate {
 				want = Admission{ID: "J1", Fingerprint: "fp-J1", Duplicate: true}
@@ -90,5 +100,37 @@ func TestDedupAcrossWindows(t *testing.T) {
 				t.Errorf("second admission = %+v, want %+v", got, want)
 			}
 		})
+	}
+}
+
+// TestDedupWindowKeepsTheLongestExpiry: an admission under a short retention
+// must not cut short the window a longer retention's key lives in.
+func TestDedupWindowKeepsTheLongestExpiry(t *testing.T) {
+	ctx := context.Background()
+	const day = dedupWindowLength
+	base := time.UnixMilli((time.Now().UnixMilli()/day.Milliseconds() + 1) * day.Milliseconds())
+	client, err := Connect(ctx, testserver.QueueRedis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := client.Queue("work")
+	if err := queue.Declare(ctx, "test.job"); err != nil {
+		t.Fatal(err)
+	}
+	for i, retention := range []time.Duration{48 * time.Hour, time.Hour} {
+		id := fmt.Sprintf("J%d", i)
+		job := Job{ID: id, Kind: "test.job", Group: "g", DedupKey: id, DedupRetention: retention}
+		keys, args, err := queue.admitCall(job, base.Add(time.Duration(i+1)*time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := queue.admission(id, admitScript.Run(ctx, client.rdb, keys, args...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	window, _, _ := queue.dedupWindows(time.Hour, base)
+	expires, err := client.rdb.PExpireTime(ctx, window).Result()
+	if want := base.Add(3*day + time.Minute); err != nil || expires != time.Duration(want.UnixMilli())*time.Millisecond {
+		t.Errorf("window expires at %v (%v), want %v: the 48 h key's end", expires, err, want)
 	}
 }

@@ -251,7 +251,8 @@ func (q *Queue) Promote(ctx context.Context, limit int) (int, error) {
 
 // Reaped counts what Reap did.
 type Reaped struct {
-	// Requeued jobs are pending again, at the front of the rotation.
+	// Requeued jobs are pending again, on the front list that claims serve
+	// before any lane: they waited their turn once already.
 	Requeued int
 	// Dead jobs had spent their attempts.
 	Dead int

@@ -99,28 +99,39 @@ const dedupSkewAllowance = time.Minute
 // chance, and a 14-byte field still fits the 16-byte allocation class.
 const dedupDigestBytes = 14
 
-// dedupWindows names the dedup hashes of an admission at now: window w of
-// the retention R by this process's clock, the one it writes to and when
-// that expires, and the other windows a live entry may be in. An entry
-// written during w is found by every admission of the next R: until (w+2)*R
-// they fall in w or w+1, and both look in w (as w and as w-1). Entries in
+// dedupWindowLength is how much admission time one dedup hash covers. It is
+// the same for every retention, so admissions made under different
+// retentions (DEDUP_RETENTION changed in a rolling deploy, say) look in the
+// same hashes and still see each other's keys.
+const dedupWindowLength = 24 * time.Hour
+
+// dedupWindows names the dedup hashes of an admission at now under
+// retention R: window w of dedupWindowLength W by this process's clock, the
+// one it writes to and when that may expire, and the other windows a live
+// entry may be in. An entry must outlive span = ceil(R/W) windows after its
+// own: an entry written during w is found by every admission of the next R,
+// since those fall in w … w+span and each looks span windows back. Entries in
 // w+1 exist only once some clock has passed w's end, so w+1 is looked in
-// within the skew allowance of it. The hash expires at the end of w+1 plus
-// the allowance, so an entry lives between R and 2R plus the allowance.
-// This assumes the clocks of the processes admitting to one queue differ by
-// less than the allowance; a larger skew shortens the refusal by the excess.
+// within the skew allowance of it. The hash may expire at the end of w+span
+// plus the allowance (the script keeps a later expiry another admission
+// asked for), so an entry lives at least R and at most R + 2W plus the
+// allowance. This assumes the clocks of the processes admitting to one queue
+// differ by less than the allowance; a larger skew shortens the refusal by
+// the excess.
 func (q *Queue) dedupWindows(retention time.Duration, now time.Time) (write string, others []string, expireAt int64) {
-	length := max(retention.Milliseconds(), 1)
-	skew := min(length, dedupSkewAllowance.Milliseconds())
+	length := dedupWindowLength.Milliseconds()
+	span := (max(retention.Milliseconds(), 1) + length - 1) / length
+	skew := dedupSkewAllowance.Milliseconds()
 	at := now.UnixMilli()
 	window := at / length
-	prefix := q.prefix + "dedup:" + strconv.FormatInt(length, 10) + ":"
-	name := func(w int64) string { return prefix + strconv.FormatInt(w, 10) }
-	others = []string{name(window - 1)}
+	name := func(w int64) string { return q.prefix + "dedup:" + strconv.FormatInt(w, 10) }
+	for w := window - span; w < window; w++ {
+		others = append(others, name(w))
+	}
 	if at+skew >= (window+1)*length {
 		others = append(others, name(window+1))
 	}
-	return name(window), others, (window+2)*length + skew
+	return name(window), others, (window+span+1)*length + skew
 }
 
 func dedupDigest(dedup string) string {
@@ -167,8 +178,8 @@ type Job struct {
 	// conflicting reuse of the key.
 	Fingerprint string
 	// DedupRetention is how long the dedup key refuses a second job at least
-	// (up to twice as long and a minute); DefaultDedupRetention when zero. A
-	// key is matched only against jobs admitted with the same retention.
+	// (up to two days and a minute longer); DefaultDedupRetention when zero.
+	// Jobs admitted under different retentions see each other's keys.
 	DedupRetention time.Duration
 }
 

@@ -1,13 +1,15 @@
 -- admit: put a new job on a queue in one atomic step.
 --
--- Dedup entries live in one hash per window of the dedup retention R: the
--- window w holds the keys first admitted during [w*R, (w+1)*R) by the
--- caller's clock, each as a field named by a digest of the key, and expires
--- at the end of window w+1 plus a clock-skew allowance, so an entry lives at
--- least R. The caller names window w and the others a live entry may be in:
--- w-1, and w+1 too when its clock is within the allowance of w's end (for
--- callers whose clocks run ahead). This assumes the clocks of the callers
--- differ by less than the allowance (see dedupWindows in emq/queue.go).
+-- Dedup entries live in one hash per day-long window (the same length for
+-- every retention R, so admissions under different retentions see each
+-- other): window w holds the keys first admitted during it by the caller's
+-- clock, each as a field named by a digest of the key. The caller names
+-- window w and the windows before it that an entry admitted within R may be
+-- in, plus w+1 when its clock is within the skew allowance of w's end (for
+-- callers whose clocks run ahead), and when window w may expire for this
+-- entry to live at least R; an expiry set for a longer retention is kept.
+-- This assumes the clocks of the callers differ by less than the allowance
+-- (see dedupWindows in emq/queue.go).
 --
 -- KEYS[1]   emq:{q}:kinds               set    job kinds the queue accepts
 -- KEYS[2]   emq:{q}:jobs                hash   id -> job row (see lib.lua)
@@ -16,8 +18,8 @@
 -- KEYS[5]   emq:{q}:lanes               hash   group -> number of pending jobs in its lane
 -- KEYS[6]   emq:{q}:tags                hash   group -> finish tag, kept while its lane is empty
 -- KEYS[7]   emq:{q}:clock               string virtual time: the highest tag claimed
--- KEYS[8]   emq:{q}:dedup:<R>:<w>       hash   digest -> "<job id> <fingerprint>"; this admission's window
--- KEYS[9..] emq:{q}:dedup:<R>:<w-1>, <w+1>  hash  the other windows to look in
+-- KEYS[8]   emq:{q}:dedup:<w>           hash   digest -> "<job id> <fingerprint>"; this admission's window
+-- KEYS[9..] emq:{q}:dedup:<w-span..w-1>, <w+1>  hash  the other windows to look in
 --
 -- ARGV[1] job id
 -- ARGV[2] kind
@@ -25,7 +27,7 @@
 -- ARGV[4] payload
 -- ARGV[5] request fingerprint, returned to a later duplicate
 -- ARGV[6] digest of the dedup key (raw bytes)
--- ARGV[7] when window w expires, in unix milliseconds
+-- ARGV[7] when window w may expire, in unix milliseconds (at the earliest)
 --
 -- Replies:
 --   {"admitted", id, fingerprint}        the job was written and is pending
@@ -58,6 +60,9 @@ write(KEYS[2], id, {
 enqueue(KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], id, group)
 
 redis.call('HSET', KEYS[8], digest, id .. ' ' .. fingerprint)
-redis.call('PEXPIREAT', KEYS[8], ARGV[7])
+-- NX for a new window; GT keeps the longest expiry any retention asked for.
+if redis.call('PEXPIREAT', KEYS[8], ARGV[7], 'NX') == 0 then
+  redis.call('PEXPIREAT', KEYS[8], ARGV[7], 'GT')
+end
 
 return {'admitted', id, fingerprint}

@@ -17,7 +17,7 @@
 --
 -- ARGV[1] id
 -- ARGV[2] retention: how many finished jobs are kept
--- ARGV[3] the group whose lane KEYS[8] is
+-- ARGV[3] the group whose lane KEYS[9] is
 --
 -- Reply: 1, or {"lane", group} when the job waits in that group's lane, not
 --        in the one named: nothing changed
