@@ -1,0 +1,1 @@
+ALTER FUNCTION ledger_transaction_balanced() RESET enable_seqscan;
