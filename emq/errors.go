@@ -68,10 +68,19 @@ func scriptError(err error) error {
 	if err == nil || !errors.As(err, &redisErr) {
 		return err
 	}
-	message := redisErr.Error()
+	if refusal := refusalOf(redisErr.Error()); refusal != nil {
+		return refusal
+	}
+	return err
+}
+
+// refusalOf reads a script's refusal message, "<CODE> ...", whether it came
+// as the script's error or as one entry of a script's reply; nil when the
+// message starts with no code word emq knows.
+func refusalOf(message string) *ScriptError {
 	code, _, _ := strings.Cut(message, " ")
 	if _, known := scriptCodes[code]; !known {
-		return err
+		return nil
 	}
 	refusal := &ScriptError{Code: code, Message: message}
 	if code == "EMQSTATE" {

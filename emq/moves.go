@@ -130,12 +130,7 @@ func (q *Queue) Extend(ctx context.Context, id string, token int64, lease time.D
 // Complete finishes a claimed job; ErrStale when the lease was lost, in which
 // case the job is untouched and belongs to whoever holds it now.
 func (q *Queue) Complete(ctx context.Context, id string, token int64) error {
-	err := completeScript.Run(ctx, q.client.rdb, []string{q.jobsKey(), q.activeKey(), q.doneKey(), q.finishedKey()},
-		id, token, q.retention).Err()
-	if err != nil {
-		return fmt.Errorf("emq: complete %s on %s: %w", id, q.name, scriptError(err))
-	}
-	return nil
+	return q.CompleteMany(ctx, []Completion{{ID: id, Token: token}})[0]
 }
 
 // RetryPolicy says how often and how soon failed jobs run again.

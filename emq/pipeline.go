@@ -2,6 +2,7 @@ package emq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -81,27 +82,36 @@ type Completion struct {
 	Token int64
 }
 
-// CompleteMany completes claimed jobs in one round trip; each is completed or
-// refused (ErrStale) on its own, exactly as by Complete. Errors are in order.
+// CompleteMany completes claimed jobs in one round trip and one script run;
+// each is completed or refused (ErrStale) on its own, exactly as by
+// Complete. Errors are in order.
 func (q *Queue) CompleteMany(ctx context.Context, jobs []Completion) []error {
 	errs := make([]error, len(jobs))
-	calls := make([]scriptCall, len(jobs))
-	for i, job := range jobs {
-		calls[i] = scriptCall{
-			keys: []string{q.jobsKey(), q.activeKey(), q.doneKey(), q.finishedKey()},
-			args: []any{job.ID, job.Token, q.retention},
-		}
+	if len(jobs) == 0 {
+		return errs
 	}
-	cmds, err := runPipelined(ctx, q.client.rdb, completeScript, calls)
+	args := make([]any, 0, 1+2*len(jobs))
+	args = append(args, q.retention)
+	for _, job := range jobs {
+		args = append(args, job.ID, job.Token)
+	}
+	reply, err := completeScript.Run(ctx, q.client.rdb, []string{q.jobsKey(), q.activeKey(), q.doneKey(), q.finishedKey()}, args...).Slice()
+	if err == nil && len(reply) != len(jobs) {
+		err = fmt.Errorf("unexpected reply of %d entries for %d jobs", len(reply), len(jobs))
+	}
 	for i, job := range jobs {
-		if err == nil {
-			err := cmds[i].Err()
-			if err != nil {
-				errs[i] = fmt.Errorf("emq: complete %s on %s: %w", job.ID, q.name, scriptError(err))
+		switch {
+		case err != nil:
+			errs[i] = fmt.Errorf("emq: complete %s on %s: %w", job.ID, q.name, scriptError(err))
+		case reply[i] == int64(1):
+		default:
+			message := fmt.Sprint(reply[i])
+			var refusal error = errors.New(message)
+			if known := refusalOf(message); known != nil {
+				refusal = known
 			}
-			continue
+			errs[i] = fmt.Errorf("emq: complete %s on %s: %w", job.ID, q.name, refusal)
 		}
-		errs[i] = err
 	}
 	return errs
 }

@@ -17,6 +17,11 @@
 -- finish(jobs, id, job, state, done, finished, retention)
 --                           turns the job into a record in the finished hash, indexes it in done by
 --                           finish time, deletes its row, and trims both to retention
+-- record_finished(jobs, id, job, state, done, finished, at)
+--                           finish without the trim, at a given time: for a script finishing
+--                           several jobs, which trims once (trim_finished) at its end
+-- trim_finished(done, finished, retention)
+--                           drops the oldest finished records past retention
 --
 -- A job row is one string, the value of field <id> in emq:{q}:jobs (and, once
 -- finished, in emq:{q}:finished): a job costs one hash entry, not a key with
@@ -122,13 +127,15 @@ local function requeue_front(front, lanes, id, group)
   redis.call('HINCRBY', lanes, group, 1)
 end
 
-local function finish(jobs, id, job, state, done, finished, retention)
-  local at = now()
+local function record_finished(jobs, id, job, state, done, finished, at)
   job.state = state
   job.finished = at
   redis.call('HSET', finished, id, encode(job))
   redis.call('HDEL', jobs, id)
   redis.call('ZADD', done, at, id)
+end
+
+local function trim_finished(done, finished, retention)
   local excess = redis.call('ZCARD', done) - retention
   while excess > 0 do
     local batch = excess
@@ -138,4 +145,9 @@ local function finish(jobs, id, job, state, done, finished, retention)
     redis.call('ZREMRANGEBYRANK', done, 0, batch - 1)
     excess = excess - batch
   end
+end
+
+local function finish(jobs, id, job, state, done, finished, retention)
+  record_finished(jobs, id, job, state, done, finished, now())
+  trim_finished(done, finished, retention)
 end
