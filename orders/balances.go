@@ -158,7 +158,8 @@ type balanceQuerier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// availableText is the SQL of a balance row b's available amount, its asset
+// availableText (spelled out again in sql/coherence_read_due.sql; a test
+// holds the two together) is the SQL of a balance row b's available amount, its asset
 // a joined, in the form clients see and the cache stores. Every reader of
 // balances uses it, so a cached value and a read one never differ in form.
 //

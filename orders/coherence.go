@@ -2,6 +2,7 @@ package orders
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordergate/ordergate/emq"
+)
+
+var (
+	//go:embed sql/coherence_read_due.sql
+	coherenceReadDueSQL string
+	//go:embed sql/coherence_advance.sql
+	coherenceAdvanceSQL string
 )
 
 // CoherenceBatch is the most deliveries one apply of the balance coherence
@@ -229,12 +237,7 @@ func (c *BalanceCoherence) readDue(ctx context.Context, deliveries []*coherenceD
 		names[i], versions[i], accounts[i], assets[i] = delivery.name, delivery.version, delivery.account, delivery.asset
 		byName[delivery.name] = delivery
 	}
-	rows, err := c.db.Query(ctx, `SELECT r.name, b.version, `+availableText+`
-		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS r(name, version, account, asset)
-		LEFT JOIN journal_applied j ON j.name = r.name
-		LEFT JOIN (balances b JOIN assets a ON a.code = b.asset) ON b.account_id = r.account AND b.asset = r.asset
-		WHERE j.version IS NULL OR j.version < r.version
-		ORDER BY r.name`, names, versions, accounts, assets)
+	rows, err := c.db.Query(ctx, coherenceReadDueSQL, names, versions, accounts, assets)
 	if err != nil {
 		return nil, fmt.Errorf("read balances to refresh: %w", err)
 	}
@@ -290,11 +293,7 @@ func (c *BalanceCoherence) advance(ctx context.Context, due []dueBalance) (map[s
 	for i, entry := range due {
 		names[i], versions[i] = entry.delivery.name, entry.delivery.version
 	}
-	rows, err := c.db.Query(ctx, `INSERT INTO journal_applied (name, version)
-		SELECT name, version FROM unnest($1::text[], $2::bigint[]) AS r(name, version) ORDER BY name
-		ON CONFLICT (name) DO UPDATE SET version = EXCLUDED.version, applied_at = now()
-		WHERE journal_applied.version < EXCLUDED.version
-		RETURNING name`, names, versions)
+	rows, err := c.db.Query(ctx, coherenceAdvanceSQL, names, versions)
 	if err != nil {
 		return nil, fmt.Errorf("advance applied versions: %w", err)
 	}
