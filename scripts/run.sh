@@ -91,6 +91,10 @@ wait_for() {
 		if [[ -n $pid ]] && ! kill -0 "$pid" 2>/dev/null; then
 			log "$description exited during startup; last lines of $logfile:"
 			tail -n 30 "$logfile" >&2 || true
+			if tail -n 5 "$logfile" | grep -q 'holds protocol version'; then
+				log "the queue data under .state/ was written by a build that speaks another queue"
+				log "protocol; remove .state/ (make run's local data) to start afresh"
+			fi
 			exit 1
 		fi
 		if ((SECONDS >= deadline)); then
