@@ -119,9 +119,34 @@ func (p *Placer) Declare(ctx context.Context) error {
 // whose client order id the account used before returns the first order and
 // replayed=true when it is the same request, or a *ConflictError when not.
 func (p *Placer) Place(ctx context.Context, cmd PlaceCommand) (order Order, replayed bool, err error) {
+	order, job, err := PlaceJob(cmd, p.retention)
+	if err != nil {
+		return Order{}, false, err
+	}
+	admission, err := p.queue.Admit(ctx, job)
+	if err != nil {
+		return Order{}, false, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if !admission.Duplicate {
+		return order, false, nil
+	}
+	if admission.Fingerprint != job.Fingerprint {
+		return Order{}, false, &ConflictError{ClientOrderID: cmd.ClientOrderID, OrderID: admission.ID}
+	}
+	first, err := p.Order(ctx, cmd.Account, admission.ID)
+	if err != nil {
+		return Order{}, false, err
+	}
+	return first, true, nil
+}
+
+// PlaceJob is the pending order cmd makes, under a new ORD id, and the queue
+// job that admits it: exactly what Place admits, for callers that admit
+// orders themselves (in bulk, say). A client order id is held for retention.
+func PlaceJob(cmd PlaceCommand, retention time.Duration) (Order, emq.Job, error) {
 	id := NewOrderID()
 	created, _ := ParseOrderID(id)
-	order = Order{
+	order := Order{
 		ID:            id,
 		ClientOrderID: cmd.ClientOrderID,
 		Account:       cmd.Account,
@@ -138,32 +163,17 @@ func (p *Placer) Place(ctx context.Context, cmd PlaceCommand) (order Order, repl
 	}
 	payload, err := json.Marshal(order)
 	if err != nil {
-		return Order{}, false, fmt.Errorf("orders: encode order %s: %w", id, err)
+		return Order{}, emq.Job{}, fmt.Errorf("orders: encode order %s: %w", id, err)
 	}
-	fingerprint := cmd.Fingerprint()
-	admission, err := p.queue.Admit(ctx, emq.Job{
+	return order, emq.Job{
 		ID:             id,
 		Kind:           KindPlace,
 		Group:          cmd.Account,
 		Payload:        payload,
 		DedupKey:       cmd.Account + ":" + cmd.ClientOrderID,
-		Fingerprint:    fingerprint,
-		DedupRetention: p.retention,
-	})
-	if err != nil {
-		return Order{}, false, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	if !admission.Duplicate {
-		return order, false, nil
-	}
-	if admission.Fingerprint != fingerprint {
-		return Order{}, false, &ConflictError{ClientOrderID: cmd.ClientOrderID, OrderID: admission.ID}
-	}
-	first, err := p.Order(ctx, cmd.Account, admission.ID)
-	if err != nil {
-		return Order{}, false, err
-	}
-	return first, true, nil
+		Fingerprint:    cmd.Fingerprint(),
+		DedupRetention: retention,
+	}, nil
 }
 
 // Order returns the account's order with the id. Another account's order is

@@ -282,7 +282,7 @@ func (e *env) ceilingAdmit(ctx context.Context) (func(context.Context) error, er
 	return func(ctx context.Context) error {
 		n := seq.Add(1)
 		account := e.accounts[n%int64(len(e.accounts))]
-		job, err := orderJob(account, "ceil-"+e.run+"-"+strconv.FormatInt(n, 10), time.Hour)
+		job, err := orderJob(account, "ceil-"+e.run+"-"+strconv.FormatInt(n, 10), orders.Buy, time.Hour)
 		if err != nil {
 			return err
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -21,28 +20,14 @@ var (
 	benchPrice    = decimal.MustParse("50000.00")
 )
 
-// orderJob is the job Placer.Place would admit for a 0.01 BTC limit buy.
-func orderJob(account, clientOrderID string, retention time.Duration) (emq.Job, error) {
-	id := orders.NewOrderID()
-	created, _ := orders.ParseOrderID(id)
-	price := benchPrice
-	order := orders.Order{
-		ID: id, ClientOrderID: clientOrderID, Account: account, Symbol: "BTC-USD",
-		Side: orders.Buy, Type: orders.Limit, Quantity: benchQuantity, Price: &price,
-		Status: orders.StatusPending, CreatedAt: created,
-	}
-	payload, err := json.Marshal(order)
-	if err != nil {
-		return emq.Job{}, err
-	}
-	cmd := orders.PlaceCommand{
+// orderJob is the job Placer.Place admits for a 0.01 BTC limit order at
+// 50,000 USD.
+func orderJob(account, clientOrderID string, side orders.Side, retention time.Duration) (emq.Job, error) {
+	_, job, err := orders.PlaceJob(orders.PlaceCommand{
 		Account: account, ClientOrderID: clientOrderID, Symbol: "BTC-USD",
-		Side: orders.Buy, Type: orders.Limit, Quantity: benchQuantity, Price: benchPrice,
-	}
-	return emq.Job{
-		ID: id, Kind: orders.KindPlace, Group: account, Payload: payload,
-		DedupKey: account + ":" + clientOrderID, Fingerprint: cmd.Fingerprint(), DedupRetention: retention,
-	}, nil
+		Side: side, Type: orders.Limit, Quantity: benchQuantity, Price: benchPrice,
+	}, retention)
+	return job, err
 }
 
 // memoryResult is Redis memory per order job, pending and finished.
@@ -107,7 +92,7 @@ func (e *env) measureMemory(ctx context.Context, jobs int, progress func(string,
 		list := make([]emq.Job, n)
 		for i := range list {
 			account := e.accounts[(done+i)%len(e.accounts)]
-			if list[i], err = orderJob(account, fmt.Sprintf("mem-%s-%07d", e.run, done+i), time.Hour); err != nil {
+			if list[i], err = orderJob(account, fmt.Sprintf("mem-%s-%07d", e.run, done+i), orders.Buy, time.Hour); err != nil {
 				return r, err
 			}
 			payloads += int64(len(list[i].Payload))

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
 )
 
 // asynqModule is the directory, relative to the repository root, of the
@@ -83,7 +84,7 @@ func (e *env) compareQueues(ctx context.Context, c config, redisURL string, prog
 		return queueResult{}, errors.New("queue: the asynq comparison needs a single Redis server, not a cluster URL")
 	}
 	// The jobs carry what the product's queue carries: an order's payload.
-	sample, err := orderJob("bench-size", "size", time.Hour)
+	sample, err := orderJob("bench-size", "size", orders.Buy, time.Hour)
 	if err != nil {
 		return queueResult{}, err
 	}

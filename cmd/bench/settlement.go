@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/govalues/decimal"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -96,10 +94,6 @@ type settlementResult struct {
 	Ratio float64 `json:"settlement_to_pgbench_ratio"`
 	Met   bool    `json:"met"`
 }
-
-// settleQuantity is the admission phase's order size; a buy and a sell of
-// it at the same price leave the venue's balances where they were.
-var settleQuantity = decimal.MustParse("0.01000")
 
 // settlement admits a backlog of orders, settles it with workers wired as
 // cmd/worker wires them, then runs pgbench against the same server.
@@ -229,11 +223,13 @@ func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n in
 		list := make([]emq.Job, min(batch, n-done))
 		for i := range list {
 			seq := done + i
+			// A buy and a sell of one size at one price leave the venue's
+			// balances where they were, so no backlog runs it dry.
 			side := orders.Buy
 			if (seq/len(e.accounts))%2 == 1 {
 				side = orders.Sell
 			}
-			job, err := settlementJob(e.accounts[seq%len(e.accounts)], fmt.Sprintf("settle-%s-%d", e.run, seq), side)
+			job, err := orderJob(e.accounts[seq%len(e.accounts)], fmt.Sprintf("settle-%s-%d", e.run, seq), side, time.Hour)
 			if err != nil {
 				return nil, err
 			}
@@ -246,30 +242,6 @@ func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n in
 		done += len(list)
 	}
 	return ids, nil
-}
-
-// settlementJob is the job Placer.Place admits for a 0.01 BTC limit order
-// at 50,000 USD.
-func settlementJob(account, clientOrderID string, side orders.Side) (emq.Job, error) {
-	id := orders.NewOrderID()
-	created, _ := orders.ParseOrderID(id)
-	price := benchPrice
-	payload, err := json.Marshal(orders.Order{
-		ID: id, ClientOrderID: clientOrderID, Account: account, Symbol: "BTC-USD",
-		Side: side, Type: orders.Limit, Quantity: settleQuantity, Price: &price,
-		Status: orders.StatusPending, CreatedAt: created,
-	})
-	if err != nil {
-		return emq.Job{}, err
-	}
-	cmd := orders.PlaceCommand{
-		Account: account, ClientOrderID: clientOrderID, Symbol: "BTC-USD",
-		Side: side, Type: orders.Limit, Quantity: settleQuantity, Price: benchPrice,
-	}
-	return emq.Job{
-		ID: id, Kind: orders.KindPlace, Group: account, Payload: payload,
-		DedupKey: account + ":" + clientOrderID, Fingerprint: cmd.Fingerprint(), DedupRetention: time.Hour,
-	}, nil
 }
 
 // runWorker is one worker process as cmd/worker's run wires it: its own
