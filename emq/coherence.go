@@ -149,12 +149,9 @@ func (c *Client) FillManyIfNewer(ctx context.Context, key string, entries []Cach
 	if len(entries) == 0 {
 		return nil, nil
 	}
-	args := make([]any, 0, 3*len(entries))
-	for _, entry := range entries {
-		if entry.Version < 0 {
-			return nil, fmt.Errorf("emq: fill %s: field %q: negative version %d", key, entry.Field, entry.Version)
-		}
-		args = append(args, entry.Field, strconv.FormatInt(entry.Version, 10), entry.Value)
+	args, err := fillArgs(key, entries)
+	if err != nil {
+		return nil, err
 	}
 	reply, err := cacheFillScript.Run(ctx, c.rdb, []string{key}, args...).Slice()
 	if err != nil {
@@ -179,6 +176,19 @@ func (c *Client) FillManyIfNewer(ctx context.Context, key string, entries []Cach
 	return fills, nil
 }
 
+// fillArgs is the cache fill script's ARGV for entries of the hash key:
+// field, version, value per entry.
+func fillArgs(key string, entries []CacheEntry) ([]any, error) {
+	args := make([]any, 0, 3*len(entries))
+	for _, entry := range entries {
+		if entry.Version < 0 {
+			return nil, fmt.Errorf("emq: fill %s: field %q: negative version %d", key, entry.Field, entry.Version)
+		}
+		args = append(args, entry.Field, strconv.FormatInt(entry.Version, 10), entry.Value)
+	}
+	return args, nil
+}
+
 // FillHashesIfNewer fills several cache hashes in one round trip: each hash
 // as by FillManyIfNewer, in its own atomic step. A fill that finds a newer
 // version keeps it: that is the fill working, not failing. The error names
@@ -190,12 +200,9 @@ func (c *Client) FillHashesIfNewer(ctx context.Context, fills map[string][]Cache
 		if len(entries) == 0 {
 			continue
 		}
-		args := make([]any, 0, 3*len(entries))
-		for _, entry := range entries {
-			if entry.Version < 0 {
-				return fmt.Errorf("emq: fill %s: field %q: negative version %d", key, entry.Field, entry.Version)
-			}
-			args = append(args, entry.Field, strconv.FormatInt(entry.Version, 10), entry.Value)
+		args, err := fillArgs(key, entries)
+		if err != nil {
+			return err
 		}
 		keys = append(keys, key)
 		calls = append(calls, scriptCall{keys: []string{key}, args: args})
