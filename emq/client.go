@@ -28,7 +28,7 @@ type Client struct {
 	rdb redis.UniversalClient
 	log *slog.Logger
 	// admits and tokens carry the calls that arrive one per request (Admit,
-	// TakeToken), so concurrent requests share round trips.
+	// Queue.TakeToken), so concurrent requests share round trips.
 	admits, tokens *coalescer
 }
 

@@ -45,10 +45,6 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 	counter := &roundTrips{}
 	rdb.AddHook(counter)
 	queue, _ := queueOn(t, rdb)
-	client, err := emq.Connect(ctx, rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const callers = 200
 	tests := []struct {
 		name string
@@ -62,7 +58,7 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 			return err
 		}},
 		{"take token", func(i int) error {
-			take, err := client.TakeToken(ctx, fmt.Sprintf("bucket-%d", i%2), emq.TokenBucket{Capacity: callers, PerSecond: 1})
+			take, err := queue.TakeToken(ctx, fmt.Sprintf("bucket-%d", i%2), emq.TokenBucket{Capacity: callers, PerSecond: 1})
 			if err == nil && !take.Allowed {
 				err = fmt.Errorf("refused: %+v", take)
 			}
@@ -116,7 +112,7 @@ func TestClosedClientRefusesCalls(t *testing.T) {
 	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := client.TakeToken(cancelled, "b", emq.TokenBucket{Capacity: 1, PerSecond: 1}); !errors.Is(err, context.Canceled) && !errors.Is(err, emq.ErrClosed) {
+	if _, err := queue.TakeToken(cancelled, "b", emq.TokenBucket{Capacity: 1, PerSecond: 1}); !errors.Is(err, context.Canceled) && !errors.Is(err, emq.ErrClosed) {
 		t.Errorf("take token with a cancelled context: %v", err)
 	}
 }

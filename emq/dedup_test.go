@@ -84,7 +84,7 @@ func TestDedupAcrossWindows(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				admission, err := queue.admission(id, admitScript.Run(ctx, client.rdb, keys, args...))
+				admission, err := queue.admission(job, admitScript.Run(ctx, client.rdb, keys, args...))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -124,7 +124,7 @@ func TestDedupWindowKeepsTheLongestExpiry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := queue.admission(id, admitScript.Run(ctx, client.rdb, keys, args...)); err != nil {
+		if _, err := queue.admission(job, admitScript.Run(ctx, client.rdb, keys, args...)); err != nil {
 			t.Fatal(err)
 		}
 	}

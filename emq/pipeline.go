@@ -71,7 +71,7 @@ func (q *Queue) AdmitMany(ctx context.Context, jobs []Job) ([]Admission, []error
 			errs[i] = err
 			continue
 		}
-		admissions[i], errs[i] = q.admission(jobs[i].ID, cmds[n])
+		admissions[i], errs[i] = q.admission(jobs[i], cmds[n])
 	}
 	return admissions, errs
 }

@@ -181,6 +181,11 @@ type Job struct {
 	// (up to two days and a minute longer); DefaultDedupRetention when zero.
 	// Jobs admitted under different retentions see each other's keys.
 	DedupRetention time.Duration
+	// RateLimit, when set, makes the admission first take a token from the
+	// queue's named bucket, in the same script run: an empty bucket refuses
+	// the job with a *RateLimitedError and writes nothing else. A duplicate
+	// spends its token too.
+	RateLimit *RateLimit
 }
 
 // Admission is the outcome of Admit.
@@ -191,6 +196,8 @@ type Admission struct {
 	Fingerprint string
 	// Duplicate is true when the dedup key was taken and nothing was written.
 	Duplicate bool
+	// Token is what the job's RateLimit took; nil when it had none.
+	Token *TokenTake
 }
 
 // Admit runs the admit script: kind check, duplicate refusal, row write and
@@ -201,7 +208,7 @@ func (q *Queue) Admit(ctx context.Context, job Job) (Admission, error) {
 	if err != nil {
 		return Admission{}, err
 	}
-	return q.admission(job.ID, q.client.admits.run(ctx, keys, args...))
+	return q.admission(job, q.client.admits.run(ctx, keys, args...))
 }
 
 // admitCall is the admit script's keys and arguments for job, with the
@@ -223,18 +230,43 @@ func (q *Queue) admitCall(job Job, now time.Time) ([]string, []any, error) {
 		q.rotationKey(), q.lanesKey(), q.tagsKey(), q.clockKey(), window)
 	keys = append(keys, others...)
 	args := []any{job.ID, job.Kind, job.Group, job.Payload, job.Fingerprint, dedupDigest(dedup), expireAt}
+	if limit := job.RateLimit; limit != nil {
+		keys = append(keys, q.BucketKey(limit.Bucket))
+		args = append(args, limit.Limit.Capacity, limit.Limit.PerSecond)
+	}
 	return keys, args, nil
 }
 
-func (q *Queue) admission(id string, cmd *redis.Cmd) (Admission, error) {
-	reply, err := cmd.StringSlice()
+// admission reads the admit script's reply to job.
+func (q *Queue) admission(job Job, cmd *redis.Cmd) (Admission, error) {
+	reply, err := cmd.Slice()
 	if err != nil {
-		return Admission{}, fmt.Errorf("emq: admit %s on %s: %w", id, q.name, scriptError(err))
+		return Admission{}, fmt.Errorf("emq: admit %s on %s: %w", job.ID, q.name, scriptError(err))
 	}
-	if len(reply) != 3 {
-		return Admission{}, fmt.Errorf("emq: admit %s on %s: unexpected reply %q", id, q.name, reply)
+	want := 3
+	if job.RateLimit != nil {
+		want += 4
 	}
-	return Admission{ID: reply[1], Fingerprint: reply[2], Duplicate: reply[0] == "duplicate"}, nil
+	var text [3]string
+	for i := range min(3, len(reply)) {
+		text[i], _ = reply[i].(string)
+	}
+	outcome := text[0]
+	if len(reply) != want || (outcome != "admitted" && outcome != "duplicate" && outcome != "limited") {
+		return Admission{}, fmt.Errorf("emq: admit %s on %s: unexpected reply %v", job.ID, q.name, reply)
+	}
+	admission := Admission{ID: text[1], Fingerprint: text[2], Duplicate: outcome == "duplicate"}
+	if job.RateLimit != nil {
+		take, err := tokenTakeOf(reply[3:])
+		if err != nil {
+			return Admission{}, fmt.Errorf("emq: admit %s on %s: %w", job.ID, q.name, err)
+		}
+		if outcome == "limited" {
+			return Admission{}, &RateLimitedError{Bucket: job.RateLimit.Bucket, Take: take}
+		}
+		admission.Token = &take
+	}
+	return admission, nil
 }
 
 func validJob(job Job) error {
@@ -247,6 +279,10 @@ func validJob(job Job) error {
 		return fmt.Errorf("emq: job %s has no group", job.ID)
 	case strings.Contains(job.Fingerprint, " "):
 		return fmt.Errorf("emq: job %s: fingerprint may not hold spaces", job.ID)
+	case job.RateLimit != nil:
+		if err := validRateLimit(*job.RateLimit); err != nil {
+			return fmt.Errorf("emq: job %s: %w", job.ID, err)
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package emq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -16,7 +17,7 @@ type TokenBucket struct {
 	PerSecond int
 }
 
-// TokenTake is the answer of TakeToken.
+// TokenTake is the answer of a take from a token bucket.
 type TokenTake struct {
 	// Allowed is true when a token was taken.
 	Allowed bool
@@ -29,38 +30,89 @@ type TokenTake struct {
 	ResetAfter time.Duration
 }
 
+// RateLimit names a token bucket of a queue and its size: the token an
+// admission takes first (Job.RateLimit), from the same bucket TakeToken
+// takes from.
+type RateLimit struct {
+	Bucket string
+	Limit  TokenBucket
+}
+
+// ErrRateLimited matches every *RateLimitedError.
+var ErrRateLimited = errors.New("emq: rate limited")
+
+// RateLimitedError: the job's token bucket was empty, so it was not
+// admitted and nothing was written. Take says when to retry.
+type RateLimitedError struct {
+	Bucket string
+	Take   TokenTake
+}
+
+func (e *RateLimitedError) Error() string {
+	return fmt.Sprintf("emq: token bucket %s is empty; retry after %s", e.Bucket, e.Take.RetryAfter)
+}
+
+func (e *RateLimitedError) Unwrap() error { return ErrRateLimited }
+
 const maxBucketSize = 1_000_000
 
-// RateLimitKey is the Redis key of bucket: one hash per bucket, under its own
-// hash tag, so buckets spread over a cluster's slots.
-func RateLimitKey(bucket string) string { return "ratelimit:{" + bucket + "}" }
+// BucketKey is the Redis key of the queue's token bucket: a hash under the
+// queue's hash tag, so that an admission can take from it in the same
+// script run.
+func (q *Queue) BucketKey(bucket string) string { return q.prefix + "bucket:" + bucket }
 
-// TakeToken takes one token from the named bucket, or refuses when it is
-// empty, in one script (lua/ratelimit.lua) on the server's clock. A bucket
-// nobody took from for as long as it takes to fill expires, so idle buckets
-// cost no memory. The name is the caller's (an API key's id or hash, say);
-// it must not contain braces, and should not contain secrets: it is part of
-// a Redis key.
-func (c *Client) TakeToken(ctx context.Context, bucket string, limit TokenBucket) (TokenTake, error) {
-	if bucket == "" || strings.ContainsAny(bucket, "{}") {
-		return TokenTake{}, fmt.Errorf("emq: rate limit bucket %q: want a non-empty name without braces", bucket)
+// TakeToken takes one token from the queue's named bucket, or refuses when it
+// is empty, in one script (lua/ratelimit.lua) on the server's clock. It is
+// the bucket an admission with Job.RateLimit takes from, so a caller can
+// limit its requests that admit nothing (bad ones, reads) and those that do
+// with one budget. A bucket nobody took from for as long as it takes to fill
+// expires, so idle buckets cost no memory. The name is the caller's (an API
+// key's id or hash, say); it must not contain braces or spaces, and should
+// not contain secrets: it is part of a Redis key.
+func (q *Queue) TakeToken(ctx context.Context, bucket string, limit TokenBucket) (TokenTake, error) {
+	if err := validRateLimit(RateLimit{Bucket: bucket, Limit: limit}); err != nil {
+		return TokenTake{}, err
 	}
-	if limit.Capacity < 1 || limit.Capacity > maxBucketSize || limit.PerSecond < 1 || limit.PerSecond > maxBucketSize {
-		return TokenTake{}, fmt.Errorf("emq: rate limit %+v: capacity and per-second rate must be from 1 to %d", limit, maxBucketSize)
-	}
-	key := RateLimitKey(bucket)
-	reply, err := c.tokens.run(ctx, []string{key},
-		strconv.Itoa(limit.Capacity), strconv.Itoa(limit.PerSecond)).Int64Slice()
+	key := q.BucketKey(bucket)
+	reply, err := q.client.tokens.run(ctx, []string{key},
+		strconv.Itoa(limit.Capacity), strconv.Itoa(limit.PerSecond)).Slice()
 	if err != nil {
 		return TokenTake{}, fmt.Errorf("emq: take token from %s: %w", key, err)
 	}
+	take, err := tokenTakeOf(reply)
+	if err != nil {
+		return TokenTake{}, fmt.Errorf("emq: take token from %s: %w", key, err)
+	}
+	return take, nil
+}
+
+func validRateLimit(r RateLimit) error {
+	if r.Bucket == "" || strings.ContainsAny(r.Bucket, "{} ") {
+		return fmt.Errorf("emq: rate limit bucket %q: want a non-empty name without braces or spaces", r.Bucket)
+	}
+	if l := r.Limit; l.Capacity < 1 || l.Capacity > maxBucketSize || l.PerSecond < 1 || l.PerSecond > maxBucketSize {
+		return fmt.Errorf("emq: rate limit %+v: capacity and per-second rate must be from 1 to %d", l, maxBucketSize)
+	}
+	return nil
+}
+
+// tokenTakeOf reads the four integers of a take (see token_bucket.lua).
+func tokenTakeOf(reply []any) (TokenTake, error) {
 	if len(reply) != 4 {
-		return TokenTake{}, fmt.Errorf("emq: take token from %s: unexpected reply of %d values", key, len(reply))
+		return TokenTake{}, fmt.Errorf("unexpected token take of %d values", len(reply))
+	}
+	var n [4]int64
+	for i, value := range reply {
+		integer, ok := value.(int64)
+		if !ok {
+			return TokenTake{}, fmt.Errorf("unexpected token take %v", reply)
+		}
+		n[i] = integer
 	}
 	return TokenTake{
-		Allowed:    reply[0] == 1,
-		Remaining:  int(reply[1]),
-		RetryAfter: time.Duration(reply[2]) * time.Millisecond,
-		ResetAfter: time.Duration(reply[3]) * time.Millisecond,
+		Allowed:    n[0] == 1,
+		Remaining:  int(n[1]),
+		RetryAfter: time.Duration(n[2]) * time.Millisecond,
+		ResetAfter: time.Duration(n[3]) * time.Millisecond,
 	}, nil
 }

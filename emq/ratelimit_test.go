@@ -2,27 +2,19 @@ package emq_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/lua"
 )
 
-func rateLimitClient(t *testing.T) *emq.Client {
+func take(t *testing.T, queue *emq.Queue, bucket string, limit emq.TokenBucket) emq.TokenTake {
 	t.Helper()
-	client, err := emq.Connect(context.Background(), testserver.QueueRedis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return client
-}
-
-func take(t *testing.T, client *emq.Client, bucket string, limit emq.TokenBucket) emq.TokenTake {
-	t.Helper()
-	got, err := client.TakeToken(context.Background(), bucket, limit)
+	got, err := queue.TakeToken(context.Background(), bucket, limit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,10 +22,10 @@ func take(t *testing.T, client *emq.Client, bucket string, limit emq.TokenBucket
 }
 
 func TestTakeTokenAllowsTheBurstThenRefuses(t *testing.T) {
-	client := rateLimitClient(t)
+	queue, rdb := newQueue(t)
 	limit := emq.TokenBucket{Capacity: 3, PerSecond: 1}
 	for i, wantRemaining := range []int{2, 1, 0} {
-		got := take(t, client, "burst", limit)
+		got := take(t, queue, "burst", limit)
 		if !got.Allowed || got.Remaining != wantRemaining {
 			t.Fatalf("take %d: %+v, want allowed with %d remaining", i, got, wantRemaining)
 		}
@@ -41,7 +33,7 @@ func TestTakeTokenAllowsTheBurstThenRefuses(t *testing.T) {
 			t.Errorf("take %d: retry after %v with tokens left", i, got.RetryAfter)
 		}
 	}
-	got := take(t, client, "burst", limit)
+	got := take(t, queue, "burst", limit)
 	if got.Allowed || got.Remaining != 0 {
 		t.Fatalf("take past the burst: %+v, want refused", got)
 	}
@@ -51,19 +43,23 @@ func TestTakeTokenAllowsTheBurstThenRefuses(t *testing.T) {
 	if got.ResetAfter <= 2*time.Second || got.ResetAfter > 3*time.Second {
 		t.Errorf("reset after %v, want (2s, 3s] for 3 tokens at 1/s", got.ResetAfter)
 	}
-	// The bucket lives under its own hash tag and expires once full again.
-	ttl, err := client.Redis().PTTL(context.Background(), emq.RateLimitKey("burst")).Result()
+	// The bucket lives under the queue's hash tag and expires once full again.
+	key := queue.BucketKey("burst")
+	if !strings.HasPrefix(key, "emq:{"+queue.Name()+"}:") {
+		t.Errorf("bucket key %q is not under the queue's hash tag", key)
+	}
+	ttl, err := rdb.PTTL(context.Background(), key).Result()
 	if err != nil || ttl <= 0 || ttl > 4*time.Second {
 		t.Errorf("bucket TTL %v, %v; want at most the time to fill plus 1s", ttl, err)
 	}
 }
 
 func TestTakeTokenRefillsOverTime(t *testing.T) {
-	client := rateLimitClient(t)
+	queue, _ := newQueue(t)
 	limit := emq.TokenBucket{Capacity: 2, PerSecond: 20} // a token every 50 ms
-	take(t, client, "refill", limit)
-	take(t, client, "refill", limit)
-	refused := take(t, client, "refill", limit)
+	take(t, queue, "refill", limit)
+	take(t, queue, "refill", limit)
+	refused := take(t, queue, "refill", limit)
 	if refused.Allowed {
 		t.Fatalf("third take: %+v, want refused", refused)
 	}
@@ -71,36 +67,36 @@ func TestTakeTokenRefillsOverTime(t *testing.T) {
 		t.Fatalf("retry after %v, want (0, 50ms]", refused.RetryAfter)
 	}
 	time.Sleep(refused.RetryAfter + 10*time.Millisecond)
-	if got := take(t, client, "refill", limit); !got.Allowed {
+	if got := take(t, queue, "refill", limit); !got.Allowed {
 		t.Errorf("after waiting Retry-After: %+v, want allowed", got)
 	}
 	time.Sleep(150 * time.Millisecond) // more than enough to fill: never past capacity
 	for i, want := range []int{1, 0} {
-		if got := take(t, client, "refill", limit); !got.Allowed || got.Remaining != want {
+		if got := take(t, queue, "refill", limit); !got.Allowed || got.Remaining != want {
 			t.Errorf("take %d after the bucket filled: %+v, want allowed with %d left", i, got, want)
 		}
 	}
-	if got := take(t, client, "refill", limit); got.Allowed {
+	if got := take(t, queue, "refill", limit); got.Allowed {
 		t.Errorf("refill went past capacity: %+v", got)
 	}
 }
 
 func TestTakeTokenBucketsAreIndependent(t *testing.T) {
-	client := rateLimitClient(t)
+	queue, _ := newQueue(t)
 	limit := emq.TokenBucket{Capacity: 1, PerSecond: 1}
-	if got := take(t, client, "a", limit); !got.Allowed {
+	if got := take(t, queue, "a", limit); !got.Allowed {
 		t.Fatalf("a: %+v", got)
 	}
-	if got := take(t, client, "a", limit); got.Allowed {
+	if got := take(t, queue, "a", limit); got.Allowed {
 		t.Fatalf("a again: %+v, want refused", got)
 	}
-	if got := take(t, client, "b", limit); !got.Allowed {
+	if got := take(t, queue, "b", limit); !got.Allowed {
 		t.Errorf("b after a was emptied: %+v, want allowed", got)
 	}
 }
 
 func TestTakeTokenRefusesBadArguments(t *testing.T) {
-	client := rateLimitClient(t)
+	queue, rdb := newQueue(t)
 	ctx := context.Background()
 	for _, c := range []struct {
 		bucket string
@@ -108,19 +104,110 @@ func TestTakeTokenRefusesBadArguments(t *testing.T) {
 	}{
 		{"", emq.TokenBucket{Capacity: 1, PerSecond: 1}},
 		{"a}b", emq.TokenBucket{Capacity: 1, PerSecond: 1}},
+		{"a b", emq.TokenBucket{Capacity: 1, PerSecond: 1}},
 		{"a", emq.TokenBucket{Capacity: 0, PerSecond: 1}},
 		{"a", emq.TokenBucket{Capacity: 1, PerSecond: 0}},
 		{"a", emq.TokenBucket{Capacity: 1_000_001, PerSecond: 1}},
 	} {
-		if _, err := client.TakeToken(ctx, c.bucket, c.limit); err == nil {
+		if _, err := queue.TakeToken(ctx, c.bucket, c.limit); err == nil {
 			t.Errorf("TakeToken(%q, %+v) succeeded, want refused", c.bucket, c.limit)
 		}
 	}
 	// The script checks its arguments too, for callers that skip the client.
 	for _, args := range [][]any{{"0", "1"}, {"1", "1.5"}, {"1", "-1"}, {"1", "1000001"}, {"1", ""}} {
-		err := client.Redis().Eval(ctx, lua.RateLimit, []string{emq.RateLimitKey("args")}, args...).Err()
+		err := rdb.Eval(ctx, lua.RateLimit, []string{queue.BucketKey("args")}, args...).Err()
 		if err == nil || !strings.HasPrefix(err.Error(), "ERLARG") {
 			t.Errorf("script with ARGV %q: %v, want ERLARG", args, err)
 		}
+	}
+}
+
+// limitedJob is a job that takes a token from bucket first.
+func limitedJob(id, dedup, bucket string, limit emq.TokenBucket) emq.Job {
+	return emq.Job{ID: id, Kind: "test.job", Group: "g", DedupKey: dedup, Fingerprint: "fp-" + dedup,
+		RateLimit: &emq.RateLimit{Bucket: bucket, Limit: limit}}
+}
+
+// An admission with a rate limit takes its token in the same script run: the
+// burst is admitted, the next job is refused with a *RateLimitedError and
+// nothing written, and after Retry-After it is admitted.
+func TestAdmitTakesItsTokenFirst(t *testing.T) {
+	queue, _ := newQueue(t)
+	ctx := context.Background()
+	limit := emq.TokenBucket{Capacity: 2, PerSecond: 20}
+	for i, wantRemaining := range []int{1, 0} {
+		id := fmt.Sprintf("J%d", i)
+		admission, err := queue.Admit(ctx, limitedJob(id, id, "k", limit))
+		if err != nil {
+			t.Fatalf("admit %s: %v", id, err)
+		}
+		if admission.Duplicate || admission.ID != id || admission.Token == nil || !admission.Token.Allowed || admission.Token.Remaining != wantRemaining {
+			t.Fatalf("admit %s: %+v (token %+v), want admitted with %d tokens left", id, admission, admission.Token, wantRemaining)
+		}
+	}
+	_, err := queue.Admit(ctx, limitedJob("J2", "J2", "k", limit))
+	var limited *emq.RateLimitedError
+	if !errors.As(err, &limited) || !errors.Is(err, emq.ErrRateLimited) {
+		t.Fatalf("admit past the burst: %v, want a *RateLimitedError", err)
+	}
+	if limited.Take.Allowed || limited.Take.RetryAfter <= 0 || limited.Take.RetryAfter > 50*time.Millisecond {
+		t.Errorf("refusal %+v, want not allowed, retry within (0, 50ms]", limited.Take)
+	}
+	if _, err := queue.Job(ctx, "J2"); !errors.Is(err, emq.ErrNotFound) {
+		t.Errorf("refused job: %v, want no job written", err)
+	}
+	if pending, err := queue.Pending(ctx); err != nil || pending != 2 {
+		t.Errorf("pending %d, %v; want the two admitted", pending, err)
+	}
+	time.Sleep(limited.Take.RetryAfter + 10*time.Millisecond)
+	admission, err := queue.Admit(ctx, limitedJob("J2", "J2", "k", limit))
+	if err != nil || admission.Duplicate {
+		t.Errorf("the refused job after Retry-After: %+v, %v; want admitted, not a duplicate", admission, err)
+	}
+}
+
+// Admission and TakeToken draw on one bucket, and a duplicate spends its
+// token like any other request.
+func TestAdmitSharesTheBucketWithTakeToken(t *testing.T) {
+	queue, _ := newQueue(t)
+	ctx := context.Background()
+	limit := emq.TokenBucket{Capacity: 3, PerSecond: 1}
+	if got := take(t, queue, "shared", limit); !got.Allowed || got.Remaining != 2 {
+		t.Fatalf("take: %+v", got)
+	}
+	if _, err := queue.Admit(ctx, limitedJob("A1", "same", "shared", limit)); err != nil {
+		t.Fatal(err)
+	}
+	replay, err := queue.Admit(ctx, limitedJob("A2", "same", "shared", limit))
+	if err != nil || !replay.Duplicate || replay.ID != "A1" || replay.Token == nil || replay.Token.Remaining != 0 {
+		t.Fatalf("duplicate: %+v (token %+v), %v; want A1 with the last token spent", replay, replay.Token, err)
+	}
+	if got := take(t, queue, "shared", limit); got.Allowed {
+		t.Errorf("take after the admissions emptied the bucket: %+v, want refused", got)
+	}
+	if _, err := queue.Admit(ctx, limitedJob("A3", "other", "other-bucket", limit)); err != nil {
+		t.Errorf("another bucket: %v", err)
+	}
+	// Without a rate limit an admission takes no token and reports none.
+	plain, err := queue.Admit(ctx, emq.Job{ID: "A4", Kind: "test.job", Group: "g"})
+	if err != nil || plain.Token != nil {
+		t.Errorf("admission without a rate limit: %+v, %v; want admitted with no token", plain, err)
+	}
+}
+
+func TestAdmitRefusesABadRateLimit(t *testing.T) {
+	queue, _ := newQueue(t)
+	for _, limit := range []emq.RateLimit{
+		{Bucket: "", Limit: emq.TokenBucket{Capacity: 1, PerSecond: 1}},
+		{Bucket: "a{b", Limit: emq.TokenBucket{Capacity: 1, PerSecond: 1}},
+		{Bucket: "a", Limit: emq.TokenBucket{Capacity: 0, PerSecond: 1}},
+	} {
+		job := emq.Job{ID: "B1", Kind: "test.job", Group: "g", RateLimit: &limit}
+		if _, err := queue.Admit(context.Background(), job); err == nil || errors.Is(err, emq.ErrRateLimited) {
+			t.Errorf("rate limit %+v: %v, want refused as invalid", limit, err)
+		}
+	}
+	if pending, err := queue.Pending(context.Background()); err != nil || pending != 0 {
+		t.Errorf("pending %d, %v; want nothing admitted", pending, err)
 	}
 }

@@ -97,7 +97,6 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 		Instruments: f.instruments,
 		Accounts:    keys,
 		Balances:    orders.NewBalances(f.db, queueClient, log),
-		Limiter:     queueClient,
 		Probes: []gateway.Probe{
 			{Name: "redis", Check: func(ctx context.Context) error { return f.rdb.Ping(ctx).Err() }},
 			{Name: "fence", Check: queueClient.Check},
@@ -224,8 +223,9 @@ func (f *fixture) queueKeys(t testing.TB) []string {
 		t.Fatal(err)
 	}
 	var written []string
+	buckets := f.queue.BucketKey("")
 	for _, key := range all {
-		if key != "emq:{orders}:kinds" && key != "{emq}:version" && key != "{emq}:queues" && !strings.HasPrefix(key, "ratelimit:") {
+		if key != "emq:{orders}:kinds" && key != "{emq}:version" && key != "{emq}:queues" && !strings.HasPrefix(key, buckets) {
 			written = append(written, key)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"strings"
 	"time"
 
@@ -18,23 +17,39 @@ const (
 	contextLogger   = "gateway.logger"
 	contextAccount  = "gateway.account"
 	contextBucket   = "gateway.bucket"
+	// contextOrder is the order a request placed or replayed, for its
+	// access log line.
+	contextOrder = "gateway.order"
 )
 
-var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+// wellFormedRequestID says whether a caller's X-Request-Id may be used (and
+// logged) as it is: 1 to 128 of A-Z a-z 0-9 . _ : -.
+func wellFormedRequestID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for i := range len(id) {
+		switch b := id[i]; {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9', b == '.', b == '_', b == ':', b == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // observe gives every request an id (the caller's X-Request-Id when it is
-// well-formed), a logger that stamps the id on every line, and one access log
-// line. Headers are never logged: they carry API keys.
+// well-formed) that every log line about it carries, and one access log
+// line, which names the order a placement admitted. Headers are never
+// logged: they carry API keys.
 func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
 		id := c.Request().Header.Get(headerRequestID)
-		if !requestIDPattern.MatchString(id) {
+		if !wellFormedRequestID(id) {
 			id = ulid.Make().String()
 		}
 		c.Response().Header().Set(headerRequestID, id)
-		log := s.log.With("request_id", id)
-		c.Set(contextLogger, log)
 		err := next(c)
 		if err != nil {
 			c.Error(err)
@@ -44,28 +59,41 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if status >= 500 {
 			level = slog.LevelError
 		}
-		attrs := []any{
-			"method", c.Request().Method,
-			"path", c.Request().URL.Path,
-			"status", status,
-			"bytes", c.Response().Size,
-			"duration_ms", float64(time.Since(start).Microseconds()) / 1000,
+		ctx := c.Request().Context()
+		if !s.log.Enabled(ctx, level) {
+			return nil
 		}
+		attrs := make([]slog.Attr, 0, 8)
+		attrs = append(attrs,
+			slog.String("request_id", id),
+			slog.String("method", c.Request().Method),
+			slog.String("path", c.Request().URL.Path),
+			slog.Int("status", status),
+			slog.Int64("bytes", c.Response().Size),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+		)
 		if account, ok := c.Get(contextAccount).(string); ok {
-			attrs = append(attrs, "account", account)
+			attrs = append(attrs, slog.String("account", account))
 		}
-		log.Log(c.Request().Context(), level, "request", attrs...)
+		if order, ok := c.Get(contextOrder).(string); ok {
+			attrs = append(attrs, slog.String("order_id", order))
+		}
+		s.log.LogAttrs(ctx, level, "request", attrs...)
 		return nil
 	}
 }
 
 func requestID(c echo.Context) string { return c.Response().Header().Get(headerRequestID) }
 
-func logger(c echo.Context) *slog.Logger {
+// logger is the request's logger, which stamps its id on every line; made
+// on first use, since most requests log nothing but their access line.
+func (s *Server) logger(c echo.Context) *slog.Logger {
 	if log, ok := c.Get(contextLogger).(*slog.Logger); ok {
 		return log
 	}
-	return slog.Default()
+	log := s.log.With("request_id", requestID(c))
+	c.Set(contextLogger, log)
+	return log
 }
 
 func (s *Server) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {

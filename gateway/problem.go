@@ -126,7 +126,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	p, internal := problemFor(err)
 	p.RequestID = requestID(c)
 	p.Instance = c.Request().URL.Path
-	log := logger(c)
+	log := s.logger(c)
 	if internal != nil {
 		log.Error("request failed", "status", p.Status, "err", internal)
 	}

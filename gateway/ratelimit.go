@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -12,11 +11,6 @@ import (
 
 	"github.com/ordergate/ordergate/emq"
 )
-
-// RateLimiter takes a token from a named token bucket; *emq.Client is one.
-type RateLimiter interface {
-	TakeToken(ctx context.Context, bucket string, limit emq.TokenBucket) (emq.TokenTake, error)
-}
 
 // The rate limit headers (draft-ietf-httpapi-ratelimit-headers).
 const (
@@ -34,42 +28,72 @@ func keyBucket(key string) string {
 	return "key:" + hex.EncodeToString(sum[:16])
 }
 
-// rateLimit takes a token from the authenticated key's bucket, and refuses
-// the request with 429 when the bucket is empty. Every answer it lets through
-// or refuses carries the RateLimit-* headers.
+// rateLimit takes a token from the authenticated key's bucket before the
+// request is served, and refuses it with 429 when the bucket is empty. Every
+// answer it lets through or refuses carries the RateLimit-* headers.
+// Placements take theirs in the admission instead (placeOrder).
+func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
+	if !s.limiting() {
+		return next
+	}
+	return func(c echo.Context) error {
+		if err := s.takeToken(c); err != nil {
+			return err
+		}
+		return next(c)
+	}
+}
+
+// limiting is whether requests are rate limited at all: the buckets live
+// with the placer's queue, so a gateway without one (serving reads only, in
+// tests) limits nothing.
+func (s *Server) limiting() bool { return s.placer != nil && s.config.RateLimitBurst > 0 }
+
+// limit is the token bucket of every API key.
+func (s *Server) limit() emq.TokenBucket {
+	return emq.TokenBucket{Capacity: s.config.RateLimitBurst, PerSecond: s.config.RateLimitPerSecond}
+}
+
+// takeToken takes a token from the key's bucket of the orders queue, the
+// bucket placements take from in their admission, and answers it: nil when
+// the request may go on, the 429 refusal when not.
 //
 // It fails open: when the bucket's store (Redis) does not answer, the
 // request goes through unlimited, logged and counted in
 // rate_limit_fail_open_total. An exchange would rather keep serving reads
 // (orders from PostgreSQL) than refuse everything because the limiter is
 // down; placements need Redis anyway and answer 503 on their own.
-func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
-	if s.limiter == nil || s.config.RateLimitBurst <= 0 {
-		return next
+func (s *Server) takeToken(c echo.Context) error {
+	if !s.limiting() {
+		return nil
 	}
-	limit := emq.TokenBucket{Capacity: s.config.RateLimitBurst, PerSecond: s.config.RateLimitPerSecond}
-	return func(c echo.Context) error {
-		bucket, _ := c.Get(contextBucket).(string)
-		take, err := s.limiter.TakeToken(c.Request().Context(), bucket, limit)
-		if err != nil {
-			s.metrics.rateLimitFailOpen.Inc()
-			logger(c).Warn("rate limiter unavailable; request let through unlimited", "err", err)
-			return next(c)
-		}
-		header := c.Response().Header()
-		header.Set(headerRateLimitLimit, strconv.Itoa(limit.Capacity))
-		header.Set(headerRateLimitRemaining, strconv.Itoa(take.Remaining))
-		header.Set(headerRateLimitReset, strconv.Itoa(wholeSeconds(take.ResetAfter, 0)))
-		if !take.Allowed {
-			s.metrics.rateLimited.Inc()
-			retry := wholeSeconds(take.RetryAfter, 1)
-			header.Set("Retry-After", strconv.Itoa(retry))
-			return &requestError{kind: kindRateLimited, detail: fmt.Sprintf(
-				"this API key may make %d requests at once and %d a second; retry after %d s",
-				limit.Capacity, limit.PerSecond, retry)}
-		}
-		return next(c)
+	bucket, _ := c.Get(contextBucket).(string)
+	take, err := s.placer.TakeToken(c.Request().Context(), bucket, s.limit())
+	if err != nil {
+		s.metrics.rateLimitFailOpen.Inc()
+		s.logger(c).Warn("rate limiter unavailable; request let through unlimited", "err", err)
+		return nil
 	}
+	return s.answerTake(c, take)
+}
+
+// answerTake puts take on the answer as the RateLimit-* headers and, when
+// the bucket was empty, returns the 429 refusal with its Retry-After.
+func (s *Server) answerTake(c echo.Context, take emq.TokenTake) error {
+	limit := s.limit()
+	header := c.Response().Header()
+	header.Set(headerRateLimitLimit, strconv.Itoa(limit.Capacity))
+	header.Set(headerRateLimitRemaining, strconv.Itoa(take.Remaining))
+	header.Set(headerRateLimitReset, strconv.Itoa(wholeSeconds(take.ResetAfter, 0)))
+	if take.Allowed {
+		return nil
+	}
+	s.metrics.rateLimited.Inc()
+	retry := wholeSeconds(take.RetryAfter, 1)
+	header.Set("Retry-After", strconv.Itoa(retry))
+	return &requestError{kind: kindRateLimited, detail: fmt.Sprintf(
+		"this API key may make %d requests at once and %d a second; retry after %d s",
+		limit.Capacity, limit.PerSecond, retry)}
 }
 
 // wholeSeconds rounds d up to whole seconds, and to at least least.

@@ -88,6 +88,46 @@ func TestRateLimitRefusesPastTheBurst(t *testing.T) {
 	}
 }
 
+// A placement takes its token in its admission, from the same bucket as the
+// key's other requests: placements count RateLimit-Remaining down, a replay
+// and a refused body spend a token too, and an order past the burst is
+// refused with 429 and not admitted.
+func TestRateLimitPlacementsShareTheBucket(t *testing.T) {
+	f := newFixtureWith(t, 1, limited(4, 1))
+	key := f.keys[0]
+	steps := []struct {
+		name          string
+		res           func() response
+		status        int
+		wantRemaining int
+	}{
+		{"placement", func() response { return f.place(t, key, limitOrder("first")) }, http.StatusAccepted, 3},
+		{"replay", func() response { return f.place(t, key, limitOrder("first")) }, http.StatusOK, 2},
+		{"bad body", func() response { return f.place(t, key, `{"symbol":"BTC-USD"}`) }, http.StatusUnprocessableEntity, 1},
+		{"read", func() response { return f.list(t, key, nil) }, http.StatusOK, 0},
+		{"placement past the burst", func() response { return f.place(t, key, limitOrder("second")) }, http.StatusTooManyRequests, 0},
+		{"bad body past the burst", func() response { return f.place(t, key, `{}`) }, http.StatusTooManyRequests, 0},
+	}
+	for _, step := range steps {
+		res := step.res()
+		if res.status != step.status {
+			t.Fatalf("%s: %d %s, want %d", step.name, res.status, res.body, step.status)
+		}
+		if got := headerInt(t, res, "RateLimit-Remaining"); got != step.wantRemaining {
+			t.Errorf("%s: RateLimit-Remaining %d, want %d", step.name, got, step.wantRemaining)
+		}
+		if got := headerInt(t, res, "RateLimit-Limit"); got != 4 {
+			t.Errorf("%s: RateLimit-Limit %d, want 4", step.name, got)
+		}
+		if step.status == http.StatusTooManyRequests && headerInt(t, res, "Retry-After") != 1 {
+			t.Errorf("%s: Retry-After %q, want 1", step.name, res.header.Get("Retry-After"))
+		}
+	}
+	if pending, err := f.queue.Pending(context.Background()); err != nil || pending != 1 {
+		t.Errorf("pending %d, %v; want only the first order", pending, err)
+	}
+}
+
 func TestRateLimitRefillsAfterRetryAfter(t *testing.T) {
 	f := newFixtureWith(t, 1, limited(1, 1))
 	key := f.keys[0]
@@ -131,14 +171,14 @@ func TestRateLimitBucketsArePerKey(t *testing.T) {
 		t.Errorf("another key of account 0: %d, want 200", res.status)
 	}
 
-	buckets, err := f.rdb.Keys(context.Background(), "ratelimit:*").Result()
+	buckets, err := f.rdb.Keys(context.Background(), f.queue.BucketKey("")+"*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]bool{}
 	for _, key := range f.keys {
 		sum := sha256.Sum256([]byte(key))
-		want["ratelimit:{key:"+hex.EncodeToString(sum[:16])+"}"] = true
+		want[f.queue.BucketKey("key:"+hex.EncodeToString(sum[:16]))] = true
 	}
 	if len(buckets) != len(f.keys) {
 		t.Errorf("buckets %v, want one per key used", buckets)

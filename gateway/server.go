@@ -24,7 +24,9 @@ type Config struct {
 	// hangs turns into a 503 instead of a hung client.
 	RequestTimeout time.Duration
 	// RateLimitBurst is how many requests one API key may make at once (the
-	// token bucket's capacity); 0 turns rate limiting off.
+	// token bucket's capacity); 0 turns rate limiting off. The buckets live
+	// with the orders queue (Placer.TakeToken), so placements take their
+	// token in the admission.
 	RateLimitBurst int
 	// RateLimitPerSecond is how many requests a second one API key may make
 	// sustained (the bucket's refill rate).
@@ -53,11 +55,8 @@ type Deps struct {
 	Instruments *orders.Instruments
 	Accounts    Authenticator
 	Balances    BalanceReader
-	// Limiter keeps the per-key token buckets of the /v1 routes (an
-	// *emq.Client); no rate limiting when nil.
-	Limiter RateLimiter
-	Probes  []Probe
-	Logger  *slog.Logger
+	Probes      []Probe
+	Logger      *slog.Logger
 	// Metrics is where the gateway registers its series and what GET
 	// /metrics serves; a private registry when nil. One registry backs one
 	// Server.
@@ -72,7 +71,6 @@ type Server struct {
 	instruments *orders.Instruments
 	accounts    Authenticator
 	balances    BalanceReader
-	limiter     RateLimiter
 	probes      []Probe
 	log         *slog.Logger
 	validate    *validator.Validate
@@ -99,7 +97,6 @@ func New(deps Deps, config Config) *Server {
 		instruments: deps.Instruments,
 		accounts:    deps.Accounts,
 		balances:    deps.Balances,
-		limiter:     deps.Limiter,
 		probes:      deps.Probes,
 		log:         deps.Logger,
 		validate:    newValidator(),
@@ -118,9 +115,10 @@ func New(deps Deps, config Config) *Server {
 	e.GET("/metrics", echo.WrapHandler(s.metrics.handler))
 	// Authentication and the rate limit are per route: group middleware would
 	// answer a wrong method on a known path with 404 instead of 405. The
-	// limit runs after authentication: its buckets are per API key.
+	// limit runs after authentication: its buckets are per API key. A
+	// placement takes its token in the admission (placeOrder).
 	v1 := []echo.MiddlewareFunc{s.authenticate, s.rateLimit}
-	e.POST(placeOrderRoute, s.placeOrder, v1...)
+	e.POST(placeOrderRoute, s.placeOrder, s.authenticate)
 	e.GET(placeOrderRoute, s.listOrders, v1...)
 	e.GET("/v1/orders/:id", s.getOrder, v1...)
 	e.DELETE("/v1/orders/:id", s.cancelOrder, v1...)

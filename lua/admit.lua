@@ -20,6 +20,8 @@
 -- KEYS[7]   emq:{q}:clock               string virtual time: the highest tag claimed
 -- KEYS[8]   emq:{q}:dedup:<w>           hash   digest -> "<job id> <fingerprint>"; this admission's window
 -- KEYS[9..] emq:{q}:dedup:<w-span..w-1>, <w+1>  hash  the other windows to look in
+-- KEYS[n]   emq:{q}:bucket:<name>       hash   with ARGV[8]: the last key, the token bucket
+--                                              to take from first (see token_bucket.lua)
 --
 -- ARGV[1] job id
 -- ARGV[2] kind
@@ -28,12 +30,21 @@
 -- ARGV[5] request fingerprint, returned to a later duplicate
 -- ARGV[6] digest of the dedup key (raw bytes)
 -- ARGV[7] when window w may expire, in unix milliseconds (at the earliest)
+-- ARGV[8] optional: the bucket's capacity; admission first takes a token
+--         from the bucket in the last key, and an empty bucket refuses the job
+-- ARGV[9] with ARGV[8]: the bucket's refill per second
 --
 -- Replies:
 --   {"admitted", id, fingerprint}        the job was written and is pending
 --   {"duplicate", first id, fingerprint} the dedup key was taken; nothing written
+--   {"limited", "", ""}                  the bucket was empty; nothing written
 --   error "EMQKIND ..."                  the queue does not accept this kind; nothing written
---   error "EMQEXISTS ..."                a job with this id exists already; nothing written
+--   error "ERLARG ..."                   the bucket's size is malformed; nothing written
+--   error "EMQEXISTS ..."                a job with this id exists already; nothing
+--                                        written but the token taken
+-- With a bucket, the take's four integers follow the three strings:
+-- allowed, remaining, retry_ms, reset_ms (see token_bucket.lua). The token is
+-- spent by a duplicate too: a retry is a request like any other.
 
 local id, kind, group, payload, fingerprint, digest = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 
@@ -41,11 +52,30 @@ if redis.call('SISMEMBER', KEYS[1], kind) == 0 then
   return redis.error_reply('EMQKIND kind "' .. kind .. '" is not accepted by this queue')
 end
 
-for i = 8, #KEYS do
+local last_window = #KEYS
+local take
+if ARGV[8] then
+  local err
+  last_window = #KEYS - 1
+  take, err = take_token(KEYS[#KEYS], ARGV[8], ARGV[9])
+  if err then return err end
+end
+
+-- reply is the three strings, and the token take when there was one.
+local function reply(outcome, first, stored)
+  if not take then return {outcome, first, stored} end
+  return {outcome, first, stored, take[1], take[2], take[3], take[4]}
+end
+
+if take and take[1] == 0 then
+  return reply('limited', '', '')
+end
+
+for i = 8, last_window do
   local prior = redis.call('HGET', KEYS[i], digest)
   if prior then
     local space = string.find(prior, ' ', 1, true)
-    return {'duplicate', string.sub(prior, 1, space - 1), string.sub(prior, space + 1)}
+    return reply('duplicate', string.sub(prior, 1, space - 1), string.sub(prior, space + 1))
   end
 end
 
@@ -65,4 +95,4 @@ if redis.call('PEXPIREAT', KEYS[8], ARGV[7], 'NX') == 0 then
   redis.call('PEXPIREAT', KEYS[8], ARGV[7], 'GT')
 end
 
-return {'admitted', id, fingerprint}
+return reply('admitted', id, fingerprint)

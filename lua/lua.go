@@ -1,13 +1,17 @@
 // Package lua holds the queue's Redis scripts. Each state move of a job is one
 // script file, embedded here so the binaries carry them and emq can run them
-// EVALSHA-first. lib.lua holds helpers some scripts share; it is prepended to
-// them, so every move still runs as one script.
+// EVALSHA-first. lib.lua holds helpers the job moves share, token_bucket.lua
+// the token bucket; each is prepended to the scripts that use it, so every
+// move still runs as one script.
 package lua
 
 import _ "embed"
 
 //go:embed lib.lua
 var lib string
+
+//go:embed token_bucket.lua
+var tokenBucket string
 
 var (
 	//go:embed admit.lua
@@ -36,8 +40,9 @@ var (
 
 // The scripts, one per state move, each with the shared helpers in front.
 var (
-	// Admit writes a new job and puts it in its group's fair lane, or refuses it.
-	Admit = lib + admit
+	// Admit writes a new job and puts it in its group's fair lane, or refuses
+	// it; it may take a token from a token bucket first.
+	Admit = lib + tokenBucket + admit
 	// Claim leases pending jobs in fair-lane order.
 	Claim = lib + claim
 	// Extend renews a lease.
@@ -65,5 +70,5 @@ var (
 var rateLimit string
 
 // RateLimit takes a token from a token bucket, or refuses. It moves no job,
-// so it goes without the helpers.
-var RateLimit = rateLimit
+// so it goes without the job helpers.
+var RateLimit = tokenBucket + rateLimit

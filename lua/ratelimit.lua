@@ -1,12 +1,7 @@
--- ratelimit: take one token from a token bucket, or refuse. The bucket holds
--- up to capacity tokens and gains per_second tokens every second, by the
--- server's clock (TIME), never the caller's. All arithmetic is in integers:
--- tokens are counted in thousandths (milli-tokens) and time in milliseconds,
--- so a bucket gains exactly per_second milli-tokens per millisecond.
+-- ratelimit: take one token from a token bucket, or refuse (take_token in
+-- token_bucket.lua, which package lua prepends to this file).
 --
--- KEYS[1] the bucket, a hash: tokens (milli-tokens held at the last take)
---         and at (server milliseconds of the last take). It expires once it
---         would be full again: an absent bucket is a full one.
+-- KEYS[1] the bucket, a hash; see token_bucket.lua
 --
 -- ARGV[1] capacity     whole tokens, an integer 1..1000000 (the burst)
 -- ARGV[2] per_second   whole tokens added per second, an integer 1..1000000
@@ -19,58 +14,6 @@
 --   [4] reset_ms     milliseconds until the bucket is full again
 --   error "ERLARG ..."  an argument is malformed; nothing written
 
-local function integer(text, name)
-  if not string.match(text or '', '^[1-9]%d*$') or #text > 7 then
-    return nil, redis.error_reply('ERLARG ' .. name .. ' "' .. tostring(text) .. '" is not an integer from 1 to 1000000')
-  end
-  local value = tonumber(text)
-  if value > 1000000 then
-    return nil, redis.error_reply('ERLARG ' .. name .. ' "' .. text .. '" is not an integer from 1 to 1000000')
-  end
-  return value, nil
-end
-
-local capacity, err = integer(ARGV[1], 'capacity')
+local take, err = take_token(KEYS[1], ARGV[1], ARGV[2])
 if err then return err end
-local rate
-rate, err = integer(ARGV[2], 'per_second')
-if err then return err end
-
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local full = capacity * 1000
-
-local level = full
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
-local held, at = tonumber(state[1]), tonumber(state[2])
-if held and at then
-  local elapsed = now - at
-  if elapsed < 0 then elapsed = 0 end
-  -- Clip before multiplying: past the time to fill, more makes no difference.
-  local to_fill = math.ceil((full - held) / rate)
-  if elapsed >= to_fill then
-    level = full
-  else
-    level = held + elapsed * rate
-  end
-  if level > full then level = full end
-end
-
-local allowed = 0
-if level >= 1000 then
-  allowed = 1
-  level = level - 1000
-end
-
-local retry_ms = 0
-if level < 1000 then retry_ms = math.ceil((1000 - level) / rate) end
-local reset_ms = math.ceil((full - level) / rate)
-
-if reset_ms > 0 then
-  -- %d keeps every digit: tostring would write 1.7e+12.
-  redis.call('HSET', KEYS[1], 'tokens', string.format('%d', level), 'at', string.format('%d', now))
-  redis.call('PEXPIRE', KEYS[1], reset_ms + 1000)
-else
-  redis.call('DEL', KEYS[1])
-end
-return {allowed, math.floor(level / 1000), retry_ms, reset_ms}
+return take

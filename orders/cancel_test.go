@@ -32,14 +32,14 @@ func placerOnRedis(t testing.TB) (*orders.Placer, *emq.Queue, *testserver.Redis)
 
 func placeOrder(t testing.TB, placer *orders.Placer, account, clientOrderID string) orders.Order {
 	t.Helper()
-	order, _, err := placer.Place(context.Background(), orders.PlaceCommand{
+	placement, err := placer.Place(context.Background(), orders.PlaceCommand{
 		Account: account, ClientOrderID: clientOrderID, Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit,
 		Quantity: decimal.MustParse("0.01"), Price: decimal.MustParse("50000"),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return order
+	return placement.Order
 }
 
 // TestCancelByQueueState moves an order into each queue state as a worker

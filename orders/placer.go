@@ -115,29 +115,66 @@ func (p *Placer) Declare(ctx context.Context) error {
 	return nil
 }
 
+// Placement is the outcome of Place.
+type Placement struct {
+	// Order is the order admitted, or on a replay the first one.
+	Order Order
+	// Replayed is true when the command repeated an order placed before.
+	Replayed bool
+	// Token is what the placement's rate limit took; nil without one.
+	Token *emq.TokenTake
+	// JSON is the admitted order's JSON encoding, as the queue job carries
+	// it; nil on a replay.
+	JSON []byte
+}
+
+// PlaceOption tunes one Place.
+type PlaceOption func(*emq.Job)
+
+// WithRateLimit makes the placement take a token from the orders queue's
+// named bucket first, in the same script run as the admission: an empty
+// bucket refuses the order with an *emq.RateLimitedError and admits
+// nothing. A replay spends its token too.
+func WithRateLimit(bucket string, limit emq.TokenBucket) PlaceOption {
+	return func(job *emq.Job) { job.RateLimit = &emq.RateLimit{Bucket: bucket, Limit: limit} }
+}
+
 // Place mints an ORD id and admits the order in one script run. A command
-// whose client order id the account used before returns the first order and
-// replayed=true when it is the same request, or a *ConflictError when not.
-func (p *Placer) Place(ctx context.Context, cmd PlaceCommand) (order Order, replayed bool, err error) {
+// whose client order id the account used before returns the first order as
+// a replay when it is the same request, or a *ConflictError when not.
+func (p *Placer) Place(ctx context.Context, cmd PlaceCommand, opts ...PlaceOption) (Placement, error) {
 	order, job, err := PlaceJob(cmd, p.retention)
 	if err != nil {
-		return Order{}, false, err
+		return Placement{}, err
+	}
+	for _, opt := range opts {
+		opt(&job)
 	}
 	admission, err := p.queue.Admit(ctx, job)
+	if errors.Is(err, emq.ErrRateLimited) {
+		return Placement{}, err
+	}
 	if err != nil {
-		return Order{}, false, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return Placement{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if !admission.Duplicate {
-		return order, false, nil
+		return Placement{Order: order, Token: admission.Token, JSON: job.Payload}, nil
 	}
 	if admission.Fingerprint != job.Fingerprint {
-		return Order{}, false, &ConflictError{ClientOrderID: cmd.ClientOrderID, OrderID: admission.ID}
+		return Placement{}, &ConflictError{ClientOrderID: cmd.ClientOrderID, OrderID: admission.ID}
 	}
 	first, err := p.Order(ctx, cmd.Account, admission.ID)
 	if err != nil {
-		return Order{}, false, err
+		return Placement{}, err
 	}
-	return first, true, nil
+	return Placement{Order: first, Replayed: true, Token: admission.Token}, nil
+}
+
+// TakeToken takes a token from the orders queue's named bucket: the bucket
+// Place takes from WithRateLimit, so requests that place nothing and
+// placements draw on one budget.
+func (p *Placer) TakeToken(ctx context.Context, bucket string, limit emq.TokenBucket) (emq.TokenTake, error) {
+	return p.queue.TakeToken(ctx, bucket, limit)
 }
 
 // PlaceJob is the pending order cmd makes, under a new ORD id, and the queue

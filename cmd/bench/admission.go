@@ -89,7 +89,6 @@ func (e *env) startGateway(ctx context.Context) (url string, stop func(), err er
 		Instruments: instruments,
 		Accounts:    orders.NewKeyCache(orders.NewAccounts(e.db), 0),
 		Balances:    orders.NewBalances(e.db, e.queue, e.log),
-		Limiter:     e.queue,
 		Logger:      e.log,
 		Metrics:     prometheus.NewRegistry(),
 	}, config)

@@ -153,7 +153,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Instruments: instruments,
 		Accounts:    keys,
 		Balances:    orders.NewBalances(db, queueClient, log),
-		Limiter:     queueClient,
 		Probes:      probes(queueClient, db),
 		Logger:      log,
 		Metrics:     metrics,

@@ -208,14 +208,14 @@ func TestWorkerSettlesOrders(t *testing.T) {
 	placer := orders.NewPlacer(queue, 0)
 	place := func(clientOrderID, quantity string) orders.Order {
 		t.Helper()
-		order, _, err := placer.Place(background, orders.PlaceCommand{
+		placement, err := placer.Place(background, orders.PlaceCommand{
 			Account: account, ClientOrderID: clientOrderID, Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit,
 			Quantity: decimal.MustParse(quantity), Price: decimal.MustParse("50000.00"),
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return order
+		return placement.Order
 	}
 	affordable, unaffordable := place("c-1", "0.01"), place("c-2", "1")
 	broken := orders.NewOrderID()
