@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -32,6 +34,9 @@ type config struct {
 	queueJobs int
 	// settlement is the settlement phase's flags (settlement.go).
 	settlement settlementConfig
+	// cpuProfile is where the HTTP closed loop's CPU profile goes; none when
+	// empty.
+	cpuProfile string
 }
 
 // phaseNames are the phases in the order a run takes them.
@@ -47,6 +52,7 @@ func parseConfig(args []string, stdout io.Writer) (config, error) {
 	flags.IntVar(&c.jobs, "jobs", 100_000, "order jobs admitted for the memory measurement")
 	flags.IntVar(&c.queueJobs, "queue-jobs", 40_000, "jobs per pass of the queue phase (emq against asynq)")
 	c.settlement.register(flags)
+	flags.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the admission closed loop over HTTP (gateway and load generator) to this file")
 	flags.StringVar(&c.out, "out", "bench/results", "directory for the JSON and Markdown reports")
 	phases := flags.String("phases", strings.Join(phaseNames, ","), "comma-separated phases to run")
 	if err := flags.Parse(args[1:]); err != nil {
@@ -204,7 +210,14 @@ func (e *env) admission(ctx context.Context, c config, r *report, progress func(
 		return err
 	}
 	progress("admission closed loop: %d clients for %s…", c.concurrency, c.duration)
+	stopProfile, err := startCPUProfile(c.cpuProfile)
+	if err != nil {
+		return err
+	}
 	r.HTTPClosed = closedLoop(ctx, "admission closed loop", c.concurrency, c.duration, progress, client.place)
+	if err := stopProfile(); err != nil {
+		return err
+	}
 	if r.HTTPClosed.Orders == 0 {
 		return fmt.Errorf("admission closed loop placed no order: %s", r.HTTPClosed.FirstError)
 	}
@@ -231,4 +244,24 @@ func (e *env) admission(ctx context.Context, c config, r *report, progress func(
 		r.Sweep = append(r.Sweep, openLoop(ctx, name, rate, senders, c.sweepDuration, progress, client.place))
 	}
 	return ctx.Err()
+}
+
+// startCPUProfile profiles the process's CPU into path until the returned
+// stop; nothing when path is empty.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	file, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(file); err != nil {
+		file.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return file.Close()
+	}, nil
 }
