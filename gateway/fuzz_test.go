@@ -255,7 +255,7 @@ func fuzzCheckRoundTrip(t *testing.T, req placeRequest) {
 func fuzzCheckPlaceCommand(t *testing.T, server *Server, req placeRequest) {
 	t.Helper()
 	probe := req
-	if symbolPattern.MatchString(probe.Symbol) {
+	if instrumentSymbol(probe.Symbol) {
 		probe.Symbol = ""
 	}
 	cmd, err := server.placeCommand("ACC_FUZZ", probe)
@@ -336,7 +336,7 @@ func fuzzCheckRules(t *testing.T, server *Server, instruments map[string]orders.
 	if cmd.Type == orders.Limit {
 		cmd.Price = parse("price", req.Price)
 	}
-	if symbolPattern.MatchString(req.Symbol) {
+	if instrumentSymbol(req.Symbol) {
 		instrument, found := instruments[req.Symbol]
 		switch {
 		case !found:

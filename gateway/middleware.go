@@ -22,21 +22,8 @@ const (
 	contextOrder = "gateway.order"
 )
 
-// wellFormedRequestID says whether a caller's X-Request-Id may be used (and
-// logged) as it is: 1 to 128 of A-Z a-z 0-9 . _ : -.
-func wellFormedRequestID(id string) bool {
-	if len(id) == 0 || len(id) > 128 {
-		return false
-	}
-	for i := range len(id) {
-		switch b := id[i]; {
-		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9', b == '.', b == '_', b == ':', b == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
+// maxRequestID is the longest X-Request-Id used as it is, in bytes.
+const maxRequestID = 128
 
 // observe gives every request an id (the caller's X-Request-Id when it is
 // well-formed) that every log line about it carries, and one access log
@@ -46,7 +33,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
 		id := c.Request().Header.Get(headerRequestID)
-		if !wellFormedRequestID(id) {
+		if !idCharacters(id, maxRequestID) {
 			id = ulid.Make().String()
 		}
 		c.Response().Header().Set(headerRequestID, id)
