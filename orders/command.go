@@ -27,17 +27,45 @@ type PlaceCommand struct {
 // same client order id conflicts. Amounts count by value: 0.010 and 0.01 are
 // one quantity.
 func (c PlaceCommand) Fingerprint() string {
-	price := ""
+	// Fingerprints are stored to recognise retries across deploys, so these
+	// bytes must never change: NUL-separated fields, amounts with trailing
+	// zeros trimmed, and no price unless the order is a limit order.
+	// fingerprintBufSize covers usual commands without a heap buffer.
+	var buf [fingerprintBufSize]byte
+	canonical := append(buf[:0], "place/1\x00"...)
+	canonical = append(canonical, c.Account...)
+	canonical = append(canonical, 0)
+	canonical = append(canonical, c.ClientOrderID...)
+	canonical = append(canonical, 0)
+	canonical = append(canonical, c.Symbol...)
+	canonical = append(canonical, 0)
+	canonical = append(canonical, c.Side...)
+	canonical = append(canonical, 0)
+	canonical = append(canonical, c.Type...)
+	canonical = append(canonical, 0)
+	// AppendText of a Decimal cannot fail; it returns an error only to
+	// satisfy encoding.TextAppender.
+	canonical, _ = c.Quantity.Trim(0).AppendText(canonical)
+	canonical = append(canonical, 0)
 	if c.Type == Limit {
-		price = c.Price.Trim(0).String()
+		canonical, _ = c.Price.Trim(0).AppendText(canonical)
 	}
-	canonical := strings.Join([]string{
-		"place/1", c.Account, c.ClientOrderID, c.Symbol, string(c.Side), string(c.Type),
-		c.Quantity.Trim(0).String(), price,
-	}, "\x00")
-	sum := sha256.Sum256([]byte(canonical))
-	return base64.RawURLEncoding.EncodeToString(sum[:16])
+	sum := sha256.Sum256(canonical)
+	var encoded [fingerprintLen]byte
+	base64.RawURLEncoding.Encode(encoded[:], sum[:fingerprintHashBytes])
+	return string(encoded[:])
 }
+
+const (
+	// fingerprintHashBytes of the SHA-256 are kept: 128 bits make an
+	// accidental collision between two requests out of the question.
+	fingerprintHashBytes = 16
+	// fingerprintLen is the unpadded base64 length of fingerprintHashBytes.
+	fingerprintLen = (fingerprintHashBytes*8 + 5) / 6
+	// fingerprintBufSize holds the canonical form of a command whose ids
+	// and symbol are of ordinary length.
+	fingerprintBufSize = 256
+)
 
 // FieldError says why one field of an order request is refused. Field is the
 // request's field name.

@@ -198,7 +198,9 @@ func PlaceJob(cmd PlaceCommand, retention time.Duration) (Order, emq.Job, error)
 		price := cmd.Price
 		order.Price = &price
 	}
-	payload, err := json.Marshal(order)
+	// Encoded by hand: the reflection of json.Marshal is a visible share of
+	// a placement's CPU (see AppendJSON).
+	payload, err := order.AppendJSON(make([]byte, 0, orderJSONSize))
 	if err != nil {
 		return Order{}, emq.Job{}, fmt.Errorf("orders: encode order %s: %w", id, err)
 	}
