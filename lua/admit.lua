@@ -20,7 +20,7 @@
 -- KEYS[7]   emq:{q}:clock               string virtual time: the highest tag claimed
 -- KEYS[8]   emq:{q}:dedup:<w>           hash   digest -> "<job id> <fingerprint>"; this admission's window
 -- KEYS[9..] emq:{q}:dedup:<w-span..w-1>, <w+1>  hash  the other windows to look in
--- KEYS[n]   emq:{q}:bucket:<name>       hash   with ARGV[8]: the last key, the token bucket
+-- KEYS[n]   emq:{q}:bucket:<name>       string with ARGV[8]: the last key, the token bucket
 --                                              to take from first (see token_bucket.lua)
 --
 -- ARGV[1] job id
@@ -52,12 +52,13 @@ if redis.call('SISMEMBER', KEYS[1], kind) == 0 then
   return redis.error_reply('EMQKIND kind "' .. kind .. '" is not accepted by this queue')
 end
 
+local at = now()
 local last_window = #KEYS
 local take
 if ARGV[8] then
   local err
   last_window = #KEYS - 1
-  take, err = take_token(KEYS[#KEYS], ARGV[8], ARGV[9])
+  take, err = take_token(KEYS[#KEYS], ARGV[8], ARGV[9], at)
   if err then return err end
 end
 
@@ -84,7 +85,7 @@ if redis.call('HEXISTS', KEYS[2], id) == 1 then
 end
 
 write(KEYS[2], id, {
-  state = 'pending', attempts = 0, forgiven = 0, created = now(), died = 0, finished = 0,
+  state = 'pending', attempts = 0, forgiven = 0, created = at, died = 0, finished = 0,
   kind = kind, group = group, error = '', payload = payload,
 })
 enqueue(KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], id, group)

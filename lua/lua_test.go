@@ -67,7 +67,7 @@ func TestScriptsDeclareTheirKeysAndArguments(t *testing.T) {
 // The rate limiter takes its bucket from KEYS and its time from the server.
 func TestRateLimitUsesOnlyItsKeyAndServerTime(t *testing.T) {
 	body := RateLimit
-	for _, want := range []string{"redis.call('TIME')", "KEYS[1]", "PEXPIRE"} {
+	for _, want := range []string{"redis.call('TIME')", "KEYS[1]", "'PX'"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("ratelimit.lua lacks %s", want)
 		}

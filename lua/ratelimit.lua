@@ -1,7 +1,7 @@
 -- ratelimit: take one token from a token bucket, or refuse (take_token in
 -- token_bucket.lua, which package lua prepends to this file).
 --
--- KEYS[1] the bucket, a hash; see token_bucket.lua
+-- KEYS[1] the bucket, a string; see token_bucket.lua
 --
 -- ARGV[1] capacity     whole tokens, an integer 1..1000000 (the burst)
 -- ARGV[2] per_second   whole tokens added per second, an integer 1..1000000
@@ -14,6 +14,6 @@
 --   [4] reset_ms     milliseconds until the bucket is full again
 --   error "ERLARG ..."  an argument is malformed; nothing written
 
-local take, err = take_token(KEYS[1], ARGV[1], ARGV[2])
+local take, err = take_token(KEYS[1], ARGV[1], ARGV[2], nil)
 if err then return err end
 return take

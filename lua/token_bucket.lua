@@ -3,19 +3,22 @@
 -- prepends this file to them, so a take stays part of one atomic EVAL; it
 -- touches only the key its caller passes.
 --
--- take_token(bucket, capacity, per_second)
---   takes one token from the bucket, or refuses. Returns a table of four
---   integers {allowed, remaining, retry_ms, reset_ms}, or nil and an
---   "ERLARG ..." error reply (nothing written) when capacity or per_second
---   is not an integer from 1 to 1000000 written in decimal.
+-- take_token(bucket, capacity, per_second, now)
+--   takes one token from the bucket, or refuses. now is the server's time in
+--   milliseconds, when the caller has read it already; TIME otherwise.
+--   Returns a table of four integers {allowed, remaining, retry_ms,
+--   reset_ms}, or nil and an "ERLARG ..." error reply (nothing written) when
+--   capacity or per_second is not an integer from 1 to 1000000 written in
+--   decimal.
 --
 -- A bucket holds up to capacity tokens and gains per_second tokens every
 -- second, by the server's clock (TIME), never the caller's. All arithmetic is
 -- in integers: tokens are counted in thousandths (milli-tokens) and time in
 -- milliseconds, so a bucket gains exactly per_second milli-tokens per
--- millisecond. The bucket is a hash: tokens (milli-tokens held at the last
--- take) and at (server milliseconds of the last take). It expires once it
--- would be full again: an absent bucket is a full one.
+-- millisecond. The bucket is a string, "<tokens> <at>": the milli-tokens
+-- held at the last take and the server milliseconds of that take, written
+-- with its expiry in one SET (a hash would take three commands). It expires
+-- once it would be full again: an absent bucket is a full one.
 --
 --   allowed    1 when a token was taken, 0 when the bucket was empty
 --   remaining  whole tokens left after this call
@@ -34,20 +37,28 @@ local function bucket_size(text, name)
   return value, nil
 end
 
-local function take_token(bucket, capacity_text, rate_text)
+local function take_token(bucket, capacity_text, rate_text, now)
   local capacity, err = bucket_size(capacity_text, 'capacity')
   if err then return nil, err end
   local rate
   rate, err = bucket_size(rate_text, 'per_second')
   if err then return nil, err end
 
-  local time = redis.call('TIME')
-  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  if not now then
+    local time = redis.call('TIME')
+    now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  end
   local full = capacity * 1000
 
   local level = full
-  local state = redis.call('HMGET', bucket, 'tokens', 'at')
-  local held, at = tonumber(state[1]), tonumber(state[2])
+  local held, at
+  local state = redis.call('GET', bucket)
+  if state then
+    local space = string.find(state, ' ', 1, true)
+    if space then
+      held, at = tonumber(string.sub(state, 1, space - 1)), tonumber(string.sub(state, space + 1))
+    end
+  end
   if held and at then
     local elapsed = now - at
     if elapsed < 0 then elapsed = 0 end
@@ -73,8 +84,7 @@ local function take_token(bucket, capacity_text, rate_text)
 
   if reset_ms > 0 then
     -- %d keeps every digit: tostring would write 1.7e+12.
-    redis.call('HSET', bucket, 'tokens', string.format('%d', level), 'at', string.format('%d', now))
-    redis.call('PEXPIRE', bucket, reset_ms + 1000)
+    redis.call('SET', bucket, string.format('%d %d', level, now), 'PX', reset_ms + 1000)
   else
     redis.call('DEL', bucket)
   end
