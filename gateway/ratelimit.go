@@ -12,11 +12,12 @@ import (
 	"github.com/ordergate/ordergate/emq"
 )
 
-// The rate limit headers (draft-ietf-httpapi-ratelimit-headers).
+// The rate limit headers (draft-ietf-httpapi-ratelimit-headers), in Go's
+// canonical header form; on the wire header names are case-insensitive.
 const (
-	headerRateLimitLimit     = "RateLimit-Limit"
-	headerRateLimitRemaining = "RateLimit-Remaining"
-	headerRateLimitReset     = "RateLimit-Reset"
+	headerRateLimitLimit     = "Ratelimit-Limit"
+	headerRateLimitRemaining = "Ratelimit-Remaining"
+	headerRateLimitReset     = "Ratelimit-Reset"
 )
 
 // keyBucket names an API key's token bucket: the first 128 bits of the key's
@@ -81,10 +82,12 @@ func (s *Server) takeToken(c echo.Context) error {
 // the bucket was empty, returns the 429 refusal with its Retry-After.
 func (s *Server) answerTake(c echo.Context, take emq.TokenTake) error {
 	limit := s.limit()
+	// Assigned in their canonical form: Header.Set would canonicalize
+	// "RateLimit-…" into a new string on every request.
 	header := c.Response().Header()
-	header.Set(headerRateLimitLimit, strconv.Itoa(limit.Capacity))
-	header.Set(headerRateLimitRemaining, strconv.Itoa(take.Remaining))
-	header.Set(headerRateLimitReset, strconv.Itoa(wholeSeconds(take.ResetAfter, 0)))
+	header[headerRateLimitLimit] = []string{s.limitText}
+	header[headerRateLimitRemaining] = []string{strconv.Itoa(take.Remaining)}
+	header[headerRateLimitReset] = []string{strconv.Itoa(wholeSeconds(take.ResetAfter, 0))}
 	if take.Allowed {
 		return nil
 	}

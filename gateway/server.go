@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/go-playground/validator/v10"
@@ -77,6 +78,8 @@ type Server struct {
 	metrics     *metrics
 	// routes holds the registered route patterns, for the metrics' route label.
 	routes map[string]bool
+	// limitText is RateLimit-Limit's value, the same on every answer.
+	limitText string
 }
 
 // placeOrderRoute is the route placements arrive on.
@@ -102,6 +105,7 @@ func New(deps Deps, config Config) *Server {
 		validate:    newValidator(),
 		metrics:     newMetrics(deps.Metrics),
 		routes:      map[string]bool{},
+		limitText:   strconv.Itoa(config.RateLimitBurst),
 	}
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
