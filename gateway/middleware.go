@@ -65,7 +65,11 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if order, ok := c.Get(contextOrder).(string); ok {
 			attrs = append(attrs, slog.String("order_id", order))
 		}
-		s.log.LogAttrs(ctx, level, "request", attrs...)
+		// Straight to the handler: Logger.LogAttrs would walk the stack for
+		// a source position the line does not carry.
+		record := slog.NewRecord(time.Now(), level, "request", 0)
+		record.AddAttrs(attrs...)
+		_ = s.log.Handler().Handle(ctx, record)
 		return nil
 	}
 }

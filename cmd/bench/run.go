@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/jsonlog"
 	"github.com/ordergate/ordergate/migrations"
 )
 
@@ -119,9 +120,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer servers.stop()
 
-	// The gateway's request logs cost what they cost in production, but go
-	// nowhere.
-	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	// The gateway's request logs cost what they cost in production (the
+	// handler cmd/gateway uses), but go nowhere.
+	log := slog.New(jsonlog.New(io.Discard, nil))
 	if err := migrations.Up(servers.databaseURL); err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/gateway"
+	"github.com/ordergate/ordergate/internal/jsonlog"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
 )
@@ -105,7 +106,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: c.logLevel}))
+	log := slog.New(jsonlog.New(stdout, &slog.HandlerOptions{Level: c.logLevel}))
 
 	if c.migrate {
 		if err := migrations.Up(c.databaseURL); err != nil {
