@@ -34,8 +34,7 @@ func (s *Server) placeOrder(c echo.Context) error {
 	}
 	var opts []orders.PlaceOption
 	if s.limiting() {
-		bucket, _ := c.Get(contextBucket).(string)
-		opts = append(opts, orders.WithRateLimit(bucket, s.limit()))
+		opts = append(opts, orders.WithRateLimit(state(c).bucket, s.limit()))
 	}
 	placement, err := s.placer.Place(c.Request().Context(), cmd, opts...)
 	var limited *emq.RateLimitedError
@@ -49,7 +48,7 @@ func (s *Server) placeOrder(c echo.Context) error {
 		_ = s.answerTake(c, *placement.Token) // allowed: it was admitted
 	}
 	order := placement.Order
-	c.Set(contextOrder, order.ID)
+	state(c).order = order.ID
 	header := c.Response().Header()
 	header.Set(echo.HeaderLocation, "/v1/orders/"+order.ID)
 	if placement.Replayed {

@@ -14,13 +14,31 @@ import (
 
 const (
 	headerRequestID = "X-Request-Id"
-	contextLogger   = "gateway.logger"
-	contextAccount  = "gateway.account"
-	contextBucket   = "gateway.bucket"
-	// contextOrder is the order a request placed or replayed, for its
-	// access log line.
-	contextOrder = "gateway.order"
+	contextRequest  = "gateway.request"
 )
+
+// requestState is what the middleware and handlers learn of one request,
+// kept in one value under contextRequest rather than an entry each.
+type requestState struct {
+	// account and bucket are the API key's account and token bucket, once
+	// authenticate has found them.
+	account, bucket string
+	// order is the order a placement admitted or replayed, for the access
+	// log line.
+	order string
+	// log stamps the request id on every line; made on first use.
+	log *slog.Logger
+}
+
+// state is the request's requestState; observe puts it on every request.
+func state(c echo.Context) *requestState {
+	if st, ok := c.Get(contextRequest).(*requestState); ok {
+		return st
+	}
+	st := &requestState{}
+	c.Set(contextRequest, st)
+	return st
+}
 
 // maxRequestID is the longest X-Request-Id used as it is, in bytes.
 const maxRequestID = 128
@@ -37,6 +55,8 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			id = ulid.Make().String()
 		}
 		c.Response().Header().Set(headerRequestID, id)
+		st := &requestState{}
+		c.Set(contextRequest, st)
 		err := next(c)
 		if err != nil {
 			c.Error(err)
@@ -50,8 +70,10 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if !s.log.Enabled(ctx, level) {
 			return nil
 		}
-		attrs := make([]slog.Attr, 0, 8)
-		attrs = append(attrs,
+		// Straight to the handler: Logger.LogAttrs would walk the stack for
+		// a source position the line does not carry.
+		record := slog.NewRecord(time.Now(), level, "request", 0)
+		record.AddAttrs(
 			slog.String("request_id", id),
 			slog.String("method", c.Request().Method),
 			slog.String("path", c.Request().URL.Path),
@@ -59,16 +81,12 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			slog.Int64("bytes", c.Response().Size),
 			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 		)
-		if account, ok := c.Get(contextAccount).(string); ok {
-			attrs = append(attrs, slog.String("account", account))
+		if st.account != "" {
+			record.AddAttrs(slog.String("account", st.account))
 		}
-		if order, ok := c.Get(contextOrder).(string); ok {
-			attrs = append(attrs, slog.String("order_id", order))
+		if st.order != "" {
+			record.AddAttrs(slog.String("order_id", st.order))
 		}
-		// Straight to the handler: Logger.LogAttrs would walk the stack for
-		// a source position the line does not carry.
-		record := slog.NewRecord(time.Now(), level, "request", 0)
-		record.AddAttrs(attrs...)
 		_ = s.log.Handler().Handle(ctx, record)
 		return nil
 	}
@@ -79,12 +97,11 @@ func requestID(c echo.Context) string { return c.Response().Header().Get(headerR
 // logger is the request's logger, which stamps its id on every line; made
 // on first use, since most requests log nothing but their access line.
 func (s *Server) logger(c echo.Context) *slog.Logger {
-	if log, ok := c.Get(contextLogger).(*slog.Logger); ok {
-		return log
+	st := state(c)
+	if st.log == nil {
+		st.log = s.log.With("request_id", requestID(c))
 	}
-	log := s.log.With("request_id", requestID(c))
-	c.Set(contextLogger, log)
-	return log
+	return st.log
 }
 
 func (s *Server) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
@@ -123,13 +140,10 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		c.Set(contextAccount, account)
-		c.Set(contextBucket, keyBucket(key))
+		st := state(c)
+		st.account, st.bucket = account, keyBucket(key)
 		return next(c)
 	}
 }
 
-func account(c echo.Context) string {
-	account, _ := c.Get(contextAccount).(string)
-	return account
-}
+func account(c echo.Context) string { return state(c).account }

@@ -68,8 +68,7 @@ func (s *Server) takeToken(c echo.Context) error {
 	if !s.limiting() {
 		return nil
 	}
-	bucket, _ := c.Get(contextBucket).(string)
-	take, err := s.placer.TakeToken(c.Request().Context(), bucket, s.limit())
+	take, err := s.placer.TakeToken(c.Request().Context(), state(c).bucket, s.limit())
 	if err != nil {
 		s.metrics.rateLimitFailOpen.Inc()
 		s.logger(c).Warn("rate limiter unavailable; request let through unlimited", "err", err)
