@@ -27,7 +27,37 @@ type placeRequest struct {
 	Side          string `json:"side" validate:"required,oneof=buy sell"`
 	Type          string `json:"type" validate:"required,oneof=limit market"`
 	Quantity      string `json:"quantity" validate:"required"`
-	Price         string `json:"price" validate:"required_if=Type limit,excluded_if=Type market"`
+	// Price is required for limit orders and must be absent for market
+	// orders (priceRule, reported as required_if and excluded_if).
+	Price string `json:"price"`
+}
+
+// The indexes of the fields priceRule reads.
+var (
+	typeField  = fieldIndex("Type")
+	priceField = fieldIndex("Price")
+)
+
+func fieldIndex(name string) int {
+	field, ok := reflect.TypeFor[placeRequest]().FieldByName(name)
+	if !ok {
+		panic("gateway: placeRequest has no field " + name)
+	}
+	return field.Index[0]
+}
+
+// priceRule is the validator's required_if=Type limit and excluded_if=Type
+// market on Price, as one struct-level check: the tag forms look both
+// fields up by name on every request.
+func priceRule(sl validator.StructLevel) {
+	request := sl.Current()
+	orderType, price := request.Field(typeField).String(), request.Field(priceField).String()
+	switch {
+	case orderType == "limit" && price == "":
+		sl.ReportError(price, "price", "Price", "required_if", "Type limit")
+	case orderType == "market" && price != "":
+		sl.ReportError(price, "price", "Price", "excluded_if", "Type market")
+	}
 }
 
 var placeFields = map[string]bool{
@@ -89,6 +119,7 @@ func newValidator() *validator.Validate {
 	}
 	mustRegister("client_order_id", func(s string) bool { return idCharacters(s, maxClientOrderID) })
 	mustRegister("symbol", instrumentSymbol)
+	v.RegisterStructValidation(priceRule, placeRequest{})
 	return v
 }
 
