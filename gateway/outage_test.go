@@ -12,9 +12,9 @@ import (
 // gateway: every read answers a prompt 503 problem (never a hang, never a
 // 500), readiness names the database, and service resumes on its own when it
 // is back. Placement goes on while the key is in the gateway's key cache
-// (the fixture's lasts an hour; production's KEY_CACHE_TTL is seconds): it
-// needs only Redis, and the orders settle when PostgreSQL is back. (Redis
-// outages: TestHealthAndReadiness.)
+// (the fixture's ttl is an hour; past its ttl a copy answers while lookups
+// fail, see orders.StaleIfError): it needs only Redis, and the orders settle
+// when PostgreSQL is back. (Redis outages: TestHealthAndReadiness.)
 func TestPostgresOutageAnswers503(t *testing.T) {
 	f := newFixture(t, 1)
 	server := testserver.PostgresServer(t)

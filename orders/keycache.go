@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
@@ -19,6 +20,17 @@ const APIKeysTable = "api_keys"
 // key when no revocation broadcast reaches it.
 const DefaultKeyCacheTTL = 5 * time.Second
 
+// DefaultKeyStaleIfError is how long after PostgreSQL last confirmed a key
+// the gateway still trusts its copy while PostgreSQL does not answer: long
+// enough to ride out a database failover, during which placement (which
+// needs only Redis) goes on.
+const DefaultKeyStaleIfError = 5 * time.Minute
+
+// staleLookupTimeout bounds a lookup when a stale copy could answer
+// instead, so a PostgreSQL that hangs rather than refuses delays the
+// request by this much, not by its whole deadline.
+const staleLookupTimeout = time.Second
+
 // maxCachedKeys bounds the cache against a caller cycling through made-up
 // keys: past it, the cache starts over.
 const maxCachedKeys = 100_000
@@ -28,12 +40,20 @@ const maxCachedKeys = 100_000
 // key stops working at once on every gateway that hears the revocation
 // broadcast (FollowRevocations), and within ttl on one that does not. Keys
 // found unknown are remembered as well, so a client hammering with a revoked
-// key costs no lookups either; a failed lookup (PostgreSQL down) is never
-// remembered.
+// key costs no lookups either.
+//
+// When a lookup fails (PostgreSQL down), a copy PostgreSQL confirmed within
+// the stale-if-error window still answers, and the key is asked again a ttl
+// later, not on every request. Only PostgreSQL can revoke a key, so during
+// the outage nothing is revoked that the copy misses; a revocation broadcast
+// heard before it still drops the copy.
 type KeyCache struct {
-	accounts *Accounts
-	ttl      time.Duration
-	now      func() time.Time
+	accounts     *Accounts
+	ttl          time.Duration
+	staleIfError time.Duration
+	now          func() time.Time
+	// staleAnswers counts answers given from a stale copy.
+	staleAnswers atomic.Uint64
 
 	mu      sync.RWMutex
 	entries map[[sha256.Size]byte]cachedKey
@@ -44,16 +64,38 @@ type KeyCache struct {
 
 type cachedKey struct {
 	account string // empty: the key is unknown or revoked
+	// expires is when the key is next looked up.
 	expires time.Time
+	// confirmed is when PostgreSQL last gave this answer.
+	confirmed time.Time
+}
+
+// KeyCacheOption tunes a KeyCache.
+type KeyCacheOption func(*KeyCache)
+
+// StaleIfError sets how long after PostgreSQL last confirmed a key its copy
+// still answers while lookups fail (DefaultKeyStaleIfError unless set); 0
+// answers nothing stale.
+func StaleIfError(window time.Duration) KeyCacheOption {
+	return func(c *KeyCache) { c.staleIfError = max(window, 0) }
 }
 
 // NewKeyCache caches accounts' answers for ttl (DefaultKeyCacheTTL when ≤ 0).
-func NewKeyCache(accounts *Accounts, ttl time.Duration) *KeyCache {
+func NewKeyCache(accounts *Accounts, ttl time.Duration, opts ...KeyCacheOption) *KeyCache {
 	if ttl <= 0 {
 		ttl = DefaultKeyCacheTTL
 	}
-	return &KeyCache{accounts: accounts, ttl: ttl, now: time.Now, entries: map[[sha256.Size]byte]cachedKey{}}
+	c := &KeyCache{accounts: accounts, ttl: ttl, staleIfError: DefaultKeyStaleIfError, now: time.Now,
+		entries: map[[sha256.Size]byte]cachedKey{}}
+	for _, opt := range opts {
+		opt(c)
+	}
+	return c
 }
+
+// StaleAnswers is how many answers came from a stale copy because
+// PostgreSQL did not answer.
+func (c *KeyCache) StaleAnswers() uint64 { return c.staleAnswers.Load() }
 
 // Authenticate returns the account an active API key belongs to.
 func (c *KeyCache) Authenticate(ctx context.Context, key string) (string, error) {
@@ -74,8 +116,20 @@ func (c *KeyCache) Authenticate(ctx context.Context, key string) (string, error)
 	c.mu.RLock()
 	revocations := c.revocations
 	c.mu.RUnlock()
-	account, err := c.accounts.accountOf(ctx, hash)
+	lookupCtx := ctx
+	stale := found && now.Before(entry.confirmed.Add(c.staleIfError))
+	if stale {
+		var cancel context.CancelFunc
+		lookupCtx, cancel = context.WithTimeout(ctx, staleLookupTimeout)
+		defer cancel()
+	}
+	account, err := c.accounts.accountOf(lookupCtx, hash)
 	if err != nil && !errors.Is(err, ErrUnauthenticated) {
+		if stale && ctx.Err() == nil {
+			if answer, ok := c.answerStale(hash, revocations, now); ok {
+				return answer.account, answer.err()
+			}
+		}
 		return "", err
 	}
 	c.mu.Lock()
@@ -83,10 +137,36 @@ func (c *KeyCache) Authenticate(ctx context.Context, key string) (string, error)
 		if len(c.entries) >= maxCachedKeys {
 			clear(c.entries)
 		}
-		c.entries[hash] = cachedKey{account: account, expires: now.Add(c.ttl)}
+		c.entries[hash] = cachedKey{account: account, expires: now.Add(c.ttl), confirmed: now}
 	}
 	c.mu.Unlock()
 	return account, err
+}
+
+// answerStale answers from the key's copy after a failed lookup, unless a
+// revocation was heard since the lookup began, and puts the next lookup a
+// ttl away.
+func (c *KeyCache) answerStale(hash [sha256.Size]byte, revocations uint64, now time.Time) (cachedKey, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	entry, found := c.entries[hash]
+	if !found || c.revocations != revocations {
+		return cachedKey{}, false
+	}
+	entry.expires = now.Add(c.ttl)
+	if end := entry.confirmed.Add(c.staleIfError); end.Before(entry.expires) {
+		entry.expires = end
+	}
+	c.entries[hash] = entry
+	c.staleAnswers.Add(1)
+	return entry, true
+}
+
+func (k cachedKey) err() error {
+	if k.account == "" {
+		return ErrUnauthenticated
+	}
+	return nil
 }
 
 // forget drops what the cache knows of the key with this SHA-256 in hex.

@@ -3,11 +3,13 @@ package orders_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
 )
 
@@ -86,6 +88,106 @@ func TestKeyCacheServesFromMemoryUntilRevoked(t *testing.T) {
 				if _, err := cache.Authenticate(ctx, bad); !errors.Is(err, orders.ErrUnauthenticated) {
 					t.Errorf("key %q: %v, want ErrUnauthenticated", bad, err)
 				}
+			}
+		})
+	}
+}
+
+// TestKeyCacheAnswersStaleWhilePostgresIsDown: once lookups fail, a copy
+// PostgreSQL confirmed within the stale-if-error window still answers (a
+// known key and an unknown one alike) and the key is not asked again on
+// every request; past the window, for a key never seen, or once a
+// revocation broadcast dropped the copy, the answer is ErrUnavailable.
+func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
+	ctx := context.Background()
+	database := testserver.Postgres(t)
+	if err := migrations.Up(database.URL); err != nil {
+		t.Fatal(err)
+	}
+	accounts := orders.NewAccounts(database.Pool(t))
+	lanes, err := emq.Connect(ctx, testserver.StartRedis(t).Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	account, err := accounts.Create(ctx, "dave")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 50 * time.Millisecond
+	tests := []struct {
+		name       string
+		window     time.Duration
+		revoke     bool
+		wantStale  bool
+		wantErrKey error
+	}{
+		{"within the window", time.Hour, false, true, nil},
+		{"no window", 0, false, false, orders.ErrUnavailable},
+		{"past the window", 2 * ttl, false, false, orders.ErrUnavailable},
+		{"revoked during the outage", time.Hour, true, false, orders.ErrUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			keyID, key, err := accounts.IssueKey(ctx, account)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lookups := database.Pool(t) // closed below: PostgreSQL "down" for this cache alone
+			cache := orders.NewKeyCache(orders.NewAccounts(lookups), ttl, orders.StaleIfError(tt.window))
+			following, stop := context.WithCancel(ctx)
+			subscription, err := cache.FollowRevocations(following, lanes)
+			if err != nil {
+				stop()
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				stop()
+				<-subscription.Done()
+			})
+			unknown := "ogk_" + strings.Repeat("x", 40)
+			if got, err := cache.Authenticate(ctx, key); err != nil || got != account {
+				t.Fatalf("authenticate = %q, %v; want %s", got, err, account)
+			}
+			if _, err := cache.Authenticate(ctx, unknown); !errors.Is(err, orders.ErrUnauthenticated) {
+				t.Fatalf("unknown key: %v, want ErrUnauthenticated", err)
+			}
+			lookups.Close()
+			time.Sleep(tt.window%time.Hour + ttl + 10*time.Millisecond) // past the ttl, and past a short window
+			if tt.revoke {
+				// Revoked (in a PostgreSQL the cache cannot reach) and broadcast:
+				// the copy is dropped, and nothing stale answers for the key.
+				if err := accounts.RevokeKey(ctx, keyID, lanes); err != nil {
+					t.Fatal(err)
+				}
+				waitUntil(t, "the revocation broadcast drops the copy", func() bool {
+					_, err := cache.Authenticate(ctx, key)
+					return errors.Is(err, orders.ErrUnavailable)
+				})
+			}
+			got, err := cache.Authenticate(ctx, key)
+			switch {
+			case tt.wantStale && (err != nil || got != account):
+				t.Fatalf("during the outage = %q, %v; want %s from the stale copy", got, err, account)
+			case !tt.wantStale && !errors.Is(err, tt.wantErrKey):
+				t.Fatalf("during the outage = %q, %v; want %v", got, err, tt.wantErrKey)
+			}
+			if !tt.wantStale {
+				return
+			}
+			if _, err := cache.Authenticate(ctx, unknown); !errors.Is(err, orders.ErrUnauthenticated) {
+				t.Errorf("unknown key during the outage: %v, want ErrUnauthenticated from the stale copy", err)
+			}
+			before := cache.StaleAnswers()
+			for range 5 {
+				if got, err := cache.Authenticate(ctx, key); err != nil || got != account {
+					t.Fatalf("again during the outage = %q, %v", got, err)
+				}
+			}
+			if after := cache.StaleAnswers(); after != before {
+				t.Errorf("stale answers went %d → %d: the key was asked again within its ttl", before, after)
+			}
+			if _, err := cache.Authenticate(ctx, "ogk_"+strings.Repeat("y", 40)); !errors.Is(err, orders.ErrUnavailable) {
+				t.Errorf("a key never seen during the outage: %v, want ErrUnavailable", err)
 			}
 		})
 	}

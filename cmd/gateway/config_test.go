@@ -3,6 +3,9 @@ package main
 import (
 	"io"
 	"testing"
+	"time"
+
+	"github.com/ordergate/ordergate/orders"
 )
 
 func TestRateLimitConfiguration(t *testing.T) {
@@ -42,5 +45,40 @@ func TestRateLimitConfiguration(t *testing.T) {
 		if _, err := parseConfig([]string{"gateway"}, envOf(with(bad)), io.Discard); err == nil {
 			t.Errorf("%v accepted, want refused", bad)
 		}
+	}
+}
+
+func TestKeyCacheStaleIfErrorConfiguration(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    time.Duration
+		refused bool
+	}{
+		{"default", nil, nil, orders.DefaultKeyStaleIfError, false},
+		{"from the environment", nil, map[string]string{"KEY_CACHE_STALE_IF_ERROR": "30s"}, 30 * time.Second, false},
+		{"off", nil, map[string]string{"KEY_CACHE_STALE_IF_ERROR": "0"}, 0, false},
+		{"flag over the environment", []string{"-key-cache-stale-if-error", "2m"}, map[string]string{"KEY_CACHE_STALE_IF_ERROR": "30s"}, 2 * time.Minute, false},
+		{"malformed", nil, map[string]string{"KEY_CACHE_STALE_IF_ERROR": "a while"}, 0, true},
+		{"negative", nil, map[string]string{"KEY_CACHE_STALE_IF_ERROR": "-1s"}, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{"DATABASE_URL": "postgres://x"}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			c, err := parseConfig(append([]string{"gateway"}, tt.args...), envOf(env), io.Discard)
+			if tt.refused {
+				if err == nil {
+					t.Errorf("accepted %v as %s, want refused", tt.env, c.keyStaleIfError)
+				}
+				return
+			}
+			if err != nil || c.keyStaleIfError != tt.want {
+				t.Errorf("stale-if-error %s, %v; want %s", c.keyStaleIfError, err, tt.want)
+			}
+		})
 	}
 }

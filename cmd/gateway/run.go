@@ -32,6 +32,7 @@ type config struct {
 	dedupRetention    time.Duration
 	instrumentRefresh time.Duration
 	keyCacheTTL       time.Duration
+	keyStaleIfError   time.Duration
 	shutdownTimeout   time.Duration
 	http              gateway.Config
 }
@@ -55,6 +56,10 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.DurationVar(&c.dedupRetention, "dedup-retention", durationOf(env("DEDUP_RETENTION", "24h")), "how long a client_order_id is held (DEDUP_RETENTION)")
 	flags.DurationVar(&c.instrumentRefresh, "instrument-refresh", durationOf(env("INSTRUMENT_REFRESH", "5s")), "how often instruments are reread (INSTRUMENT_REFRESH)")
 	flags.DurationVar(&c.keyCacheTTL, "key-cache-ttl", durationOf(env("KEY_CACHE_TTL", orders.DefaultKeyCacheTTL.String())), "how long an API key's account is trusted from memory when no revocation broadcast arrives (KEY_CACHE_TTL)")
+	// Parsed here, not with durationOf: 0 is a setting of its own (off), so a
+	// malformed value must be refused rather than read as 0.
+	staleIfError, staleIfErrorErr := time.ParseDuration(env("KEY_CACHE_STALE_IF_ERROR", orders.DefaultKeyStaleIfError.String()))
+	flags.DurationVar(&c.keyStaleIfError, "key-cache-stale-if-error", staleIfError, "how long after PostgreSQL last confirmed an API key its cached copy still answers while PostgreSQL is down; 0 turns it off (KEY_CACHE_STALE_IF_ERROR)")
 	flags.DurationVar(&c.shutdownTimeout, "shutdown-timeout", durationOf(env("SHUTDOWN_TIMEOUT", "10s")), "how long in-flight requests may take at shutdown (SHUTDOWN_TIMEOUT)")
 	flags.Int64Var(&c.http.BodyLimit, "body-limit", defaults.BodyLimit, "largest request body in bytes")
 	flags.DurationVar(&c.http.RequestTimeout, "request-timeout", durationOf(env("REQUEST_TIMEOUT", defaults.RequestTimeout.String())), "time bound of one request (REQUEST_TIMEOUT)")
@@ -68,6 +73,9 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	}
 	if c.keyCacheTTL <= 0 {
 		return config{}, errors.New("KEY_CACHE_TTL (or -key-cache-ttl) must be a positive duration")
+	}
+	if staleIfErrorErr != nil || c.keyStaleIfError < 0 {
+		return config{}, errors.New("KEY_CACHE_STALE_IF_ERROR (or -key-cache-stale-if-error) must be a duration of 0 (off) or more")
 	}
 	const most = 1_000_000
 	if b, r := c.http.RateLimitBurst, c.http.RateLimitPerSecond; b < 0 || b > most || (b > 0 && (r < 1 || r > most)) {
@@ -145,7 +153,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if _, err := instruments.FollowBroadcasts(ctx, queueClient, refreshFailed, emq.WithBroadcastMetrics(metrics)); err != nil {
 		return err
 	}
-	keys := orders.NewKeyCache(orders.NewAccounts(db), c.keyCacheTTL)
+	keys := orders.NewKeyCache(orders.NewAccounts(db), c.keyCacheTTL, orders.StaleIfError(c.keyStaleIfError))
+	metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "api_key_stale_answers_total",
+		Help: "API key lookups answered from a cached copy because PostgreSQL did not answer.",
+	}, func() float64 { return float64(keys.StaleAnswers()) }))
 	if _, err := keys.FollowRevocations(ctx, queueClient, emq.WithBroadcastMetrics(metrics)); err != nil {
 		return err
 	}
