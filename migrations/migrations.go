@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers pgx5://
@@ -61,7 +62,10 @@ func run(databaseURL string, step func(*migrate.Migrate) error) error {
 	return nil
 }
 
-// driverURL points a postgres:// URL at golang-migrate's pgx v5 driver.
+// driverURL points a postgres:// URL at golang-migrate's pgx v5 driver. The
+// pool_* parameters are pgxpool's (the binaries' pools read them from the
+// same DATABASE_URL); the driver would pass them to PostgreSQL as settings,
+// which refuses them, so they are left out.
 func driverURL(databaseURL string) (string, error) {
 	parsed, err := url.Parse(databaseURL)
 	if err != nil {
@@ -70,8 +74,15 @@ func driverURL(databaseURL string) (string, error) {
 	switch parsed.Scheme {
 	case "postgres", "postgresql", "pgx5":
 		parsed.Scheme = "pgx5"
-		return parsed.String(), nil
 	default:
 		return "", fmt.Errorf("migrations: database url scheme %q, want postgres://", parsed.Scheme)
 	}
+	query := parsed.Query()
+	for name := range query {
+		if strings.HasPrefix(name, "pool_") {
+			query.Del(name)
+		}
+	}
+	parsed.RawQuery = query.Encode()
+	return parsed.String(), nil
 }

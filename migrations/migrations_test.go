@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/ordergate/ordergate/internal/testserver"
@@ -92,5 +93,23 @@ func TestLedgerRefusesUnbalancedAndRewrittenEntries(t *testing.T) {
 		if _, err := db.Exec(ctx, rewrite); err == nil {
 			t.Errorf("%s accepted on an append-only ledger", rewrite)
 		}
+	}
+}
+
+// A DATABASE_URL tuned for the binaries' connection pool (pool_* parameters,
+// which pgxpool reads) migrates too: the parameters are the pool's, not
+// PostgreSQL's.
+func TestUpWithPoolParameters(t *testing.T) {
+	database := testserver.Postgres(t)
+	separator := "?"
+	if strings.Contains(database.URL, "?") {
+		separator = "&"
+	}
+	url := database.URL + separator + "pool_max_conns=4&pool_min_conns=1&pool_max_conn_lifetime=1h"
+	if err := migrations.Up(url); err != nil {
+		t.Fatalf("up with pool parameters: %v", err)
+	}
+	if version, dirty, err := migrations.Version(url); err != nil || dirty || version == 0 {
+		t.Fatalf("version %d dirty %v: %v", version, dirty, err)
 	}
 }
