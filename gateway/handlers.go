@@ -41,11 +41,13 @@ func (s *Server) placeOrder(c echo.Context) error {
 	if errors.As(err, &limited) {
 		return s.answerTake(c, limited.Take)
 	}
+	if placement.Token != nil {
+		// Allowed (the take came before the outcome), so only the headers:
+		// on an admission and on a refusal that spent the token alike.
+		_ = s.answerTake(c, *placement.Token)
+	}
 	if err != nil {
 		return err
-	}
-	if placement.Token != nil {
-		_ = s.answerTake(c, *placement.Token) // allowed: it was admitted
 	}
 	order := placement.Order
 	state(c).order = order.ID
@@ -55,8 +57,13 @@ func (s *Server) placeOrder(c echo.Context) error {
 		header.Set("Idempotent-Replayed", "true")
 		return c.JSON(http.StatusOK, order)
 	}
-	// The order's JSON was made once, for the queue job; it is the answer too.
-	return c.JSONBlob(http.StatusAccepted, placement.JSON)
+	if c.Request().URL.RawQuery != "" {
+		return c.JSON(http.StatusAccepted, order) // echo's ?pretty and friends
+	}
+	// The order's JSON was made once, for the queue job; it is the answer
+	// too, ended by a newline as c.JSON ends its answers. The job is
+	// admitted, so nothing reads the payload any more.
+	return c.JSONBlob(http.StatusAccepted, append(placement.JSON, '\n'))
 }
 
 // placeCommandOf reads, decodes and checks the request's order.

@@ -89,11 +89,11 @@ func TestRateLimitRefusesPastTheBurst(t *testing.T) {
 }
 
 // A placement takes its token in its admission, from the same bucket as the
-// key's other requests: placements count RateLimit-Remaining down, a replay
-// and a refused body spend a token too, and an order past the burst is
-// refused with 429 and not admitted.
+// key's other requests: placements count RateLimit-Remaining down, a replay,
+// a conflicting reuse and a refused body spend a token too and say so, and
+// an order past the burst is refused with 429 and not admitted.
 func TestRateLimitPlacementsShareTheBucket(t *testing.T) {
-	f := newFixtureWith(t, 1, limited(4, 1))
+	f := newFixtureWith(t, 1, limited(5, 1))
 	key := f.keys[0]
 	steps := []struct {
 		name          string
@@ -101,8 +101,11 @@ func TestRateLimitPlacementsShareTheBucket(t *testing.T) {
 		status        int
 		wantRemaining int
 	}{
-		{"placement", func() response { return f.place(t, key, limitOrder("first")) }, http.StatusAccepted, 3},
-		{"replay", func() response { return f.place(t, key, limitOrder("first")) }, http.StatusOK, 2},
+		{"placement", func() response { return f.place(t, key, limitOrder("first")) }, http.StatusAccepted, 4},
+		{"replay", func() response { return f.place(t, key, limitOrder("first")) }, http.StatusOK, 3},
+		{"conflicting reuse of the client order id", func() response {
+			return f.place(t, key, strings.Replace(limitOrder("first"), `"side":"buy"`, `"side":"sell"`, 1))
+		}, http.StatusConflict, 2},
 		{"bad body", func() response { return f.place(t, key, `{"symbol":"BTC-USD"}`) }, http.StatusUnprocessableEntity, 1},
 		{"read", func() response { return f.list(t, key, nil) }, http.StatusOK, 0},
 		{"placement past the burst", func() response { return f.place(t, key, limitOrder("second")) }, http.StatusTooManyRequests, 0},
@@ -116,8 +119,8 @@ func TestRateLimitPlacementsShareTheBucket(t *testing.T) {
 		if got := headerInt(t, res, "RateLimit-Remaining"); got != step.wantRemaining {
 			t.Errorf("%s: RateLimit-Remaining %d, want %d", step.name, got, step.wantRemaining)
 		}
-		if got := headerInt(t, res, "RateLimit-Limit"); got != 4 {
-			t.Errorf("%s: RateLimit-Limit %d, want 4", step.name, got)
+		if got := headerInt(t, res, "RateLimit-Limit"); got != 5 {
+			t.Errorf("%s: RateLimit-Limit %d, want 5", step.name, got)
 		}
 		if step.status == http.StatusTooManyRequests && headerInt(t, res, "Retry-After") != 1 {
 			t.Errorf("%s: Retry-After %q, want 1", step.name, res.header.Get("Retry-After"))

@@ -121,7 +121,9 @@ type Placement struct {
 	Order Order
 	// Replayed is true when the command repeated an order placed before.
 	Replayed bool
-	// Token is what the placement's rate limit took; nil without one.
+	// Token is what the placement's rate limit took; nil without one. It is
+	// set on a refusal after the take too (a conflicting reuse of a client
+	// order id, say): the token was spent.
 	Token *emq.TokenTake
 	// JSON is the admitted order's JSON encoding, as the queue job carries
 	// it; nil on a replay.
@@ -160,12 +162,13 @@ func (p *Placer) Place(ctx context.Context, cmd PlaceCommand, opts ...PlaceOptio
 	if !admission.Duplicate {
 		return Placement{Order: order, Token: admission.Token, JSON: job.Payload}, nil
 	}
+	// From here on the token was spent: it goes back with the refusal too.
 	if admission.Fingerprint != job.Fingerprint {
-		return Placement{}, &ConflictError{ClientOrderID: cmd.ClientOrderID, OrderID: admission.ID}
+		return Placement{Token: admission.Token}, &ConflictError{ClientOrderID: cmd.ClientOrderID, OrderID: admission.ID}
 	}
 	first, err := p.Order(ctx, cmd.Account, admission.ID)
 	if err != nil {
-		return Placement{}, err
+		return Placement{Token: admission.Token}, err
 	}
 	return Placement{Order: first, Replayed: true, Token: admission.Token}, nil
 }
