@@ -54,9 +54,10 @@ func (e *RateLimitedError) Error() string {
 
 func (e *RateLimitedError) Unwrap() error { return ErrRateLimited }
 
-const maxBucketSize = 1_000_000
+// MaxBucketSize is the largest capacity and per-second rate of a TokenBucket.
+const MaxBucketSize = 1_000_000
 
-// BucketKey is the Redis key of the queue's token bucket: a hash under the
+// BucketKey is the Redis key of the queue's token bucket: a string under the
 // queue's hash tag, so that an admission can take from it in the same
 // script run.
 func (q *Queue) BucketKey(bucket string) string { return q.prefix + "bucket:" + bucket }
@@ -90,8 +91,8 @@ func validRateLimit(r RateLimit) error {
 	if r.Bucket == "" || strings.ContainsAny(r.Bucket, "{} ") {
 		return fmt.Errorf("emq: rate limit bucket %q: want a non-empty name without braces or spaces", r.Bucket)
 	}
-	if l := r.Limit; l.Capacity < 1 || l.Capacity > maxBucketSize || l.PerSecond < 1 || l.PerSecond > maxBucketSize {
-		return fmt.Errorf("emq: rate limit %+v: capacity and per-second rate must be from 1 to %d", l, maxBucketSize)
+	if l := r.Limit; l.Capacity < 1 || l.Capacity > MaxBucketSize || l.PerSecond < 1 || l.PerSecond > MaxBucketSize {
+		return fmt.Errorf("emq: rate limit %+v: capacity and per-second rate must be from 1 to %d", l, MaxBucketSize)
 	}
 	return nil
 }

@@ -59,7 +59,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	// Parsed here, not with durationOf: 0 is a setting of its own (off), so a
 	// malformed value must be refused rather than read as 0.
 	staleIfError, staleIfErrorErr := time.ParseDuration(env("KEY_CACHE_STALE_IF_ERROR", orders.DefaultKeyStaleIfError.String()))
-	flags.DurationVar(&c.keyStaleIfError, "key-cache-stale-if-error", staleIfError, "how long after PostgreSQL last confirmed an API key its cached copy still answers while PostgreSQL is down; 0 turns it off (KEY_CACHE_STALE_IF_ERROR)")
+	flags.DurationVar(&c.keyStaleIfError, "key-cache-stale-if-error", staleIfError, "how long after PostgreSQL last confirmed an API key its cached copy still answers while PostgreSQL is down (also how long a key revoked just before an outage may work on a gateway that missed the broadcast); 0 turns it off (KEY_CACHE_STALE_IF_ERROR)")
 	flags.DurationVar(&c.shutdownTimeout, "shutdown-timeout", durationOf(env("SHUTDOWN_TIMEOUT", "10s")), "how long in-flight requests may take at shutdown (SHUTDOWN_TIMEOUT)")
 	flags.Int64Var(&c.http.BodyLimit, "body-limit", defaults.BodyLimit, "largest request body in bytes")
 	flags.DurationVar(&c.http.RequestTimeout, "request-timeout", durationOf(env("REQUEST_TIMEOUT", defaults.RequestTimeout.String())), "time bound of one request (REQUEST_TIMEOUT)")
@@ -77,7 +77,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	if staleIfErrorErr != nil || c.keyStaleIfError < 0 {
 		return config{}, errors.New("KEY_CACHE_STALE_IF_ERROR (or -key-cache-stale-if-error) must be a duration of 0 (off) or more")
 	}
-	const most = 1_000_000
+	const most = emq.MaxBucketSize
 	if b, r := c.http.RateLimitBurst, c.http.RateLimitPerSecond; b < 0 || b > most || (b > 0 && (r < 1 || r > most)) {
 		return config{}, fmt.Errorf("rate limit: burst %d and per-second %d must be whole numbers from 1 to %d (burst 0 turns the limit off)", b, r, most)
 	}
