@@ -22,9 +22,11 @@ const DefaultKeyCacheTTL = 5 * time.Second
 
 // DefaultKeyStaleIfError is how long after PostgreSQL last confirmed a key
 // the gateway still trusts its copy while PostgreSQL does not answer: long
-// enough to ride out a database failover, during which placement (which
-// needs only Redis) goes on.
-const DefaultKeyStaleIfError = 5 * time.Minute
+// enough to ride out a typical database failover, during which placement
+// (which needs only Redis) goes on, and short because it is also how long a
+// key revoked just before the outage may still work on a gateway that
+// missed the revocation's broadcast.
+const DefaultKeyStaleIfError = time.Minute
 
 // staleLookupTimeout bounds a lookup when a stale copy could answer
 // instead, so a PostgreSQL that hangs rather than refuses delays the
@@ -44,9 +46,12 @@ const maxCachedKeys = 100_000
 //
 // When a lookup fails (PostgreSQL down), a copy PostgreSQL confirmed within
 // the stale-if-error window still answers, and the key is asked again a ttl
-// later, not on every request. Only PostgreSQL can revoke a key, so during
-// the outage nothing is revoked that the copy misses; a revocation broadcast
-// heard before it still drops the copy.
+// later, not on every request. Nothing can be revoked during the outage
+// (revoking writes PostgreSQL), and a revocation broadcast heard before it
+// drops the copy; but a key revoked after its copy was confirmed, whose
+// broadcast this gateway missed (or that was revoked without one), keeps
+// working through the outage until the window ends rather than a ttl after
+// its revocation.
 type KeyCache struct {
 	accounts     *Accounts
 	ttl          time.Duration
@@ -183,7 +188,8 @@ func (c *KeyCache) forget(hashHex string) {
 
 // FollowRevocations drops a key from the cache as soon as the broadcast lane
 // says it was revoked. A message lost to a dropped connection or a full ring
-// costs at most ttl of a revoked key still working on this gateway.
+// costs at most ttl of a revoked key still working on this gateway, or the
+// stale-if-error window if PostgreSQL goes down meanwhile.
 func (c *KeyCache) FollowRevocations(ctx context.Context, lanes *emq.Client, opts ...emq.SubscribeOption) (*emq.Subscription, error) {
 	return lanes.Subscribe(ctx, APIKeysTable, 256, c.forget, opts...)
 }
