@@ -41,16 +41,7 @@ func TestKeyCacheServesFromMemoryUntilRevoked(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cache := orders.NewKeyCache(accounts, tt.ttl)
-			following, stop := context.WithCancel(ctx)
-			subscription, err := cache.FollowRevocations(following, lanes)
-			if err != nil {
-				stop()
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				stop()
-				<-subscription.Done()
-			})
+			followRevocations(t, cache, lanes)
 			keyID, key, err := accounts.IssueKey(ctx, account)
 			if err != nil {
 				t.Fatal(err)
@@ -134,16 +125,7 @@ func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
 			}
 			lookups := database.Pool(t) // closed below: PostgreSQL "down" for this cache alone
 			cache := orders.NewKeyCache(orders.NewAccounts(lookups), ttl, orders.StaleIfError(tt.window))
-			following, stop := context.WithCancel(ctx)
-			subscription, err := cache.FollowRevocations(following, lanes)
-			if err != nil {
-				stop()
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				stop()
-				<-subscription.Done()
-			})
+			followRevocations(t, cache, lanes)
 			unknown := "ogk_" + strings.Repeat("x", 40)
 			if got, err := cache.Authenticate(ctx, key); err != nil || got != account {
 				t.Fatalf("authenticate = %q, %v; want %s", got, err, account)
@@ -191,4 +173,20 @@ func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
 			}
 		})
 	}
+}
+
+// followRevocations has cache follow the revocation broadcasts on lanes
+// until the test ends, and waits for its subscription to stop then.
+func followRevocations(t testing.TB, cache *orders.KeyCache, lanes *emq.Client) {
+	t.Helper()
+	following, stop := context.WithCancel(context.Background())
+	subscription, err := cache.FollowRevocations(following, lanes)
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stop()
+		<-subscription.Done()
+	})
 }
