@@ -169,11 +169,13 @@ type balanceQuerier interface {
 const availableText = `round(b.available, greatest(scale(trim_scale(b.available)), a.scale))::text`
 
 // readBalanceRows reads the account's balances, or its balance of asset when
-// asset is not empty.
+// asset is not empty. A row that never moved (version 0: settlement inserts
+// the rows an order would move before it locks them, and a rejected order
+// leaves them so) is no balance the account holds, and is left out.
 func readBalanceRows(ctx context.Context, db balanceQuerier, account, asset string) ([]Balance, error) {
 	rows, err := db.Query(ctx, `SELECT b.asset, `+availableText+`, b.version
 		FROM balances b JOIN assets a ON a.code = b.asset
-		WHERE b.account_id = $1 AND ($2 = '' OR b.asset = $2)
+		WHERE b.account_id = $1 AND ($2 = '' OR b.asset = $2) AND b.version > 0
 		ORDER BY b.asset`, account, asset)
 	if err != nil {
 		return nil, fmt.Errorf("orders: read balances of %s: %w", account, err)

@@ -85,6 +85,24 @@ func TestBalancesOfReadsThroughTheCache(t *testing.T) {
 	}
 }
 
+// A balance row that never moved (what a rejected order leaves behind: the
+// rows it would have moved, inserted to be locked) is not listed.
+func TestBalancesOfLeavesOutRowsThatNeverMoved(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	account := f.newAccount(t)
+	if _, err := f.db.Exec(ctx, `INSERT INTO balances (account_id, asset) VALUES ($1, 'ETH'), ($1, 'BTC')`, account); err != nil {
+		t.Fatal(err)
+	}
+	f.depositJournaled(t, account, "USD", "10")
+	want := []orders.Balance{{Asset: "USD", Available: "10.00", Version: 1}}
+	for _, read := range []string{"from PostgreSQL", "from the cache"} {
+		if got, err := f.balances.Of(ctx, account); err != nil || balanceList(got) != balanceList(want) {
+			t.Errorf("%s: Of = %v, %v; want %v", read, got, err, want)
+		}
+	}
+}
+
 func TestBalancesOfCompletesAHashTheLaneStarted(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)

@@ -822,8 +822,8 @@ type ClientInterface interface {
 
 	// ListBalances List the caller's balances.
 	//
-	// Returns every asset the caller's account holds a balance in, sorted by
-	// asset. Each balance carries its `version`, which rises by one with
+	// Returns every asset the caller's account holds or held a balance in
+	// (a balance that went back to zero stays listed), sorted by asset. Each balance carries its `version`, which rises by one with
 	// every change of that balance: a client never sees the version of a
 	// balance go down from one answer to the next, so a client that caches
 	// balances can keep the one with the higher version.
@@ -961,8 +961,8 @@ func (c *Client) GetReadiness(ctx context.Context, params *GetReadinessParams, r
 
 // ListBalances List the caller's balances.
 //
-// Returns every asset the caller's account holds a balance in, sorted by
-// asset. Each balance carries its `version`, which rises by one with
+// Returns every asset the caller's account holds or held a balance in
+// (a balance that went back to zero stays listed), sorted by asset. Each balance carries its `version`, which rises by one with
 // every change of that balance: a client never sees the version of a
 // balance go down from one answer to the next, so a client that caches
 // balances can keep the one with the higher version.
@@ -1559,8 +1559,8 @@ type ClientWithResponsesInterface interface {
 
 	// ListBalancesWithResponse List the caller's balances.
 	//
-	// Returns every asset the caller's account holds a balance in, sorted by
-	// asset. Each balance carries its `version`, which rises by one with
+	// Returns every asset the caller's account holds or held a balance in
+	// (a balance that went back to zero stays listed), sorted by asset. Each balance carries its `version`, which rises by one with
 	// every change of that balance: a client never sees the version of a
 	// balance go down from one answer to the next, so a client that caches
 	// balances can keep the one with the higher version.
@@ -2580,8 +2580,8 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, para
 
 // ListBalancesWithResponse List the caller's balances.
 //
-// Returns every asset the caller's account holds a balance in, sorted by
-// asset. Each balance carries its `version`, which rises by one with
+// Returns every asset the caller's account holds or held a balance in
+// (a balance that went back to zero stays listed), sorted by asset. Each balance carries its `version`, which rises by one with
 // every change of that balance: a client never sees the version of a
 // balance go down from one answer to the next, so a client that caches
 // balances can keep the one with the higher version.
