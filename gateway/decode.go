@@ -153,6 +153,15 @@ func readJSONBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
 	}
+	if r.ContentLength >= 0 {
+		// The server hands over exactly Content-Length bytes, never more:
+		// read them into a buffer of that size.
+		body := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, body); err != nil {
+			return nil, malformed("", "the body could not be read: %v", err)
+		}
+		return body, nil
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
 	var maxBytes *http.MaxBytesError
 	if errors.As(err, &maxBytes) {
