@@ -72,7 +72,7 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(scrape.Body)
 	scrape.Body.Close()
-	for _, series := range []string{"http_requests_total", "go_goroutines", "process_open_fds"} {
+	for _, series := range []string{"http_requests_total", "api_key_stale_answers_total", "go_goroutines", "process_open_fds"} {
 		if scrape.StatusCode != http.StatusOK || !strings.Contains(string(metrics), "\n"+series) {
 			t.Errorf("GET /metrics: %d, no %s series", scrape.StatusCode, series)
 		}
