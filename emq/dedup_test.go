@@ -68,27 +68,10 @@ func TestDedupAcrossWindows(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx := context.Background()
-			client, err := Connect(ctx, testserver.QueueRedis(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			queue := client.Queue("work")
-			if err := queue.Declare(ctx, "test.job"); err != nil {
-				t.Fatal(err)
-			}
+			queue := dedupQueue(t)
 			admit := func(id string, now time.Time, retention time.Duration) Admission {
 				t.Helper()
-				job := Job{ID: id, Kind: "test.job", Group: "g", DedupKey: "key", Fingerprint: "fp-" + id, DedupRetention: retention}
-				keys, args, err := queue.admitCall(job, now)
-				if err != nil {
-					t.Fatal(err)
-				}
-				admission, err := queue.admission(job, admitScript.Run(ctx, client.rdb, keys, args...))
-				if err != nil {
-					t.Fatal(err)
-				}
-				return admission
+				return admitAt(t, queue, Job{ID: id, Kind: "test.job", Group: "g", DedupKey: "key", Fingerprint: "fp-" + id, DedupRetention: retention}, now)
 			}
 			admit("J1", tt.first, tt.firstRetention)
 			got := admit("J2", tt.second, tt.secondRetain)
@@ -109,28 +92,43 @@ func TestDedupWindowKeepsTheLongestExpiry(t *testing.T) {
 	ctx := context.Background()
 	const day = dedupWindowLength
 	base := time.UnixMilli((time.Now().UnixMilli()/day.Milliseconds() + 1) * day.Milliseconds())
-	client, err := Connect(ctx, testserver.QueueRedis(t))
+	queue := dedupQueue(t)
+	for i, retention := range []time.Duration{48 * time.Hour, time.Hour} {
+		id := fmt.Sprintf("J%d", i)
+		admitAt(t, queue, Job{ID: id, Kind: "test.job", Group: "g", DedupKey: id, DedupRetention: retention}, base.Add(time.Duration(i+1)*time.Hour))
+	}
+	window, _, _ := queue.dedupWindows(time.Hour, base)
+	expires, err := queue.client.rdb.PExpireTime(ctx, window).Result()
+	if want := base.Add(3*day + time.Minute); err != nil || expires != time.Duration(want.UnixMilli())*time.Millisecond {
+		t.Errorf("window expires at %v (%v), want %v: the 48 h key's end", expires, err, want)
+	}
+}
+
+// dedupQueue is a queue "work" accepting "test.job" on a fresh Redis (or the
+// shared cluster).
+func dedupQueue(t testing.TB) *Queue {
+	t.Helper()
+	client, err := Connect(context.Background(), testserver.QueueRedis(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	queue := client.Queue("work")
-	if err := queue.Declare(ctx, "test.job"); err != nil {
+	if err := queue.Declare(context.Background(), "test.job"); err != nil {
 		t.Fatal(err)
 	}
-	for i, retention := range []time.Duration{48 * time.Hour, time.Hour} {
-		id := fmt.Sprintf("J%d", i)
-		job := Job{ID: id, Kind: "test.job", Group: "g", DedupKey: id, DedupRetention: retention}
-		keys, args, err := queue.admitCall(job, base.Add(time.Duration(i+1)*time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := queue.admission(job, admitScript.Run(ctx, client.rdb, keys, args...)); err != nil {
-			t.Fatal(err)
-		}
+	return queue
+}
+
+// admitAt admits job as an admitting process whose clock reads now would.
+func admitAt(t testing.TB, queue *Queue, job Job, now time.Time) Admission {
+	t.Helper()
+	keys, args, err := queue.admitCall(job, now)
+	if err != nil {
+		t.Fatal(err)
 	}
-	window, _, _ := queue.dedupWindows(time.Hour, base)
-	expires, err := client.rdb.PExpireTime(ctx, window).Result()
-	if want := base.Add(3*day + time.Minute); err != nil || expires != time.Duration(want.UnixMilli())*time.Millisecond {
-		t.Errorf("window expires at %v (%v), want %v: the 48 h key's end", expires, err, want)
+	admission, err := queue.admission(job, admitScript.Run(context.Background(), queue.client.rdb, keys, args...))
+	if err != nil {
+		t.Fatal(err)
 	}
+	return admission
 }
