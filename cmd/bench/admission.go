@@ -146,6 +146,11 @@ func (t *tally) add(h *histogram, ok, failed int64, err error) {
 	}
 }
 
+// merge adds u's counts and histogram to t.
+func (t *tally) merge(u *tally) {
+	t.add(&u.hist, u.orders, u.errors, u.firstError)
+}
+
 func (t *tally) result(name string, elapsed time.Duration) loadResult {
 	r := loadResult{
 		Name: name, Orders: t.orders, Errors: t.errors, Seconds: elapsed.Seconds(),
@@ -162,9 +167,20 @@ func (t *tally) result(name string, elapsed time.Duration) loadResult {
 // closedLoop runs op from concurrency goroutines back to back for duration.
 func closedLoop(ctx context.Context, name string, concurrency int, duration time.Duration, progress func(string, ...any), op func(context.Context) error) loadResult {
 	var t tally
+	stopProgress := ticking(name, duration, progress)
+	elapsed := t.closedLoop(ctx, concurrency, duration, op)
+	stopProgress()
+	r := t.result(name, elapsed)
+	r.Concurrency = concurrency
+	return r
+}
+
+// closedLoop runs op from concurrency goroutines back to back for duration,
+// adds what they did to t, and returns how long it took until the last
+// answer.
+func (t *tally) closedLoop(ctx context.Context, concurrency int, duration time.Duration, op func(context.Context) error) time.Duration {
 	deadline := time.Now().Add(duration)
 	var wg sync.WaitGroup
-	stopProgress := ticking(name, duration, progress)
 	start := time.Now()
 	for range concurrency {
 		wg.Go(func() {
@@ -190,10 +206,53 @@ func closedLoop(ctx context.Context, name string, concurrency int, duration time
 		})
 	}
 	wg.Wait()
-	stopProgress()
-	r := t.result(name, time.Since(start))
-	r.Concurrency = concurrency
-	return r
+	return time.Since(start)
+}
+
+// A closedLoopOp is one of the loads alternating compares.
+type closedLoopOp struct {
+	name string
+	op   func(context.Context) error
+}
+
+// alternating runs the closed loops a and b in turns of about turn each, in
+// the order a b, b a, a b, … until each has run for duration, and returns
+// each one's total and the ratio of b's rate to a's in every round. On a
+// shared machine the speed of the moment drifts by tens of percent within
+// minutes; taking turns puts the same drift under both, so their ratio holds
+// still where two loads run one after the other would not.
+func alternating(ctx context.Context, concurrency int, duration, turn time.Duration, progress func(string, ...any), a, b closedLoopOp) (resultA, resultB loadResult, ratios []float64) {
+	rounds := max(1, int(duration/turn))
+	turn = duration / time.Duration(rounds)
+	var tallies [2]tally
+	var elapsed [2]time.Duration
+	ops := [2]closedLoopOp{a, b}
+	for round := range rounds {
+		if ctx.Err() != nil {
+			break
+		}
+		var rates [2]float64
+		for i := range 2 {
+			which := i
+			if round%2 == 1 {
+				which = 1 - i
+			}
+			var t tally
+			took := t.closedLoop(ctx, concurrency, turn, ops[which].op)
+			rates[which] = float64(t.orders) / took.Seconds()
+			tallies[which].merge(&t)
+			elapsed[which] += took
+		}
+		if rates[0] > 0 {
+			ratios = append(ratios, rates[1]/rates[0])
+			progress("round %d of %d: %s %.0f/s, %s %.0f/s (%.1f%%)", round+1, rounds,
+				a.name, rates[0], b.name, rates[1], 100*rates[1]/rates[0])
+		}
+	}
+	resultA = tallies[0].result(a.name, elapsed[0])
+	resultB = tallies[1].result(b.name, elapsed[1])
+	resultA.Concurrency, resultB.Concurrency = concurrency, concurrency
+	return resultA, resultB, ratios
 }
 
 // openLoop sends at a fixed rate whatever the answers do: a ticker releases

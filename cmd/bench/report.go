@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 )
 
 func verdict(met bool) string {
@@ -33,6 +35,10 @@ func (r report) markdown() string {
 				name += fmt.Sprintf(" (target %.0f/s)", l.TargetRate)
 			}
 			fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.2f | %.2f | %.2f | %d |\n", name, l.PerSecond, l.P50Ms, l.P99Ms, l.P999Ms, l.MaxMs, l.Errors)
+		}
+		if len(r.HTTPRounds) > 0 {
+			fmt.Fprintf(&b, "\nThe ceiling and the closed loop took turns, %d rounds of %s each; the ratio of the round ranged %.1f%%–%.1f%%.\n",
+				len(r.HTTPRounds), r.roundLength(), 100*slices.Min(r.HTTPRounds), 100*slices.Max(r.HTTPRounds))
 		}
 		b.WriteString("\n")
 		b.WriteString(r.sweepMarkdown())
@@ -79,6 +85,16 @@ func (r report) markdown() string {
 		fmt.Fprintf(&b, "| order payload (JSON) | %.0f |\n", m.PayloadBytes)
 	}
 	return b.String()
+}
+
+// roundLength is how long each load ran in a round of the alternating
+// closed loops.
+func (r report) roundLength() string {
+	total, err := time.ParseDuration(r.Duration)
+	if err != nil || len(r.HTTPRounds) == 0 {
+		return r.Duration
+	}
+	return (total / time.Duration(len(r.HTTPRounds))).Round(time.Millisecond).String()
 }
 
 // write stores the report as bench-<time>.json and .md under dir, with the

@@ -53,7 +53,7 @@ func parseConfig(args []string, stdout io.Writer) (config, error) {
 	flags.IntVar(&c.jobs, "jobs", 100_000, "order jobs admitted for the memory measurement")
 	flags.IntVar(&c.queueJobs, "queue-jobs", 40_000, "jobs per pass of the queue phase (emq against asynq)")
 	c.settlement.register(flags)
-	flags.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the admission closed loop over HTTP (gateway and load generator) to this file")
+	flags.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the admission closed loop over HTTP (gateway and load generator; an extra run, not counted) to this file")
 	flags.StringVar(&c.out, "out", "bench/results", "directory for the JSON and Markdown reports")
 	phases := flags.String("phases", strings.Join(phaseNames, ","), "comma-separated phases to run")
 	if err := flags.Parse(args[1:]); err != nil {
@@ -92,8 +92,11 @@ type report struct {
 	Ceiling    loadResult `json:"admit_script_ceiling"`
 	HTTPClosed loadResult `json:"http_closed_loop"`
 	HTTPOpen   loadResult `json:"http_open_loop"`
-	// HTTPRatio is HTTP closed-loop orders/s over the ceiling's.
-	HTTPRatio float64 `json:"http_to_ceiling_ratio"`
+	// HTTPRatio is HTTP closed-loop orders/s over the ceiling's, the two
+	// measured in alternating rounds (see alternating); HTTPRounds is that
+	// ratio in each round.
+	HTTPRatio  float64   `json:"http_to_ceiling_ratio"`
+	HTTPRounds []float64 `json:"http_to_ceiling_ratio_rounds"`
 	// Sweep is the open loop at rising shares of the closed-loop peak: the
 	// latency-vs-throughput chart.
 	Sweep         []loadResult `json:"http_open_loop_sweep,omitempty"`
@@ -197,9 +200,6 @@ func (e *env) admission(ctx context.Context, c config, r *report, progress func(
 	if err != nil {
 		return err
 	}
-	progress("admit script ceiling: %d goroutines for %s…", c.concurrency, c.duration)
-	r.Ceiling = closedLoop(ctx, "admit script ceiling", c.concurrency, c.duration, progress, admit)
-
 	url, stopGateway, err := e.startGateway(ctx)
 	if err != nil {
 		return err
@@ -210,17 +210,27 @@ func (e *env) admission(ctx context.Context, c config, r *report, progress func(
 	if err := client.place(ctx); err != nil { // one order first: fail fast when the gateway refuses
 		return err
 	}
-	progress("admission closed loop: %d clients for %s…", c.concurrency, c.duration)
-	stopProfile, err := startCPUProfile(c.cpuProfile)
-	if err != nil {
-		return err
-	}
-	r.HTTPClosed = closedLoop(ctx, "admission closed loop", c.concurrency, c.duration, progress, client.place)
-	if err := stopProfile(); err != nil {
-		return err
-	}
+	ceiling := closedLoopOp{"admit script ceiling", admit}
+	overHTTP := closedLoopOp{"admission closed loop", client.place}
+	// A second of each first, not counted: connections, scripts and the
+	// queues' first keys are in place before the rounds compare them.
+	progress("warming up: the admit script and the gateway, %d callers each", c.concurrency)
+	alternating(ctx, c.concurrency, time.Second, time.Second, func(string, ...any) {}, ceiling, overHTTP)
+	progress("admit script ceiling and admission closed loop, %d callers, taking turns for %s each…", c.concurrency, c.duration)
+	r.Ceiling, r.HTTPClosed, r.HTTPRounds = alternating(ctx, c.concurrency, c.duration, time.Second, progress, ceiling, overHTTP)
 	if r.HTTPClosed.Orders == 0 {
 		return fmt.Errorf("admission closed loop placed no order: %s", r.HTTPClosed.FirstError)
+	}
+	if c.cpuProfile != "" {
+		progress("admission closed loop under the CPU profiler for %s (not counted)…", c.duration)
+		stopProfile, err := startCPUProfile(c.cpuProfile)
+		if err != nil {
+			return err
+		}
+		closedLoop(ctx, "profiled closed loop", c.concurrency, c.duration, progress, client.place)
+		if err := stopProfile(); err != nil {
+			return err
+		}
 	}
 	rate := r.HTTPClosed.PerSecond / 2
 	progress("admission open loop: %.0f orders/s (half the closed-loop peak) for %s…", rate, c.duration)
