@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +17,7 @@ import (
 	"github.com/govalues/decimal"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/fleet"
 	"github.com/ordergate/ordergate/internal/logbuffer"
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
@@ -32,9 +32,12 @@ func envOf(values map[string]string) func(string) string {
 func TestParseConfig(t *testing.T) {
 	const databaseURL = "postgres://postgres@db:5432/ordergate"
 	defaults := config{
-		redisURL: "redis://127.0.0.1:6379/0", databaseURL: databaseURL, migrate: true, concurrency: 8, lease: 30 * time.Second,
-		maxAttempts: 60, retryBase: 100 * time.Millisecond, retryCap: 10 * time.Second,
-		drainTimeout: 10 * time.Second, metricsAddr: "127.0.0.1:9091", logLevel: slog.LevelInfo,
+		redisURL: "redis://127.0.0.1:6379/0", databaseURL: databaseURL, migrate: true, metricsAddr: "127.0.0.1:9091", logLevel: slog.LevelInfo,
+		fleet: fleet.Config{
+			Queue: orders.Queue, Concurrency: 8, Lease: 30 * time.Second,
+			Retry:        emq.RetryPolicy{MaxAttempts: 60, BaseDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second},
+			DrainTimeout: 10 * time.Second,
+		},
 	}
 	tests := []struct {
 		name    string
@@ -53,16 +56,16 @@ func TestParseConfig(t *testing.T) {
 				"WORKER_RETRY_BASE": "1s", "WORKER_RETRY_CAP": "1m",
 			},
 			want: func(c *config) {
-				c.redisURL, c.concurrency, c.batch, c.lease = "redis://queue:6379/1", 32, 16, 45*time.Second
-				c.maxAttempts, c.drainTimeout, c.metricsAddr, c.logLevel = 5, 20*time.Second, ":9100", slog.LevelDebug
-				c.databaseURL, c.migrate, c.retryBase, c.retryCap = "postgres://other/db", false, time.Second, time.Minute
+				c.redisURL, c.fleet.Concurrency, c.fleet.Batch, c.fleet.Lease = "redis://queue:6379/1", 32, 16, 45*time.Second
+				c.fleet.Retry.MaxAttempts, c.fleet.DrainTimeout, c.metricsAddr, c.logLevel = 5, 20*time.Second, ":9100", slog.LevelDebug
+				c.databaseURL, c.migrate, c.fleet.Retry.BaseDelay, c.fleet.Retry.MaxDelay = "postgres://other/db", false, time.Second, time.Minute
 			},
 		},
 		{
 			name: "flags win over the environment",
 			env:  map[string]string{"WORKER_CONCURRENCY": "32", "WORKER_LEASE": "45s"},
 			args: []string{"-concurrency", "4", "-lease", "2s", "-metrics-addr", ""},
-			want: func(c *config) { c.concurrency, c.lease, c.metricsAddr = 4, 2*time.Second, "" },
+			want: func(c *config) { c.fleet.Concurrency, c.fleet.Lease, c.metricsAddr = 4, 2*time.Second, "" },
 		},
 		{name: "unparsable duration", env: map[string]string{"WORKER_LEASE": "30"}, wantErr: `WORKER_LEASE="30"`},
 		{name: "unparsable integer", env: map[string]string{"WORKER_CONCURRENCY": "many"}, wantErr: `WORKER_CONCURRENCY="many"`},
@@ -160,7 +163,8 @@ func waitUntil(t testing.TB, timeout time.Duration, what string, condition func(
 
 // TestWorkerSettlesOrders runs the worker as main does, on a database it
 // migrates itself: an order admitted through the Placer is settled, an
-// unaffordable one rejected, a job that is no order buried; it serves its
+// unaffordable one rejected, a job that is no order buried; the coherence
+// lane brings the cached balances up to the settlement; it serves its
 // metrics and drains on cancel.
 func TestWorkerSettlesOrders(t *testing.T) {
 	redisServer := testserver.StartRedis(t)
@@ -257,6 +261,23 @@ func TestWorkerSettlesOrders(t *testing.T) {
 	if violations, err := orders.Audit(background, db); err != nil || len(violations) > 0 {
 		t.Errorf("audit: %v, %v", violations, err)
 	}
+	// Nothing but the worker's relay and coherence lane writes the cache here.
+	stored, err := orders.NewBalances(db, nil, nil).Of(background, account)
+	if err != nil || len(stored) != 2 {
+		t.Fatalf("balances after the fill: %v (%v), want BTC and USD", stored, err)
+	}
+	waitUntil(t, 15*time.Second, "the cache holds the balances the settlement wrote", func() bool {
+		cached, err := client.ReadCache(background, orders.BalanceCacheKey(account))
+		if err != nil {
+			return false
+		}
+		for _, balance := range stored {
+			if entry := cached[balance.Asset]; entry.Version != balance.Version || entry.Value != balance.Available {
+				return false
+			}
+		}
+		return true
+	})
 	if info, _ := queue.Job(background, broken); !strings.Contains(info.LastError, "malformed order payload") || info.Attempts != 1 {
 		t.Errorf("broken job: attempts %d, last error %q; want dead on its first attempt with the decode error", info.Attempts, info.LastError)
 	}
@@ -312,47 +333,5 @@ func TestWorkerSettlesOrders(t *testing.T) {
 	}
 	if status, _ := get(t, "http://"+metricsAddr+"/healthz"); status != 0 {
 		t.Errorf("/healthz still answers %d after the worker stopped", status)
-	}
-}
-
-// TestWorkBesideStopsWhenALoopFails: a coherence loop that fails stops the
-// settlement worker too, and its error is what run returns.
-func TestWorkBesideStopsWhenALoopFails(t *testing.T) {
-	broken := errors.New("coherence consumer broke")
-	tests := []struct {
-		name    string
-		loops   []func(context.Context) error
-		cancel  bool
-		wantErr error
-	}{
-		{name: "a loop fails", loops: []func(context.Context) error{
-			func(ctx context.Context) error { <-ctx.Done(); return nil },
-			func(context.Context) error { return broken },
-		}, wantErr: broken},
-		{name: "all run until cancelled", cancel: true, loops: []func(context.Context) error{
-			func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() },
-		}},
-		{name: "no loops", cancel: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			if tt.cancel {
-				time.AfterFunc(20*time.Millisecond, cancel)
-			}
-			workStopped := false
-			err := workBeside(ctx, tt.loops, func(ctx context.Context) error {
-				<-ctx.Done()
-				workStopped = true
-				return nil
-			})
-			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
-				t.Errorf("workBeside = %v, want %v", err, tt.wantErr)
-			}
-			if !workStopped {
-				t.Error("the work did not run until stopped")
-			}
-		})
 	}
 }

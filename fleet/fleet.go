@@ -1,0 +1,236 @@
+// Package fleet is what one worker process of the settlement fleet runs: the
+// order settler on its queue and, beside it, the journal relay's sweep and
+// the balance coherence lane, with the settings a worker deployed without
+// flags runs with. cmd/worker runs one as a process; cmd/bench runs several
+// in-process, so that what the bench measures is what the binary runs.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
+)
+
+// Config is how a worker works its orders queue.
+type Config struct {
+	// Queue is the orders queue settled: orders.Queue, or one of the bench's
+	// own so that its backlog does not mix with what the gateway admitted.
+	Queue string
+	// Concurrency is how many orders are handled at once.
+	Concurrency int
+	// Batch is the most orders one claim takes; 0 means the concurrency.
+	Batch int
+	// Lease is how long a claim holds an order; a dead worker's orders run
+	// again after about this long.
+	Lease time.Duration
+	// Retry is when failed orders run again. The coherence lane retries at
+	// the same backoff but never runs out of attempts.
+	Retry emq.RetryPolicy
+	// DrainTimeout is how long in-flight orders may take once the context
+	// ends before they are released to other workers.
+	DrainTimeout time.Duration
+}
+
+// DefaultConfig is what a worker deployed without flags runs with.
+//
+// The retry defaults are sized for a PostgreSQL outage, the failure
+// settlement meets most: 60 attempts from 100ms doubling to 10s keep an order
+// alive through at least 4.4 minutes of outage (6.6 on average, see
+// OutageOutlasted) before it is dead, and an order waits at most 10s once the
+// database is back.
+func DefaultConfig() Config {
+	return Config{
+		Queue:        orders.Queue,
+		Concurrency:  8,
+		Lease:        30 * time.Second,
+		Retry:        emq.RetryPolicy{MaxAttempts: 60, BaseDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second},
+		DrainTimeout: 10 * time.Second,
+	}
+}
+
+// OutageOutlasted is how long an order whose every attempt fails at once
+// stays alive before it is dead: the queue's equal jitter waits at least
+// half of each backoff, so this is the sum of those halves.
+func (c Config) OutageOutlasted() time.Duration {
+	var outlasted time.Duration
+	backoff := c.Retry.BaseDelay
+	for range c.Retry.MaxAttempts - 1 {
+		backoff = min(backoff, c.Retry.MaxDelay)
+		outlasted += backoff / 2
+		backoff *= 2
+	}
+	return outlasted
+}
+
+// ConnectionsBesideSettlement is how many connections a worker's pool holds
+// beyond its concurrency. The settler runs one transaction at a time for the
+// orders in flight, but when PostgreSQL refuses a batch its orders settle
+// alone at once, one connection each, and pgx's default of four would make
+// them queue for connections rather than for the rows they lock; these few
+// more are for what runs beside settlement (the coherence lane).
+const ConnectionsBesideSettlement = 4
+
+const (
+	// coherenceAttempts is, at a 10 s backoff cap, more than a week of
+	// retries: a coherence job that died would leave its cached balance stale
+	// until the next change (its journal row is relayed already).
+	coherenceAttempts = 100_000
+	// sweepInterval is how often the relay looks for journal rows a crash
+	// (or an admin deposit) left behind.
+	sweepInterval = time.Second
+)
+
+// Deps are what a worker settles with: a process's own connections, so that
+// the bench's in-process workers hold what worker processes hold.
+type Deps struct {
+	DB     *pgxpool.Pool
+	Queues *emq.Client
+	Logger *slog.Logger
+	// Metrics is where the worker registers its series; a private registry
+	// when nil. One registry backs one Worker.
+	Metrics prometheus.Registerer
+}
+
+// Connect opens a worker process's connections: a PostgreSQL pool of
+// c.Concurrency + ConnectionsBesideSettlement, and a queue client, which
+// refuses a server of another protocol version. Close them with Deps.Close.
+func Connect(ctx context.Context, databaseURL, redisURL string, c Config, log *slog.Logger) (Deps, error) {
+	poolConfig, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return Deps{}, fmt.Errorf("postgres: %w", err)
+	}
+	poolConfig.MaxConns = int32(c.Concurrency + ConnectionsBesideSettlement)
+	db, err := pgxpool.NewWithConfig(ctx, poolConfig)
+	if err != nil {
+		return Deps{}, fmt.Errorf("postgres: %w", err)
+	}
+	queues, err := emq.Dial(ctx, redisURL, emq.WithLogger(log))
+	if err != nil {
+		db.Close()
+		return Deps{}, err
+	}
+	return Deps{DB: db, Queues: queues, Logger: log}, nil
+}
+
+// Close closes the connections Connect opened.
+func (d Deps) Close() {
+	_ = d.Queues.Close()
+	d.DB.Close()
+}
+
+// Worker is one worker process's settlement and what runs beside it.
+type Worker struct {
+	config    Config
+	log       *slog.Logger
+	metrics   *emq.Metrics
+	orders    *emq.Queue
+	settler   *orders.Settler
+	relay     *orders.JournalRelay
+	coherence *orders.BalanceCoherence
+	lane      *emq.Queue
+}
+
+// New declares the order kind on c.Queue and the coherence lane's kinds, and
+// assembles the settler, which hands each commit's journal entries to the
+// relay.
+func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = prometheus.NewRegistry()
+	}
+	queue := deps.Queues.Queue(c.Queue)
+	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
+		return nil, err
+	}
+	relay := orders.NewJournalRelay(deps.DB, deps.Queues, orders.CoherenceLanes, deps.Logger)
+	if err := relay.Declare(ctx); err != nil {
+		return nil, err
+	}
+	settler := orders.NewSettler(deps.DB, relay, deps.Logger.With("queue", c.Queue)).
+		WithMetrics(orders.NewSettlementMetrics(deps.Metrics))
+	return &Worker{
+		config:    c,
+		log:       deps.Logger,
+		metrics:   emq.NewMetrics(deps.Metrics),
+		orders:    queue,
+		settler:   settler,
+		relay:     relay,
+		coherence: orders.NewBalanceCoherence(deps.DB, deps.Queues, deps.Logger),
+		lane:      deps.Queues.Queue(emq.CoherenceQueue(orders.BalancesTable)),
+	}, nil
+}
+
+// Run settles orders until ctx ends, then drains. Beside settlement it
+// sweeps the journal and works the balance coherence lane; if the lane
+// fails, settlement stops too, so the process exits instead of settling
+// with cached balances that no longer catch up.
+func (w *Worker) Run(ctx context.Context) error {
+	return workBeside(ctx, []func(context.Context) error{w.sweep, w.applyCoherence}, w.settle)
+}
+
+func (w *Worker) settle(ctx context.Context) error {
+	return w.orders.Work(ctx, w.settler.Settle, emq.WorkerOptions{
+		Concurrency:  w.config.Concurrency,
+		Batch:        w.config.Batch,
+		Lease:        w.config.Lease,
+		Retry:        w.config.Retry,
+		DrainTimeout: w.config.DrainTimeout,
+		Logger:       w.log,
+		Metrics:      w.metrics,
+	})
+}
+
+func (w *Worker) sweep(ctx context.Context) error {
+	w.relay.KeepSweeping(ctx, sweepInterval)
+	return nil
+}
+
+// applyCoherence keeps retrying a coherence job, at the capped backoff, for
+// as long as it takes. The handlers wait for the consumer's shared batch and
+// hold no connection of their own, so the lane runs as many at once as a
+// batch takes, not the settlement concurrency.
+func (w *Worker) applyCoherence(ctx context.Context) error {
+	retry := w.config.Retry
+	retry.MaxAttempts = coherenceAttempts
+	return w.lane.Work(ctx, w.coherence.Handle, emq.WorkerOptions{
+		Concurrency:  orders.CoherenceBatch,
+		Lease:        w.config.Lease,
+		Retry:        retry,
+		DrainTimeout: w.config.DrainTimeout,
+		Logger:       w.log,
+		Metrics:      w.metrics,
+	})
+}
+
+// workBeside runs work and loops together until ctx ends. A loop that fails
+// before then stops the rest, so the process exits instead of settling
+// without its coherence lane; work's drain is waited for either way.
+func workBeside(ctx context.Context, loops []func(context.Context) error, work func(context.Context) error) error {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	errs := make([]error, len(loops))
+	var running sync.WaitGroup
+	for i, loop := range loops {
+		running.Go(func() {
+			if err := loop(ctx); err != nil && ctx.Err() == nil {
+				errs[i] = err
+				stop(err)
+			}
+		})
+	}
+	workErr := work(ctx)
+	stop(nil)
+	running.Wait()
+	return errors.Join(append([]error{workErr}, errs...)...)
+}
