@@ -16,10 +16,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/fleet"
 	"github.com/ordergate/ordergate/orders"
 )
 
@@ -46,22 +44,9 @@ func (s settlementConfig) validate() error {
 	return nil
 }
 
-// The worker settings are cmd/worker's defaults: the phase measures what a
-// worker deployed without flags does.
-const (
-	settleConcurrency  = 8
-	settleLease        = 30 * time.Second
-	settleMaxAttempts  = 60
-	settleRetryBase    = 100 * time.Millisecond
-	settleRetryCap     = 10 * time.Second
-	settleDrainTimeout = 10 * time.Second
-	// settleCoherenceAttempts is cmd/worker's: the coherence lane never
-	// gives up.
-	settleCoherenceAttempts = 100_000
-	// settleStall is how long the backlog may go without an order becoming
-	// final before the phase gives up.
-	settleStall = time.Minute
-)
+// settleStall is how long the backlog may go without an order becoming
+// final before the phase gives up.
+const settleStall = time.Minute
 
 // settlementResult is the settlement phase: orders settled end to end by
 // worker processes, against pgbench's TPC-B-like transactions on the same
@@ -95,16 +80,17 @@ type settlementResult struct {
 	Met   bool    `json:"met"`
 }
 
-// settlement admits a backlog of orders, settles it with workers wired as
-// cmd/worker wires them, then runs pgbench against the same server.
+// settlement admits a backlog of orders, settles it with the fleet's
+// workers at cmd/worker's defaults (the phase measures what a worker
+// deployed without flags does), then runs pgbench against the same server.
 func (e *env) settlement(ctx context.Context, c settlementConfig, s *servers, duration time.Duration, progress func(string, ...any)) (settlementResult, error) {
-	r := settlementResult{Workers: c.workers, WorkerConcurrency: settleConcurrency, Orders: c.orders}
+	r := settlementResult{Workers: c.workers, WorkerConcurrency: fleet.DefaultConfig().Concurrency, Orders: c.orders}
 	if err := e.settleBacklog(ctx, &r, s, progress); err != nil {
 		return r, fmt.Errorf("settlement: %w", err)
 	}
 	r.PgbenchClients = c.pgbenchClients
 	if r.PgbenchClients == 0 {
-		r.PgbenchClients = pgbenchClientsFor(c.workers)
+		r.PgbenchClients = pgbenchClientsFor(c.workers * r.WorkerConcurrency)
 	}
 	if err := runPgbench(ctx, &r, s.databaseURL, "bench_pgbench_"+e.run, duration, progress); err != nil {
 		return r, fmt.Errorf("settlement: pgbench: %w", err)
@@ -121,8 +107,8 @@ func (e *env) settlement(ctx context.Context, c settlementConfig, s *servers, du
 // connection for its settlement), so both sides offer the server the same
 // concurrency. The cap bounds pgbench's initialization, whose scale follows
 // the clients: on a 2-core machine -c 8 and -c 32 reach about the same tps.
-func pgbenchClientsFor(workers int) int {
-	return min(workers*settleConcurrency, 32)
+func pgbenchClientsFor(handlers int) int {
+	return min(handlers, 32)
 }
 
 // settleBacklog admits the backlog and times the workers through it.
@@ -133,8 +119,9 @@ func pgbenchClientsFor(workers int) int {
 // venue's BTC. The queue is otherwise the orders queue: same scripts, same
 // default options, the order job kind, the Settler as handler.
 func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers, progress func(string, ...any)) error {
-	name := orders.Queue + "-settle-" + e.run
-	queue := e.queue.Queue(name)
+	workerConfig := fleet.DefaultConfig()
+	workerConfig.Queue = orders.Queue + "-settle-" + e.run
+	queue := e.queue.Queue(workerConfig.Queue)
 	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
 		return err
 	}
@@ -150,7 +137,7 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
-	progress("settlement: %d workers × concurrency %d settling %d orders…", r.Workers, settleConcurrency, r.Orders)
+	progress("settlement: %d workers × concurrency %d settling %d orders…", r.Workers, r.WorkerConcurrency, r.Orders)
 	start := time.Now()
 	errs := make([]error, r.Workers)
 	var workers sync.WaitGroup
@@ -160,7 +147,7 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 	var exit sync.Once
 	for i := range r.Workers {
 		workers.Go(func() {
-			errs[i] = e.runWorker(workCtx, s, name)
+			errs[i] = e.runWorker(workCtx, s, workerConfig)
 			exit.Do(func() { close(exited) })
 		})
 	}
@@ -244,62 +231,21 @@ func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n in
 	return ids, nil
 }
 
-// runWorker is one worker process as cmd/worker's run wires it: its own
-// Redis client and connection pool (concurrency + 4 connections), the
-// Settler with its metrics, and beside it the journal relay's sweep and the
-// balance coherence lane. Only the /metrics listener is left out; nothing
-// scrapes it here. It returns when ctx ends and the worker has drained.
-func (e *env) runWorker(ctx context.Context, s *servers, queueName string) error {
-	poolConfig, err := pgxpool.ParseConfig(s.databaseURL)
+// runWorker is one worker process as cmd/worker runs it: connections of its
+// own, as fleet.Connect sizes them, and the fleet's Worker. Only the
+// /metrics listener is left out; nothing scrapes it here. It returns when
+// ctx ends and the worker has drained.
+func (e *env) runWorker(ctx context.Context, s *servers, config fleet.Config) error {
+	deps, err := fleet.Connect(ctx, s.databaseURL, s.redisURL, config, e.log)
 	if err != nil {
 		return err
 	}
-	poolConfig.MaxConns = settleConcurrency + 4
-	db, err := pgxpool.NewWithConfig(ctx, poolConfig)
+	defer deps.Close()
+	worker, err := fleet.New(ctx, deps, config)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	client, err := emq.Dial(ctx, s.redisURL, emq.WithLogger(e.log))
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	queue := client.Queue(queueName)
-	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
-		return err
-	}
-	registry := prometheus.NewRegistry()
-	metrics := emq.NewMetrics(registry)
-	relay := orders.NewJournalRelay(db, client, orders.CoherenceLanes, e.log)
-	if err := relay.Declare(ctx); err != nil {
-		return err
-	}
-	consumer := orders.NewBalanceCoherence(db, client, e.log)
-	lane := client.Queue(emq.CoherenceQueue(orders.BalancesTable))
-	settler := orders.NewSettler(db, relay, e.log.With("queue", queueName)).WithMetrics(orders.NewSettlementMetrics(registry))
-	retry := emq.RetryPolicy{MaxAttempts: settleMaxAttempts, BaseDelay: settleRetryBase, MaxDelay: settleRetryCap}
-
-	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	var beside sync.WaitGroup
-	var coherenceErr error
-	beside.Go(func() { relay.KeepSweeping(ctx, time.Second) })
-	beside.Go(func() {
-		coherenceErr = lane.Work(ctx, consumer.Handle, emq.WorkerOptions{
-			Concurrency: orders.CoherenceBatch, Lease: settleLease,
-			Retry:        emq.RetryPolicy{MaxAttempts: settleCoherenceAttempts, BaseDelay: settleRetryBase, MaxDelay: settleRetryCap},
-			DrainTimeout: settleDrainTimeout, Logger: e.log, Metrics: metrics,
-		})
-		stop(coherenceErr)
-	})
-	workErr := queue.Work(ctx, settler.Settle, emq.WorkerOptions{
-		Concurrency: settleConcurrency, Lease: settleLease, Retry: retry,
-		DrainTimeout: settleDrainTimeout, Logger: e.log, Metrics: metrics,
-	})
-	stop(nil)
-	beside.Wait()
-	return errors.Join(workErr, coherenceErr)
+	return worker.Run(ctx)
 }
 
 // waitDrained waits until queue has no job pending, leased or waiting for a
