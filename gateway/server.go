@@ -5,6 +5,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 )
 
@@ -37,6 +39,23 @@ type Config struct {
 // DefaultConfig is what the gateway runs with unless told otherwise.
 func DefaultConfig() Config {
 	return Config{BodyLimit: 16 << 10, RequestTimeout: 5 * time.Second, RateLimitBurst: 100, RateLimitPerSecond: 50}
+}
+
+// Validate reports a configuration the gateway would run badly with: a body
+// limit or a request timeout that refuses every request, or a rate limit
+// whose bucket cannot refill (placements would answer 503 while reads went
+// through).
+func (c Config) Validate() error {
+	const most = emq.MaxBucketSize
+	switch b, r := c.RateLimitBurst, c.RateLimitPerSecond; {
+	case c.BodyLimit < 1:
+		return fmt.Errorf("body limit %d: want at least 1 byte", c.BodyLimit)
+	case c.RequestTimeout <= 0:
+		return fmt.Errorf("request timeout %s: want a positive duration", c.RequestTimeout)
+	case b < 0 || b > most || (b > 0 && (r < 1 || r > most)):
+		return fmt.Errorf("rate limit: burst %d and per-second %d must be whole numbers from 1 to %d (burst 0 turns the limit off)", b, r, most)
+	}
+	return nil
 }
 
 // Authenticator finds the account of an API key.
@@ -85,8 +104,12 @@ type Server struct {
 // placeOrderRoute is the route placements arrive on.
 const placeOrderRoute = "/v1/orders"
 
-// New builds the gateway's routes.
+// New builds the gateway's routes. It panics on a config Validate refuses:
+// check one that comes from outside first.
 func New(deps Deps, config Config) *Server {
+	if err := config.Validate(); err != nil {
+		panic("gateway: " + err.Error())
+	}
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
 	}

@@ -82,3 +82,46 @@ func TestKeyCacheStaleIfErrorConfiguration(t *testing.T) {
 		})
 	}
 }
+
+// A malformed variable once became 0 or a default without a word: a
+// REQUEST_TIMEOUT typo started a gateway that timed out every request, and
+// MIGRATE=yes turned migrations off. Each is refused at start now.
+func TestConfigurationRefusesWhatItCannotRunWith(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		refused bool
+	}{
+		{"defaults", nil, nil, false},
+		{"timeout from the environment", nil, map[string]string{"REQUEST_TIMEOUT": "2s"}, false},
+		{"malformed timeout", nil, map[string]string{"REQUEST_TIMEOUT": "soon"}, true},
+		{"zero timeout", nil, map[string]string{"REQUEST_TIMEOUT": "0s"}, true},
+		{"negative timeout", []string{"-request-timeout", "-1s"}, nil, true},
+		{"zero body limit", []string{"-body-limit", "0"}, nil, true},
+		{"one-byte body limit", []string{"-body-limit", "1"}, nil, false},
+		{"malformed dedup retention", nil, map[string]string{"DEDUP_RETENTION": "a day"}, true},
+		{"zero dedup retention", nil, map[string]string{"DEDUP_RETENTION": "0"}, true},
+		{"malformed instrument refresh", nil, map[string]string{"INSTRUMENT_REFRESH": "often"}, true},
+		{"zero instrument refresh", []string{"-instrument-refresh", "0s"}, nil, true},
+		{"malformed shutdown timeout", nil, map[string]string{"SHUTDOWN_TIMEOUT": "10"}, true},
+		{"no shutdown wait", nil, map[string]string{"SHUTDOWN_TIMEOUT": "0s"}, false},
+		{"malformed log level", nil, map[string]string{"LOG_LEVEL": "verbose"}, true},
+		{"log level", nil, map[string]string{"LOG_LEVEL": "warn"}, false},
+		{"migrate off", nil, map[string]string{"MIGRATE": "false"}, false},
+		{"migrate as a number", nil, map[string]string{"MIGRATE": "0"}, false},
+		{"migrate as a word", nil, map[string]string{"MIGRATE": "yes"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{"DATABASE_URL": "postgres://x"}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			c, err := parseConfig(append([]string{"gateway"}, tt.args...), envOf(env), io.Discard)
+			if refused := err != nil; refused != tt.refused {
+				t.Errorf("config %+v, error %v; want refused %v", c, err, tt.refused)
+			}
+		})
+	}
+}

@@ -37,12 +37,61 @@ type config struct {
 	http              gateway.Config
 }
 
+// parseConfig reads flags, falling back to the environment. A variable that
+// does not parse is refused, not read as a default or as zero: a typo in
+// REQUEST_TIMEOUT must not start a gateway that times out every request.
 func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (config, error) {
+	var envErrs []error
 	env := func(name, fallback string) string {
 		if value := getenv(name); value != "" {
 			return value
 		}
 		return fallback
+	}
+	duration := func(name string, fallback time.Duration) time.Duration {
+		value := getenv(name)
+		if value == "" {
+			return fallback
+		}
+		parsed, err := time.ParseDuration(value)
+		if err != nil {
+			envErrs = append(envErrs, fmt.Errorf("%s=%q: not a duration such as 5s", name, value))
+			return fallback
+		}
+		return parsed
+	}
+	integer := func(name string, fallback int) int {
+		value := getenv(name)
+		if value == "" {
+			return fallback
+		}
+		parsed, err := strconv.Atoi(value)
+		if err != nil {
+			envErrs = append(envErrs, fmt.Errorf("%s=%q: not a whole number", name, value))
+			return fallback
+		}
+		return parsed
+	}
+	boolean := func(name string, fallback bool) bool {
+		value := getenv(name)
+		if value == "" {
+			return fallback
+		}
+		parsed, err := strconv.ParseBool(value)
+		if err != nil {
+			envErrs = append(envErrs, fmt.Errorf("%s=%q: want true or false", name, value))
+			return fallback
+		}
+		return parsed
+	}
+	level := func(name string) slog.Level {
+		var parsed slog.Level
+		value := env(name, "info")
+		if err := parsed.UnmarshalText([]byte(value)); err != nil {
+			envErrs = append(envErrs, fmt.Errorf("%s=%q: want debug, info, warn or error", name, value))
+			return slog.LevelInfo
+		}
+		return parsed
 	}
 	defaults := gateway.DefaultConfig()
 	var c config
@@ -51,62 +100,41 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.StringVar(&c.addr, "addr", env("GATEWAY_ADDR", "127.0.0.1:8080"), "listen address (GATEWAY_ADDR)")
 	flags.StringVar(&c.redisURL, "redis-url", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL; addr= parameters make it a cluster (REDIS_URL)")
 	flags.StringVar(&c.databaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
-	flags.TextVar(&c.logLevel, "log-level", levelOf(env("LOG_LEVEL", "info")), "debug, info, warn or error (LOG_LEVEL)")
-	flags.BoolVar(&c.migrate, "migrate", env("MIGRATE", "true") == "true", "apply database migrations at start (MIGRATE)")
-	flags.DurationVar(&c.dedupRetention, "dedup-retention", durationOf(env("DEDUP_RETENTION", "24h")), "how long a client_order_id is held (DEDUP_RETENTION)")
-	flags.DurationVar(&c.instrumentRefresh, "instrument-refresh", durationOf(env("INSTRUMENT_REFRESH", "5s")), "how often instruments are reread (INSTRUMENT_REFRESH)")
-	flags.DurationVar(&c.keyCacheTTL, "key-cache-ttl", durationOf(env("KEY_CACHE_TTL", orders.DefaultKeyCacheTTL.String())), "how long an API key's account is trusted from memory when no revocation broadcast arrives (KEY_CACHE_TTL)")
-	// Parsed here, not with durationOf: 0 is a setting of its own (off), so a
-	// malformed value must be refused rather than read as 0.
-	staleIfError, staleIfErrorErr := time.ParseDuration(env("KEY_CACHE_STALE_IF_ERROR", orders.DefaultKeyStaleIfError.String()))
-	flags.DurationVar(&c.keyStaleIfError, "key-cache-stale-if-error", staleIfError, "how long after PostgreSQL last confirmed an API key its cached copy still answers while PostgreSQL is down (also how long a key revoked just before an outage may work on a gateway that missed the broadcast); 0 turns it off (KEY_CACHE_STALE_IF_ERROR)")
-	flags.DurationVar(&c.shutdownTimeout, "shutdown-timeout", durationOf(env("SHUTDOWN_TIMEOUT", "10s")), "how long in-flight requests may take at shutdown (SHUTDOWN_TIMEOUT)")
+	flags.TextVar(&c.logLevel, "log-level", level("LOG_LEVEL"), "debug, info, warn or error (LOG_LEVEL)")
+	flags.BoolVar(&c.migrate, "migrate", boolean("MIGRATE", true), "apply database migrations at start (MIGRATE)")
+	flags.DurationVar(&c.dedupRetention, "dedup-retention", duration("DEDUP_RETENTION", emq.DefaultDedupRetention), "how long a client_order_id is held (DEDUP_RETENTION)")
+	flags.DurationVar(&c.instrumentRefresh, "instrument-refresh", duration("INSTRUMENT_REFRESH", 5*time.Second), "how often instruments are reread (INSTRUMENT_REFRESH)")
+	flags.DurationVar(&c.keyCacheTTL, "key-cache-ttl", duration("KEY_CACHE_TTL", orders.DefaultKeyCacheTTL), "how long an API key's account is trusted from memory when no revocation broadcast arrives (KEY_CACHE_TTL)")
+	flags.DurationVar(&c.keyStaleIfError, "key-cache-stale-if-error", duration("KEY_CACHE_STALE_IF_ERROR", orders.DefaultKeyStaleIfError), "how long after PostgreSQL last confirmed an API key its cached copy still answers while PostgreSQL is down (also how long a key revoked just before an outage may work on a gateway that missed the broadcast); 0 turns it off (KEY_CACHE_STALE_IF_ERROR)")
+	flags.DurationVar(&c.shutdownTimeout, "shutdown-timeout", duration("SHUTDOWN_TIMEOUT", 10*time.Second), "how long in-flight requests may take at shutdown (SHUTDOWN_TIMEOUT)")
 	flags.Int64Var(&c.http.BodyLimit, "body-limit", defaults.BodyLimit, "largest request body in bytes")
-	flags.DurationVar(&c.http.RequestTimeout, "request-timeout", durationOf(env("REQUEST_TIMEOUT", defaults.RequestTimeout.String())), "time bound of one request (REQUEST_TIMEOUT)")
-	flags.IntVar(&c.http.RateLimitBurst, "rate-limit-burst", intOf(env("RATE_LIMIT_BURST", strconv.Itoa(defaults.RateLimitBurst))), "requests one API key may make at once; 0 turns rate limiting off (RATE_LIMIT_BURST)")
-	flags.IntVar(&c.http.RateLimitPerSecond, "rate-limit-per-second", intOf(env("RATE_LIMIT_PER_SECOND", strconv.Itoa(defaults.RateLimitPerSecond))), "requests a second one API key may make sustained (RATE_LIMIT_PER_SECOND)")
+	flags.DurationVar(&c.http.RequestTimeout, "request-timeout", duration("REQUEST_TIMEOUT", defaults.RequestTimeout), "time bound of one request (REQUEST_TIMEOUT)")
+	flags.IntVar(&c.http.RateLimitBurst, "rate-limit-burst", integer("RATE_LIMIT_BURST", defaults.RateLimitBurst), "requests one API key may make at once; 0 turns rate limiting off (RATE_LIMIT_BURST)")
+	flags.IntVar(&c.http.RateLimitPerSecond, "rate-limit-per-second", integer("RATE_LIMIT_PER_SECOND", defaults.RateLimitPerSecond), "requests a second one API key may make sustained (RATE_LIMIT_PER_SECOND)")
 	if err := flags.Parse(args[1:]); err != nil {
 		return config{}, err
 	}
-	if c.databaseURL == "" {
+	if len(envErrs) > 0 {
+		return config{}, errors.Join(envErrs...)
+	}
+	switch {
+	case c.databaseURL == "":
 		return config{}, errors.New("DATABASE_URL (or -database-url) is required")
-	}
-	if c.keyCacheTTL <= 0 {
+	case c.dedupRetention <= 0:
+		return config{}, errors.New("DEDUP_RETENTION (or -dedup-retention) must be a positive duration")
+	case c.instrumentRefresh <= 0:
+		return config{}, errors.New("INSTRUMENT_REFRESH (or -instrument-refresh) must be a positive duration")
+	case c.keyCacheTTL <= 0:
 		return config{}, errors.New("KEY_CACHE_TTL (or -key-cache-ttl) must be a positive duration")
-	}
-	if staleIfErrorErr != nil || c.keyStaleIfError < 0 {
+	case c.keyStaleIfError < 0:
 		return config{}, errors.New("KEY_CACHE_STALE_IF_ERROR (or -key-cache-stale-if-error) must be a duration of 0 (off) or more")
+	case c.shutdownTimeout < 0:
+		return config{}, errors.New("SHUTDOWN_TIMEOUT (or -shutdown-timeout) must be a duration of 0 (no wait) or more")
 	}
-	const most = emq.MaxBucketSize
-	if b, r := c.http.RateLimitBurst, c.http.RateLimitPerSecond; b < 0 || b > most || (b > 0 && (r < 1 || r > most)) {
-		return config{}, fmt.Errorf("rate limit: burst %d and per-second %d must be whole numbers from 1 to %d (burst 0 turns the limit off)", b, r, most)
+	if err := c.http.Validate(); err != nil {
+		return config{}, err
 	}
 	return c, nil
-}
-
-func levelOf(text string) slog.Level {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(text)); err != nil {
-		return slog.LevelInfo
-	}
-	return level
-}
-
-// intOf reads a number; -1, which the limits refuse, when it is not one.
-func intOf(text string) int {
-	n, err := strconv.Atoi(text)
-	if err != nil {
-		return -1
-	}
-	return n
-}
-
-func durationOf(text string) time.Duration {
-	d, err := time.ParseDuration(text)
-	if err != nil {
-		return 0
-	}
-	return d
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
