@@ -65,11 +65,7 @@ func TestKeyCacheStaleIfErrorConfiguration(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := map[string]string{"DATABASE_URL": "postgres://x"}
-			for k, v := range tt.env {
-				env[k] = v
-			}
-			c, err := parseConfig(append([]string{"gateway"}, tt.args...), envOf(env), io.Discard)
+			c, err := parseWith(tt.args, tt.env)
 			if tt.refused {
 				if err == nil {
 					t.Errorf("accepted %v as %s, want refused", tt.env, c.keyStaleIfError)
@@ -114,14 +110,20 @@ func TestConfigurationRefusesWhatItCannotRunWith(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := map[string]string{"DATABASE_URL": "postgres://x"}
-			for k, v := range tt.env {
-				env[k] = v
-			}
-			c, err := parseConfig(append([]string{"gateway"}, tt.args...), envOf(env), io.Discard)
+			c, err := parseWith(tt.args, tt.env)
 			if refused := err != nil; refused != tt.refused {
 				t.Errorf("config %+v, error %v; want refused %v", c, err, tt.refused)
 			}
 		})
 	}
+}
+
+// parseWith parses the gateway's config from args and env, with a database
+// URL set (it is required).
+func parseWith(args []string, env map[string]string) (config, error) {
+	all := map[string]string{"DATABASE_URL": "postgres://x"}
+	for k, v := range env {
+		all[k] = v
+	}
+	return parseConfig(append([]string{"gateway"}, args...), envOf(all), io.Discard)
 }

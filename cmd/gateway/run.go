@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/gateway"
+	"github.com/ordergate/ordergate/internal/environ"
 	"github.com/ordergate/ordergate/internal/jsonlog"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
@@ -41,81 +41,30 @@ type config struct {
 // does not parse is refused, not read as a default or as zero: a typo in
 // REQUEST_TIMEOUT must not start a gateway that times out every request.
 func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (config, error) {
-	var envErrs []error
-	env := func(name, fallback string) string {
-		if value := getenv(name); value != "" {
-			return value
-		}
-		return fallback
-	}
-	duration := func(name string, fallback time.Duration) time.Duration {
-		value := getenv(name)
-		if value == "" {
-			return fallback
-		}
-		parsed, err := time.ParseDuration(value)
-		if err != nil {
-			envErrs = append(envErrs, fmt.Errorf("%s=%q: not a duration such as 5s", name, value))
-			return fallback
-		}
-		return parsed
-	}
-	integer := func(name string, fallback int) int {
-		value := getenv(name)
-		if value == "" {
-			return fallback
-		}
-		parsed, err := strconv.Atoi(value)
-		if err != nil {
-			envErrs = append(envErrs, fmt.Errorf("%s=%q: not a whole number", name, value))
-			return fallback
-		}
-		return parsed
-	}
-	boolean := func(name string, fallback bool) bool {
-		value := getenv(name)
-		if value == "" {
-			return fallback
-		}
-		parsed, err := strconv.ParseBool(value)
-		if err != nil {
-			envErrs = append(envErrs, fmt.Errorf("%s=%q: want true or false", name, value))
-			return fallback
-		}
-		return parsed
-	}
-	level := func(name string) slog.Level {
-		var parsed slog.Level
-		value := env(name, "info")
-		if err := parsed.UnmarshalText([]byte(value)); err != nil {
-			envErrs = append(envErrs, fmt.Errorf("%s=%q: want debug, info, warn or error", name, value))
-			return slog.LevelInfo
-		}
-		return parsed
-	}
+	env := environ.NewReader(getenv)
 	defaults := gateway.DefaultConfig()
 	var c config
 	flags := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	flags.SetOutput(stdout)
-	flags.StringVar(&c.addr, "addr", env("GATEWAY_ADDR", "127.0.0.1:8080"), "listen address (GATEWAY_ADDR)")
-	flags.StringVar(&c.redisURL, "redis-url", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL; addr= parameters make it a cluster (REDIS_URL)")
-	flags.StringVar(&c.databaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
-	flags.TextVar(&c.logLevel, "log-level", level("LOG_LEVEL"), "debug, info, warn or error (LOG_LEVEL)")
-	flags.BoolVar(&c.migrate, "migrate", boolean("MIGRATE", true), "apply database migrations at start (MIGRATE)")
-	flags.DurationVar(&c.dedupRetention, "dedup-retention", duration("DEDUP_RETENTION", emq.DefaultDedupRetention), "how long a client_order_id is held (DEDUP_RETENTION)")
-	flags.DurationVar(&c.instrumentRefresh, "instrument-refresh", duration("INSTRUMENT_REFRESH", 5*time.Second), "how often instruments are reread (INSTRUMENT_REFRESH)")
-	flags.DurationVar(&c.keyCacheTTL, "key-cache-ttl", duration("KEY_CACHE_TTL", orders.DefaultKeyCacheTTL), "how long an API key's account is trusted from memory when no revocation broadcast arrives (KEY_CACHE_TTL)")
-	flags.DurationVar(&c.keyStaleIfError, "key-cache-stale-if-error", duration("KEY_CACHE_STALE_IF_ERROR", orders.DefaultKeyStaleIfError), "how long after PostgreSQL last confirmed an API key its cached copy still answers while PostgreSQL is down (also how long a key revoked just before an outage may work on a gateway that missed the broadcast); 0 turns it off (KEY_CACHE_STALE_IF_ERROR)")
-	flags.DurationVar(&c.shutdownTimeout, "shutdown-timeout", duration("SHUTDOWN_TIMEOUT", 10*time.Second), "how long in-flight requests may take at shutdown (SHUTDOWN_TIMEOUT)")
+	flags.StringVar(&c.addr, "addr", env.String("GATEWAY_ADDR", "127.0.0.1:8080"), "listen address (GATEWAY_ADDR)")
+	flags.StringVar(&c.redisURL, "redis-url", env.String("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL; addr= parameters make it a cluster (REDIS_URL)")
+	flags.StringVar(&c.databaseURL, "database-url", env.String("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
+	flags.TextVar(&c.logLevel, "log-level", env.Level("LOG_LEVEL", slog.LevelInfo), "debug, info, warn or error (LOG_LEVEL)")
+	flags.BoolVar(&c.migrate, "migrate", env.Bool("MIGRATE", true), "apply database migrations at start (MIGRATE)")
+	flags.DurationVar(&c.dedupRetention, "dedup-retention", env.Duration("DEDUP_RETENTION", emq.DefaultDedupRetention), "how long a client_order_id is held (DEDUP_RETENTION)")
+	flags.DurationVar(&c.instrumentRefresh, "instrument-refresh", env.Duration("INSTRUMENT_REFRESH", 5*time.Second), "how often instruments are reread (INSTRUMENT_REFRESH)")
+	flags.DurationVar(&c.keyCacheTTL, "key-cache-ttl", env.Duration("KEY_CACHE_TTL", orders.DefaultKeyCacheTTL), "how long an API key's account is trusted from memory when no revocation broadcast arrives (KEY_CACHE_TTL)")
+	flags.DurationVar(&c.keyStaleIfError, "key-cache-stale-if-error", env.Duration("KEY_CACHE_STALE_IF_ERROR", orders.DefaultKeyStaleIfError), "how long after PostgreSQL last confirmed an API key its cached copy still answers while PostgreSQL is down (also how long a key revoked just before an outage may work on a gateway that missed the broadcast); 0 turns it off (KEY_CACHE_STALE_IF_ERROR)")
+	flags.DurationVar(&c.shutdownTimeout, "shutdown-timeout", env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second), "how long in-flight requests may take at shutdown (SHUTDOWN_TIMEOUT)")
 	flags.Int64Var(&c.http.BodyLimit, "body-limit", defaults.BodyLimit, "largest request body in bytes")
-	flags.DurationVar(&c.http.RequestTimeout, "request-timeout", duration("REQUEST_TIMEOUT", defaults.RequestTimeout), "time bound of one request (REQUEST_TIMEOUT)")
-	flags.IntVar(&c.http.RateLimitBurst, "rate-limit-burst", integer("RATE_LIMIT_BURST", defaults.RateLimitBurst), "requests one API key may make at once; 0 turns rate limiting off (RATE_LIMIT_BURST)")
-	flags.IntVar(&c.http.RateLimitPerSecond, "rate-limit-per-second", integer("RATE_LIMIT_PER_SECOND", defaults.RateLimitPerSecond), "requests a second one API key may make sustained (RATE_LIMIT_PER_SECOND)")
+	flags.DurationVar(&c.http.RequestTimeout, "request-timeout", env.Duration("REQUEST_TIMEOUT", defaults.RequestTimeout), "time bound of one request (REQUEST_TIMEOUT)")
+	flags.IntVar(&c.http.RateLimitBurst, "rate-limit-burst", env.Int("RATE_LIMIT_BURST", defaults.RateLimitBurst), "requests one API key may make at once; 0 turns rate limiting off (RATE_LIMIT_BURST)")
+	flags.IntVar(&c.http.RateLimitPerSecond, "rate-limit-per-second", env.Int("RATE_LIMIT_PER_SECOND", defaults.RateLimitPerSecond), "requests a second one API key may make sustained (RATE_LIMIT_PER_SECOND)")
 	if err := flags.Parse(args[1:]); err != nil {
 		return config{}, err
 	}
-	if len(envErrs) > 0 {
-		return config{}, errors.Join(envErrs...)
+	if err := env.Err(); err != nil {
+		return config{}, err
 	}
 	switch {
 	case c.databaseURL == "":

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ordergate/ordergate/fleet"
+	"github.com/ordergate/ordergate/internal/environ"
 	"github.com/ordergate/ordergate/internal/jsonlog"
 	"github.com/ordergate/ordergate/migrations"
 )
@@ -48,59 +48,7 @@ default shown.
 // variable that does not parse is an error, not a silent default: a typo in
 // WORKER_LEASE must not run the fleet with a lease nobody chose.
 func parseConfig(args []string, getenv func(string) string, output io.Writer) (config, error) {
-	var envErrs []error
-	text := func(name, fallback string) string {
-		if value := getenv(name); value != "" {
-			return value
-		}
-		return fallback
-	}
-	integer := func(name string, fallback int) int {
-		value := getenv(name)
-		if value == "" {
-			return fallback
-		}
-		parsed, err := strconv.Atoi(value)
-		if err != nil {
-			envErrs = append(envErrs, fmt.Errorf("%s=%q: not an integer", name, value))
-			return fallback
-		}
-		return parsed
-	}
-	duration := func(name string, fallback time.Duration) time.Duration {
-		value := getenv(name)
-		if value == "" {
-			return fallback
-		}
-		parsed, err := time.ParseDuration(value)
-		if err != nil {
-			envErrs = append(envErrs, fmt.Errorf("%s=%q: not a duration such as 30s", name, value))
-			return fallback
-		}
-		return parsed
-	}
-	boolean := func(name string, fallback bool) bool {
-		value := getenv(name)
-		if value == "" {
-			return fallback
-		}
-		parsed, err := strconv.ParseBool(value)
-		if err != nil {
-			envErrs = append(envErrs, fmt.Errorf("%s=%q: want true or false", name, value))
-			return fallback
-		}
-		return parsed
-	}
-	level := func(name string) slog.Level {
-		var parsed slog.Level
-		value := text(name, "info")
-		if err := parsed.UnmarshalText([]byte(value)); err != nil {
-			envErrs = append(envErrs, fmt.Errorf("%s=%q: want debug, info, warn or error", name, value))
-			return slog.LevelInfo
-		}
-		return parsed
-	}
-
+	env := environ.NewReader(getenv)
 	defaults := fleet.DefaultConfig()
 	c := config{fleet: defaults}
 	flags := flag.NewFlagSet(args[0], flag.ContinueOnError)
@@ -109,34 +57,34 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 		fmt.Fprintf(flags.Output(), usageHeader, defaults.Queue)
 		flags.PrintDefaults()
 	}
-	flags.StringVar(&c.redisURL, "redis-url", text("REDIS_URL", "redis://127.0.0.1:6379/0"),
+	flags.StringVar(&c.redisURL, "redis-url", env.String("REDIS_URL", "redis://127.0.0.1:6379/0"),
 		"Redis URL; addr= parameters make it a cluster (REDIS_URL)")
-	flags.StringVar(&c.databaseURL, "database-url", text("DATABASE_URL", ""),
+	flags.StringVar(&c.databaseURL, "database-url", env.String("DATABASE_URL", ""),
 		fmt.Sprintf("PostgreSQL URL, required; the worker keeps concurrency + %d connections (DATABASE_URL)", fleet.ConnectionsBesideSettlement))
-	flags.BoolVar(&c.migrate, "migrate", boolean("MIGRATE", true), "apply database migrations at start (MIGRATE)")
-	flags.IntVar(&c.fleet.Concurrency, "concurrency", integer("WORKER_CONCURRENCY", defaults.Concurrency),
+	flags.BoolVar(&c.migrate, "migrate", env.Bool("MIGRATE", true), "apply database migrations at start (MIGRATE)")
+	flags.IntVar(&c.fleet.Concurrency, "concurrency", env.Int("WORKER_CONCURRENCY", defaults.Concurrency),
 		"orders handled at once (WORKER_CONCURRENCY)")
-	flags.IntVar(&c.fleet.Batch, "batch", integer("WORKER_BATCH", defaults.Batch),
+	flags.IntVar(&c.fleet.Batch, "batch", env.Int("WORKER_BATCH", defaults.Batch),
 		"most orders one claim takes; 0 means the concurrency (WORKER_BATCH)")
-	flags.DurationVar(&c.fleet.Lease, "lease", duration("WORKER_LEASE", defaults.Lease),
+	flags.DurationVar(&c.fleet.Lease, "lease", env.Duration("WORKER_LEASE", defaults.Lease),
 		"how long a claim holds an order; a dead worker's orders run again after about this long (WORKER_LEASE)")
-	flags.IntVar(&c.fleet.Retry.MaxAttempts, "max-attempts", integer("WORKER_MAX_ATTEMPTS", defaults.Retry.MaxAttempts),
+	flags.IntVar(&c.fleet.Retry.MaxAttempts, "max-attempts", env.Int("WORKER_MAX_ATTEMPTS", defaults.Retry.MaxAttempts),
 		fmt.Sprintf("attempts an order gets before it is dead; with the default backoff, %d outlast a PostgreSQL outage of over %d minutes (WORKER_MAX_ATTEMPTS)",
 			defaults.Retry.MaxAttempts, int(defaults.OutageOutlasted().Minutes())))
-	flags.DurationVar(&c.fleet.Retry.BaseDelay, "retry-base", duration("WORKER_RETRY_BASE", defaults.Retry.BaseDelay),
+	flags.DurationVar(&c.fleet.Retry.BaseDelay, "retry-base", env.Duration("WORKER_RETRY_BASE", defaults.Retry.BaseDelay),
 		"backoff before an order's second attempt; it doubles with each failed attempt (WORKER_RETRY_BASE)")
-	flags.DurationVar(&c.fleet.Retry.MaxDelay, "retry-cap", duration("WORKER_RETRY_CAP", defaults.Retry.MaxDelay),
+	flags.DurationVar(&c.fleet.Retry.MaxDelay, "retry-cap", env.Duration("WORKER_RETRY_CAP", defaults.Retry.MaxDelay),
 		"longest backoff between two attempts of an order (WORKER_RETRY_CAP)")
-	flags.DurationVar(&c.fleet.DrainTimeout, "drain-timeout", duration("WORKER_DRAIN_TIMEOUT", defaults.DrainTimeout),
+	flags.DurationVar(&c.fleet.DrainTimeout, "drain-timeout", env.Duration("WORKER_DRAIN_TIMEOUT", defaults.DrainTimeout),
 		"after a stop signal, how long in-flight orders may take before they are released to other workers (WORKER_DRAIN_TIMEOUT)")
-	flags.StringVar(&c.metricsAddr, "metrics-addr", text("METRICS_ADDR", "127.0.0.1:9091"),
+	flags.StringVar(&c.metricsAddr, "metrics-addr", env.String("METRICS_ADDR", "127.0.0.1:9091"),
 		"where /metrics (Prometheus) and /healthz are served; empty serves neither (METRICS_ADDR)")
-	flags.TextVar(&c.logLevel, "log-level", level("LOG_LEVEL"), "debug, info, warn or error (LOG_LEVEL)")
+	flags.TextVar(&c.logLevel, "log-level", env.Level("LOG_LEVEL", slog.LevelInfo), "debug, info, warn or error (LOG_LEVEL)")
 	if err := flags.Parse(args[1:]); err != nil {
 		return config{}, err
 	}
-	if len(envErrs) > 0 {
-		return config{}, errors.Join(envErrs...)
+	if err := env.Err(); err != nil {
+		return config{}, err
 	}
 	switch {
 	case flags.NArg() > 0:
