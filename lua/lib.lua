@@ -2,7 +2,7 @@
 -- this file to those scripts, so each still runs as one atomic EVAL; it
 -- touches only keys the calling script was given.
 --
--- now()                     server time in milliseconds (never the caller's clock)
+-- now() comes from clock.lua, prepended before this file.
 -- encode(job) / decode(row) the job row format below, both ways
 -- lease_of(row)             the state name and attempts a row opens with, without decoding the rest
 -- relabel(row, state, attempts)
@@ -36,11 +36,6 @@
 -- first three always take the same eight bytes, attempts as a 32-bit
 -- unsigned integer, so that claim and the fenced moves read and rewrite them
 -- in place, without unpacking the payload. emq/row.go reads the same format.
-
-local function now()
-  local time = redis.call('TIME')
-  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-end
 
 local state_codes = {pending = 'p', active = 'a', delayed = 'w', dead = 'x', done = 'd', canceled = 'c'}
 local state_names = {p = 'pending', a = 'active', w = 'delayed', x = 'dead', d = 'done', c = 'canceled'}

@@ -1,14 +1,20 @@
 // Package lua holds the queue's Redis scripts. Each state move of a job is one
 // script file, embedded here so the binaries carry them and emq can run them
-// EVALSHA-first. lib.lua holds helpers the job moves share, token_bucket.lua
-// the token bucket; each is prepended to the scripts that use it, so every
-// move still runs as one script.
+// EVALSHA-first. clock.lua reads the server's time, lib.lua holds helpers
+// the job moves share, token_bucket.lua the token bucket; each is prepended
+// to the scripts that use it, so every move still runs as one script.
 package lua
 
 import _ "embed"
 
+//go:embed clock.lua
+var clock string
+
 //go:embed lib.lua
-var lib string
+var libText string
+
+// lib is the job moves' helpers, after the clock they read.
+var lib = clock + libText
 
 //go:embed token_bucket.lua
 var tokenBucket string
@@ -71,4 +77,4 @@ var rateLimit string
 
 // RateLimit takes a token from a token bucket, or refuses. It moves no job,
 // so it goes without the job helpers.
-var RateLimit = tokenBucket + rateLimit
+var RateLimit = clock + tokenBucket + rateLimit

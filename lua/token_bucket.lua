@@ -1,11 +1,12 @@
 -- token_bucket: the token bucket shared by the scripts that take tokens
 -- (ratelimit.lua, and admit.lua when the caller asks it to). Package lua
--- prepends this file to them, so a take stays part of one atomic EVAL; it
--- touches only the key its caller passes.
+-- prepends this file (after clock.lua) to them, so a take stays part of one
+-- atomic EVAL; it touches only the key its caller passes.
 --
--- take_token(bucket, capacity, per_second, now)
---   takes one token from the bucket, or refuses. now is the server's time in
---   milliseconds, when the caller has read it already; TIME otherwise.
+-- take_token(bucket, capacity, per_second, at_ms)
+--   takes one token from the bucket, or refuses. at_ms is the server's time
+--   in milliseconds, when the caller has read it already; now() (clock.lua,
+--   prepended before this file) otherwise.
 --   Returns a table of four integers {allowed, remaining, retry_ms,
 --   reset_ms}, or nil and an "ERLARG ..." error reply (nothing written) when
 --   capacity or per_second is not an integer from 1 to 1000000 written in
@@ -37,17 +38,14 @@ local function bucket_size(text, name)
   return value, nil
 end
 
-local function take_token(bucket, capacity_text, rate_text, now)
+local function take_token(bucket, capacity_text, rate_text, at_ms)
   local capacity, err = bucket_size(capacity_text, 'capacity')
   if err then return nil, err end
   local rate
   rate, err = bucket_size(rate_text, 'per_second')
   if err then return nil, err end
 
-  if not now then
-    local time = redis.call('TIME')
-    now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  end
+  at_ms = at_ms or now()
   local full = capacity * 1000
 
   local level = full
@@ -60,7 +58,7 @@ local function take_token(bucket, capacity_text, rate_text, now)
     end
   end
   if held and at then
-    local elapsed = now - at
+    local elapsed = at_ms - at
     if elapsed < 0 then elapsed = 0 end
     -- Clip before multiplying: past the time to fill, more makes no difference.
     local to_fill = math.ceil((full - held) / rate)
@@ -84,7 +82,7 @@ local function take_token(bucket, capacity_text, rate_text, now)
 
   if reset_ms > 0 then
     -- %d keeps every digit: tostring would write 1.7e+12.
-    redis.call('SET', bucket, string.format('%d %d', level, now), 'PX', reset_ms + 1000)
+    redis.call('SET', bucket, string.format('%d %d', level, at_ms), 'PX', reset_ms + 1000)
   else
     redis.call('DEL', bucket)
   end
