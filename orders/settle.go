@@ -2,6 +2,7 @@ package orders
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,19 @@ const (
 	ReasonInstrumentHalted      = "instrument_halted"
 	ReasonInsufficientFunds     = "insufficient_funds"
 	ReasonInsufficientLiquidity = "insufficient_liquidity"
+)
+
+var (
+	//go:embed sql/settle_price.sql
+	settlePriceSQL string
+	//go:embed sql/settle_open.sql
+	settleOpenSQL string
+	//go:embed sql/settle_lock.sql
+	settleLockSQL string
+	//go:embed sql/settle_reject.sql
+	settleRejectSQL string
+	//go:embed sql/settle_write.sql
+	settleWriteSQL string
 )
 
 // ErrMalformedOrder: a job's payload is not an order that can be settled.
@@ -228,14 +242,7 @@ func (s *Settler) settle(ctx context.Context, order Order, token int64) (result 
 	)
 	first := &pgx.Batch{}
 	first.Queue(`BEGIN`)
-	// The fill is priced in SQL: NUMERIC multiplies exactly whatever the
-	// digits, and exact says whether the notional fits the ledger's 18
-	// decimals without rounding.
-	first.Queue(`SELECT status = 'halted', base, quote,
-			trim_scale(coalesce($2::numeric, reference_price))::text,
-			trim_scale(coalesce($2::numeric, reference_price) * $3::numeric)::text,
-			scale(trim_scale(coalesce($2::numeric, reference_price) * $3::numeric)) <= 18
-		FROM instruments WHERE symbol = $1`, order.Symbol, price, quantity).Query(func(rows pgx.Rows) error {
+	first.Queue(settlePriceSQL, order.Symbol, price, quantity).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			found = true
 			if err := rows.Scan(&halted, &base, &quote, &fillPrice, &notional, &exact); err != nil {
@@ -244,26 +251,8 @@ func (s *Settler) settle(ctx context.Context, order Order, token int64) (result 
 		}
 		return rows.Err()
 	})
-	// Rows are created in one fixed order, like the locks below, so two
-	// settlers creating the same new balances cannot deadlock.
-	first.Queue(`INSERT INTO balances (account_id, asset)
-		SELECT account.id, asset.code
-		FROM instruments i, unnest(ARRAY[$1::text, $2::text]) AS account(id), unnest(ARRAY[i.base, i.quote]) AS asset(code)
-		WHERE i.symbol = $3
-		ORDER BY account.id, asset.code
-		ON CONFLICT DO NOTHING`, order.Account, VenueAccount, order.Symbol)
-	// One statement locks all four rows in (account, asset) order: every
-	// settlement takes them in the same order, so none waits on another in a
-	// cycle. The funds checks are NUMERIC comparisons made under the lock. A
-	// reference price changed since the statement above could at worst make
-	// a balance's CHECK refuse the writes, and the retry prices afresh.
-	first.Queue(`SELECT b.account_id, b.asset, b.version,
-			b.available >= $4::numeric,
-			b.available >= coalesce($5::numeric, i.reference_price) * $4::numeric
-		FROM balances b JOIN instruments i ON b.asset IN (i.base, i.quote)
-		WHERE i.symbol = $3 AND b.account_id IN ($1, $2)
-		ORDER BY b.account_id, b.asset
-		FOR UPDATE OF b`, order.Account, VenueAccount, order.Symbol, quantity, price).Query(func(rows pgx.Rows) error {
+	first.Queue(settleOpenSQL, order.Account, VenueAccount, order.Symbol)
+	first.Queue(settleLockSQL, order.Account, VenueAccount, order.Symbol, quantity, price).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var b lockedBalance
 			if err := rows.Scan(&b.account, &b.asset, &b.version, &b.coversQuantity, &b.coversNotional); err != nil {
@@ -329,10 +318,7 @@ func (s *Settler) settle(ctx context.Context, order Order, token int64) (result 
 	second := &pgx.Batch{}
 	if reason != "" {
 		result = settlement{status: StatusRejected, reason: reason}
-		second.Queue(`INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price,
-				status, reject_reason, settled_by_token, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'rejected', $9, $10, $11)
-			ON CONFLICT (id) DO NOTHING`,
+		second.Queue(settleRejectSQL,
 			order.ID, order.Account, order.ClientOrderID, order.Symbol, string(order.Side), string(order.Type),
 			quantity, price, reason, token, order.CreatedAt).Exec(func(tag pgconn.CommandTag) error {
 			inserted = tag.RowsAffected() == 1
@@ -349,34 +335,7 @@ func (s *Settler) settle(ctx context.Context, order Order, token int64) (result 
 			names[i] = BalanceName(m.account, m.asset)
 			payloads[i] = fmt.Sprintf("%s@%d", names[i], versions[i])
 		}
-		// Every write hangs on placed, the order's insert: when the order has
-		// its row already, the statement changes nothing at all. The ledger
-		// transaction's id is drawn first because the settled row must name it.
-		second.Queue(`WITH drawn AS (
-				SELECT nextval(pg_get_serial_sequence('ledger_transactions', 'id')) AS id
-			), placed AS (
-				INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price, status,
-					fill_price, fill_quantity, fill_notional, ledger_transaction_id, settled_by_token, created_at)
-				SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'settled', $9, $7, $10, drawn.id, $11, $12 FROM drawn
-				ON CONFLICT (id) DO NOTHING
-				RETURNING ledger_transaction_id AS id
-			), txn AS (
-				INSERT INTO ledger_transactions (id, kind, order_id) OVERRIDING SYSTEM VALUE
-				SELECT id, 'settlement', $1 FROM placed
-				RETURNING id
-			), moves AS (
-				SELECT * FROM unnest($13::text[], $14::text[], $15::numeric[]) AS m(account_id, asset, amount)
-			), entries AS (
-				INSERT INTO ledger_entries (transaction_id, account_id, asset, amount)
-				SELECT txn.id, m.account_id, m.asset, m.amount FROM txn, moves m
-			), moved AS (
-				UPDATE balances b SET available = b.available + m.amount, version = b.version + 1
-				FROM moves m, placed
-				WHERE b.account_id = m.account_id AND b.asset = m.asset
-			)
-			INSERT INTO journal_outbox (name, version, payload)
-			SELECT j.* FROM placed, unnest($16::text[], $17::bigint[], $18::text[]) AS j
-			RETURNING id, name, version, payload, (SELECT id FROM placed)`,
+		second.Queue(settleWriteSQL,
 			order.ID, order.Account, order.ClientOrderID, order.Symbol, string(order.Side), string(order.Type),
 			quantity, price, fillPrice, notional, token, order.CreatedAt,
 			accounts, assets, amounts, names, versions, payloads).Query(func(rows pgx.Rows) error {

@@ -33,6 +33,8 @@ var (
 	settleBatchOpenSQL string
 	//go:embed sql/settle_batch_lock.sql
 	settleBatchLockSQL string
+	//go:embed sql/settle_batch_final.sql
+	settleBatchFinalSQL string
 	//go:embed sql/settle_batch_write.sql
 	settleBatchWriteSQL string
 )
@@ -333,9 +335,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 		}
 		return rows.Err()
 	})
-	// Read under the locks: a settler of any of these orders that committed
-	// before them is seen, and one that did not waits for this commit.
-	first.Queue(`SELECT id FROM orders WHERE id = ANY($1)`, ids).Query(func(rows pgx.Rows) error {
+	first.Queue(settleBatchFinalSQL, ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id string
 			if err := rows.Scan(&id); err != nil {
