@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	_ "embed"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -28,6 +29,17 @@ const (
 
 const apiKeyPrefix = "ogk_"
 
+var (
+	//go:embed sql/account_create.sql
+	accountCreateSQL string
+	//go:embed sql/api_key_issue.sql
+	apiKeyIssueSQL string
+	//go:embed sql/api_key_revoke.sql
+	apiKeyRevokeSQL string
+	//go:embed sql/api_key_account.sql
+	apiKeyAccountSQL string
+)
+
 // Errors of accounts and keys.
 var (
 	// ErrUnauthenticated: the API key is unknown or revoked.
@@ -51,7 +63,7 @@ func NewAccounts(db *pgxpool.Pool) *Accounts { return &Accounts{db: db} }
 // Create makes a customer account and returns its ACC id.
 func (a *Accounts) Create(ctx context.Context, name string) (string, error) {
 	id := "ACC_" + ulid.Make().String()
-	if _, err := a.db.Exec(ctx, `INSERT INTO accounts (id, name, kind) VALUES ($1, $2, 'customer')`, id, name); err != nil {
+	if _, err := a.db.Exec(ctx, accountCreateSQL, id, name); err != nil {
 		return "", fmt.Errorf("orders: create account: %w", err)
 	}
 	return id, nil
@@ -67,8 +79,7 @@ func (a *Accounts) IssueKey(ctx context.Context, account string) (keyID, key str
 	key = apiKeyPrefix + base64.RawURLEncoding.EncodeToString(secret)
 	keyID = "KEY_" + ulid.Make().String()
 	hash := sha256.Sum256([]byte(key))
-	tag, err := a.db.Exec(ctx, `INSERT INTO api_keys (id, account_id, key_hash)
-		SELECT $1, id, $3 FROM accounts WHERE id = $2 AND kind = 'customer'`, keyID, account, hash[:])
+	tag, err := a.db.Exec(ctx, apiKeyIssueSQL, keyID, account, hash[:])
 	if err != nil {
 		return "", "", fmt.Errorf("orders: issue key: %w", err)
 	}
@@ -85,7 +96,7 @@ func (a *Accounts) IssueKey(ctx context.Context, account string) (keyID, key str
 // its cache's time to live. lanes may be nil: no broadcast.
 func (a *Accounts) RevokeKey(ctx context.Context, keyID string, lanes *emq.Client) error {
 	var hash []byte
-	err := a.db.QueryRow(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL RETURNING key_hash`, keyID).Scan(&hash)
+	err := a.db.QueryRow(ctx, apiKeyRevokeSQL, keyID).Scan(&hash)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: %s", ErrNoKey, keyID)
 	}
@@ -121,7 +132,7 @@ func keyHash(key string) (hash [sha256.Size]byte, ok bool) {
 
 func (a *Accounts) accountOf(ctx context.Context, hash [sha256.Size]byte) (string, error) {
 	var account string
-	err := a.db.QueryRow(ctx, `SELECT account_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL`, hash[:]).Scan(&account)
+	err := a.db.QueryRow(ctx, apiKeyAccountSQL, hash[:]).Scan(&account)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", ErrUnauthenticated
 	}

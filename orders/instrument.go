@@ -2,6 +2,7 @@ package orders
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -11,6 +12,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordergate/ordergate/emq"
+)
+
+var (
+	//go:embed sql/instruments_read.sql
+	instrumentsReadSQL string
+	//go:embed sql/instrument_set_status.sql
+	instrumentSetStatusSQL string
 )
 
 // Instrument is a tradable pair and the rules its orders must follow.
@@ -97,8 +105,7 @@ func LoadInstruments(ctx context.Context, db *pgxpool.Pool) (*Instruments, error
 
 // Refresh reads the table again.
 func (s *Instruments) Refresh(ctx context.Context) error {
-	rows, err := s.db.Query(ctx, `SELECT symbol, base, quote, tick_size::text, lot_size::text,
-		min_notional::text, reference_price::text, status FROM instruments`)
+	rows, err := s.db.Query(ctx, instrumentsReadSQL)
 	if err != nil {
 		return fmt.Errorf("orders: load instruments: %w", err)
 	}
@@ -169,7 +176,7 @@ func SetInstrumentHalted(ctx context.Context, db *pgxpool.Pool, lanes *emq.Clien
 	if halted {
 		status = "halted"
 	}
-	tag, err := db.Exec(ctx, `UPDATE instruments SET status = $2 WHERE symbol = $1`, symbol, status)
+	tag, err := db.Exec(ctx, instrumentSetStatusSQL, symbol, status)
 	if err != nil {
 		return fmt.Errorf("orders: set %s %s: %w", symbol, status, err)
 	}

@@ -2,11 +2,31 @@ package orders
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+var (
+	//go:embed sql/ledger_asset_scale.sql
+	ledgerAssetScaleSQL string
+	//go:embed sql/ledger_open_balance.sql
+	ledgerOpenBalanceSQL string
+	//go:embed sql/ledger_account_exists.sql
+	ledgerAccountExistsSQL string
+	//go:embed sql/ledger_lock_balances.sql
+	ledgerLockBalancesSQL string
+	//go:embed sql/ledger_has_funds.sql
+	ledgerHasFundsSQL string
+	//go:embed sql/ledger_insert_transaction.sql
+	ledgerInsertTransactionSQL string
+	//go:embed sql/ledger_insert_entries.sql
+	ledgerInsertEntriesSQL string
+	//go:embed sql/ledger_move_balances.sql
+	ledgerMoveBalancesSQL string
 )
 
 // ErrFunds: the balance to debit holds less than the amount.
@@ -50,7 +70,7 @@ func (l *Ledger) transfer(ctx context.Context, kind, from, to, asset, amountText
 	}
 	return pgx.BeginFunc(ctx, l.db, func(tx pgx.Tx) error {
 		var scale int
-		if err := tx.QueryRow(ctx, `SELECT scale FROM assets WHERE code = $1`, asset).Scan(&scale); err != nil {
+		if err := tx.QueryRow(ctx, ledgerAssetScaleSQL, asset).Scan(&scale); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("%w: %s", ErrAsset, asset)
 			}
@@ -60,14 +80,13 @@ func (l *Ledger) transfer(ctx context.Context, kind, from, to, asset, amountText
 			return fmt.Errorf("%w: %s allows %d decimals", ErrAsset, asset, scale)
 		}
 		for _, account := range []string{from, to} {
-			tag, err := tx.Exec(ctx, `INSERT INTO balances (account_id, asset)
-				SELECT id, $2 FROM accounts WHERE id = $1 ON CONFLICT DO NOTHING`, account, asset)
+			tag, err := tx.Exec(ctx, ledgerOpenBalanceSQL, account, asset)
 			if err != nil {
 				return fmt.Errorf("orders: %s: open balance: %w", kind, err)
 			}
 			var exists bool
 			if tag.RowsAffected() == 0 {
-				if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE id = $1)`, account).Scan(&exists); err != nil {
+				if err := tx.QueryRow(ctx, ledgerAccountExistsSQL, account).Scan(&exists); err != nil {
 					return fmt.Errorf("orders: %s: %w", kind, err)
 				}
 				if !exists {
@@ -75,10 +94,8 @@ func (l *Ledger) transfer(ctx context.Context, kind, from, to, asset, amountText
 				}
 			}
 		}
-		// Lock both balances in one fixed order so concurrent transfers cannot deadlock.
 		var fromAvailable string
-		rows, err := tx.Query(ctx, `SELECT account_id, available::text FROM balances
-			WHERE asset = $1 AND account_id IN ($2, $3) ORDER BY account_id FOR UPDATE`, asset, from, to)
+		rows, err := tx.Query(ctx, ledgerLockBalancesSQL, asset, from, to)
 		if err != nil {
 			return fmt.Errorf("orders: %s: lock balances: %w", kind, err)
 		}
@@ -96,7 +113,7 @@ func (l *Ledger) transfer(ctx context.Context, kind, from, to, asset, amountText
 		}
 		if from != ExternalAccount {
 			var enough bool
-			if err := tx.QueryRow(ctx, `SELECT $1::numeric >= $2::numeric`, fromAvailable, amount.String()).Scan(&enough); err != nil {
+			if err := tx.QueryRow(ctx, ledgerHasFundsSQL, fromAvailable, amount.String()).Scan(&enough); err != nil {
 				return fmt.Errorf("orders: %s: %w", kind, err)
 			}
 			if !enough {
@@ -104,26 +121,13 @@ func (l *Ledger) transfer(ctx context.Context, kind, from, to, asset, amountText
 			}
 		}
 		var transaction int64
-		if err := tx.QueryRow(ctx, `INSERT INTO ledger_transactions (kind) VALUES ($1) RETURNING id`, kind).Scan(&transaction); err != nil {
+		if err := tx.QueryRow(ctx, ledgerInsertTransactionSQL, kind).Scan(&transaction); err != nil {
 			return fmt.Errorf("orders: %s: %w", kind, err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (transaction_id, account_id, asset, amount)
-			VALUES ($1, $2, $4, -$5::numeric), ($1, $3, $4, $5::numeric)`, transaction, from, to, asset, amount.String()); err != nil {
+		if _, err := tx.Exec(ctx, ledgerInsertEntriesSQL, transaction, from, to, asset, amount.String()); err != nil {
 			return fmt.Errorf("orders: %s: %w", kind, err)
 		}
-		// Each changed balance gets a journal row in the same transaction; the
-		// relay's sweep carries it to the coherence lane, so cached balances
-		// learn of deposits and withdrawals too.
-		if _, err := tx.Exec(ctx, `WITH changed AS (
-				UPDATE balances
-				SET available = available + CASE WHEN account_id = $2 THEN -$4::numeric ELSE $4::numeric END,
-				    version = version + 1
-				WHERE asset = $1 AND account_id IN ($2, $3)
-				RETURNING account_id, asset, version)
-			INSERT INTO journal_outbox (name, version, payload)
-			SELECT 'balances:' || account_id || ':' || asset, version,
-			       'balances:' || account_id || ':' || asset || '@' || version
-			FROM changed`, asset, from, to, amount.String()); err != nil {
+		if _, err := tx.Exec(ctx, ledgerMoveBalancesSQL, asset, from, to, amount.String()); err != nil {
 			return fmt.Errorf("orders: %s: %w", kind, err)
 		}
 		return nil

@@ -2,6 +2,7 @@ package orders
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,13 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/ordergate/ordergate/emq"
+)
+
+var (
+	//go:embed sql/journal_sweep.sql
+	journalSweepSQL string
+	//go:embed sql/journal_mark_relayed.sql
+	journalMarkRelayedSQL string
 )
 
 // KindBalanceCoherence is the job kind of a balance change on the balances
@@ -201,9 +209,7 @@ func (r *JournalRelay) Sweep(ctx context.Context) (int, error) {
 
 func (r *JournalRelay) sweepBatch(ctx context.Context) (relayed int, full bool, err error) {
 	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT id, name, version, payload FROM journal_outbox
-			WHERE relayed_at IS NULL AND created_at < now() - $1::interval
-			ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED`, r.sweepAge, sweepBatch)
+		rows, err := tx.Query(ctx, journalSweepSQL, r.sweepAge, sweepBatch)
 		if err != nil {
 			return err
 		}
@@ -351,9 +357,7 @@ func markRelayed(ctx context.Context, db journalExecer, entries []JournalEntry) 
 	for i, entry := range entries {
 		names[i], versions[i] = entry.Name, entry.Version
 	}
-	if _, err := db.Exec(ctx, `UPDATE journal_outbox o SET relayed_at = now()
-		FROM unnest($1::text[], $2::bigint[]) AS r(name, version)
-		WHERE o.name = r.name AND o.version = r.version AND o.relayed_at IS NULL`, names, versions); err != nil {
+	if _, err := db.Exec(ctx, journalMarkRelayedSQL, names, versions); err != nil {
 		return fmt.Errorf("orders: mark journal rows relayed: %w", err)
 	}
 	return nil
