@@ -173,6 +173,10 @@ const availableText = `round(b.available, greatest(scale(trim_scale(b.available)
 // the rows an order would move before it locks them, and a rejected order
 // leaves them so) is no balance the account holds, and is left out.
 func readBalanceRows(ctx context.Context, db balanceQuerier, account, asset string) ([]Balance, error) {
+	// This statement stays in Go, not in sql/: it is built on availableText,
+	// the read path's form that a test holds sql/coherence_read_due.sql to.
+	// Spelled out in a file of its own, the read path would be held to
+	// nothing.
 	rows, err := db.Query(ctx, `SELECT b.asset, `+availableText+`, b.version
 		FROM balances b JOIN assets a ON a.code = b.asset
 		WHERE b.account_id = $1 AND ($2 = '' OR b.asset = $2) AND b.version > 0

@@ -2,6 +2,7 @@ package orders
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +11,15 @@ import (
 	"github.com/govalues/decimal"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+var (
+	//go:embed sql/order_select.sql
+	orderSelectSQL string
+	//go:embed sql/order_record_canceled.sql
+	orderRecordCanceledSQL string
+	//go:embed sql/order_status.sql
+	orderStatusSQL string
 )
 
 // Bounds of one page of a listing.
@@ -52,20 +62,13 @@ type History struct {
 // NewHistory uses db.
 func NewHistory(db *pgxpool.Pool) *History { return &History{db: db} }
 
-// orderSelect reads an order row with its instrument's grid. trim_scale
-// undoes NUMERIC(38,18)'s padding, which would otherwise overflow the
-// decimal type's 19 digits for any amount of 2 or more integer digits.
-const orderSelect = `SELECT o.id, o.client_order_id, o.account_id, o.symbol, o.side, o.type,
-	trim_scale(o.quantity)::text, trim_scale(o.price)::text, o.status, o.reject_reason,
-	trim_scale(o.fill_price)::text, trim_scale(o.fill_quantity)::text, trim_scale(o.fill_notional)::text,
-	o.created_at, o.finished_at, scale(trim_scale(i.tick_size)), scale(trim_scale(i.lot_size))
-	FROM orders o JOIN instruments i ON i.symbol = o.symbol`
-
 // Order returns the account's final order with the id, or ErrNotFound when
 // the table has no such order of this account (another account's order
 // included).
 func (h *History) Order(ctx context.Context, account, id string) (Order, error) {
-	rows, err := h.db.Query(ctx, orderSelect+` WHERE o.id = $1 AND o.account_id = $2`, id, account)
+	// The projection is List's too, so this reads it from its one file and
+	// adds the one order's predicate rather than repeating it in another.
+	rows, err := h.db.Query(ctx, orderSelectSQL+` WHERE o.id = $1 AND o.account_id = $2`, id, account)
 	if err != nil {
 		return Order{}, fmt.Errorf("%w: read order %s: %w", ErrUnavailable, id, err)
 	}
@@ -99,9 +102,11 @@ func (h *History) List(ctx context.Context, account string, q ListQuery) (Page, 
 		}
 	}
 	// Each filter is its own predicate rather than "$n IS NULL OR ...": a
-	// generic plan of the catch-all form cannot use the status index.
+	// generic plan of the catch-all form cannot use the status index. So the
+	// statement is built here, on sql/order_select.sql, with the predicates
+	// this query has, rather than kept whole in a file.
 	var sql strings.Builder
-	sql.WriteString(orderSelect + ` WHERE o.account_id = $1`)
+	sql.WriteString(orderSelectSQL + ` WHERE o.account_id = $1`)
 	args := []any{account}
 	if q.Status != "" {
 		args = append(args, string(q.Status))
@@ -143,10 +148,7 @@ func (h *History) RecordCanceled(ctx context.Context, order Order) (Status, erro
 		text := order.Price.String()
 		price = &text
 	}
-	tag, err := h.db.Exec(ctx, `INSERT INTO orders (id, account_id, client_order_id, symbol, side, type,
-		quantity, price, status, created_at, finished_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8::numeric, 'canceled', $9, COALESCE($10, now()))
-		ON CONFLICT (id) DO NOTHING`,
+	tag, err := h.db.Exec(ctx, orderRecordCanceledSQL,
 		order.ID, order.Account, order.ClientOrderID, order.Symbol, string(order.Side), string(order.Type),
 		order.Quantity.String(), price, order.CreatedAt, order.CanceledAt)
 	if err != nil {
@@ -156,13 +158,13 @@ func (h *History) RecordCanceled(ctx context.Context, order Order) (Status, erro
 		return StatusCanceled, nil
 	}
 	var status string
-	if err := h.db.QueryRow(ctx, `SELECT status FROM orders WHERE id = $1`, order.ID).Scan(&status); err != nil {
+	if err := h.db.QueryRow(ctx, orderStatusSQL, order.ID).Scan(&status); err != nil {
 		return "", fmt.Errorf("%w: read order %s: %w", ErrUnavailable, order.ID, err)
 	}
 	return Status(status), nil
 }
 
-// collectOrders reads every row of an orderSelect query.
+// collectOrders reads every row of an orderSelectSQL query.
 func collectOrders(rows pgx.Rows) ([]Order, error) {
 	defer rows.Close()
 	var orders []Order
@@ -179,10 +181,10 @@ func collectOrders(rows pgx.Rows) ([]Order, error) {
 	return orders, nil
 }
 
-// scanOrder reads one orderSelect row. Amounts are shown on the instrument's
-// grid (quantities with the lot size's decimals, prices with the tick size's,
-// the notional with both), as orders are entered; padding never rounds, so a
-// value finer than the grid keeps its digits.
+// scanOrder reads one orderSelectSQL row. Amounts are shown on the
+// instrument's grid (quantities with the lot size's decimals, prices with the
+// tick size's, the notional with both), as orders are entered; padding never
+// rounds, so a value finer than the grid keeps its digits.
 func scanOrder(row pgx.Row) (Order, error) {
 	var (
 		order                                  Order
