@@ -2,6 +2,7 @@ package orders
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -32,6 +33,31 @@ const (
 	// CheckSettlementEntries: a settlement's entries are not the ones its
 	// order's fill implies.
 	CheckSettlementEntries = "settlement_matches_fill"
+)
+
+var (
+	//go:embed sql/audit_count.sql
+	auditCountSQL string
+	//go:embed sql/audit_balance_matches_ledger.sql
+	auditBalanceMatchesLedgerSQL string
+	//go:embed sql/audit_version_counts_entries.sql
+	auditVersionCountsEntriesSQL string
+	//go:embed sql/audit_asset_conserved.sql
+	auditAssetConservedSQL string
+	//go:embed sql/audit_no_negative_balance.sql
+	auditNoNegativeBalanceSQL string
+	//go:embed sql/audit_transaction_balanced.sql
+	auditTransactionBalancedSQL string
+	//go:embed sql/audit_transaction_has_entries.sql
+	auditTransactionHasEntriesSQL string
+	//go:embed sql/audit_settled_order_has_transaction.sql
+	auditSettledOrderHasTransactionSQL string
+	//go:embed sql/audit_unsettled_order_has_none.sql
+	auditUnsettledOrderHasNoneSQL string
+	//go:embed sql/audit_settlement_has_order.sql
+	auditSettlementHasOrderSQL string
+	//go:embed sql/audit_settlement_matches_fill.sql
+	auditSettlementMatchesFillSQL string
 )
 
 // Violation is one broken invariant of the ledger.
@@ -68,98 +94,16 @@ type auditCheck struct {
 }
 
 var auditChecks = []auditCheck{
-	{CheckBalanceLedger, `
-		SELECT 'balances:' || b.account_id || ':' || b.asset,
-		       format('available %s, ledger entries sum to %s', trim_scale(b.available), trim_scale(coalesce(e.total, 0)))
-		FROM balances b LEFT JOIN (
-			SELECT account_id, asset, sum(amount) AS total FROM ledger_entries GROUP BY account_id, asset
-		) e USING (account_id, asset)
-		WHERE b.available <> coalesce(e.total, 0)
-		ORDER BY b.account_id, b.asset`},
-	{CheckBalanceVersion, `
-		SELECT 'balances:' || b.account_id || ':' || b.asset,
-		       format('version %s, %s ledger entries', b.version, coalesce(e.entries, 0))
-		FROM balances b LEFT JOIN (
-			SELECT account_id, asset, count(*) AS entries FROM ledger_entries GROUP BY account_id, asset
-		) e USING (account_id, asset)
-		WHERE b.version <> coalesce(e.entries, 0)
-		ORDER BY b.account_id, b.asset`},
-	{CheckConservation, `
-		SELECT asset, format('balances sum to %s, not 0', trim_scale(sum(available)))
-		FROM balances GROUP BY asset HAVING sum(available) <> 0
-		ORDER BY asset`},
-	{CheckNegative, `
-		SELECT 'balances:' || account_id || ':' || asset, format('available %s', trim_scale(available))
-		FROM balances WHERE available < 0 AND account_id <> '` + ExternalAccount + `'
-		ORDER BY account_id, asset`},
-	{CheckTransactionBalanced, `
-		SELECT 'txn/' || transaction_id, format('%s entries sum to %s', asset, trim_scale(sum(amount)))
-		FROM ledger_entries GROUP BY transaction_id, asset HAVING sum(amount) <> 0
-		ORDER BY transaction_id, asset`},
-	{CheckTransactionEntries, `
-		SELECT 'txn/' || t.id, format('%s transaction with %s entries', t.kind, count(e.id))
-		FROM ledger_transactions t LEFT JOIN ledger_entries e ON e.transaction_id = t.id
-		GROUP BY t.id, t.kind HAVING count(e.id) < 2
-		ORDER BY t.id`},
-	// The schema lets a settled row point at any transaction; this holds it
-	// to its own settlement, and its fill to price × quantity.
-	{CheckSettledOrder, `
-		SELECT o.id, CASE
-			WHEN t.id IS NULL THEN 'settled without a ledger transaction'
-			WHEN t.kind <> 'settlement' OR t.order_id IS DISTINCT FROM o.id
-				THEN format('points at txn/%s, a %s%s', t.id, t.kind, ' of order ' || t.order_id)
-			WHEN o.fill_quantity <> o.quantity THEN format('filled %s of %s', trim_scale(o.fill_quantity), trim_scale(o.quantity))
-			WHEN o.type = 'limit' AND o.fill_price <> o.price THEN format('limit %s filled at %s', trim_scale(o.price), trim_scale(o.fill_price))
-			ELSE format('notional %s is not %s × %s', trim_scale(o.fill_notional), trim_scale(o.fill_price), trim_scale(o.fill_quantity))
-		END
-		FROM orders o LEFT JOIN ledger_transactions t ON t.id = o.ledger_transaction_id
-		WHERE o.status = 'settled' AND (t.id IS NULL OR t.kind <> 'settlement' OR t.order_id IS DISTINCT FROM o.id
-			OR o.fill_quantity <> o.quantity OR (o.type = 'limit' AND o.fill_price <> o.price)
-			OR o.fill_notional <> o.fill_price * o.fill_quantity)
-		ORDER BY o.id`},
-	{CheckUnsettledOrder, `
-		SELECT o.id, format('%s, yet txn/%s is its %s', o.status, t.id, t.kind)
-		FROM orders o JOIN ledger_transactions t ON t.order_id = o.id OR t.id = o.ledger_transaction_id
-		WHERE o.status <> 'settled'
-		ORDER BY o.id, t.id`},
-	{CheckOrphanSettlement, `
-		SELECT 'txn/' || t.id, CASE
-			WHEN o.id IS NULL THEN format('settles order %s, which has no final row', t.order_id)
-			WHEN o.status <> 'settled' THEN format('settles order %s, which is %s', t.order_id, o.status)
-			ELSE format('settles order %s, which names txn/%s', t.order_id, o.ledger_transaction_id)
-		END
-		FROM ledger_transactions t LEFT JOIN orders o ON o.id = t.order_id
-		WHERE t.kind = 'settlement'
-		  AND (o.id IS NULL OR o.status <> 'settled' OR o.ledger_transaction_id IS DISTINCT FROM t.id)
-		ORDER BY t.id`},
-	// What a settled order's fill implies, against what its transaction
-	// holds: the entries differing either way.
-	{CheckSettlementEntries, `
-		WITH expected AS (
-			SELECT o.id AS order_id, x.account_id, x.asset, x.amount
-			FROM orders o JOIN instruments i ON i.symbol = o.symbol
-			-- an order without its own settlement is settled_order_has_transaction's
-			JOIN ledger_transactions t ON t.id = o.ledger_transaction_id AND t.kind = 'settlement' AND t.order_id = o.id,
-			LATERAL (VALUES
-				(o.account_id, i.base, CASE o.side WHEN 'buy' THEN o.fill_quantity ELSE -o.fill_quantity END),
-				(o.account_id, i.quote, CASE o.side WHEN 'buy' THEN -o.fill_notional ELSE o.fill_notional END),
-				('` + VenueAccount + `', i.base, CASE o.side WHEN 'buy' THEN -o.fill_quantity ELSE o.fill_quantity END),
-				('` + VenueAccount + `', i.quote, CASE o.side WHEN 'buy' THEN o.fill_notional ELSE -o.fill_notional END)
-			) AS x(account_id, asset, amount)
-			WHERE o.status = 'settled'
-		), actual AS (
-			SELECT t.order_id, e.account_id, e.asset, e.amount
-			FROM ledger_transactions t JOIN ledger_entries e ON e.transaction_id = t.id
-			JOIN orders o ON o.id = t.order_id AND o.status = 'settled' AND o.ledger_transaction_id = t.id
-			WHERE t.kind = 'settlement'
-		), differing AS (
-			(SELECT 'missing' AS what, * FROM expected EXCEPT ALL SELECT 'missing', * FROM actual)
-			UNION ALL
-			(SELECT 'unexpected', * FROM actual EXCEPT ALL SELECT 'unexpected', * FROM expected)
-		)
-		SELECT order_id, string_agg(format('%s entry %s %s %s', what, account_id, asset, trim_scale(amount)), '; '
-			ORDER BY what, account_id, asset, amount)
-		FROM differing GROUP BY order_id ORDER BY order_id`},
+	{CheckBalanceLedger, auditBalanceMatchesLedgerSQL},
+	{CheckBalanceVersion, auditVersionCountsEntriesSQL},
+	{CheckConservation, auditAssetConservedSQL},
+	{CheckNegative, auditNoNegativeBalanceSQL},
+	{CheckTransactionBalanced, auditTransactionBalancedSQL},
+	{CheckTransactionEntries, auditTransactionHasEntriesSQL},
+	{CheckSettledOrder, auditSettledOrderHasTransactionSQL},
+	{CheckUnsettledOrder, auditUnsettledOrderHasNoneSQL},
+	{CheckOrphanSettlement, auditSettlementHasOrderSQL},
+	{CheckSettlementEntries, auditSettlementMatchesFillSQL},
 }
 
 // RunAudit is Audit with the counts of what it looked at. Every check reads
@@ -168,8 +112,7 @@ var auditChecks = []auditCheck{
 func RunAudit(ctx context.Context, db *pgxpool.Pool) (AuditReport, error) {
 	var report AuditReport
 	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM balances), (SELECT count(*) FROM ledger_transactions),
-				(SELECT count(*) FROM orders)`).Scan(&report.Balances, &report.Transactions, &report.Orders); err != nil {
+		if err := tx.QueryRow(ctx, auditCountSQL).Scan(&report.Balances, &report.Transactions, &report.Orders); err != nil {
 			return fmt.Errorf("orders: audit: count: %w", err)
 		}
 		for _, check := range auditChecks {
