@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"io"
@@ -35,6 +36,9 @@ const usage = `usage: admin COMMAND [ARGS]   (DATABASE_URL names the database; R
                                    per asset, balanced transactions, one settlement per settled
                                    order; prints each violation and exits non-zero on any
 `
+
+//go:embed sql/venue_funded.sql
+var venueFundedSQL string
 
 // errViolations: the audit found the books unsound. Its output says how.
 var errViolations = errors.New("the audit found violations")
@@ -190,7 +194,7 @@ func audit(ctx context.Context, db *pgxpool.Pool, stdout io.Writer) error {
 // creates a funded demo account with a fresh API key.
 func demo(ctx context.Context, db *pgxpool.Pool, accounts *orders.Accounts, ledger *orders.Ledger, stdout io.Writer) error {
 	var venueFunded bool
-	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM balances WHERE account_id = $1)`, orders.VenueAccount).Scan(&venueFunded); err != nil {
+	if err := db.QueryRow(ctx, venueFundedSQL, orders.VenueAccount).Scan(&venueFunded); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
 	if !venueFunded {

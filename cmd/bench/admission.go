@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,9 @@ import (
 	"github.com/ordergate/ordergate/gateway"
 	"github.com/ordergate/ordergate/orders"
 )
+
+//go:embed sql/venue_funded.sql
+var venueFundedSQL string
 
 // benchAccounts is how many funded accounts (and API keys) the load uses.
 const benchAccounts = 8
@@ -40,7 +44,7 @@ func (e *env) fundAccounts(ctx context.Context) error {
 	ledger := orders.NewLedger(e.db)
 	accounts := orders.NewAccounts(e.db)
 	var venueFunded bool
-	if err := e.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM balances WHERE account_id = $1)`, orders.VenueAccount).Scan(&venueFunded); err != nil {
+	if err := e.db.QueryRow(ctx, venueFundedSQL, orders.VenueAccount).Scan(&venueFunded); err != nil {
 		return err
 	}
 	if !venueFunded {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +20,13 @@ import (
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/fleet"
 	"github.com/ordergate/ordergate/orders"
+)
+
+var (
+	//go:embed sql/settlement_outcomes.sql
+	settlementOutcomesSQL string
+	//go:embed sql/commit_count.sql
+	commitCountSQL string
 )
 
 // settlementConfig is the settlement phase's part of the command line.
@@ -177,8 +185,7 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 		return err
 	}
 
-	if err := e.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'settled'), count(*) FILTER (WHERE status = 'rejected')
-		FROM orders WHERE id = ANY($1)`, ids).Scan(&r.Settled, &r.Rejected); err != nil {
+	if err := e.db.QueryRow(ctx, settlementOutcomesSQL, ids).Scan(&r.Settled, &r.Rejected); err != nil {
 		return err
 	}
 	if final := r.Settled + r.Rejected; final != r.Orders {
@@ -296,7 +303,7 @@ func (e *env) waitDrained(ctx context.Context, queue *emq.Queue, total int, what
 // commits is the committed transactions of the bench's database so far.
 func (e *env) commits(ctx context.Context) (int64, error) {
 	var n int64
-	err := e.db.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
+	err := e.db.QueryRow(ctx, commitCountSQL).Scan(&n)
 	return n, err
 }
 
