@@ -18,6 +18,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -42,6 +43,18 @@ import (
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
+)
+
+// The checker's reads of the books.
+var (
+	//go:embed sql/orders_final_count.sql
+	ordersFinalCountSQL string
+	//go:embed sql/orders_read.sql
+	ordersReadSQL string
+	//go:embed sql/settlement_doubles.sql
+	settlementDoublesSQL string
+	//go:embed sql/settlement_count.sql
+	settlementCountSQL string
 )
 
 // Config sizes one run.
@@ -666,7 +679,7 @@ func (r *run) check(ctx context.Context, c *client) Summary {
 	var stats emq.Stats
 	for {
 		final = -1
-		countErr := r.db.QueryRow(ctx, `SELECT count(*) FROM orders WHERE id = ANY($1)`, ids).Scan(&final)
+		countErr := r.db.QueryRow(ctx, ordersFinalCountSQL, ids).Scan(&final)
 		var statsErr error
 		stats, statsErr = queue.Stats(ctx)
 		if countErr == nil && statsErr == nil && final == len(ids) && stats.Pending+stats.Active+stats.Delayed == 0 {
@@ -698,7 +711,7 @@ func (r *run) check(ctx context.Context, c *client) Summary {
 	type row struct{ account, clientOrderID, status string }
 	rows := map[string]row{}
 	perClientOrder := map[[2]string]int{}
-	result, err := r.db.Query(ctx, `SELECT id, account_id, client_order_id, status FROM orders`)
+	result, err := r.db.Query(ctx, ordersReadSQL)
 	if err != nil {
 		r.t.Fatalf("chaos: read orders: %v", err)
 	}
@@ -748,7 +761,7 @@ func (r *run) check(ctx context.Context, c *client) Summary {
 	}
 
 	// No order has two ledger transactions; every settled one has one.
-	doubles, err := r.db.Query(ctx, `SELECT order_id, count(*) FROM ledger_transactions WHERE kind = 'settlement' GROUP BY order_id HAVING count(*) > 1`)
+	doubles, err := r.db.Query(ctx, settlementDoublesSQL)
 	if err != nil {
 		r.t.Fatalf("chaos: read ledger: %v", err)
 	}
@@ -762,7 +775,7 @@ func (r *run) check(ctx context.Context, c *client) Summary {
 	}
 	doubles.Close()
 	var transactions int
-	if err := r.db.QueryRow(ctx, `SELECT count(*) FROM ledger_transactions WHERE kind = 'settlement'`).Scan(&transactions); err != nil {
+	if err := r.db.QueryRow(ctx, settlementCountSQL).Scan(&transactions); err != nil {
 		r.t.Fatalf("chaos: read ledger: %v", err)
 	}
 	if transactions != s.Settled {
