@@ -79,7 +79,10 @@ func (l *Ledger) transfer(ctx context.Context, kind, from, to, asset, amountText
 		if amount.Scale() > scale {
 			return fmt.Errorf("%w: %s allows %d decimals", ErrAsset, asset, scale)
 		}
-		for _, account := range []string{from, to} {
+		// Rows are opened in the order settlement locks them (by account),
+		// so two transfers creating the same two rows in opposite
+		// directions queue behind each other instead of deadlocking.
+		for _, account := range []string{min(from, to), max(from, to)} {
 			tag, err := tx.Exec(ctx, ledgerOpenBalanceSQL, account, asset)
 			if err != nil {
 				return fmt.Errorf("orders: %s: open balance: %w", kind, err)
