@@ -130,7 +130,8 @@ func (l *Ledger) transfer(ctx context.Context, kind, from, to, asset, amountText
 		if _, err := tx.Exec(ctx, ledgerInsertEntriesSQL, transaction, from, to, asset, amount.String()); err != nil {
 			return fmt.Errorf("orders: %s: %w", kind, err)
 		}
-		if _, err := tx.Exec(ctx, ledgerMoveBalancesSQL, asset, from, to, amount.String()); err != nil {
+		if _, err := tx.Exec(ctx, ledgerMoveBalancesSQL, asset, from, to, amount.String(),
+			BalanceName(from, asset), BalanceName(to, asset)); err != nil {
 			return fmt.Errorf("orders: %s: %w", kind, err)
 		}
 		return nil
