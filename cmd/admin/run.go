@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"io"
@@ -36,9 +35,6 @@ const usage = `usage: admin COMMAND [ARGS]   (DATABASE_URL names the database; R
                                    per asset, balanced transactions, one settlement per settled
                                    order; prints each violation and exits non-zero on any
 `
-
-//go:embed sql/venue_funded.sql
-var venueFundedSQL string
 
 // errViolations: the audit found the books unsound. Its output says how.
 var errViolations = errors.New("the audit found violations")
@@ -193,16 +189,8 @@ func audit(ctx context.Context, db *pgxpool.Pool, stdout io.Writer) error {
 // demo funds the venue on first use (orders settle against its liquidity) and
 // creates a funded demo account with a fresh API key.
 func demo(ctx context.Context, db *pgxpool.Pool, accounts *orders.Accounts, ledger *orders.Ledger, stdout io.Writer) error {
-	var venueFunded bool
-	if err := db.QueryRow(ctx, venueFundedSQL, orders.VenueAccount).Scan(&venueFunded); err != nil {
+	if _, err := ledger.FundVenue(ctx); err != nil {
 		return fmt.Errorf("demo: %w", err)
-	}
-	if !venueFunded {
-		for _, funds := range [][2]string{{"USD", "10000000.00"}, {"BTC", "200"}, {"ETH", "3000"}} {
-			if err := ledger.Deposit(ctx, orders.VenueAccount, funds[0], funds[1]); err != nil {
-				return fmt.Errorf("demo: fund the venue: %w", err)
-			}
-		}
 	}
 	account, err := accounts.Create(ctx, "demo")
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,9 +18,6 @@ import (
 	"github.com/ordergate/ordergate/gateway"
 	"github.com/ordergate/ordergate/orders"
 )
-
-//go:embed sql/venue_funded.sql
-var venueFundedSQL string
 
 // benchAccounts is how many funded accounts (and API keys) the load uses.
 const benchAccounts = 8
@@ -43,16 +39,8 @@ type env struct {
 func (e *env) fundAccounts(ctx context.Context) error {
 	ledger := orders.NewLedger(e.db)
 	accounts := orders.NewAccounts(e.db)
-	var venueFunded bool
-	if err := e.db.QueryRow(ctx, venueFundedSQL, orders.VenueAccount).Scan(&venueFunded); err != nil {
+	if _, err := ledger.FundVenue(ctx); err != nil {
 		return err
-	}
-	if !venueFunded {
-		for _, funds := range [][2]string{{"USD", "10000000.00"}, {"BTC", "200"}, {"ETH", "3000"}} {
-			if err := ledger.Deposit(ctx, orders.VenueAccount, funds[0], funds[1]); err != nil {
-				return fmt.Errorf("fund the venue: %w", err)
-			}
-		}
 	}
 	for i := range benchAccounts {
 		account, err := accounts.Create(ctx, "bench-"+strconv.Itoa(i))
