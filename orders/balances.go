@@ -2,6 +2,7 @@ package orders
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -158,29 +159,15 @@ type balanceQuerier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// availableText (spelled out again in sql/coherence_read_due.sql; a test
-// holds the two together) is the SQL of a balance row b's available amount, its asset
-// a joined, in the form clients see and the cache stores. Every reader of
-// balances uses it, so a cached value and a read one never differ in form.
-//
-// It keeps every significant decimal and at least the asset's scale:
-// trailing zeros past both are what NUMERIC(38,18) pads with, and rounding
-// to that many places is exact because only zeros are dropped.
-const availableText = `round(b.available, greatest(scale(trim_scale(b.available)), a.scale))::text`
+//go:embed sql/balance_read.sql
+var balanceReadSQL string
 
 // readBalanceRows reads the account's balances, or its balance of asset when
 // asset is not empty. A row that never moved (version 0: settlement inserts
 // the rows an order would move before it locks them, and a rejected order
 // leaves them so) is no balance the account holds, and is left out.
 func readBalanceRows(ctx context.Context, db balanceQuerier, account, asset string) ([]Balance, error) {
-	// This statement stays in Go, not in sql/: it is built on availableText,
-	// the read path's form that a test holds sql/coherence_read_due.sql to.
-	// Spelled out in a file of its own, the read path would be held to
-	// nothing.
-	rows, err := db.Query(ctx, `SELECT b.asset, `+availableText+`, b.version
-		FROM balances b JOIN assets a ON a.code = b.asset
-		WHERE b.account_id = $1 AND ($2 = '' OR b.asset = $2) AND b.version > 0
-		ORDER BY b.asset`, account, asset)
+	rows, err := db.Query(ctx, balanceReadSQL, account, asset)
 	if err != nil {
 		return nil, fmt.Errorf("orders: read balances of %s: %w", account, err)
 	}

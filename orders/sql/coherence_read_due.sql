@@ -1,8 +1,9 @@
 -- The journal deliveries of one coherence batch that are newer than what
 -- journal_applied holds for their name, each with its balance's current
 -- version and available amount (NULL when the balance does not exist),
--- formatted as the balances read path formats it (availableText in
--- balances.go). $1..$4 are parallel arrays: name, version, account, asset.
+-- formatted as the balances read path (balance_read.sql) formats it
+-- (availableText in coherence_sql_test.go holds the two to one spelling).
+-- $1..$4 are parallel arrays: name, version, account, asset.
 SELECT r.name, b.version, round(b.available, greatest(scale(trim_scale(b.available)), a.scale))::text
 FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS r(name, version, account, asset)
 LEFT JOIN journal_applied j ON j.name = r.name
