@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"strings"
 	"time"
 
@@ -199,8 +200,28 @@ type settlement struct {
 type lockedBalance struct {
 	account, asset string
 	version        int64
-	// whether available covers the order's quantity, and its notional
-	coversQuantity, coversNotional bool
+	available      *big.Rat
+}
+
+// funds are the available amounts of an account's two balances an order
+// moves, exact: rationals of the NUMERIC values, never floats.
+type funds struct{ base, quote *big.Rat }
+
+// rejection is why an order cannot settle against the balances it moves, or
+// "" when it can: the one funds rule of a lone settlement and of a batch. A
+// buy needs the account's quote to cover the notional and the venue's base
+// to cover the quantity; a sell the other way round.
+func rejection(halted bool, side Side, mine, venue funds, quantity, notional *big.Rat) string {
+	covers := func(available, amount *big.Rat) bool { return available.Cmp(amount) >= 0 }
+	switch {
+	case halted:
+		return ReasonInstrumentHalted
+	case side == Buy && !covers(mine.quote, notional), side == Sell && !covers(mine.base, quantity):
+		return ReasonInsufficientFunds
+	case side == Buy && !covers(venue.base, quantity), side == Sell && !covers(venue.quote, notional):
+		return ReasonInsufficientLiquidity
+	}
+	return ""
 }
 
 // move is one ledger entry of a settlement: a signed amount on a balance.
@@ -252,11 +273,16 @@ func (s *Settler) settle(ctx context.Context, order Order, token int64) (result 
 		return rows.Err()
 	})
 	first.Queue(settleOpenSQL, order.Account, VenueAccount, order.Symbol)
-	first.Queue(settleLockSQL, order.Account, VenueAccount, order.Symbol, quantity, price).Query(func(rows pgx.Rows) error {
+	first.Queue(settleLockSQL, order.Account, VenueAccount, order.Symbol).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var b lockedBalance
-			if err := rows.Scan(&b.account, &b.asset, &b.version, &b.coversQuantity, &b.coversNotional); err != nil {
+			var available string
+			if err := rows.Scan(&b.account, &b.asset, &b.version, &available); err != nil {
 				return err
+			}
+			var ok bool
+			if b.available, ok = new(big.Rat).SetString(available); !ok {
+				return fmt.Errorf("balance %s of %s reads %q", b.asset, b.account, available)
 			}
 			locked = append(locked, b)
 		}
@@ -289,15 +315,17 @@ func (s *Settler) settle(ctx context.Context, order Order, token int64) (result 
 		return settlement{}, fmt.Errorf("orders: settle %s: the locked rows are not the order's four balances", order.ID)
 	}
 
-	reason := ""
+	exactQuantity, quantityOK := new(big.Rat).SetString(quantity)
+	exactNotional, notionalOK := new(big.Rat).SetString(notional)
+	if !quantityOK || !notionalOK {
+		return settlement{}, fmt.Errorf("orders: settle %s: quantity %q or notional %q is no number", order.ID, quantity, notional)
+	}
+	reason := rejection(halted, order.Side,
+		funds{mine.base.available, mine.quote.available}, funds{venue.base.available, venue.quote.available},
+		exactQuantity, exactNotional)
 	var moves []move
 	switch {
-	case halted:
-		reason = ReasonInstrumentHalted
-	case order.Side == Buy && !mine.quote.coversNotional, order.Side == Sell && !mine.base.coversQuantity:
-		reason = ReasonInsufficientFunds
-	case order.Side == Buy && !venue.base.coversQuantity, order.Side == Sell && !venue.quote.coversNotional:
-		reason = ReasonInsufficientLiquidity
+	case reason != "":
 	case order.Side == Buy:
 		moves = []move{
 			{order.Account, quote, "-" + notional, mine.quote},

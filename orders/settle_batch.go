@@ -442,16 +442,9 @@ func (s *Settler) decide(req *settleRequest, p pricedOrder, locked map[balanceKe
 		return batchOutcome{err: fmt.Errorf("orders: settle %s: %w", order.ID, context.Cause(req.ctx))}
 	}
 
-	covers := func(b *batchBalance, amount *big.Rat) bool { return b.available.Cmp(amount) >= 0 }
-	reason := ""
-	switch {
-	case p.halted:
-		reason = ReasonInstrumentHalted
-	case order.Side == Buy && !covers(mine.quote, notional), order.Side == Sell && !covers(mine.base, quantity):
-		reason = ReasonInsufficientFunds
-	case order.Side == Buy && !covers(venue.base, quantity), order.Side == Sell && !covers(venue.quote, notional):
-		reason = ReasonInsufficientLiquidity
-	}
+	reason := rejection(p.halted, order.Side,
+		funds{mine.base.available, mine.quote.available}, funds{venue.base.available, venue.quote.available},
+		quantity, notional)
 
 	var price *string
 	if order.Price != nil {
