@@ -107,6 +107,9 @@ func TestConfigurationRefusesWhatItCannotRunWith(t *testing.T) {
 		{"migrate off", nil, map[string]string{"MIGRATE": "false"}, false},
 		{"migrate as a number", nil, map[string]string{"MIGRATE": "0"}, false},
 		{"migrate as a word", nil, map[string]string{"MIGRATE": "yes"}, true},
+		{"log lines at once", nil, map[string]string{"LOG_FLUSH_INTERVAL": "0"}, false},
+		{"negative log flush interval", []string{"-log-flush-interval", "-1s"}, nil, true},
+		{"malformed log flush interval", nil, map[string]string{"LOG_FLUSH_INTERVAL": "often"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

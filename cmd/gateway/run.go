@@ -28,6 +28,7 @@ type config struct {
 	redisURL          string
 	databaseURL       string
 	logLevel          slog.Level
+	logFlush          time.Duration
 	migrate           bool
 	dedupRetention    time.Duration
 	instrumentRefresh time.Duration
@@ -50,6 +51,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.StringVar(&c.redisURL, "redis-url", env.String("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL; addr= parameters make it a cluster (REDIS_URL)")
 	flags.StringVar(&c.databaseURL, "database-url", env.String("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
 	flags.TextVar(&c.logLevel, "log-level", env.Level("LOG_LEVEL", slog.LevelInfo), "debug, info, warn or error (LOG_LEVEL)")
+	flags.DurationVar(&c.logFlush, "log-flush-interval", env.Duration("LOG_FLUSH_INTERVAL", jsonlog.DefaultFlushInterval), "longest a log line waits to be written with the ones after it; 0 writes each line at once (LOG_FLUSH_INTERVAL)")
 	flags.BoolVar(&c.migrate, "migrate", env.Bool("MIGRATE", true), "apply database migrations at start (MIGRATE)")
 	flags.DurationVar(&c.dedupRetention, "dedup-retention", env.Duration("DEDUP_RETENTION", emq.DefaultDedupRetention), "how long a client_order_id is held (DEDUP_RETENTION)")
 	flags.DurationVar(&c.instrumentRefresh, "instrument-refresh", env.Duration("INSTRUMENT_REFRESH", 5*time.Second), "how often instruments are reread (INSTRUMENT_REFRESH)")
@@ -77,6 +79,8 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		return config{}, errors.New("KEY_CACHE_TTL (or -key-cache-ttl) must be a positive duration")
 	case c.keyStaleIfError < 0:
 		return config{}, errors.New("KEY_CACHE_STALE_IF_ERROR (or -key-cache-stale-if-error) must be a duration of 0 (off) or more")
+	case c.logFlush < 0:
+		return config{}, errors.New("LOG_FLUSH_INTERVAL (or -log-flush-interval) must be a duration of 0 (each line at once) or more")
 	case c.shutdownTimeout < 0:
 		return config{}, errors.New("SHUTDOWN_TIMEOUT (or -shutdown-timeout) must be a duration of 0 (no wait) or more")
 	}
@@ -91,7 +95,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	log := slog.New(jsonlog.New(stdout, &slog.HandlerOptions{Level: c.logLevel}))
+	// Lines are written together, not one write(2) each (see
+	// jsonlog.Buffered); the deferred call writes out the last of them.
+	logOut, logDone := jsonlog.Output(stdout, c.logFlush)
+	defer logDone()
+	log := slog.New(jsonlog.New(logOut, &slog.HandlerOptions{Level: c.logLevel}))
 
 	if c.migrate {
 		if err := migrations.Up(c.databaseURL); err != nil {

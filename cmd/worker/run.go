@@ -28,6 +28,7 @@ type config struct {
 	fleet       fleet.Config
 	metricsAddr string
 	logLevel    slog.Level
+	logFlush    time.Duration
 }
 
 const usageHeader = `Usage: worker [flags]
@@ -80,6 +81,7 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	flags.StringVar(&c.metricsAddr, "metrics-addr", env.String("METRICS_ADDR", "127.0.0.1:9091"),
 		"where /metrics (Prometheus) and /healthz are served; empty serves neither (METRICS_ADDR)")
 	flags.TextVar(&c.logLevel, "log-level", env.Level("LOG_LEVEL", slog.LevelInfo), "debug, info, warn or error (LOG_LEVEL)")
+	flags.DurationVar(&c.logFlush, "log-flush-interval", env.Duration("LOG_FLUSH_INTERVAL", jsonlog.DefaultFlushInterval), "longest a log line waits to be written with the ones after it; 0 writes each line at once (LOG_FLUSH_INTERVAL)")
 	if err := flags.Parse(args[1:]); err != nil {
 		return config{}, err
 	}
@@ -105,6 +107,8 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 		return config{}, fmt.Errorf("retry cap %s: want at least the retry base %s", c.fleet.Retry.MaxDelay, c.fleet.Retry.BaseDelay)
 	case c.fleet.DrainTimeout <= 0:
 		return config{}, fmt.Errorf("drain timeout %s: want more than 0", c.fleet.DrainTimeout)
+	case c.logFlush < 0:
+		return config{}, fmt.Errorf("log flush interval %s: want 0 (each line at once) or more", c.logFlush)
 	}
 	return c, nil
 }
@@ -120,7 +124,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	log := slog.New(jsonlog.New(stdout, &slog.HandlerOptions{Level: c.logLevel}))
+	// Lines are written together, not one write(2) each (see
+	// jsonlog.Buffered); the deferred call writes out the last of them.
+	logOut, logDone := jsonlog.Output(stdout, c.logFlush)
+	defer logDone()
+	log := slog.New(jsonlog.New(logOut, &slog.HandlerOptions{Level: c.logLevel}))
 
 	if c.migrate {
 		if err := migrations.Up(c.databaseURL); err != nil {

@@ -33,6 +33,7 @@ func TestParseConfig(t *testing.T) {
 	const databaseURL = "postgres://postgres@db:5432/ordergate"
 	defaults := config{
 		redisURL: "redis://127.0.0.1:6379/0", databaseURL: databaseURL, migrate: true, metricsAddr: "127.0.0.1:9091", logLevel: slog.LevelInfo,
+		logFlush: 100 * time.Millisecond,
 		fleet: fleet.Config{
 			Queue: orders.Queue, Concurrency: 8, Lease: 30 * time.Second,
 			Retry:        emq.RetryPolicy{MaxAttempts: 60, BaseDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second},
@@ -53,12 +54,13 @@ func TestParseConfig(t *testing.T) {
 				"REDIS_URL": "redis://queue:6379/1", "WORKER_CONCURRENCY": "32", "WORKER_BATCH": "16",
 				"WORKER_LEASE": "45s", "WORKER_MAX_ATTEMPTS": "5", "WORKER_DRAIN_TIMEOUT": "20s",
 				"METRICS_ADDR": ":9100", "LOG_LEVEL": "debug", "DATABASE_URL": "postgres://other/db", "MIGRATE": "false",
-				"WORKER_RETRY_BASE": "1s", "WORKER_RETRY_CAP": "1m",
+				"WORKER_RETRY_BASE": "1s", "WORKER_RETRY_CAP": "1m", "LOG_FLUSH_INTERVAL": "0",
 			},
 			want: func(c *config) {
 				c.redisURL, c.fleet.Concurrency, c.fleet.Batch, c.fleet.Lease = "redis://queue:6379/1", 32, 16, 45*time.Second
 				c.fleet.Retry.MaxAttempts, c.fleet.DrainTimeout, c.metricsAddr, c.logLevel = 5, 20*time.Second, ":9100", slog.LevelDebug
 				c.databaseURL, c.migrate, c.fleet.Retry.BaseDelay, c.fleet.Retry.MaxDelay = "postgres://other/db", false, time.Second, time.Minute
+				c.logFlush = 0
 			},
 		},
 		{
@@ -80,6 +82,7 @@ func TestParseConfig(t *testing.T) {
 		{name: "no migrations by flag", args: []string{"-migrate=false"}, want: func(c *config) { c.migrate = false }},
 		{name: "zero retry base", env: map[string]string{"WORKER_RETRY_BASE": "0s"}, wantErr: "retry base 0s"},
 		{name: "retry cap under the base", env: map[string]string{"WORKER_RETRY_BASE": "2s", "WORKER_RETRY_CAP": "1s"}, wantErr: "retry cap 1s"},
+		{name: "negative log flush interval", args: []string{"-log-flush-interval", "-1s"}, wantErr: "log flush interval -1s"},
 		{name: "stray argument", args: []string{"now"}, wantErr: "unexpected arguments"},
 	}
 	for _, tt := range tests {
