@@ -97,9 +97,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	// Lines are written together, not one write(2) each (see
 	// jsonlog.Buffered); the deferred call writes out the last of them.
-	logOut, logDone := jsonlog.Output(stdout, c.logFlush)
+	log, logDone := jsonlog.ProcessLogger(stdout, c.logLevel, c.logFlush)
 	defer logDone()
-	log := slog.New(jsonlog.New(logOut, &slog.HandlerOptions{Level: c.logLevel}))
 
 	if c.migrate {
 		if err := migrations.Up(c.databaseURL); err != nil {

@@ -2,6 +2,7 @@ package jsonlog
 
 import (
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -121,4 +122,11 @@ func Output(w io.Writer, interval time.Duration) (out io.Writer, done func() err
 	}
 	b := NewBuffered(w, interval)
 	return b, b.Close
+}
+
+// ProcessLogger is a process's logger: JSON lines at level to w, written
+// together every flush interval (see Output). Call done after the last line.
+func ProcessLogger(w io.Writer, level slog.Leveler, flush time.Duration) (log *slog.Logger, done func() error) {
+	out, done := Output(w, flush)
+	return slog.New(New(out, &slog.HandlerOptions{Level: level})), done
 }
