@@ -13,44 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/ordergen"
 	"github.com/ordergate/ordergate/orders"
 )
-
-// randomOrder is a valid order on the seeded instruments' grids; funds decide
-// whether it settles.
-func randomOrder(r *rand.Rand, clientOrderID string) string {
-	side := []string{"buy", "sell"}[r.IntN(2)]
-	switch r.IntN(3) {
-	case 0: // BTC-USD: 0.00100–0.05000 BTC around 50000
-		quantity := decimalText(100+r.IntN(4900), 5)
-		price := fmt.Sprintf("%d.%02d", 49000+r.IntN(2000), r.IntN(100))
-		return order(clientOrderID, "BTC-USD", side, r.IntN(4) == 0, quantity, price)
-	case 1: // ETH-USD: 0.010–2.000 ETH around 3000, tick 0.05
-		quantity := decimalText(10+r.IntN(1990), 3)
-		price := fmt.Sprintf("%d.%02d", 2900+r.IntN(200), 5*r.IntN(20))
-		return order(clientOrderID, "ETH-USD", side, r.IntN(4) == 0, quantity, price)
-	default: // ETH-BTC: 0.010–5.000 ETH in lots of 0.005 around 0.06
-		quantity := decimalText(5*(2+r.IntN(998)), 3)
-		price := fmt.Sprintf("0.0%d", 5000+r.IntN(2000))
-		return order(clientOrderID, "ETH-BTC", side, r.IntN(4) == 0, quantity, price)
-	}
-}
-
-// decimalText writes units × 10^-decimals exactly, with all its decimals.
-func decimalText(units, decimals int) string {
-	scale := 1
-	for range decimals {
-		scale *= 10
-	}
-	return fmt.Sprintf("%d.%0*d", units/scale, decimals, units%scale)
-}
-
-func order(clientOrderID, symbol, side string, market bool, quantity, price string) string {
-	if market {
-		return fmt.Sprintf(`{"client_order_id":%q,"symbol":%q,"side":%q,"type":"market","quantity":%q}`, clientOrderID, symbol, side, quantity)
-	}
-	return fmt.Sprintf(`{"client_order_id":%q,"symbol":%q,"side":%q,"type":"limit","quantity":%q,"price":%q}`, clientOrderID, symbol, side, quantity, price)
-}
 
 // TestRandomOrdersSettleExactlyOnce places 5,000 random orders from 50
 // accounts through the gateway while 4 workers settle them: every admitted
@@ -116,7 +81,7 @@ func TestRandomOrdersSettleExactlyOnce(t *testing.T) {
 	bodies := make(chan [2]string, total)
 	for i := range total {
 		account := r.IntN(accounts)
-		bodies <- [2]string{f.keys[account], randomOrder(r, fmt.Sprintf("e2e-%05d", i))}
+		bodies <- [2]string{f.keys[account], ordergen.Random(r, fmt.Sprintf("e2e-%05d", i))}
 	}
 	close(bodies)
 	admitted := make(chan string, total)

@@ -40,6 +40,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/ordergen"
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
@@ -828,7 +829,7 @@ func newClient(r *run, keys []string) *client {
 		}}
 	for i := range r.cfg.Orders {
 		clientOrderID := fmt.Sprintf("chaos-%d-%05d", r.cfg.Seed, i)
-		c.bodies = append(c.bodies, request{keys[rng.IntN(len(keys))], clientOrderID, randomOrder(rng, clientOrderID)})
+		c.bodies = append(c.bodies, request{keys[rng.IntN(len(keys))], clientOrderID, ordergen.Random(rng, clientOrderID)})
 	}
 	return c
 }
@@ -928,39 +929,4 @@ func (c *client) post(req request) (status int, id string, replayed bool, err er
 		c.r.logf("place %s: %d %s", req.clientOrderID, res.StatusCode, bytes.TrimSpace(body))
 	}
 	return res.StatusCode, "", false, nil
-}
-
-// randomOrder is a valid order on the seeded instruments' grids (as in
-// gateway/settlement_test.go); funds decide whether it settles.
-func randomOrder(r *rand.Rand, clientOrderID string) string {
-	side := []string{"buy", "sell"}[r.IntN(2)]
-	switch r.IntN(3) {
-	case 0:
-		quantity := decimalText(100+r.IntN(4900), 5)
-		price := fmt.Sprintf("%d.%02d", 49000+r.IntN(2000), r.IntN(100))
-		return orderJSON(clientOrderID, "BTC-USD", side, r.IntN(4) == 0, quantity, price)
-	case 1:
-		quantity := decimalText(10+r.IntN(1990), 3)
-		price := fmt.Sprintf("%d.%02d", 2900+r.IntN(200), 5*r.IntN(20))
-		return orderJSON(clientOrderID, "ETH-USD", side, r.IntN(4) == 0, quantity, price)
-	default:
-		quantity := decimalText(5*(2+r.IntN(998)), 3)
-		price := fmt.Sprintf("0.0%d", 5000+r.IntN(2000))
-		return orderJSON(clientOrderID, "ETH-BTC", side, r.IntN(4) == 0, quantity, price)
-	}
-}
-
-func decimalText(units, decimals int) string {
-	scale := 1
-	for range decimals {
-		scale *= 10
-	}
-	return fmt.Sprintf("%d.%0*d", units/scale, decimals, units%scale)
-}
-
-func orderJSON(clientOrderID, symbol, side string, market bool, quantity, price string) string {
-	if market {
-		return fmt.Sprintf(`{"client_order_id":%q,"symbol":%q,"side":%q,"type":"market","quantity":%q}`, clientOrderID, symbol, side, quantity)
-	}
-	return fmt.Sprintf(`{"client_order_id":%q,"symbol":%q,"side":%q,"type":"limit","quantity":%q,"price":%q}`, clientOrderID, symbol, side, quantity, price)
 }
