@@ -258,11 +258,8 @@ func (e *env) admission(ctx context.Context, c config, r *report, progress func(
 }
 
 // startCPUProfile profiles the process's CPU into path until the returned
-// stop; nothing when path is empty.
+// stop.
 func startCPUProfile(path string) (stop func() error, err error) {
-	if path == "" {
-		return func() error { return nil }, nil
-	}
 	file, err := os.Create(path)
 	if err != nil {
 		return nil, err
