@@ -113,20 +113,14 @@ func (b *Buffered) flushLocked() error {
 	return err
 }
 
-// Output is where a process's log lines go: w itself when interval is 0,
-// else a Buffered writing to w every interval. Call done before the process
-// exits, after its last line: it writes out what is left.
-func Output(w io.Writer, interval time.Duration) (out io.Writer, done func() error) {
-	if interval <= 0 {
-		return w, func() error { return nil }
-	}
-	b := NewBuffered(w, interval)
-	return b, b.Close
-}
-
 // ProcessLogger is a process's logger: JSON lines at level to w, written
-// together every flush interval (see Output). Call done after the last line.
+// together by a Buffered every flush interval, or each at once when flush is
+// 0. Call done after the last line: it writes out what is left.
 func ProcessLogger(w io.Writer, level slog.Leveler, flush time.Duration) (log *slog.Logger, done func() error) {
-	out, done := Output(w, flush)
+	out, done := w, func() error { return nil }
+	if flush > 0 {
+		b := NewBuffered(w, flush)
+		out, done = b, b.Close
+	}
 	return slog.New(New(out, &slog.HandlerOptions{Level: level})), done
 }
