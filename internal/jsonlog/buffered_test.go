@@ -1,7 +1,6 @@
 package jsonlog
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,28 +10,27 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ordergate/ordergate/internal/logbuffer"
 )
 
-// syncBuffer is a bytes.Buffer the test reads while Buffered's timer writes.
+// syncBuffer is a logbuffer.Buffer that counts the writes it takes, read
+// while Buffered's timer writes.
 type syncBuffer struct {
-	mu     sync.Mutex
-	buf    bytes.Buffer
-	writes int
+	logbuffer.Buffer
+	writes atomic.Int64
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.writes++
-	return s.buf.Write(p)
+	s.writes.Add(1)
+	return s.Buffer.Write(p)
 }
 
 func (s *syncBuffer) read() (string, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String(), s.writes
+	return s.String(), int(s.writes.Load())
 }
 
 func TestBufferedWritesTogetherAndInTime(t *testing.T) {
