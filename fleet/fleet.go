@@ -18,6 +18,8 @@ import (
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/postgres"
 )
 
 // Config is how a worker works its orders queue.
@@ -133,9 +135,9 @@ type Worker struct {
 	log       *slog.Logger
 	metrics   *emq.Metrics
 	orders    *emq.Queue
-	settler   *orders.Settler
-	relay     *orders.JournalRelay
-	coherence *orders.BalanceCoherence
+	settler   *postgres.Settler
+	relay     *placement.JournalRelay
+	coherence *placement.BalanceCoherence
 	lane      *emq.Queue
 }
 
@@ -153,12 +155,12 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
 		return nil, err
 	}
-	relay := orders.NewJournalRelay(deps.DB, deps.Queues, orders.CoherenceLanes, deps.Logger)
+	relay := placement.NewJournalRelay(postgres.NewJournal(deps.DB), deps.Queues, placement.CoherenceLanes, deps.Logger)
 	if err := relay.Declare(ctx); err != nil {
 		return nil, err
 	}
-	settler := orders.NewSettler(deps.DB, relay, deps.Logger.With("queue", c.Queue)).
-		WithMetrics(orders.NewSettlementMetrics(deps.Metrics))
+	settler := postgres.NewSettler(deps.DB, relay, deps.Logger.With("queue", c.Queue)).
+		WithMetrics(postgres.NewSettlementMetrics(deps.Metrics))
 	return &Worker{
 		config:    c,
 		log:       deps.Logger,
@@ -166,8 +168,8 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 		orders:    queue,
 		settler:   settler,
 		relay:     relay,
-		coherence: orders.NewBalanceCoherence(deps.DB, deps.Queues, deps.Logger),
-		lane:      deps.Queues.Queue(emq.CoherenceQueue(orders.BalancesTable)),
+		coherence: placement.NewBalanceCoherence(postgres.NewAppliedVersions(deps.DB), deps.Queues, deps.Logger),
+		lane:      deps.Queues.Queue(emq.CoherenceQueue(placement.BalancesTable)),
 	}, nil
 }
 
@@ -204,7 +206,7 @@ func (w *Worker) applyCoherence(ctx context.Context) error {
 	retry := w.config.Retry
 	retry.MaxAttempts = coherenceAttempts
 	return w.lane.Work(ctx, w.coherence.Handle, emq.WorkerOptions{
-		Concurrency:  orders.CoherenceBatch,
+		Concurrency:  placement.CoherenceBatch,
 		Lease:        w.config.Lease,
 		Retry:        retry,
 		DrainTimeout: w.config.DrainTimeout,

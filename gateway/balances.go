@@ -10,7 +10,7 @@ import (
 	"github.com/ordergate/ordergate/orders"
 )
 
-// BalanceReader reads an account's balances (orders.Balances); it serves
+// BalanceReader reads an account's balances (placement.Balances); it serves
 // GET /v1/balances, which answers 500 when Deps.Balances is nil.
 type BalanceReader interface {
 	Of(ctx context.Context, account string) ([]orders.Balance, error)

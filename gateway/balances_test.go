@@ -17,6 +17,8 @@ import (
 	"github.com/ordergate/ordergate/gateway"
 	"github.com/ordergate/ordergate/internal/apitest"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/postgres"
 )
 
 // balanceFixture is the gateway fixture with the balance read side wired as
@@ -25,10 +27,10 @@ type balanceFixture struct {
 	*fixture
 	url      string
 	client   *emq.Client
-	ledger   *orders.Ledger
-	relay    *orders.JournalRelay
+	ledger   *postgres.Ledger
+	relay    *placement.JournalRelay
 	lane     *emq.Queue
-	consumer *orders.BalanceCoherence
+	consumer *placement.BalanceCoherence
 }
 
 func newBalanceFixture(t testing.TB, accounts int) *balanceFixture {
@@ -40,14 +42,14 @@ func newBalanceFixture(t testing.TB, accounts int) *balanceFixture {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewJSONHandler(f.logs, nil))
-	f.url = f.serve(t, orders.NewBalances(f.db, f.client, log))
-	f.ledger = orders.NewLedger(f.db)
-	f.relay = orders.NewJournalRelay(f.db, f.client, orders.CoherenceLanes, log)
+	f.url = f.serve(t, placement.NewBalances(postgres.NewBalances(f.db), f.client, log))
+	f.ledger = postgres.NewLedger(f.db)
+	f.relay = placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceLanes, log)
 	if err := f.relay.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f.lane = f.client.Queue(emq.CoherenceQueue(orders.BalancesTable))
-	f.consumer = orders.NewBalanceCoherence(f.db, f.client, log)
+	f.lane = f.client.Queue(emq.CoherenceQueue(placement.BalancesTable))
+	f.consumer = placement.NewBalanceCoherence(postgres.NewAppliedVersions(f.db), f.client, log)
 	return f
 }
 
@@ -56,7 +58,7 @@ func (f *balanceFixture) serve(t testing.TB, balances gateway.BalanceReader) str
 	t.Helper()
 	server := gateway.New(gateway.Deps{
 		Instruments: f.instruments,
-		Accounts:    orders.NewAccounts(f.db),
+		Accounts:    postgres.NewAccounts(f.db),
 		Balances:    balances,
 		Logger:      slog.New(slog.NewJSONHandler(f.logs, nil)),
 	}, gateway.DefaultConfig())
@@ -196,7 +198,7 @@ func TestBalancesWhenADependencyIsDown(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(dead.Close)
-		url := f.serve(t, orders.NewBalances(dead, nil, nil))
+		url := f.serve(t, placement.NewBalances(postgres.NewBalances(dead), nil, nil))
 		res := f.listAt(t, url, f.keys[0])
 		if res.status != http.StatusServiceUnavailable || res.header.Get("Retry-After") == "" {
 			t.Errorf("%d %s, want 503 with Retry-After", res.status, res.body)

@@ -493,6 +493,11 @@ func (s *Server) placeCommand(account string, req placeRequest) (orders.PlaceCom
 		sortOrderFieldErrors(refused)
 		return orders.PlaceCommand{}, &orders.InvalidError{Fields: refused}
 	}
+	// The domain's rules of every order: the request's rules above refuse
+	// all of it first, in the API's words, so this is the last guard.
+	if err := cmd.Validate(); err != nil {
+		return orders.PlaceCommand{}, err
+	}
 	return cmd, nil
 }
 

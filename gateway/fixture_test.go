@@ -22,6 +22,8 @@ import (
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/postgres"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
@@ -40,7 +42,7 @@ type fixture struct {
 	accounts    []string
 	keys        []string
 	keyIDs      []string
-	instruments *orders.Instruments
+	instruments *placement.Instruments
 	http        *http.Client
 	logs        *logbuffer.Buffer
 }
@@ -67,17 +69,17 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 		t.Fatal(err)
 	}
 	f.queue, f.client, f.databaseURL = queueClient.Queue(orders.Queue), queueClient, database.URL
-	placer := orders.NewPlacer(f.queue, 0, orders.WithHistory(orders.NewHistory(f.db)))
+	placer := placement.NewPlacer(f.queue, 0, placement.WithHistory(postgres.NewHistory(f.db)))
 	if err := placer.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f.instruments, err = orders.LoadInstruments(ctx, f.db)
+	f.instruments, err = placement.LoadInstruments(ctx, postgres.NewInstruments(f.db))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// As cmd/gateway wires it, but with an hour-long ttl: a revocation must
 	// reach the cache by its broadcast.
-	keys := orders.NewKeyCache(orders.NewAccounts(f.db), time.Hour)
+	keys := placement.NewKeyCache(postgres.NewAccounts(f.db), time.Hour)
 	following, stopFollowing := context.WithCancel(ctx)
 	subscription, err := keys.FollowRevocations(following, queueClient)
 	if err != nil {
@@ -96,7 +98,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 		Placer:      placer,
 		Instruments: f.instruments,
 		Accounts:    keys,
-		Balances:    orders.NewBalances(f.db, queueClient, log),
+		Balances:    placement.NewBalances(postgres.NewBalances(f.db), queueClient, log),
 		Probes: []gateway.Probe{
 			{Name: "redis", Check: func(ctx context.Context) error { return f.rdb.Ping(ctx).Err() }},
 			{Name: "fence", Check: queueClient.Check},
@@ -122,7 +124,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 func newFixtureAccount(t testing.TB, f *fixture) string {
 	t.Helper()
 	ctx := context.Background()
-	store := orders.NewAccounts(f.db)
+	store := postgres.NewAccounts(f.db)
 	account, err := store.Create(ctx, "trader")
 	if err != nil {
 		t.Fatal(err)

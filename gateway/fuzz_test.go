@@ -62,7 +62,7 @@ var fuzzDecodeSeeds = []string{
 var fuzzRequestFields = []string{"client_order_id", "symbol", "side", "type", "quantity", "price"}
 
 // fuzzInstruments is the instruments table as the migrations seed it (see the
-// README), built by hand: orders.Instruments is only filled from PostgreSQL.
+// README), built by hand: placement.Instruments is only filled from PostgreSQL.
 func fuzzInstruments(t testing.TB) map[string]orders.Instrument {
 	amount := func(s string) decimal.Decimal {
 		d, err := orders.ParseAmount(s)
@@ -247,7 +247,7 @@ func fuzzCheckRoundTrip(t *testing.T, req placeRequest) {
 }
 
 // fuzzCheckPlaceCommand runs the gateway's own placeCommand. Its instrument
-// lookup needs an orders.Instruments, which only PostgreSQL can fill, so a
+// lookup needs an placement.Instruments, which only PostgreSQL can fill, so a
 // symbol that would be looked up is blanked first: the field rules and the
 // amount parsing still run on the real code, and every answer is a refusal
 // (the symbol is then missing or malformed) that must be a 422 naming only

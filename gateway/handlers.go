@@ -18,6 +18,7 @@ import (
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
 )
 
 // placeOrder admits an order. Its rate limit token is taken by the admit
@@ -32,9 +33,9 @@ func (s *Server) placeOrder(c echo.Context) error {
 		}
 		return err
 	}
-	var opts []orders.PlaceOption
+	var opts []placement.PlaceOption
 	if s.limiting() {
-		opts = append(opts, orders.WithRateLimit(state(c).bucket, s.limit()))
+		opts = append(opts, placement.WithRateLimit(state(c).bucket, s.limit()))
 	}
 	placement, err := s.placer.Place(c.Request().Context(), cmd, opts...)
 	var limited *emq.RateLimitedError

@@ -13,7 +13,7 @@ import (
 // 500), readiness names the database, and service resumes on its own when it
 // is back. Placement goes on while the key is in the gateway's key cache
 // (the fixture's ttl is an hour; past its ttl a copy answers while lookups
-// fail, see orders.StaleIfError): it needs only Redis, and the orders settle
+// fail, see placement.StaleIfError): it needs only Redis, and the orders settle
 // when PostgreSQL is back. (Redis outages: TestHealthAndReadiness.)
 func TestPostgresOutageAnswers503(t *testing.T) {
 	f := newFixture(t, 1)

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ordergate/ordergate/control"
 	"github.com/ordergate/ordergate/gateway"
-	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/postgres"
 )
 
 func limited(burst, perSecond int) gateway.Config {
@@ -165,7 +166,7 @@ func TestRateLimitBucketsArePerKey(t *testing.T) {
 		t.Errorf("key 1 after key 0 ran dry: %d %v, want 200 from its own bucket", res.status, res.header)
 	}
 	// A second key of the same account has its own bucket too.
-	_, second, err := orders.NewAccounts(f.db).IssueKey(context.Background(), f.accounts[0])
+	_, second, err := postgres.NewAccounts(f.db).IssueKey(context.Background(), f.accounts[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +236,7 @@ func TestRevokedKeyIsRefusedOnceTheRevocationIsBroadcast(t *testing.T) {
 	if res := f.list(t, key, nil); res.status != http.StatusOK {
 		t.Fatalf("before revocation: %d %s", res.status, res.body)
 	}
-	if err := orders.NewAccounts(f.db).RevokeKey(context.Background(), f.keyIDs[0], f.client); err != nil {
+	if err := control.New(postgres.NewAccounts(f.db), nil, f.client).RevokeKey(context.Background(), f.keyIDs[0]); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
 )
 
 // Config tunes the HTTP layer.
@@ -71,8 +71,8 @@ type Probe struct {
 
 // Deps are what the gateway serves with.
 type Deps struct {
-	Placer      *orders.Placer
-	Instruments *orders.Instruments
+	Placer      *placement.Placer
+	Instruments *placement.Instruments
 	Accounts    Authenticator
 	Balances    BalanceReader
 	Probes      []Probe
@@ -87,8 +87,8 @@ type Deps struct {
 type Server struct {
 	echo        *echo.Echo
 	config      Config
-	placer      *orders.Placer
-	instruments *orders.Instruments
+	placer      *placement.Placer
+	instruments *placement.Instruments
 	accounts    Authenticator
 	balances    BalanceReader
 	probes      []Probe

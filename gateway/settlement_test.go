@@ -15,6 +15,8 @@ import (
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/ordergen"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/postgres"
 )
 
 // TestRandomOrdersSettleExactlyOnce places 5,000 random orders from 50
@@ -31,7 +33,7 @@ func TestRandomOrdersSettleExactlyOnce(t *testing.T) {
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(uint64(seed), 0))
 
-	ledger := orders.NewLedger(f.db)
+	ledger := postgres.NewLedger(f.db)
 	for _, funds := range [][2]string{{"USD", "50000000.00"}, {"BTC", "1000"}, {"ETH", "20000"}} {
 		if err := ledger.Deposit(ctx, orders.VenueAccount, funds[0], funds[1]); err != nil {
 			t.Fatal(err)
@@ -61,8 +63,8 @@ func TestRandomOrdersSettleExactlyOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(pool.Close)
-		relay := orders.NewJournalRelay(pool, f.client, orders.CoherenceLanes, quiet)
-		settler := orders.NewSettler(pool, relay, quiet)
+		relay := placement.NewJournalRelay(postgres.NewJournal(pool), f.client, placement.CoherenceLanes, quiet)
+		settler := postgres.NewSettler(pool, relay, quiet)
 		working.Go(func() {
 			err := f.queue.Work(workCtx, settler.Settle, emq.WorkerOptions{
 				Concurrency: 4, Lease: 10 * time.Second, Logger: quiet,
@@ -131,7 +133,7 @@ func TestRandomOrdersSettleExactlyOnce(t *testing.T) {
 	if err := f.db.QueryRow(ctx, `SELECT count(*) FROM ledger_transactions WHERE kind = 'settlement'`).Scan(&transactions); err != nil || transactions != settled {
 		t.Errorf("settlement transactions %d (%v), settled orders %d", transactions, err, settled)
 	}
-	violations, err := orders.Audit(ctx, f.db)
+	violations, err := postgres.Audit(ctx, f.db)
 	if err != nil {
 		t.Fatal(err)
 	}

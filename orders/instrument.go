@@ -1,24 +1,11 @@
 package orders
 
 import (
-	"context"
 	_ "embed"
 	"errors"
 	"fmt"
-	"sync/atomic"
-	"time"
 
 	"github.com/govalues/decimal"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/ordergate/ordergate/emq"
-)
-
-var (
-	//go:embed sql/instruments_read.sql
-	instrumentsReadSQL string
-	//go:embed sql/instrument_set_status.sql
-	instrumentSetStatusSQL string
 )
 
 // Instrument is a tradable pair and the rules its orders must follow.
@@ -86,119 +73,3 @@ func (in Instrument) Check(cmd PlaceCommand) []FieldError {
 
 // ErrUnknownInstrument: no instrument has the symbol.
 var ErrUnknownInstrument = errors.New("orders: unknown instrument")
-
-// Instruments is an in-process copy of the instruments table, replaced whole
-// on each refresh so readers never lock.
-type Instruments struct {
-	db      *pgxpool.Pool
-	current atomic.Pointer[map[string]Instrument]
-}
-
-// LoadInstruments reads the instruments table.
-func LoadInstruments(ctx context.Context, db *pgxpool.Pool) (*Instruments, error) {
-	instruments := &Instruments{db: db}
-	if err := instruments.Refresh(ctx); err != nil {
-		return nil, err
-	}
-	return instruments, nil
-}
-
-// Refresh reads the table again.
-func (s *Instruments) Refresh(ctx context.Context) error {
-	rows, err := s.db.Query(ctx, instrumentsReadSQL)
-	if err != nil {
-		return fmt.Errorf("orders: load instruments: %w", err)
-	}
-	defer rows.Close()
-	loaded := make(map[string]Instrument)
-	for rows.Next() {
-		var in Instrument
-		var tick, lot, minNotional, reference, status string
-		if err := rows.Scan(&in.Symbol, &in.Base, &in.Quote, &tick, &lot, &minNotional, &reference, &status); err != nil {
-			return fmt.Errorf("orders: load instruments: %w", err)
-		}
-		// NUMERIC(38,18) renders with 18 decimals; trimming restores the grid's own scale.
-		for _, field := range []struct {
-			text   string
-			target *decimal.Decimal
-		}{{tick, &in.TickSize}, {lot, &in.LotSize}, {minNotional, &in.MinNotional}, {reference, &in.ReferencePrice}} {
-			value, err := decimal.Parse(field.text)
-			if err != nil {
-				return fmt.Errorf("orders: instrument %s: %w", in.Symbol, err)
-			}
-			*field.target = value.Trim(0)
-		}
-		in.Halted = status == "halted"
-		loaded[in.Symbol] = in
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("orders: load instruments: %w", err)
-	}
-	s.current.Store(&loaded)
-	return nil
-}
-
-// Lookup returns the instrument with the symbol.
-func (s *Instruments) Lookup(symbol string) (Instrument, error) {
-	in, found := (*s.current.Load())[symbol]
-	if !found {
-		return Instrument{}, fmt.Errorf("%w: %s", ErrUnknownInstrument, symbol)
-	}
-	return in, nil
-}
-
-// KeepFresh refreshes every interval until ctx ends, so a halt reaches the
-// gateway within one interval; a failed refresh keeps the last good copy.
-func (s *Instruments) KeepFresh(ctx context.Context, interval time.Duration, failed func(error)) {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			if err := s.Refresh(ctx); err != nil && ctx.Err() == nil {
-				failed(err)
-			}
-		}
-	}
-}
-
-// InstrumentsTable names instruments on the coherence lanes.
-const InstrumentsTable = "instruments"
-
-// SetInstrumentHalted halts or resumes trading in an instrument, then
-// broadcasts the change so gateways reread their copy at once instead of at
-// their next refresh. The broadcast is at-most-once: its failure is returned
-// but the halt stands, and the periodic refresh delivers it.
-func SetInstrumentHalted(ctx context.Context, db *pgxpool.Pool, lanes *emq.Client, symbol string, halted bool) error {
-	status := "trading"
-	if halted {
-		status = "halted"
-	}
-	tag, err := db.Exec(ctx, instrumentSetStatusSQL, symbol, status)
-	if err != nil {
-		return fmt.Errorf("orders: set %s %s: %w", symbol, status, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: %s", ErrUnknownInstrument, symbol)
-	}
-	if lanes == nil {
-		return nil
-	}
-	if err := lanes.Broadcast(ctx, InstrumentsTable, InstrumentsTable+":"+symbol); err != nil {
-		return fmt.Errorf("orders: %s is %s, but the broadcast failed (gateways see it at their next refresh): %w", symbol, status, err)
-	}
-	return nil
-}
-
-// FollowBroadcasts rereads the instruments whenever the broadcast lane says
-// one changed. A burst of halts fills the bounded ring and the excess is
-// dropped and counted; one reread covers them all.
-func (s *Instruments) FollowBroadcasts(ctx context.Context, lanes *emq.Client, failed func(error), opts ...emq.SubscribeOption) (*emq.Subscription, error) {
-	return lanes.Subscribe(ctx, InstrumentsTable, 16, func(string) {
-		if err := s.Refresh(ctx); err != nil && ctx.Err() == nil {
-			failed(err)
-		}
-	}, opts...)
-}

@@ -21,3 +21,13 @@ func BalanceName(account, asset string) string { return "balances:" + account + 
 type Relayer interface {
 	Relay(ctx context.Context, entries []JournalEntry)
 }
+
+// BalanceVersion says one account's balance of one asset reached Version:
+// what an outbox row of a balance announces.
+type BalanceVersion struct {
+	Account, Asset string
+	Version        int64
+}
+
+// Name is the outbox name of the balance.
+func (v BalanceVersion) Name() string { return BalanceName(v.Account, v.Asset) }

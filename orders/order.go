@@ -1,6 +1,8 @@
-// Package orders is the exchange's domain: place commands and their rules,
-// ORD ids, admission of orders onto the queue, accounts and API keys, and the
-// ledger that moves money.
+// Package orders is the exchange's domain and nothing else: orders, place
+// commands and the rules they keep, ORD ids, exact amounts, instrument rules,
+// the funds rule, API key hashing, and the errors the adapters report in. It
+// does no I/O and imports no driver: postgres keeps its state, placement
+// carries it through Redis, and both speak in its types.
 package orders
 
 import (

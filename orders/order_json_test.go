@@ -325,7 +325,11 @@ func TestPlaceJobPayloadIsTheOrdersJSON(t *testing.T) {
 		{Account: "ACC_<2>", ClientOrderID: "ünï\u2028", Symbol: "ETH-USD", Side: Sell, Type: Market,
 			Quantity: decimal.MustParse("3")},
 	} {
-		order, job, err := PlaceJob(cmd, time.Minute)
+		order, err := NewOrder(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		payload, err := order.Payload()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -333,11 +337,11 @@ func TestPlaceJobPayloadIsTheOrdersJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(job.Payload, want) {
-			t.Errorf("payload\n got: %s\nwant: %s", job.Payload, want)
+		if !bytes.Equal(payload, want) {
+			t.Errorf("payload\n got: %s\nwant: %s", payload, want)
 		}
-		if len(job.Payload) > orderJSONSize {
-			t.Errorf("a %d-byte payload outgrew its %d-byte buffer", len(job.Payload), orderJSONSize)
+		if len(payload) > orderJSONSize {
+			t.Errorf("a %d-byte payload outgrew its %d-byte buffer", len(payload), orderJSONSize)
 		}
 	}
 }
@@ -345,8 +349,8 @@ func TestPlaceJobPayloadIsTheOrdersJSON(t *testing.T) {
 // BenchmarkOrderJSON compares reflection with the hand-written encoder on
 // the order every placement encodes; read the ratio between the sub-benchmarks.
 func BenchmarkOrderJSON(b *testing.B) {
-	order, _, err := PlaceJob(PlaceCommand{Account: "ACC_01J9ZQ4T5V6W7X8Y9Z0A1B2C3D", ClientOrderID: "client-order-0001",
-		Symbol: "BTC-USD", Side: Buy, Type: Limit, Quantity: decimal.MustParse("0.015"), Price: decimal.MustParse("65000.50")}, time.Minute)
+	order, err := NewOrder(PlaceCommand{Account: "ACC_01J9ZQ4T5V6W7X8Y9Z0A1B2C3D", ClientOrderID: "client-order-0001",
+		Symbol: "BTC-USD", Side: Buy, Type: Limit, Quantity: decimal.MustParse("0.015"), Price: decimal.MustParse("65000.50")})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,9 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ordergate/ordergate/control"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/migrations"
-	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/postgres"
 )
 
 const usage = `usage: admin COMMAND [ARGS]   (DATABASE_URL names the database; REDIS_URL the queue server, for
@@ -76,7 +77,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return fmt.Errorf("postgres: %w", err)
 	}
 	defer db.Close()
-	accounts, ledger := orders.NewAccounts(db), orders.NewLedger(db)
+	accounts, ledger := postgres.NewAccounts(db), postgres.NewLedger(db)
 	switch command {
 	case "create-account":
 		id, err := accounts.Create(ctx, rest[0])
@@ -115,13 +116,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 // revokeKey revokes the key and broadcasts it. Without a queue server the key
 // is still revoked; gateways refuse it once their cached copy expires, and the
 // command says so.
-func revokeKey(ctx context.Context, accounts *orders.Accounts, redisURL, keyID string, stdout io.Writer) error {
+func revokeKey(ctx context.Context, accounts *postgres.Accounts, redisURL, keyID string, stdout io.Writer) error {
 	lanes, closeLanes, err := dialLanes(ctx, redisURL)
 	if err != nil {
 		return err
 	}
 	defer closeLanes()
-	if err := accounts.RevokeKey(ctx, keyID, lanes); err != nil {
+	if err := control.New(accounts, nil, lanes).RevokeKey(ctx, keyID); err != nil {
 		return err
 	}
 	if lanes == nil {
@@ -153,7 +154,7 @@ func setHalted(ctx context.Context, db *pgxpool.Pool, redisURL, symbol string, h
 		return err
 	}
 	defer closeLanes()
-	if err := orders.SetInstrumentHalted(ctx, db, lanes, symbol, halted); err != nil {
+	if err := control.New(nil, postgres.NewInstruments(db), lanes).SetInstrumentHalted(ctx, symbol, halted); err != nil {
 		return err
 	}
 	status := "trading"
@@ -171,7 +172,7 @@ func setHalted(ctx context.Context, db *pgxpool.Pool, redisURL, symbol string, h
 // audit prints every violation, then one summary line, and fails when it
 // printed any violation.
 func audit(ctx context.Context, db *pgxpool.Pool, stdout io.Writer) error {
-	report, err := orders.RunAudit(ctx, db)
+	report, err := postgres.RunAudit(ctx, db)
 	if err != nil {
 		return err
 	}
@@ -188,7 +189,7 @@ func audit(ctx context.Context, db *pgxpool.Pool, stdout io.Writer) error {
 
 // demo funds the venue on first use (orders settle against its liquidity) and
 // creates a funded demo account with a fresh API key.
-func demo(ctx context.Context, db *pgxpool.Pool, accounts *orders.Accounts, ledger *orders.Ledger, stdout io.Writer) error {
+func demo(ctx context.Context, db *pgxpool.Pool, accounts *postgres.Accounts, ledger *postgres.Ledger, stdout io.Writer) error {
 	if _, err := ledger.FundVenue(ctx); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/postgres"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
@@ -49,7 +50,7 @@ func TestAuditExitStatus(t *testing.T) {
 	mustAdmin(t, database.URL, "migrate")
 	account := strings.TrimPrefix(strings.TrimSpace(strings.Split(mustAdmin(t, database.URL, "demo"), "\n")[0]), "account=")
 	db := database.Pool(t)
-	settler := orders.NewSettler(db, nil, slog.New(slog.DiscardHandler))
+	settler := postgres.NewSettler(db, nil, slog.New(slog.DiscardHandler))
 	for i, quantity := range []string{"0.01", "0.02", "500"} {
 		id := orders.NewOrderID()
 		created, _ := orders.ParseOrderID(id)

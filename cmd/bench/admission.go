@@ -17,6 +17,8 @@ import (
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/gateway"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/postgres"
 )
 
 // benchAccounts is how many funded accounts (and API keys) the load uses.
@@ -37,8 +39,8 @@ type env struct {
 // fundAccounts funds the venue when it is empty (as `admin demo` does) and
 // creates benchAccounts funded accounts with an API key each.
 func (e *env) fundAccounts(ctx context.Context) error {
-	ledger := orders.NewLedger(e.db)
-	accounts := orders.NewAccounts(e.db)
+	ledger := postgres.NewLedger(e.db)
+	accounts := postgres.NewAccounts(e.db)
 	if _, err := ledger.FundVenue(ctx); err != nil {
 		return err
 	}
@@ -66,11 +68,11 @@ func (e *env) fundAccounts(ctx context.Context) error {
 // limiter on (its Redis call is part of every request) but set so high that
 // it never refuses. The returned stop shuts it down.
 func (e *env) startGateway(ctx context.Context) (url string, stop func(), err error) {
-	placer := orders.NewPlacer(e.queue.Queue(orders.Queue), 0, orders.WithHistory(orders.NewHistory(e.db)))
+	placer := placement.NewPlacer(e.queue.Queue(orders.Queue), 0, placement.WithHistory(postgres.NewHistory(e.db)))
 	if err := placer.Declare(ctx); err != nil {
 		return "", nil, err
 	}
-	instruments, err := orders.LoadInstruments(ctx, e.db)
+	instruments, err := placement.LoadInstruments(ctx, postgres.NewInstruments(e.db))
 	if err != nil {
 		return "", nil, err
 	}
@@ -79,8 +81,8 @@ func (e *env) startGateway(ctx context.Context) (url string, stop func(), err er
 	server := gateway.New(gateway.Deps{
 		Placer:      placer,
 		Instruments: instruments,
-		Accounts:    orders.NewKeyCache(orders.NewAccounts(e.db), 0),
-		Balances:    orders.NewBalances(e.db, e.queue, e.log),
+		Accounts:    placement.NewKeyCache(postgres.NewAccounts(e.db), 0),
+		Balances:    placement.NewBalances(postgres.NewBalances(e.db), e.queue, e.log),
 		Logger:      e.log,
 		Metrics:     prometheus.NewRegistry(),
 	}, config)

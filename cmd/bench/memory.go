@@ -13,6 +13,7 @@ import (
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
 )
 
 var (
@@ -23,7 +24,7 @@ var (
 // orderJob is the job Placer.Place admits for a 0.01 BTC limit order at
 // 50,000 USD.
 func orderJob(account, clientOrderID string, side orders.Side, retention time.Duration) (emq.Job, error) {
-	_, job, err := orders.PlaceJob(orders.PlaceCommand{
+	_, job, err := placement.PlaceJob(orders.PlaceCommand{
 		Account: account, ClientOrderID: clientOrderID, Symbol: "BTC-USD",
 		Side: side, Type: orders.Limit, Quantity: benchQuantity, Price: benchPrice,
 	}, retention)

@@ -20,6 +20,7 @@ import (
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/fleet"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
 )
 
 var (
@@ -175,7 +176,7 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 		return errors.Join(err, stop())
 	}
 	r.Seconds = settled.Seconds()
-	coherence := e.queue.Queue(emq.CoherenceQueue(orders.BalancesTable))
+	coherence := e.queue.Queue(emq.CoherenceQueue(placement.BalancesTable))
 	coherent, err := e.waitDrained(ctx, coherence, 0, "coherence jobs left", progress, start, exited)
 	if err != nil {
 		return errors.Join(err, stop())

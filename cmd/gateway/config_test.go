@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
 )
 
 func TestRateLimitConfiguration(t *testing.T) {
@@ -56,7 +56,7 @@ func TestKeyCacheStaleIfErrorConfiguration(t *testing.T) {
 		want    time.Duration
 		refused bool
 	}{
-		{"default", nil, nil, orders.DefaultKeyStaleIfError, false},
+		{"default", nil, nil, placement.DefaultKeyStaleIfError, false},
 		{"from the environment", nil, map[string]string{"KEY_CACHE_STALE_IF_ERROR": "30s"}, 30 * time.Second, false},
 		{"off", nil, map[string]string{"KEY_CACHE_STALE_IF_ERROR": "0"}, 0, false},
 		{"flag over the environment", []string{"-key-cache-stale-if-error", "2m"}, map[string]string{"KEY_CACHE_STALE_IF_ERROR": "30s"}, 2 * time.Minute, false},

@@ -21,6 +21,8 @@ import (
 	"github.com/ordergate/ordergate/internal/jsonlog"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/postgres"
 )
 
 type config struct {
@@ -55,8 +57,8 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.BoolVar(&c.migrate, "migrate", env.Bool("MIGRATE", true), "apply database migrations at start (MIGRATE)")
 	flags.DurationVar(&c.dedupRetention, "dedup-retention", env.Duration("DEDUP_RETENTION", emq.DefaultDedupRetention), "how long a client_order_id is held (DEDUP_RETENTION)")
 	flags.DurationVar(&c.instrumentRefresh, "instrument-refresh", env.Duration("INSTRUMENT_REFRESH", 5*time.Second), "how often instruments are reread (INSTRUMENT_REFRESH)")
-	flags.DurationVar(&c.keyCacheTTL, "key-cache-ttl", env.Duration("KEY_CACHE_TTL", orders.DefaultKeyCacheTTL), "how long an API key's account is trusted from memory when no revocation broadcast arrives (KEY_CACHE_TTL)")
-	flags.DurationVar(&c.keyStaleIfError, "key-cache-stale-if-error", env.Duration("KEY_CACHE_STALE_IF_ERROR", orders.DefaultKeyStaleIfError), "how long after PostgreSQL last confirmed an API key its cached copy still answers while PostgreSQL is down (also how long a key revoked just before an outage may work on a gateway that missed the broadcast); 0 turns it off (KEY_CACHE_STALE_IF_ERROR)")
+	flags.DurationVar(&c.keyCacheTTL, "key-cache-ttl", env.Duration("KEY_CACHE_TTL", placement.DefaultKeyCacheTTL), "how long an API key's account is trusted from memory when no revocation broadcast arrives (KEY_CACHE_TTL)")
+	flags.DurationVar(&c.keyStaleIfError, "key-cache-stale-if-error", env.Duration("KEY_CACHE_STALE_IF_ERROR", placement.DefaultKeyStaleIfError), "how long after PostgreSQL last confirmed an API key its cached copy still answers while PostgreSQL is down (also how long a key revoked just before an outage may work on a gateway that missed the broadcast); 0 turns it off (KEY_CACHE_STALE_IF_ERROR)")
 	flags.DurationVar(&c.shutdownTimeout, "shutdown-timeout", env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second), "how long in-flight requests may take at shutdown (SHUTDOWN_TIMEOUT)")
 	flags.Int64Var(&c.http.BodyLimit, "body-limit", defaults.BodyLimit, "largest request body in bytes")
 	flags.DurationVar(&c.http.RequestTimeout, "request-timeout", env.Duration("REQUEST_TIMEOUT", defaults.RequestTimeout), "time bound of one request (REQUEST_TIMEOUT)")
@@ -117,11 +119,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer queueClient.Close()
 
-	placer := orders.NewPlacer(queueClient.Queue(orders.Queue), c.dedupRetention, orders.WithHistory(orders.NewHistory(db)))
+	placer := placement.NewPlacer(queueClient.Queue(orders.Queue), c.dedupRetention, placement.WithHistory(postgres.NewHistory(db)))
 	if err := placer.Declare(ctx); err != nil {
 		return err
 	}
-	instruments, err := orders.LoadInstruments(ctx, db)
+	instruments, err := placement.LoadInstruments(ctx, postgres.NewInstruments(db))
 	if err != nil {
 		return err
 	}
@@ -137,7 +139,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if _, err := instruments.FollowBroadcasts(ctx, queueClient, refreshFailed, emq.WithBroadcastMetrics(metrics)); err != nil {
 		return err
 	}
-	keys := orders.NewKeyCache(orders.NewAccounts(db), c.keyCacheTTL, orders.StaleIfError(c.keyStaleIfError))
+	keys := placement.NewKeyCache(postgres.NewAccounts(db), c.keyCacheTTL, placement.StaleIfError(c.keyStaleIfError))
 	metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "api_key_stale_answers_total",
 		Help: "API key lookups answered from a cached copy because PostgreSQL did not answer.",
@@ -149,7 +151,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Placer:      placer,
 		Instruments: instruments,
 		Accounts:    keys,
-		Balances:    orders.NewBalances(db, queueClient, log),
+		Balances:    placement.NewBalances(postgres.NewBalances(db), queueClient, log),
 		Probes:      probes(queueClient, db),
 		Logger:      log,
 		Metrics:     metrics,

@@ -21,6 +21,8 @@ import (
 	"github.com/ordergate/ordergate/internal/logbuffer"
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/postgres"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
@@ -195,11 +197,11 @@ func TestWorkerSettlesOrders(t *testing.T) {
 
 	background := context.Background()
 	db := database.Pool(t)
-	account, err := orders.NewAccounts(db).Create(background, "worker test")
+	account, err := postgres.NewAccounts(db).Create(background, "worker test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledger := orders.NewLedger(db)
+	ledger := postgres.NewLedger(db)
 	for _, funds := range []struct{ account, asset, amount string }{
 		{orders.VenueAccount, "BTC", "10"}, {orders.VenueAccount, "USD", "1000000.00"}, {account, "USD", "1000.00"},
 	} {
@@ -212,7 +214,7 @@ func TestWorkerSettlesOrders(t *testing.T) {
 		t.Fatal(err)
 	}
 	queue := client.Queue(orders.Queue)
-	placer := orders.NewPlacer(queue, 0)
+	placer := placement.NewPlacer(queue, 0)
 	place := func(clientOrderID, quantity string) orders.Order {
 		t.Helper()
 		placement, err := placer.Place(background, orders.PlaceCommand{
@@ -261,16 +263,16 @@ func TestWorkerSettlesOrders(t *testing.T) {
 		account).Scan(&usd); err != nil || usd != "500" {
 		t.Errorf("USD after the fill: %s (%v), want 500", usd, err)
 	}
-	if violations, err := orders.Audit(background, db); err != nil || len(violations) > 0 {
+	if violations, err := postgres.Audit(background, db); err != nil || len(violations) > 0 {
 		t.Errorf("audit: %v, %v", violations, err)
 	}
 	// Nothing but the worker's relay and coherence lane writes the cache here.
-	stored, err := orders.NewBalances(db, nil, nil).Of(background, account)
+	stored, err := placement.NewBalances(postgres.NewBalances(db), nil, nil).Of(background, account)
 	if err != nil || len(stored) != 2 {
 		t.Fatalf("balances after the fill: %v (%v), want BTC and USD", stored, err)
 	}
 	waitUntil(t, 15*time.Second, "the cache holds the balances the settlement wrote", func() bool {
-		cached, err := client.ReadCache(background, orders.BalanceCacheKey(account))
+		cached, err := client.ReadCache(background, placement.BalanceCacheKey(account))
 		if err != nil {
 			return false
 		}

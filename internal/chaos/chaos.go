@@ -7,7 +7,7 @@
 // its lease and resumes it, SIGKILLs and restarts Redis once and stops and
 // starts PostgreSQL once. A checker then reads the books: every acknowledged
 // order has exactly one final row, nothing is left in the queue, no order has
-// two ledger transactions, and orders.Audit passes.
+// two ledger transactions, and postgres.Audit passes.
 //
 // The same seed draws the same schedule and the same orders (the timing of
 // the processes is not replayed, so a failure may need a few runs):
@@ -44,6 +44,7 @@ import (
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/postgres"
 )
 
 // The checker's reads of the books.
@@ -351,13 +352,13 @@ func Run(t testing.TB, cfg Config) Summary {
 func fund(t testing.TB, db *pgxpool.Pool, accounts int) []string {
 	t.Helper()
 	ctx := context.Background()
-	ledger := orders.NewLedger(db)
+	ledger := postgres.NewLedger(db)
 	for _, funds := range [][2]string{{"USD", "50000000.00"}, {"BTC", "1000"}, {"ETH", "20000"}} {
 		if err := ledger.Deposit(ctx, orders.VenueAccount, funds[0], funds[1]); err != nil {
 			t.Fatalf("chaos: fund venue: %v", err)
 		}
 	}
-	store := orders.NewAccounts(db)
+	store := postgres.NewAccounts(db)
 	keys := make([]string, accounts)
 	for i := range accounts {
 		account, err := store.Create(ctx, fmt.Sprintf("chaos-%02d", i))
@@ -783,7 +784,7 @@ func (r *run) check(ctx context.Context, c *client) Summary {
 		r.errorf("%d settlement transactions for %d settled orders", transactions, s.Settled)
 	}
 
-	violations, err := orders.Audit(ctx, r.db)
+	violations, err := postgres.Audit(ctx, r.db)
 	if err != nil {
 		r.errorf("audit: %v", err)
 	}

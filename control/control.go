@@ -1,0 +1,69 @@
+// Package control holds the operator's writes that change PostgreSQL and
+// then tell the caches in Redis: revoking an API key, halting or resuming an
+// instrument. Each write stands once PostgreSQL has it; the broadcast that
+// follows only hastens what the caches would see within their expiry.
+package control
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/postgres"
+)
+
+// Control makes the operator's writes.
+type Control struct {
+	accounts    *postgres.Accounts
+	instruments *postgres.Instruments
+	// lanes broadcasts the changes; nil broadcasts nothing.
+	lanes *emq.Client
+}
+
+// New writes through accounts and instruments and broadcasts on lanes (nil:
+// no broadcast).
+func New(accounts *postgres.Accounts, instruments *postgres.Instruments, lanes *emq.Client) *Control {
+	return &Control{accounts: accounts, instruments: instruments, lanes: lanes}
+}
+
+// RevokeKey revokes an API key by its KEY id, then broadcasts the revocation
+// so gateways drop their cached copy of the key at once instead of when it
+// expires (placement.KeyCache). The broadcast is at-most-once: its failure is
+// returned but the revocation stands, and every gateway stops taking the key
+// within its cache's time to live.
+func (c *Control) RevokeKey(ctx context.Context, keyID string) error {
+	hash, err := c.accounts.RevokeKey(ctx, keyID)
+	if err != nil {
+		return err
+	}
+	if c.lanes == nil {
+		return nil
+	}
+	if err := c.lanes.Broadcast(ctx, placement.APIKeysTable, hex.EncodeToString(hash)); err != nil {
+		return fmt.Errorf("control: %s is revoked, but the broadcast failed (gateways refuse it once their cached copy expires): %w", keyID, err)
+	}
+	return nil
+}
+
+// SetInstrumentHalted halts or resumes trading in an instrument, then
+// broadcasts the change so gateways reread their copy at once instead of at
+// their next refresh. The broadcast is at-most-once: its failure is returned
+// but the halt stands, and the periodic refresh delivers it.
+func (c *Control) SetInstrumentHalted(ctx context.Context, symbol string, halted bool) error {
+	if err := c.instruments.SetHalted(ctx, symbol, halted); err != nil {
+		return err
+	}
+	if c.lanes == nil {
+		return nil
+	}
+	if err := c.lanes.Broadcast(ctx, placement.InstrumentsTable, placement.InstrumentsTable+":"+symbol); err != nil {
+		state := "trading"
+		if halted {
+			state = "halted"
+		}
+		return fmt.Errorf("control: %s is %s, but the broadcast failed (gateways see it at their next refresh): %w", symbol, state, err)
+	}
+	return nil
+}

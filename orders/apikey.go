@@ -1,0 +1,18 @@
+package orders
+
+import (
+	"crypto/sha256"
+	"strings"
+)
+
+// APIKeyPrefix starts every API key, so a string without it needs no lookup.
+const APIKeyPrefix = "ogk_"
+
+// KeyHash is what a key is stored and found by; ok is false for a string
+// that cannot be a key, which needs no lookup to refuse.
+func KeyHash(key string) (hash [sha256.Size]byte, ok bool) {
+	if !strings.HasPrefix(key, APIKeyPrefix) {
+		return hash, false
+	}
+	return sha256.Sum256([]byte(key)), true
+}

@@ -1,0 +1,148 @@
+package placement
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
+)
+
+// BalancesTable names balances on the coherence lanes: their journal names,
+// their job queue (emq.CoherenceQueue) and their cache keys all carry it.
+const BalancesTable = "balances"
+
+// CoherenceLanes declares how each table's changes reach the caches.
+// Balances ride the job lane: a stale balance costs money, so the message
+// must survive a crash and a lost one is not acceptable. Instruments ride the
+// broadcast lane: a lost halt message costs one refresh interval, after
+// which every gateway rereads the table anyway.
+var CoherenceLanes = emq.Lanes{BalancesTable: emq.LaneJob, InstrumentsTable: emq.LaneBroadcast}
+
+// The cache holds one hash per account, ecc:{balances}:<account>, field =
+// asset, value "<version> <available>", every write a conditional fill
+// (emq.FillIfNewer) so no version is ever replaced by an older one. Nothing
+// deletes or expires a field: a filler that read PostgreSQL before a newer
+// version was cached can only be refused while that newer version is there
+// to compare with.
+//
+// The coherence lane refreshes single fields, and may create the hash doing
+// so, so a hash need not hold every balance of the account. completeField
+// marks one that does: a read fills every balance of the account at once,
+// marker included, and from then on the lane keeps each field current. Asset
+// codes are upper case letters and digits, so the marker is never an asset.
+const completeField = "~complete"
+
+// BalanceCacheKey is the cache hash of an account's balances.
+func BalanceCacheKey(account string) string { return emq.CacheKey(BalancesTable, account) }
+
+// Balances reads accounts' balances: from the cache when it holds the whole
+// account, from PostgreSQL otherwise, filling the cache as it goes.
+type Balances struct {
+	db    BalanceReader
+	cache *emq.Client
+	log   *slog.Logger
+	// lastCacheWarning (UnixNano) keeps a Redis outage from logging once
+	// per request.
+	lastCacheWarning atomic.Int64
+}
+
+// cacheWarningEvery is the most often a cache failure is logged.
+const cacheWarningEvery = 10 * time.Second
+
+func (b *Balances) warnCache(message, account string, err error) {
+	now := time.Now().UnixNano()
+	last := b.lastCacheWarning.Load()
+	if now-last < int64(cacheWarningEvery) || !b.lastCacheWarning.CompareAndSwap(last, now) {
+		return
+	}
+	b.log.Warn(message, "account", account, "err", err)
+}
+
+// BalanceReader reads balances from their truth, PostgreSQL
+// (postgres.Balances).
+type BalanceReader interface {
+	Of(ctx context.Context, account string) ([]orders.Balance, error)
+}
+
+// NewBalances reads from db and caches in cache's Redis; with a nil cache
+// every read goes to PostgreSQL.
+func NewBalances(db BalanceReader, cache *emq.Client, log *slog.Logger) *Balances {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Balances{db: db, cache: cache, log: log}
+}
+
+// Of returns the account's balances sorted by asset; none for an account
+// without any (or no such account).
+//
+// A hash marked complete is served as it is. Otherwise PostgreSQL is read
+// and the cache filled, and the answer is, per asset, the newer of what was
+// read and what the cache holds: the cache may have been refreshed past the
+// read meanwhile, and serving the read would then go back in time.
+//
+// Redis down (or the fill failing): orders.ErrUnavailable. Serving PostgreSQL
+// instead would show a version the cache does not hold yet, and the next
+// read from the cache would then go back in time. PostgreSQL down and the
+// account not cached: orders.ErrUnavailable.
+func (b *Balances) Of(ctx context.Context, account string) ([]orders.Balance, error) {
+	if b.cache == nil {
+		return b.fromDatabase(ctx, account)
+	}
+	key := BalanceCacheKey(account)
+	cached, err := b.cache.ReadCache(ctx, key)
+	if err != nil {
+		b.warnCache("balance cache unreadable; answering unavailable", account, err)
+		return nil, fmt.Errorf("%w: balance cache: %w", orders.ErrUnavailable, err)
+	}
+	if _, complete := cached[completeField]; complete {
+		return balancesOf(cached), nil
+	}
+	read, err := b.fromDatabase(ctx, account)
+	if err != nil {
+		return nil, err
+	}
+	entries := make([]emq.CacheEntry, 0, len(read)+1)
+	for _, balance := range read {
+		entries = append(entries, emq.CacheEntry{Field: balance.Asset, Version: balance.Version, Value: balance.Available})
+	}
+	entries = append(entries, emq.CacheEntry{Field: completeField})
+	fills, err := b.cache.FillManyIfNewer(ctx, key, entries)
+	if err != nil {
+		b.warnCache("balance cache fill failed; answering unavailable", account, err)
+		return nil, fmt.Errorf("%w: balance cache: %w", orders.ErrUnavailable, err)
+	}
+	for _, fill := range fills {
+		cached[fill.Held.Field] = fill.Held
+	}
+	return balancesOf(cached), nil
+}
+
+func (b *Balances) fromDatabase(ctx context.Context, account string) ([]orders.Balance, error) {
+	read, err := b.db.Of(ctx, account)
+	if err != nil {
+		return nil, fmt.Errorf("%w: balances of %s: %w", orders.ErrUnavailable, account, err)
+	}
+	return read, nil
+}
+
+// balancesOf turns cache entries into balances sorted by asset, leaving out
+// the marker.
+func balancesOf(entries map[string]emq.CacheEntry) []orders.Balance {
+	balances := make([]orders.Balance, 0, len(entries))
+	for field, entry := range entries {
+		if field == completeField {
+			continue
+		}
+		balances = append(balances, orders.Balance{Asset: field, Available: entry.Value, Version: entry.Version})
+	}
+	slices.SortFunc(balances, func(a, b orders.Balance) int { return strings.Compare(a.Asset, b.Asset) })
+	return balances
+}

@@ -1,0 +1,330 @@
+package placement_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/postgres"
+)
+
+// deadDatabase is a pool whose every query fails at once, as with
+// PostgreSQL down, without stopping the server other tests share.
+func deadDatabase(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func balanceList(balances []orders.Balance) string {
+	return fmt.Sprint(balances)
+}
+
+func TestBalancesOfReadsThroughTheCache(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	none, err := f.balances.Of(ctx, f.newAccount(t))
+	if err != nil || none == nil || len(none) != 0 {
+		t.Errorf("balances of an account without any = %#v, %v; want an empty list", none, err)
+	}
+
+	account := f.newAccount(t)
+	f.depositJournaled(t, account, "USD", "10")
+	f.depositJournaled(t, account, "BTC", "1.5")
+	f.depositJournaled(t, account, "BTC", "0.25")
+	want := []orders.Balance{
+		{Asset: "BTC", Available: "1.75000000", Version: 2},
+		{Asset: "USD", Available: "10.00", Version: 1},
+	}
+	got, err := f.balances.Of(ctx, account)
+	if err != nil || balanceList(got) != balanceList(want) {
+		t.Fatalf("Of = %v, %v; want %v (sorted by asset, at least the asset's decimals)", got, err, want)
+	}
+	if cached := f.cachedBalance(t, account, "BTC"); cached.Version != 2 || cached.Value != "1.75000000" {
+		t.Errorf("the read cached BTC as %+v", cached)
+	}
+
+	// Served from the cache now: a change nobody announced stays unseen...
+	if err := f.ledger.Deposit(ctx, account, "USD", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := f.balances.Of(ctx, account); err != nil || balanceList(got) != balanceList(want) {
+		t.Errorf("Of = %v, %v; want the cached %v", got, err, want)
+	}
+	// ...until its coherence job is handled.
+	if _, err := f.consumer.Apply(ctx, orders.BalanceName(account, "USD")+"@2"); err != nil {
+		t.Fatal(err)
+	}
+	want[1] = orders.Balance{Asset: "USD", Available: "11.00", Version: 2}
+	if got, err := f.balances.Of(ctx, account); err != nil || balanceList(got) != balanceList(want) {
+		t.Errorf("after the coherence job Of = %v, %v; want %v", got, err, want)
+	}
+
+	// A fill can leave more decimals than the asset's scale; none is lost.
+	if _, err := f.db.Exec(ctx, `UPDATE balances SET available = 11.0000001, version = version + 1
+		WHERE account_id = $1 AND asset = 'USD'`, account); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.consumer.Apply(ctx, orders.BalanceName(account, "USD")+"@3"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.cachedBalance(t, account, "USD"); got.Value != "11.0000001" || got.Version != 3 {
+		t.Errorf("cache holds %+v, want version 3 of 11.0000001", got)
+	}
+}
+
+// A balance row that never moved (what a rejected order leaves behind: the
+// rows it would have moved, inserted to be locked) is not listed.
+func TestBalancesOfLeavesOutRowsThatNeverMoved(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	account := f.newAccount(t)
+	if _, err := f.db.Exec(ctx, `INSERT INTO balances (account_id, asset) VALUES ($1, 'ETH'), ($1, 'BTC')`, account); err != nil {
+		t.Fatal(err)
+	}
+	f.depositJournaled(t, account, "USD", "10")
+	want := []orders.Balance{{Asset: "USD", Available: "10.00", Version: 1}}
+	for _, read := range []string{"from PostgreSQL", "from the cache"} {
+		if got, err := f.balances.Of(ctx, account); err != nil || balanceList(got) != balanceList(want) {
+			t.Errorf("%s: Of = %v, %v; want %v", read, got, err, want)
+		}
+	}
+}
+
+func TestBalancesOfCompletesAHashTheLaneStarted(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	account := f.newAccount(t)
+	f.depositJournaled(t, account, "ETH", "2")
+	usd := f.depositJournaled(t, account, "USD", "3")
+	// The lane refreshes the one balance it heard of, creating the hash.
+	if _, err := f.consumer.Apply(ctx, usd.Payload); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.balances.Of(ctx, account)
+	want := []orders.Balance{{Asset: "ETH", Available: "2.00000000", Version: 1}, {Asset: "USD", Available: "3.00", Version: 1}}
+	if err != nil || balanceList(got) != balanceList(want) {
+		t.Errorf("Of = %v, %v; want %v: the balance the lane did not touch is read too", got, err, want)
+	}
+}
+
+func TestBalancesOfNeverServesAVersionBelowTheCache(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	account := f.newAccount(t)
+	f.depositJournaled(t, account, "USD", "3")
+	// The cache is ahead of what a read of PostgreSQL returns, as when the
+	// lane refreshed it between the read and the fill.
+	if _, err := f.client.FillIfNewer(ctx, placement.BalanceCacheKey(account), "USD", 9, "9.00"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.balances.Of(ctx, account)
+	want := []orders.Balance{{Asset: "USD", Available: "9.00", Version: 9}}
+	if err != nil || balanceList(got) != balanceList(want) {
+		t.Errorf("Of = %v, %v; want the cached %v", got, err, want)
+	}
+}
+
+func TestBalancesOfOutages(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	cached, uncached := f.newAccount(t), f.newAccount(t)
+	f.depositJournaled(t, cached, "USD", "5")
+	f.depositJournaled(t, uncached, "USD", "7")
+	want := []orders.Balance{{Asset: "USD", Available: "5.00", Version: 1}}
+	if got, err := f.balances.Of(ctx, cached); err != nil || balanceList(got) != balanceList(want) {
+		t.Fatalf("Of = %v, %v; want %v", got, err, want)
+	}
+
+	t.Run("PostgreSQL down", func(t *testing.T) {
+		balances := placement.NewBalances(postgres.NewBalances(deadDatabase(t)), f.client, f.log)
+		if got, err := balances.Of(ctx, cached); err != nil || balanceList(got) != balanceList(want) {
+			t.Errorf("a cached account = %v, %v; want it served from the cache", got, err)
+		}
+		if got, err := balances.Of(ctx, uncached); !errors.Is(err, orders.ErrUnavailable) {
+			t.Errorf("an account not cached = %v, %v; want ErrUnavailable", got, err)
+		}
+	})
+
+	// Serving PostgreSQL while the cache is unreadable could show a version
+	// the cache does not hold, and the next cached read would go back.
+	t.Run("Redis down", func(t *testing.T) {
+		f.redis.Stop(t)
+		defer f.redis.Restart(t)
+		for _, account := range []string{cached, uncached} {
+			if got, err := f.balances.Of(ctx, account); !errors.Is(err, orders.ErrUnavailable) {
+				t.Errorf("Of = %v, %v; want ErrUnavailable", got, err)
+			}
+		}
+	})
+
+	t.Run("both down", func(t *testing.T) {
+		f.redis.Stop(t)
+		defer f.redis.Restart(t)
+		balances := placement.NewBalances(postgres.NewBalances(deadDatabase(t)), f.client, f.log)
+		if _, err := balances.Of(ctx, cached); !errors.Is(err, orders.ErrUnavailable) {
+			t.Errorf("Of = %v, want ErrUnavailable", err)
+		}
+	})
+
+	t.Run("no cache", func(t *testing.T) {
+		balances := placement.NewBalances(postgres.NewBalances(f.db), nil, f.log)
+		if got, err := balances.Of(ctx, cached); err != nil || balanceList(got) != balanceList(want) {
+			t.Errorf("Of = %v, %v; want %v", got, err, want)
+		}
+	})
+}
+
+// TestReadersNeverSeeABalanceGoBack runs the whole job lane under load:
+// deposits with their journal rows, relays of them (each twice, in shuffled
+// batches), four consumers on the coherence queue, stray late deliveries of
+// old versions, and readers polling every account throughout. No reader may
+// ever see a balance's version go down, and once the lane is drained the
+// cache and journal_applied hold the newest versions.
+func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := newCoherenceFixture(t)
+	assets := []string{"USD", "BTC", "ETH"}
+	accounts := make([]string, 6)
+	for i := range accounts {
+		accounts[i] = f.newAccount(t)
+	}
+	const depositsPerAccount = 30
+
+	workerCtx, stopWorker := context.WithCancel(ctx)
+	workerDone := make(chan error, 1)
+	go func() {
+		workerDone <- f.queue.Work(workerCtx, f.consumer.Handle, emq.WorkerOptions{
+			Concurrency: 4, Lease: 5 * time.Second, IdlePoll: 5 * time.Millisecond, Logger: f.log,
+		})
+	}()
+	defer func() {
+		stopWorker()
+		if err := <-workerDone; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	}()
+
+	var (
+		readersStop = make(chan struct{})
+		readers     sync.WaitGroup
+		reads       atomic.Int64
+	)
+	for _, account := range accounts {
+		for range 2 {
+			readers.Go(func() {
+				// Staggered, so first reads (a cache miss each) meet the
+				// lane at work on the same account.
+				time.Sleep(time.Duration(rand.IntN(100)) * time.Millisecond)
+				seen := map[string]int64{}
+				for {
+					select {
+					case <-readersStop:
+						return
+					default:
+					}
+					balances, err := f.balances.Of(ctx, account)
+					if err != nil {
+						t.Errorf("Of(%s): %v", account, err)
+						return
+					}
+					reads.Add(1)
+					for _, balance := range balances {
+						if balance.Version < seen[balance.Asset] {
+							t.Errorf("%s %s went back from version %d to %d", account, balance.Asset, seen[balance.Asset], balance.Version)
+						}
+						seen[balance.Asset] = max(seen[balance.Asset], balance.Version)
+					}
+				}
+			})
+		}
+	}
+
+	var writers sync.WaitGroup
+	var journaled sync.Map // payload -> entry, for the stray late deliveries
+	for _, account := range accounts {
+		writers.Go(func() {
+			var batch []orders.JournalEntry
+			for i := range depositsPerAccount {
+				entry := f.depositJournaled(t, account, assets[i%len(assets)], "1")
+				journaled.Store(entry.Payload, entry)
+				batch = append(batch, entry)
+				if len(batch) < 4 && i < depositsPerAccount-1 {
+					continue
+				}
+				rand.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
+				f.relay.Relay(ctx, batch)
+				f.relay.Relay(ctx, batch)
+				batch = nil
+			}
+		})
+	}
+	strayDone := make(chan struct{})
+	go func() {
+		defer close(strayDone)
+		for {
+			select {
+			case <-readersStop:
+				return
+			default:
+			}
+			journaled.Range(func(_, value any) bool {
+				if _, err := f.consumer.Apply(ctx, value.(orders.JournalEntry).Payload); err != nil {
+					t.Errorf("stray delivery: %v", err)
+				}
+				return rand.IntN(8) != 0
+			})
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	writers.Wait()
+
+	waitFor(t, 30*time.Second, "the coherence queue drains", func() bool {
+		depths, err := f.queue.Stats(ctx)
+		return err == nil && depths.Pending == 0 && depths.Active == 0 && depths.Delayed == 0
+	})
+	if depths, err := f.queue.Stats(ctx); err != nil || depths.Dead != 0 || depths.Finished == 0 {
+		t.Errorf("coherence queue %+v, %v; want jobs done and none dead", depths, err)
+	}
+	close(readersStop)
+	readers.Wait()
+	<-strayDone
+	if reads.Load() < int64(len(accounts)) {
+		t.Errorf("only %d reads ran", reads.Load())
+	}
+
+	for _, account := range accounts {
+		truth, err := placement.NewBalances(postgres.NewBalances(f.db), nil, f.log).Of(ctx, account)
+		if err != nil {
+			t.Fatal(err)
+		}
+		served, err := f.balances.Of(ctx, account)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if balanceList(served) != balanceList(truth) {
+			t.Errorf("%s: served %v once the lane drained, PostgreSQL holds %v", account, served, truth)
+		}
+		for _, balance := range truth {
+			name := orders.BalanceName(account, balance.Asset)
+			if got := f.appliedVersion(t, name); got != balance.Version {
+				t.Errorf("%s: applied version %d, want the newest %d", name, got, balance.Version)
+			}
+		}
+	}
+}

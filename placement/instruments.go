@@ -1,0 +1,82 @@
+package placement
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
+)
+
+// Instruments is an in-process copy of the instruments table, replaced whole
+// on each refresh so readers never lock.
+type Instruments struct {
+	db      InstrumentReader
+	current atomic.Pointer[map[string]orders.Instrument]
+}
+
+// InstrumentReader reads the instruments table (postgres.ReadInstruments).
+type InstrumentReader interface {
+	ReadInstruments(ctx context.Context) (map[string]orders.Instrument, error)
+}
+
+// LoadInstruments reads the instruments table.
+func LoadInstruments(ctx context.Context, db InstrumentReader) (*Instruments, error) {
+	instruments := &Instruments{db: db}
+	if err := instruments.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	return instruments, nil
+}
+
+// Refresh reads the table again.
+func (s *Instruments) Refresh(ctx context.Context) error {
+	loaded, err := s.db.ReadInstruments(ctx)
+	if err != nil {
+		return err
+	}
+	s.current.Store(&loaded)
+	return nil
+}
+
+// Lookup returns the instrument with the symbol.
+func (s *Instruments) Lookup(symbol string) (orders.Instrument, error) {
+	in, found := (*s.current.Load())[symbol]
+	if !found {
+		return orders.Instrument{}, fmt.Errorf("%w: %s", orders.ErrUnknownInstrument, symbol)
+	}
+	return in, nil
+}
+
+// KeepFresh refreshes every interval until ctx ends, so a halt reaches the
+// gateway within one interval; a failed refresh keeps the last good copy.
+func (s *Instruments) KeepFresh(ctx context.Context, interval time.Duration, failed func(error)) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			if err := s.Refresh(ctx); err != nil && ctx.Err() == nil {
+				failed(err)
+			}
+		}
+	}
+}
+
+// InstrumentsTable names instruments on the coherence lanes.
+const InstrumentsTable = "instruments"
+
+// FollowBroadcasts rereads the instruments whenever the broadcast lane says
+// one changed. A burst of halts fills the bounded ring and the excess is
+// dropped and counted; one reread covers them all.
+func (s *Instruments) FollowBroadcasts(ctx context.Context, lanes *emq.Client, failed func(error), opts ...emq.SubscribeOption) (*emq.Subscription, error) {
+	return lanes.Subscribe(ctx, InstrumentsTable, 16, func(string) {
+		if err := s.Refresh(ctx); err != nil && ctx.Err() == nil {
+			failed(err)
+		}
+	}, opts...)
+}

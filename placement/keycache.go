@@ -1,0 +1,202 @@
+package placement
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
+)
+
+// APIKeysTable names API keys on the coherence lanes: a revocation rides the
+// broadcast lane, with the key's SHA-256 in hex as the message.
+const APIKeysTable = "api_keys"
+
+// DefaultKeyCacheTTL is how long a gateway trusts what it learned about a
+// key when no revocation broadcast reaches it.
+const DefaultKeyCacheTTL = 5 * time.Second
+
+// DefaultKeyStaleIfError is how long after PostgreSQL last confirmed a key
+// the gateway still trusts its copy while PostgreSQL does not answer: long
+// enough to ride out a typical database failover, during which placement
+// (which needs only Redis) goes on, and short because it is also how long a
+// key revoked just before the outage may still work on a gateway that
+// missed the revocation's broadcast.
+const DefaultKeyStaleIfError = time.Minute
+
+// staleLookupTimeout bounds a lookup when a stale copy could answer
+// instead, so a PostgreSQL that hangs rather than refuses delays the
+// request by this much, not by its whole deadline.
+const staleLookupTimeout = time.Second
+
+// maxCachedKeys bounds the cache against a caller cycling through made-up
+// keys: past it, the cache starts over.
+const maxCachedKeys = 100_000
+
+// KeyCache answers Authenticate from memory for ttl after it asked
+// PostgreSQL, so a request does not cost a database round trip. A revoked
+// key stops working at once on every gateway that hears the revocation
+// broadcast (FollowRevocations), and within ttl on one that does not. Keys
+// found unknown are remembered as well, so a client hammering with a revoked
+// key costs no lookups either.
+//
+// When a lookup fails (PostgreSQL down), a copy PostgreSQL confirmed within
+// the stale-if-error window still answers, and the key is asked again a ttl
+// later, not on every request. Nothing can be revoked during the outage
+// (revoking writes PostgreSQL), and a revocation broadcast heard before it
+// drops the copy; but a key revoked after its copy was confirmed, whose
+// broadcast this gateway missed (or that was revoked without one), keeps
+// working through the outage until the window ends rather than a ttl after
+// its revocation.
+type KeyCache struct {
+	accounts     KeyLookup
+	ttl          time.Duration
+	staleIfError time.Duration
+	now          func() time.Time
+	// staleAnswers counts answers given from a stale copy.
+	staleAnswers atomic.Uint64
+
+	mu      sync.RWMutex
+	entries map[[sha256.Size]byte]cachedKey
+	// revocations counts the revocations heard: a lookup that raced one
+	// (read the key active, then heard it revoked) must not cache its answer.
+	revocations uint64
+}
+
+type cachedKey struct {
+	account string // empty: the key is unknown or revoked
+	// expires is when the key is next looked up.
+	expires time.Time
+	// confirmed is when PostgreSQL last gave this answer.
+	confirmed time.Time
+}
+
+// KeyCacheOption tunes a KeyCache.
+type KeyCacheOption func(*KeyCache)
+
+// StaleIfError sets how long after PostgreSQL last confirmed a key its copy
+// still answers while lookups fail (DefaultKeyStaleIfError unless set); 0
+// answers nothing stale.
+func StaleIfError(window time.Duration) KeyCacheOption {
+	return func(c *KeyCache) { c.staleIfError = max(window, 0) }
+}
+
+// KeyLookup finds the account of an active API key by the key's hash
+// (postgres.Accounts).
+type KeyLookup interface {
+	AccountOf(ctx context.Context, hash [sha256.Size]byte) (string, error)
+}
+
+// NewKeyCache caches accounts' answers for ttl (DefaultKeyCacheTTL when ≤ 0).
+func NewKeyCache(accounts KeyLookup, ttl time.Duration, opts ...KeyCacheOption) *KeyCache {
+	if ttl <= 0 {
+		ttl = DefaultKeyCacheTTL
+	}
+	c := &KeyCache{accounts: accounts, ttl: ttl, staleIfError: DefaultKeyStaleIfError, now: time.Now,
+		entries: map[[sha256.Size]byte]cachedKey{}}
+	for _, opt := range opts {
+		opt(c)
+	}
+	return c
+}
+
+// StaleAnswers is how many answers came from a stale copy because
+// PostgreSQL did not answer.
+func (c *KeyCache) StaleAnswers() uint64 { return c.staleAnswers.Load() }
+
+// Authenticate returns the account an active API key belongs to.
+func (c *KeyCache) Authenticate(ctx context.Context, key string) (string, error) {
+	hash, ok := orders.KeyHash(key)
+	if !ok {
+		return "", orders.ErrUnauthenticated
+	}
+	now := c.now()
+	c.mu.RLock()
+	entry, found := c.entries[hash]
+	c.mu.RUnlock()
+	if found && now.Before(entry.expires) {
+		if entry.account == "" {
+			return "", orders.ErrUnauthenticated
+		}
+		return entry.account, nil
+	}
+	c.mu.RLock()
+	revocations := c.revocations
+	c.mu.RUnlock()
+	lookupCtx := ctx
+	stale := found && now.Before(entry.confirmed.Add(c.staleIfError))
+	if stale {
+		var cancel context.CancelFunc
+		lookupCtx, cancel = context.WithTimeout(ctx, staleLookupTimeout)
+		defer cancel()
+	}
+	account, err := c.accounts.AccountOf(lookupCtx, hash)
+	if err != nil && !errors.Is(err, orders.ErrUnauthenticated) {
+		if stale && ctx.Err() == nil {
+			if answer, ok := c.answerStale(hash, revocations, now); ok {
+				return answer.account, answer.err()
+			}
+		}
+		return "", err
+	}
+	c.mu.Lock()
+	if c.revocations == revocations {
+		if len(c.entries) >= maxCachedKeys {
+			clear(c.entries)
+		}
+		c.entries[hash] = cachedKey{account: account, expires: now.Add(c.ttl), confirmed: now}
+	}
+	c.mu.Unlock()
+	return account, err
+}
+
+// answerStale answers from the key's copy after a failed lookup, unless a
+// revocation was heard since the lookup began, and puts the next lookup a
+// ttl away.
+func (c *KeyCache) answerStale(hash [sha256.Size]byte, revocations uint64, now time.Time) (cachedKey, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	entry, found := c.entries[hash]
+	if !found || c.revocations != revocations {
+		return cachedKey{}, false
+	}
+	entry.expires = now.Add(c.ttl)
+	if end := entry.confirmed.Add(c.staleIfError); end.Before(entry.expires) {
+		entry.expires = end
+	}
+	c.entries[hash] = entry
+	c.staleAnswers.Add(1)
+	return entry, true
+}
+
+func (k cachedKey) err() error {
+	if k.account == "" {
+		return orders.ErrUnauthenticated
+	}
+	return nil
+}
+
+// forget drops what the cache knows of the key with this SHA-256 in hex.
+func (c *KeyCache) forget(hashHex string) {
+	var hash [sha256.Size]byte
+	if n, err := hex.Decode(hash[:], []byte(hashHex)); err != nil || n != len(hash) {
+		return
+	}
+	c.mu.Lock()
+	delete(c.entries, hash)
+	c.revocations++
+	c.mu.Unlock()
+}
+
+// FollowRevocations drops a key from the cache as soon as the broadcast lane
+// says it was revoked. A message lost to a dropped connection or a full ring
+// costs at most ttl of a revoked key still working on this gateway, or the
+// stale-if-error window if PostgreSQL goes down meanwhile.
+func (c *KeyCache) FollowRevocations(ctx context.Context, lanes *emq.Client, opts ...emq.SubscribeOption) (*emq.Subscription, error) {
+	return lanes.Subscribe(ctx, APIKeysTable, 256, c.forget, opts...)
+}

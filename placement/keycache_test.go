@@ -1,0 +1,195 @@
+package placement_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ordergate/ordergate/control"
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/migrations"
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/postgres"
+)
+
+// TestKeyCacheServesFromMemoryUntilRevoked: the cache answers without
+// PostgreSQL while its copy is fresh, and a revocation ends that copy either
+// by its broadcast (at once, long before the hour-long ttl) or by the ttl
+// running out when nobody broadcast it.
+func TestKeyCacheServesFromMemoryUntilRevoked(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	db := migratedPool(t)
+	lanes, err := emq.Connect(ctx, testserver.StartRedis(t).Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	accounts := postgres.NewAccounts(db)
+	account, err := accounts.Create(ctx, "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		ttl       time.Duration
+		broadcast bool
+	}{
+		{"the broadcast ends the cached copy", time.Hour, true},
+		{"the ttl ends the cached copy", 300 * time.Millisecond, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cache := placement.NewKeyCache(accounts, tt.ttl)
+			followRevocations(t, cache, lanes)
+			keyID, key, err := accounts.IssueKey(ctx, account)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := cache.Authenticate(ctx, key); err != nil || got != account {
+				t.Fatalf("authenticate = %q, %v; want %s", got, err, account)
+			}
+			// Revoked behind the cache's back: the copy still answers.
+			if _, err := db.Exec(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1`, keyID); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := cache.Authenticate(ctx, key); err != nil || got != account {
+				t.Fatalf("cached authenticate = %q, %v; want %s from memory", got, err, account)
+			}
+			if tt.broadcast {
+				if _, err := db.Exec(ctx, `UPDATE api_keys SET revoked_at = NULL WHERE id = $1`, keyID); err != nil {
+					t.Fatal(err)
+				}
+				if err := control.New(accounts, nil, lanes).RevokeKey(ctx, keyID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				_, err := cache.Authenticate(ctx, key)
+				if errors.Is(err, orders.ErrUnauthenticated) {
+					break
+				}
+				if err != nil || time.Now().After(deadline) {
+					t.Fatalf("revoked key still authenticates after 5 s (err %v)", err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			for _, bad := range []string{"", "ogk_", key + "x"} {
+				if _, err := cache.Authenticate(ctx, bad); !errors.Is(err, orders.ErrUnauthenticated) {
+					t.Errorf("key %q: %v, want ErrUnauthenticated", bad, err)
+				}
+			}
+		})
+	}
+}
+
+// TestKeyCacheAnswersStaleWhilePostgresIsDown: once lookups fail, a copy
+// PostgreSQL confirmed within the stale-if-error window still answers (a
+// known key and an unknown one alike) and the key is not asked again on
+// every request; past the window, for a key never seen, or once a
+// revocation broadcast dropped the copy, the answer is ErrUnavailable.
+func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
+	ctx := context.Background()
+	database := testserver.Postgres(t)
+	if err := migrations.Up(database.URL); err != nil {
+		t.Fatal(err)
+	}
+	accounts := postgres.NewAccounts(database.Pool(t))
+	lanes, err := emq.Connect(ctx, testserver.StartRedis(t).Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	account, err := accounts.Create(ctx, "dave")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 50 * time.Millisecond
+	tests := []struct {
+		name       string
+		window     time.Duration
+		revoke     bool
+		wantStale  bool
+		wantErrKey error
+	}{
+		{"within the window", time.Hour, false, true, nil},
+		{"no window", 0, false, false, orders.ErrUnavailable},
+		{"past the window", 2 * ttl, false, false, orders.ErrUnavailable},
+		{"revoked during the outage", time.Hour, true, false, orders.ErrUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			keyID, key, err := accounts.IssueKey(ctx, account)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lookups := database.Pool(t) // closed below: PostgreSQL "down" for this cache alone
+			cache := placement.NewKeyCache(postgres.NewAccounts(lookups), ttl, placement.StaleIfError(tt.window))
+			followRevocations(t, cache, lanes)
+			unknown := "ogk_" + strings.Repeat("x", 40)
+			if got, err := cache.Authenticate(ctx, key); err != nil || got != account {
+				t.Fatalf("authenticate = %q, %v; want %s", got, err, account)
+			}
+			if _, err := cache.Authenticate(ctx, unknown); !errors.Is(err, orders.ErrUnauthenticated) {
+				t.Fatalf("unknown key: %v, want ErrUnauthenticated", err)
+			}
+			lookups.Close()
+			time.Sleep(tt.window%time.Hour + ttl + 10*time.Millisecond) // past the ttl, and past a short window
+			if tt.revoke {
+				// Revoked (in a PostgreSQL the cache cannot reach) and broadcast:
+				// the copy is dropped, and nothing stale answers for the key.
+				if err := control.New(accounts, nil, lanes).RevokeKey(ctx, keyID); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, 8*time.Second, "the revocation broadcast drops the copy", func() bool {
+					_, err := cache.Authenticate(ctx, key)
+					return errors.Is(err, orders.ErrUnavailable)
+				})
+			}
+			got, err := cache.Authenticate(ctx, key)
+			switch {
+			case tt.wantStale && (err != nil || got != account):
+				t.Fatalf("during the outage = %q, %v; want %s from the stale copy", got, err, account)
+			case !tt.wantStale && !errors.Is(err, tt.wantErrKey):
+				t.Fatalf("during the outage = %q, %v; want %v", got, err, tt.wantErrKey)
+			}
+			if !tt.wantStale {
+				return
+			}
+			if _, err := cache.Authenticate(ctx, unknown); !errors.Is(err, orders.ErrUnauthenticated) {
+				t.Errorf("unknown key during the outage: %v, want ErrUnauthenticated from the stale copy", err)
+			}
+			before := cache.StaleAnswers()
+			for range 5 {
+				if got, err := cache.Authenticate(ctx, key); err != nil || got != account {
+					t.Fatalf("again during the outage = %q, %v", got, err)
+				}
+			}
+			if after := cache.StaleAnswers(); after != before {
+				t.Errorf("stale answers went %d → %d: the key was asked again within its ttl", before, after)
+			}
+			if _, err := cache.Authenticate(ctx, "ogk_"+strings.Repeat("y", 40)); !errors.Is(err, orders.ErrUnavailable) {
+				t.Errorf("a key never seen during the outage: %v, want ErrUnavailable", err)
+			}
+		})
+	}
+}
+
+// followRevocations has cache follow the revocation broadcasts on lanes
+// until the test ends, and waits for its subscription to stop then.
+func followRevocations(t testing.TB, cache *placement.KeyCache, lanes *emq.Client) {
+	t.Helper()
+	following, stop := context.WithCancel(context.Background())
+	subscription, err := cache.FollowRevocations(following, lanes)
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stop()
+		<-subscription.Done()
+	})
+}

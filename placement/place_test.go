@@ -1,0 +1,52 @@
+package placement_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/govalues/decimal"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+)
+
+// A rate-limited placement takes its token in the admission: past the burst
+// the order is refused as rate limited (not as an outage) and not admitted,
+// a replay spends a token, and TakeToken draws on the same bucket.
+func TestPlaceWithRateLimit(t *testing.T) {
+	placer, queue, _ := placerOnRedis(t)
+	ctx := context.Background()
+	limit := placement.WithRateLimit("key-1", emq.TokenBucket{Capacity: 3, PerSecond: 1})
+	command := func(clientOrderID string) orders.PlaceCommand {
+		return orders.PlaceCommand{
+			Account: "acct-1", ClientOrderID: clientOrderID, Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit,
+			Quantity: decimal.MustParse("0.01"), Price: decimal.MustParse("50000"),
+		}
+	}
+	first, err := placer.Place(ctx, command("c-1"), limit)
+	if err != nil || first.Replayed || first.Token == nil || first.Token.Remaining != 2 {
+		t.Fatalf("first placement: %+v, %v; want admitted with 2 tokens left", first, err)
+	}
+	replay, err := placer.Place(ctx, command("c-1"), limit)
+	if err != nil || !replay.Replayed || replay.Order.ID != first.Order.ID || replay.Token == nil || replay.Token.Remaining != 1 {
+		t.Fatalf("replay: %+v, %v; want the first order with 1 token left", replay, err)
+	}
+	if take, err := placer.TakeToken(ctx, "key-1", emq.TokenBucket{Capacity: 3, PerSecond: 1}); err != nil || !take.Allowed || take.Remaining != 0 {
+		t.Fatalf("take: %+v, %v; want the last token", take, err)
+	}
+	_, err = placer.Place(ctx, command("c-2"), limit)
+	var limited *emq.RateLimitedError
+	if !errors.As(err, &limited) || errors.Is(err, orders.ErrUnavailable) || limited.Take.RetryAfter <= 0 {
+		t.Fatalf("placement past the burst: %v, want a *emq.RateLimitedError with a retry time, not ErrUnavailable", err)
+	}
+	if pending, err := queue.Pending(ctx); err != nil || pending != 1 {
+		t.Errorf("pending %d, %v; want only the first order", pending, err)
+	}
+	// Without the option nothing is limited.
+	unlimited, err := placer.Place(ctx, command("c-3"))
+	if err != nil || unlimited.Token != nil {
+		t.Errorf("placement without a rate limit: %+v, %v", unlimited, err)
+	}
+}

@@ -1,0 +1,330 @@
+package placement
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
+)
+
+// History is the durable record of final orders (postgres.History).
+type History interface {
+	// Order is the account's final order with the id (orders.ErrNotFound
+	// when the record has none).
+	Order(ctx context.Context, account, id string) (orders.Order, error)
+	// List is one page of the account's final orders, newest first.
+	List(ctx context.Context, account string, q orders.ListQuery) (orders.Page, error)
+	// RecordCanceled writes the canceled row of an order and returns the
+	// status the row holds afterwards.
+	RecordCanceled(ctx context.Context, order orders.Order) (orders.Status, error)
+}
+
+// Placer admits orders onto the orders queue and reads them back: final
+// orders from the orders table (its History), the others from the queue.
+type Placer struct {
+	queue     *emq.Queue
+	retention time.Duration
+	// history is nil for a Placer on the queue alone, which then knows no
+	// final state but canceled and lists nothing.
+	history History
+}
+
+// PlacerOption configures a Placer.
+type PlacerOption func(*Placer)
+
+// WithHistory reads final orders from history first and records cancels in
+// it. Every Placer that serves clients needs it: without it a settled order
+// shows as accepted and canceled orders are never listed.
+func WithHistory(history History) PlacerOption {
+	return func(p *Placer) { p.history = history }
+}
+
+// NewPlacer admits onto queue; a client order id is held for retention
+// (emq.DefaultDedupRetention when zero).
+func NewPlacer(queue *emq.Queue, retention time.Duration, opts ...PlacerOption) *Placer {
+	if retention <= 0 {
+		retention = emq.DefaultDedupRetention
+	}
+	p := &Placer{queue: queue, retention: retention}
+	for _, opt := range opts {
+		opt(p)
+	}
+	return p
+}
+
+// Declare registers the order job kind on the queue; call once at start.
+func (p *Placer) Declare(ctx context.Context) error {
+	if err := p.queue.Declare(ctx, orders.KindPlace); err != nil {
+		return fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Placement is the outcome of Place.
+type Placement struct {
+	// Order is the order admitted, or on a replay the first one.
+	Order orders.Order
+	// Replayed is true when the command repeated an order placed before.
+	Replayed bool
+	// Token is what the placement's rate limit took; nil without one. It is
+	// set on a refusal after the take too (a conflicting reuse of a client
+	// order id, say): the token was spent.
+	Token *emq.TokenTake
+	// JSON is the admitted order's JSON encoding, as the queue job carries
+	// it; nil on a replay.
+	JSON []byte
+}
+
+// PlaceOption tunes one Place.
+type PlaceOption func(*emq.Job)
+
+// WithRateLimit makes the placement take a token from the orders queue's
+// named bucket first, in the same script run as the admission: an empty
+// bucket refuses the order with an *emq.RateLimitedError and admits
+// nothing. A replay spends its token too.
+func WithRateLimit(bucket string, limit emq.TokenBucket) PlaceOption {
+	return func(job *emq.Job) { job.RateLimit = &emq.RateLimit{Bucket: bucket, Limit: limit} }
+}
+
+// Place mints an ORD id and admits the order in one script run. A command
+// whose client order id the account used before returns the first order as
+// a replay when it is the same request, or a *ConflictError when not.
+func (p *Placer) Place(ctx context.Context, cmd orders.PlaceCommand, opts ...PlaceOption) (Placement, error) {
+	order, job, err := PlaceJob(cmd, p.retention)
+	if err != nil {
+		return Placement{}, err
+	}
+	for _, opt := range opts {
+		opt(&job)
+	}
+	admission, err := p.queue.Admit(ctx, job)
+	if errors.Is(err, emq.ErrRateLimited) {
+		return Placement{}, err
+	}
+	if err != nil {
+		return Placement{}, fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
+	}
+	if !admission.Duplicate {
+		return Placement{Order: order, Token: admission.Token, JSON: job.Payload}, nil
+	}
+	// From here on the token was spent: it goes back with the refusal too.
+	if admission.Fingerprint != job.Fingerprint {
+		return Placement{Token: admission.Token}, &orders.ConflictError{ClientOrderID: cmd.ClientOrderID, OrderID: admission.ID}
+	}
+	first, err := p.Order(ctx, cmd.Account, admission.ID)
+	if err != nil {
+		return Placement{Token: admission.Token}, err
+	}
+	return Placement{Order: first, Replayed: true, Token: admission.Token}, nil
+}
+
+// TakeToken takes a token from the orders queue's named bucket: the bucket
+// Place takes from WithRateLimit, so requests that place nothing and
+// placements draw on one budget.
+func (p *Placer) TakeToken(ctx context.Context, bucket string, limit emq.TokenBucket) (emq.TokenTake, error) {
+	return p.queue.TakeToken(ctx, bucket, limit)
+}
+
+// PlaceJob is the pending order cmd makes, under a new ORD id, and the queue
+// job that admits it: exactly what Place admits, for callers that admit
+// orders themselves (in bulk, say). A client order id is held for retention.
+func PlaceJob(cmd orders.PlaceCommand, retention time.Duration) (orders.Order, emq.Job, error) {
+	order, err := orders.NewOrder(cmd)
+	if err != nil {
+		return orders.Order{}, emq.Job{}, err
+	}
+	payload, err := order.Payload()
+	if err != nil {
+		return orders.Order{}, emq.Job{}, fmt.Errorf("orders: encode order %s: %w", order.ID, err)
+	}
+	return order, emq.Job{
+		ID:             order.ID,
+		Kind:           orders.KindPlace,
+		Group:          cmd.Account,
+		Payload:        payload,
+		DedupKey:       cmd.Account + ":" + cmd.ClientOrderID,
+		Fingerprint:    cmd.Fingerprint(),
+		DedupRetention: retention,
+	}, nil
+}
+
+// Order returns the account's order with the id. Another account's order is
+// ErrNotFound, exactly like a missing one, so ids leak nothing.
+//
+// The orders table is read first: a row there is final and holds the fill,
+// and settlement writes it before it completes the job, so the queue's view
+// is never fresher. Without a row the order is still in flight and the queue
+// tells its status. PostgreSQL down is ErrUnavailable rather than a fallback
+// to the queue, which would show a settled order as accepted.
+func (p *Placer) Order(ctx context.Context, account, id string) (orders.Order, error) {
+	if _, err := orders.ParseOrderID(id); err != nil {
+		return orders.Order{}, fmt.Errorf("%w: %w", orders.ErrNotFound, err)
+	}
+	if p.history != nil {
+		order, err := p.history.Order(ctx, account, id)
+		if !errors.Is(err, orders.ErrNotFound) {
+			return order, err
+		}
+	}
+	order, err := p.queued(ctx, account, id)
+	if err != nil || order.Status != orders.StatusCanceled || p.history == nil {
+		return order, err
+	}
+	// Canceled in the queue with no row: the cancel's own write failed (see
+	// Cancel). Writing it now keeps the order from vanishing from the listing
+	// and, once the queue trims its finished record, from GET. It is the
+	// row Cancel would have written, so a read may write it; a failure only
+	// leaves it for the next read.
+	stored, err := p.history.RecordCanceled(ctx, order)
+	if err == nil && stored != orders.StatusCanceled {
+		return p.history.Order(ctx, account, id)
+	}
+	return order, nil
+}
+
+// List returns one page of the account's final orders, newest first (see
+// History.List). Orders still in flight live only in the queue and are not
+// listed.
+func (p *Placer) List(ctx context.Context, account string, q orders.ListQuery) (orders.Page, error) {
+	if p.history == nil {
+		return orders.Page{}, errors.New("orders: listing orders needs a Placer with a History")
+	}
+	return p.history.List(ctx, account, q)
+}
+
+// queued reads the account's order from the queue alone.
+func (p *Placer) queued(ctx context.Context, account, id string) (orders.Order, error) {
+	job, err := p.queue.Job(ctx, id)
+	if errors.Is(err, emq.ErrNotFound) {
+		return orders.Order{}, fmt.Errorf("%w: %s", orders.ErrNotFound, id)
+	}
+	if err != nil {
+		return orders.Order{}, fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
+	}
+	if job.Kind != orders.KindPlace || job.Group != account {
+		return orders.Order{}, fmt.Errorf("%w: %s", orders.ErrNotFound, id)
+	}
+	return orderOf(job)
+}
+
+// orderOf reads the order a job carries and its status from the job's state.
+func orderOf(job emq.JobInfo) (orders.Order, error) {
+	var order orders.Order
+	if err := json.Unmarshal(job.Payload, &order); err != nil {
+		return orders.Order{}, fmt.Errorf("orders: decode order %s: %w", job.ID, err)
+	}
+	status, known := statusOf(job.State)
+	if !known {
+		return orders.Order{}, fmt.Errorf("orders: order %s is in queue state %q, which no order status stands for", job.ID, job.State)
+	}
+	order.Status = status
+	if status == orders.StatusCanceled && !job.Finished.IsZero() {
+		canceled := job.Finished.UTC()
+		order.CanceledAt, order.FinishedAt = &canceled, &canceled
+	}
+	return order, nil
+}
+
+// Cancel withdraws the account's order while it is pending, records it in
+// the orders table, and returns it in status canceled. An order a worker
+// holds or that is final is refused with a *NotCancelableError naming its
+// status (canceling twice is refused too: the second call finds it
+// canceled). Another account's order is ErrNotFound, exactly as in Order.
+//
+// The queue decides, and the row follows: writing the row first would make
+// a cancel the queue then refuses (a worker took the order meanwhile) block
+// that order's settlement. So when the row cannot be written the cancel has
+// already happened, and Cancel returns a *CancelNotRecordedError carrying the
+// canceled order; the next Order writes the row.
+func (p *Placer) Cancel(ctx context.Context, account, id string) (orders.Order, error) {
+	order, err := p.Order(ctx, account, id)
+	if err != nil {
+		return orders.Order{}, err
+	}
+	if order.Status.Final() {
+		return orders.Order{}, &orders.NotCancelableError{OrderID: id, Status: order.Status}
+	}
+	err = p.queue.Cancel(ctx, id)
+	switch {
+	case errors.Is(err, emq.ErrState):
+		return orders.Order{}, p.notCancelable(ctx, account, id, err)
+	case errors.Is(err, emq.ErrNotFound):
+		// Its finished record was trimmed between the read and the cancel.
+		return orders.Order{}, fmt.Errorf("%w: %s", orders.ErrNotFound, id)
+	case err != nil:
+		return orders.Order{}, fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
+	}
+	canceled, err := p.queued(ctx, account, id)
+	if err != nil {
+		// The cancel took effect; failing the call now would make the client
+		// retry into a 409. Only the cancel time is lost (the row gets the
+		// database's clock instead).
+		canceled = order
+		canceled.Status = orders.StatusCanceled
+	}
+	if p.history == nil {
+		return canceled, nil
+	}
+	stored, err := p.history.RecordCanceled(ctx, canceled)
+	switch {
+	case err != nil:
+		return orders.Order{}, &orders.CancelNotRecordedError{Order: canceled, Err: err}
+	case stored != orders.StatusCanceled:
+		// Settlement recorded the order first (a worker whose lease had
+		// expired settled it): the row is what happened to the money.
+		return orders.Order{}, &orders.NotCancelableError{OrderID: id, Status: stored}
+	}
+	return canceled, nil
+}
+
+// notCancelable turns the queue's refusal into the order status that caused
+// it. The refusal names the job's state at the moment it was refused, except
+// for a finished job, whose record tells whether it was accepted or canceled.
+func (p *Placer) notCancelable(ctx context.Context, account, id string, refusal error) error {
+	state, ok := emq.StateOf(refusal)
+	if !ok {
+		return fmt.Errorf("orders: cancel %s: %w", id, refusal)
+	}
+	// cancel.lua says "finished" for a job only its finished record holds. A
+	// finished job's final status is in the orders table when settlement
+	// ran, so it is read as GET reads it.
+	if state == "finished" || state == emq.StateDone {
+		final, err := p.Order(ctx, account, id)
+		if err != nil {
+			return err
+		}
+		return &orders.NotCancelableError{OrderID: id, Status: final.Status}
+	}
+	status, known := statusOf(state)
+	if !known || status == orders.StatusPending {
+		return fmt.Errorf("orders: cancel %s refused in queue state %q: %w", id, state, refusal)
+	}
+	return &orders.NotCancelableError{OrderID: id, Status: status}
+}
+
+// statusOf maps a queue state to what a client sees of an order without an
+// orders row. A job waiting out a retry backoff is still pending to the
+// client: nothing holds it and it can still be canceled. A finished job
+// without a row is accepted: settlement writes the row before it completes
+// the job, so only a worker that predates settlement leaves one. A dead job
+// is failed, not rejected: the exchange gave up on it, the order itself was
+// never refused.
+func statusOf(state string) (orders.Status, bool) {
+	switch state {
+	case emq.StatePending, emq.StateDelayed:
+		return orders.StatusPending, true
+	case emq.StateActive:
+		return orders.StatusActive, true
+	case emq.StateDone:
+		return orders.StatusAccepted, true
+	case emq.StateCanceled:
+		return orders.StatusCanceled, true
+	case emq.StateDead:
+		return orders.StatusFailed, true
+	}
+	return "", false
+}

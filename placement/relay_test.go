@@ -1,0 +1,545 @@
+package placement_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/postgres"
+)
+
+// coherenceFixture is the coherence job lane on a real Redis and a real
+// PostgreSQL: the relay, the balances coherence queue, its consumer and the
+// balance reader, with one funded customer account.
+type coherenceFixture struct {
+	db       *pgxpool.Pool
+	redis    *testserver.Redis
+	rdb      redis.UniversalClient
+	client   *emq.Client
+	queue    *emq.Queue
+	relay    *placement.JournalRelay
+	consumer *placement.BalanceCoherence
+	balances *placement.Balances
+	ledger   *postgres.Ledger
+	accounts *postgres.Accounts
+	log      *slog.Logger
+}
+
+func newCoherenceFixture(t testing.TB, opts ...placement.RelayOption) *coherenceFixture {
+	t.Helper()
+	ctx := context.Background()
+	f := &coherenceFixture{db: migratedPool(t), redis: testserver.StartRedis(t)}
+	// emq.Open bounds every call, so the outage tests fail fast.
+	rdb, err := emq.Open(f.redis.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	f.rdb = rdb
+	if f.client, err = emq.Connect(ctx, rdb); err != nil {
+		t.Fatal(err)
+	}
+	f.log = slog.New(slog.DiscardHandler)
+	f.queue = f.client.Queue(emq.CoherenceQueue(placement.BalancesTable))
+	f.relay = placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceLanes, f.log, opts...)
+	if err := f.relay.Declare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.consumer = placement.NewBalanceCoherence(postgres.NewAppliedVersions(f.db), f.client, f.log)
+	f.balances = placement.NewBalances(postgres.NewBalances(f.db), f.client, f.log)
+	f.ledger = postgres.NewLedger(f.db)
+	f.accounts = postgres.NewAccounts(f.db)
+	return f
+}
+
+func (f *coherenceFixture) newAccount(t testing.TB) string {
+	t.Helper()
+	account, err := f.accounts.Create(context.Background(), "trader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return account
+}
+
+// depositJournaled deposits and returns the journal row the deposit wrote
+// for the account's balance.
+func (f *coherenceFixture) depositJournaled(t testing.TB, account, asset, amount string) orders.JournalEntry {
+	t.Helper()
+	ctx := context.Background()
+	if err := f.ledger.Deposit(ctx, account, asset, amount); err != nil {
+		t.Fatalf("deposit %s %s: %v", amount, asset, err)
+	}
+	// The deposit also journals the external account's side; these tests
+	// count the customer's rows only.
+	if _, err := f.db.Exec(ctx, `DELETE FROM journal_outbox WHERE name LIKE $1`, "balances:"+orders.ExternalAccount+":%"); err != nil {
+		t.Fatal(err)
+	}
+	var entry orders.JournalEntry
+	name := orders.BalanceName(account, asset)
+	err := f.db.QueryRow(ctx, `SELECT j.id, j.name, j.version, j.payload
+		FROM journal_outbox j JOIN balances b ON j.name = $1 AND j.version = b.version
+		WHERE b.account_id = $2 AND b.asset = $3`, name, account, asset).
+		Scan(&entry.ID, &entry.Name, &entry.Version, &entry.Payload)
+	if err != nil {
+		t.Fatalf("journal %s: %v", name, err)
+	}
+	return entry
+}
+
+func (f *coherenceFixture) unrelayed(t testing.TB) int {
+	t.Helper()
+	var n int
+	if err := f.db.QueryRow(context.Background(), `SELECT count(*) FROM journal_outbox WHERE relayed_at IS NULL`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (f *coherenceFixture) pending(t testing.TB) int64 {
+	t.Helper()
+	n, err := f.queue.Pending(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// claimAll takes every pending coherence job, as a consumer would.
+func (f *coherenceFixture) claimAll(t testing.TB) []emq.Claim {
+	t.Helper()
+	var all []emq.Claim
+	for {
+		claims, err := f.queue.Claim(context.Background(), 100, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(claims) == 0 {
+			return all
+		}
+		all = append(all, claims...)
+	}
+}
+
+func payloadsOf(entries []orders.JournalEntry) []string {
+	payloads := make([]string, len(entries))
+	for i, entry := range entries {
+		payloads[i] = entry.Payload
+	}
+	slices.Sort(payloads)
+	return payloads
+}
+
+func TestRelayPutsOneJobPerRowOnTheCoherenceQueue(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	account := f.newAccount(t)
+	entries := []orders.JournalEntry{
+		f.depositJournaled(t, account, "USD", "10.00"),
+		f.depositJournaled(t, account, "USD", "5.00"),
+		f.depositJournaled(t, account, "BTC", "0.5"),
+	}
+	if f.unrelayed(t) != 3 {
+		t.Fatalf("%d unrelayed rows before the relay, want 3", f.unrelayed(t))
+	}
+
+	f.relay.Relay(ctx, entries)
+	if got := f.pending(t); got != 3 {
+		t.Errorf("%d coherence jobs pending, want 3", got)
+	}
+	if got := f.unrelayed(t); got != 0 {
+		t.Errorf("%d rows left unrelayed", got)
+	}
+	// Relayed again (a sweep racing the relay, a retried settlement): the
+	// dedup key, name@version, admits each once.
+	f.relay.Relay(ctx, entries)
+	if got := f.pending(t); got != 3 {
+		t.Errorf("after relaying again %d jobs pending, want still 3", got)
+	}
+
+	claims := f.claimAll(t)
+	var payloads []string
+	for _, claim := range claims {
+		if claim.Kind != placement.KindBalanceCoherence || claim.Group != account {
+			t.Errorf("job %s: kind %q group %q, want %q in the account's lane", claim.ID, claim.Kind, claim.Group, placement.KindBalanceCoherence)
+		}
+		payloads = append(payloads, string(claim.Payload))
+	}
+	slices.Sort(payloads)
+	want := payloadsOf(entries)
+	if !slices.Equal(payloads, want) {
+		t.Errorf("job payloads %q, want %q", payloads, want)
+	}
+}
+
+func TestSweepRelaysRowsACrashLeftBehind(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t, placement.WithSweepAge(0))
+	account := f.newAccount(t)
+	entries := []orders.JournalEntry{
+		f.depositJournaled(t, account, "USD", "10.00"),
+		f.depositJournaled(t, account, "ETH", "1"),
+	}
+
+	// Rows younger than the sweep age are left to the relay that follows
+	// their commit.
+	patient := placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceLanes, f.log, placement.WithSweepAge(time.Hour))
+	if n, err := patient.Sweep(ctx); err != nil || n != 0 {
+		t.Errorf("a sweep of young rows relayed %d, %v; want none", n, err)
+	}
+
+	n, err := f.relay.Sweep(ctx)
+	if err != nil || n != len(entries) {
+		t.Fatalf("Sweep = %d, %v; want %d", n, err, len(entries))
+	}
+	if got := f.unrelayed(t); got != 0 {
+		t.Errorf("%d rows left unrelayed", got)
+	}
+	if got := f.pending(t); got != int64(len(entries)) {
+		t.Errorf("%d jobs pending, want %d", got, len(entries))
+	}
+	if n, err := f.relay.Sweep(ctx); err != nil || n != 0 {
+		t.Errorf("a second sweep relayed %d, %v; want none", n, err)
+	}
+}
+
+func TestConcurrentSweepsShareTheBacklog(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t, placement.WithSweepAge(0))
+	// More rows than one batch holds, across several accounts' lanes.
+	const rows = 1234
+	if _, err := f.db.Exec(ctx, `INSERT INTO journal_outbox (name, version, payload)
+		SELECT 'balances:ACC_' || lpad((i % 7)::text, 26, '0') || ':USD', i,
+		       'balances:ACC_' || lpad((i % 7)::text, 26, '0') || ':USD@' || i
+		FROM generate_series(1, $1) AS i`, rows); err != nil {
+		t.Fatal(err)
+	}
+	sweepers := []*placement.JournalRelay{
+		f.relay,
+		placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceLanes, f.log, placement.WithSweepAge(0)),
+		placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceLanes, f.log, placement.WithSweepAge(0)),
+	}
+	var wg sync.WaitGroup
+	relayed := make([]int, len(sweepers))
+	for i, sweeper := range sweepers {
+		wg.Go(func() {
+			n, err := sweeper.Sweep(ctx)
+			if err != nil {
+				t.Errorf("sweeper %d: %v", i, err)
+			}
+			relayed[i] = n
+		})
+	}
+	wg.Wait()
+	total := 0
+	for _, n := range relayed {
+		total += n
+	}
+	// SKIP LOCKED: every row went through exactly one sweeper.
+	if total != rows {
+		t.Errorf("sweepers relayed %v, %d in all; want %d", relayed, total, rows)
+	}
+	if got := f.unrelayed(t); got != 0 {
+		t.Errorf("%d rows left unrelayed", got)
+	}
+	if got := f.pending(t); got != rows {
+		t.Errorf("%d jobs pending, want %d", got, rows)
+	}
+}
+
+func TestRelayDuringARedisOutageLeavesTheRowsForTheSweep(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t, placement.WithSweepAge(0))
+	account := f.newAccount(t)
+	entries := []orders.JournalEntry{f.depositJournaled(t, account, "USD", "10.00")}
+
+	f.redis.Stop(t)
+	began := time.Now()
+	f.relay.Relay(ctx, entries)
+	if took := time.Since(began); took > 10*time.Second {
+		t.Errorf("Relay took %s against a dead Redis", took)
+	}
+	if got := f.unrelayed(t); got != 1 {
+		t.Fatalf("%d rows unrelayed after a failed relay, want 1", got)
+	}
+	if n, err := f.relay.Sweep(ctx); n != 0 || err != nil {
+		t.Errorf("a sweep during the outage = %d, %v; want nothing relayed and no error (the rows wait)", n, err)
+	}
+
+	f.redis.Restart(t)
+	// The restarted server kept nothing: declare again, as a restarted
+	// worker does.
+	if err := f.relay.Declare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.relay.Sweep(ctx); n != 1 || err != nil {
+		t.Errorf("Sweep after the outage = %d, %v; want 1", n, err)
+	}
+	if got := f.pending(t); got != 1 {
+		t.Errorf("%d jobs pending, want 1", got)
+	}
+}
+
+func TestKeepSweepingRelaysUntilCancelled(t *testing.T) {
+	f := newCoherenceFixture(t, placement.WithSweepAge(0))
+	account := f.newAccount(t)
+	f.depositJournaled(t, account, "USD", "1.00")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.relay.KeepSweeping(ctx, 20*time.Millisecond)
+	}()
+	waitFor(t, 10*time.Second, "the sweeper relays the row", func() bool { return f.unrelayed(t) == 0 })
+	f.depositJournaled(t, account, "USD", "1.00")
+	waitFor(t, 10*time.Second, "the sweeper relays a later row", func() bool { return f.unrelayed(t) == 0 })
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("KeepSweeping did not return after its context was cancelled")
+	}
+	// The sweeper may relay the external account's side of a deposit before
+	// depositJournaled deletes it; only the customer's lane is counted.
+	lanes, err := f.queue.LaneDepths(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lanes[account]; got != 2 {
+		t.Errorf("%d jobs pending in %s's lane, want 2 (lanes %v)", got, account, lanes)
+	}
+}
+
+func TestWhileSweepingRelayLeavesMarkingToTheLoop(t *testing.T) {
+	ctx := context.Background()
+	// The default sweep age: the sweep leaves these young rows alone, so
+	// only the loop's marking can mark them.
+	f := newCoherenceFixture(t)
+	account := f.newAccount(t)
+	loopCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.relay.KeepSweeping(loopCtx, time.Hour)
+	}()
+
+	var entries []orders.JournalEntry
+	for _, c := range []struct {
+		name     string
+		deposits int
+	}{
+		{name: "marked on a tick", deposits: 3},
+		{name: "marked by the time the loop stops", deposits: 2},
+	} {
+		var relayed []orders.JournalEntry
+		for range c.deposits {
+			relayed = append(relayed, f.depositJournaled(t, account, "USD", "1.00"))
+		}
+		entries = append(entries, relayed...)
+		f.relay.Relay(ctx, relayed)
+		// Carried at once; only the marking waits.
+		if got := f.pending(t); got != int64(len(entries)) {
+			t.Errorf("%s: %d jobs pending after Relay, want %d", c.name, got, len(entries))
+		}
+		if c.name == "marked on a tick" {
+			waitFor(t, 10*time.Second, "the loop marks the carried rows", func() bool { return f.unrelayed(t) == 0 })
+		}
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("KeepSweeping did not return after its context was cancelled")
+	}
+	if got := f.unrelayed(t); got != 0 {
+		t.Errorf("%d carried rows left unmarked after the loop stopped", got)
+	}
+
+	// With no loop running, Relay marks before it returns.
+	f.relay.Relay(ctx, []orders.JournalEntry{f.depositJournaled(t, account, "USD", "1.00")})
+	if got := f.unrelayed(t); got != 0 {
+		t.Errorf("%d rows unrelayed after Relay with no loop running", got)
+	}
+	claims := f.claimAll(t)
+	if len(claims) != len(entries)+1 {
+		t.Errorf("%d coherence jobs, want one per row, %d", len(claims), len(entries)+1)
+	}
+}
+
+func waitFor(t testing.TB, timeout time.Duration, what string, condition func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !condition() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (f *coherenceFixture) appliedVersion(t testing.TB, name string) int64 {
+	t.Helper()
+	var version int64
+	err := f.db.QueryRow(context.Background(), `SELECT coalesce(max(version), 0) FROM journal_applied WHERE name = $1`, name).Scan(&version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return version
+}
+
+func (f *coherenceFixture) cachedBalance(t testing.TB, account, asset string) emq.CacheEntry {
+	t.Helper()
+	cached, err := f.client.ReadCache(context.Background(), placement.BalanceCacheKey(account))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cached[asset]
+}
+
+func TestCoherenceActsOnlyOnANewerVersion(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	account := f.newAccount(t)
+	v1 := f.depositJournaled(t, account, "USD", "10.00")
+	v2 := f.depositJournaled(t, account, "USD", "10.00")
+	v3 := f.depositJournaled(t, account, "USD", "10.00")
+	name := orders.BalanceName(account, "USD")
+
+	// The same job delivered twice, as the queue does after a lost
+	// completion: the handler succeeds both times and acts once.
+	job := emq.Claim{ID: "JOB_1", Kind: placement.KindBalanceCoherence, Group: account, Payload: []byte(v3.Payload), Token: 1}
+	for delivery := range 2 {
+		job.Token = int64(delivery + 1)
+		if err := f.consumer.Handle(ctx, job); err != nil {
+			t.Fatalf("delivery %d of %s: %v", delivery+1, v3.Payload, err)
+		}
+		if got := f.appliedVersion(t, name); got != 3 {
+			t.Errorf("after delivery %d applied version %d, want 3", delivery+1, got)
+		}
+	}
+	if _, err := f.db.Exec(ctx, `DELETE FROM journal_applied`); err != nil {
+		t.Fatal(err)
+	}
+
+	// Deliveries in the worst order: the newest first, then again, then the
+	// older ones. Only the first acts.
+	for i, c := range []struct {
+		entry    orders.JournalEntry
+		advanced bool
+	}{
+		{v3, true},
+		{v3, false},
+		{v2, false},
+		{v1, false},
+	} {
+		advanced, err := f.consumer.Apply(ctx, c.entry.Payload)
+		if err != nil || advanced != c.advanced {
+			t.Errorf("delivery %d (%s): advanced = %v, %v; want %v", i, c.entry.Payload, advanced, err, c.advanced)
+		}
+		if got := f.appliedVersion(t, name); got != 3 {
+			t.Errorf("after delivery %d (%s) applied version %d, want 3", i, c.entry.Payload, got)
+		}
+		if got := f.cachedBalance(t, account, "USD"); got.Version != 3 || got.Value != "30.00" {
+			t.Errorf("after delivery %d (%s) the cache holds %+v, want version 3 of 30.00", i, c.entry.Payload, got)
+		}
+	}
+
+	// v2 before v3 is the other reordering: v2 acts, v3 acts after it.
+	other := f.newAccount(t)
+	w1 := f.depositJournaled(t, other, "BTC", "1")
+	w2 := f.depositJournaled(t, other, "BTC", "1")
+	for _, c := range []struct {
+		entry    orders.JournalEntry
+		advanced bool
+	}{{w2, true}, {w1, false}, {w2, false}} {
+		advanced, err := f.consumer.Apply(ctx, c.entry.Payload)
+		if err != nil || advanced != c.advanced {
+			t.Errorf("Apply(%s) = %v, %v; want %v", c.entry.Payload, advanced, err, c.advanced)
+		}
+	}
+	if got := f.appliedVersion(t, orders.BalanceName(other, "BTC")); got != 2 {
+		t.Errorf("applied version %d, want 2", got)
+	}
+}
+
+func TestCoherenceCatchesUpWithTheBalanceNotTheMessage(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	account := f.newAccount(t)
+	v1 := f.depositJournaled(t, account, "USD", "1.00")
+	f.depositJournaled(t, account, "USD", "1.00")
+	// The message says version 1, the balance is at 2 by the time it is
+	// handled: the cache gets what PostgreSQL holds now.
+	if _, err := f.consumer.Apply(ctx, v1.Payload); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.cachedBalance(t, account, "USD"); got.Version != 2 || got.Value != "2.00" {
+		t.Errorf("cache holds %+v, want version 2 of 2.00", got)
+	}
+}
+
+func TestCoherenceRefusesMalformedPayloadsForGood(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	for _, payload := range []string{
+		"",
+		"balances:ACC_X:USD",
+		"balances:ACC_X:USD@",
+		"balances:ACC_X:USD@0",
+		"balances:ACC_X:USD@-3",
+		"balances:ACC_X:USD@seven",
+		"@4",
+		"instruments:BTC-USD@4",
+		"balances:ACC_X@4",
+		"balances::USD@4",
+	} {
+		err := f.consumer.Handle(ctx, emq.Claim{ID: "JOB_X", Kind: placement.KindBalanceCoherence, Payload: []byte(payload), Token: 1})
+		if !errors.Is(err, emq.ErrPermanent) || !errors.Is(err, placement.ErrJournalPayload) {
+			t.Errorf("Handle(%q) = %v, want a permanent ErrJournalPayload", payload, err)
+		}
+	}
+	var applied int
+	if err := f.db.QueryRow(ctx, `SELECT count(*) FROM journal_applied`).Scan(&applied); err != nil || applied != 0 {
+		t.Errorf("journal_applied holds %d rows (%v), want none", applied, err)
+	}
+}
+
+func TestCoherenceRetriesWhenTheCacheCannotBeRefreshed(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	account := f.newAccount(t)
+	v1 := f.depositJournaled(t, account, "USD", "1.00")
+	name := orders.BalanceName(account, "USD")
+
+	f.redis.Stop(t)
+	claim := emq.Claim{ID: "JOB_1", Kind: placement.KindBalanceCoherence, Group: account, Payload: []byte(v1.Payload), Token: 1}
+	err := f.consumer.Handle(ctx, claim)
+	if err == nil || errors.Is(err, emq.ErrPermanent) {
+		t.Fatalf("Handle with Redis down = %v, want an error to retry", err)
+	}
+	// The applied version did not advance, or the retry would do nothing
+	// and the cache would miss this change for good.
+	if got := f.appliedVersion(t, name); got != 0 {
+		t.Errorf("applied version %d after a failed refresh, want none", got)
+	}
+	f.redis.Restart(t)
+	if err := f.consumer.Handle(ctx, claim); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if got := f.appliedVersion(t, name); got != 1 {
+		t.Errorf("applied version %d after the retry, want 1", got)
+	}
+	if got := f.cachedBalance(t, account, "USD"); got.Version != 1 {
+		t.Errorf("cache holds %+v after the retry, want version 1", got)
+	}
+}

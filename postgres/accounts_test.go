@@ -1,0 +1,147 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/migrations"
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/postgres"
+)
+
+func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
+
+func migratedPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	database := testserver.Postgres(t)
+	if err := migrations.Up(database.URL); err != nil {
+		t.Fatal(err)
+	}
+	return database.Pool(t)
+}
+
+func TestKeysAuthenticateUntilRevoked(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	accounts := postgres.NewAccounts(db)
+	account, err := accounts.Create(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyID, key, err := accounts.IssueKey(ctx, account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := accounts.Authenticate(ctx, key); err != nil || got != account {
+		t.Fatalf("authenticate = %q, %v", got, err)
+	}
+	var stored int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM api_keys WHERE key_hash = convert_to($1, 'UTF8') OR id = $1`, key).Scan(&stored); err != nil || stored != 0 {
+		t.Errorf("the key is stored in clear (%d rows, %v)", stored, err)
+	}
+	if _, err := accounts.RevokeKey(ctx, keyID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := accounts.Authenticate(ctx, key); !errors.Is(err, orders.ErrUnauthenticated) {
+		t.Errorf("revoked key: %v", err)
+	}
+	if _, err := accounts.RevokeKey(ctx, keyID); !errors.Is(err, orders.ErrNoKey) {
+		t.Errorf("second revoke: %v", err)
+	}
+	for _, bad := range []string{"", "ogk_", key + "x", strings.ToUpper(key)} {
+		if _, err := accounts.Authenticate(ctx, bad); !errors.Is(err, orders.ErrUnauthenticated) {
+			t.Errorf("key %q: %v", bad, err)
+		}
+	}
+	if _, _, err := accounts.IssueKey(ctx, orders.VenueAccount); !errors.Is(err, orders.ErrNoAccount) {
+		t.Errorf("a key for the venue account: %v", err)
+	}
+}
+
+func TestDepositsAndWithdrawalsAreLedgerTransactions(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	ledger := postgres.NewLedger(db)
+	account, err := postgres.NewAccounts(db).Create(ctx, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		move    func() error
+		wantErr error
+	}{
+		{"deposit", func() error { return ledger.Deposit(ctx, account, "USD", "100.50") }, nil},
+		{"withdraw part", func() error { return ledger.Withdraw(ctx, account, "USD", "0.50") }, nil},
+		{"withdraw more than held", func() error { return ledger.Withdraw(ctx, account, "USD", "100.01") }, orders.ErrFunds},
+		{"asset scale", func() error { return ledger.Deposit(ctx, account, "USD", "0.001") }, orders.ErrAsset},
+		{"unknown asset", func() error { return ledger.Deposit(ctx, account, "XYZ", "1") }, orders.ErrAsset},
+		{"unknown account", func() error { return ledger.Deposit(ctx, "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1", "USD", "1") }, orders.ErrNoAccount},
+		{"malformed amount", func() error { return ledger.Deposit(ctx, account, "USD", "1e3") }, orders.ErrAmount},
+		{"deposit to the external account", func() error { return ledger.Deposit(ctx, orders.ExternalAccount, "USD", "50.00") }, orders.ErrNoAccount},
+		{"withdraw from the external account", func() error { return ledger.Withdraw(ctx, orders.ExternalAccount, "USD", "50.00") }, orders.ErrNoAccount},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.move()
+			if tt.wantErr == nil && err != nil || tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+		})
+	}
+	// Concurrent deposits and withdrawals keep conservation and versions.
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(2)
+		go func() { defer wg.Done(); _ = ledger.Deposit(ctx, account, "USD", "1.00") }()
+		go func() { defer wg.Done(); _ = ledger.Withdraw(ctx, account, "USD", "1.00") }()
+	}
+	wg.Wait()
+	var available, total string
+	var version, entries int64
+	if err := db.QueryRow(ctx, `SELECT available::text, version FROM balances WHERE account_id = $1 AND asset = 'USD'`, account).Scan(&available, &version); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM ledger_entries WHERE account_id = $1 AND asset = 'USD'`, account).Scan(&entries); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(ctx, `SELECT sum(available)::text FROM balances WHERE asset = 'USD'`).Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	if available != "100.000000000000000000" || version != entries || total != "0.000000000000000000" {
+		t.Errorf("available %s, version %d, entries %d, sum of all USD %s", available, version, entries, total)
+	}
+	if violations, err := postgres.Audit(ctx, db); err != nil || len(violations) != 0 {
+		t.Errorf("audit: %v, %v", violations, err)
+	}
+}
+
+func TestFundVenueOnce(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	ledger := postgres.NewLedger(db)
+	for i, want := range []bool{true, false} {
+		funded, err := ledger.FundVenue(ctx)
+		if err != nil || funded != want {
+			t.Fatalf("call %d: funded %v, %v; want %v", i+1, funded, err, want)
+		}
+	}
+	for _, funds := range postgres.VenueLiquidity {
+		var available string
+		var once bool
+		if err := db.QueryRow(ctx, `SELECT available::text, available = $3::numeric FROM balances WHERE account_id = $1 AND asset = $2`,
+			orders.VenueAccount, funds.Asset, funds.Amount).Scan(&available, &once); err != nil {
+			t.Fatal(err)
+		}
+		if !once {
+			t.Errorf("venue %s: %s, want %s (funded once, not twice)", funds.Asset, available, funds.Amount)
+		}
+	}
+}

@@ -1,0 +1,26 @@
+package postgres
+
+import (
+	"strings"
+	"testing"
+)
+
+// availableText is the SQL of a balance row b's available amount, its asset
+// a joined, in the form clients see and the cache stores. It keeps every
+// significant decimal and at least the asset's scale: trailing zeros past
+// both are what NUMERIC(38,18) pads with, and rounding to that many places is
+// exact because only zeros are dropped.
+const availableText = `round(b.available, greatest(scale(trim_scale(b.available)), a.scale))::text`
+
+// The coherence lane caches balances formatted as the read path formats
+// them; each SQL file spells the expression out, so they must not drift.
+func TestCoherenceFormatsAvailableAsTheReadPath(t *testing.T) {
+	for file, statement := range map[string]string{
+		"sql/balance_read.sql":       balanceReadSQL,
+		"sql/coherence_read_due.sql": coherenceReadDueSQL,
+	} {
+		if !strings.Contains(statement, availableText) {
+			t.Errorf("%s does not format available as availableText does:\n%s", file, availableText)
+		}
+	}
+}

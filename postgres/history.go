@@ -1,0 +1,222 @@
+package postgres
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/govalues/decimal"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ordergate/ordergate/orders"
+)
+
+var (
+	//go:embed sql/order_select.sql
+	orderSelectSQL string
+	//go:embed sql/order_record_canceled.sql
+	orderRecordCanceledSQL string
+	//go:embed sql/order_status.sql
+	orderStatusSQL string
+)
+
+// History reads and writes the durable record of orders that reached a final
+// state, the orders table. Settlement writes settled and rejected rows; the
+// cancel path writes canceled ones (RecordCanceled).
+type History struct {
+	db *pgxpool.Pool
+}
+
+// NewHistory uses db.
+func NewHistory(db *pgxpool.Pool) *History { return &History{db: db} }
+
+// Order returns the account's final order with the id, or ErrNotFound when
+// the table has no such order of this account (another account's order
+// included).
+func (h *History) Order(ctx context.Context, account, id string) (orders.Order, error) {
+	// The projection is List's too, so this reads it from its one file and
+	// adds the one order's predicate rather than repeating it in another.
+	rows, err := h.db.Query(ctx, orderSelectSQL+` WHERE o.id = $1 AND o.account_id = $2`, id, account)
+	if err != nil {
+		return orders.Order{}, fmt.Errorf("%w: read order %s: %w", orders.ErrUnavailable, id, err)
+	}
+	list, err := collectOrders(rows)
+	if err != nil {
+		return orders.Order{}, err
+	}
+	if len(list) == 0 {
+		return orders.Order{}, fmt.Errorf("%w: %s", orders.ErrNotFound, id)
+	}
+	return list[0], nil
+}
+
+// List returns one page of the account's final orders, newest first. ORD ids
+// are ULIDs, so ordering by id is ordering by admission (to the millisecond),
+// and each page is one range scan of orders_account_newest or, filtered,
+// orders_account_status_newest.
+func (h *History) List(ctx context.Context, account string, q orders.ListQuery) (orders.Page, error) {
+	if q.Limit == 0 {
+		q.Limit = orders.DefaultListLimit
+	}
+	if q.Limit < 1 || q.Limit > orders.MaxListLimit {
+		return orders.Page{}, fmt.Errorf("%w: limit %d is outside 1..%d", orders.ErrInvalidQuery, q.Limit, orders.MaxListLimit)
+	}
+	if q.Status != "" && !q.Status.Final() {
+		return orders.Page{}, fmt.Errorf("%w: status %q is not a final status", orders.ErrInvalidQuery, q.Status)
+	}
+	if q.After != "" {
+		if _, err := orders.ParseOrderID(q.After); err != nil {
+			return orders.Page{}, fmt.Errorf("%w: after: %w", orders.ErrInvalidQuery, err)
+		}
+	}
+	// Each filter is its own predicate rather than "$n IS NULL OR ...": a
+	// generic plan of the catch-all form cannot use the status index. So the
+	// statement is built here, on sql/order_select.sql, with the predicates
+	// this query has, rather than kept whole in a file.
+	var sql strings.Builder
+	sql.WriteString(orderSelectSQL + ` WHERE o.account_id = $1`)
+	args := []any{account}
+	if q.Status != "" {
+		args = append(args, string(q.Status))
+		fmt.Fprintf(&sql, ` AND o.status = $%d`, len(args))
+	}
+	if q.After != "" {
+		args = append(args, q.After)
+		fmt.Fprintf(&sql, ` AND o.id < $%d`, len(args))
+	}
+	// One row more than the page tells whether another page follows, so the
+	// last page carries no cursor and a client never fetches an empty page.
+	args = append(args, q.Limit+1)
+	fmt.Fprintf(&sql, ` ORDER BY o.id DESC LIMIT $%d`, len(args))
+
+	rows, err := h.db.Query(ctx, sql.String(), args...)
+	if err != nil {
+		return orders.Page{}, fmt.Errorf("%w: list orders: %w", orders.ErrUnavailable, err)
+	}
+	list, err := collectOrders(rows)
+	if err != nil {
+		return orders.Page{}, err
+	}
+	page := orders.Page{Orders: list}
+	if len(list) > q.Limit {
+		page.Orders = list[:q.Limit]
+		page.Next = page.Orders[q.Limit-1].ID
+	}
+	return page, nil
+}
+
+// RecordCanceled writes the canceled row of an order the queue has canceled,
+// and returns the status the row holds afterwards: canceled, or the status
+// settlement recorded when it wrote the row first (a worker whose lease had
+// expired can settle an order the reaper had returned to pending). Writing
+// twice changes nothing.
+func (h *History) RecordCanceled(ctx context.Context, order orders.Order) (orders.Status, error) {
+	var price *string
+	if order.Price != nil {
+		text := order.Price.String()
+		price = &text
+	}
+	tag, err := h.db.Exec(ctx, orderRecordCanceledSQL,
+		order.ID, order.Account, order.ClientOrderID, order.Symbol, string(order.Side), string(order.Type),
+		order.Quantity.String(), price, order.CreatedAt, order.CanceledAt)
+	if err != nil {
+		return "", fmt.Errorf("%w: record cancel of %s: %w", orders.ErrUnavailable, order.ID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return orders.StatusCanceled, nil
+	}
+	var status string
+	if err := h.db.QueryRow(ctx, orderStatusSQL, order.ID).Scan(&status); err != nil {
+		return "", fmt.Errorf("%w: read order %s: %w", orders.ErrUnavailable, order.ID, err)
+	}
+	return orders.Status(status), nil
+}
+
+// collectOrders reads every row of an orderSelectSQL query.
+func collectOrders(rows pgx.Rows) ([]orders.Order, error) {
+	defer rows.Close()
+	var list []orders.Order
+	for rows.Next() {
+		order, err := scanOrder(rows)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, order)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%w: read orders: %w", orders.ErrUnavailable, err)
+	}
+	return list, nil
+}
+
+// scanOrder reads one orderSelectSQL row. Amounts are shown on the
+// instrument's grid (quantities with the lot size's decimals, prices with the
+// tick size's, the notional with both), as orders are entered; padding never
+// rounds, so a value finer than the grid keeps its digits.
+func scanOrder(row pgx.Row) (orders.Order, error) {
+	var (
+		order                                  orders.Order
+		side, typ, status, quantity            string
+		price, reason, fillPrice, fillQuantity *string
+		fillNotional                           *string
+		created, finished                      time.Time
+		tickScale, lotScale                    int
+	)
+	if err := row.Scan(&order.ID, &order.ClientOrderID, &order.Account, &order.Symbol, &side, &typ,
+		&quantity, &price, &status, &reason, &fillPrice, &fillQuantity, &fillNotional,
+		&created, &finished, &tickScale, &lotScale); err != nil {
+		return orders.Order{}, fmt.Errorf("orders: read order row: %w", err)
+	}
+	order.Side, order.Type, order.Status = orders.Side(side), orders.OrderType(typ), orders.Status(status)
+	if !order.Status.Final() {
+		return orders.Order{}, fmt.Errorf("orders: order %s has status %q in the orders table, which holds only final ones", order.ID, status)
+	}
+	order.CreatedAt, finished = created.UTC(), finished.UTC()
+	order.FinishedAt = &finished
+	if order.Status == orders.StatusCanceled {
+		order.CanceledAt = &finished
+	}
+	if reason != nil {
+		order.RejectReason = orders.RejectReason(*reason)
+	}
+	amount := func(text string, scale int) (decimal.Decimal, error) {
+		d, err := decimal.Parse(text)
+		// The decimal type rounds what it cannot hold; a stored amount is
+		// shown exactly or not at all.
+		if err == nil && d.String() != text {
+			err = fmt.Errorf("%s does not fit the decimal type", text)
+		}
+		if err != nil {
+			return decimal.Decimal{}, fmt.Errorf("orders: order %s: stored amount: %w", order.ID, err)
+		}
+		return d.Pad(scale), nil
+	}
+	optional := func(text *string, scale int) (*decimal.Decimal, error) {
+		if text == nil {
+			return nil, nil
+		}
+		d, err := amount(*text, scale)
+		return &d, err
+	}
+	var err error
+	if order.Quantity, err = amount(quantity, lotScale); err != nil {
+		return orders.Order{}, err
+	}
+	for _, field := range []struct {
+		text   *string
+		scale  int
+		target **decimal.Decimal
+	}{
+		{price, tickScale, &order.Price},
+		{fillPrice, tickScale, &order.FillPrice},
+		{fillQuantity, lotScale, &order.FillQuantity},
+		{fillNotional, tickScale + lotScale, &order.FillNotional},
+	} {
+		if *field.target, err = optional(field.text, field.scale); err != nil {
+			return orders.Order{}, err
+		}
+	}
+	return order, nil
+}

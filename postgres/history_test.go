@@ -1,0 +1,462 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/govalues/decimal"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/postgres"
+)
+
+// historyRow is an orders row as settlement or a cancel leaves it. Empty
+// fields take the values of a BTC-USD limit buy of 0.01 at 50000.
+type historyRow struct {
+	ID, Account, Status                   string
+	Symbol, Side, Type, Quantity, Price   string
+	RejectReason                          string
+	FillPrice, FillQuantity, FillNotional string
+}
+
+// insertHistoryRow writes the row directly, as settlement would: a settled
+// row gets the ledger transaction its constraint demands.
+func insertHistoryRow(t testing.TB, db *pgxpool.Pool, row historyRow) {
+	t.Helper()
+	ctx := context.Background()
+	defaults := func(field *string, value string) {
+		if *field == "" {
+			*field = value
+		}
+	}
+	defaults(&row.Symbol, "BTC-USD")
+	defaults(&row.Side, "buy")
+	defaults(&row.Type, "limit")
+	defaults(&row.Quantity, "0.01")
+	if row.Type == "limit" {
+		defaults(&row.Price, "50000")
+	}
+	created, err := orders.ParseOrderID(row.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var price, reason, fillPrice, fillQuantity, fillNotional *string
+	if row.Price != "" {
+		price = &row.Price
+	}
+	var ledgerTx *int64
+	switch row.Status {
+	case "settled":
+		defaults(&row.FillPrice, row.Price)
+		defaults(&row.FillQuantity, row.Quantity)
+		defaults(&row.FillNotional, "500")
+		fillPrice, fillQuantity, fillNotional = &row.FillPrice, &row.FillQuantity, &row.FillNotional
+		var id int64
+		if err := db.QueryRow(ctx, `INSERT INTO ledger_transactions (kind, order_id) VALUES ('settlement', $1) RETURNING id`, row.ID).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ledgerTx = &id
+	case "rejected":
+		defaults(&row.RejectReason, "insufficient_funds")
+		reason = &row.RejectReason
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price,
+		status, reject_reason, fill_price, fill_quantity, fill_notional, ledger_transaction_id, created_at, finished_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8::numeric, $9, $10, $11::numeric, $12::numeric, $13::numeric, $14, $15, $16)`,
+		row.ID, row.Account, "c-"+row.ID[len(row.ID)-8:], row.Symbol, row.Side, row.Type, row.Quantity, price,
+		row.Status, reason, fillPrice, fillQuantity, fillNotional, ledgerTx, created, created.Add(7*time.Millisecond)); err != nil {
+		t.Fatalf("insert order row %+v: %v", row, err)
+	}
+}
+
+// orderIDs mints n ids, newest first as a listing orders them.
+func orderIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = orders.NewOrderID()
+	}
+	slices.Sort(ids)
+	slices.Reverse(ids)
+	return ids
+}
+
+func newAccount(t testing.TB, db *pgxpool.Pool) string {
+	t.Helper()
+	account, err := postgres.NewAccounts(db).Create(context.Background(), "trader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return account
+}
+
+func idsOf(list []orders.Order) []string {
+	ids := make([]string, len(list))
+	for i, order := range list {
+		ids[i] = order.ID
+	}
+	return ids
+}
+
+func TestHistoryListsNewestFirstInPages(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	history := postgres.NewHistory(db)
+	alice, bob := newAccount(t, db), newAccount(t, db)
+	statuses := []string{"settled", "rejected", "canceled"}
+	ids := orderIDs(130)
+	var aliceIDs, bobIDs []string
+	byStatus := map[orders.Status][]string{}
+	// Inserted oldest first would hide an ORDER BY that is really insertion
+	// order; interleave instead.
+	for i, id := range ids {
+		account, status := alice, statuses[i%len(statuses)]
+		if i%13 == 0 {
+			account = bob
+		}
+		insertHistoryRow(t, db, historyRow{ID: id, Account: account, Status: status})
+		if account == bob {
+			bobIDs = append(bobIDs, id)
+			continue
+		}
+		aliceIDs = append(aliceIDs, id)
+		byStatus[orders.Status(status)] = append(byStatus[orders.Status(status)], id)
+	}
+
+	// walk lists every page and returns the ids in order and the page sizes.
+	walk := func(t *testing.T, account string, q orders.ListQuery) (ids []string, sizes []int) {
+		t.Helper()
+		for range 100 {
+			page, err := history.List(ctx, account, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids, sizes = append(ids, idsOf(page.Orders)...), append(sizes, len(page.Orders))
+			if page.Next == "" {
+				return ids, sizes
+			}
+			if page.Next != page.Orders[len(page.Orders)-1].ID {
+				t.Fatalf("Next = %s, want the page's last id %s", page.Next, page.Orders[len(page.Orders)-1].ID)
+			}
+			q.After = page.Next
+		}
+		t.Fatal("the listing never ends")
+		return nil, nil
+	}
+	tests := []struct {
+		name      string
+		account   string
+		query     orders.ListQuery
+		wantIDs   []string
+		wantSizes []int
+	}{
+		{"default limit", alice, orders.ListQuery{}, aliceIDs, []int{50, 50, 20}},
+		{"limit 7, rejected", alice, orders.ListQuery{Limit: 7, Status: orders.StatusRejected}, byStatus[orders.StatusRejected], []int{7, 7, 7, 7, 7, 5}},
+		{"exact multiple", alice, orders.ListQuery{Limit: 40, Status: orders.StatusCanceled}, byStatus[orders.StatusCanceled], []int{40}},
+		{"the other account", bob, orders.ListQuery{Limit: orders.MaxListLimit}, bobIDs, []int{10}},
+		{"no orders", newAccount(t, db), orders.ListQuery{}, nil, []int{0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gotIDs, gotSizes := walk(t, tt.account, tt.query)
+			if !slices.Equal(gotIDs, tt.wantIDs) {
+				t.Errorf("listed %d ids, want %d newest first:\n got %v\nwant %v", len(gotIDs), len(tt.wantIDs), gotIDs, tt.wantIDs)
+			}
+			if !slices.Equal(gotSizes, tt.wantSizes) {
+				t.Errorf("page sizes %v, want %v", gotSizes, tt.wantSizes)
+			}
+		})
+	}
+	if len(aliceIDs) != 120 || len(byStatus[orders.StatusCanceled]) != 40 {
+		t.Fatalf("fixture: %d orders of alice, %d canceled; want 120 and 40", len(aliceIDs), len(byStatus[orders.StatusCanceled]))
+	}
+}
+
+func TestHistoryRefusesQueriesOutOfBounds(t *testing.T) {
+	history := postgres.NewHistory(migratedPool(t))
+	const account = "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"
+	for _, q := range []orders.ListQuery{
+		{Limit: -1}, {Limit: orders.MaxListLimit + 1},
+		{Status: orders.StatusPending}, {Status: orders.StatusAccepted}, {Status: "SETTLED"},
+		{After: "ORD_nope"},
+	} {
+		if _, err := history.List(context.Background(), account, q); !errors.Is(err, orders.ErrInvalidQuery) {
+			t.Errorf("List(%+v) = %v, want ErrInvalidQuery", q, err)
+		}
+	}
+}
+
+// TestHistoryShowsFinalOrders: the fields of each final status, amounts on
+// the instrument's grid and never rounded, and JSON as the API shows it.
+func TestHistoryShowsFinalOrders(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	history := postgres.NewHistory(db)
+	account := newAccount(t, db)
+	ids := orderIDs(4)
+	rows := []historyRow{
+		{ID: ids[0], Account: account, Status: "settled", Quantity: "0.015", Price: "64250.5", FillPrice: "64250.5", FillQuantity: "0.015", FillNotional: "963.7575"},
+		{ID: ids[1], Account: account, Status: "rejected", Symbol: "ETH-USD", Type: "market", Quantity: "1.25", RejectReason: "instrument_halted"},
+		{ID: ids[2], Account: account, Status: "canceled", Symbol: "ETH-BTC", Side: "sell", Quantity: "0.5", Price: "0.06"},
+		// Finer than the grid (an instrument's tick may shrink later): shown whole.
+		{ID: ids[3], Account: account, Status: "settled", Quantity: "0.000001", Price: "50000.123", FillPrice: "50000.123", FillQuantity: "0.000001", FillNotional: "0.050000123"},
+	}
+	for _, row := range rows {
+		insertHistoryRow(t, db, row)
+	}
+	created := func(id string) string {
+		at, _ := orders.ParseOrderID(id)
+		return at.Format(time.RFC3339Nano)
+	}
+	finished := func(id string) string {
+		at, _ := orders.ParseOrderID(id)
+		return at.Add(7 * time.Millisecond).Format(time.RFC3339Nano)
+	}
+	want := []map[string]any{
+		{"id": ids[0], "client_order_id": "c-" + ids[0][22:], "account_id": account, "symbol": "BTC-USD", "side": "buy", "type": "limit",
+			"quantity": "0.01500", "price": "64250.50", "status": "settled", "created_at": created(ids[0]),
+			"fill_price": "64250.50", "fill_quantity": "0.01500", "fill_notional": "963.7575000", "finished_at": finished(ids[0])},
+		{"id": ids[1], "client_order_id": "c-" + ids[1][22:], "account_id": account, "symbol": "ETH-USD", "side": "buy", "type": "market",
+			"quantity": "1.250", "status": "rejected", "created_at": created(ids[1]),
+			"reject_reason": "instrument_halted", "finished_at": finished(ids[1])},
+		{"id": ids[2], "client_order_id": "c-" + ids[2][22:], "account_id": account, "symbol": "ETH-BTC", "side": "sell", "type": "limit",
+			"quantity": "0.500", "price": "0.06000", "status": "canceled", "created_at": created(ids[2]),
+			"canceled_at": finished(ids[2]), "finished_at": finished(ids[2])},
+		{"id": ids[3], "client_order_id": "c-" + ids[3][22:], "account_id": account, "symbol": "BTC-USD", "side": "buy", "type": "limit",
+			"quantity": "0.000001", "price": "50000.123", "status": "settled", "created_at": created(ids[3]),
+			"fill_price": "50000.123", "fill_quantity": "0.000001", "fill_notional": "0.050000123", "finished_at": finished(ids[3])},
+	}
+	page, err := history.List(ctx, account, orders.ListQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Orders) != len(want) || page.Next != "" {
+		t.Fatalf("listed %d orders (next %q), want %d", len(page.Orders), page.Next, len(want))
+	}
+	for i, listed := range page.Orders {
+		t.Run(want[i]["status"].(string), func(t *testing.T) {
+			one, err := history.Order(ctx, account, listed.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, order := range map[string]orders.Order{"List": listed, "Order": one} {
+				if got := jsonOf(t, order); !reflect.DeepEqual(got, want[i]) {
+					t.Errorf("%s shows\n %v\nwant\n %v", name, got, want[i])
+				}
+			}
+		})
+	}
+	if _, err := history.Order(ctx, newAccount(t, db), ids[0]); !errors.Is(err, orders.ErrNotFound) {
+		t.Errorf("another account's order: %v, want ErrNotFound", err)
+	}
+}
+
+func jsonOf(t testing.TB, order orders.Order) map[string]any {
+	t.Helper()
+	data, err := json.Marshal(order)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decoded map[string]any
+	if err := json.Unmarshal(data, &decoded); err != nil {
+		t.Fatal(err)
+	}
+	return decoded
+}
+
+// placerWithHistory is a Placer on a fresh Redis and a fresh database, with
+// one account.
+func placerWithHistory(t testing.TB) (*placement.Placer, *emq.Queue, *pgxpool.Pool, string) {
+	t.Helper()
+	db := migratedPool(t)
+	client, err := emq.Connect(context.Background(), testserver.StartRedis(t).Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := client.Queue(orders.Queue)
+	placer := placement.NewPlacer(queue, 0, placement.WithHistory(postgres.NewHistory(db)))
+	if err := placer.Declare(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return placer, queue, db, newAccount(t, db)
+}
+
+// TestPlacerReadsTheOrdersTableFirst plays settlement on a placed order: the
+// row it writes wins over the queue's view at every step, and a final order
+// is refused a cancel.
+func TestPlacerReadsTheOrdersTableFirst(t *testing.T) {
+	placer, queue, db, account := placerWithHistory(t)
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		// settle plays the worker: the row, then the queue.
+		settle func(t *testing.T, order orders.Order)
+		want   orders.Status
+	}{
+		{"settled, job completed", func(t *testing.T, order orders.Order) {
+			claims, err := queue.Claim(ctx, 1, time.Minute)
+			if err != nil || len(claims) != 1 {
+				t.Fatalf("claim: %+v, %v", claims, err)
+			}
+			insertHistoryRow(t, db, historyRow{ID: order.ID, Account: account, Status: "settled", Quantity: "0.01000", Price: "50000.00"})
+			if err := queue.Complete(ctx, order.ID, claims[0].Token); err != nil {
+				t.Fatal(err)
+			}
+		}, orders.StatusSettled},
+		{"rejected, job still active", func(t *testing.T, order orders.Order) {
+			if _, err := queue.Claim(ctx, 1, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			insertHistoryRow(t, db, historyRow{ID: order.ID, Account: account, Status: "rejected"})
+		}, orders.StatusRejected},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			placed := placeOrder(t, placer, account, strings.ReplaceAll(tt.name, " ", "-"))
+			if read, err := placer.Order(ctx, account, placed.ID); err != nil || read.Status != orders.StatusPending {
+				t.Fatalf("before settlement: %+v, %v; want it pending from the queue", read, err)
+			}
+			tt.settle(t, placed)
+			read, err := placer.Order(ctx, account, placed.ID)
+			if err != nil || read.Status != tt.want || read.FinishedAt == nil {
+				t.Fatalf("after settlement: %+v, %v; want it %s from the orders table", read, err, tt.want)
+			}
+			var refusal *orders.NotCancelableError
+			if _, err := placer.Cancel(ctx, account, placed.ID); !errors.As(err, &refusal) || refusal.Status != tt.want {
+				t.Errorf("Cancel = %v, want a refusal naming %s", err, tt.want)
+			}
+			if _, err := placer.Order(ctx, newAccount(t, db), placed.ID); !errors.Is(err, orders.ErrNotFound) {
+				t.Errorf("another account's read = %v, want ErrNotFound", err)
+			}
+		})
+	}
+}
+
+func TestCancelRecordsTheCanceledOrder(t *testing.T) {
+	placer, _, db, account := placerWithHistory(t)
+	ctx := context.Background()
+	placed := placeOrder(t, placer, account, "to-cancel")
+	canceled, err := placer.Cancel(ctx, account, placed.ID)
+	if err != nil || canceled.Status != orders.StatusCanceled || canceled.CanceledAt == nil || canceled.FinishedAt == nil {
+		t.Fatalf("Cancel = %+v, %v", canceled, err)
+	}
+	var status, quantity string
+	var finished time.Time
+	if err := db.QueryRow(ctx, `SELECT status, trim_scale(quantity)::text, finished_at FROM orders WHERE id = $1`, placed.ID).Scan(&status, &quantity, &finished); err != nil {
+		t.Fatalf("the canceled order has no row: %v", err)
+	}
+	if status != "canceled" || quantity != "0.01" || !finished.Equal(*canceled.CanceledAt) {
+		t.Errorf("row: %s %s finished %v; want canceled 0.01 finished at %v", status, quantity, finished, canceled.CanceledAt)
+	}
+	page, err := placer.List(ctx, account, orders.ListQuery{Status: orders.StatusCanceled})
+	if err != nil || !slices.Equal(idsOf(page.Orders), []string{placed.ID}) {
+		t.Errorf("canceled listing = %v, %v; want the order", idsOf(page.Orders), err)
+	}
+	var refusal *orders.NotCancelableError
+	if _, err := placer.Cancel(ctx, account, placed.ID); !errors.As(err, &refusal) || refusal.Status != orders.StatusCanceled {
+		t.Errorf("second Cancel = %v, want a refusal naming canceled", err)
+	}
+}
+
+// TestCanceledRowIsWrittenByTheNextReadWhenTheCancelCouldNot: the queue's
+// cancel stands when the row cannot be written, and the next read writes it.
+func TestCanceledRowIsWrittenByTheNextReadWhenTheCancelCouldNot(t *testing.T) {
+	placer, queue, db, account := placerWithHistory(t)
+	ctx := context.Background()
+	placed := placeOrder(t, placer, account, "unrecorded")
+	failOrderWrites(t, db)
+
+	_, err := placer.Cancel(ctx, account, placed.ID)
+	var unrecorded *orders.CancelNotRecordedError
+	if !errors.As(err, &unrecorded) || !errors.Is(err, orders.ErrCancelNotRecorded) {
+		t.Fatalf("Cancel = %v, want a *CancelNotRecordedError", err)
+	}
+	if unrecorded.Order.ID != placed.ID || unrecorded.Order.Status != orders.StatusCanceled || unrecorded.Order.CanceledAt == nil {
+		t.Errorf("the error carries %+v, want the canceled order", unrecorded.Order)
+	}
+	if job, err := queue.Job(ctx, placed.ID); err != nil || job.State != emq.StateCanceled {
+		t.Fatalf("queue state %q, %v; want the cancel to stand", job.State, err)
+	}
+	// A read while writes still fail answers from the queue.
+	if read, err := placer.Order(ctx, account, placed.ID); err != nil || read.Status != orders.StatusCanceled {
+		t.Fatalf("read while writes fail: %+v, %v", read, err)
+	}
+
+	allowOrderWrites(t, db)
+	if read, err := placer.Order(ctx, account, placed.ID); err != nil || read.Status != orders.StatusCanceled {
+		t.Fatalf("read: %+v, %v", read, err)
+	}
+	recorded, err := postgres.NewHistory(db).Order(ctx, account, placed.ID)
+	if err != nil || recorded.Status != orders.StatusCanceled || !recorded.CanceledAt.Equal(*unrecorded.Order.CanceledAt) {
+		t.Errorf("row after the read: %+v, %v; want it canceled at %v", recorded, err, unrecorded.Order.CanceledAt)
+	}
+}
+
+// TestRecordCanceledNeverOverwritesSettlement: a stale worker can settle an
+// order the reaper returned to pending and the client then canceled; the
+// row settlement wrote stands and the cancel learns of it.
+func TestRecordCanceledNeverOverwritesSettlement(t *testing.T) {
+	db := migratedPool(t)
+	history := postgres.NewHistory(db)
+	ctx := context.Background()
+	account := newAccount(t, db)
+	ids := orderIDs(2)
+	insertHistoryRow(t, db, historyRow{ID: ids[0], Account: account, Status: "settled"})
+	order := orders.Order{ID: ids[0], ClientOrderID: "x", Account: account, Symbol: "BTC-USD", Side: orders.Buy,
+		Type: orders.Market, Quantity: decimal.MustParse("0.01"), Status: orders.StatusCanceled}
+	if status, err := history.RecordCanceled(ctx, order); err != nil || status != orders.StatusSettled {
+		t.Errorf("RecordCanceled over a settled row = %q, %v; want settled", status, err)
+	}
+	order.ID = ids[1]
+	order.CreatedAt, _ = orders.ParseOrderID(ids[1])
+	for range 2 {
+		if status, err := history.RecordCanceled(ctx, order); err != nil || status != orders.StatusCanceled {
+			t.Errorf("RecordCanceled = %q, %v; want canceled, twice", status, err)
+		}
+	}
+	if got, err := history.Order(ctx, account, ids[0]); err != nil || got.Status != orders.StatusSettled {
+		t.Errorf("the settled row became %+v, %v", got, err)
+	}
+}
+
+// failOrderWrites makes every write to the orders table fail while reads
+// work, as a PostgreSQL that stops taking writes mid-request would.
+func failOrderWrites(t testing.TB, db *pgxpool.Pool) {
+	t.Helper()
+	if _, err := db.Exec(context.Background(), `
+		CREATE FUNCTION refuse_order_writes() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'orders table unwritable (test)'; END $$;
+		CREATE TRIGGER refuse_order_writes BEFORE INSERT ON orders
+			FOR EACH ROW EXECUTE FUNCTION refuse_order_writes();`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func allowOrderWrites(t testing.TB, db *pgxpool.Pool) {
+	t.Helper()
+	if _, err := db.Exec(context.Background(), `DROP TRIGGER refuse_order_writes ON orders`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// placeOrder admits a BTC-USD limit buy of the account through placer.
+func placeOrder(t testing.TB, placer *placement.Placer, account, clientOrderID string) orders.Order {
+	t.Helper()
+	placed, err := placer.Place(context.Background(), orders.PlaceCommand{
+		Account: account, ClientOrderID: clientOrderID, Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit,
+		Quantity: decimal.MustParse("0.01"), Price: decimal.MustParse("50000"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return placed.Order
+}

@@ -1,0 +1,86 @@
+package postgres
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordergate/ordergate/orders"
+)
+
+var (
+	//go:embed sql/journal_sweep.sql
+	journalSweepSQL string
+	//go:embed sql/journal_mark_relayed.sql
+	journalMarkRelayedSQL string
+)
+
+// Journal is the outbox settlement writes beside the balances it changes:
+// one row per changed balance, marked once the relay has carried it.
+type Journal struct {
+	db *pgxpool.Pool
+}
+
+// NewJournal uses db.
+func NewJournal(db *pgxpool.Pool) *Journal { return &Journal{db: db} }
+
+// MarkRelayed stamps the rows of entries relayed.
+func (j *Journal) MarkRelayed(ctx context.Context, entries []orders.JournalEntry) error {
+	return markRelayed(ctx, j.db, entries)
+}
+
+// SweepBatch takes up to limit unrelayed rows older than age, oldest first,
+// hands them to carry and marks relayed the ones carry returns, in one
+// transaction whose rows are locked with SKIP LOCKED, so sweepers in several
+// workers share the backlog instead of relaying it twice. It returns how many
+// rows it took and how many it marked.
+func (j *Journal) SweepBatch(ctx context.Context, age time.Duration, limit int,
+	carry func(context.Context, []orders.JournalEntry) []orders.JournalEntry) (taken, marked int, err error) {
+	err = pgx.BeginFunc(ctx, j.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, journalSweepSQL, age, limit)
+		if err != nil {
+			return err
+		}
+		entries, err := pgx.CollectRows(rows, pgx.RowToStructByPos[orders.JournalEntry])
+		if err != nil {
+			return err
+		}
+		carried := carry(ctx, entries)
+		if err := markRelayed(ctx, tx, carried); err != nil {
+			return err
+		}
+		taken, marked = len(entries), len(carried)
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("orders: sweep journal: %w", err)
+	}
+	return taken, marked, nil
+}
+
+// journalExecer is a pool or a transaction.
+type journalExecer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// markRelayed stamps the rows of entries, found by their unique name and
+// version, so an entry handed over without its row id is marked too.
+func markRelayed(ctx context.Context, db journalExecer, entries []orders.JournalEntry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	names := make([]string, len(entries))
+	versions := make([]int64, len(entries))
+	for i, entry := range entries {
+		names[i], versions[i] = entry.Name, entry.Version
+	}
+	if _, err := db.Exec(ctx, journalMarkRelayedSQL, names, versions); err != nil {
+		return fmt.Errorf("orders: mark journal rows relayed: %w", err)
+	}
+	return nil
+}

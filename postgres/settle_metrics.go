@@ -1,0 +1,68 @@
+package postgres
+
+import (
+	"time"
+
+	"github.com/ordergate/ordergate/orders"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// SettlementMetrics counts what settlement decided and how long it took.
+type SettlementMetrics struct {
+	outcomes *prometheus.CounterVec
+	duration prometheus.Histogram
+	batch    prometheus.Histogram
+}
+
+// NewSettlementMetrics registers settlement's series: orders_settlement_total
+// by outcome (settled, rejected: <reason>, duplicate) and
+// orders_settlement_seconds for an order's settlement, and
+// orders_settlement_batch_orders for the orders one transaction took.
+func NewSettlementMetrics(registerer prometheus.Registerer) *SettlementMetrics {
+	m := &SettlementMetrics{
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orders_settlement_total",
+			Help: "Settlements by outcome: settled, rejected (with its reason), or duplicate (the order was final already).",
+		}, []string{"outcome", "reason"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "orders_settlement_seconds",
+			Help:    "Time of one order's settlement, from the handler's start to its transaction's commit, waiting for a batch included.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "orders_settlement_batch_orders",
+			Help:    "Orders one settlement transaction took: several when they waited while the previous one was in flight.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32},
+		}),
+	}
+	registerer.MustRegister(m.outcomes, m.duration, m.batch)
+	return m
+}
+
+func (m *SettlementMetrics) observe(result settlement, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.duration.Observe(took.Seconds())
+	switch {
+	case result.duplicate:
+		m.outcomes.WithLabelValues("duplicate", "").Inc()
+	case result.status == orders.StatusRejected:
+		m.outcomes.WithLabelValues("rejected", result.reason).Inc()
+	default:
+		m.outcomes.WithLabelValues("settled", "").Inc()
+	}
+}
+
+func (m *SettlementMetrics) observeBatch(orders int) {
+	if m == nil {
+		return
+	}
+	m.batch.Observe(float64(orders))
+}
+
+// WithMetrics makes the settler count its outcomes.
+func (s *Settler) WithMetrics(metrics *SettlementMetrics) *Settler {
+	s.metrics = metrics
+	return s
+}
