@@ -166,7 +166,7 @@ func TestBalanceChangeShowsOnceItsCoherenceJobRan(t *testing.T) {
 	var entry orders.JournalEntry
 	name := orders.BalanceName(account, "USD")
 	if err := f.db.QueryRow(ctx, `SELECT j.id, j.name, j.version, j.payload
-		FROM journal_outbox j JOIN balances b ON j.name = $1 AND j.version = b.version
+		FROM outbox j JOIN balances b ON j.name = $1 AND j.version = b.version
 		WHERE b.account_id = $2 AND b.asset = 'USD'`, name, account).Scan(&entry.ID, &entry.Name, &entry.Version, &entry.Payload); err != nil {
 		t.Fatal(err)
 	}

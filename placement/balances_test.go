@@ -194,7 +194,7 @@ func TestBalancesOfOutages(t *testing.T) {
 // batches), four consumers on the coherence queue, stray late deliveries of
 // old versions, and readers polling every account throughout. No reader may
 // ever see a balance's version go down, and once the lane is drained the
-// cache and journal_applied hold the newest versions.
+// cache and outbox_applied hold the newest versions.
 func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

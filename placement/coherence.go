@@ -92,7 +92,7 @@ func (c *BalanceCoherence) Handle(ctx context.Context, claim emq.Claim) error {
 // Apply acts on one "<name>@<version>" announcement only if the version is
 // newer than the last one applied for the name, and reports whether it was.
 // Acting means refreshing the cached balance from PostgreSQL with a
-// conditional fill and recording the version in journal_applied. A
+// conditional fill and recording the version in outbox_applied. A
 // duplicate, or a version that arrives after a newer one, changes nothing.
 // Of deliveries of one name applied in the same batch only the highest
 // version acts (and reports so): the lower ones have nothing left to do.
@@ -176,7 +176,7 @@ func (c *BalanceCoherence) applyBatch(batch []*coherenceDelivery) {
 	for _, delivery := range latest {
 		deliveries = append(deliveries, delivery)
 	}
-	// Every applier locks journal_applied rows in name order, so two
+	// Every applier locks outbox_applied rows in name order, so two
 	// batches sharing names (the venue's balances are in nearly every
 	// one) wait for each other instead of deadlocking.
 	slices.SortFunc(deliveries, func(a, b *coherenceDelivery) int { return strings.Compare(a.name, b.name) })

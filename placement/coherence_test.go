@@ -64,7 +64,7 @@ func payloadOf(name string, version int64) string {
 	return name + "@" + strconv.FormatInt(version, 10)
 }
 
-// appliedRow is a journal_applied row as a test compares it.
+// appliedRow is a outbox_applied row as a test compares it.
 type appliedRow struct {
 	Version   int64
 	AppliedAt time.Time
@@ -76,7 +76,7 @@ func (r appliedRow) equal(other appliedRow) bool {
 
 func (f *coherenceFixture) appliedRows(t testing.TB) map[string]appliedRow {
 	t.Helper()
-	rows, err := f.db.Query(context.Background(), `SELECT name, version, applied_at FROM journal_applied`)
+	rows, err := f.db.Query(context.Background(), `SELECT name, version, applied_at FROM outbox_applied`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestConcurrentAppliesEndAtTheNewestVersion(t *testing.T) {
 				}
 			}
 			if again := f.appliedRows(t); !maps.EqualFunc(again, applied, appliedRow.equal) {
-				t.Errorf("redeliveries changed journal_applied:\n%v\nwant\n%v", again, applied)
+				t.Errorf("redeliveries changed outbox_applied:\n%v\nwant\n%v", again, applied)
 			}
 			f.assertCacheCurrent(t, names)
 		})
@@ -203,7 +203,7 @@ func TestConcurrentAppliesEndAtTheNewestVersion(t *testing.T) {
 }
 
 // applyGathered applies first and, once first's batch is held up by a lock
-// on journal_applied (so the applier is busy), rest concurrently; rest
+// on outbox_applied (so the applier is busy), rest concurrently; rest
 // gathers behind it and is applied in batches when the lock goes.
 func (f *coherenceFixture) applyGathered(t testing.TB, first string, rest []string) (applyResult, []applyResult) {
 	t.Helper()
@@ -213,7 +213,7 @@ func (f *coherenceFixture) applyGathered(t testing.TB, first string, rest []stri
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `LOCK TABLE journal_applied IN ACCESS EXCLUSIVE MODE`); err != nil {
+	if _, err := tx.Exec(ctx, `LOCK TABLE outbox_applied IN ACCESS EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}
 	firstDone := make(chan applyResult, 1)
@@ -317,7 +317,7 @@ func TestABatchThatCannotFillTheCacheAdvancesNothing(t *testing.T) {
 	// Nothing recorded, or the retries would find their versions applied
 	// and the cache would miss these changes for good.
 	if applied := f.appliedRows(t); len(applied) != 0 {
-		t.Errorf("journal_applied after failed fills: %v, want nothing", applied)
+		t.Errorf("outbox_applied after failed fills: %v, want nothing", applied)
 	}
 
 	f.redis.Restart(t)

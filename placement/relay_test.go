@@ -82,13 +82,13 @@ func (f *coherenceFixture) depositJournaled(t testing.TB, account, asset, amount
 	}
 	// The deposit also journals the external account's side; these tests
 	// count the customer's rows only.
-	if _, err := f.db.Exec(ctx, `DELETE FROM journal_outbox WHERE name LIKE $1`, "balances:"+orders.ExternalAccount+":%"); err != nil {
+	if _, err := f.db.Exec(ctx, `DELETE FROM outbox WHERE name LIKE $1`, "balances:"+orders.ExternalAccount+":%"); err != nil {
 		t.Fatal(err)
 	}
 	var entry orders.JournalEntry
 	name := orders.BalanceName(account, asset)
 	err := f.db.QueryRow(ctx, `SELECT j.id, j.name, j.version, j.payload
-		FROM journal_outbox j JOIN balances b ON j.name = $1 AND j.version = b.version
+		FROM outbox j JOIN balances b ON j.name = $1 AND j.version = b.version
 		WHERE b.account_id = $2 AND b.asset = $3`, name, account, asset).
 		Scan(&entry.ID, &entry.Name, &entry.Version, &entry.Payload)
 	if err != nil {
@@ -100,7 +100,7 @@ func (f *coherenceFixture) depositJournaled(t testing.TB, account, asset, amount
 func (f *coherenceFixture) unrelayed(t testing.TB) int {
 	t.Helper()
 	var n int
-	if err := f.db.QueryRow(context.Background(), `SELECT count(*) FROM journal_outbox WHERE relayed_at IS NULL`).Scan(&n); err != nil {
+	if err := f.db.QueryRow(context.Background(), `SELECT count(*) FROM outbox WHERE relayed_at IS NULL`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -218,7 +218,7 @@ func TestConcurrentSweepsShareTheBacklog(t *testing.T) {
 	f := newCoherenceFixture(t, placement.WithSweepAge(0))
 	// More rows than one batch holds, across several accounts' lanes.
 	const rows = 1234
-	if _, err := f.db.Exec(ctx, `INSERT INTO journal_outbox (name, version, payload)
+	if _, err := f.db.Exec(ctx, `INSERT INTO outbox (name, version, payload)
 		SELECT 'balances:ACC_' || lpad((i % 7)::text, 26, '0') || ':USD', i,
 		       'balances:ACC_' || lpad((i % 7)::text, 26, '0') || ':USD@' || i
 		FROM generate_series(1, $1) AS i`, rows); err != nil {
@@ -390,7 +390,7 @@ func waitFor(t testing.TB, timeout time.Duration, what string, condition func() 
 func (f *coherenceFixture) appliedVersion(t testing.TB, name string) int64 {
 	t.Helper()
 	var version int64
-	err := f.db.QueryRow(context.Background(), `SELECT coalesce(max(version), 0) FROM journal_applied WHERE name = $1`, name).Scan(&version)
+	err := f.db.QueryRow(context.Background(), `SELECT coalesce(max(version), 0) FROM outbox_applied WHERE name = $1`, name).Scan(&version)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,7 +427,7 @@ func TestCoherenceActsOnlyOnANewerVersion(t *testing.T) {
 			t.Errorf("after delivery %d applied version %d, want 3", delivery+1, got)
 		}
 	}
-	if _, err := f.db.Exec(ctx, `DELETE FROM journal_applied`); err != nil {
+	if _, err := f.db.Exec(ctx, `DELETE FROM outbox_applied`); err != nil {
 		t.Fatal(err)
 	}
 
@@ -509,8 +509,8 @@ func TestCoherenceRefusesMalformedPayloadsForGood(t *testing.T) {
 		}
 	}
 	var applied int
-	if err := f.db.QueryRow(ctx, `SELECT count(*) FROM journal_applied`).Scan(&applied); err != nil || applied != 0 {
-		t.Errorf("journal_applied holds %d rows (%v), want none", applied, err)
+	if err := f.db.QueryRow(ctx, `SELECT count(*) FROM outbox_applied`).Scan(&applied); err != nil || applied != 0 {
+		t.Errorf("outbox_applied holds %d rows (%v), want none", applied, err)
 	}
 }
 

@@ -14,10 +14,10 @@ import (
 )
 
 var (
-	//go:embed sql/journal_sweep.sql
-	journalSweepSQL string
-	//go:embed sql/journal_mark_relayed.sql
-	journalMarkRelayedSQL string
+	//go:embed sql/outbox_sweep.sql
+	outboxSweepSQL string
+	//go:embed sql/outbox_mark_relayed.sql
+	outboxMarkRelayedSQL string
 )
 
 // Journal is the outbox settlement writes beside the balances it changes:
@@ -42,7 +42,7 @@ func (j *Journal) MarkRelayed(ctx context.Context, entries []orders.JournalEntry
 func (j *Journal) SweepBatch(ctx context.Context, age time.Duration, limit int,
 	carry func(context.Context, []orders.JournalEntry) []orders.JournalEntry) (taken, marked int, err error) {
 	err = pgx.BeginFunc(ctx, j.db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, journalSweepSQL, age, limit)
+		rows, err := tx.Query(ctx, outboxSweepSQL, age, limit)
 		if err != nil {
 			return err
 		}
@@ -79,7 +79,7 @@ func markRelayed(ctx context.Context, db journalExecer, entries []orders.Journal
 	for i, entry := range entries {
 		names[i], versions[i] = entry.Name, entry.Version
 	}
-	if _, err := db.Exec(ctx, journalMarkRelayedSQL, names, versions); err != nil {
+	if _, err := db.Exec(ctx, outboxMarkRelayedSQL, names, versions); err != nil {
 		return fmt.Errorf("orders: mark journal rows relayed: %w", err)
 	}
 	return nil

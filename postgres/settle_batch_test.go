@@ -213,7 +213,7 @@ func journalCoversFinalVersions(t testing.TB, db *pgxpool.Pool) {
 	t.Helper()
 	rows, err := db.Query(context.Background(), `SELECT b.account_id, b.asset, b.version FROM balances b
 		WHERE b.version > 0 AND NOT EXISTS (
-			SELECT 1 FROM journal_outbox j WHERE j.name = 'balances:' || b.account_id || ':' || b.asset AND j.version = b.version)`)
+			SELECT 1 FROM outbox j WHERE j.name = 'balances:' || b.account_id || ':' || b.asset AND j.version = b.version)`)
 	if err != nil {
 		t.Fatal(err)
 	}

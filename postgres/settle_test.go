@@ -40,7 +40,7 @@ func (r *recordingRelay) Relay(ctx context.Context, entries []orders.JournalEntr
 	}
 	var visible int
 	// Another connection sees the rows only once the settlement committed.
-	err := r.db.QueryRow(ctx, `SELECT count(*) FROM journal_outbox WHERE id = ANY($1)`, ids).Scan(&visible)
+	err := r.db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE id = ANY($1)`, ids).Scan(&visible)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls = append(r.calls, slices.Clone(entries))
@@ -220,7 +220,7 @@ func settlementEntries(t testing.TB, db *pgxpool.Pool, orderID string) map[int64
 
 func journalAfter(t testing.TB, db *pgxpool.Pool, after int64) []orders.JournalEntry {
 	t.Helper()
-	rows, err := db.Query(context.Background(), `SELECT id, name, version, payload FROM journal_outbox WHERE id > $1 ORDER BY id`, after)
+	rows, err := db.Query(context.Background(), `SELECT id, name, version, payload FROM outbox WHERE id > $1 ORDER BY id`, after)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func journalAfter(t testing.TB, db *pgxpool.Pool, after int64) []orders.JournalE
 func lastJournalID(t testing.TB, db *pgxpool.Pool) int64 {
 	t.Helper()
 	var id int64
-	if err := db.QueryRow(context.Background(), `SELECT coalesce(max(id), 0) FROM journal_outbox`).Scan(&id); err != nil {
+	if err := db.QueryRow(context.Background(), `SELECT coalesce(max(id), 0) FROM outbox`).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
 	return id

@@ -12,6 +12,6 @@ WITH changed AS (
 named AS (
     SELECT CASE WHEN account_id = $2 THEN $5::text ELSE $6::text END AS name, version
     FROM changed)
-INSERT INTO journal_outbox (name, version, payload)
+INSERT INTO outbox (name, version, payload)
 SELECT name, version, name || '@' || version
 FROM named

@@ -36,6 +36,6 @@ WITH placed AS (
           FROM moves GROUP BY account_id, asset) AS m
     WHERE b.account_id = m.account_id AND b.asset = m.asset
 )
-INSERT INTO journal_outbox (name, version, payload)
+INSERT INTO outbox (name, version, payload)
 SELECT * FROM unnest($22::text[], $23::bigint[], $24::text[])
 RETURNING id, name, version, payload

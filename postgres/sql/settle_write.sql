@@ -30,6 +30,6 @@ WITH drawn AS (
     FROM moves m, placed
     WHERE b.account_id = m.account_id AND b.asset = m.asset
 )
-INSERT INTO journal_outbox (name, version, payload)
+INSERT INTO outbox (name, version, payload)
 SELECT j.* FROM placed, unnest($16::text[], $17::bigint[], $18::text[]) AS j
 RETURNING id, name, version, payload, (SELECT id FROM placed)
