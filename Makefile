@@ -20,7 +20,7 @@ run:
 # "context deadline exceeded" and no failing input (golang/go#75804).
 test:
 	bash scripts/deps.sh
-	go vet ./...
+	$(MAKE) --no-print-directory lint
 	go test -race -count=1 -timeout 15m ./...
 	EMQ_TEST_REDIS=cluster go test -race -count=1 -timeout 10m ./emq/...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=50000x
@@ -28,10 +28,26 @@ test:
 generate:
 	go generate ./...
 
-vet:
-	go vet ./...
+# bench/asynq is a module of its own (cmd/bench builds and runs it), so each
+# check covers it too.
+MODULES := . bench/asynq
 
+vet:
+	@for module in $(MODULES); do \
+		echo "go vet ./... in $$module"; \
+		(cd $$module && go vet ./...) || exit 1; \
+	done
+
+# go vet, then: go.mod and go.sum are what `go mod tidy` would write (a direct
+# dependency marked // indirect, a missing or stale line fails; `go mod tidy`
+# fixes it), and gofmt has nothing to reformat.
 lint: vet
+	@for module in $(MODULES); do \
+		if ! (cd $$module && go mod tidy -diff); then \
+			echo "go mod tidy would change $$module/go.mod or go.sum (run go mod tidy there)"; \
+			exit 1; \
+		fi; \
+	done
 	@unformatted="$$(gofmt -l .)"; \
 	if [ -n "$$unformatted" ]; then \
 		echo "gofmt would reformat these files (run gofmt -w):"; \

@@ -379,7 +379,10 @@ func fuzzCheckRules(t *testing.T, server *Server, instruments map[string]orders.
 }
 
 // BenchmarkDecodePlaceRequest compares the two decoding paths on the body
-// every client sends.
+// every client sends: plain is decodePlaceRequest as the gateway calls it
+// (the hand-written one-pass decoder takes the body), checked is the
+// encoding/json walk it replaced on that body. The one-pass decoder stays
+// only while it is at least twice as fast.
 func BenchmarkDecodePlaceRequest(b *testing.B) {
 	body := []byte(fuzzDecodeSeeds[0])
 	for _, path := range []struct {

@@ -3,9 +3,10 @@ package orders
 import (
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/govalues/decimal"
+
+	"github.com/ordergate/ordergate/internal/jsonstring"
 )
 
 // orderJSONSize is room for a typical pending order's JSON, so encoding one
@@ -103,59 +104,8 @@ func appendJSONTime(dst []byte, t time.Time) ([]byte, error) {
 	return append(text, '"'), nil
 }
 
-const hexDigits = "0123456789abcdef"
-
 // appendJSONString appends s quoted and escaped as encoding/json escapes a
-// string by default: ", \ and control characters, the HTML-sensitive <, >
-// and &, U+2028 and U+2029, and each byte of invalid UTF-8 as U+FFFD.
+// string by default, HTML characters included.
 func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		b := s[i]
-		if b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			// Valid JSON, but they end a line in JavaScript, so JSONP
-			// consumers break on them unescaped.
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	return jsonstring.Append(dst, s, jsonstring.AsEncodingJSON)
 }

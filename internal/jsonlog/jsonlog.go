@@ -20,7 +20,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/ordergate/ordergate/internal/jsonstring"
 )
 
 // New returns a handler whose output is byte for byte what
@@ -142,7 +143,7 @@ func (h *handler) appendRecord(b []byte, r slog.Record) ([]byte, bool) {
 	b = append(b, `"level":"`...)
 	b = appendLevel(b, r.Level)
 	b = append(b, `","msg":`...)
-	b = appendString(b, r.Message)
+	b = jsonstring.Append(b, r.Message, jsonstring.AsSlog)
 	b = append(b, h.pre...)
 	ok := true
 	r.Attrs(func(a slog.Attr) bool {
@@ -160,11 +161,11 @@ func (h *handler) appendRecord(b []byte, r slog.Record) ([]byte, bool) {
 func appendAttr(b []byte, a slog.Attr) ([]byte, bool) {
 	v := a.Value
 	b = append(b, ',')
-	b = appendString(b, a.Key)
+	b = jsonstring.Append(b, a.Key, jsonstring.AsSlog)
 	b = append(b, ':')
 	switch v.Kind() {
 	case slog.KindString:
-		b = appendString(b, v.String())
+		b = jsonstring.Append(b, v.String(), jsonstring.AsSlog)
 	case slog.KindInt64:
 		b = strconv.AppendInt(b, v.Int64(), 10)
 	case slog.KindUint64:
@@ -250,64 +251,3 @@ func appendFloat(b []byte, f float64) []byte {
 	}
 	return b
 }
-
-// appendString appends s as a quoted JSON string, escaped exactly as the
-// standard handler escapes it: HTML characters stay as they are; control
-// characters, quotes and backslashes are escaped; invalid UTF-8 becomes
-// \ufffd; U+2028 and U+2029 are escaped so the line is also valid JavaScript.
-func appendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if plain[c] {
-			i++
-			continue
-		}
-		if c < utf8.RuneSelf {
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, `\n`...)
-			case '\r':
-				b = append(b, `\r`...)
-			case '\t':
-				b = append(b, `\t`...)
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
-
-// plain marks the bytes appendString copies as they are: printable ASCII
-// other than the quote and the backslash. Most of a line is such bytes, and
-// the table makes each one a single load and test.
-var plain = func() (t [256]bool) {
-	for c := ' '; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()

@@ -569,7 +569,9 @@ func TestConcurrentLinesStayWhole(t *testing.T) {
 
 // BenchmarkAccessLine formats the gateway's access line with each handler,
 // handed the record directly as the gateway does; compare the ns/op and
-// allocs/op of the two sub-benchmarks.
+// allocs/op of the two sub-benchmarks. slog is the library this package
+// replaces: the hand-written handler stays only while it is at least twice
+// as fast here.
 func BenchmarkAccessLine(b *testing.B) {
 	r := record(fixedTime, slog.LevelInfo, "request", accessAttrs()...)
 	for _, bc := range []struct {
