@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/fleet"
+	"github.com/ordergate/ordergate/settlement"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 )
@@ -89,11 +89,11 @@ type settlementResult struct {
 	Met   bool    `json:"met"`
 }
 
-// settlement admits a backlog of orders, settles it with the fleet's
+// settlement admits a backlog of orders, settles it with the settlement package's
 // workers at cmd/worker's defaults (the phase measures what a worker
 // deployed without flags does), then runs pgbench against the same server.
 func (e *env) settlement(ctx context.Context, c settlementConfig, s *servers, duration time.Duration, progress func(string, ...any)) (settlementResult, error) {
-	r := settlementResult{Workers: c.workers, WorkerConcurrency: fleet.DefaultConfig().Concurrency, Orders: c.orders}
+	r := settlementResult{Workers: c.workers, WorkerConcurrency: settlement.DefaultConfig().Concurrency, Orders: c.orders}
 	if err := e.settleBacklog(ctx, &r, s, progress); err != nil {
 		return r, fmt.Errorf("settlement: %w", err)
 	}
@@ -128,7 +128,7 @@ func pgbenchClientsFor(handlers int) int {
 // venue's BTC. The queue is otherwise the orders queue: same scripts, same
 // default options, the order job kind, the Settler as handler.
 func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers, progress func(string, ...any)) error {
-	workerConfig := fleet.DefaultConfig()
+	workerConfig := settlement.DefaultConfig()
 	workerConfig.Queue = orders.Queue + "-settle-" + e.run
 	queue := e.queue.Queue(workerConfig.Queue)
 	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
@@ -240,16 +240,16 @@ func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n in
 }
 
 // runWorker is one worker process as cmd/worker runs it: connections of its
-// own, as fleet.Connect sizes them, and the fleet's Worker. Only the
+// own, as settlement.Connect sizes them, and the settlement package's Worker. Only the
 // /metrics listener is left out; nothing scrapes it here. It returns when
 // ctx ends and the worker has drained.
-func (e *env) runWorker(ctx context.Context, s *servers, config fleet.Config) error {
-	deps, err := fleet.Connect(ctx, s.databaseURL, s.redisURL, config, e.log)
+func (e *env) runWorker(ctx context.Context, s *servers, config settlement.Config) error {
+	deps, err := settlement.Connect(ctx, s.databaseURL, s.redisURL, config, e.log)
 	if err != nil {
 		return err
 	}
 	defer deps.Close()
-	worker, err := fleet.New(ctx, deps, config)
+	worker, err := settlement.New(ctx, deps, config)
 	if err != nil {
 		return err
 	}

@@ -15,17 +15,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/ordergate/ordergate/fleet"
 	"github.com/ordergate/ordergate/internal/environ"
 	"github.com/ordergate/ordergate/internal/jsonlog"
 	"github.com/ordergate/ordergate/migrations"
+	"github.com/ordergate/ordergate/settlement"
 )
 
 type config struct {
 	redisURL    string
 	databaseURL string
 	migrate     bool
-	fleet       fleet.Config
+	worker      settlement.Config
 	metricsAddr string
 	logLevel    slog.Level
 	logFlush    time.Duration
@@ -47,11 +47,11 @@ default shown.
 
 // parseConfig reads flags, falling back to the environment. An environment
 // variable that does not parse is an error, not a silent default: a typo in
-// WORKER_LEASE must not run the fleet with a lease nobody chose.
+// WORKER_LEASE must not run the worker with a lease nobody chose.
 func parseConfig(args []string, getenv func(string) string, output io.Writer) (config, error) {
 	env := environ.NewReader(getenv)
-	defaults := fleet.DefaultConfig()
-	c := config{fleet: defaults}
+	defaults := settlement.DefaultConfig()
+	c := config{worker: defaults}
 	flags := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	flags.SetOutput(output)
 	flags.Usage = func() {
@@ -61,22 +61,22 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	flags.StringVar(&c.redisURL, "redis-url", env.String("REDIS_URL", "redis://127.0.0.1:6379/0"),
 		"Redis URL; addr= parameters make it a cluster (REDIS_URL)")
 	flags.StringVar(&c.databaseURL, "database-url", env.String("DATABASE_URL", ""),
-		fmt.Sprintf("PostgreSQL URL, required; the worker keeps concurrency + %d connections (DATABASE_URL)", fleet.ConnectionsBesideSettlement))
+		fmt.Sprintf("PostgreSQL URL, required; the worker keeps concurrency + %d connections (DATABASE_URL)", settlement.ConnectionsBesideSettlement))
 	flags.BoolVar(&c.migrate, "migrate", env.Bool("MIGRATE", true), "apply database migrations at start (MIGRATE)")
-	flags.IntVar(&c.fleet.Concurrency, "concurrency", env.Int("WORKER_CONCURRENCY", defaults.Concurrency),
+	flags.IntVar(&c.worker.Concurrency, "concurrency", env.Int("WORKER_CONCURRENCY", defaults.Concurrency),
 		"orders handled at once (WORKER_CONCURRENCY)")
-	flags.IntVar(&c.fleet.Batch, "batch", env.Int("WORKER_BATCH", defaults.Batch),
+	flags.IntVar(&c.worker.Batch, "batch", env.Int("WORKER_BATCH", defaults.Batch),
 		"most orders one claim takes; 0 means the concurrency (WORKER_BATCH)")
-	flags.DurationVar(&c.fleet.Lease, "lease", env.Duration("WORKER_LEASE", defaults.Lease),
+	flags.DurationVar(&c.worker.Lease, "lease", env.Duration("WORKER_LEASE", defaults.Lease),
 		"how long a claim holds an order; a dead worker's orders run again after about this long (WORKER_LEASE)")
-	flags.IntVar(&c.fleet.Retry.MaxAttempts, "max-attempts", env.Int("WORKER_MAX_ATTEMPTS", defaults.Retry.MaxAttempts),
+	flags.IntVar(&c.worker.Retry.MaxAttempts, "max-attempts", env.Int("WORKER_MAX_ATTEMPTS", defaults.Retry.MaxAttempts),
 		fmt.Sprintf("attempts an order gets before it is dead; with the default backoff, %d outlast a PostgreSQL outage of over %d minutes (WORKER_MAX_ATTEMPTS)",
 			defaults.Retry.MaxAttempts, int(defaults.OutageOutlasted().Minutes())))
-	flags.DurationVar(&c.fleet.Retry.BaseDelay, "retry-base", env.Duration("WORKER_RETRY_BASE", defaults.Retry.BaseDelay),
+	flags.DurationVar(&c.worker.Retry.BaseDelay, "retry-base", env.Duration("WORKER_RETRY_BASE", defaults.Retry.BaseDelay),
 		"backoff before an order's second attempt; it doubles with each failed attempt (WORKER_RETRY_BASE)")
-	flags.DurationVar(&c.fleet.Retry.MaxDelay, "retry-cap", env.Duration("WORKER_RETRY_CAP", defaults.Retry.MaxDelay),
+	flags.DurationVar(&c.worker.Retry.MaxDelay, "retry-cap", env.Duration("WORKER_RETRY_CAP", defaults.Retry.MaxDelay),
 		"longest backoff between two attempts of an order (WORKER_RETRY_CAP)")
-	flags.DurationVar(&c.fleet.DrainTimeout, "drain-timeout", env.Duration("WORKER_DRAIN_TIMEOUT", defaults.DrainTimeout),
+	flags.DurationVar(&c.worker.DrainTimeout, "drain-timeout", env.Duration("WORKER_DRAIN_TIMEOUT", defaults.DrainTimeout),
 		"after a stop signal, how long in-flight orders may take before they are released to other workers (WORKER_DRAIN_TIMEOUT)")
 	flags.StringVar(&c.metricsAddr, "metrics-addr", env.String("METRICS_ADDR", "127.0.0.1:9091"),
 		"where /metrics (Prometheus) and /healthz are served; empty serves neither (METRICS_ADDR)")
@@ -93,20 +93,20 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 		return config{}, fmt.Errorf("unexpected arguments %q", flags.Args())
 	case c.databaseURL == "":
 		return config{}, errors.New("DATABASE_URL (or -database-url) is required")
-	case c.fleet.Concurrency < 1:
-		return config{}, fmt.Errorf("concurrency %d: want at least 1", c.fleet.Concurrency)
-	case c.fleet.Batch < 0:
-		return config{}, fmt.Errorf("batch %d: want 0 (the concurrency) or more", c.fleet.Batch)
-	case c.fleet.Lease < time.Second:
-		return config{}, fmt.Errorf("lease %s: want at least 1s", c.fleet.Lease)
-	case c.fleet.Retry.MaxAttempts < 1:
-		return config{}, fmt.Errorf("max attempts %d: want at least 1", c.fleet.Retry.MaxAttempts)
-	case c.fleet.Retry.BaseDelay <= 0:
-		return config{}, fmt.Errorf("retry base %s: want more than 0", c.fleet.Retry.BaseDelay)
-	case c.fleet.Retry.MaxDelay < c.fleet.Retry.BaseDelay:
-		return config{}, fmt.Errorf("retry cap %s: want at least the retry base %s", c.fleet.Retry.MaxDelay, c.fleet.Retry.BaseDelay)
-	case c.fleet.DrainTimeout <= 0:
-		return config{}, fmt.Errorf("drain timeout %s: want more than 0", c.fleet.DrainTimeout)
+	case c.worker.Concurrency < 1:
+		return config{}, fmt.Errorf("concurrency %d: want at least 1", c.worker.Concurrency)
+	case c.worker.Batch < 0:
+		return config{}, fmt.Errorf("batch %d: want 0 (the concurrency) or more", c.worker.Batch)
+	case c.worker.Lease < time.Second:
+		return config{}, fmt.Errorf("lease %s: want at least 1s", c.worker.Lease)
+	case c.worker.Retry.MaxAttempts < 1:
+		return config{}, fmt.Errorf("max attempts %d: want at least 1", c.worker.Retry.MaxAttempts)
+	case c.worker.Retry.BaseDelay <= 0:
+		return config{}, fmt.Errorf("retry base %s: want more than 0", c.worker.Retry.BaseDelay)
+	case c.worker.Retry.MaxDelay < c.worker.Retry.BaseDelay:
+		return config{}, fmt.Errorf("retry cap %s: want at least the retry base %s", c.worker.Retry.MaxDelay, c.worker.Retry.BaseDelay)
+	case c.worker.DrainTimeout <= 0:
+		return config{}, fmt.Errorf("drain timeout %s: want more than 0", c.worker.DrainTimeout)
 	case c.logFlush < 0:
 		return config{}, fmt.Errorf("log flush interval %s: want 0 (each line at once) or more", c.logFlush)
 	}
@@ -114,7 +114,7 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 }
 
 // run applies migrations, connects to PostgreSQL and to the queue (the
-// protocol fence included), and runs the fleet's worker, which settles
+// protocol fence included), and runs the settlement worker, which settles
 // orders until ctx is cancelled, then drains.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	c, err := parseConfig(args, getenv, stdout)
@@ -134,7 +134,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			return err
 		}
 	}
-	deps, err := fleet.Connect(ctx, c.databaseURL, c.redisURL, c.fleet, log)
+	deps, err := settlement.Connect(ctx, c.databaseURL, c.redisURL, c.worker, log)
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	deps.Metrics = registry
-	worker, err := fleet.New(ctx, deps, c.fleet)
+	worker, err := settlement.New(ctx, deps, c.worker)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/govalues/decimal"
 
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/fleet"
+	"github.com/ordergate/ordergate/settlement"
 	"github.com/ordergate/ordergate/internal/logbuffer"
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
@@ -36,7 +36,7 @@ func TestParseConfig(t *testing.T) {
 	defaults := config{
 		redisURL: "redis://127.0.0.1:6379/0", databaseURL: databaseURL, migrate: true, metricsAddr: "127.0.0.1:9091", logLevel: slog.LevelInfo,
 		logFlush: 100 * time.Millisecond,
-		fleet: fleet.Config{
+		worker: settlement.Config{
 			Queue: orders.Queue, Concurrency: 8, Lease: 30 * time.Second,
 			Retry:        emq.RetryPolicy{MaxAttempts: 60, BaseDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second},
 			DrainTimeout: 10 * time.Second,
@@ -59,9 +59,9 @@ func TestParseConfig(t *testing.T) {
 				"WORKER_RETRY_BASE": "1s", "WORKER_RETRY_CAP": "1m", "LOG_FLUSH_INTERVAL": "0",
 			},
 			want: func(c *config) {
-				c.redisURL, c.fleet.Concurrency, c.fleet.Batch, c.fleet.Lease = "redis://queue:6379/1", 32, 16, 45*time.Second
-				c.fleet.Retry.MaxAttempts, c.fleet.DrainTimeout, c.metricsAddr, c.logLevel = 5, 20*time.Second, ":9100", slog.LevelDebug
-				c.databaseURL, c.migrate, c.fleet.Retry.BaseDelay, c.fleet.Retry.MaxDelay = "postgres://other/db", false, time.Second, time.Minute
+				c.redisURL, c.worker.Concurrency, c.worker.Batch, c.worker.Lease = "redis://queue:6379/1", 32, 16, 45*time.Second
+				c.worker.Retry.MaxAttempts, c.worker.DrainTimeout, c.metricsAddr, c.logLevel = 5, 20*time.Second, ":9100", slog.LevelDebug
+				c.databaseURL, c.migrate, c.worker.Retry.BaseDelay, c.worker.Retry.MaxDelay = "postgres://other/db", false, time.Second, time.Minute
 				c.logFlush = 0
 			},
 		},
@@ -69,7 +69,7 @@ func TestParseConfig(t *testing.T) {
 			name: "flags win over the environment",
 			env:  map[string]string{"WORKER_CONCURRENCY": "32", "WORKER_LEASE": "45s"},
 			args: []string{"-concurrency", "4", "-lease", "2s", "-metrics-addr", ""},
-			want: func(c *config) { c.fleet.Concurrency, c.fleet.Lease, c.metricsAddr = 4, 2*time.Second, "" },
+			want: func(c *config) { c.worker.Concurrency, c.worker.Lease, c.metricsAddr = 4, 2*time.Second, "" },
 		},
 		{name: "unparsable duration", env: map[string]string{"WORKER_LEASE": "30"}, wantErr: `WORKER_LEASE="30"`},
 		{name: "unparsable integer", env: map[string]string{"WORKER_CONCURRENCY": "many"}, wantErr: `WORKER_CONCURRENCY="many"`},

@@ -1,9 +1,9 @@
-// Package fleet is what one worker process of the settlement fleet runs: the
+// Package settlement is what one settlement worker process runs: the
 // order settler on its queue and, beside it, the journal relay's sweep and
 // the balance coherence lane, with the settings a worker deployed without
 // flags runs with. cmd/worker runs one as a process; cmd/bench runs several
 // in-process, so that what the bench measures is what the binary runs.
-package fleet
+package settlement
 
 import (
 	"context"
