@@ -72,7 +72,10 @@ func (q *Queue) Name() string { return q.name }
 
 // Key returns the full key of one of the queue's structures, e.g. "active";
 // for inspection and tests.
-func (q *Queue) Key(suffix string) string { return q.prefix + suffix }
+func (q *Queue) Key(suffix string) string { return q.key(suffix) }
+
+// key is the full key of one of the queue's structures.
+func (q *Queue) key(suffix string) string { return q.prefix + suffix }
 
 func (q *Queue) jobsKey() string             { return q.prefix + "jobs" }
 func (q *Queue) laneKey(group string) string { return q.prefix + "lane:" + group }
