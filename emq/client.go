@@ -1,4 +1,5 @@
-// Package emq is a fenced, lease-based reliable queue on Redis (or Valkey).
+// Package emq (EchoMQ) is a fenced, lease-based reliable queue on Redis (or
+// Valkey); the protocol version it fences on is named echomq.
 //
 // Every state move of a job is one Lua script from package lua, run
 // EVALSHA-first. All keys of queue q carry the hash tag {q}, and every key a

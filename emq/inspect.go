@@ -170,3 +170,61 @@ func (c *Client) Queues(ctx context.Context) ([]string, error) {
 	sort.Strings(names)
 	return names, nil
 }
+
+// DeadCount is how many jobs are dead; unlike Stats it reads nothing else.
+func (q *Queue) DeadCount(ctx context.Context) (int64, error) {
+	n, err := q.client.rdb.ZCard(ctx, q.deadKey()).Result()
+	if err != nil {
+		return 0, fmt.Errorf("emq: dead jobs of %s: %w", q.name, err)
+	}
+	return n, nil
+}
+
+// StateTime is the time that goes with a job's place in state, by the
+// server's clock: when its lease ends (StateActive), when its retry is due
+// (StateDelayed) or when it died (StateDead). A job's row does not hold it.
+// ErrNotFound when the job is not in that state (it may have moved on since
+// it was read); other states keep no time.
+func (q *Queue) StateTime(ctx context.Context, id, state string) (time.Time, error) {
+	var set string
+	switch state {
+	case StateActive:
+		set = q.activeKey()
+	case StateDelayed:
+		set = q.delayedKey()
+	case StateDead:
+		set = q.deadKey()
+	default:
+		return time.Time{}, fmt.Errorf("emq: %s jobs keep no time", state)
+	}
+	ms, err := q.client.rdb.ZScore(ctx, set, id).Result()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, fmt.Errorf("emq: job %s on %s is not %s: %w", id, q.name, state, ErrNotFound)
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("emq: %s time of job %s on %s: %w", state, id, q.name, err)
+	}
+	return time.UnixMilli(int64(ms)), nil
+}
+
+// Lease is an active job and when its lease ends unless renewed, by the
+// server's clock.
+type Lease struct {
+	ID       string
+	Deadline time.Time
+}
+
+// Leases lists every active job with its lease deadline, earliest first, in
+// one read: for inspection and tests, not for a hot path.
+func (q *Queue) Leases(ctx context.Context) ([]Lease, error) {
+	held, err := q.client.rdb.ZRangeWithScores(ctx, q.activeKey(), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("emq: leases of %s: %w", q.name, err)
+	}
+	leases := make([]Lease, len(held))
+	for i, z := range held {
+		id, _ := z.Member.(string)
+		leases[i] = Lease{ID: id, Deadline: time.UnixMilli(int64(z.Score))}
+	}
+	return leases, nil
+}

@@ -70,23 +70,24 @@ func (c *Client) Queue(name string, opts ...QueueOption) *Queue {
 // Name is the queue's name.
 func (q *Queue) Name() string { return q.name }
 
-// Key returns the full key of one of the queue's structures, e.g. "active";
-// for inspection and tests.
-func (q *Queue) Key(suffix string) string { return q.prefix + suffix }
+// key is the full key of one of the queue's structures, e.g. "active": the
+// one place a key is spelled, so every key carries the queue's hash tag.
+// Callers outside emq ask the queue what they need to know instead.
+func (q *Queue) key(suffix string) string { return q.prefix + suffix }
 
-func (q *Queue) jobsKey() string             { return q.prefix + "jobs" }
-func (q *Queue) laneKey(group string) string { return q.prefix + "lane:" + group }
-func (q *Queue) kindsKey() string            { return q.prefix + "kinds" }
-func (q *Queue) frontKey() string            { return q.prefix + "front" }
-func (q *Queue) rotationKey() string         { return q.prefix + "rotation" }
-func (q *Queue) lanesKey() string            { return q.prefix + "lanes" }
-func (q *Queue) tagsKey() string             { return q.prefix + "tags" }
-func (q *Queue) clockKey() string            { return q.prefix + "clock" }
-func (q *Queue) activeKey() string           { return q.prefix + "active" }
-func (q *Queue) delayedKey() string          { return q.prefix + "delayed" }
-func (q *Queue) deadKey() string             { return q.prefix + "dead" }
-func (q *Queue) doneKey() string             { return q.prefix + "done" }
-func (q *Queue) finishedKey() string         { return q.prefix + "finished" }
+func (q *Queue) jobsKey() string             { return q.key("jobs") }
+func (q *Queue) laneKey(group string) string { return q.key("lane:" + group) }
+func (q *Queue) kindsKey() string            { return q.key("kinds") }
+func (q *Queue) frontKey() string            { return q.key("front") }
+func (q *Queue) rotationKey() string         { return q.key("rotation") }
+func (q *Queue) lanesKey() string            { return q.key("lanes") }
+func (q *Queue) tagsKey() string             { return q.key("tags") }
+func (q *Queue) clockKey() string            { return q.key("clock") }
+func (q *Queue) activeKey() string           { return q.key("active") }
+func (q *Queue) delayedKey() string          { return q.key("delayed") }
+func (q *Queue) deadKey() string             { return q.key("dead") }
+func (q *Queue) doneKey() string             { return q.key("done") }
+func (q *Queue) finishedKey() string         { return q.key("finished") }
 
 // dedupSkewAllowance is how far apart the clocks of the processes admitting
 // to one queue may be. Dedup windows are cut by the admitting process's clock
@@ -124,7 +125,7 @@ func (q *Queue) dedupWindows(retention time.Duration, now time.Time) (write stri
 	skew := dedupSkewAllowance.Milliseconds()
 	at := now.UnixMilli()
 	window := at / length
-	name := func(w int64) string { return q.prefix + "dedup:" + strconv.FormatInt(w, 10) }
+	name := func(w int64) string { return q.key("dedup:" + strconv.FormatInt(w, 10)) }
 	for w := window - span; w < window; w++ {
 		others = append(others, name(w))
 	}

@@ -81,7 +81,6 @@ func (e *env) measureMemory(ctx context.Context, jobs int, progress func(string,
 	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
 		return r, err
 	}
-	rdb := e.queue.Redis()
 	before, err := usedMemory(ctx, e)
 	if err != nil {
 		return r, err
@@ -115,26 +114,16 @@ func (e *env) measureMemory(ctx context.Context, jobs int, progress func(string,
 	r.PendingBytes = float64(pending-before) / float64(jobs)
 	r.PendingBeyondPayload = r.PendingBytes - r.PayloadBytes
 
-	usage := func(keys ...string) float64 {
-		var total int64
-		for _, key := range keys {
-			total += rdb.MemoryUsage(ctx, key, 0).Val()
-		}
-		return float64(total) / float64(jobs)
+	perJob := func(bytes int64) float64 { return float64(bytes) / float64(jobs) }
+	usage, err := queue.MemoryUsage(ctx)
+	if err != nil {
+		return r, err
 	}
-	matching := func(pattern string) []string {
-		var keys []string
-		iter := rdb.Scan(ctx, 0, queue.Key(pattern), 1000).Iterator()
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		return keys
-	}
-	r.UsageJobRows = usage(queue.Key("jobs"))
-	r.JobRowsCoding = rdb.ObjectEncoding(ctx, queue.Key("jobs")).Val()
-	r.UsageDedup = usage(matching("dedup:*")...)
-	r.UsageLaneLists = usage(matching("lane:*")...)
-	r.UsageLaneIndex = usage(queue.Key("rotation"), queue.Key("lanes"), queue.Key("tags"), queue.Key("front"))
+	r.UsageJobRows = perJob(usage.JobRows)
+	r.JobRowsCoding = usage.JobRowsEncoding
+	r.UsageDedup = perJob(usage.Dedup)
+	r.UsageLaneLists = perJob(usage.LaneLists)
+	r.UsageLaneIndex = perJob(usage.LaneIndex)
 	r.UsagePerJob = r.UsageJobRows + r.UsageDedup + r.UsageLaneLists + r.UsageLaneIndex
 
 	completed := 0
@@ -164,12 +153,14 @@ func (e *env) measureMemory(ctx context.Context, jobs int, progress func(string,
 	}
 	r.FinishedBytes = float64(finished-before) / float64(jobs)
 	r.FinishedBeyond = r.FinishedBytes - r.PayloadBytes
-	r.UsageFinished = usage(queue.Key("finished"))
-	r.UsageDone = usage(queue.Key("done"))
-	// Leave no large keys behind on a server that is not ours; the dedup
-	// windows expire within two hours.
-	for _, suffix := range []string{"finished", "done", "jobs", "rotation", "front", "active", "lanes", "tags", "kinds", "clock"} {
-		rdb.Unlink(ctx, queue.Key(suffix))
+	if usage, err = queue.MemoryUsage(ctx); err != nil {
+		return r, err
+	}
+	r.UsageFinished = perJob(usage.Finished)
+	r.UsageDone = perJob(usage.Done)
+	// Leave no large keys behind on a server that is not ours.
+	if err := queue.Purge(ctx); err != nil {
+		return r, err
 	}
 	return r, nil
 }

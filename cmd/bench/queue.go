@@ -144,7 +144,7 @@ func (e *env) emqPass(ctx context.Context, name string, r queueResult, progress 
 	pass := queuePass{System: "emq"}
 	queue := e.queue.Queue(name)
 	defer func() {
-		if err := e.deleteQueueKeys(context.WithoutCancel(ctx), queue); err != nil {
+		if err := queue.Purge(context.WithoutCancel(ctx)); err != nil {
 			progress("queue: cleaning up %s: %v", name, err)
 		}
 	}()
@@ -214,26 +214,6 @@ func (e *env) emqPass(ctx context.Context, name string, r queueResult, progress 
 		return pass, err
 	}
 	return pass, nil
-}
-
-// deleteQueueKeys unlinks every key of the queue: its structures, the
-// retained finished records and the dedup keys.
-func (e *env) deleteQueueKeys(ctx context.Context, queue *emq.Queue) error {
-	rdb := e.queue.Redis()
-	iter := rdb.Scan(ctx, 0, queue.Key("*"), 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		return err
-	}
-	for start := 0; start < len(keys); start += 1000 {
-		if err := rdb.Unlink(ctx, keys[start:min(start+1000, len(keys))]...).Err(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // buildAsynqBench builds the asynq module into dir once, so that no pass

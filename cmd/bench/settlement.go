@@ -190,7 +190,7 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 		return err
 	}
 	if final := r.Settled + r.Rejected; final != r.Orders {
-		dead, _ := e.queue.Redis().ZCard(ctx, queue.Key("dead")).Result()
+		dead, _ := queue.DeadCount(ctx)
 		return fmt.Errorf("%d of %d orders reached a final state (%d jobs dead)", final, r.Orders, dead)
 	}
 	r.PerSecond = float64(r.Orders) / r.Seconds
@@ -203,7 +203,7 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 	r.CommitsPerOrder = float64(commitsAfter-commitsBefore) / float64(r.Orders)
 	progress("settlement: %d settled, %d rejected in %.1fs: %.0f orders/s; coherence lane drained at %.1fs",
 		r.Settled, r.Rejected, r.Seconds, r.PerSecond, r.CoherenceSeconds)
-	if err := e.deleteQueueKeys(context.WithoutCancel(ctx), queue); err != nil {
+	if err := queue.Purge(context.WithoutCancel(ctx)); err != nil {
 		progress("settlement: cleaning up %s: %v", queue.Name(), err)
 	}
 	return nil

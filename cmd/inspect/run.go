@@ -16,8 +16,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ordergate/ordergate/emq"
 )
 
@@ -224,9 +222,9 @@ func (in inspector) dead(ctx context.Context, name string, limit int) error {
 	if err != nil {
 		return err
 	}
-	total, err := in.client.Redis().ZCard(ctx, q.Key("dead")).Result()
+	total, err := q.DeadCount(ctx)
 	if err != nil {
-		return fmt.Errorf("dead jobs of %s: %w", name, err)
+		return err
 	}
 	if total == 0 {
 		_, err := fmt.Fprintf(in.out, "no dead jobs in queue %s\n", name)
@@ -242,7 +240,7 @@ func (in inspector) dead(ctx context.Context, name string, limit int) error {
 	}
 	table := newTable(in.out, "ID", "GROUP", "ATTEMPTS", "DIED", "LAST ERROR")
 	for _, job := range jobs {
-		died, err := in.scoreTime(ctx, q, "dead", job.ID)
+		died, err := stateTime(ctx, q, job.ID, emq.StateDead)
 		if err != nil {
 			return err
 		}
@@ -308,8 +306,8 @@ func (in inspector) job(ctx context.Context, name, id string) error {
 	table.row("created", job.Created.Format(timeLayout))
 	// Where the job waits says when it moves next; the job's own fields do
 	// not hold that.
-	if set, label := waitingSet(job.State); set != "" {
-		at, err := in.scoreTime(ctx, q, set, id)
+	if label := timeLabel(job.State); label != "" {
+		at, err := stateTime(ctx, q, id, job.State)
 		if err != nil {
 			return err
 		}
@@ -325,18 +323,18 @@ func (in inspector) job(ctx context.Context, name, id string) error {
 	return table.flush()
 }
 
-// waitingSet names the sorted set whose score says when a job in state moves
-// next, and what that time means.
-func waitingSet(state string) (set, label string) {
+// timeLabel says what the time the queue keeps for a job in state means;
+// empty for a state that keeps none.
+func timeLabel(state string) string {
 	switch state {
 	case emq.StateActive:
-		return "active", "lease ends"
+		return "lease ends"
 	case emq.StateDelayed:
-		return "delayed", "retry due"
+		return "retry due"
 	case emq.StateDead:
-		return "dead", "died"
+		return "died"
 	}
-	return "", ""
+	return ""
 }
 
 func (in inspector) requeue(ctx context.Context, name, id string) error {
@@ -375,17 +373,17 @@ func validJobID(id string) error {
 	return nil
 }
 
-// scoreTime reads a job's score in one of the queue's time-scored sets.
-func (in inspector) scoreTime(ctx context.Context, q *emq.Queue, set, id string) (string, error) {
-	ms, err := in.client.Redis().ZScore(ctx, q.Key(set), id).Result()
-	if errors.Is(err, redis.Nil) {
+// stateTime shows the time the queue keeps for a job in state.
+func stateTime(ctx context.Context, q *emq.Queue, id, state string) (string, error) {
+	at, err := q.StateTime(ctx, id, state)
+	if errors.Is(err, emq.ErrNotFound) {
 		// The job moved on between the two reads.
 		return "-", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("read %s of job %s: %w", set, id, err)
+		return "", err
 	}
-	return time.UnixMilli(int64(ms)).UTC().Format(timeLayout), nil
+	return at.UTC().Format(timeLayout), nil
 }
 
 // payloadText shows a payload as text when it is UTF-8 and quoted otherwise,

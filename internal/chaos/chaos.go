@@ -221,12 +221,11 @@ type run struct {
 	pg    *testserver.PostgresInstance
 	db    *pgxpool.Pool
 	// the test's own view of the queue
-	queueRedis redis.UniversalClient
-	queue      *emq.Queue
-	slots      []*workerSlot
-	gateway    *process
-	gwAddr     string
-	start      time.Time
+	queue   *emq.Queue
+	slots   []*workerSlot
+	gateway *process
+	gwAddr  string
+	start   time.Time
 
 	errMu sync.Mutex
 	errs  []string
@@ -275,7 +274,7 @@ func Run(t testing.TB, cfg Config) Summary {
 		t.Fatalf("chaos: %v", err)
 	}
 	t.Cleanup(func() { _ = queueClient.Close() })
-	r.queueRedis, r.queue = queueClient.Redis(), queueClient.Queue(orders.Queue)
+	r.queue = queueClient.Queue(orders.Queue)
 	r.env = []string{"REDIS_URL=" + r.redis.URL(), "DATABASE_URL=" + database.URL, "MIGRATE=false"}
 
 	// Processes.
@@ -530,23 +529,23 @@ func (r *run) unrenewedLeases() []string {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Lease)
 	defer cancel()
 	time.Sleep(50 * time.Millisecond)
-	before, err := r.queueRedis.ZRangeWithScores(ctx, r.queue.Key("active"), 0, -1).Result()
+	before, err := r.queue.Leases(ctx)
 	if err != nil {
 		return nil
 	}
 	time.Sleep(r.cfg.Lease / 2)
-	after, err := r.queueRedis.ZRangeWithScores(ctx, r.queue.Key("active"), 0, -1).Result()
+	after, err := r.queue.Leases(ctx)
 	if err != nil {
 		return nil
 	}
-	deadlines := make(map[string]float64, len(before))
-	for _, z := range before {
-		deadlines[z.Member.(string)] = z.Score
+	deadlines := make(map[string]time.Time, len(before))
+	for _, lease := range before {
+		deadlines[lease.ID] = lease.Deadline
 	}
 	var held []string
-	for _, z := range after {
-		if deadline, ok := deadlines[z.Member.(string)]; ok && deadline == z.Score {
-			held = append(held, z.Member.(string))
+	for _, lease := range after {
+		if deadline, ok := deadlines[lease.ID]; ok && deadline.Equal(lease.Deadline) {
+			held = append(held, lease.ID)
 		}
 	}
 	return held

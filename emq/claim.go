@@ -1,0 +1,182 @@
+package emq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+)
+
+// claimLoop claims as many jobs as there are free slots (at most Batch) and
+// starts each, until ctx is cancelled.
+func (w *worker) claimLoop(ctx context.Context) {
+	idle := w.options.IdlePoll
+	idleCeiling := max(w.options.IdlePoll, idlePollCeiling)
+	trouble := outage{loop: "claim"}
+	for {
+		free, ok := w.acquireSlots(ctx)
+		if !ok {
+			return
+		}
+		sentAt := time.Now()
+		claims, err := w.claim(ctx, free)
+		for range free - len(claims) {
+			<-w.slots
+		}
+		var wait time.Duration
+		switch {
+		case err != nil:
+			trouble.fail(w.log, err)
+			wait = trouble.backoff(w.options.IdlePoll)
+		case len(claims) == 0:
+			trouble.recover(w.log)
+			wait, idle = idle, min(idle*2, idleCeiling)
+		default:
+			trouble.recover(w.log)
+			idle = w.options.IdlePoll
+			w.metrics.claimed.Add(float64(len(claims)))
+			deadlines := w.leaseDeadlines(claims, sentAt)
+			// Jobs claimed while ctx was being cancelled run too: the drain
+			// lets them finish like any other in-flight job.
+			for i, claim := range claims {
+				if deadlines[i].IsZero() {
+					<-w.slots
+					continue
+				}
+				w.start(claim, sentAt, deadlines[i])
+			}
+		}
+		if wait > 0 && !sleep(ctx, wait) {
+			return
+		}
+	}
+}
+
+// acquireSlots waits for one free slot, then takes whatever more are free, up
+// to Batch. It returns false when ctx is cancelled.
+func (w *worker) acquireSlots(ctx context.Context) (int, bool) {
+	select {
+	case w.slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0, false
+	}
+	if ctx.Err() != nil {
+		<-w.slots
+		return 0, false
+	}
+	taken := 1
+	for taken < w.options.Batch {
+		select {
+		case w.slots <- struct{}{}:
+			taken++
+		default:
+			return taken, true
+		}
+	}
+	return taken, true
+}
+
+// slowClaim is how long a claim's round trip may take before its leases are
+// renewed at once: the local lease deadline counts from the claim's send
+// time, so a claim held up (a server coming back from an outage answers
+// late) would otherwise start its jobs with little or none of their lease.
+func (w *worker) slowClaim() time.Duration { return w.options.Lease / 4 }
+
+// leaseDeadlines returns, per claim, the local deadline of its lease: the
+// claim's send time plus the lease, or, after a slow claim, the send time of
+// an immediate renewal plus the lease. A zero deadline marks a claim whose
+// lease was already lost; it must not run.
+func (w *worker) leaseDeadlines(claims []Claim, sentAt time.Time) []time.Time {
+	deadlines := make([]time.Time, len(claims))
+	for i := range deadlines {
+		deadlines[i] = sentAt.Add(w.options.Lease)
+	}
+	if time.Since(sentAt) <= w.slowClaim() {
+		return deadlines
+	}
+	leases := make([]Completion, len(claims))
+	for i, claim := range claims {
+		leases[i] = Completion{ID: claim.ID, Token: claim.Token}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), moveTimeout)
+	defer cancel()
+	renewedAt := time.Now()
+	for i, err := range w.queue.extendLeases(ctx, leases, w.options.Lease) {
+		switch {
+		case err == nil:
+			deadlines[i] = renewedAt.Add(w.options.Lease)
+		case isRefusal(err):
+			deadlines[i] = time.Time{}
+			w.log.Warn("lease lost before the job started: the claim answered too late", "job", claims[i].ID,
+				"token", claims[i].Token, "claim_took", time.Since(sentAt).String(), "err", err)
+			if errors.Is(err, ErrStale) {
+				w.metrics.staleRefusals.Inc()
+			}
+		}
+		// After any other failure the job keeps the claim's deadline: the
+		// heartbeat may yet renew it, or the expiry cancels it.
+	}
+	return deadlines
+}
+
+// claim is not cancelled with ctx: a claim cut off after the server ran it
+// would leave its jobs leased to nobody until the lease expires.
+func (w *worker) claim(ctx context.Context, n int) ([]Claim, error) {
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
+	defer cancel()
+	return w.queue.Claim(callCtx, n, w.options.Lease)
+}
+
+func (w *worker) start(claim Claim, claimedAt, deadline time.Time) {
+	job := &runningJob{claim: claim, claimedAt: claimedAt, handlerReturned: make(chan struct{}), done: make(chan struct{})}
+	job.ctx, job.cancel = context.WithCancelCause(w.handlerParent)
+	job.deadline.Store(deadline.UnixNano())
+	job.expiry = time.AfterFunc(time.Until(deadline), func() {
+		w.loseLease(job, fmt.Errorf("%w: the lease ran out without a renewal", ErrLeaseLost))
+	})
+	w.mu.Lock()
+	w.running[job] = struct{}{}
+	w.mu.Unlock()
+	w.jobs.Add(1)
+	go w.runJob(job)
+}
+
+func (w *worker) runJob(job *runningJob) {
+	defer w.jobDone(job)
+	err := w.callHandler(job)
+	close(job.handlerReturned)
+	if !job.settle(jobFinishing) {
+		// Lost or stopped: the job is another's, or the drain releases it.
+		return
+	}
+	switch {
+	case err == nil:
+		w.complete(job)
+	case errors.Is(err, ErrPermanent):
+		w.bury(job, err)
+	default:
+		w.retry(job, err)
+	}
+}
+
+func (w *worker) jobDone(job *runningJob) {
+	job.expiry.Stop()
+	job.cancel(nil)
+	w.mu.Lock()
+	delete(w.running, job)
+	w.mu.Unlock()
+	<-w.slots
+	close(job.done)
+	w.jobs.Done()
+}
+
+func (w *worker) callHandler(job *runningJob) (err error) {
+	defer func() {
+		if recovered := recover(); recovered != nil {
+			w.jobLog(job).Error("handler panicked", "panic", fmt.Sprint(recovered), "stack", string(debug.Stack()))
+			err = fmt.Errorf("emq: handler panicked: %v", recovered)
+		}
+	}()
+	return w.handler(job.ctx, job.claim)
+}

@@ -1,0 +1,70 @@
+package emq_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ordergate/ordergate/emq"
+)
+
+// TestWorkerBoundsJobsInFlight: never more than Concurrency handlers run,
+// whatever the batch size, and every job completes once.
+func TestWorkerBoundsJobsInFlight(t *testing.T) {
+	tests := []struct {
+		name        string
+		concurrency int
+		batch       int
+	}{
+		{name: "one at a time", concurrency: 1},
+		{name: "batch smaller than concurrency", concurrency: 4, batch: 3},
+		{name: "batch equals concurrency", concurrency: 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			queue, _ := newQueue(t)
+			var ids []string
+			for _, group := range []string{"a", "b", "c"} {
+				ids = append(ids, admitPayloads(t, queue, group, repeated("ok", 20)...)...)
+			}
+			var inFlight, most atomic.Int64
+			handler := func(ctx context.Context, job emq.Claim) error {
+				now := inFlight.Add(1)
+				defer inFlight.Add(-1)
+				for seen := most.Load(); now > seen && !most.CompareAndSwap(seen, now); seen = most.Load() {
+				}
+				time.Sleep(3 * time.Millisecond)
+				return nil
+			}
+			done := &completions{}
+			registry := prometheus.NewRegistry()
+			logger, _ := workerLogger(t)
+			startWorker(t, queue, handler, emq.WorkerOptions{
+				Concurrency: tt.concurrency, Batch: tt.batch, Logger: logger,
+				Metrics: emq.NewMetrics(registry), OnComplete: done.record,
+			})
+			eventually(t, 15*time.Second, "every job completed", func() bool { return done.total() >= len(ids) })
+			if got := most.Load(); got > int64(tt.concurrency) {
+				t.Errorf("%d handlers ran at once, want at most %d", got, tt.concurrency)
+			}
+			if tt.concurrency > 1 && most.Load() < 2 {
+				t.Errorf("at most %d handler ran at once; the worker never used its concurrency %d", most.Load(), tt.concurrency)
+			}
+			for _, id := range ids {
+				if n := done.of(id); n != 1 {
+					t.Errorf("%s completed %d times", id, n)
+				}
+			}
+			values := gathered(t, registry)
+			if values["emq_jobs_claimed_total"] != float64(len(ids)) || values["emq_jobs_completed_total"] != float64(len(ids)) {
+				t.Errorf("claimed %v, completed %v; want %d each", values["emq_jobs_claimed_total"], values["emq_jobs_completed_total"], len(ids))
+			}
+			if values["emq_claim_to_complete_seconds_count"] != float64(len(ids)) {
+				t.Errorf("claim-to-complete observations = %v, want %d", values["emq_claim_to_complete_seconds_count"], len(ids))
+			}
+		})
+	}
+}
