@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
@@ -22,10 +23,9 @@ type Control struct {
 	lanes *emq.Client
 }
 
-// New writes through accounts and instruments and broadcasts on lanes (nil:
-// no broadcast).
-func New(accounts *postgres.Accounts, instruments *postgres.Instruments, lanes *emq.Client) *Control {
-	return &Control{accounts: accounts, instruments: instruments, lanes: lanes}
+// New writes to db and broadcasts on lanes (nil: no broadcast).
+func New(db *pgxpool.Pool, lanes *emq.Client) *Control {
+	return &Control{accounts: postgres.NewAccounts(db), instruments: postgres.NewInstruments(db), lanes: lanes}
 }
 
 // RevokeKey revokes an API key by its KEY id, then broadcasts the revocation

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/govalues/decimal"
@@ -81,11 +80,16 @@ type InvalidError struct{ Fields []FieldError }
 var ErrInvalid = errors.New("orders: invalid place command")
 
 func (e *InvalidError) Error() string {
-	parts := make([]string, len(e.Fields))
-	for i, f := range e.Fields {
+	return "orders: invalid place command: " + fieldList(e.Fields)
+}
+
+// fieldList is "field reason; field reason".
+func fieldList(fields []FieldError) string {
+	parts := make([]string, len(fields))
+	for i, f := range fields {
 		parts[i] = f.Field + " " + f.Reason
 	}
-	return fmt.Sprintf("orders: invalid place command: %s", strings.Join(parts, "; "))
+	return strings.Join(parts, "; ")
 }
 
 func (e *InvalidError) Unwrap() error { return ErrInvalid }

@@ -2,7 +2,6 @@ package orders
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/govalues/decimal"
@@ -18,9 +17,6 @@ import (
 func orderRules(account string, side Side, typ OrderType, quantity decimal.Decimal, price *decimal.Decimal) []FieldError {
 	var refused []FieldError
 	refuse := func(field, reason string) { refused = append(refused, FieldError{Field: field, Reason: reason}) }
-	if account == "" {
-		refuse("account_id", "is required")
-	}
 	if account == VenueAccount || account == ExternalAccount {
 		refuse("account_id", "account "+account+" cannot place orders")
 	}
@@ -49,8 +45,10 @@ func orderRules(account string, side Side, typ OrderType, quantity decimal.Decim
 // or nil. The gateway refuses such requests itself, with its own wording; a
 // command that passes it passes this too.
 func (c PlaceCommand) Validate() error {
+	// A market command's Price is ignored (NewOrder drops it), as its
+	// fingerprint ignores it.
 	var price *decimal.Decimal
-	if c.Type == Limit || !c.Price.IsZero() {
+	if c.Type != Market {
 		price = &c.Price
 	}
 	if refused := orderRules(c.Account, c.Side, c.Type, c.Quantity, price); len(refused) > 0 {
@@ -88,6 +86,13 @@ func NewOrder(cmd PlaceCommand) (Order, error) {
 // Validate returns an *InvalidError listing every rule the order breaks: its
 // id, its creation time and the rules of every command.
 func (o Order) Validate() error {
+	if refused := o.rules(); len(refused) > 0 {
+		return &InvalidError{Fields: refused}
+	}
+	return nil
+}
+
+func (o Order) rules() []FieldError {
 	var refused []FieldError
 	if _, err := ParseOrderID(o.ID); err != nil {
 		refused = append(refused, FieldError{Field: "id", Reason: fmt.Sprintf("%q is no ORD id", o.ID)})
@@ -96,10 +101,7 @@ func (o Order) Validate() error {
 	if o.CreatedAt.IsZero() {
 		refused = append(refused, FieldError{Field: "created_at", Reason: "is required"})
 	}
-	if len(refused) > 0 {
-		return &InvalidError{Fields: refused}
-	}
-	return nil
+	return refused
 }
 
 // DecodeOrder reads the order a queue job with the id carries, and refuses
@@ -109,12 +111,12 @@ func DecodeOrder(id string, payload []byte) (Order, error) {
 	if err := json.Unmarshal(payload, &order); err != nil {
 		return Order{}, fmt.Errorf("%w: job %s: %w", ErrMalformedOrder, id, err)
 	}
-	err := order.Validate()
+	refused := order.rules()
 	if order.ID != id {
-		err = errors.Join(fmt.Errorf("id %q is not the job's", order.ID), err)
+		refused = append(refused, FieldError{Field: "id", Reason: fmt.Sprintf("%q is not the job's", order.ID)})
 	}
-	if err != nil {
-		return Order{}, fmt.Errorf("%w: job %s: %w", ErrMalformedOrder, id, err)
+	if len(refused) > 0 {
+		return Order{}, fmt.Errorf("%w: job %s: %s", ErrMalformedOrder, id, fieldList(refused))
 	}
 	return order, nil
 }

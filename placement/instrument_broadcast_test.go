@@ -41,7 +41,7 @@ func TestHaltReachesGatewaysOverTheBroadcastLane(t *testing.T) {
 	for _, step := range []struct {
 		halt bool
 	}{{true}, {false}} {
-		if err := control.New(nil, postgres.NewInstruments(db), lanes).SetInstrumentHalted(ctx, "ETH-USD", step.halt); err != nil {
+		if err := control.New(db, lanes).SetInstrumentHalted(ctx, "ETH-USD", step.halt); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(5 * time.Second)
@@ -55,7 +55,7 @@ func TestHaltReachesGatewaysOverTheBroadcastLane(t *testing.T) {
 	if stats := subscription.Stats(); stats.Received < 2 {
 		t.Errorf("subscription received %d broadcasts, want 2", stats.Received)
 	}
-	if err := control.New(nil, postgres.NewInstruments(db), lanes).SetInstrumentHalted(ctx, "NOPE-USD", true); err == nil {
+	if err := control.New(db, lanes).SetInstrumentHalted(ctx, "NOPE-USD", true); err == nil {
 		t.Error("halting an unknown instrument succeeded")
 	}
 }

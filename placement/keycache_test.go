@@ -63,7 +63,7 @@ func TestKeyCacheServesFromMemoryUntilRevoked(t *testing.T) {
 				if _, err := db.Exec(ctx, `UPDATE api_keys SET revoked_at = NULL WHERE id = $1`, keyID); err != nil {
 					t.Fatal(err)
 				}
-				if err := control.New(accounts, nil, lanes).RevokeKey(ctx, keyID); err != nil {
+				if err := control.New(db, lanes).RevokeKey(ctx, keyID); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -98,7 +98,8 @@ func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
 	if err := migrations.Up(database.URL); err != nil {
 		t.Fatal(err)
 	}
-	accounts := postgres.NewAccounts(database.Pool(t))
+	db := database.Pool(t)
+	accounts := postgres.NewAccounts(db)
 	lanes, err := emq.Connect(ctx, testserver.StartRedis(t).Client(t))
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +142,7 @@ func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
 			if tt.revoke {
 				// Revoked (in a PostgreSQL the cache cannot reach) and broadcast:
 				// the copy is dropped, and nothing stale answers for the key.
-				if err := control.New(accounts, nil, lanes).RevokeKey(ctx, keyID); err != nil {
+				if err := control.New(db, lanes).RevokeKey(ctx, keyID); err != nil {
 					t.Fatal(err)
 				}
 				waitFor(t, 8*time.Second, "the revocation broadcast drops the copy", func() bool {

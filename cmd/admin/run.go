@@ -92,7 +92,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		fmt.Fprintf(stdout, "key_id=%s\napi_key=%s\n", keyID, key)
 	case "revoke-key":
-		return revokeKey(ctx, accounts, getenv("REDIS_URL"), rest[0], stdout)
+		return revokeKey(ctx, db, getenv("REDIS_URL"), rest[0], stdout)
 	case "deposit":
 		if err := ledger.Deposit(ctx, rest[0], strings.ToUpper(rest[1]), rest[2]); err != nil {
 			return err
@@ -116,13 +116,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 // revokeKey revokes the key and broadcasts it. Without a queue server the key
 // is still revoked; gateways refuse it once their cached copy expires, and the
 // command says so.
-func revokeKey(ctx context.Context, accounts *postgres.Accounts, redisURL, keyID string, stdout io.Writer) error {
+func revokeKey(ctx context.Context, db *pgxpool.Pool, redisURL, keyID string, stdout io.Writer) error {
 	lanes, closeLanes, err := dialLanes(ctx, redisURL)
 	if err != nil {
 		return err
 	}
 	defer closeLanes()
-	if err := control.New(accounts, nil, lanes).RevokeKey(ctx, keyID); err != nil {
+	if err := control.New(db, lanes).RevokeKey(ctx, keyID); err != nil {
 		return err
 	}
 	if lanes == nil {
@@ -154,7 +154,7 @@ func setHalted(ctx context.Context, db *pgxpool.Pool, redisURL, symbol string, h
 		return err
 	}
 	defer closeLanes()
-	if err := control.New(nil, postgres.NewInstruments(db), lanes).SetInstrumentHalted(ctx, symbol, halted); err != nil {
+	if err := control.New(db, lanes).SetInstrumentHalted(ctx, symbol, halted); err != nil {
 		return err
 	}
 	status := "trading"

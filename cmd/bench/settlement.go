@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/settlement"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/settlement"
 )
 
 var (

@@ -1,0 +1,100 @@
+package orders_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/govalues/decimal"
+
+	"github.com/ordergate/ordergate/orders"
+)
+
+// One set of rules for the gateway's command and the queue job's payload:
+// what NewOrder makes, DecodeOrder takes back, and what breaks a rule is
+// refused by both.
+func TestOrderRulesHoldForCommandsAndPayloads(t *testing.T) {
+	valid := orders.PlaceCommand{Account: "ACC_1", ClientOrderID: "c-1", Symbol: "BTC-USD", Side: orders.Buy,
+		Type: orders.Limit, Quantity: decimal.MustParse("0.01"), Price: decimal.MustParse("50000")}
+	tests := []struct {
+		name   string
+		change func(*orders.PlaceCommand)
+		field  string // "" when the command is valid
+	}{
+		{"valid limit", func(*orders.PlaceCommand) {}, ""},
+		{"market, price ignored", func(c *orders.PlaceCommand) { c.Type = orders.Market }, ""},
+		{"venue account", func(c *orders.PlaceCommand) { c.Account = orders.VenueAccount }, "account_id"},
+		{"external account", func(c *orders.PlaceCommand) { c.Account = orders.ExternalAccount }, "account_id"},
+		{"no side", func(c *orders.PlaceCommand) { c.Side = "hold" }, "side"},
+		{"zero quantity", func(c *orders.PlaceCommand) { c.Quantity = decimal.Zero }, "quantity"},
+		{"limit without price", func(c *orders.PlaceCommand) { c.Price = decimal.Zero }, "price"},
+		{"unknown type", func(c *orders.PlaceCommand) { c.Type = "stop" }, "type"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := valid
+			tt.change(&cmd)
+			order, err := orders.NewOrder(cmd)
+			var invalid *orders.InvalidError
+			if tt.field != "" {
+				if !errors.As(err, &invalid) || invalid.Fields[0].Field != tt.field {
+					t.Fatalf("NewOrder: %v, want a refusal of %s", err, tt.field)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cmd.Type == orders.Market && order.Price != nil {
+				t.Errorf("market order kept price %s", order.Price)
+			}
+			payload, err := order.Payload()
+			if err != nil {
+				t.Fatal(err)
+			}
+			decoded, err := orders.DecodeOrder(order.ID, payload)
+			if err != nil || decoded.ID != order.ID || !decoded.Quantity.Equal(order.Quantity) {
+				t.Fatalf("DecodeOrder of NewOrder's payload: %+v, %v", decoded, err)
+			}
+		})
+	}
+}
+
+func TestDecodeOrderRefusesWhatNoSettlementCouldTake(t *testing.T) {
+	order, err := orders.NewOrder(orders.PlaceCommand{Account: "ACC_1", ClientOrderID: "c-1", Symbol: "BTC-USD",
+		Side: orders.Sell, Type: orders.Limit, Quantity: decimal.MustParse("1"), Price: decimal.MustParse("10")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	encode := func(change func(map[string]any)) []byte {
+		payload, _ := order.Payload()
+		var fields map[string]any
+		if err := json.Unmarshal(payload, &fields); err != nil {
+			t.Fatal(err)
+		}
+		change(fields)
+		out, _ := json.Marshal(fields)
+		return out
+	}
+	tests := []struct {
+		name    string
+		id      string
+		payload []byte
+		want    string
+	}{
+		{"not json", order.ID, []byte("{"), "unexpected end"},
+		{"another job's id", orders.NewOrderID(), encode(func(map[string]any) {}), "is not the job's"},
+		{"no ORD id", "x", encode(func(f map[string]any) { f["id"] = "x" }), "is no ORD id"},
+		{"market with a price", order.ID, encode(func(f map[string]any) { f["type"] = "market" }), "a market order has no price"},
+		{"no created_at", order.ID, encode(func(f map[string]any) { delete(f, "created_at") }), "created_at is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := orders.DecodeOrder(tt.id, tt.payload)
+			if !errors.Is(err, orders.ErrMalformedOrder) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("DecodeOrder: %v, want ErrMalformedOrder saying %q", err, tt.want)
+			}
+		})
+	}
+}
