@@ -17,6 +17,7 @@ import (
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/settlement"
 )
 
 // TestRandomOrdersSettleExactlyOnce places 5,000 random orders from 50
@@ -66,7 +67,7 @@ func TestRandomOrdersSettleExactlyOnce(t *testing.T) {
 		relay := placement.NewJournalRelay(postgres.NewJournal(pool), f.client, placement.CoherenceLanes, quiet)
 		settler := postgres.NewSettler(pool, relay, quiet)
 		working.Go(func() {
-			err := f.queue.Work(workCtx, settler.Settle, emq.WorkerOptions{
+			err := f.queue.Work(workCtx, settlement.Settle(settler), emq.WorkerOptions{
 				Concurrency: 4, Lease: 10 * time.Second, Logger: quiet,
 				Retry: emq.RetryPolicy{MaxAttempts: 50, BaseDelay: 10 * time.Millisecond, MaxDelay: time.Second},
 			})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/settlement"
 )
 
 // TestAuditPassesACleanLedger settles many random orders from several
@@ -49,7 +50,7 @@ func TestAuditPassesACleanLedger(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for order := range work {
-				if err := m.settler.Settle(ctx, claimOf(t, order, 1)); err != nil {
+				if err := settlement.Settle(m.settler)(ctx, claimOf(t, order, 1)); err != nil {
 					t.Errorf("settle %s: %v", order.ID, err)
 				}
 			}

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 )
 
@@ -57,29 +56,40 @@ func NewSettler(db *pgxpool.Pool, relay orders.Relayer, log *slog.Logger) *Settl
 	return &Settler{db: db, relay: relay, log: log}
 }
 
-// Settle is an emq.Handler for the orders queue: it settles the claimed
-// order in one PostgreSQL transaction, then relays the journal entries.
-// Concurrent calls share transactions: while one of the settler's
-// settlements is in flight, the orders that arrive wait and then settle
-// together in the next (see settleTogether), each with its own outcome.
+// ErrUnsettleable matches every failure no retry can cure: an order of an
+// unknown account or instrument, or one the ledger cannot hold. The worker
+// buries such an order's job instead of retrying it.
+var ErrUnsettleable = errors.New("postgres: the order can never settle")
+
+// unsettleableError keeps err's text and what it wraps, and adds
+// ErrUnsettleable.
+type unsettleableError struct{ err error }
+
+func (e *unsettleableError) Error() string        { return e.err.Error() }
+func (e *unsettleableError) Unwrap() error        { return e.err }
+func (e *unsettleableError) Is(target error) bool { return target == ErrUnsettleable }
+
+func unsettleable(err error) error { return &unsettleableError{err: err} }
+
+// Settle settles the order in one PostgreSQL transaction under the lease
+// whose fencing token is token, then relays the journal entries. Concurrent
+// calls share transactions: while one of the settler's settlements is in
+// flight, the orders that arrive wait and then settle together in the next
+// (see settleTogether), each with its own outcome.
 //
 // An order settled before (a redelivery, or a stale worker whose lease passed
-// on) is left alone and Settle returns nil, so the job completes. A payload
-// that is no order, or names an unknown account or instrument, fails with
-// emq.Permanent. Every other failure is returned as it is, for the queue to
-// retry: an order is never rejected because PostgreSQL was unreachable.
-func (s *Settler) Settle(ctx context.Context, claim emq.Claim) error {
-	order, err := decodeOrder(claim)
-	if err != nil {
-		return emq.Permanent(err)
-	}
+// on) is left alone and Settle returns nil, so the job completes. An order
+// naming an unknown account or instrument fails with ErrUnsettleable. Every
+// other failure is returned as it is, for the queue to retry: an order is
+// never rejected because PostgreSQL was unreachable.
+func (s *Settler) Settle(ctx context.Context, order orders.Order, token int64) error {
 	began := time.Now()
-	result, err := s.settleJoined(ctx, order, claim.Token)
+	result, err := s.settleJoined(ctx, order, token)
 	if err != nil {
 		return err
 	}
 	s.metrics.observe(result, time.Since(began))
-	log := s.log.With("order_id", order.ID, "account", order.Account, "token", claim.Token)
+	log := s.log.With("order_id", order.ID, "account", order.Account, "token", token)
 	switch {
 	case result.duplicate:
 		// Worth seeing: it means two leases ran the order, or a completion was lost.
@@ -126,15 +136,6 @@ func (s *Settler) settleJoined(ctx context.Context, order orders.Order, token in
 		return s.settle(aloneCtx, order, token)
 	}
 	return req.result, req.err
-}
-
-// decodeOrder reads the order a claim carries and refuses one that no
-// settlement could ever succeed with.
-func decodeOrder(claim emq.Claim) (orders.Order, error) {
-	if claim.Kind != orders.KindPlace {
-		return orders.Order{}, fmt.Errorf("%w: job %s is of kind %q, not %q", orders.ErrMalformedOrder, claim.ID, claim.Kind, orders.KindPlace)
-	}
-	return orders.DecodeOrder(claim.ID, claim.Payload)
 }
 
 type settlement struct {
@@ -222,9 +223,9 @@ func (s *Settler) settle(ctx context.Context, order orders.Order, token int64) (
 	}
 	switch {
 	case !found:
-		return settlement{}, emq.Permanent(fmt.Errorf("%w: %s (order %s)", orders.ErrUnknownInstrument, order.Symbol, order.ID))
+		return settlement{}, unsettleable(fmt.Errorf("%w: %s (order %s)", orders.ErrUnknownInstrument, order.Symbol, order.ID))
 	case !exact:
-		return settlement{}, emq.Permanent(fmt.Errorf("%w: order %s: notional %s has more decimals than the ledger holds",
+		return settlement{}, unsettleable(fmt.Errorf("%w: order %s: notional %s has more decimals than the ledger holds",
 			orders.ErrMalformedOrder, order.ID, notional))
 	case len(locked) != 4:
 		return settlement{}, fmt.Errorf("orders: settle %s: locked %d balance rows, want 4", order.ID, len(locked))
@@ -333,10 +334,10 @@ func classify(order orders.Order, err error) error {
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgErr.ConstraintName == "balances_account_id_fkey" || pgErr.ConstraintName == "orders_account_id_fkey":
-			return emq.Permanent(fmt.Errorf("%w: %s (order %s)", orders.ErrNoAccount, order.Account, order.ID))
+			return unsettleable(fmt.Errorf("%w: %s (order %s)", orders.ErrNoAccount, order.Account, order.ID))
 		case pgErr.Code == "23514" && pgErr.TableName == "orders" || strings.HasPrefix(pgErr.Code, "22"):
 			// a CHECK of the orders row, or a value out of a column's range
-			return emq.Permanent(fmt.Errorf("%w: order %s: %w", orders.ErrMalformedOrder, order.ID, err))
+			return unsettleable(fmt.Errorf("%w: order %s: %w", orders.ErrMalformedOrder, order.ID, err))
 		}
 	}
 	return fmt.Errorf("orders: settle %s: %w", order.ID, err)

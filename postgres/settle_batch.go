@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 )
 
@@ -425,9 +424,9 @@ func (s *Settler) decide(req *settleRequest, p pricedOrder, locked map[balanceKe
 	case final[order.ID]:
 		return batchOutcome{result: settlement{duplicate: true}}
 	case !p.found:
-		return batchOutcome{err: emq.Permanent(fmt.Errorf("%w: %s (order %s)", orders.ErrUnknownInstrument, order.Symbol, order.ID))}
+		return batchOutcome{err: unsettleable(fmt.Errorf("%w: %s (order %s)", orders.ErrUnknownInstrument, order.Symbol, order.ID))}
 	case !p.exact:
-		return batchOutcome{err: emq.Permanent(fmt.Errorf("%w: order %s: notional %s has more decimals than the ledger holds",
+		return batchOutcome{err: unsettleable(fmt.Errorf("%w: order %s: notional %s has more decimals than the ledger holds",
 			orders.ErrMalformedOrder, order.ID, p.notional))}
 	}
 	mine := struct{ base, quote *batchBalance }{locked[balanceKey{order.Account, p.base}], locked[balanceKey{order.Account, p.quote}]}

@@ -18,6 +18,7 @@ import (
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/settlement"
 )
 
 // batchStats reads orders_settlement_batch_orders: how many transactions
@@ -65,7 +66,7 @@ func settleConcurrently(t testing.TB, settler *postgres.Settler, claims []emq.Cl
 	for range 8 {
 		wg.Go(func() {
 			for claim := range work {
-				if err := settler.Settle(context.Background(), claim); err != nil {
+				if err := settlement.Settle(settler)(context.Background(), claim); err != nil {
 					t.Errorf("settle %s (token %d): %v", claim.ID, claim.Token, err)
 				}
 			}
@@ -135,7 +136,7 @@ func stallSettler(t testing.TB, m *market, settler *postgres.Settler) (blocker s
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		order := newOrder(blocker, "BTC-USD", orders.Buy, "0.01", "50000")
-		if err := settler.Settle(context.Background(), claimOf(t, order, 1)); err != nil {
+		if err := settlement.Settle(settler)(context.Background(), claimOf(t, order, 1)); err != nil {
 			t.Errorf("settle the stalled order: %v", err)
 		}
 	})
@@ -152,7 +153,7 @@ func queueInOrder(t testing.TB, settler *postgres.Settler, ctxs []context.Contex
 	var wg sync.WaitGroup
 	for i, claim := range claims {
 		before := postgres.SettleQueueLength(settler)
-		wg.Go(func() { errs[i] = settler.Settle(ctxs[i], claim) })
+		wg.Go(func() { errs[i] = settlement.Settle(settler)(ctxs[i], claim) })
 		waitUntil(t, fmt.Sprintf("order %d in the queue", i), func() bool { return postgres.SettleQueueLength(settler) > before })
 	}
 	return func() []error {
@@ -322,7 +323,7 @@ func TestBatchedSettlementMatchesOneByOne(t *testing.T) {
 			}
 
 			for _, claim := range sequential {
-				if err := oneByOne.m.settler.Settle(context.Background(), claim); err != nil {
+				if err := settlement.Settle(oneByOne.m.settler)(context.Background(), claim); err != nil {
 					t.Fatalf("one by one: settle %s: %v", claim.ID, err)
 				}
 			}
@@ -471,7 +472,7 @@ func TestBatchSettlesEachOrderOnItsOwn(t *testing.T) {
 				claims[i] = member.claim(m, p)
 				if claims[i].Kind != orders.KindPlace {
 					// Refused before it could join a batch.
-					errs[i] = settler.Settle(context.Background(), claims[i])
+					errs[i] = settlement.Settle(settler)(context.Background(), claims[i])
 					continue
 				}
 				queued = append(queued, i)

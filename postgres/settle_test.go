@@ -21,6 +21,7 @@ import (
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/settlement"
 )
 
 // recordingRelay keeps what the settler relays, and whether each relayed
@@ -132,7 +133,7 @@ func claimOf(t testing.TB, order orders.Order, token int64) emq.Claim {
 
 func (m *market) settle(t testing.TB, order orders.Order, token int64) {
 	t.Helper()
-	if err := m.settler.Settle(context.Background(), claimOf(t, order, token)); err != nil {
+	if err := settlement.Settle(m.settler)(context.Background(), claimOf(t, order, token)); err != nil {
 		t.Fatalf("settle %s: %v", order.ID, err)
 	}
 }
@@ -512,7 +513,7 @@ func TestSettleRefusesPayloadsThatCanNeverSettle(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			before := balances(t, m.db)
 			claim := tt.claim(t)
-			err := m.settler.Settle(context.Background(), claim)
+			err := settlement.Settle(m.settler)(context.Background(), claim)
 			if !errors.Is(err, emq.ErrPermanent) || !errors.Is(err, tt.wantErr) {
 				t.Fatalf("Settle = %v, want a permanent %v", err, tt.wantErr)
 			}
@@ -602,7 +603,7 @@ func TestStaleWorkerSettlesOnce(t *testing.T) {
 		for token := range int64(2) {
 			wg.Go(func() {
 				<-start
-				errs[token] = settlers[token].Settle(context.Background(), claimOf(t, order, token+1))
+				errs[token] = settlement.Settle(settlers[token])(context.Background(), claimOf(t, order, token+1))
 			})
 		}
 		close(start)
@@ -650,7 +651,7 @@ func TestSettleWaitsOutPostgresOutage(t *testing.T) {
 	placed := newOrder(m.account, "BTC-USD", orders.Buy, "0.01", "50000")
 	server.Stop(t)
 	started := time.Now()
-	err := m.settler.Settle(context.Background(), claimOf(t, placed, 1))
+	err := settlement.Settle(m.settler)(context.Background(), claimOf(t, placed, 1))
 	if err == nil || errors.Is(err, emq.ErrPermanent) {
 		t.Fatalf("Settle with PostgreSQL down = %v, want an error the queue retries", err)
 	}
@@ -662,7 +663,7 @@ func TestSettleWaitsOutPostgresOutage(t *testing.T) {
 	// until a fresh one answers, and so does this loop.
 	var attempts int
 	for attempts = 2; ; attempts++ {
-		err = m.settler.Settle(context.Background(), claimOf(t, placed, int64(attempts)))
+		err = settlement.Settle(m.settler)(context.Background(), claimOf(t, placed, int64(attempts)))
 		if err == nil {
 			break
 		}
@@ -708,7 +709,7 @@ func BenchmarkSettle(b *testing.B) {
 	for range 8 {
 		wg.Go(func() {
 			for claim := range work {
-				if err := settler.Settle(context.Background(), claim); err != nil {
+				if err := settlement.Settle(settler)(context.Background(), claim); err != nil {
 					b.Error(err)
 				}
 			}

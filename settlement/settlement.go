@@ -182,7 +182,7 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 func (w *Worker) settle(ctx context.Context) error {
-	return w.orders.Work(ctx, w.settler.Settle, emq.WorkerOptions{
+	return w.orders.Work(ctx, Settle(w.settler), emq.WorkerOptions{
 		Concurrency:  w.config.Concurrency,
 		Batch:        w.config.Batch,
 		Lease:        w.config.Lease,
@@ -235,4 +235,25 @@ func workBeside(ctx context.Context, loops []func(context.Context) error, work f
 	stop(nil)
 	running.Wait()
 	return errors.Join(append([]error{workErr}, errs...)...)
+}
+
+// Settle is the emq.Handler of the orders queue: it decodes the claimed
+// order, settles it under the claim's fencing token, and buries (emq.Permanent)
+// a job that no retry can settle — a payload that is no order, or an order
+// postgres refuses as ErrUnsettleable.
+func Settle(settler *postgres.Settler) emq.Handler {
+	return func(ctx context.Context, claim emq.Claim) error {
+		if claim.Kind != orders.KindPlace {
+			return emq.Permanent(fmt.Errorf("%w: job %s is of kind %q, not %q", orders.ErrMalformedOrder, claim.ID, claim.Kind, orders.KindPlace))
+		}
+		order, err := orders.DecodeOrder(claim.ID, claim.Payload)
+		if err != nil {
+			return emq.Permanent(err)
+		}
+		err = settler.Settle(ctx, order, claim.Token)
+		if errors.Is(err, postgres.ErrUnsettleable) {
+			return emq.Permanent(err)
+		}
+		return err
+	}
 }

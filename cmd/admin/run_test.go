@@ -17,6 +17,7 @@ import (
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/settlement"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
@@ -57,7 +58,7 @@ func TestAuditExitStatus(t *testing.T) {
 		price := decimal.MustParse("50000.00")
 		payload := fmt.Sprintf(`{"id":%q,"client_order_id":"c-%d","account_id":%q,"symbol":"BTC-USD","side":"buy","type":"limit",
 			"quantity":%q,"price":%q,"status":"pending","created_at":%q}`, id, i, account, quantity, price, created.Format("2006-01-02T15:04:05.000Z07:00"))
-		if err := settler.Settle(context.Background(), emq.Claim{ID: id, Kind: orders.KindPlace, Payload: []byte(payload), Token: 1}); err != nil {
+		if err := settlement.Settle(settler)(context.Background(), emq.Claim{ID: id, Kind: orders.KindPlace, Payload: []byte(payload), Token: 1}); err != nil {
 			t.Fatalf("settle %s: %v", quantity, err)
 		}
 	}
