@@ -16,9 +16,32 @@ type PlaceCommand struct {
 	Symbol        string
 	Side          Side
 	Type          OrderType
-	Quantity      decimal.Decimal
+	// TimeInForce is empty for the default: gtc for a limit order, ioc
+	// (the only one allowed) for a market order.
+	TimeInForce TimeInForce
+	// PostOnly: a limit gtc order that must rest; one that would take is
+	// rejected.
+	PostOnly bool
+	Quantity decimal.Decimal
 	// Price is zero for market orders.
 	Price decimal.Decimal
+}
+
+// TimeInForceOrDefault is the command's time in force, its default when empty.
+func (c PlaceCommand) TimeInForceOrDefault() TimeInForce {
+	return defaultTimeInForce(c.Type, c.TimeInForce)
+}
+
+// defaultTimeInForce fills in an empty time in force: gtc for a limit
+// order, ioc for a market order.
+func defaultTimeInForce(typ OrderType, tif TimeInForce) TimeInForce {
+	switch {
+	case tif != "":
+		return tif
+	case typ == Market:
+		return IOC
+	}
+	return GTC
 }
 
 // Fingerprint identifies the request: two commands with the same fingerprint
@@ -48,6 +71,15 @@ func (c PlaceCommand) Fingerprint() string {
 	canonical = append(canonical, 0)
 	if c.Type == Limit {
 		canonical, _ = c.Price.Trim(0).AppendText(canonical)
+	}
+	// Fields added later are written only when they differ from what a
+	// command meant before they existed, so old fingerprints still match.
+	if tif := c.TimeInForceOrDefault(); tif != defaultTimeInForce(c.Type, "") {
+		canonical = append(canonical, "\x00tif="...)
+		canonical = append(canonical, tif...)
+	}
+	if c.PostOnly {
+		canonical = append(canonical, "\x00post_only"...)
 	}
 	sum := sha256.Sum256(canonical)
 	var encoded [fingerprintLen]byte

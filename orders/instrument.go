@@ -19,9 +19,78 @@ type Instrument struct {
 	LotSize decimal.Decimal
 	// MinNotional is the least quantity × price an order may have, in the quote asset.
 	MinNotional decimal.Decimal
-	// ReferencePrice prices market orders.
+	// ReferencePrice is the seeded reference, the center of the price band
+	// until the first trade.
 	ReferencePrice decimal.Decimal
-	Halted         bool
+	// LastPrice is the price of the last trade; zero before the first.
+	LastPrice decimal.Decimal
+	// MakerFeeBps and TakerFeeBps are the fees in basis points of a trade's
+	// notional, paid in the quote asset; the maker's never exceeds the taker's.
+	MakerFeeBps decimal.Decimal
+	TakerFeeBps decimal.Decimal
+	// PriceBandPercent is how far from the reference a limit price may be,
+	// and how far a market order may fill.
+	PriceBandPercent decimal.Decimal
+	Halted           bool
+}
+
+// Reference is the price the band is centered on: the last trade's, or the
+// seeded reference before the first trade.
+func (in Instrument) Reference() decimal.Decimal {
+	if in.LastPrice.IsPos() {
+		return in.LastPrice
+	}
+	return in.ReferencePrice
+}
+
+// Band is the lowest and highest price the instrument accepts now:
+// reference × (1 ∓ band/100), on the tick grid and inside it.
+func (in Instrument) Band() (low, high decimal.Decimal, err error) {
+	reference := in.Reference()
+	hundred := decimal.MustNew(100, 0)
+	width, err := reference.Mul(in.PriceBandPercent)
+	if err == nil {
+		width, err = width.Quo(hundred)
+	}
+	if err == nil {
+		low, err = reference.Sub(width)
+	}
+	if err == nil {
+		high, err = reference.Add(width)
+	}
+	if err != nil {
+		return decimal.Decimal{}, decimal.Decimal{}, fmt.Errorf("orders: price band of %s: %w", in.Symbol, err)
+	}
+	// Rounded inward to the grid, so every price in the band is one an order may name.
+	if !in.TickSize.IsPos() {
+		return low, high, nil
+	}
+	exactLow := low
+	steps, _, err := low.QuoRem(in.TickSize)
+	if err == nil {
+		if low, err = steps.Mul(in.TickSize); err == nil && low.Cmp(exactLow) < 0 {
+			low, err = low.Add(in.TickSize)
+		}
+	}
+	if err == nil {
+		steps, _, err = high.QuoRem(in.TickSize)
+		if err == nil {
+			high, err = steps.Mul(in.TickSize)
+		}
+	}
+	if err != nil {
+		return decimal.Decimal{}, decimal.Decimal{}, fmt.Errorf("orders: price band of %s: %w", in.Symbol, err)
+	}
+	return low.Trim(0), high.Trim(0), nil
+}
+
+// InBand reports whether price lies within the band (inclusive).
+func (in Instrument) InBand(price decimal.Decimal) (bool, error) {
+	low, high, err := in.Band()
+	if err != nil {
+		return false, err
+	}
+	return price.Cmp(low) >= 0 && price.Cmp(high) <= 0, nil
 }
 
 // Check applies the instrument's rules to a command whose fields are already

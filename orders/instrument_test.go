@@ -112,3 +112,38 @@ func TestOrderIDs(t *testing.T) {
 		}
 	}
 }
+
+func TestPriceBand(t *testing.T) {
+	btc := Instrument{Symbol: "BTC-USD", TickSize: decimal.MustParse("0.01"), ReferencePrice: decimal.MustParse("50000"),
+		PriceBandPercent: decimal.MustParse("10")}
+	odd := btc
+	odd.LastPrice, odd.PriceBandPercent = decimal.MustParse("333.33"), decimal.MustParse("2.5")
+	tests := []struct {
+		name      string
+		in        Instrument
+		low, high string
+	}{
+		{"seeded reference", btc, "45000", "55000"},
+		{"last trade is the reference, band rounded inward to the tick", odd, "325", "341.66"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			low, high, err := tt.in.Band()
+			if err != nil || low.String() != tt.low || high.String() != tt.high {
+				t.Fatalf("band %s..%s (%v), want %s..%s", low, high, err, tt.low, tt.high)
+			}
+			for price, want := range map[string]bool{tt.low: true, tt.high: true} {
+				if in, _ := tt.in.InBand(decimal.MustParse(price)); in != want {
+					t.Errorf("InBand(%s) = %v", price, in)
+				}
+			}
+			below, _ := low.Sub(tt.in.TickSize)
+			above, _ := high.Add(tt.in.TickSize)
+			for _, price := range []decimal.Decimal{below, above} {
+				if in, _ := tt.in.InBand(price); in {
+					t.Errorf("InBand(%s) = true, outside %s..%s", price, low, high)
+				}
+			}
+		})
+	}
+}

@@ -35,8 +35,9 @@ const (
 )
 
 // Status of an order as clients see it. api/openapi.yaml (OrderStatus)
-// tells clients what each one means. A final status comes from the orders
-// table (History); the others are derived from the queue by statusOf.
+// tells clients what each one means. pending, active and failed come from
+// the queue (placement's statusOf); every other status from the orders
+// table, which holds an order from the moment a worker took it.
 type Status string
 
 const (
@@ -45,34 +46,43 @@ const (
 	StatusPending Status = "pending"
 	// StatusActive: a worker holds the order right now.
 	StatusActive Status = "active"
-	// StatusAccepted: a worker took the order and finished with it, and no
-	// settlement is recorded for it. Kept so clients that learned it keep
-	// working: settlement writes the orders row before it completes the job,
-	// so a settling worker's orders go from active straight to settled or
-	// rejected, and only a job finished by a worker that predates settlement
-	// still shows it.
+	// StatusAccepted: a worker took the order and finished with it, and the
+	// orders table has no row of it: only a job finished by a worker that
+	// predates settlement shows it. Kept so clients that learned it keep
+	// working.
 	StatusAccepted Status = "accepted"
-	StatusSettled  Status = "settled"
-	StatusRejected Status = "rejected"
+	// StatusOpen: resting in the book, nothing filled.
+	StatusOpen Status = "open"
+	// StatusPartiallyFilled: resting in the book, part filled.
+	StatusPartiallyFilled Status = "partially_filled"
+	// StatusFilled: filled whole.
+	StatusFilled Status = "filled"
+	// StatusCanceled: by its client, or its remainder by the market (an IOC,
+	// FOK or market remainder, self-trade prevention: CancelReason says
+	// which); it may have filled in part before.
 	StatusCanceled Status = "canceled"
+	// StatusRejected: nothing happened (RejectReason says why).
+	StatusRejected Status = "rejected"
 	// StatusFailed: the queue gave up on the order after its attempts failed
 	// (a dead job). An operator may requeue it, which makes it pending again.
 	StatusFailed Status = "failed"
 )
 
-// Final reports whether the status is one the orders table records: the
-// order will never change again.
+// Final reports whether the order will never change again.
 func (s Status) Final() bool {
-	return s == StatusSettled || s == StatusRejected || s == StatusCanceled
+	return s == StatusFilled || s == StatusRejected || s == StatusCanceled
 }
+
+// Resting reports whether the order rests in the book.
+func (s Status) Resting() bool { return s == StatusOpen || s == StatusPartiallyFilled }
 
 // RejectReason says why settlement refused an order: one of the Reason*
 // values settlement writes to the orders table.
 type RejectReason string
 
 // Order is an admitted order. Its JSON form is both the queue job's payload
-// and the API's order body; the settlement fields are empty in a payload and
-// filled only from the orders table.
+// and the API's order body; the fields a worker decides are empty in a
+// payload and filled only from the orders table.
 type Order struct {
 	ID            string           `json:"id"`
 	ClientOrderID string           `json:"client_order_id"`
@@ -80,22 +90,26 @@ type Order struct {
 	Symbol        string           `json:"symbol"`
 	Side          Side             `json:"side"`
 	Type          OrderType        `json:"type"`
+	TimeInForce   TimeInForce      `json:"time_in_force"`
+	PostOnly      bool             `json:"post_only,omitempty"`
 	Quantity      decimal.Decimal  `json:"quantity"`
 	Price         *decimal.Decimal `json:"price,omitempty"`
 	Status        Status           `json:"status"`
 	CreatedAt     time.Time        `json:"created_at"`
-	// CanceledAt is set only in status canceled: the queue's clock when the
-	// cancel took effect.
+	// CanceledAt is set only in status canceled: when the cancel took effect.
 	CanceledAt *time.Time `json:"canceled_at,omitempty"`
+	// CancelReason is set only in status canceled, when the market (not
+	// the client) canceled the order or its remainder.
+	CancelReason CancelReason `json:"cancel_reason,omitempty"`
 	// RejectReason is set only in status rejected.
 	RejectReason RejectReason `json:"reject_reason,omitempty"`
-	// FillPrice, FillQuantity and FillNotional (FillPrice × FillQuantity, in
-	// the quote asset) are set only in status settled.
-	FillPrice    *decimal.Decimal `json:"fill_price,omitempty"`
-	FillQuantity *decimal.Decimal `json:"fill_quantity,omitempty"`
-	FillNotional *decimal.Decimal `json:"fill_notional,omitempty"`
-	// FinishedAt is when the order reached its final status; set only in a
-	// final status (for a canceled order it equals CanceledAt).
+	// FilledQuantity, RemainingQuantity and Fees (in the quote asset) are
+	// set once a worker took the order; AverageFillPrice once it filled.
+	FilledQuantity    *decimal.Decimal `json:"filled_quantity,omitempty"`
+	RemainingQuantity *decimal.Decimal `json:"remaining_quantity,omitempty"`
+	AverageFillPrice  *decimal.Decimal `json:"average_fill_price,omitempty"`
+	Fees              *decimal.Decimal `json:"fees,omitempty"`
+	// FinishedAt is when the order reached its final status.
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 

@@ -38,6 +38,11 @@ func (o Order) AppendJSON(dst []byte) ([]byte, error) {
 	dst = appendJSONString(dst, string(o.Side))
 	dst = append(dst, `,"type":`...)
 	dst = appendJSONString(dst, string(o.Type))
+	dst = append(dst, `,"time_in_force":`...)
+	dst = appendJSONString(dst, string(o.TimeInForce))
+	if o.PostOnly {
+		dst = append(dst, `,"post_only":true`...)
+	}
 	dst = append(dst, `,"quantity":`...)
 	dst = appendJSONDecimal(dst, o.Quantity)
 	if o.Price != nil {
@@ -57,21 +62,27 @@ func (o Order) AppendJSON(dst []byte) ([]byte, error) {
 			return dst[:start], fmt.Errorf("orders: encode order %s canceled_at: %w", o.ID, err)
 		}
 	}
+	if o.CancelReason != "" {
+		dst = append(dst, `,"cancel_reason":`...)
+		dst = appendJSONString(dst, string(o.CancelReason))
+	}
 	if o.RejectReason != "" {
 		dst = append(dst, `,"reject_reason":`...)
 		dst = appendJSONString(dst, string(o.RejectReason))
 	}
-	if o.FillPrice != nil {
-		dst = append(dst, `,"fill_price":`...)
-		dst = appendJSONDecimal(dst, *o.FillPrice)
-	}
-	if o.FillQuantity != nil {
-		dst = append(dst, `,"fill_quantity":`...)
-		dst = appendJSONDecimal(dst, *o.FillQuantity)
-	}
-	if o.FillNotional != nil {
-		dst = append(dst, `,"fill_notional":`...)
-		dst = appendJSONDecimal(dst, *o.FillNotional)
+	for _, amount := range [...]struct {
+		field string
+		value *decimal.Decimal
+	}{
+		{`,"filled_quantity":`, o.FilledQuantity},
+		{`,"remaining_quantity":`, o.RemainingQuantity},
+		{`,"average_fill_price":`, o.AverageFillPrice},
+		{`,"fees":`, o.Fees},
+	} {
+		if amount.value != nil {
+			dst = append(dst, amount.field...)
+			dst = appendJSONDecimal(dst, *amount.value)
+		}
 	}
 	if o.FinishedAt != nil {
 		dst = append(dst, `,"finished_at":`...)

@@ -88,18 +88,26 @@ func TestOrderJSONMatchesReflection(t *testing.T) {
 		{"zero order", Order{}},
 		{"pending limit", pending},
 		{"pending market", with(func(o *Order) { o.Type, o.Price = Market, nil })},
-		{"settled", with(func(o *Order) {
-			o.Status, o.FillPrice, o.FillQuantity, o.FillNotional, o.FinishedAt = StatusSettled, &price, &scaledZero, &huge, &eastern
+		{"filled", with(func(o *Order) {
+			o.Status, o.AverageFillPrice, o.FilledQuantity, o.RemainingQuantity, o.Fees, o.FinishedAt = StatusFilled, &price, &scaledZero, &zero, &huge, &eastern
+		})},
+		{"resting post-only gtc", with(func(o *Order) {
+			o.Status, o.TimeInForce, o.PostOnly, o.FilledQuantity, o.RemainingQuantity = StatusOpen, GTC, true, &zero, &price
+		})},
+		{"canceled by the market", with(func(o *Order) {
+			o.Status, o.TimeInForce, o.CancelReason, o.FinishedAt = StatusCanceled, IOC, CancelUnfilledIOC, &created
 		})},
 		{"rejected", with(func(o *Order) {
 			o.Status, o.RejectReason, o.FinishedAt = StatusRejected, "insufficient_funds", &wholeSecond
 		})},
 		{"canceled", with(func(o *Order) { o.Status, o.CanceledAt, o.FinishedAt = StatusCanceled, &created, &created })},
 		{"pointers to zero values", with(func(o *Order) {
-			o.Price, o.CanceledAt, o.FillPrice, o.FillQuantity, o.FillNotional, o.FinishedAt = &zero, &zeroTime, &zero, &scaledZero, &zero, &zeroTime
+			o.Price, o.CanceledAt, o.AverageFillPrice, o.FilledQuantity, o.RemainingQuantity, o.Fees, o.FinishedAt = &zero, &zeroTime, &zero, &scaledZero, &zero, &zero, &zeroTime
 		})},
 		{"negative and huge amounts", with(func(o *Order) { o.Quantity, o.Price = negative, &huge })},
-		{"unknown enum values", with(func(o *Order) { o.Side, o.Type, o.Status, o.RejectReason = "<b>", "stop&go", "\u2028", "\xff" })},
+		{"unknown enum values", with(func(o *Order) {
+			o.Side, o.Type, o.Status, o.RejectReason, o.TimeInForce, o.CancelReason = "<b>", "stop&go", "\u2028", "\xff", "<i>", "&"
+		})},
 		{"whole-second time", with(func(o *Order) { o.CreatedAt = wholeSecond })},
 		{"offset with seconds", with(func(o *Order) { o.CreatedAt = oddOffset })},
 		{"offset 23:59", with(func(o *Order) { o.CreatedAt = farOffset })},
@@ -153,6 +161,8 @@ func setOddValue(t testing.TB, field reflect.StructField, v reflect.Value) {
 	switch {
 	case v.Kind() == reflect.String:
 		v.SetString(field.Name + ` <"\` + "\x01\u2028é\xff")
+	case v.Kind() == reflect.Bool:
+		v.SetBool(true)
 	case v.Type() == reflect.TypeFor[decimal.Decimal]():
 		v.Set(reflect.ValueOf(amount))
 	case v.Type() == reflect.TypeFor[*decimal.Decimal]():
@@ -197,24 +207,30 @@ func randomOrder(rng *rand.Rand) Order {
 		return &t
 	}
 	o := Order{
-		ID:            randomString(rng),
-		ClientOrderID: randomString(rng),
-		Account:       randomString(rng),
-		Symbol:        randomString(rng),
-		Side:          Side(randomString(rng)),
-		Type:          OrderType(randomString(rng)),
-		Quantity:      randomDecimal(rng),
-		Price:         maybeDecimal(),
-		Status:        Status(randomString(rng)),
-		CreatedAt:     randomTime(rng),
-		CanceledAt:    maybeTime(),
-		FillPrice:     maybeDecimal(),
-		FillQuantity:  maybeDecimal(),
-		FillNotional:  maybeDecimal(),
-		FinishedAt:    maybeTime(),
+		ID:                randomString(rng),
+		ClientOrderID:     randomString(rng),
+		Account:           randomString(rng),
+		Symbol:            randomString(rng),
+		Side:              Side(randomString(rng)),
+		Type:              OrderType(randomString(rng)),
+		TimeInForce:       TimeInForce(randomString(rng)),
+		PostOnly:          rng.IntN(2) == 0,
+		Quantity:          randomDecimal(rng),
+		Price:             maybeDecimal(),
+		Status:            Status(randomString(rng)),
+		CreatedAt:         randomTime(rng),
+		CanceledAt:        maybeTime(),
+		FilledQuantity:    maybeDecimal(),
+		RemainingQuantity: maybeDecimal(),
+		AverageFillPrice:  maybeDecimal(),
+		Fees:              maybeDecimal(),
+		FinishedAt:        maybeTime(),
 	}
 	if rng.IntN(2) == 0 {
 		o.RejectReason = RejectReason(randomString(rng))
+	}
+	if rng.IntN(2) == 0 {
+		o.CancelReason = CancelReason(randomString(rng))
 	}
 	return o
 }
@@ -300,7 +316,7 @@ func FuzzOrderJSON(f *testing.F) {
 		at := time.Unix(seconds, nanos).In(time.FixedZone("", offset))
 		o := Order{ID: id, ClientOrderID: client, Account: account, Symbol: symbol, Side: Side(side), Type: OrderType(typ),
 			Quantity: qty, Status: Status(status), CreatedAt: at, RejectReason: RejectReason(reason)}
-		for i, p := range []**decimal.Decimal{&o.Price, &o.FillPrice, &o.FillQuantity, &o.FillNotional} {
+		for i, p := range []**decimal.Decimal{&o.Price, &o.AverageFillPrice, &o.FilledQuantity, &o.Fees} {
 			if set&(1<<i) != 0 {
 				*p = optionalAmount
 			}

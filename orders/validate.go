@@ -14,7 +14,7 @@ import (
 
 // orderRules returns every rule the fields of an order or command break.
 // price is nil for a market order.
-func orderRules(account string, side Side, typ OrderType, quantity decimal.Decimal, price *decimal.Decimal) []FieldError {
+func orderRules(account string, side Side, typ OrderType, tif TimeInForce, postOnly bool, quantity decimal.Decimal, price *decimal.Decimal) []FieldError {
 	var refused []FieldError
 	refuse := func(field, reason string) { refused = append(refused, FieldError{Field: field, Reason: reason}) }
 	if account == VenueAccount || account == ExternalAccount {
@@ -38,6 +38,14 @@ func orderRules(account string, side Side, typ OrderType, quantity decimal.Decim
 	default:
 		refuse("type", fmt.Sprintf("%q is not limit or market", typ))
 	}
+	switch {
+	case !tif.Valid():
+		refuse("time_in_force", fmt.Sprintf("%q is not gtc, ioc or fok", tif))
+	case typ == Market && tif != IOC:
+		refuse("time_in_force", "a market order is ioc")
+	case postOnly && (typ != Limit || tif != GTC):
+		refuse("post_only", "only a limit gtc order can be post-only")
+	}
 	return refused
 }
 
@@ -51,7 +59,7 @@ func (c PlaceCommand) Validate() error {
 	if c.Type != Market {
 		price = &c.Price
 	}
-	if refused := orderRules(c.Account, c.Side, c.Type, c.Quantity, price); len(refused) > 0 {
+	if refused := orderRules(c.Account, c.Side, c.Type, c.TimeInForceOrDefault(), c.PostOnly, c.Quantity, price); len(refused) > 0 {
 		return &InvalidError{Fields: refused}
 	}
 	return nil
@@ -72,6 +80,8 @@ func NewOrder(cmd PlaceCommand) (Order, error) {
 		Symbol:        cmd.Symbol,
 		Side:          cmd.Side,
 		Type:          cmd.Type,
+		TimeInForce:   cmd.TimeInForceOrDefault(),
+		PostOnly:      cmd.PostOnly,
 		Quantity:      cmd.Quantity,
 		Status:        StatusPending,
 		CreatedAt:     created,
@@ -97,7 +107,7 @@ func (o Order) rules() []FieldError {
 	if _, err := ParseOrderID(o.ID); err != nil {
 		refused = append(refused, FieldError{Field: "id", Reason: fmt.Sprintf("%q is no ORD id", o.ID)})
 	}
-	refused = append(refused, orderRules(o.Account, o.Side, o.Type, o.Quantity, o.Price)...)
+	refused = append(refused, orderRules(o.Account, o.Side, o.Type, o.TimeInForce, o.PostOnly, o.Quantity, o.Price)...)
 	if o.CreatedAt.IsZero() {
 		refused = append(refused, FieldError{Field: "created_at", Reason: "is required"})
 	}
@@ -111,6 +121,8 @@ func DecodeOrder(id string, payload []byte) (Order, error) {
 	if err := json.Unmarshal(payload, &order); err != nil {
 		return Order{}, fmt.Errorf("%w: job %s: %w", ErrMalformedOrder, id, err)
 	}
+	// A job admitted before orders had a time in force means the default.
+	order.TimeInForce = defaultTimeInForce(order.Type, order.TimeInForce)
 	refused := order.rules()
 	if order.ID != id {
 		refused = append(refused, FieldError{Field: "id", Reason: fmt.Sprintf("%q is not the job's", order.ID)})

@@ -30,6 +30,11 @@ func TestOrderRulesHoldForCommandsAndPayloads(t *testing.T) {
 		{"zero quantity", func(c *orders.PlaceCommand) { c.Quantity = decimal.Zero }, "quantity"},
 		{"limit without price", func(c *orders.PlaceCommand) { c.Price = decimal.Zero }, "price"},
 		{"unknown type", func(c *orders.PlaceCommand) { c.Type = "stop" }, "type"},
+		{"limit fok", func(c *orders.PlaceCommand) { c.TimeInForce = orders.FOK }, ""},
+		{"limit post-only", func(c *orders.PlaceCommand) { c.PostOnly = true }, ""},
+		{"unknown time in force", func(c *orders.PlaceCommand) { c.TimeInForce = "day" }, "time_in_force"},
+		{"market gtc", func(c *orders.PlaceCommand) { c.Type, c.TimeInForce = orders.Market, orders.GTC }, "time_in_force"},
+		{"post-only ioc", func(c *orders.PlaceCommand) { c.TimeInForce, c.PostOnly = orders.IOC, true }, "post_only"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,6 +53,9 @@ func TestOrderRulesHoldForCommandsAndPayloads(t *testing.T) {
 			}
 			if cmd.Type == orders.Market && order.Price != nil {
 				t.Errorf("market order kept price %s", order.Price)
+			}
+			if want := cmd.TimeInForceOrDefault(); order.TimeInForce != want || !want.Valid() {
+				t.Errorf("time in force %q, want %q", order.TimeInForce, want)
 			}
 			payload, err := order.Payload()
 			if err != nil {
