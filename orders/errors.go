@@ -84,9 +84,11 @@ var ErrAsset = errors.New("orders: unknown asset or amount off its scale")
 
 // Why an order was rejected, as the orders table records it.
 const (
-	ReasonInstrumentHalted      = "instrument_halted"
-	ReasonInsufficientFunds     = "insufficient_funds"
-	ReasonInsufficientLiquidity = "insufficient_liquidity"
+	ReasonInstrumentHalted  = "instrument_halted"
+	ReasonInsufficientFunds = "insufficient_funds"
+	// ReasonPriceOutOfBand: the limit price lay outside the instrument's
+	// band around its reference when the order settled.
+	ReasonPriceOutOfBand = "price_out_of_band"
 )
 
 // ErrMalformedOrder: a job's payload is not an order that can be settled.

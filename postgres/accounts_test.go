@@ -122,26 +122,3 @@ func TestDepositsAndWithdrawalsAreLedgerTransactions(t *testing.T) {
 		t.Errorf("audit: %v, %v", violations, err)
 	}
 }
-
-func TestFundVenueOnce(t *testing.T) {
-	ctx := context.Background()
-	db := migratedPool(t)
-	ledger := postgres.NewLedger(db)
-	for i, want := range []bool{true, false} {
-		funded, err := ledger.FundVenue(ctx)
-		if err != nil || funded != want {
-			t.Fatalf("call %d: funded %v, %v; want %v", i+1, funded, err, want)
-		}
-	}
-	for _, funds := range postgres.VenueLiquidity {
-		var available string
-		var once bool
-		if err := db.QueryRow(ctx, `SELECT available::text, available = $3::numeric FROM balances WHERE account_id = $1 AND asset = $2`,
-			orders.VenueAccount, funds.Asset, funds.Amount).Scan(&available, &once); err != nil {
-			t.Fatal(err)
-		}
-		if !once {
-			t.Errorf("venue %s: %s, want %s (funded once, not twice)", funds.Asset, available, funds.Amount)
-		}
-	}
-}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordergate/ordergate/orders"
@@ -23,7 +24,7 @@ import (
 func TestAuditPassesACleanLedger(t *testing.T) {
 	m := newMarket(t)
 	ctx := context.Background()
-	accounts := []string{m.account}
+	accounts := []string{m.alice, m.bob}
 	for range 2 {
 		accounts = append(accounts, m.newCustomer(t), m.newCustomerWith(t, map[string]string{"USD": "50000.00"}))
 	}
@@ -87,24 +88,27 @@ func TestAuditPassesACleanLedger(t *testing.T) {
 		t.Errorf("audit: %s", v)
 	}
 	var settled, rejected, transactions int64
-	if err := m.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'settled'), count(*) FILTER (WHERE status = 'rejected'),
+	if err := m.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status <> 'rejected'), count(*) FILTER (WHERE status = 'rejected'),
 		(SELECT count(*) FROM ledger_transactions) FROM orders`).Scan(&settled, &rejected, &transactions); err != nil {
 		t.Fatal(err)
 	}
 	if settled+rejected != total || settled == 0 || rejected == 0 {
 		t.Errorf("%d settled, %d rejected of %d; want every order final, some of each", settled, rejected, total)
 	}
-	// by now every account holds all three assets: the USD-only ones bought
-	if report.Orders != total || report.Transactions != transactions || report.Balances != int64(3*(len(accounts)+2)) {
+	// by now every account holds all three assets, the external account
+	// too; the venue's fee account holds the quote assets, USD and BTC
+	if report.Orders != total || report.Transactions != transactions || report.Balances != int64(3*(len(accounts)+1)+2) {
 		t.Errorf("audit counted %d orders, %d transactions, %d balances; want %d, %d, %d",
-			report.Orders, report.Transactions, report.Balances, total, transactions, 3*(len(accounts)+2))
+			report.Orders, report.Transactions, report.Balances, total, transactions, 3*(len(accounts)+1)+2)
 	}
 }
 
-// corruptible is a market with one settled order, one rejected order and a
-// deposit, which a test then corrupts behind the ledger's back.
+// corruptible is a market with one order settled before the market (against
+// the venue, as 0005 left such orders), one rejected order and a deposit,
+// which a test then corrupts behind the ledger's back.
 type corruptible struct {
 	*market
+	account           string
 	settled, rejected string
 	settlement        int64
 	deposit           int64
@@ -113,18 +117,59 @@ type corruptible struct {
 func newCorruptible(t testing.TB) *corruptible {
 	t.Helper()
 	c := &corruptible{market: newMarket(t)}
+	c.account = c.alice
 	settled := newOrder(c.account, "BTC-USD", orders.Buy, "0.01", "50000.00")
 	rejected := newOrder(c.account, "BTC-USD", orders.Buy, "1000", "50000.00")
-	c.settle(t, settled, 1)
+	c.settlement = settleAgainstTheVenue(t, c.db, settled)
 	c.settle(t, rejected, 1)
 	c.settled, c.rejected = settled.ID, rejected.ID
-	row, _ := readOrder(t, c.db, settled.ID)
-	c.settlement = *row.transaction
 	if err := c.db.QueryRow(context.Background(), `SELECT min(id) FROM ledger_transactions WHERE kind = 'deposit'`).Scan(&c.deposit); err != nil {
 		t.Fatal(err)
 	}
 	mustAudit(t, c.db)
 	return c
+}
+
+// settleAgainstTheVenue writes a limit buy as settlement did before the
+// market: one settlement transaction against the venue at the order's own
+// price, the order filled whole. It returns the transaction's id.
+func settleAgainstTheVenue(t testing.TB, db *pgxpool.Pool, order orders.Order) int64 {
+	t.Helper()
+	ctx := context.Background()
+	for asset, amount := range map[string]string{"BTC": "10", "ETH": "100", "USD": "1000000"} {
+		deposit(t, db, orders.VenueAccount, asset, amount)
+	}
+	notional := order.Price.String() + " * " + order.Quantity.String()
+	var txn int64
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `INSERT INTO ledger_transactions (kind, order_id) VALUES ('settlement', $1) RETURNING id`,
+			order.ID).Scan(&txn); err != nil {
+			return err
+		}
+		moves := fmt.Sprintf(`(VALUES ('%s', 'USD', -(%s)), ('%s', 'BTC', %s), ('%s', 'USD', %s), ('%s', 'BTC', -%s))
+			AS m(account_id, asset, amount)`, order.Account, notional, order.Account, order.Quantity,
+			orders.VenueAccount, notional, orders.VenueAccount, order.Quantity)
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (transaction_id, account_id, asset, amount)
+			SELECT $1, account_id, asset, amount FROM `+moves, txn); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE balances b SET available = b.available + m.amount, version = b.version + 1
+			FROM `+moves+` WHERE b.account_id = m.account_id AND b.asset = m.asset`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price,
+				status, fill_price, fill_quantity, fill_notional, filled_quantity, filled_notional, ledger_transaction_id,
+				settled_by_token, created_at)
+			VALUES ($1, $2, $3, $4, 'buy', 'limit', $5::numeric, $6::numeric, 'filled', $6::numeric, $5::numeric,
+				$5::numeric * $6::numeric, $5::numeric, $5::numeric * $6::numeric, $7, 1, $8)`,
+			order.ID, order.Account, order.ClientOrderID, order.Symbol, order.Quantity.String(), order.Price.String(),
+			txn, order.CreatedAt)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return txn
 }
 
 func (c *corruptible) exec(t testing.TB, statements ...string) {
@@ -200,7 +245,7 @@ func TestAuditReportsCorruption(t *testing.T) {
 			order := newOrder(c.account, "ETH-USD", orders.Sell, "1", "3000")
 			c.exec(t, fmt.Sprintf(`INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price, status,
 					fill_price, fill_quantity, fill_notional, ledger_transaction_id, created_at)
-				VALUES ('%s', '%s', 'forged', 'ETH-USD', 'sell', 'limit', 1, 3000, 'settled', 3000, 1, 3000, %d, now())`,
+				VALUES ('%s', '%s', 'forged', 'ETH-USD', 'sell', 'limit', 1, 3000, 'filled', 3000, 1, 3000, %d, now())`,
 				order.ID, c.account, c.deposit))
 			return []found{{postgres.CheckSettledOrder, order.ID}}
 		}},
@@ -209,7 +254,7 @@ func TestAuditReportsCorruption(t *testing.T) {
 			order := newOrder(c.account, "ETH-USD", orders.Sell, "1", "3000")
 			c.exec(t, fmt.Sprintf(`INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price, status,
 					fill_price, fill_quantity, fill_notional, created_at)
-				VALUES ('%s', '%s', 'forged', 'ETH-USD', 'sell', 'limit', 1, 3000, 'settled', 3000, 1, 3000, now())`,
+				VALUES ('%s', '%s', 'forged', 'ETH-USD', 'sell', 'limit', 1, 3000, 'filled', 3000, 1, 3000, now())`,
 				order.ID, c.account))
 			return []found{{postgres.CheckSettledOrder, order.ID}}
 		}},

@@ -30,7 +30,7 @@ func readBalanceRows(ctx context.Context, db balanceQuerier, account, asset stri
 	}
 	balances, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (orders.Balance, error) {
 		var balance orders.Balance
-		err := row.Scan(&balance.Asset, &balance.Available, &balance.Version)
+		err := row.Scan(&balance.Asset, &balance.Available, &balance.Held, &balance.Version)
 		return balance, err
 	})
 	if err != nil {

@@ -12,6 +12,9 @@ import (
 // exact because only zeros are dropped.
 const availableText = `round(b.available, greatest(scale(trim_scale(b.available)), a.scale))::text`
 
+// heldText is availableText for the held part.
+const heldText = `round(b.held, greatest(scale(trim_scale(b.held)), a.scale))::text`
+
 // The coherence lane caches balances formatted as the read path formats
 // them; each SQL file spells the expression out, so they must not drift.
 func TestCoherenceFormatsAvailableAsTheReadPath(t *testing.T) {
@@ -21,6 +24,9 @@ func TestCoherenceFormatsAvailableAsTheReadPath(t *testing.T) {
 	} {
 		if !strings.Contains(statement, availableText) {
 			t.Errorf("%s does not format available as availableText does:\n%s", file, availableText)
+		}
+		if !strings.Contains(statement, heldText) {
+			t.Errorf("%s does not format held as heldText does:\n%s", file, heldText)
 		}
 	}
 }

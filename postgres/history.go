@@ -120,7 +120,7 @@ func (h *History) RecordCanceled(ctx context.Context, order orders.Order) (order
 	}
 	tag, err := h.db.Exec(ctx, orderRecordCanceledSQL,
 		order.ID, order.Account, order.ClientOrderID, order.Symbol, string(order.Side), string(order.Type),
-		order.Quantity.String(), price, order.CreatedAt, order.CanceledAt)
+		order.Quantity.String(), price, order.CreatedAt, order.CanceledAt, string(order.TimeInForce), order.PostOnly)
 	if err != nil {
 		return "", fmt.Errorf("%w: record cancel of %s: %w", orders.ErrUnavailable, order.ID, err)
 	}
@@ -153,33 +153,42 @@ func collectOrders(rows pgx.Rows) ([]orders.Order, error) {
 
 // scanOrder reads one orderSelectSQL row. Amounts are shown on the
 // instrument's grid (quantities with the lot size's decimals, prices with the
-// tick size's, the notional with both), as orders are entered; padding never
-// rounds, so a value finer than the grid keeps its digits.
+// tick size's, fees with the quote asset's), as orders are entered; padding
+// never rounds, so a value finer than the grid keeps its digits. The average
+// fill price is exact when the decimal type holds it (trimmed, then padded
+// to the tick size), and otherwise rounded to its 19 digits.
 func scanOrder(row pgx.Row) (orders.Order, error) {
 	var (
-		order                                  orders.Order
-		side, typ, status, quantity            string
-		price, reason, fillPrice, fillQuantity *string
-		fillNotional                           *string
-		created, finished                      time.Time
-		tickScale, lotScale                    int
+		order                             orders.Order
+		side, typ, tif, status, quantity  string
+		filled, notional, remaining, fees string
+		price, reason, cancelReason       *string
+		postOnly                          bool
+		created, finished                 time.Time
+		tickScale, lotScale, quoteScale   int
 	)
-	if err := row.Scan(&order.ID, &order.ClientOrderID, &order.Account, &order.Symbol, &side, &typ,
-		&quantity, &price, &status, &reason, &fillPrice, &fillQuantity, &fillNotional,
-		&created, &finished, &tickScale, &lotScale); err != nil {
+	if err := row.Scan(&order.ID, &order.ClientOrderID, &order.Account, &order.Symbol, &side, &typ, &tif, &postOnly,
+		&quantity, &price, &status, &reason, &cancelReason, &filled, &notional, &remaining, &fees,
+		&created, &finished, &tickScale, &lotScale, &quoteScale); err != nil {
 		return orders.Order{}, fmt.Errorf("orders: read order row: %w", err)
 	}
 	order.Side, order.Type, order.Status = orders.Side(side), orders.OrderType(typ), orders.Status(status)
-	if !order.Status.Final() {
-		return orders.Order{}, fmt.Errorf("orders: order %s has status %q in the orders table, which holds only final ones", order.ID, status)
+	order.TimeInForce, order.PostOnly = orders.TimeInForce(tif), postOnly
+	if !order.Status.Final() && !order.Status.Resting() {
+		return orders.Order{}, fmt.Errorf("orders: order %s has status %q in the orders table", order.ID, status)
 	}
 	order.CreatedAt, finished = created.UTC(), finished.UTC()
-	order.FinishedAt = &finished
+	if order.Status.Final() {
+		order.FinishedAt = &finished
+	}
 	if order.Status == orders.StatusCanceled {
 		order.CanceledAt = &finished
 	}
 	if reason != nil {
 		order.RejectReason = orders.RejectReason(*reason)
+	}
+	if cancelReason != nil {
+		order.CancelReason = orders.CancelReason(*cancelReason)
 	}
 	amount := func(text string, scale int) (decimal.Decimal, error) {
 		d, err := decimal.Parse(text)
@@ -193,30 +202,40 @@ func scanOrder(row pgx.Row) (orders.Order, error) {
 		}
 		return d.Pad(scale), nil
 	}
-	optional := func(text *string, scale int) (*decimal.Decimal, error) {
-		if text == nil {
-			return nil, nil
-		}
-		d, err := amount(*text, scale)
-		return &d, err
-	}
 	var err error
 	if order.Quantity, err = amount(quantity, lotScale); err != nil {
 		return orders.Order{}, err
 	}
-	for _, field := range []struct {
-		text   *string
-		scale  int
-		target **decimal.Decimal
-	}{
-		{price, tickScale, &order.Price},
-		{fillPrice, tickScale, &order.FillPrice},
-		{fillQuantity, lotScale, &order.FillQuantity},
-		{fillNotional, tickScale + lotScale, &order.FillNotional},
-	} {
-		if *field.target, err = optional(field.text, field.scale); err != nil {
+	if price != nil {
+		p, err := amount(*price, tickScale)
+		if err != nil {
 			return orders.Order{}, err
 		}
+		order.Price = &p
+	}
+	var filledQuantity, filledNotional, remainingQuantity, paid decimal.Decimal
+	for _, field := range []struct {
+		text   string
+		scale  int
+		target *decimal.Decimal
+	}{
+		{filled, lotScale, &filledQuantity},
+		{notional, 0, &filledNotional},
+		{remaining, lotScale, &remainingQuantity},
+		{fees, quoteScale, &paid},
+	} {
+		if *field.target, err = amount(field.text, field.scale); err != nil {
+			return orders.Order{}, err
+		}
+	}
+	order.FilledQuantity, order.RemainingQuantity, order.Fees = &filledQuantity, &remainingQuantity, &paid
+	if filledQuantity.IsPos() {
+		average, err := filledNotional.Quo(filledQuantity)
+		if err != nil {
+			return orders.Order{}, fmt.Errorf("orders: order %s: average fill price: %w", order.ID, err)
+		}
+		average = average.Trim(0).Pad(tickScale)
+		order.AverageFillPrice = &average
 	}
 	return order, nil
 }

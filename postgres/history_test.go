@@ -29,7 +29,7 @@ type historyRow struct {
 	FillPrice, FillQuantity, FillNotional string
 }
 
-// insertHistoryRow writes the row directly, as settlement would: a settled
+// insertHistoryRow writes the row directly, as settlement would: a filled
 // row gets the ledger transaction its constraint demands.
 func insertHistoryRow(t testing.TB, db *pgxpool.Pool, row historyRow) {
 	t.Helper()
@@ -56,7 +56,9 @@ func insertHistoryRow(t testing.TB, db *pgxpool.Pool, row historyRow) {
 	}
 	var ledgerTx *int64
 	switch row.Status {
-	case "settled":
+	case "filled":
+		// A row settled before the market: filled whole at one price,
+		// with the venue's settlement transaction, as 0005 left it.
 		defaults(&row.FillPrice, row.Price)
 		defaults(&row.FillQuantity, row.Quantity)
 		defaults(&row.FillNotional, "500")
@@ -70,11 +72,17 @@ func insertHistoryRow(t testing.TB, db *pgxpool.Pool, row historyRow) {
 		defaults(&row.RejectReason, "insufficient_funds")
 		reason = &row.RejectReason
 	}
+	tif := "gtc"
+	if row.Type == "market" {
+		tif = "ioc"
+	}
 	if _, err := db.Exec(ctx, `INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price,
-		status, reject_reason, fill_price, fill_quantity, fill_notional, ledger_transaction_id, created_at, finished_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8::numeric, $9, $10, $11::numeric, $12::numeric, $13::numeric, $14, $15, $16)`,
+		status, reject_reason, fill_price, fill_quantity, fill_notional, ledger_transaction_id, created_at, finished_at,
+		time_in_force, filled_quantity, filled_notional)
+		VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8::numeric, $9, $10, $11::numeric, $12::numeric, $13::numeric, $14, $15, $16,
+		$17, coalesce($12::numeric, 0), coalesce($13::numeric, 0))`,
 		row.ID, row.Account, "c-"+row.ID[len(row.ID)-8:], row.Symbol, row.Side, row.Type, row.Quantity, price,
-		row.Status, reason, fillPrice, fillQuantity, fillNotional, ledgerTx, created, created.Add(7*time.Millisecond)); err != nil {
+		row.Status, reason, fillPrice, fillQuantity, fillNotional, ledgerTx, created, created.Add(7*time.Millisecond), tif); err != nil {
 		t.Fatalf("insert order row %+v: %v", row, err)
 	}
 }
@@ -112,7 +120,7 @@ func TestHistoryListsNewestFirstInPages(t *testing.T) {
 	db := migratedPool(t)
 	history := postgres.NewHistory(db)
 	alice, bob := newAccount(t, db), newAccount(t, db)
-	statuses := []string{"settled", "rejected", "canceled"}
+	statuses := []string{"filled", "rejected", "canceled"}
 	ids := orderIDs(130)
 	var aliceIDs, bobIDs []string
 	byStatus := map[orders.Status][]string{}
@@ -204,11 +212,11 @@ func TestHistoryShowsFinalOrders(t *testing.T) {
 	account := newAccount(t, db)
 	ids := orderIDs(4)
 	rows := []historyRow{
-		{ID: ids[0], Account: account, Status: "settled", Quantity: "0.015", Price: "64250.5", FillPrice: "64250.5", FillQuantity: "0.015", FillNotional: "963.7575"},
+		{ID: ids[0], Account: account, Status: "filled", Quantity: "0.015", Price: "64250.5", FillPrice: "64250.5", FillQuantity: "0.015", FillNotional: "963.7575"},
 		{ID: ids[1], Account: account, Status: "rejected", Symbol: "ETH-USD", Type: "market", Quantity: "1.25", RejectReason: "instrument_halted"},
 		{ID: ids[2], Account: account, Status: "canceled", Symbol: "ETH-BTC", Side: "sell", Quantity: "0.5", Price: "0.06"},
 		// Finer than the grid (an instrument's tick may shrink later): shown whole.
-		{ID: ids[3], Account: account, Status: "settled", Quantity: "0.000001", Price: "50000.123", FillPrice: "50000.123", FillQuantity: "0.000001", FillNotional: "0.050000123"},
+		{ID: ids[3], Account: account, Status: "filled", Quantity: "0.000001", Price: "50000.123", FillPrice: "50000.123", FillQuantity: "0.000001", FillNotional: "0.050000123"},
 	}
 	for _, row := range rows {
 		insertHistoryRow(t, db, row)
@@ -223,17 +231,21 @@ func TestHistoryShowsFinalOrders(t *testing.T) {
 	}
 	want := []map[string]any{
 		{"id": ids[0], "client_order_id": "c-" + ids[0][22:], "account_id": account, "symbol": "BTC-USD", "side": "buy", "type": "limit",
-			"quantity": "0.01500", "price": "64250.50", "status": "settled", "created_at": created(ids[0]),
-			"fill_price": "64250.50", "fill_quantity": "0.01500", "fill_notional": "963.7575000", "finished_at": finished(ids[0])},
+			"time_in_force": "gtc", "quantity": "0.01500", "price": "64250.50", "status": "filled", "created_at": created(ids[0]),
+			"filled_quantity": "0.01500", "remaining_quantity": "0.00000", "average_fill_price": "64250.50", "fees": "0.00",
+			"finished_at": finished(ids[0])},
 		{"id": ids[1], "client_order_id": "c-" + ids[1][22:], "account_id": account, "symbol": "ETH-USD", "side": "buy", "type": "market",
-			"quantity": "1.250", "status": "rejected", "created_at": created(ids[1]),
-			"reject_reason": "instrument_halted", "finished_at": finished(ids[1])},
+			"time_in_force": "ioc", "quantity": "1.250", "status": "rejected", "created_at": created(ids[1]),
+			"reject_reason": "instrument_halted", "filled_quantity": "0.000", "remaining_quantity": "1.250", "fees": "0.00",
+			"finished_at": finished(ids[1])},
 		{"id": ids[2], "client_order_id": "c-" + ids[2][22:], "account_id": account, "symbol": "ETH-BTC", "side": "sell", "type": "limit",
-			"quantity": "0.500", "price": "0.06000", "status": "canceled", "created_at": created(ids[2]),
+			"time_in_force": "gtc", "quantity": "0.500", "price": "0.06000", "status": "canceled", "created_at": created(ids[2]),
+			"filled_quantity": "0.000", "remaining_quantity": "0.500", "fees": "0.00000000",
 			"canceled_at": finished(ids[2]), "finished_at": finished(ids[2])},
 		{"id": ids[3], "client_order_id": "c-" + ids[3][22:], "account_id": account, "symbol": "BTC-USD", "side": "buy", "type": "limit",
-			"quantity": "0.000001", "price": "50000.123", "status": "settled", "created_at": created(ids[3]),
-			"fill_price": "50000.123", "fill_quantity": "0.000001", "fill_notional": "0.050000123", "finished_at": finished(ids[3])},
+			"time_in_force": "gtc", "quantity": "0.000001", "price": "50000.123", "status": "filled", "created_at": created(ids[3]),
+			"filled_quantity": "0.000001", "remaining_quantity": "0.00000", "average_fill_price": "50000.123", "fees": "0.00",
+			"finished_at": finished(ids[3])},
 	}
 	page, err := history.List(ctx, account, orders.ListQuery{})
 	if err != nil {
@@ -307,11 +319,11 @@ func TestPlacerReadsTheOrdersTableFirst(t *testing.T) {
 			if err != nil || len(claims) != 1 {
 				t.Fatalf("claim: %+v, %v", claims, err)
 			}
-			insertHistoryRow(t, db, historyRow{ID: order.ID, Account: account, Status: "settled", Quantity: "0.01000", Price: "50000.00"})
+			insertHistoryRow(t, db, historyRow{ID: order.ID, Account: account, Status: "filled", Quantity: "0.01000", Price: "50000.00"})
 			if err := queue.Complete(ctx, order.ID, claims[0].Token); err != nil {
 				t.Fatal(err)
 			}
-		}, orders.StatusSettled},
+		}, orders.StatusFilled},
 		{"rejected, job still active", func(t *testing.T, order orders.Order) {
 			if _, err := queue.Claim(ctx, 1, time.Minute); err != nil {
 				t.Fatal(err)
@@ -410,10 +422,10 @@ func TestRecordCanceledNeverOverwritesSettlement(t *testing.T) {
 	ctx := context.Background()
 	account := newAccount(t, db)
 	ids := orderIDs(2)
-	insertHistoryRow(t, db, historyRow{ID: ids[0], Account: account, Status: "settled"})
+	insertHistoryRow(t, db, historyRow{ID: ids[0], Account: account, Status: "filled"})
 	order := orders.Order{ID: ids[0], ClientOrderID: "x", Account: account, Symbol: "BTC-USD", Side: orders.Buy,
 		Type: orders.Market, Quantity: decimal.MustParse("0.01"), Status: orders.StatusCanceled}
-	if status, err := history.RecordCanceled(ctx, order); err != nil || status != orders.StatusSettled {
+	if status, err := history.RecordCanceled(ctx, order); err != nil || status != orders.StatusFilled {
 		t.Errorf("RecordCanceled over a settled row = %q, %v; want settled", status, err)
 	}
 	order.ID = ids[1]
@@ -423,7 +435,7 @@ func TestRecordCanceledNeverOverwritesSettlement(t *testing.T) {
 			t.Errorf("RecordCanceled = %q, %v; want canceled, twice", status, err)
 		}
 	}
-	if got, err := history.Order(ctx, account, ids[0]); err != nil || got.Status != orders.StatusSettled {
+	if got, err := history.Order(ctx, account, ids[0]); err != nil || got.Status != orders.StatusFilled {
 		t.Errorf("the settled row became %+v, %v", got, err)
 	}
 }

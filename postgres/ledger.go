@@ -28,36 +28,7 @@ var (
 	ledgerInsertEntriesSQL string
 	//go:embed sql/ledger_move_balances.sql
 	ledgerMoveBalancesSQL string
-	//go:embed sql/venue_funded.sql
-	venueFundedSQL string
 )
-
-// VenueLiquidity is what FundVenue deposits into the venue account: the
-// other side of every fill, so that a demo or a benchmark settles orders
-// without running the venue dry.
-var VenueLiquidity = []struct{ Asset, Amount string }{
-	{"USD", "10000000.00"}, {"BTC", "200"}, {"ETH", "3000"},
-}
-
-// FundVenue deposits VenueLiquidity when the venue has never been funded (it
-// holds no balance row) and reports whether it did. Two callers at once may
-// both fund it: it is for demos and benchmarks on a fresh database, not for
-// a production venue, whose liquidity comes from real deposits.
-func (l *Ledger) FundVenue(ctx context.Context) (bool, error) {
-	var funded bool
-	if err := l.db.QueryRow(ctx, venueFundedSQL, orders.VenueAccount).Scan(&funded); err != nil {
-		return false, fmt.Errorf("orders: fund the venue: %w", err)
-	}
-	if funded {
-		return false, nil
-	}
-	for _, funds := range VenueLiquidity {
-		if err := l.Deposit(ctx, orders.VenueAccount, funds.Asset, funds.Amount); err != nil {
-			return false, fmt.Errorf("orders: fund the venue: %w", err)
-		}
-	}
-	return true, nil
-}
 
 // Ledger moves money in and out of the exchange. Every move is one balanced
 // ledger transaction against the external account.

@@ -6,28 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordergate/ordergate/orders"
-)
-
-var (
-	//go:embed sql/settle_price.sql
-	settlePriceSQL string
-	//go:embed sql/settle_open.sql
-	settleOpenSQL string
-	//go:embed sql/settle_lock.sql
-	settleLockSQL string
-	//go:embed sql/settle_reject.sql
-	settleRejectSQL string
-	//go:embed sql/settle_write.sql
-	settleWriteSQL string
 )
 
 // settleTimeout bounds one settlement. The handler's context ends only when
@@ -36,9 +21,11 @@ var (
 // failing it into a retry.
 const settleTimeout = 10 * time.Second
 
-// Settler settles claimed orders in PostgreSQL: one transaction moves the
-// money through the ledger, versions the balances, records the order's final
-// state and writes the journal outbox.
+// Settler settles claimed orders in PostgreSQL: one transaction matches
+// them in their instruments' books, moves the money through the ledger
+// (holds, trades, releases), versions the balances, records the orders'
+// rows and writes the outbox. It also cancels resting orders
+// (CancelResting), under the same locks.
 type Settler struct {
 	db      *pgxpool.Pool
 	relay   orders.Relayer
@@ -72,16 +59,19 @@ func (e *unsettleableError) Is(target error) bool { return target == ErrUnsettle
 func unsettleable(err error) error { return &unsettleableError{err: err} }
 
 // Settle settles the order in one PostgreSQL transaction under the lease
-// whose fencing token is token, then relays the journal entries. Concurrent
-// calls share transactions: while one of the settler's settlements is in
+// whose fencing token is token, as docs/market.md ("Settling one order")
+// says: it is matched against the book of its instrument and rests, fills,
+// is canceled or rejected; then the outbox entries are relayed. Concurrent
+// calls share transactions: while one of the settler's transactions is in
 // flight, the orders that arrive wait and then settle together in the next
-// (see settleTogether), each with its own outcome.
+// (see settleTogether), each with its own outcome; a lone order is a batch
+// of one.
 //
-// An order settled before (a redelivery, or a stale worker whose lease passed
-// on) is left alone and Settle returns nil, so the job completes. An order
-// naming an unknown account or instrument fails with ErrUnsettleable. Every
-// other failure is returned as it is, for the queue to retry: an order is
-// never rejected because PostgreSQL was unreachable.
+// An order with a row already (a redelivery, or a stale worker whose lease
+// passed on) is left alone and Settle returns nil, so the job completes. An
+// order naming an unknown account or instrument fails with ErrUnsettleable.
+// Every other failure is returned as it is, for the queue to retry: an order
+// is never rejected because PostgreSQL was unreachable.
 func (s *Settler) Settle(ctx context.Context, order orders.Order, token int64) error {
 	began := time.Now()
 	result, err := s.settleJoined(ctx, order, token)
@@ -98,7 +88,7 @@ func (s *Settler) Settle(ctx context.Context, order orders.Order, token int64) e
 	case result.status == orders.StatusRejected:
 		log.Info("order rejected", "reason", result.reason)
 	default:
-		log.Info("order settled", "ledger_transaction_id", result.transaction)
+		log.Info("order settled", "status", result.status, "reason", result.reason, "trades", result.trades)
 	}
 	if s.relay != nil && len(result.journal) > 0 {
 		s.relay.Relay(ctx, result.journal)
@@ -118,7 +108,7 @@ func (s *Settler) settleJoined(ctx context.Context, order orders.Order, token in
 		// the orders waiting in it would wait for good.
 		defer s.handOn()
 		s.metrics.observeBatch(1)
-		return s.settle(settleCtx, order, token)
+		return s.settleAlone(settleCtx, req)
 	}
 	select {
 	case <-req.done:
@@ -133,197 +123,34 @@ func (s *Settler) settleJoined(ctx context.Context, order orders.Order, token in
 		aloneCtx, cancel := context.WithTimeout(ctx, settleTimeout)
 		defer cancel()
 		s.metrics.observeBatch(1)
-		return s.settle(aloneCtx, order, token)
+		alone := *req
+		alone.ctx = aloneCtx
+		return s.settleAlone(aloneCtx, &alone)
 	}
 	return req.result, req.err
 }
 
-type settlement struct {
-	// duplicate: the order had a final row already; nothing was written.
-	duplicate   bool
-	status      orders.Status
-	reason      string
-	transaction int64
-	journal     []orders.JournalEntry
-}
-
-// lockedBalance is one of the four balance rows a settlement holds locked.
-type lockedBalance struct {
-	account, asset string
-	version        int64
-	available      *big.Rat
-}
-
-// move is one ledger entry of a settlement: a signed amount on a balance.
-type move struct {
-	account, asset string
-	amount         string
-	balance        *lockedBalance
-}
-
-// settle runs the transaction in two round trips: the BEGIN rides in the
-// first batch (read, lock) and the COMMIT in the second (one statement for
-// all the writes), so a settlement holds the hot venue rows for about one
-// round trip and the server runs as few statements as it can.
-//
-// Two settlers of one order lock the same four rows, so the second waits for
-// the first to commit; its orders insert then finds the row and, being the
-// statement every write hangs on, writes nothing.
-func (s *Settler) settle(ctx context.Context, order orders.Order, token int64) (result settlement, err error) {
-	conn, err := s.db.Acquire(ctx)
+// settleAlone settles one order as a batch of one: the same code as a
+// batch, so a lone order and a batched one cannot differ.
+func (s *Settler) settleAlone(ctx context.Context, req *settleRequest) (settlement, error) {
+	outcomes, err := s.settleTogether(ctx, []*settleRequest{req})
 	if err != nil {
-		return settlement{}, fmt.Errorf("orders: settle %s: %w", order.ID, err)
+		return settlement{}, classify(req.order, err)
 	}
-	defer releaseAfterTx(conn)
+	return outcomes[0].result, outcomes[0].err
+}
 
-	var price *string
-	if order.Price != nil {
-		text := order.Price.String()
-		price = &text
-	}
-	quantity := order.Quantity.String()
-
-	var (
-		found         bool
-		halted, exact bool
-		base, quote   string
-		fillPrice     string
-		notional      string
-		locked        []lockedBalance
-	)
-	first := &pgx.Batch{}
-	first.Queue(`BEGIN`)
-	first.Queue(settlePriceSQL, order.Symbol, price, quantity).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			found = true
-			if err := rows.Scan(&halted, &base, &quote, &fillPrice, &notional, &exact); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	})
-	first.Queue(settleOpenSQL, order.Account, orders.VenueAccount, order.Symbol)
-	first.Queue(settleLockSQL, order.Account, orders.VenueAccount, order.Symbol).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var b lockedBalance
-			var available string
-			if err := rows.Scan(&b.account, &b.asset, &b.version, &available); err != nil {
-				return err
-			}
-			var ok bool
-			if b.available, ok = new(big.Rat).SetString(available); !ok {
-				return fmt.Errorf("balance %s of %s reads %q", b.asset, b.account, available)
-			}
-			locked = append(locked, b)
-		}
-		return rows.Err()
-	})
-	if err := conn.SendBatch(ctx, first).Close(); err != nil {
-		return settlement{}, classify(order, err)
-	}
-	switch {
-	case !found:
-		return settlement{}, unsettleable(fmt.Errorf("%w: %s (order %s)", orders.ErrUnknownInstrument, order.Symbol, order.ID))
-	case !exact:
-		return settlement{}, unsettleable(fmt.Errorf("%w: order %s: notional %s has more decimals than the ledger holds",
-			orders.ErrMalformedOrder, order.ID, notional))
-	case len(locked) != 4:
-		return settlement{}, fmt.Errorf("orders: settle %s: locked %d balance rows, want 4", order.ID, len(locked))
-	}
-
-	balance := func(account, asset string) *lockedBalance {
-		for i := range locked {
-			if locked[i].account == account && locked[i].asset == asset {
-				return &locked[i]
-			}
-		}
-		return nil
-	}
-	mine := struct{ base, quote *lockedBalance }{balance(order.Account, base), balance(order.Account, quote)}
-	venue := struct{ base, quote *lockedBalance }{balance(orders.VenueAccount, base), balance(orders.VenueAccount, quote)}
-	if mine.base == nil || mine.quote == nil || venue.base == nil || venue.quote == nil {
-		return settlement{}, fmt.Errorf("orders: settle %s: the locked rows are not the order's four balances", order.ID)
-	}
-
-	exactQuantity, quantityOK := new(big.Rat).SetString(quantity)
-	exactNotional, notionalOK := new(big.Rat).SetString(notional)
-	if !quantityOK || !notionalOK {
-		return settlement{}, fmt.Errorf("orders: settle %s: quantity %q or notional %q is no number", order.ID, quantity, notional)
-	}
-	reason := orders.Rejection(halted, order.Side,
-		orders.Funds{Base: mine.base.available, Quote: mine.quote.available}, orders.Funds{Base: venue.base.available, Quote: venue.quote.available},
-		exactQuantity, exactNotional)
-	var moves []move
-	switch {
-	case reason != "":
-	case order.Side == orders.Buy:
-		moves = []move{
-			{order.Account, quote, "-" + notional, mine.quote},
-			{order.Account, base, quantity, mine.base},
-			{orders.VenueAccount, quote, notional, venue.quote},
-			{orders.VenueAccount, base, "-" + quantity, venue.base},
-		}
-	default:
-		moves = []move{
-			{order.Account, base, "-" + quantity, mine.base},
-			{order.Account, quote, notional, mine.quote},
-			{orders.VenueAccount, base, quantity, venue.base},
-			{orders.VenueAccount, quote, "-" + notional, venue.quote},
-		}
-	}
-
-	inserted := false
-	second := &pgx.Batch{}
-	if reason != "" {
-		result = settlement{status: orders.StatusRejected, reason: reason}
-		second.Queue(settleRejectSQL,
-			order.ID, order.Account, order.ClientOrderID, order.Symbol, string(order.Side), string(order.Type),
-			quantity, price, reason, token, order.CreatedAt).Exec(func(tag pgconn.CommandTag) error {
-			inserted = tag.RowsAffected() == 1
-			return nil
-		})
-	} else {
-		result = settlement{status: orders.StatusSettled}
-		accounts, assets, amounts := make([]string, 4), make([]string, 4), make([]string, 4)
-		names, payloads, versions := make([]string, 4), make([]string, 4), make([]int64, 4)
-		for i, m := range moves {
-			accounts[i], assets[i], amounts[i] = m.account, m.asset, m.amount
-			// The row is locked, so its next version is exactly one more.
-			versions[i] = m.balance.version + 1
-			names[i] = orders.BalanceName(m.account, m.asset)
-			payloads[i] = fmt.Sprintf("%s@%d", names[i], versions[i])
-		}
-		second.Queue(settleWriteSQL,
-			order.ID, order.Account, order.ClientOrderID, order.Symbol, string(order.Side), string(order.Type),
-			quantity, price, fillPrice, notional, token, order.CreatedAt,
-			accounts, assets, amounts, names, versions, payloads).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var entry orders.JournalEntry
-				if err := rows.Scan(&entry.ID, &entry.Name, &entry.Version, &entry.Payload, &result.transaction); err != nil {
-					return err
-				}
-				result.journal = append(result.journal, entry)
-			}
-			inserted = len(result.journal) > 0
-			return rows.Err()
-		})
-	}
-	committed := false
-	second.Queue(`COMMIT`).Exec(func(tag pgconn.CommandTag) error {
-		// COMMIT of a failed transaction answers ROLLBACK, not an error.
-		committed = tag.String() == "COMMIT"
-		return nil
-	})
-	if err := conn.SendBatch(ctx, second).Close(); err != nil {
-		return settlement{}, classify(order, err)
-	}
-	if !committed {
-		return settlement{}, fmt.Errorf("orders: settle %s: the transaction rolled back at commit", order.ID)
-	}
-	if !inserted {
-		return settlement{duplicate: true}, nil
-	}
-	return result, nil
+// settlement is what settling did to one order.
+type settlement struct {
+	// duplicate: the order had a row already; nothing was written.
+	duplicate bool
+	status    orders.Status
+	// reason is the reject reason of a rejected order, the cancel reason of
+	// one the market canceled.
+	reason string
+	// trades is how many trades the order took part in as the taker.
+	trades  int
+	journal []orders.JournalEntry
 }
 
 // classify sorts a failure: an order whose account does not exist, or whose

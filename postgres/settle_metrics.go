@@ -3,7 +3,6 @@ package postgres
 import (
 	"time"
 
-	"github.com/ordergate/ordergate/orders"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -15,14 +14,16 @@ type SettlementMetrics struct {
 }
 
 // NewSettlementMetrics registers settlement's series: orders_settlement_total
-// by outcome (settled, rejected: <reason>, duplicate) and
+// by outcome (the status the order took: open, partially_filled, filled,
+// canceled with its cancel reason, rejected with its reject reason; or
+// duplicate) and
 // orders_settlement_seconds for an order's settlement, and
 // orders_settlement_batch_orders for the orders one transaction took.
 func NewSettlementMetrics(registerer prometheus.Registerer) *SettlementMetrics {
 	m := &SettlementMetrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orders_settlement_total",
-			Help: "Settlements by outcome: settled, rejected (with its reason), or duplicate (the order was final already).",
+			Help: "Settlements by outcome: the status the order took (open, partially_filled, filled, canceled or rejected, with its reason), or duplicate (the order had its row already).",
 		}, []string{"outcome", "reason"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "orders_settlement_seconds",
@@ -47,10 +48,8 @@ func (m *SettlementMetrics) observe(result settlement, took time.Duration) {
 	switch {
 	case result.duplicate:
 		m.outcomes.WithLabelValues("duplicate", "").Inc()
-	case result.status == orders.StatusRejected:
-		m.outcomes.WithLabelValues("rejected", result.reason).Inc()
 	default:
-		m.outcomes.WithLabelValues("settled", "").Inc()
+		m.outcomes.WithLabelValues(string(result.status), result.reason).Inc()
 	}
 }
 

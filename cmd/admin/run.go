@@ -187,12 +187,9 @@ func audit(ctx context.Context, db *pgxpool.Pool, stdout io.Writer) error {
 	return nil
 }
 
-// demo funds the venue on first use (orders settle against its liquidity) and
-// creates a funded demo account with a fresh API key.
+// demo creates a funded demo account with a fresh API key. Its orders match
+// other accounts' orders in the book; the venue only collects the fees.
 func demo(ctx context.Context, db *pgxpool.Pool, accounts *postgres.Accounts, ledger *postgres.Ledger, stdout io.Writer) error {
-	if _, err := ledger.FundVenue(ctx); err != nil {
-		return fmt.Errorf("demo: %w", err)
-	}
 	account, err := accounts.Create(ctx, "demo")
 	if err != nil {
 		return err

@@ -36,14 +36,11 @@ type env struct {
 	run string
 }
 
-// fundAccounts funds the venue when it is empty (as `admin demo` does) and
-// creates benchAccounts funded accounts with an API key each.
+// fundAccounts creates benchAccounts funded accounts with an API key each:
+// their orders trade with each other in the book.
 func (e *env) fundAccounts(ctx context.Context) error {
 	ledger := postgres.NewLedger(e.db)
 	accounts := postgres.NewAccounts(e.db)
-	if _, err := ledger.FundVenue(ctx); err != nil {
-		return err
-	}
 	for i := range benchAccounts {
 		account, err := accounts.Create(ctx, "bench-"+strconv.Itoa(i))
 		if err != nil {

@@ -218,8 +218,8 @@ func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n in
 		list := make([]emq.Job, min(batch, n-done))
 		for i := range list {
 			seq := done + i
-			// A buy and a sell of one size at one price leave the venue's
-			// balances where they were, so no backlog runs it dry.
+			// Buys and sells of one size at one price cross each other in
+			// the book, so the accounts' balances stay where they were.
 			side := orders.Buy
 			if (seq/len(e.accounts))%2 == 1 {
 				side = orders.Sell

@@ -1,5 +1,6 @@
 -- Audit check settlement_matches_fill (CheckSettlementEntries): what a
--- settled order's fill implies, against what its transaction holds: the
+-- settled order's fill implies (an order settled before the market, against
+-- the venue), against what its transaction holds: the
 -- entries differing either way, one row per order, as (subject, detail). The
 -- venue's id is orders.VenueAccount, the one the schema seeds.
 WITH expected AS (
@@ -13,11 +14,11 @@ WITH expected AS (
         ('ACC_0000000000000000000000000V', i.base, CASE o.side WHEN 'buy' THEN -o.fill_quantity ELSE o.fill_quantity END),
         ('ACC_0000000000000000000000000V', i.quote, CASE o.side WHEN 'buy' THEN o.fill_notional ELSE -o.fill_notional END)
     ) AS x(account_id, asset, amount)
-    WHERE o.status = 'settled'
+    WHERE o.ledger_transaction_id IS NOT NULL
 ), actual AS (
     SELECT t.order_id, e.account_id, e.asset, e.amount
     FROM ledger_transactions t JOIN ledger_entries e ON e.transaction_id = t.id
-    JOIN orders o ON o.id = t.order_id AND o.status = 'settled' AND o.ledger_transaction_id = t.id
+    JOIN orders o ON o.id = t.order_id AND o.ledger_transaction_id = t.id
     WHERE t.kind = 'settlement'
 ), differing AS (
     (SELECT 'missing' AS what, * FROM expected EXCEPT ALL SELECT 'missing', * FROM actual)

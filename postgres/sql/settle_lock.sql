@@ -1,12 +1,11 @@
--- One statement locks all four rows an order moves (its account's $1 and the
--- venue's $2, in the base and the quote of the instrument $3) in (account,
--- asset) order: every settlement takes them in the same order, so none waits
--- on another in a cycle. It reads what each holds under the lock, for the
--- funds rule (rejection in settle.go) to compare exactly. A reference price
--- changed since settle_price.sql read it could at worst make a balance's
--- CHECK refuse the writes, and the retry prices afresh.
-SELECT b.account_id, b.asset, b.version, b.available::text
-FROM balances b JOIN instruments i ON b.asset IN (i.base, i.quote)
-WHERE i.symbol = $3 AND b.account_id IN ($1, $2)
+-- Locks the balance rows $1 (accounts) × $2 (assets), parallel arrays, in
+-- (account, asset) order: ORDER BY runs before FOR UPDATE, so the rows are
+-- locked in that order, as every settlement, cancel, deposit and withdrawal
+-- takes them. Returns account, asset, version, available and held (NUMERIC
+-- text): the funds checks run on these, which nobody can change before this
+-- transaction ends. A row missing from the answer does not exist.
+SELECT b.account_id, b.asset, b.version, trim_scale(b.available)::text, trim_scale(b.held)::text
+FROM balances b
+WHERE (b.account_id, b.asset) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 ORDER BY b.account_id, b.asset
 FOR UPDATE OF b

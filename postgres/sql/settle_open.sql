@@ -1,11 +1,10 @@
--- Opens the balance rows an order moves that do not exist yet: its account's
--- ($1) and the venue's ($2), in the base and the quote of its instrument
--- ($3). Rows are created in one fixed order, like the locks of
--- settle_lock.sql, so two settlers creating the same new balances cannot
--- deadlock.
+-- Opens the balance rows $1 (accounts) × $2 (assets), parallel arrays, that
+-- do not exist yet, in (account, asset) order, the order of the locks taken
+-- next (settle_lock.sql), so two settlers opening the same new rows cannot
+-- deadlock. An account that does not exist gets no row.
 INSERT INTO balances (account_id, asset)
-SELECT account.id, asset.code
-FROM instruments i, unnest(ARRAY[$1::text, $2::text]) AS account(id), unnest(ARRAY[i.base, i.quote]) AS asset(code)
-WHERE i.symbol = $3
-ORDER BY account.id, asset.code
+SELECT b.account_id, b.asset
+FROM unnest($1::text[], $2::text[]) AS b(account_id, asset)
+JOIN accounts a ON a.id = b.account_id
+ORDER BY b.account_id, b.asset
 ON CONFLICT DO NOTHING

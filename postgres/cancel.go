@@ -1,0 +1,179 @@
+package postgres
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ordergate/ordergate/orders"
+)
+
+var (
+	//go:embed sql/cancel_find.sql
+	cancelFindSQL string
+	//go:embed sql/cancel_read.sql
+	cancelReadSQL string
+	//go:embed sql/cancel_write.sql
+	cancelWriteSQL string
+	//go:embed sql/cancel_list.sql
+	cancelListSQL string
+)
+
+// CancelResting cancels a resting order of the account by its client, under
+// its instrument's lock (the lock settlement matches under, so a quantity is
+// either filled or released, never both): the order becomes canceled with
+// no cancel reason, finished now, and what it still holds goes back to
+// available in one release ledger transaction, with the balance's version
+// and outbox row; the outbox entries are relayed after the commit, as
+// Settle relays its own. It returns the canceled order as History reads it.
+//
+// An order of the account that is not resting (filled, canceled, rejected)
+// fails with a *orders.NotCancelableError (orders.ErrNotCancelable) naming
+// its status; an order the table does not hold for the account (another
+// account's, a pending one, or none) with orders.ErrNotFound. Other failures
+// wrap orders.ErrUnavailable.
+func (s *Settler) CancelResting(ctx context.Context, account, orderID string) (orders.Order, error) {
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	unavailable := func(err error) error {
+		return fmt.Errorf("%w: cancel %s: %w", orders.ErrUnavailable, orderID, err)
+	}
+	var (
+		canceled orders.Order
+		journal  []orders.JournalEntry
+	)
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		var symbol string
+		if err := tx.QueryRow(ctx, cancelFindSQL, orderID, account).Scan(&symbol); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("%w: %s", orders.ErrNotFound, orderID)
+			}
+			return unavailable(err)
+		}
+		rows, err := tx.Query(ctx, settleInstrumentsSQL, []string{symbol})
+		if err != nil {
+			return unavailable(err)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return unavailable(err)
+		}
+		var status, asset, holdText string
+		if err := tx.QueryRow(ctx, cancelReadSQL, orderID).Scan(&status, &asset, &holdText); err != nil {
+			return unavailable(err)
+		}
+		if !orders.Status(status).Resting() {
+			return &orders.NotCancelableError{OrderID: orderID, Status: orders.Status(status)}
+		}
+		hold, err := parseExact(holdText)
+		if err != nil {
+			return unavailable(err)
+		}
+		var version int64
+		found := false
+		rows, err = tx.Query(ctx, settleLockSQL, []string{account}, []string{asset})
+		if err != nil {
+			return unavailable(err)
+		}
+		for rows.Next() {
+			var acc, as, available, held string
+			if err := rows.Scan(&acc, &as, &version, &available, &held); err != nil {
+				rows.Close()
+				return unavailable(err)
+			}
+			found = true
+		}
+		if err := rows.Err(); err != nil {
+			return unavailable(err)
+		}
+		if !found && hold.IsPos() {
+			return unavailable(fmt.Errorf("the order holds %s %s but its account has no such balance", hold, asset))
+		}
+		if _, err := tx.Exec(ctx, cancelWriteSQL, orderID); err != nil {
+			return unavailable(err)
+		}
+		if hold.IsPos() {
+			var ids, sequences []int64
+			if err := tx.QueryRow(ctx, settleDrawSQL, 1, 0).Scan(&ids, &sequences); err != nil {
+				return unavailable(err)
+			}
+			if len(ids) != 1 {
+				return unavailable(fmt.Errorf("drew %d transaction ids, want 1", len(ids)))
+			}
+			accounts, assets := []string{account, account}, []string{asset, asset}
+			amounts, parts := []string{hold.Neg().String(), hold.String()}, []string{partHeld, partAvailable}
+			name := orders.BalanceName(account, asset)
+			version += 2
+			batch := &pgx.Batch{}
+			batch.Queue(settleInsertTransactionsSQL, ids, []string{kindRelease}, []string{orderID})
+			batch.Queue(settleInsertEntriesSQL, []int64{ids[0], ids[0]}, accounts, assets, amounts, parts)
+			batch.Queue(settleMoveBalancesSQL, accounts, assets, amounts, parts)
+			batch.Queue(settleOutboxSQL, []string{name}, []int64{version}, []string{fmt.Sprintf("%s@%d", name, version)}).
+				Query(func(rows pgx.Rows) error {
+					var err error
+					journal, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.JournalEntry])
+					return err
+				})
+			if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+				return unavailable(err)
+			}
+		}
+		rows, err = tx.Query(ctx, orderSelectSQL+` WHERE o.id = $1 AND o.account_id = $2`, orderID, account)
+		if err != nil {
+			return unavailable(err)
+		}
+		list, err := collectOrders(rows)
+		if err != nil {
+			return err
+		}
+		if len(list) != 1 {
+			return unavailable(fmt.Errorf("read back %d rows", len(list)))
+		}
+		canceled = list[0]
+		return nil
+	})
+	if err != nil {
+		var notCancelable *orders.NotCancelableError
+		if errors.Is(err, orders.ErrNotFound) || errors.As(err, &notCancelable) || errors.Is(err, orders.ErrUnavailable) {
+			return orders.Order{}, err
+		}
+		return orders.Order{}, unavailable(err)
+	}
+	s.log.Info("resting order canceled", "order_id", orderID, "account", account)
+	if s.relay != nil && len(journal) > 0 {
+		s.relay.Relay(ctx, journal)
+	}
+	return canceled, nil
+}
+
+// CancelAllResting cancels every resting order of the account, of the
+// instrument symbol or of every instrument when symbol is empty, each as
+// CancelResting does in a transaction of its own, and returns the orders it
+// canceled. An order that stopped resting meanwhile (filled by a match
+// between the listing and its cancel) is left out; the first other failure
+// stops it, returned with the orders canceled until then.
+func (s *Settler) CancelAllResting(ctx context.Context, account, symbol string) ([]orders.Order, error) {
+	rows, err := s.db.Query(ctx, cancelListSQL, account, symbol)
+	if err != nil {
+		return nil, fmt.Errorf("%w: list resting orders of %s: %w", orders.ErrUnavailable, account, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("%w: list resting orders of %s: %w", orders.ErrUnavailable, account, err)
+	}
+	var canceled []orders.Order
+	for _, id := range ids {
+		order, err := s.CancelResting(ctx, account, id)
+		switch {
+		case errors.Is(err, orders.ErrNotCancelable), errors.Is(err, orders.ErrNotFound):
+			continue
+		case err != nil:
+			return canceled, err
+		}
+		canceled = append(canceled, order)
+	}
+	return canceled, nil
+}

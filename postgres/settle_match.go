@@ -1,0 +1,936 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math/big"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/govalues/decimal"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ordergate/ordergate/orders"
+)
+
+var (
+	//go:embed sql/settle_instruments.sql
+	settleInstrumentsSQL string
+	//go:embed sql/settle_existing.sql
+	settleExistingSQL string
+	//go:embed sql/settle_book.sql
+	settleBookSQL string
+	//go:embed sql/settle_open.sql
+	settleOpenSQL string
+	//go:embed sql/settle_lock.sql
+	settleLockSQL string
+	//go:embed sql/settle_draw.sql
+	settleDrawSQL string
+	//go:embed sql/settle_insert_orders.sql
+	settleInsertOrdersSQL string
+	//go:embed sql/settle_update_makers.sql
+	settleUpdateMakersSQL string
+	//go:embed sql/settle_insert_transactions.sql
+	settleInsertTransactionsSQL string
+	//go:embed sql/settle_insert_entries.sql
+	settleInsertEntriesSQL string
+	//go:embed sql/settle_move_balances.sql
+	settleMoveBalancesSQL string
+	//go:embed sql/settle_insert_trades.sql
+	settleInsertTradesSQL string
+	//go:embed sql/settle_last_price.sql
+	settleLastPriceSQL string
+	//go:embed sql/settle_outbox.sql
+	settleOutboxSQL string
+)
+
+// The parts of a balance a ledger entry names.
+const (
+	partAvailable = "available"
+	partHeld      = "held"
+)
+
+// Kinds of the ledger transactions settlement and cancels write.
+const (
+	kindHold    = "hold"
+	kindRelease = "release"
+	kindTrade   = "trade"
+)
+
+// ledgerScale is the decimals a NUMERIC(38,18) column holds: an amount with
+// more would be rounded by the insert, and money is never rounded silently.
+const ledgerScale = 18
+
+// batchOutcome is what a batch decided for one of its orders.
+type batchOutcome struct {
+	result settlement
+	err    error
+	alone  bool
+}
+
+// balanceKey names a balance row.
+type balanceKey struct{ account, asset string }
+
+// lockedBalance is a balance row the transaction holds locked, and what the
+// transaction did to it so far: exact rationals of the NUMERIC values, never
+// floats, so the funds checks compare what PostgreSQL would.
+type lockedBalance struct {
+	version          int64
+	available, held  *big.Rat
+	entries          int64
+	name, asset, acc string
+}
+
+// bookOrder is a resting order of a book the batch holds: one read from the
+// table, or a taker of the batch that came to rest (taker is then its row,
+// written at the end with what happened to it since).
+type bookOrder struct {
+	id, account string
+	side        orders.Side
+	price       decimal.Decimal
+	remaining   decimal.Decimal
+	hold        decimal.Decimal
+	sequence    int64
+	taker       *takerRow
+
+	// What the batch did to an order read from the table, written as
+	// deltas by settle_update_makers.sql.
+	touched                         bool
+	filled, notional, fees, givenUp decimal.Decimal
+	status                          orders.Status
+}
+
+// instrumentBook is an instrument locked by the batch and its book, both
+// sides best first.
+type instrumentBook struct {
+	in         orders.Instrument
+	bids, asks []*bookOrder
+	traded     bool
+}
+
+// side is the side of the book a resting order of side s rests on.
+func (b *instrumentBook) side(s orders.Side) *[]*bookOrder {
+	if s == orders.Buy {
+		return &b.bids
+	}
+	return &b.asks
+}
+
+// rest puts an order on its side behind every order of its price: its
+// sequence is the newest.
+func (b *instrumentBook) rest(o *bookOrder) {
+	side := b.side(o.side)
+	at := len(*side)
+	for i, other := range *side {
+		if o.side == orders.Buy && other.price.Cmp(o.price) < 0 || o.side == orders.Sell && other.price.Cmp(o.price) > 0 {
+			at = i
+			break
+		}
+	}
+	*side = slices.Insert(*side, at, o)
+}
+
+// takerRow is the row of an order the batch took, as it will be inserted.
+type takerRow struct {
+	req          *settleRequest
+	order        orders.Order
+	timeInForce  orders.TimeInForce
+	status       orders.Status
+	rejectReason orders.RejectReason
+	cancelReason orders.CancelReason
+	filled       decimal.Decimal
+	notional     decimal.Decimal
+	fees         decimal.Decimal
+	hold         decimal.Decimal
+	// restedAt is the order in which resting takers came to rest, which
+	// their drawn sequences keep; -1 when it never rested.
+	restedAt int
+	sequence int64
+}
+
+type ledgerEntry struct {
+	account, asset, part string
+	amount               decimal.Decimal
+}
+
+type ledgerTxn struct {
+	id      int64
+	kind    string
+	orderID string
+	entries []ledgerEntry
+}
+
+type tradeRow struct {
+	symbol, maker, taker, makerAccount, takerAccount string
+	takerSide                                        orders.Side
+	price, quantity, makerFee, takerFee              decimal.Decimal
+	txn                                              *ledgerTxn
+}
+
+// batchWork is what a batch decided so far, in memory, before one round
+// trip writes it all.
+type batchWork struct {
+	books    map[string]*instrumentBook
+	balances map[balanceKey]*lockedBalance
+	takers   []*takerRow
+	makers   []*bookOrder
+	txns     []*ledgerTxn
+	trades   []*tradeRow
+	// provisional is the next sequence of a taker coming to rest: above
+	// every drawn one, replaced by a drawn one at the end.
+	provisional int64
+	rested      int
+}
+
+// settleTogether settles the batch in one transaction, as docs/market.md
+// ("Settling one order") says. It locks the batch's instruments in symbol
+// order, finds the orders that have a row already (redeliveries: nothing
+// changes for them), reads the books of the instruments, and locks in
+// (account, asset) order every balance row the batch may move: its takers',
+// the resting orders' and the venue's fee account. Then it decides each
+// order in the batch's order against the books and balances as the orders
+// before it left them, and writes everything in one round trip with the
+// commit.
+//
+// An order whose handler's context ended (its lease lost) by the time it is
+// decided is left out of the writes, so no batch settles an order its worker
+// no longer holds. A failure returned means nothing was committed.
+func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([]batchOutcome, error) {
+	n := len(batch)
+	conn, err := s.db.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
+	}
+	defer releaseAfterTx(conn)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+
+	ids := make([]string, n)
+	var symbols []string
+	for i, req := range batch {
+		ids[i] = req.order.ID
+		if !slices.Contains(symbols, req.order.Symbol) {
+			symbols = append(symbols, req.order.Symbol)
+		}
+	}
+	slices.Sort(symbols)
+
+	w := &batchWork{
+		books:       make(map[string]*instrumentBook),
+		balances:    make(map[balanceKey]*lockedBalance),
+		provisional: 1 << 62,
+	}
+	existing := make(map[string]bool)
+	var readErr error
+	first := &pgx.Batch{}
+	first.Queue(settleInstrumentsSQL, symbols).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var in orders.Instrument
+			var tick, reference, last, maker, taker, band string
+			if err := rows.Scan(&in.Symbol, &in.Base, &in.Quote, &in.Halted, &tick, &reference, &last,
+				&maker, &taker, &band); err != nil {
+				return err
+			}
+			for _, field := range []struct {
+				text   string
+				target *decimal.Decimal
+			}{{tick, &in.TickSize}, {reference, &in.ReferencePrice}, {last, &in.LastPrice},
+				{maker, &in.MakerFeeBps}, {taker, &in.TakerFeeBps}, {band, &in.PriceBandPercent}} {
+				if field.text == "" {
+					continue
+				}
+				if *field.target, err = parseExact(field.text); err != nil {
+					readErr = fmt.Errorf("instrument %s: %w", in.Symbol, err)
+				}
+			}
+			w.books[in.Symbol] = &instrumentBook{in: in}
+		}
+		return rows.Err()
+	})
+	first.Queue(settleExistingSQL, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			existing[id] = true
+		}
+		return rows.Err()
+	})
+	first.Queue(settleBookSQL, symbols).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			o := &bookOrder{}
+			var symbol, side, price, remaining, hold string
+			if err := rows.Scan(&o.id, &o.account, &symbol, &side, &price, &remaining, &o.sequence, &hold); err != nil {
+				return err
+			}
+			o.side = orders.Side(side)
+			var errs [3]error
+			o.price, errs[0] = parseExact(price)
+			o.remaining, errs[1] = parseExact(remaining)
+			o.hold, errs[2] = parseExact(hold)
+			if err := errors.Join(errs[:]...); err != nil {
+				readErr = fmt.Errorf("resting order %s: %w", o.id, err)
+			}
+			book := w.books[symbol]
+			if book == nil {
+				return fmt.Errorf("resting order %s of %s, an instrument not locked", o.id, symbol)
+			}
+			*book.side(o.side) = append(*book.side(o.side), o)
+		}
+		return rows.Err()
+	})
+	if err := tx.SendBatch(ctx, first).Close(); err != nil {
+		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
+	}
+	if readErr != nil {
+		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, readErr)
+	}
+	for _, book := range w.books {
+		byPriority := func(descending bool) func(a, b *bookOrder) int {
+			return func(a, b *bookOrder) int {
+				byPrice := a.price.Cmp(b.price)
+				if descending {
+					byPrice = -byPrice
+				}
+				return cmp.Or(byPrice, cmp.Compare(a.sequence, b.sequence))
+			}
+		}
+		slices.SortFunc(book.bids, byPriority(true))
+		slices.SortFunc(book.asks, byPriority(false))
+	}
+
+	// Every balance the batch may move, locked in (account, asset) order.
+	keys := make(map[balanceKey]bool)
+	both := func(account string, in orders.Instrument) {
+		keys[balanceKey{account, in.Base}], keys[balanceKey{account, in.Quote}] = true, true
+	}
+	for _, req := range batch {
+		if book := w.books[req.order.Symbol]; book != nil && !existing[req.order.ID] {
+			both(req.order.Account, book.in)
+			keys[balanceKey{orders.VenueAccount, book.in.Quote}] = true
+		}
+	}
+	for _, book := range w.books {
+		for _, o := range slices.Concat(book.bids, book.asks) {
+			both(o.account, book.in)
+		}
+	}
+	sorted := slices.SortedFunc(func(yield func(balanceKey) bool) {
+		for key := range keys {
+			if !yield(key) {
+				return
+			}
+		}
+	}, func(a, b balanceKey) int {
+		return cmp.Or(strings.Compare(a.account, b.account), strings.Compare(a.asset, b.asset))
+	})
+	accounts, assets := make([]string, len(sorted)), make([]string, len(sorted))
+	for i, key := range sorted {
+		accounts[i], assets[i] = key.account, key.asset
+	}
+	second := &pgx.Batch{}
+	second.Queue(settleOpenSQL, accounts, assets)
+	second.Queue(settleLockSQL, accounts, assets).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var key balanceKey
+			var available, held string
+			b := &lockedBalance{}
+			if err := rows.Scan(&key.account, &key.asset, &b.version, &available, &held); err != nil {
+				return err
+			}
+			var okA, okH bool
+			b.available, okA = new(big.Rat).SetString(available)
+			b.held, okH = new(big.Rat).SetString(held)
+			if !okA || !okH {
+				return fmt.Errorf("balance %s of %s reads %q, %q", key.asset, key.account, available, held)
+			}
+			b.acc, b.asset, b.name = key.account, key.asset, orders.BalanceName(key.account, key.asset)
+			w.balances[key] = b
+		}
+		return rows.Err()
+	})
+	if err := tx.SendBatch(ctx, second).Close(); err != nil {
+		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
+	}
+
+	outcomes := make([]batchOutcome, n)
+	for i, req := range batch {
+		outcome, err := w.decide(req, existing[req.order.ID])
+		if err != nil {
+			return nil, fmt.Errorf("orders: settle a batch of %d: order %s: %w", n, req.order.ID, err)
+		}
+		outcomes[i] = outcome
+	}
+	if len(w.takers) == 0 {
+		// Nothing to write: redeliveries and refusals only.
+		if err := tx.Commit(ctx); err != nil {
+			return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
+		}
+		return outcomes, nil
+	}
+
+	journal, err := w.write(ctx, tx)
+	if err != nil {
+		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
+	}
+	// The batch's outbox rows are relayed once, by the handler of its first
+	// written order, right after this commit.
+	for i := range outcomes {
+		if outcomes[i].err == nil && !outcomes[i].alone && !outcomes[i].result.duplicate {
+			outcomes[i].result.journal = journal
+			break
+		}
+	}
+	return outcomes, nil
+}
+
+// decide settles one order of the batch in memory. The outcome's err is the
+// order's own failure (nothing of it is written); the error returned is the
+// batch's, which nothing of the batch survives.
+func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, error) {
+	order := req.order
+	book := w.books[order.Symbol]
+	malformed := func(format string, args ...any) (batchOutcome, error) {
+		return batchOutcome{err: unsettleable(fmt.Errorf("%w: order %s: %s", orders.ErrMalformedOrder, order.ID,
+			fmt.Sprintf(format, args...)))}, nil
+	}
+	switch {
+	case duplicate:
+		return batchOutcome{result: settlement{duplicate: true}}, nil
+	case book == nil:
+		return batchOutcome{err: unsettleable(fmt.Errorf("%w: %s (order %s)", orders.ErrUnknownInstrument, order.Symbol, order.ID))}, nil
+	}
+	in := book.in
+	baseRow, quoteRow := w.balances[balanceKey{order.Account, in.Base}], w.balances[balanceKey{order.Account, in.Quote}]
+	if baseRow == nil || quoteRow == nil {
+		return batchOutcome{err: unsettleable(fmt.Errorf("%w: %s (order %s)", orders.ErrNoAccount, order.Account, order.ID))}, nil
+	}
+	if err := req.ctx.Err(); err != nil {
+		return batchOutcome{err: fmt.Errorf("orders: settle %s: %w", order.ID, context.Cause(req.ctx))}, nil
+	}
+
+	row := &takerRow{req: req, order: order, timeInForce: order.TimeInForce, restedAt: -1}
+	if row.timeInForce == "" {
+		// A job admitted before the market names none: what it meant.
+		row.timeInForce = orders.GTC
+		if order.Type == orders.Market {
+			row.timeInForce = orders.IOC
+		}
+	}
+	if !order.Quantity.IsPos() || order.Quantity.Scale() > ledgerScale {
+		return malformed("quantity %s", order.Quantity)
+	}
+	reject := func(reason orders.RejectReason) (batchOutcome, error) {
+		row.status, row.rejectReason = orders.StatusRejected, reason
+		w.takers = append(w.takers, row)
+		return batchOutcome{result: settlement{status: orders.StatusRejected, reason: string(reason)}}, nil
+	}
+	if in.Halted {
+		return reject(orders.ReasonInstrumentHalted)
+	}
+
+	taker := orders.Taker{Account: order.Account, Side: order.Side, Type: order.Type, TimeInForce: row.timeInForce,
+		PostOnly: order.PostOnly, Quantity: order.Quantity}
+	var worst decimal.Decimal // the limit or protection price: what the hold is at
+	switch order.Type {
+	case orders.Limit:
+		if order.Price == nil || !order.Price.IsPos() || order.Price.Scale() > ledgerScale {
+			return malformed("a limit order without a usable price")
+		}
+		inBand, err := in.InBand(*order.Price)
+		if err != nil {
+			return malformed("%v", err)
+		}
+		if !inBand {
+			return reject(orders.ReasonPriceOutOfBand)
+		}
+		taker.Price, worst = *order.Price, *order.Price
+	case orders.Market:
+		if order.Price != nil {
+			return malformed("a market order with a price")
+		}
+		low, high, err := in.Band()
+		if err != nil {
+			return malformed("%v", err)
+		}
+		taker.ProtectionPrice = low
+		if order.Side == orders.Buy {
+			taker.ProtectionPrice = high
+		}
+		if !taker.ProtectionPrice.IsPos() {
+			return malformed("protection price %s", taker.ProtectionPrice)
+		}
+		worst = taker.ProtectionPrice
+	default:
+		return malformed("type %q", order.Type)
+	}
+
+	// The opposing side as it stands: all of it, so the book is complete.
+	opposing := *book.side(opposite(order.Side))
+	resting := make([]orders.Resting, len(opposing))
+	byID := make(map[string]*bookOrder, len(opposing))
+	for i, o := range opposing {
+		resting[i] = orders.Resting{OrderID: o.id, Account: o.account, Price: o.price, Remaining: o.remaining, Sequence: o.sequence}
+		byID[o.id] = o
+	}
+	result, err := orders.Match(taker, orders.Book{Resting: resting, Complete: true})
+	if err != nil {
+		return malformed("%v", err)
+	}
+	if result.Outcome == orders.OutcomeRejected {
+		// Post-only that would take: decided before any hold.
+		return reject(result.RejectReason)
+	}
+
+	// The hold: the worst case the whole quantity can cost.
+	holdAsset, holdRow := in.Base, baseRow
+	if order.Side == orders.Buy {
+		holdAsset, holdRow = in.Quote, quoteRow
+	}
+	hold, err := orders.Hold(order.Side, order.Quantity, worst, in.TakerFeeBps)
+	if err != nil {
+		return malformed("hold: %v", err)
+	}
+	if holdRow.available.Cmp(ratOf(hold)) < 0 {
+		return reject(orders.ReasonInsufficientFunds)
+	}
+	if len(result.Fills) == 0 && result.Outcome == orders.OutcomeCanceled {
+		// Nothing filled and nothing rests: a hold would be released at
+		// once, so neither is written.
+		row.status, row.cancelReason = orders.StatusCanceled, result.CancelReason
+		w.takers = append(w.takers, row)
+		return batchOutcome{result: settlement{status: orders.StatusCanceled, reason: string(result.CancelReason)}}, nil
+	}
+
+	// Plan every amount first, so that a fee or hold that does not fit
+	// fails the order before anything of it is applied.
+	type planned struct {
+		fill               orders.Fill
+		maker              *bookOrder
+		notional           decimal.Decimal
+		makerFee, takerFee decimal.Decimal
+		makerGivesUp       decimal.Decimal // the maker's hold the fill consumes
+		makerRelease       decimal.Decimal // the maker's hold released as it leaves the book
+	}
+	plan := make([]planned, len(result.Fills))
+	consumed := decimal.Zero
+	var notionalSum, feeSum decimal.Decimal
+	for i, fill := range result.Fills {
+		p := planned{fill: fill, maker: byID[fill.MakerOrderID]}
+		if p.maker == nil {
+			return batchOutcome{}, fmt.Errorf("match filled %s, which is not in the book", fill.MakerOrderID)
+		}
+		var errs [8]error
+		p.notional, errs[0] = fill.Notional()
+		p.takerFee, errs[1] = orders.Fee(p.notional, in.TakerFeeBps)
+		p.makerFee, errs[2] = orders.Fee(p.notional, in.MakerFeeBps)
+		if order.Side == orders.Buy {
+			var takerCost decimal.Decimal
+			takerCost, errs[3] = exactAdd(p.notional, p.takerFee)
+			consumed, errs[4] = exactAdd(consumed, takerCost)
+			p.makerGivesUp = fill.Quantity
+		} else {
+			consumed, errs[3] = exactAdd(consumed, fill.Quantity)
+			p.makerGivesUp, errs[4] = exactAdd(p.notional, p.makerFee)
+		}
+		notionalSum, errs[5] = exactAdd(notionalSum, p.notional)
+		feeSum, errs[6] = exactAdd(feeSum, p.takerFee)
+		if err := errors.Join(errs[:]...); err != nil {
+			return malformed("fill of %s at %s: %v", fill.Quantity, fill.Price, err)
+		}
+		for _, amount := range []decimal.Decimal{p.notional, p.takerFee, p.makerFee, p.makerGivesUp} {
+			if amount.Scale() > ledgerScale {
+				return malformed("fill amount %s has more decimals than the ledger holds", amount)
+			}
+		}
+		plan[i] = p
+	}
+	left, err := exactSub(hold, consumed)
+	if err != nil || left.IsNeg() {
+		return batchOutcome{}, fmt.Errorf("fills consume %s of a hold of %s", consumed, hold)
+	}
+	rests := result.Outcome == orders.OutcomeOpen || result.Outcome == orders.OutcomePartiallyFilled
+	keep := decimal.Zero
+	if rests {
+		if keep, err = orders.Hold(order.Side, result.Remaining, worst, in.TakerFeeBps); err != nil {
+			return malformed("hold of the remainder: %v", err)
+		}
+	}
+	release, err := exactSub(left, keep)
+	if err != nil || release.IsNeg() {
+		return batchOutcome{}, fmt.Errorf("the remainder needs %s of %s left held", keep, left)
+	}
+
+	// Apply: nothing below can fail for the order's sake.
+	base, quote := in.Base, in.Quote
+	holdTxn := w.txn(kindHold, order.ID)
+	w.move(holdTxn, order.Account, holdAsset, partAvailable, neg(hold))
+	w.move(holdTxn, order.Account, holdAsset, partHeld, hold)
+	for _, p := range plan {
+		maker, fill := p.maker, p.fill
+		feesToVenue := mustAdd(p.takerFee, p.makerFee)
+		t := w.txn(kindTrade, order.ID)
+		if order.Side == orders.Buy {
+			w.move(t, order.Account, quote, partHeld, neg(mustAdd(p.notional, p.takerFee)))
+			w.move(t, order.Account, base, partAvailable, fill.Quantity)
+			w.move(t, maker.account, base, partHeld, neg(fill.Quantity))
+			w.move(t, maker.account, quote, partAvailable, mustSub(p.notional, p.makerFee))
+		} else {
+			w.move(t, order.Account, base, partHeld, neg(fill.Quantity))
+			w.move(t, order.Account, quote, partAvailable, mustSub(p.notional, p.takerFee))
+			w.move(t, maker.account, quote, partHeld, neg(mustAdd(p.notional, p.makerFee)))
+			w.move(t, maker.account, base, partAvailable, fill.Quantity)
+		}
+		w.move(t, orders.VenueAccount, quote, partAvailable, feesToVenue)
+		w.trades = append(w.trades, &tradeRow{
+			symbol: in.Symbol, maker: maker.id, taker: order.ID, makerAccount: maker.account, takerAccount: order.Account,
+			takerSide: order.Side, price: fill.Price, quantity: fill.Quantity, makerFee: p.makerFee, takerFee: p.takerFee, txn: t,
+		})
+		if err := w.fillMaker(book, maker, fill, p.notional, p.makerFee, p.makerGivesUp); err != nil {
+			return batchOutcome{}, err
+		}
+		book.in.LastPrice, book.traded = fill.Price, true
+	}
+	if release.IsPos() {
+		t := w.txn(kindRelease, order.ID)
+		w.move(t, order.Account, holdAsset, partHeld, neg(release))
+		w.move(t, order.Account, holdAsset, partAvailable, release)
+	}
+
+	row.status = orders.Status(result.Outcome)
+	row.cancelReason = result.CancelReason
+	row.filled, row.notional, row.fees, row.hold = result.Filled, notionalSum, feeSum, keep
+	w.takers = append(w.takers, row)
+	if rests {
+		row.restedAt = w.rested
+		w.rested++
+		book.rest(&bookOrder{id: order.ID, account: order.Account, side: order.Side, price: *order.Price,
+			remaining: result.Remaining, hold: keep, sequence: w.provisional, taker: row})
+		w.provisional++
+	}
+	return batchOutcome{result: settlement{status: row.status, reason: string(row.cancelReason), trades: len(plan)}}, nil
+}
+
+// fillMaker applies one fill to a resting order: what it filled, paid and
+// gave up of its hold; a filled maker leaves the book, and a filled buy
+// releases what is left of its hold (it held its fee at the taker rate).
+func (w *batchWork) fillMaker(book *instrumentBook, maker *bookOrder, fill orders.Fill, notional, fee, givesUp decimal.Decimal) error {
+	var errs [3]error
+	maker.remaining = fill.MakerRemaining
+	maker.hold, errs[0] = exactSub(maker.hold, givesUp)
+	if err := errors.Join(errs[:]...); err != nil || maker.hold.IsNeg() {
+		return fmt.Errorf("maker %s holds less than its fill consumes (%s): %v", maker.id, givesUp, err)
+	}
+	status := orders.StatusPartiallyFilled
+	release := decimal.Zero
+	if maker.remaining.IsZero() {
+		status, release, maker.hold = orders.StatusFilled, maker.hold, decimal.Zero
+		side := book.side(maker.side)
+		*side = slices.DeleteFunc(*side, func(o *bookOrder) bool { return o == maker })
+	}
+	if release.IsPos() {
+		asset := book.in.Base
+		if maker.side == orders.Buy {
+			asset = book.in.Quote
+		}
+		t := w.txn(kindRelease, maker.id)
+		w.move(t, maker.account, asset, partHeld, neg(release))
+		w.move(t, maker.account, asset, partAvailable, release)
+	}
+	if row := maker.taker; row != nil {
+		// A taker of this batch, resting since: its row is still to be
+		// inserted, with all of this in it.
+		row.status, row.hold = status, maker.hold
+		row.filled = mustAdd(row.filled, fill.Quantity)
+		row.notional = mustAdd(row.notional, notional)
+		row.fees = mustAdd(row.fees, fee)
+		if status == orders.StatusFilled {
+			row.restedAt = -1
+		}
+		return nil
+	}
+	if !maker.touched {
+		maker.touched = true
+		w.makers = append(w.makers, maker)
+	}
+	maker.status = status
+	maker.filled = mustAdd(maker.filled, fill.Quantity)
+	maker.notional = mustAdd(maker.notional, notional)
+	maker.fees = mustAdd(maker.fees, fee)
+	maker.givenUp = mustAdd(maker.givenUp, mustAdd(givesUp, release))
+	return nil
+}
+
+// txn starts a ledger transaction of the kind for the order.
+func (w *batchWork) txn(kind, orderID string) *ledgerTxn {
+	t := &ledgerTxn{kind: kind, orderID: orderID}
+	w.txns = append(w.txns, t)
+	return t
+}
+
+// move adds one entry to t and applies it to the locked balance. A zero
+// amount is no entry (the ledger refuses those). The balance is locked:
+// decide only names the balances settleTogether locked.
+func (w *batchWork) move(t *ledgerTxn, account, asset, part string, amount decimal.Decimal) {
+	if amount.IsZero() {
+		return
+	}
+	b := w.balances[balanceKey{account, asset}]
+	if b == nil {
+		panic(fmt.Sprintf("postgres: settle: balance %s of %s moved but not locked", asset, account))
+	}
+	target := b.available
+	if part == partHeld {
+		target = b.held
+	}
+	target.Add(target, ratOf(amount))
+	b.entries++
+	t.entries = append(t.entries, ledgerEntry{account: account, asset: asset, part: part, amount: amount})
+}
+
+// write sends everything the batch decided in one round trip and returns
+// the outbox rows. It draws the ids the rows name first.
+func (w *batchWork) write(ctx context.Context, tx pgx.Tx) ([]orders.JournalEntry, error) {
+	var resting []*takerRow
+	for _, row := range w.takers {
+		if row.restedAt >= 0 {
+			resting = append(resting, row)
+		}
+	}
+	slices.SortFunc(resting, func(a, b *takerRow) int { return cmp.Compare(a.restedAt, b.restedAt) })
+	var txnIDs, sequences []int64
+	if err := tx.QueryRow(ctx, settleDrawSQL, len(w.txns), len(resting)).Scan(&txnIDs, &sequences); err != nil {
+		return nil, fmt.Errorf("draw ids: %w", err)
+	}
+	if len(txnIDs) != len(w.txns) || len(sequences) != len(resting) {
+		return nil, fmt.Errorf("drew %d ids and %d sequences, want %d and %d", len(txnIDs), len(sequences), len(w.txns), len(resting))
+	}
+	slices.Sort(txnIDs)
+	slices.Sort(sequences)
+	for i, t := range w.txns {
+		t.id = txnIDs[i]
+	}
+	for i, row := range resting {
+		row.sequence = sequences[i]
+	}
+
+	batch := &pgx.Batch{}
+	var o struct {
+		ids, accounts, clientIDs, symbols, sides, types, tifs []string
+		postOnly                                              []bool
+		quantities                                            []string
+		prices, statuses                                      []*string
+		rejects, cancels                                      []*string
+		filled, notionals, fees, holds                        []string
+		sequences                                             []*int64
+		tokens                                                []int64
+		created                                               []time.Time
+	}
+	for _, row := range w.takers {
+		order := row.order
+		o.ids = append(o.ids, order.ID)
+		o.accounts = append(o.accounts, order.Account)
+		o.clientIDs = append(o.clientIDs, order.ClientOrderID)
+		o.symbols = append(o.symbols, order.Symbol)
+		o.sides = append(o.sides, string(order.Side))
+		o.types = append(o.types, string(order.Type))
+		o.tifs = append(o.tifs, string(row.timeInForce))
+		o.postOnly = append(o.postOnly, order.PostOnly)
+		o.quantities = append(o.quantities, order.Quantity.String())
+		o.prices = append(o.prices, decimalText(order.Price))
+		status := string(row.status)
+		o.statuses = append(o.statuses, &status)
+		o.rejects = append(o.rejects, optionalText(string(row.rejectReason)))
+		o.cancels = append(o.cancels, optionalText(string(row.cancelReason)))
+		o.filled = append(o.filled, row.filled.String())
+		o.notionals = append(o.notionals, row.notional.String())
+		o.fees = append(o.fees, row.fees.String())
+		o.holds = append(o.holds, row.hold.String())
+		var sequence *int64
+		if row.restedAt >= 0 {
+			sequence = &row.sequence
+		}
+		o.sequences = append(o.sequences, sequence)
+		o.tokens = append(o.tokens, row.req.token)
+		o.created = append(o.created, order.CreatedAt)
+	}
+	batch.Queue(settleInsertOrdersSQL, o.ids, o.accounts, o.clientIDs, o.symbols, o.sides, o.types, o.tifs,
+		o.postOnly, o.quantities, o.prices, o.statuses, o.rejects, o.cancels, o.filled, o.notionals, o.fees, o.holds,
+		o.sequences, o.tokens, o.created)
+
+	if len(w.makers) > 0 {
+		var ids, filled, notionals, fees, givenUp, statuses []string
+		for _, m := range w.makers {
+			ids = append(ids, m.id)
+			filled = append(filled, m.filled.String())
+			notionals = append(notionals, m.notional.String())
+			fees = append(fees, m.fees.String())
+			givenUp = append(givenUp, m.givenUp.String())
+			statuses = append(statuses, string(m.status))
+		}
+		batch.Queue(settleUpdateMakersSQL, ids, filled, notionals, fees, givenUp, statuses)
+	}
+
+	var journal []orders.JournalEntry
+	if len(w.txns) > 0 {
+		var tIDs []int64
+		var kinds, orderIDs []string
+		var eTxns []int64
+		var eAccounts, eAssets, eAmounts, eParts []string
+		for _, t := range w.txns {
+			tIDs, kinds, orderIDs = append(tIDs, t.id), append(kinds, t.kind), append(orderIDs, t.orderID)
+			for _, e := range t.entries {
+				eTxns = append(eTxns, t.id)
+				eAccounts, eAssets = append(eAccounts, e.account), append(eAssets, e.asset)
+				eAmounts, eParts = append(eAmounts, e.amount.String()), append(eParts, e.part)
+			}
+		}
+		batch.Queue(settleInsertTransactionsSQL, tIDs, kinds, orderIDs)
+		batch.Queue(settleInsertEntriesSQL, eTxns, eAccounts, eAssets, eAmounts, eParts)
+		batch.Queue(settleMoveBalancesSQL, eAccounts, eAssets, eAmounts, eParts)
+	}
+	if len(w.trades) > 0 {
+		var symbols, makers, takers, makerAccounts, takerAccounts, sides, prices, quantities, makerFees, takerFees []string
+		var txns []int64
+		for _, t := range w.trades {
+			symbols, makers, takers = append(symbols, t.symbol), append(makers, t.maker), append(takers, t.taker)
+			makerAccounts, takerAccounts = append(makerAccounts, t.makerAccount), append(takerAccounts, t.takerAccount)
+			sides, prices = append(sides, string(t.takerSide)), append(prices, t.price.String())
+			quantities = append(quantities, t.quantity.String())
+			makerFees, takerFees = append(makerFees, t.makerFee.String()), append(takerFees, t.takerFee.String())
+			txns = append(txns, t.txn.id)
+		}
+		batch.Queue(settleInsertTradesSQL, symbols, makers, takers, makerAccounts, takerAccounts, sides, prices,
+			quantities, makerFees, takerFees, txns)
+		var traded, lastPrices []string
+		for symbol, book := range w.books {
+			if book.traded {
+				traded, lastPrices = append(traded, symbol), append(lastPrices, book.in.LastPrice.String())
+			}
+		}
+		batch.Queue(settleLastPriceSQL, traded, lastPrices)
+	}
+	// One outbox row per moved balance, at the version it reaches: the
+	// coherence consumer acts only on a version newer than the one it
+	// applied, and then reads the balance as it is, so the versions the
+	// batch passed through on the way need no row of their own.
+	var moved []*lockedBalance
+	for _, b := range w.balances {
+		if b.entries > 0 {
+			moved = append(moved, b)
+		}
+	}
+	if len(moved) > 0 {
+		slices.SortFunc(moved, func(a, b *lockedBalance) int {
+			return cmp.Or(strings.Compare(a.acc, b.acc), strings.Compare(a.asset, b.asset))
+		})
+		var names, payloads []string
+		var versions []int64
+		for _, b := range moved {
+			version := b.version + b.entries
+			names, versions = append(names, b.name), append(versions, version)
+			payloads = append(payloads, fmt.Sprintf("%s@%d", b.name, version))
+		}
+		batch.Queue(settleOutboxSQL, names, versions, payloads).Query(func(rows pgx.Rows) error {
+			var err error
+			journal, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.JournalEntry])
+			return err
+		})
+	}
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, err
+	}
+	return journal, nil
+}
+
+func opposite(side orders.Side) orders.Side {
+	if side == orders.Buy {
+		return orders.Sell
+	}
+	return orders.Buy
+}
+
+// parseExact reads trimmed NUMERIC text as a decimal, refusing one the
+// decimal type would round.
+func parseExact(text string) (decimal.Decimal, error) {
+	d, err := decimal.Parse(text)
+	if err == nil && ratOf(d).Cmp(mustRat(text)) != 0 {
+		err = fmt.Errorf("%s does not fit the decimal type", text)
+	}
+	return d, err
+}
+
+func mustRat(text string) *big.Rat {
+	r, ok := new(big.Rat).SetString(text)
+	if !ok {
+		return new(big.Rat)
+	}
+	return r
+}
+
+// ratOf is d's exact value.
+func ratOf(d decimal.Decimal) *big.Rat { return mustRat(d.String()) }
+
+func neg(d decimal.Decimal) decimal.Decimal { return d.Neg() }
+
+// exactAdd and exactSub refuse a result the decimal type would round.
+func exactAdd(a, b decimal.Decimal) (decimal.Decimal, error) {
+	got, err := a.Add(b)
+	return exactly(got, err, new(big.Rat).Add(ratOf(a), ratOf(b)))
+}
+
+func exactSub(a, b decimal.Decimal) (decimal.Decimal, error) {
+	got, err := a.Sub(b)
+	return exactly(got, err, new(big.Rat).Sub(ratOf(a), ratOf(b)))
+}
+
+func exactly(got decimal.Decimal, err error, want *big.Rat) (decimal.Decimal, error) {
+	if err == nil && ratOf(got).Cmp(want) != 0 {
+		err = fmt.Errorf("%w: %s is not exactly %s", orders.ErrInexact, got, want.RatString())
+	}
+	return got, err
+}
+
+// mustAdd and mustSub are for sums of amounts already checked to fit; a
+// failure is a bug.
+func mustAdd(a, b decimal.Decimal) decimal.Decimal {
+	got, err := exactAdd(a, b)
+	if err != nil {
+		panic(fmt.Sprintf("postgres: settle: %s + %s: %v", a, b, err))
+	}
+	return got
+}
+
+func mustSub(a, b decimal.Decimal) decimal.Decimal {
+	got, err := exactSub(a, b)
+	if err != nil {
+		panic(fmt.Sprintf("postgres: settle: %s - %s: %v", a, b, err))
+	}
+	return got
+}
+
+func decimalText(d *decimal.Decimal) *string {
+	if d == nil {
+		return nil
+	}
+	text := d.String()
+	return &text
+}
+
+func optionalText(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
