@@ -27,7 +27,7 @@ const usage = `usage: admin COMMAND [ARGS]   (DATABASE_URL names the database; R
                                    key expires: gateway -key-cache-ttl, 5s by default)
   deposit ACCOUNT ASSET AMOUNT     credit funds from the external account (a ledger transaction)
   withdraw ACCOUNT ASSET AMOUNT    debit funds to the external account (a ledger transaction)
-  demo                             fund the venue if it is empty, create a funded demo account
+  demo                             create a funded demo account
                                    and print account=... and api_key=...
   halt SYMBOL                      stop an instrument taking orders; gateways hear of it at once
                                    over the broadcast lane (at the latest at their next refresh)

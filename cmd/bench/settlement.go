@@ -124,8 +124,8 @@ func pgbenchClientsFor(handlers int) int {
 //
 // The backlog rides a queue of its own, not orders.Queue: the admission
 // phase leaves tens of thousands of unsettled buys on orders.Queue, which
-// would make the phase's length depend on the admission rate and drain the
-// venue's BTC. The queue is otherwise the orders queue: same scripts, same
+// would make the phase's length depend on the admission rate, and would be
+// matched by the backlog's sells. The queue is otherwise the orders queue: same scripts, same
 // default options, the order job kind, the Settler as handler.
 func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers, progress func(string, ...any)) error {
 	workerConfig := settlement.DefaultConfig()

@@ -34,7 +34,8 @@ type config struct {
 const usageHeader = `Usage: worker [flags]
 
 Claims order jobs from the %q queue and settles each in one PostgreSQL
-transaction (ledger, balances, the order's final row, the journal outbox),
+transaction (matched in its instrument's book: holds, trades, releases,
+balances, the order's row, the outbox),
 with the emq worker runtime: leases renewed by a heartbeat, expired leases
 reaped, failures retried with backoff, and a graceful drain on SIGTERM or
 SIGINT (a second signal stops at once). Migrations are applied at start
