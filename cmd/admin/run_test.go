@@ -78,7 +78,7 @@ func TestAuditExitStatus(t *testing.T) {
 	if !errors.Is(err, errViolations) {
 		t.Errorf("audit of a doctored balance = %v, want a failure", err)
 	}
-	want := regexp.MustCompile(`^balance_matches_ledger balances:` + account + `:USD: available \S+, ledger entries sum to \S+
+	want := regexp.MustCompile(`^balance_matches_ledger balances:` + account + `:USD: available \S+, held \S+; ledger entries sum to \S+ and \S+
 asset_conserved USD: balances sum to 0.01, not 0
 audit: 2 violations
 $`)
