@@ -210,9 +210,8 @@ func scanOrder(row pgx.Row) (orders.Order, error) {
 		target **decimal.Decimal
 	}{
 		{price, tickScale, &order.Price},
-		{fillPrice, tickScale, &order.FillPrice},
-		{fillQuantity, lotScale, &order.FillQuantity},
-		{fillNotional, tickScale + lotScale, &order.FillNotional},
+		{fillPrice, tickScale, &order.AverageFillPrice},
+		{fillQuantity, lotScale, &order.FilledQuantity},
 	} {
 		if *field.target, err = optional(field.text, field.scale); err != nil {
 			return orders.Order{}, err
