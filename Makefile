@@ -6,7 +6,8 @@ export PATH := /usr/local/go/bin:$(PATH)
 
 .PHONY: run test generate lint vet build fuzz chaos
 
-# Runs gateway, worker, Redis and PostgreSQL locally; Ctrl-C stops them all.
+# Runs gateway, worker, market maker, Redis and PostgreSQL locally; Ctrl-C
+# stops them all.
 run:
 	bash scripts/run.sh
 

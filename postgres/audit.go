@@ -9,26 +9,59 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// The audit's checks, as a Violation names them.
+// The audit's checks, as a Violation names them. docs/market.md says what
+// the audit proves; each check is one file, sql/audit_<name>.sql.
 const (
-	// CheckBalanceLedger: a balance differs from the sum of its ledger entries.
+	// CheckBalanceLedger: a balance's available or held part differs from the
+	// sum of its ledger entries of that part.
 	CheckBalanceLedger = "balance_matches_ledger"
 	// CheckBalanceVersion: a balance's version is not its number of entries.
 	CheckBalanceVersion = "version_counts_entries"
-	// CheckConservation: an asset's balances do not sum to zero.
+	// CheckConservation: an asset's balances, available and held, do not sum
+	// to zero.
 	CheckConservation = "asset_conserved"
-	// CheckNegative: a balance other than the external account's is below zero.
+	// CheckNegative: a balance has a part below zero (the external account's
+	// available excepted).
 	CheckNegative = "no_negative_balance"
 	// CheckTransactionBalanced: a ledger transaction does not sum to zero in an asset.
 	CheckTransactionBalanced = "transaction_balanced"
 	// CheckTransactionEntries: a ledger transaction has fewer than two entries.
 	CheckTransactionEntries = "transaction_has_entries"
-	// CheckSettledOrder: a settled order lacks its one settlement transaction,
-	// or its fill does not add up.
+	// CheckHeldOrders: a balance's held part is not the sum of the holds of
+	// its account's resting orders in that asset.
+	CheckHeldOrders = "held_matches_orders"
+	// CheckBookCrossed: an instrument's best resting bid is at or above its
+	// best resting ask.
+	CheckBookCrossed = "book_not_crossed"
+	// CheckTradePrice: a trade is not at its maker's price.
+	CheckTradePrice = "trade_at_maker_price"
+	// CheckTradeLimits: a trade is outside the buy's or the sell's limit, or
+	// not between the orders, sides and instrument it names.
+	CheckTradeLimits = "trade_within_limits"
+	// CheckTradeAccounts: a trade is between two orders of one account, or
+	// names accounts its orders do not belong to.
+	CheckTradeAccounts = "trade_between_accounts"
+	// CheckTradeEntries: a trade's ledger transaction does not move what the
+	// trade implies.
+	CheckTradeEntries = "trade_matches_entries"
+	// CheckTradeFees: a trade's fee is not exactly the instrument's current
+	// rate times its notional (a rate changed since the trade shows up too).
+	CheckTradeFees = "fee_at_rate"
+	// CheckOrderFill: an order's filled quantity, notional or fees are not
+	// the sums over its trades (or its settlement), exceed its quantity, or
+	// contradict its status.
+	CheckOrderFill = "order_fill_matches_trades"
+	// CheckOrderTransaction: a hold or release of an order without a row, or
+	// a trade transaction that is not one trade's.
+	CheckOrderTransaction = "order_transaction_has_order"
+	// CheckSettledOrder: an order settled before the market lacks its one
+	// settlement transaction, is not filled, or its fill does not add up.
 	CheckSettledOrder = "settled_order_has_transaction"
-	// CheckUnsettledOrder: an order that is not settled has a ledger transaction.
+	// CheckUnsettledOrder: an order not settled before the market has a
+	// settlement transaction.
 	CheckUnsettledOrder = "unsettled_order_has_none"
-	// CheckOrphanSettlement: a settlement transaction has no settled order.
+	// CheckOrphanSettlement: a settlement transaction has no filled order
+	// naming it.
 	CheckOrphanSettlement = "settlement_has_order"
 	// CheckSettlementEntries: a settlement's entries are not the ones its
 	// order's fill implies.
@@ -50,6 +83,24 @@ var (
 	auditTransactionBalancedSQL string
 	//go:embed sql/audit_transaction_has_entries.sql
 	auditTransactionHasEntriesSQL string
+	//go:embed sql/audit_held_matches_orders.sql
+	auditHeldMatchesOrdersSQL string
+	//go:embed sql/audit_book_not_crossed.sql
+	auditBookNotCrossedSQL string
+	//go:embed sql/audit_trade_at_maker_price.sql
+	auditTradeAtMakerPriceSQL string
+	//go:embed sql/audit_trade_within_limits.sql
+	auditTradeWithinLimitsSQL string
+	//go:embed sql/audit_trade_between_accounts.sql
+	auditTradeBetweenAccountsSQL string
+	//go:embed sql/audit_trade_matches_entries.sql
+	auditTradeMatchesEntriesSQL string
+	//go:embed sql/audit_fee_at_rate.sql
+	auditFeeAtRateSQL string
+	//go:embed sql/audit_order_fill_matches_trades.sql
+	auditOrderFillMatchesTradesSQL string
+	//go:embed sql/audit_order_transaction_has_order.sql
+	auditOrderTransactionHasOrderSQL string
 	//go:embed sql/audit_settled_order_has_transaction.sql
 	auditSettledOrderHasTransactionSQL string
 	//go:embed sql/audit_unsettled_order_has_none.sql
@@ -63,8 +114,9 @@ var (
 // Violation is one broken invariant of the ledger.
 type Violation struct {
 	Check string
-	// Subject is what is wrong: a balance (its journal name), an asset, a
-	// ledger transaction (txn/<id>) or an order (its ORD id).
+	// Subject is what is wrong: a balance (its journal name), an asset, an
+	// instrument (its symbol), a ledger transaction (txn/<id>), a trade
+	// (trade/<id>) or an order (its ORD id).
 	Subject string
 	Detail  string
 }
@@ -100,6 +152,15 @@ var auditChecks = []auditCheck{
 	{CheckNegative, auditNoNegativeBalanceSQL},
 	{CheckTransactionBalanced, auditTransactionBalancedSQL},
 	{CheckTransactionEntries, auditTransactionHasEntriesSQL},
+	{CheckHeldOrders, auditHeldMatchesOrdersSQL},
+	{CheckBookCrossed, auditBookNotCrossedSQL},
+	{CheckTradePrice, auditTradeAtMakerPriceSQL},
+	{CheckTradeLimits, auditTradeWithinLimitsSQL},
+	{CheckTradeAccounts, auditTradeBetweenAccountsSQL},
+	{CheckTradeEntries, auditTradeMatchesEntriesSQL},
+	{CheckTradeFees, auditFeeAtRateSQL},
+	{CheckOrderFill, auditOrderFillMatchesTradesSQL},
+	{CheckOrderTransaction, auditOrderTransactionHasOrderSQL},
 	{CheckSettledOrder, auditSettledOrderHasTransactionSQL},
 	{CheckUnsettledOrder, auditUnsettledOrderHasNoneSQL},
 	{CheckOrphanSettlement, auditSettlementHasOrderSQL},

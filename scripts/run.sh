@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs ordergate locally (what `make run` does): its own Redis and PostgreSQL
 # under .state/ unless REDIS_URL / DATABASE_URL point elsewhere, then the
-# gateway and the worker, and prints a ready-to-paste order request.
+# gateway, the worker and the market maker (cmd/marketmaker, quoting every
+# instrument with its own account), and prints a ready-to-paste order that
+# trades against its quotes.
 # Ctrl-C stops everything this script started.
 #
 # Settings (environment): REDIS_URL, REDIS_PORT (6380), DATABASE_URL,
@@ -32,6 +34,7 @@ die() {
 # What this script started, so that shutdown stops exactly that.
 gateway_pid=""
 worker_pid=""
+marketmaker_pid=""
 redis_pid=""
 postgres_started=0
 pg_bin=""
@@ -57,6 +60,8 @@ stop_process() {
 
 shut_down() {
 	set +e
+	# First, while the gateway still answers: it cancels its quotes.
+	stop_process marketmaker "$marketmaker_pid"
 	stop_process gateway "$gateway_pid"
 	stop_process worker "$worker_pid"
 	if [[ -n $redis_pid ]]; then
@@ -191,8 +196,8 @@ else
 	log "using DATABASE_URL=$DATABASE_URL"
 fi
 
-log "building bin/gateway bin/worker bin/admin bin/inspect"
-go build -o bin/ ./cmd/gateway ./cmd/worker ./cmd/admin ./cmd/inspect
+log "building bin/gateway bin/worker bin/admin bin/inspect bin/marketmaker"
+go build -o bin/ ./cmd/gateway ./cmd/worker ./cmd/admin ./cmd/inspect ./cmd/marketmaker
 
 log "migrating the database"
 bin/admin migrate
@@ -200,8 +205,10 @@ bin/admin migrate
 demo_output=$(bin/admin demo)
 account_id=$(sed -n 's/^account=//p' <<<"$demo_output")
 api_key=$(sed -n 's/^api_key=//p' <<<"$demo_output")
-[[ -n $account_id && -n $api_key ]] ||
-	die "bin/admin demo printed no account=/api_key= lines; it printed: $demo_output"
+mm_account_id=$(sed -n 's/^mm_account=//p' <<<"$demo_output")
+mm_api_key=$(sed -n 's/^mm_api_key=//p' <<<"$demo_output")
+[[ -n $account_id && -n $api_key && -n $mm_account_id && -n $mm_api_key ]] ||
+	die "bin/admin demo printed no account=/api_key=/mm_account=/mm_api_key= lines; it printed: $demo_output"
 
 log "starting gateway on $GATEWAY_ADDR and worker (logs in ${log_dir#"$repo_root"/})"
 bin/gateway >>"$log_dir/gateway.log" 2>&1 &
@@ -210,21 +217,30 @@ bin/worker >>"$log_dir/worker.log" 2>&1 &
 worker_pid=$!
 wait_for gateway 30 "$gateway_pid" "$log_dir/gateway.log" curl -fsS "http://$GATEWAY_ADDR/readyz"
 
+# The venue provides no liquidity: the market maker's quotes are what the
+# demo account trades against. Its key goes to its environment only.
+log "starting marketmaker (account $mm_account_id)"
+MM_API_KEY=$mm_api_key GATEWAY_URL="http://$GATEWAY_ADDR" bin/marketmaker >>"$log_dir/marketmaker.log" 2>&1 &
+marketmaker_pid=$!
+
 cat <<EOF
 
-ordergate is running: gateway http://$GATEWAY_ADDR (pid $gateway_pid), worker (pid $worker_pid)
+ordergate is running: gateway http://$GATEWAY_ADDR (pid $gateway_pid), worker (pid $worker_pid),
+marketmaker (pid $marketmaker_pid) quoting BTC-USD, ETH-USD and ETH-BTC every 2 s
   REDIS_URL=$REDIS_URL
   DATABASE_URL=$DATABASE_URL
   demo account: $account_id
-  logs: ${log_dir#"$repo_root"/}/gateway.log, ${log_dir#"$repo_root"/}/worker.log
+  market maker account: $mm_account_id
+  logs: ${log_dir#"$repo_root"/}/gateway.log, ${log_dir#"$repo_root"/}/worker.log, ${log_dir#"$repo_root"/}/marketmaker.log
 
-Place an order:
+Buy 0.01 BTC from the market maker's quotes (a market order takes the best asks):
 
-curl -sS -X POST http://$GATEWAY_ADDR/v1/orders -H "Authorization: Bearer $api_key" -H 'Content-Type: application/json' -d '{"client_order_id":"demo-1","symbol":"BTC-USD","side":"buy","type":"limit","quantity":"0.01000","price":"50000.00"}'
+curl -sS -X POST http://$GATEWAY_ADDR/v1/orders -H "Authorization: Bearer $api_key" -H 'Content-Type: application/json' -d '{"client_order_id":"demo-1","symbol":"BTC-USD","side":"buy","type":"market","quantity":"0.01000"}'
 
-Then look it up with the id from the answer:
+Then look it up with the id from the answer, and see the balances it moved:
 
 curl -sS http://$GATEWAY_ADDR/v1/orders/<order_id> -H "Authorization: Bearer $api_key"
+curl -sS http://$GATEWAY_ADDR/v1/balances -H "Authorization: Bearer $api_key"
 
 Press Ctrl-C to stop.
 EOF
@@ -232,6 +248,6 @@ EOF
 # Returns when either service exits by itself, which is an error; a signal
 # interrupts the wait and runs the traps instead.
 status=0
-wait -n "$gateway_pid" "$worker_pid" || status=$?
+wait -n "$gateway_pid" "$worker_pid" "$marketmaker_pid" || status=$?
 log "a service exited unexpectedly (status $status); see ${log_dir#"$repo_root"/}"
 exit 1

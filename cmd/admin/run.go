@@ -27,14 +27,18 @@ const usage = `usage: admin COMMAND [ARGS]   (DATABASE_URL names the database; R
                                    key expires: gateway -key-cache-ttl, 5s by default)
   deposit ACCOUNT ASSET AMOUNT     credit funds from the external account (a ledger transaction)
   withdraw ACCOUNT ASSET AMOUNT    debit funds to the external account (a ledger transaction)
-  demo                             create a funded demo account
-                                   and print account=... and api_key=...
+  demo                             create a funded demo account and a funded market-maker account
+                                   (for cmd/marketmaker), each with a key, and print account=...,
+                                   api_key=..., mm_account=... and mm_api_key=...
   halt SYMBOL                      stop an instrument taking orders; gateways hear of it at once
                                    over the broadcast lane (at the latest at their next refresh)
   resume SYMBOL                    let a halted instrument take orders again
-  audit                            check the ledger: balances against their entries, conservation
-                                   per asset, balanced transactions, one settlement per settled
-                                   order; prints each violation and exits non-zero on any
+  audit                            check the books: balances (available and held) against their
+                                   entries, conservation per asset, balanced transactions, holds
+                                   against resting orders, no crossed book, every trade at the
+                                   maker's price inside both limits between two accounts with
+                                   exact fees, fills against trades (docs/durability.md lists the
+                                   checks); prints each violation and exits non-zero on any
 `
 
 // errViolations: the audit found the books unsound. Its output says how.
@@ -104,7 +108,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		fmt.Fprintf(stdout, "withdrew=%s %s from %s\n", rest[2], strings.ToUpper(rest[1]), rest[0])
 	case "demo":
-		return demo(ctx, db, accounts, ledger, stdout)
+		return demo(ctx, accounts, ledger, stdout)
 	case "audit":
 		return audit(ctx, db, stdout)
 	case "halt", "resume":
@@ -187,22 +191,35 @@ func audit(ctx context.Context, db *pgxpool.Pool, stdout io.Writer) error {
 	return nil
 }
 
-// demo creates a funded demo account with a fresh API key. Its orders match
-// other accounts' orders in the book; the venue only collects the fees.
-func demo(ctx context.Context, db *pgxpool.Pool, accounts *postgres.Accounts, ledger *postgres.Ledger, stdout io.Writer) error {
-	account, err := accounts.Create(ctx, "demo")
-	if err != nil {
-		return err
-	}
-	for _, funds := range [][2]string{{"USD", "100000.00"}, {"BTC", "2"}, {"ETH", "20"}} {
-		if err := ledger.Deposit(ctx, account, funds[0], funds[1]); err != nil {
-			return fmt.Errorf("demo: fund %s: %w", account, err)
+// demoFunds are what each account admin demo creates starts with: the demo
+// account enough to trade by hand, the market maker enough to keep its
+// quotes (a few levels of each instrument) held for a long time.
+var demoFunds = map[string][][2]string{
+	"demo":         {{"USD", "100000.00"}, {"BTC", "2"}, {"ETH", "20"}},
+	"market maker": {{"USD", "10000000.00"}, {"BTC", "200"}, {"ETH", "2000"}},
+}
+
+// demo creates a funded demo account and a funded market-maker account, each
+// with a fresh API key. The venue provides no liquidity (it collects the
+// fees): the market maker's quotes are what the demo account trades against.
+func demo(ctx context.Context, accounts *postgres.Accounts, ledger *postgres.Ledger, stdout io.Writer) error {
+	var lines []string
+	for _, who := range []struct{ name, prefix string }{{"demo", ""}, {"market maker", "mm_"}} {
+		account, err := accounts.Create(ctx, who.name)
+		if err != nil {
+			return err
 		}
+		for _, funds := range demoFunds[who.name] {
+			if err := ledger.Deposit(ctx, account, funds[0], funds[1]); err != nil {
+				return fmt.Errorf("demo: fund %s: %w", account, err)
+			}
+		}
+		_, key, err := accounts.IssueKey(ctx, account)
+		if err != nil {
+			return err
+		}
+		lines = append(lines, fmt.Sprintf("%saccount=%s\n%sapi_key=%s\n", who.prefix, account, who.prefix, key))
 	}
-	_, key, err := accounts.IssueKey(ctx, account)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "account=%s\napi_key=%s\n", account, key)
+	fmt.Fprint(stdout, strings.Join(lines, ""))
 	return nil
 }

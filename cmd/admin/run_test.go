@@ -4,20 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
 
-	"github.com/govalues/decimal"
-
-	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
-	"github.com/ordergate/ordergate/postgres"
-	"github.com/ordergate/ordergate/settlement"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
@@ -44,30 +37,44 @@ func mustAdmin(t testing.TB, databaseURL string, args ...string) string {
 	return out
 }
 
-// TestAuditExitStatus audits a demo exchange that settled orders, then the
-// same books after a balance was changed behind the ledger's back.
+// TestDemoFundsTwoAccountsWithKeys runs demo: a demo account and a market
+// maker, each funded in every asset and with its own key, and the venue
+// left alone (it no longer provides liquidity).
+func TestDemoFundsTwoAccountsWithKeys(t *testing.T) {
+	database := testserver.Postgres(t)
+	mustAdmin(t, database.URL, "migrate")
+	out := mustAdmin(t, database.URL, "demo")
+	want := regexp.MustCompile(`^account=(ACC_\w{26})\napi_key=(\S+)\nmm_account=(ACC_\w{26})\nmm_api_key=(\S+)\n$`)
+	m := want.FindStringSubmatch(out)
+	if m == nil || m[1] == m[3] || m[2] == m[4] {
+		t.Fatalf("demo printed %q", out)
+	}
+	db := database.Pool(t)
+	for _, account := range []string{m[1], m[3]} {
+		var assets int
+		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM balances WHERE account_id = $1 AND available > 0`,
+			account).Scan(&assets); err != nil || assets != 3 {
+			t.Errorf("%s holds %d assets (%v), want 3", account, assets, err)
+		}
+	}
+	var venue int
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM balances WHERE account_id = $1`, orders.VenueAccount).Scan(&venue); err != nil || venue != 0 {
+		t.Errorf("the venue has %d balances (%v), want none", venue, err)
+	}
+}
+
+// TestAuditExitStatus audits the demo's books, then the same books after a
+// balance was changed behind the ledger's back.
 func TestAuditExitStatus(t *testing.T) {
 	database := testserver.Postgres(t)
 	mustAdmin(t, database.URL, "migrate")
 	account := strings.TrimPrefix(strings.TrimSpace(strings.Split(mustAdmin(t, database.URL, "demo"), "\n")[0]), "account=")
 	db := database.Pool(t)
-	settler := postgres.NewSettler(db, nil, slog.New(slog.DiscardHandler))
-	for i, quantity := range []string{"0.01", "0.02", "500"} {
-		id := orders.NewOrderID()
-		created, _ := orders.ParseOrderID(id)
-		price := decimal.MustParse("50000.00")
-		payload := fmt.Sprintf(`{"id":%q,"client_order_id":"c-%d","account_id":%q,"symbol":"BTC-USD","side":"buy","type":"limit",
-			"quantity":%q,"price":%q,"status":"pending","created_at":%q}`, id, i, account, quantity, price, created.Format("2006-01-02T15:04:05.000Z07:00"))
-		if err := settlement.Settle(settler)(context.Background(), emq.Claim{ID: id, Kind: orders.KindPlace, Payload: []byte(payload), Token: 1}); err != nil {
-			t.Fatalf("settle %s: %v", quantity, err)
-		}
-	}
 
 	out, err := admin(t, database.URL, "audit")
-	// demo: 3 balances each of the external world and the demo account, 3
-	// deposits; then 2 bids resting (a hold each, and the venue's USD fee
-	// row opened) and a rejected one
-	if err != nil || out != "audit: ok, 7 balances, 5 transactions, 3 orders\n" {
+	// demo: 3 balances each of the external world, the demo account and the
+	// market maker, 6 deposits
+	if err != nil || out != "audit: ok, 9 balances, 6 transactions, 0 orders\n" {
 		t.Fatalf("audit of sound books = %v, printed %q", err, out)
 	}
 
@@ -78,8 +85,8 @@ func TestAuditExitStatus(t *testing.T) {
 	if !errors.Is(err, errViolations) {
 		t.Errorf("audit of a doctored balance = %v, want a failure", err)
 	}
-	want := regexp.MustCompile(`^balance_matches_ledger balances:` + account + `:USD: available \S+, held \S+; ledger entries sum to \S+ and \S+
-asset_conserved USD: balances sum to 0.01, not 0
+	want := regexp.MustCompile(`^balance_matches_ledger balances:` + account + `:USD: available \S+, its ledger entries sum to \S+; held 0, its ledger entries sum to 0
+asset_conserved USD: balances sum to 0.01 \(available 0.01, held 0\), not 0
 audit: 2 violations
 $`)
 	if !want.MatchString(out) {

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"context"
 	"flag"
 	"math/rand/v2"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/migrations"
+	"github.com/ordergate/ordergate/postgres"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
@@ -91,5 +94,38 @@ func TestScheduleIsDrawnFromTheSeed(t *testing.T) {
 	}
 	if c := Schedule(43, 20*time.Second, 2*time.Second, 3); c[0] == a[0] && c[1] == a[1] {
 		t.Errorf("seeds 42 and 43 drew the same schedule")
+	}
+}
+
+// TestCheckerQueriesRun runs the checker's reads on empty books, so a query
+// the schema does not fit fails here in seconds rather than after a chaos
+// run. Not parallel: TestChaos stops and starts the shared PostgreSQL.
+func TestCheckerQueriesRun(t *testing.T) {
+	database := testserver.Postgres(t)
+	if err := migrations.Up(database.URL); err != nil {
+		t.Fatal(err)
+	}
+	db := database.Pool(t)
+	ctx := context.Background()
+	for name, query := range map[string]string{"hold_doubles": holdDoublesSQL, "trades_count": tradesCountSQL,
+		"orders_status_count": ordersStatusCountSQL, "orders_read": ordersReadSQL} {
+		rows, err := db.Query(ctx, query)
+		if err == nil {
+			rows.Close()
+			err = rows.Err()
+		}
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	var final int
+	if err := db.QueryRow(ctx, ordersFinalCountSQL, []string{"ORD_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"}).Scan(&final); err != nil || final != 0 {
+		t.Errorf("orders_final_count = %d, %v", final, err)
+	}
+	if keys := fund(t, db, 3); len(keys) != 3 {
+		t.Errorf("fund made %d keys", len(keys))
+	}
+	if violations, err := postgres.Audit(ctx, db); err != nil || len(violations) > 0 {
+		t.Errorf("audit of the funded books: %v %v", violations, err)
 	}
 }

@@ -1,2 +1,3 @@
--- Every final row of orders, with the client order it was placed as.
+-- Every row of orders (one per order a worker took, resting ones included),
+-- with the client order it was placed as.
 SELECT id, account_id, client_order_id, status FROM orders
