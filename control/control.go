@@ -10,7 +10,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/ordergate/ordergate/emq"
+
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
 )
@@ -20,11 +21,11 @@ type Control struct {
 	accounts    *postgres.Accounts
 	instruments *postgres.Instruments
 	// lanes broadcasts the changes; nil broadcasts nothing.
-	lanes *emq.Client
+	lanes *coherence.Client
 }
 
 // New writes to db and broadcasts on lanes (nil: no broadcast).
-func New(db *pgxpool.Pool, lanes *emq.Client) *Control {
+func New(db *pgxpool.Pool, lanes *coherence.Client) *Control {
 	return &Control{accounts: postgres.NewAccounts(db), instruments: postgres.NewInstruments(db), lanes: lanes}
 }
 

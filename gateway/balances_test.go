@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordergate/ordergate/api/client"
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/gateway"
 	"github.com/ordergate/ordergate/internal/apitest"
@@ -42,14 +43,14 @@ func newBalanceFixture(t testing.TB, accounts int) *balanceFixture {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewJSONHandler(f.logs, nil))
-	f.url = f.serve(t, placement.NewBalances(postgres.NewBalances(f.db), f.client, log))
+	f.url = f.serve(t, placement.NewBalances(postgres.NewBalances(f.db), f.caches, log))
 	f.ledger = postgres.NewLedger(f.db)
 	f.relay = placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceLanes, log)
 	if err := f.relay.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f.lane = f.client.Queue(emq.CoherenceQueue(placement.BalancesTable))
-	f.consumer = placement.NewBalanceCoherence(postgres.NewAppliedVersions(f.db), f.client, log)
+	f.lane = f.client.Queue(coherence.Queue(placement.BalancesTable))
+	f.consumer = placement.NewBalanceCoherence(postgres.NewAppliedVersions(f.db), f.caches, log)
 	return f
 }
 

@@ -236,7 +236,7 @@ func TestRevokedKeyIsRefusedOnceTheRevocationIsBroadcast(t *testing.T) {
 	if res := f.list(t, key, nil); res.status != http.StatusOK {
 		t.Fatalf("before revocation: %d %s", res.status, res.body)
 	}
-	if err := control.New(f.db, f.client).RevokeKey(context.Background(), f.keyIDs[0]); err != nil {
+	if err := control.New(f.db, f.caches).RevokeKey(context.Background(), f.keyIDs[0]); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)

@@ -68,7 +68,8 @@ var (
 	// Requeue revives a dead job.
 	Requeue = lib + requeue
 	// CacheFill writes versioned cache entries that are newer than the cached
-	// ones. It moves no job, so it goes without the helpers.
+	// ones (package coherence runs it). It moves no job, so it goes without
+	// the helpers.
 	CacheFill = cacheFill
 )
 

@@ -129,7 +129,7 @@ func TestBalancesOfNeverServesAVersionBelowTheCache(t *testing.T) {
 	f.depositJournaled(t, account, "USD", "3")
 	// The cache is ahead of what a read of PostgreSQL returns, as when the
 	// lane refreshed it between the read and the fill.
-	if _, err := f.client.FillIfNewer(ctx, placement.BalanceCacheKey(account), "USD", 9, "9.00"); err != nil {
+	if _, err := f.caches.FillIfNewer(ctx, placement.BalanceCacheKey(account), "USD", 9, "9.00"); err != nil {
 		t.Fatal(err)
 	}
 	got, err := f.balances.Of(ctx, account)
@@ -151,7 +151,7 @@ func TestBalancesOfOutages(t *testing.T) {
 	}
 
 	t.Run("PostgreSQL down", func(t *testing.T) {
-		balances := placement.NewBalances(postgres.NewBalances(deadDatabase(t)), f.client, f.log)
+		balances := placement.NewBalances(postgres.NewBalances(deadDatabase(t)), f.caches, f.log)
 		if got, err := balances.Of(ctx, cached); err != nil || balanceList(got) != balanceList(want) {
 			t.Errorf("a cached account = %v, %v; want it served from the cache", got, err)
 		}
@@ -175,7 +175,7 @@ func TestBalancesOfOutages(t *testing.T) {
 	t.Run("both down", func(t *testing.T) {
 		f.redis.Stop(t)
 		defer f.redis.Restart(t)
-		balances := placement.NewBalances(postgres.NewBalances(deadDatabase(t)), f.client, f.log)
+		balances := placement.NewBalances(postgres.NewBalances(deadDatabase(t)), f.caches, f.log)
 		if _, err := balances.Of(ctx, cached); !errors.Is(err, orders.ErrUnavailable) {
 			t.Errorf("Of = %v, want ErrUnavailable", err)
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 )
@@ -34,7 +35,7 @@ const CoherenceBatch = 64
 // because applying is idempotent.
 type BalanceCoherence struct {
 	db    AppliedVersions
-	cache *emq.Client
+	cache *coherence.Client
 	log   *slog.Logger
 
 	mu sync.Mutex
@@ -71,7 +72,7 @@ type AppliedVersions interface {
 
 // NewBalanceCoherence records applied versions in db and refreshes the
 // balance cache in cache's Redis (nil: only the applied versions).
-func NewBalanceCoherence(db AppliedVersions, cache *emq.Client, log *slog.Logger) *BalanceCoherence {
+func NewBalanceCoherence(db AppliedVersions, cache *coherence.Client, log *slog.Logger) *BalanceCoherence {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -253,7 +254,7 @@ func versionsOf(deliveries []*coherenceDelivery) []orders.BalanceVersion {
 // fill writes the due balances into the cache, each account's hash by one
 // conditional fill, every hash in one round trip.
 func (c *BalanceCoherence) fill(ctx context.Context, due []dueBalance) error {
-	fills := map[string][]emq.CacheEntry{}
+	fills := map[string][]coherence.CacheEntry{}
 	for _, entry := range due {
 		if entry.balance == nil {
 			c.log.Warn("coherence job for a balance that does not exist; nothing to cache",
@@ -261,7 +262,7 @@ func (c *BalanceCoherence) fill(ctx context.Context, due []dueBalance) error {
 			continue
 		}
 		key := BalanceCacheKey(entry.delivery.account)
-		fills[key] = append(fills[key], emq.CacheEntry{Field: entry.balance.Asset, Version: entry.balance.Version, Value: entry.balance.Available})
+		fills[key] = append(fills[key], coherence.CacheEntry{Field: entry.balance.Asset, Version: entry.balance.Version, Value: entry.balance.Available})
 	}
 	if err := c.cache.FillHashesIfNewer(ctx, fills); err != nil {
 		return fmt.Errorf("refresh cached balances: %w", err)

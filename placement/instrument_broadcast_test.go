@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/control"
-	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
@@ -19,10 +19,7 @@ func TestHaltReachesGatewaysOverTheBroadcastLane(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	db := migratedPool(t)
-	lanes, err := emq.Connect(ctx, testserver.StartRedis(t).Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lanes := coherence.New(testserver.StartRedis(t).Client(t))
 	instruments, err := placement.LoadInstruments(ctx, postgres.NewInstruments(db))
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/orders"
 )
 
@@ -73,7 +73,7 @@ const InstrumentsTable = "instruments"
 // FollowBroadcasts rereads the instruments whenever the broadcast lane says
 // one changed. A burst of halts fills the bounded ring and the excess is
 // dropped and counted; one reread covers them all.
-func (s *Instruments) FollowBroadcasts(ctx context.Context, lanes *emq.Client, failed func(error), opts ...emq.SubscribeOption) (*emq.Subscription, error) {
+func (s *Instruments) FollowBroadcasts(ctx context.Context, lanes *coherence.Client, failed func(error), opts ...coherence.SubscribeOption) (*coherence.Subscription, error) {
 	return lanes.Subscribe(ctx, InstrumentsTable, 16, func(string) {
 		if err := s.Refresh(ctx); err != nil && ctx.Err() == nil {
 			failed(err)

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/orders"
 )
 
@@ -197,6 +197,6 @@ func (c *KeyCache) forget(hashHex string) {
 // says it was revoked. A message lost to a dropped connection or a full ring
 // costs at most ttl of a revoked key still working on this gateway, or the
 // stale-if-error window if PostgreSQL goes down meanwhile.
-func (c *KeyCache) FollowRevocations(ctx context.Context, lanes *emq.Client, opts ...emq.SubscribeOption) (*emq.Subscription, error) {
+func (c *KeyCache) FollowRevocations(ctx context.Context, lanes *coherence.Client, opts ...coherence.SubscribeOption) (*coherence.Subscription, error) {
 	return lanes.Subscribe(ctx, APIKeysTable, 256, c.forget, opts...)
 }

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/control"
-	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
@@ -24,10 +24,7 @@ func TestKeyCacheServesFromMemoryUntilRevoked(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	db := migratedPool(t)
-	lanes, err := emq.Connect(ctx, testserver.StartRedis(t).Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lanes := coherence.New(testserver.StartRedis(t).Client(t))
 	accounts := postgres.NewAccounts(db)
 	account, err := accounts.Create(ctx, "carol")
 	if err != nil {
@@ -100,10 +97,7 @@ func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
 	}
 	db := database.Pool(t)
 	accounts := postgres.NewAccounts(db)
-	lanes, err := emq.Connect(ctx, testserver.StartRedis(t).Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lanes := coherence.New(testserver.StartRedis(t).Client(t))
 	account, err := accounts.Create(ctx, "dave")
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +175,7 @@ func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
 
 // followRevocations has cache follow the revocation broadcasts on lanes
 // until the test ends, and waits for its subscription to stop then.
-func followRevocations(t testing.TB, cache *placement.KeyCache, lanes *emq.Client) {
+func followRevocations(t testing.TB, cache *placement.KeyCache, lanes *coherence.Client) {
 	t.Helper()
 	following, stop := context.WithCancel(context.Background())
 	subscription, err := cache.FollowRevocations(following, lanes)

@@ -13,12 +13,13 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 )
 
 // KindBalanceCoherence is the job kind of a balance change on the balances
-// coherence queue, emq.CoherenceQueue(BalancesTable).
+// coherence queue, coherence.Queue(BalancesTable).
 const KindBalanceCoherence = "coherence.balance"
 
 const (
@@ -55,7 +56,8 @@ var ErrJournalPayload = errors.New("orders: malformed coherence payload")
 type JournalRelay struct {
 	db       Journal
 	client   *emq.Client
-	lanes    emq.Lanes
+	caches   *coherence.Client
+	lanes    coherence.Lanes
 	log      *slog.Logger
 	sweepAge time.Duration
 
@@ -92,14 +94,15 @@ func WithSweepAge(age time.Duration) RelayOption {
 // NewJournalRelay relays rows of db onto client's Redis by lanes
 // (CoherenceLanes in production). Invalid lanes are a programming error and
 // panic.
-func NewJournalRelay(db Journal, client *emq.Client, lanes emq.Lanes, log *slog.Logger, opts ...RelayOption) *JournalRelay {
+func NewJournalRelay(db Journal, client *emq.Client, lanes coherence.Lanes, log *slog.Logger, opts ...RelayOption) *JournalRelay {
 	if err := lanes.Validate(); err != nil {
 		panic(err)
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &JournalRelay{db: db, client: client, lanes: lanes, log: log, sweepAge: DefaultSweepAge}
+	r := &JournalRelay{db: db, client: client, caches: coherence.New(client.Redis(), coherence.WithLogger(log)),
+		lanes: lanes, log: log, sweepAge: DefaultSweepAge}
 	for _, opt := range opts {
 		opt(r)
 	}
@@ -118,10 +121,10 @@ func coherenceKind(table string) string {
 // queue; call once at start, from every process that relays.
 func (r *JournalRelay) Declare(ctx context.Context) error {
 	for table, lane := range r.lanes {
-		if lane != emq.LaneJob {
+		if lane != coherence.LaneJob {
 			continue
 		}
-		if err := r.client.Queue(emq.CoherenceQueue(table)).Declare(ctx, coherenceKind(table)); err != nil {
+		if err := r.client.Queue(coherence.Queue(table)).Declare(ctx, coherenceKind(table)); err != nil {
 			return fmt.Errorf("%w: declare coherence queue of %s: %w", orders.ErrUnavailable, table, err)
 		}
 	}
@@ -280,10 +283,10 @@ func (r *JournalRelay) carry(ctx context.Context, entries []orders.JournalEntry)
 	for _, entry := range entries {
 		table, _ := journalTableAndGroup(entry.Name)
 		switch r.lanes.Of(table) {
-		case emq.LaneJob:
+		case coherence.LaneJob:
 			jobs[table] = append(jobs[table], entry)
-		case emq.LaneBroadcast:
-			if err := r.client.Broadcast(ctx, table, entry.Payload); err != nil {
+		case coherence.LaneBroadcast:
+			if err := r.caches.Broadcast(ctx, table, entry.Payload); err != nil {
 				errs = append(errs, err)
 				continue
 			}
@@ -309,7 +312,7 @@ func (r *JournalRelay) carry(ctx context.Context, entries []orders.JournalEntry)
 // trip. The dedup key is the payload (name@version), so relaying an entry
 // again, from Relay and the sweep or from two sweeps, admits it once.
 func (r *JournalRelay) admit(ctx context.Context, table string, entries []orders.JournalEntry) ([]orders.JournalEntry, error) {
-	queue := r.client.Queue(emq.CoherenceQueue(table))
+	queue := r.client.Queue(coherence.Queue(table))
 	jobs := make([]emq.Job, len(entries))
 	for i, entry := range entries {
 		_, group := journalTableAndGroup(entry.Name)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
@@ -27,6 +28,7 @@ type coherenceFixture struct {
 	redis    *testserver.Redis
 	rdb      redis.UniversalClient
 	client   *emq.Client
+	caches   *coherence.Client
 	queue    *emq.Queue
 	relay    *placement.JournalRelay
 	consumer *placement.BalanceCoherence
@@ -50,14 +52,15 @@ func newCoherenceFixture(t testing.TB, opts ...placement.RelayOption) *coherence
 	if f.client, err = emq.Connect(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
+	f.caches = coherence.New(rdb)
 	f.log = slog.New(slog.DiscardHandler)
-	f.queue = f.client.Queue(emq.CoherenceQueue(placement.BalancesTable))
+	f.queue = f.client.Queue(coherence.Queue(placement.BalancesTable))
 	f.relay = placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceLanes, f.log, opts...)
 	if err := f.relay.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f.consumer = placement.NewBalanceCoherence(postgres.NewAppliedVersions(f.db), f.client, f.log)
-	f.balances = placement.NewBalances(postgres.NewBalances(f.db), f.client, f.log)
+	f.consumer = placement.NewBalanceCoherence(postgres.NewAppliedVersions(f.db), f.caches, f.log)
+	f.balances = placement.NewBalances(postgres.NewBalances(f.db), f.caches, f.log)
 	f.ledger = postgres.NewLedger(f.db)
 	f.accounts = postgres.NewAccounts(f.db)
 	return f
@@ -397,9 +400,9 @@ func (f *coherenceFixture) appliedVersion(t testing.TB, name string) int64 {
 	return version
 }
 
-func (f *coherenceFixture) cachedBalance(t testing.TB, account, asset string) emq.CacheEntry {
+func (f *coherenceFixture) cachedBalance(t testing.TB, account, asset string) coherence.CacheEntry {
 	t.Helper()
-	cached, err := f.client.ReadCache(context.Background(), placement.BalanceCacheKey(account))
+	cached, err := f.caches.ReadCache(context.Background(), placement.BalanceCacheKey(account))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
@@ -168,8 +169,8 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 		orders:    queue,
 		settler:   settler,
 		relay:     relay,
-		coherence: placement.NewBalanceCoherence(postgres.NewAppliedVersions(deps.DB), deps.Queues, deps.Logger),
-		lane:      deps.Queues.Queue(emq.CoherenceQueue(placement.BalancesTable)),
+		coherence: placement.NewBalanceCoherence(postgres.NewAppliedVersions(deps.DB), coherence.New(deps.Queues.Redis(), coherence.WithLogger(deps.Logger)), deps.Logger),
+		lane:      deps.Queues.Queue(coherence.Queue(placement.BalancesTable)),
 	}, nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/control"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/migrations"
@@ -135,14 +136,15 @@ func revokeKey(ctx context.Context, db *pgxpool.Pool, redisURL, keyID string, st
 
 // dialLanes connects to the queue server for a broadcast; no server (nil
 // lanes) when redisURL is empty.
-func dialLanes(ctx context.Context, redisURL string) (lanes *emq.Client, closeLanes func(), err error) {
+func dialLanes(ctx context.Context, redisURL string) (lanes *coherence.Client, closeLanes func(), err error) {
 	if redisURL == "" {
 		return nil, func() {}, nil
 	}
-	if lanes, err = emq.Dial(ctx, redisURL); err != nil {
+	queues, err := emq.Dial(ctx, redisURL)
+	if err != nil {
 		return nil, nil, err
 	}
-	return lanes, func() { _ = lanes.Close() }, nil
+	return coherence.New(queues.Redis()), func() { _ = queues.Close() }, nil
 }
 
 // setHalted changes the instrument's status and broadcasts it. Without a

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
@@ -176,7 +177,7 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 		return errors.Join(err, stop())
 	}
 	r.Seconds = settled.Seconds()
-	coherence := e.queue.Queue(emq.CoherenceQueue(placement.BalancesTable))
+	coherence := e.queue.Queue(coherence.Queue(placement.BalancesTable))
 	coherent, err := e.waitDrained(ctx, coherence, 0, "coherence jobs left", progress, start, exited)
 	if err != nil {
 		return errors.Join(err, stop())

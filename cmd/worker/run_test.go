@@ -16,6 +16,7 @@ import (
 
 	"github.com/govalues/decimal"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/logbuffer"
 	"github.com/ordergate/ordergate/internal/testserver"
@@ -272,7 +273,7 @@ func TestWorkerSettlesOrders(t *testing.T) {
 		t.Fatalf("balances after the fill: %v (%v), want BTC and USD", stored, err)
 	}
 	waitUntil(t, 15*time.Second, "the cache holds the balances the settlement wrote", func() bool {
-		cached, err := client.ReadCache(background, placement.BalanceCacheKey(account))
+		cached, err := coherence.New(client.Redis()).ReadCache(background, placement.BalanceCacheKey(account))
 		if err != nil {
 			return false
 		}

@@ -1,4 +1,34 @@
-package emq
+// Package coherence keeps the caches of PostgreSQL's truth coherent. Its
+// names all start with "ecc", which stands for EchoStore cache coherence: the
+// seeds' EchoStore, whose coherence this package carries over.
+//
+// It holds what carries "this changed" from where a table's truth is written
+// to the caches that copy it, and what keeps those caches from going back in
+// time:
+//
+//   - the addresses of a table: its job queue (Queue), its broadcast channel
+//     (Channel) and its cache keys (CacheKey);
+//   - the lanes a table may declare (Lane, Lanes);
+//   - the broadcast lane: Client.Broadcast, and Client.Subscribe, which
+//     applies what arrives through a bounded ring that refuses and counts
+//     when full, never blocking the reader;
+//   - the versioned cache fill (Client.FillIfNewer and its batch forms, run
+//     by lua.CacheFill) and its reader, Client.ReadCache.
+//
+// The message is the same on both lanes; what a table declares is what
+// losing one costs:
+//
+//   - the job lane is an ordinary emq queue, Queue(table): at-least-once and
+//     crash-surviving, for data where a stale read costs money. Its consumer
+//     must tolerate duplicates and reordering (it acts only on a version
+//     newer than the last it applied).
+//   - the broadcast lane is one PUBLISH on Channel(table): at most once, for
+//     data where a lost message costs one expiry of staleness.
+//
+// Channel and cache keys of a table share the hash tag {table}, so on a Redis
+// Cluster they live in the table's slot. The key, channel and queue names are
+// the protocol: processes of one deployment must agree on them.
+package coherence
 
 import (
 	"context"
@@ -16,25 +46,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Coherence lanes carry "this changed" from where a table's truth is written
-// to the caches that copy it. The message is the same on both lanes; what a
-// table declares is what losing one costs:
-//
-//   - the job lane is an ordinary queue, CoherenceQueue(table): at-least-once
-//     and crash-surviving, for data where a stale read costs money. Its
-//     consumer must tolerate duplicates and reordering (it acts only on a
-//     version newer than the last it applied).
-//   - the broadcast lane is one PUBLISH on CoherenceChannel(table): at most
-//     once, for data where a lost message costs one expiry of staleness.
-//
-// Channel and cache keys of a table share the hash tag {table}, so on a Redis
-// Cluster they live in the table's slot.
+// Queue is the job lane of table: the name of an ordinary emq queue.
+func Queue(table string) string { return "ecc.coh." + table }
 
-// CoherenceQueue is the job lane of table.
-func CoherenceQueue(table string) string { return "ecc.coh." + table }
-
-// CoherenceChannel is the broadcast lane of table.
-func CoherenceChannel(table string) string { return "ecc:{" + table + "}:coh" }
+// Channel is the broadcast lane of table.
+func Channel(table string) string { return "ecc:{" + table + "}:coh" }
 
 // CacheKey is the key of one cached item of table, e.g. one account's
 // balances.
@@ -59,7 +75,7 @@ func ParseLane(name string) (Lane, error) {
 	case LaneNone, LaneBroadcast, LaneJob:
 		return lane, nil
 	}
-	return "", fmt.Errorf("emq: unknown coherence lane %q: want none, broadcast or job", name)
+	return "", fmt.Errorf("coherence: unknown coherence lane %q: want none, broadcast or job", name)
 }
 
 // Lanes declares the lane of each table. A table not declared rides no lane:
@@ -79,10 +95,10 @@ func (l Lanes) Of(table string) Lane {
 func (l Lanes) Validate() error {
 	for table, lane := range l {
 		if table == "" || strings.ContainsAny(table, "{} ") {
-			return fmt.Errorf("emq: invalid coherence table name %q", table)
+			return fmt.Errorf("coherence: invalid coherence table name %q", table)
 		}
 		if _, err := ParseLane(string(lane)); err != nil {
-			return fmt.Errorf("emq: table %s: %w", table, err)
+			return fmt.Errorf("coherence: table %s: %w", table, err)
 		}
 	}
 	return nil
@@ -91,8 +107,8 @@ func (l Lanes) Validate() error {
 // Broadcast publishes payload on table's broadcast lane. Nobody acknowledges
 // it: a subscriber that is disconnected or full never sees it.
 func (c *Client) Broadcast(ctx context.Context, table, payload string) error {
-	if err := c.rdb.Publish(ctx, CoherenceChannel(table), payload).Err(); err != nil {
-		return fmt.Errorf("emq: broadcast on %s: %w", table, err)
+	if err := c.rdb.Publish(ctx, Channel(table), payload).Err(); err != nil {
+		return fmt.Errorf("coherence: broadcast on %s: %w", table, err)
 	}
 	return nil
 }
@@ -115,7 +131,7 @@ type CacheFill struct {
 }
 
 // ErrCacheValue: a cached value is not "<version> <value>".
-var ErrCacheValue = errors.New("emq: malformed cache value")
+var ErrCacheValue = errors.New("coherence: malformed cache value")
 
 // ParseCacheValue splits a stored "<version> <value>" of field.
 func ParseCacheValue(field, stored string) (CacheEntry, error) {
@@ -155,21 +171,21 @@ func (c *Client) FillManyIfNewer(ctx context.Context, key string, entries []Cach
 	}
 	reply, err := cacheFillScript.Run(ctx, c.rdb, []string{key}, args...).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("emq: fill %s: %w", key, err)
+		return nil, fmt.Errorf("coherence: fill %s: %w", key, err)
 	}
 	if len(reply) != 2*len(entries) {
-		return nil, fmt.Errorf("emq: fill %s: unexpected reply of %d values for %d entries", key, len(reply), len(entries))
+		return nil, fmt.Errorf("coherence: fill %s: unexpected reply of %d values for %d entries", key, len(reply), len(entries))
 	}
 	fills := make([]CacheFill, len(entries))
 	for i, entry := range entries {
 		wrote, _ := reply[2*i].(int64)
 		stored, ok := reply[2*i+1].(string)
 		if !ok {
-			return nil, fmt.Errorf("emq: fill %s: unexpected reply %T for field %q", key, reply[2*i+1], entry.Field)
+			return nil, fmt.Errorf("coherence: fill %s: unexpected reply %T for field %q", key, reply[2*i+1], entry.Field)
 		}
 		held, err := ParseCacheValue(entry.Field, stored)
 		if err != nil {
-			return nil, fmt.Errorf("emq: fill %s: %w", key, err)
+			return nil, fmt.Errorf("coherence: fill %s: %w", key, err)
 		}
 		fills[i] = CacheFill{Wrote: wrote == 1, Held: held}
 	}
@@ -182,7 +198,7 @@ func fillArgs(key string, entries []CacheEntry) ([]any, error) {
 	args := make([]any, 0, 3*len(entries))
 	for _, entry := range entries {
 		if entry.Version < 0 {
-			return nil, fmt.Errorf("emq: fill %s: field %q: negative version %d", key, entry.Field, entry.Version)
+			return nil, fmt.Errorf("coherence: fill %s: field %q: negative version %d", key, entry.Field, entry.Version)
 		}
 		args = append(args, entry.Field, strconv.FormatInt(entry.Version, 10), entry.Value)
 	}
@@ -212,12 +228,12 @@ func (c *Client) FillHashesIfNewer(ctx context.Context, fills map[string][]Cache
 	}
 	cmds, err := runPipelined(ctx, c.rdb, cacheFillScript, calls)
 	if err != nil {
-		return fmt.Errorf("emq: fill %d cache hashes: %w", len(calls), err)
+		return fmt.Errorf("coherence: fill %d cache hashes: %w", len(calls), err)
 	}
 	var errs []error
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil {
-			errs = append(errs, fmt.Errorf("emq: fill %s: %w", keys[i], err))
+			errs = append(errs, fmt.Errorf("coherence: fill %s: %w", keys[i], err))
 		}
 	}
 	return errors.Join(errs...)
@@ -229,13 +245,13 @@ func (c *Client) FillHashesIfNewer(ctx context.Context, fills map[string][]Cache
 func (c *Client) ReadCache(ctx context.Context, key string) (map[string]CacheEntry, error) {
 	fields, err := c.rdb.HGetAll(ctx, key).Result()
 	if err != nil {
-		return nil, fmt.Errorf("emq: read cache %s: %w", key, err)
+		return nil, fmt.Errorf("coherence: read cache %s: %w", key, err)
 	}
 	entries := make(map[string]CacheEntry, len(fields))
 	for field, stored := range fields {
 		entry, err := ParseCacheValue(field, stored)
 		if err != nil {
-			return nil, fmt.Errorf("emq: read cache %s: %w", key, err)
+			return nil, fmt.Errorf("coherence: read cache %s: %w", key, err)
 		}
 		entries[field] = entry
 	}
@@ -334,19 +350,19 @@ type Subscription struct {
 // lane promises. Done is closed when both goroutines have ended.
 func (c *Client) Subscribe(ctx context.Context, table string, capacity int, apply func(payload string), opts ...SubscribeOption) (*Subscription, error) {
 	if capacity <= 0 {
-		return nil, fmt.Errorf("emq: subscribe to %s: capacity %d, want at least 1", table, capacity)
+		return nil, fmt.Errorf("coherence: subscribe to %s: capacity %d, want at least 1", table, capacity)
 	}
 	if apply == nil {
-		return nil, fmt.Errorf("emq: subscribe to %s: no apply function", table)
+		return nil, fmt.Errorf("coherence: subscribe to %s: no apply function", table)
 	}
 	config := subscribeConfig{healthTimeout: defaultHealthTimeout}
 	for _, opt := range opts {
 		opt(&config)
 	}
-	pubsub := c.rdb.Subscribe(ctx, CoherenceChannel(table))
+	pubsub := c.rdb.Subscribe(ctx, Channel(table))
 	if _, err := pubsub.Receive(ctx); err != nil {
 		_ = pubsub.Close()
-		return nil, fmt.Errorf("emq: subscribe to %s: %w", CoherenceChannel(table), err)
+		return nil, fmt.Errorf("coherence: subscribe to %s: %w", Channel(table), err)
 	}
 	metrics := newBroadcastMetrics(config.registerer)
 	s := &Subscription{
@@ -406,7 +422,7 @@ func (s *Subscription) read(ctx context.Context, healthTimeout time.Duration) {
 				}
 			}
 			trouble.fail(s.log, err)
-			sleep(ctx, trouble.backoff(outageBackoffFloor))
+			sleep(ctx, trouble.backoff())
 			continue
 		}
 		trouble.recover(s.log)
