@@ -1,6 +1,6 @@
-// Package coherence keeps the caches of PostgreSQL's truth coherent. Its
-// names all start with "ecc", which stands for EchoStore cache coherence: the
-// seeds' EchoStore, whose coherence this package carries over.
+// Package coherence keeps the caches of PostgreSQL's truth coherent. Every
+// Redis name it uses starts with "ecc", for EchoStore cache coherence: it
+// follows the seeds' EchoStore, one payload(id, version) with two carriers.
 //
 // It holds what carries "this changed" from where a table's truth is written
 // to the caches that copy it, and what keeps those caches from going back in
@@ -8,21 +8,23 @@
 //
 //   - the addresses of a table: its job queue (Queue), its broadcast channel
 //     (Channel) and its cache keys (CacheKey);
-//   - the lanes a table may declare (Lane, Lanes);
-//   - the broadcast lane: Client.Broadcast, and Client.Subscribe, which
+//   - the modes a table may declare (Mode, Modes);
+//   - the broadcast mode: Client.Broadcast, and Client.Subscribe, which
 //     applies what arrives through a bounded ring that refuses and counts
 //     when full, never blocking the reader;
 //   - the versioned cache fill (Client.FillIfNewer and its batch forms, run
 //     by lua.CacheFill) and its reader, Client.ReadCache.
 //
-// The message is the same on both lanes; what a table declares is what
-// losing one costs:
+// Each table declares its coherence mode: how its changes reach the caches.
+// (emq's lanes are its per-group fair lists; nothing here is a lane.) The
+// message is the same in both modes; what a table declares is what losing
+// one costs:
 //
-//   - the job lane is an ordinary emq queue, Queue(table): at-least-once and
+//   - the job mode is an ordinary emq queue, Queue(table): at-least-once and
 //     crash-surviving, for data where a stale read costs money. Its consumer
 //     must tolerate duplicates and reordering (it acts only on a version
 //     newer than the last it applied).
-//   - the broadcast lane is one PUBLISH on Channel(table): at most once, for
+//   - the broadcast mode is one PUBLISH on Channel(table): at most once, for
 //     data where a lost message costs one expiry of staleness.
 //
 // Channel and cache keys of a table share the hash tag {table}, so on a Redis
@@ -46,65 +48,65 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Queue is the job lane of table: the name of an ordinary emq queue.
+// Queue is the job mode's queue of table: the name of an ordinary emq queue.
 func Queue(table string) string { return "ecc.coh." + table }
 
-// Channel is the broadcast lane of table.
+// Channel is the broadcast mode's channel of table.
 func Channel(table string) string { return "ecc:{" + table + "}:coh" }
 
 // CacheKey is the key of one cached item of table, e.g. one account's
 // balances.
 func CacheKey(table, id string) string { return "ecc:{" + table + "}:" + id }
 
-// Lane is how a table's changes reach its caches.
-type Lane string
+// Mode is how a table's changes reach its caches.
+type Mode string
 
-// The lanes a table may declare.
+// The modes a table may declare.
 const (
-	// LaneNone: no message; caches rely on their expiry alone.
-	LaneNone Lane = "none"
-	// LaneBroadcast: a PUBLISH, at most once.
-	LaneBroadcast Lane = "broadcast"
-	// LaneJob: a job on the table's coherence queue, at least once.
-	LaneJob Lane = "job"
+	// ModeNone: no message; caches rely on their expiry alone.
+	ModeNone Mode = "none"
+	// ModeBroadcast: a PUBLISH, at most once.
+	ModeBroadcast Mode = "broadcast"
+	// ModeJob: a job on the table's coherence queue, at least once.
+	ModeJob Mode = "job"
 )
 
-// ParseLane reads a lane's name.
-func ParseLane(name string) (Lane, error) {
-	switch lane := Lane(name); lane {
-	case LaneNone, LaneBroadcast, LaneJob:
-		return lane, nil
+// ParseMode reads a mode's name.
+func ParseMode(name string) (Mode, error) {
+	switch mode := Mode(name); mode {
+	case ModeNone, ModeBroadcast, ModeJob:
+		return mode, nil
 	}
-	return "", fmt.Errorf("coherence: unknown coherence lane %q: want none, broadcast or job", name)
+	return "", fmt.Errorf("coherence: unknown coherence mode %q: want none, broadcast or job", name)
 }
 
-// Lanes declares the lane of each table. A table not declared rides no lane:
+// Modes declares the mode of each table. A table not declared has mode none:
 // forgetting a table must not make up a promise nobody chose.
-type Lanes map[string]Lane
+type Modes map[string]Mode
 
-// Of is the lane table rides.
-func (l Lanes) Of(table string) Lane {
-	if lane, ok := l[table]; ok {
-		return lane
+// Of is the mode of table.
+func (m Modes) Of(table string) Mode {
+	if mode, ok := m[table]; ok {
+		return mode
 	}
-	return LaneNone
+	return ModeNone
 }
 
-// Validate refuses unknown lanes and table names that would break the hash
+// Validate refuses unknown modes and table names that would break the hash
 // tag of their keys.
-func (l Lanes) Validate() error {
-	for table, lane := range l {
+func (m Modes) Validate() error {
+	for table, mode := range m {
 		if table == "" || strings.ContainsAny(table, "{} ") {
 			return fmt.Errorf("coherence: invalid coherence table name %q", table)
 		}
-		if _, err := ParseLane(string(lane)); err != nil {
+		if _, err := ParseMode(string(mode)); err != nil {
 			return fmt.Errorf("coherence: table %s: %w", table, err)
 		}
 	}
 	return nil
 }
 
-// Broadcast publishes payload on table's broadcast lane. Nobody acknowledges
+// Broadcast publishes payload on table's broadcast channel. Nobody acknowledges
 // it: a subscriber that is disconnected or full never sees it.
 func (c *Client) Broadcast(ctx context.Context, table, payload string) error {
 	if err := c.rdb.Publish(ctx, Channel(table), payload).Err(); err != nil {
@@ -319,7 +321,7 @@ func WithHealthCheck(idle time.Duration) SubscribeOption {
 
 const defaultHealthTimeout = 30 * time.Second
 
-// Subscription is a running subscription to one table's broadcast lane.
+// Subscription is a running subscription to one table's broadcast channel.
 type Subscription struct {
 	table  string
 	log    *slog.Logger
@@ -333,7 +335,7 @@ type Subscription struct {
 	done chan struct{}
 }
 
-// Subscribe listens on table's broadcast lane and hands each message to
+// Subscribe listens on table's broadcast channel and hands each message to
 // apply, one at a time, on a goroutine of its own, until ctx is cancelled.
 //
 // Between the two sits a ring of capacity slots: the reader only ever offers
@@ -347,7 +349,7 @@ type Subscription struct {
 // Subscribe returns once the server confirmed the subscription: a message
 // published after that reaches apply unless it is dropped. A lost connection
 // is re-established on its own; what was published meanwhile is lost, as the
-// lane promises. Done is closed when both goroutines have ended.
+// broadcast mode promises. Done is closed when both goroutines have ended.
 func (c *Client) Subscribe(ctx context.Context, table string, capacity int, apply func(payload string), opts ...SubscribeOption) (*Subscription, error) {
 	if capacity <= 0 {
 		return nil, fmt.Errorf("coherence: subscribe to %s: capacity %d, want at least 1", table, capacity)

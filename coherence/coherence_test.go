@@ -43,39 +43,39 @@ func TestCoherenceAddresses(t *testing.T) {
 	}
 }
 
-func TestLanes(t *testing.T) {
-	lanes := coherence.Lanes{"balances": coherence.LaneJob, "instruments": coherence.LaneBroadcast}
+func TestModes(t *testing.T) {
+	modes := coherence.Modes{"balances": coherence.ModeJob, "instruments": coherence.ModeBroadcast}
 	for _, c := range []struct {
 		table string
-		want  coherence.Lane
+		want  coherence.Mode
 	}{
-		{"balances", coherence.LaneJob},
-		{"instruments", coherence.LaneBroadcast},
-		{"undeclared", coherence.LaneNone},
+		{"balances", coherence.ModeJob},
+		{"instruments", coherence.ModeBroadcast},
+		{"undeclared", coherence.ModeNone},
 	} {
-		if got := lanes.Of(c.table); got != c.want {
+		if got := modes.Of(c.table); got != c.want {
 			t.Errorf("Of(%q) = %q, want %q", c.table, got, c.want)
 		}
 	}
-	if err := lanes.Validate(); err != nil {
+	if err := modes.Validate(); err != nil {
 		t.Errorf("Validate: %v", err)
 	}
-	for name, lanes := range map[string]coherence.Lanes{
-		"unknown lane":   {"balances": "tracking"},
-		"brace in table": {"bal{ances}": coherence.LaneJob},
-		"empty table":    {"": coherence.LaneJob},
+	for name, modes := range map[string]coherence.Modes{
+		"unknown mode":   {"balances": "tracking"},
+		"brace in table": {"bal{ances}": coherence.ModeJob},
+		"empty table":    {"": coherence.ModeJob},
 	} {
-		if err := lanes.Validate(); err == nil {
-			t.Errorf("%s: Validate accepted %v", name, lanes)
+		if err := modes.Validate(); err == nil {
+			t.Errorf("%s: Validate accepted %v", name, modes)
 		}
 	}
 	for _, name := range []string{"none", "broadcast", "job"} {
-		if lane, err := coherence.ParseLane(name); err != nil || string(lane) != name {
-			t.Errorf("ParseLane(%q) = %q, %v", name, lane, err)
+		if mode, err := coherence.ParseMode(name); err != nil || string(mode) != name {
+			t.Errorf("ParseMode(%q) = %q, %v", name, mode, err)
 		}
 	}
-	if _, err := coherence.ParseLane("tracking"); err == nil {
-		t.Error("ParseLane(tracking) accepted a lane that does not exist")
+	if _, err := coherence.ParseMode("tracking"); err == nil {
+		t.Error("ParseMode(tracking) accepted a mode that does not exist")
 	}
 }
 
@@ -325,7 +325,7 @@ func TestBroadcastFloodIsDroppedAndCountedWithoutBlockingThePublisher(t *testing
 		}
 	}
 
-	// With room again, the lane carries messages as before.
+	// With room again, the channel carries messages as before.
 	if err := client.Broadcast(ctx, table, "after"); err != nil {
 		t.Fatal(err)
 	}

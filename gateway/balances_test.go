@@ -23,15 +23,15 @@ import (
 )
 
 // balanceFixture is the gateway fixture with the balance read side wired as
-// cmd/gateway wires it, plus the coherence job lane a worker runs.
+// cmd/gateway wires it, plus the coherence job mode a worker runs.
 type balanceFixture struct {
 	*fixture
-	url      string
-	client   *emq.Client
-	ledger   *postgres.Ledger
-	relay    *placement.JournalRelay
-	lane     *emq.Queue
-	consumer *placement.BalanceCoherence
+	url            string
+	client         *emq.Client
+	ledger         *postgres.Ledger
+	relay          *placement.JournalRelay
+	coherenceQueue *emq.Queue
+	consumer       *placement.BalanceCoherence
 }
 
 func newBalanceFixture(t testing.TB, accounts int) *balanceFixture {
@@ -45,11 +45,11 @@ func newBalanceFixture(t testing.TB, accounts int) *balanceFixture {
 	log := slog.New(slog.NewJSONHandler(f.logs, nil))
 	f.url = f.serve(t, placement.NewBalances(postgres.NewBalances(f.db), f.caches, log))
 	f.ledger = postgres.NewLedger(f.db)
-	f.relay = placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceLanes, log)
+	f.relay = placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceModes, log)
 	if err := f.relay.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f.lane = f.client.Queue(coherence.Queue(placement.BalancesTable))
+	f.coherenceQueue = f.client.Queue(coherence.Queue(placement.BalancesTable))
 	f.consumer = placement.NewBalanceCoherence(postgres.NewAppliedVersions(f.db), f.caches, log)
 	return f
 }
@@ -149,7 +149,7 @@ func TestBalancesNeedAValidKey(t *testing.T) {
 }
 
 // TestBalanceChangeShowsOnceItsCoherenceJobRan follows one change through the
-// whole job lane: the journal row, the relay onto ecc.coh.balances, the
+// whole job mode: the journal row, the relay onto ecc.coh.balances, the
 // consumer, and the read.
 func TestBalanceChangeShowsOnceItsCoherenceJobRan(t *testing.T) {
 	ctx := context.Background()
@@ -177,7 +177,7 @@ func TestBalanceChangeShowsOnceItsCoherenceJobRan(t *testing.T) {
 	}
 
 	f.relay.Relay(ctx, []orders.JournalEntry{entry})
-	claims, err := f.lane.Claim(ctx, 10, time.Minute)
+	claims, err := f.coherenceQueue.Claim(ctx, 10, time.Minute)
 	if err != nil || len(claims) != 1 || string(claims[0].Payload) != name+"@2" {
 		t.Fatalf("claimed %+v, %v; want the one job %s@2", claims, err, name)
 	}

@@ -4,7 +4,7 @@ import "context"
 
 // JournalEntry is one row of the journal outbox: a balance changed to a new
 // version. Name is "balances:<account>:<asset>"; Payload is "<name>@<version>",
-// the message both coherence lanes carry and the job lane's dedup key.
+// the message both coherence modes carry and the job mode's dedup key.
 type JournalEntry struct {
 	ID      int64
 	Name    string
@@ -16,7 +16,7 @@ type JournalEntry struct {
 func BalanceName(account, asset string) string { return "balances:" + account + ":" + asset }
 
 // Relayer hears of journal entries right after the transaction that wrote
-// them commits, and carries them to the coherence lane. A crash before it
+// them commits, and carries them to the coherence queue. A crash before it
 // runs is caught by the relay's sweep of unrelayed rows.
 type Relayer interface {
 	Relay(ctx context.Context, entries []JournalEntry)

@@ -14,16 +14,16 @@ import (
 	"github.com/ordergate/ordergate/orders"
 )
 
-// BalancesTable names balances on the coherence lanes: their journal names,
+// BalancesTable names balances in coherence: their journal names,
 // their job queue (coherence.Queue) and their cache keys all carry it.
 const BalancesTable = "balances"
 
-// CoherenceLanes declares how each table's changes reach the caches.
-// Balances ride the job lane: a stale balance costs money, so the message
-// must survive a crash and a lost one is not acceptable. Instruments ride the
-// broadcast lane: a lost halt message costs one refresh interval, after
+// CoherenceModes declares how each table's changes reach the caches.
+// Balances use the job mode: a stale balance costs money, so the message
+// must survive a crash and a lost one is not acceptable. Instruments use the
+// broadcast mode: a lost halt message costs one refresh interval, after
 // which every gateway rereads the table anyway.
-var CoherenceLanes = coherence.Lanes{BalancesTable: coherence.LaneJob, InstrumentsTable: coherence.LaneBroadcast}
+var CoherenceModes = coherence.Modes{BalancesTable: coherence.ModeJob, InstrumentsTable: coherence.ModeBroadcast}
 
 // The cache holds one hash per account, ecc:{balances}:<account>, field =
 // asset, value "<version> <available>", every write a conditional fill
@@ -32,11 +32,12 @@ var CoherenceLanes = coherence.Lanes{BalancesTable: coherence.LaneJob, Instrumen
 // before a newer version was cached can only be refused while that newer
 // version is there to compare with.
 //
-// The coherence lane refreshes single fields, and may create the hash doing
-// so, so a hash need not hold every balance of the account. completeField
-// marks one that does: a read fills every balance of the account at once,
-// marker included, and from then on the lane keeps each field current. Asset
-// codes are upper case letters and digits, so the marker is never an asset.
+// The coherence consumer refreshes single fields, and may create the hash
+// doing so, so a hash need not hold every balance of the account.
+// completeField marks one that does: a read fills every balance of the
+// account at once, marker included, and from then on the consumer keeps each
+// field current. Asset codes are upper case letters and digits, so the marker
+// is never an asset.
 const completeField = "~complete"
 
 // BalanceCacheKey is the cache hash of an account's balances.

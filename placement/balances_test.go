@@ -105,20 +105,20 @@ func TestBalancesOfLeavesOutRowsThatNeverMoved(t *testing.T) {
 	}
 }
 
-func TestBalancesOfCompletesAHashTheLaneStarted(t *testing.T) {
+func TestBalancesOfCompletesAHashTheConsumerStarted(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)
 	f.depositJournaled(t, account, "ETH", "2")
 	usd := f.depositJournaled(t, account, "USD", "3")
-	// The lane refreshes the one balance it heard of, creating the hash.
+	// The consumer refreshes the one balance it heard of, creating the hash.
 	if _, err := f.consumer.Apply(ctx, usd.Payload); err != nil {
 		t.Fatal(err)
 	}
 	got, err := f.balances.Of(ctx, account)
 	want := []orders.Balance{{Asset: "ETH", Available: "2.00000000", Version: 1}, {Asset: "USD", Available: "3.00", Version: 1}}
 	if err != nil || balanceList(got) != balanceList(want) {
-		t.Errorf("Of = %v, %v; want %v: the balance the lane did not touch is read too", got, err, want)
+		t.Errorf("Of = %v, %v; want %v: the balance the consumer did not touch is read too", got, err, want)
 	}
 }
 
@@ -128,7 +128,7 @@ func TestBalancesOfNeverServesAVersionBelowTheCache(t *testing.T) {
 	account := f.newAccount(t)
 	f.depositJournaled(t, account, "USD", "3")
 	// The cache is ahead of what a read of PostgreSQL returns, as when the
-	// lane refreshed it between the read and the fill.
+	// consumer refreshed it between the read and the fill.
 	if _, err := f.caches.FillIfNewer(ctx, placement.BalanceCacheKey(account), "USD", 9, "9.00"); err != nil {
 		t.Fatal(err)
 	}
@@ -189,11 +189,11 @@ func TestBalancesOfOutages(t *testing.T) {
 	})
 }
 
-// TestReadersNeverSeeABalanceGoBack runs the whole job lane under load:
+// TestReadersNeverSeeABalanceGoBack runs the whole job mode under load:
 // deposits with their journal rows, relays of them (each twice, in shuffled
 // batches), four consumers on the coherence queue, stray late deliveries of
 // old versions, and readers polling every account throughout. No reader may
-// ever see a balance's version go down, and once the lane is drained the
+// ever see a balance's version go down, and once the queue is drained the
 // cache and outbox_applied hold the newest versions.
 func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -229,7 +229,7 @@ func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
 		for range 2 {
 			readers.Go(func() {
 				// Staggered, so first reads (a cache miss each) meet the
-				// lane at work on the same account.
+				// consumer at work on the same account.
 				time.Sleep(time.Duration(rand.IntN(100)) * time.Millisecond)
 				seen := map[string]int64{}
 				for {
@@ -318,7 +318,7 @@ func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		if balanceList(served) != balanceList(truth) {
-			t.Errorf("%s: served %v once the lane drained, PostgreSQL holds %v", account, served, truth)
+			t.Errorf("%s: served %v once the queue drained, PostgreSQL holds %v", account, served, truth)
 		}
 		for _, balance := range truth {
 			name := orders.BalanceName(account, balance.Asset)

@@ -16,8 +16,8 @@ import (
 )
 
 // CoherenceBatch is the most deliveries one apply of the balance coherence
-// lane takes. A batch gathers the deliveries whose handlers wait at the same
-// time, so the lane's worker runs with this concurrency (and claims as many
+// consumer takes. A batch gathers the deliveries whose handlers wait at the
+// same time, so the consumer's worker runs with this concurrency (and claims as many
 // at once) for batches to fill under load.
 const CoherenceBatch = 64
 

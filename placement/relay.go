@@ -42,22 +42,22 @@ const (
 	markInterval = 200 * time.Millisecond
 	// mostUnmarked bounds the carried rows waiting to be marked (PostgreSQL
 	// down, say); past it rows are not kept, and the sweep carries them
-	// again, which the job lane's dedup key makes a no-op.
+	// again, which the job mode's dedup key makes a no-op.
 	mostUnmarked = 50_000
 )
 
 // ErrJournalPayload: a coherence message is not "<name>@<version>" of a
-// known table. The job lane buries such a job: no retry can fix it.
+// known table. The job mode buries such a job: no retry can fix it.
 var ErrJournalPayload = errors.New("orders: malformed coherence payload")
 
-// JournalRelay carries journal outbox rows to the coherence lane their table
+// JournalRelay carries journal outbox rows by the coherence mode their table
 // declares, and marks them relayed. It is the Relayer settlement hands its
 // committed entries to, and its sweep relays what a crash left behind.
 type JournalRelay struct {
 	db       Journal
 	client   *emq.Client
 	caches   *coherence.Client
-	lanes    coherence.Lanes
+	modes    coherence.Modes
 	log      *slog.Logger
 	sweepAge time.Duration
 
@@ -91,18 +91,18 @@ func WithSweepAge(age time.Duration) RelayOption {
 	return func(r *JournalRelay) { r.sweepAge = max(age, 0) }
 }
 
-// NewJournalRelay relays rows of db onto client's Redis by lanes
-// (CoherenceLanes in production). Invalid lanes are a programming error and
+// NewJournalRelay relays rows of db onto client's Redis by modes
+// (CoherenceModes in production). Invalid modes are a programming error and
 // panic.
-func NewJournalRelay(db Journal, client *emq.Client, lanes coherence.Lanes, log *slog.Logger, opts ...RelayOption) *JournalRelay {
-	if err := lanes.Validate(); err != nil {
+func NewJournalRelay(db Journal, client *emq.Client, modes coherence.Modes, log *slog.Logger, opts ...RelayOption) *JournalRelay {
+	if err := modes.Validate(); err != nil {
 		panic(err)
 	}
 	if log == nil {
 		log = slog.Default()
 	}
 	r := &JournalRelay{db: db, client: client, caches: coherence.New(client.Redis(), coherence.WithLogger(log)),
-		lanes: lanes, log: log, sweepAge: DefaultSweepAge}
+		modes: modes, log: log, sweepAge: DefaultSweepAge}
 	for _, opt := range opts {
 		opt(r)
 	}
@@ -117,11 +117,11 @@ func coherenceKind(table string) string {
 	return "coherence." + table
 }
 
-// Declare registers the job kind of every job-lane table on its coherence
+// Declare registers the job kind of every job-mode table on its coherence
 // queue; call once at start, from every process that relays.
 func (r *JournalRelay) Declare(ctx context.Context) error {
-	for table, lane := range r.lanes {
-		if lane != coherence.LaneJob {
+	for table, mode := range r.modes {
+		if mode != coherence.ModeJob {
 			continue
 		}
 		if err := r.client.Queue(coherence.Queue(table)).Declare(ctx, coherenceKind(table)); err != nil {
@@ -131,14 +131,14 @@ func (r *JournalRelay) Declare(ctx context.Context) error {
 	return nil
 }
 
-// Relay carries entries to their lanes and marks the carried ones relayed.
+// Relay carries entries by their modes and marks the carried ones relayed.
 // Nothing is returned: the entries are committed already, so a failure only
 // delays them until the sweep, and is logged.
 //
 // While KeepSweeping runs, the marking is left to it: it marks every row
 // carried since its last tick in one statement, instead of a transaction per
 // settlement. A row carried but not marked (the process died first) is
-// carried again by the sweep, and the job lane's dedup key turns that into
+// carried again by the sweep, and the job mode's dedup key turns that into
 // a no-op, so the deferral risks nothing but a second admission attempt.
 func (r *JournalRelay) Relay(ctx context.Context, entries []orders.JournalEntry) {
 	if len(entries) == 0 {
@@ -155,7 +155,7 @@ func (r *JournalRelay) Relay(ctx context.Context, entries []orders.JournalEntry)
 	}
 	if err := r.db.MarkRelayed(ctx, carried); err != nil {
 		// Carried but not marked: the sweep carries them again, and the
-		// job lane's dedup key turns that into a no-op.
+		// job mode's dedup key turns that into a no-op.
 		r.log.Warn("journal rows carried but not marked relayed", "entries", len(carried), "err", err)
 	}
 }
@@ -272,28 +272,28 @@ func (r *JournalRelay) KeepSweeping(ctx context.Context, interval time.Duration)
 	}
 }
 
-// carry sends each entry down its table's lane and returns the entries that
-// went: job-lane entries admitted (or refused as duplicates, which means an
+// carry sends each entry by its table's mode and returns the entries that
+// went: job-mode entries admitted (or refused as duplicates, which means an
 // earlier relay admitted them), broadcast entries published, and entries of a
-// table without a lane, which have nowhere to go.
+// table of mode none, which have nowhere to go.
 func (r *JournalRelay) carry(ctx context.Context, entries []orders.JournalEntry) ([]orders.JournalEntry, error) {
 	carried := make([]orders.JournalEntry, 0, len(entries))
 	jobs := map[string][]orders.JournalEntry{}
 	var errs []error
 	for _, entry := range entries {
 		table, _ := journalTableAndGroup(entry.Name)
-		switch r.lanes.Of(table) {
-		case coherence.LaneJob:
+		switch r.modes.Of(table) {
+		case coherence.ModeJob:
 			jobs[table] = append(jobs[table], entry)
-		case coherence.LaneBroadcast:
+		case coherence.ModeBroadcast:
 			if err := r.caches.Broadcast(ctx, table, entry.Payload); err != nil {
 				errs = append(errs, err)
 				continue
 			}
 			carried = append(carried, entry)
 		default:
-			if _, declared := r.lanes[table]; !declared {
-				r.log.Warn("journal entry of a table that declares no coherence lane; marked relayed", "name", entry.Name)
+			if _, declared := r.modes[table]; !declared {
+				r.log.Warn("journal entry of a table that declares no coherence mode; marked relayed", "name", entry.Name)
 			}
 			carried = append(carried, entry)
 		}

@@ -20,7 +20,7 @@ import (
 	"github.com/ordergate/ordergate/postgres"
 )
 
-// coherenceFixture is the coherence job lane on a real Redis and a real
+// coherenceFixture is the coherence job mode on a real Redis and a real
 // PostgreSQL: the relay, the balances coherence queue, its consumer and the
 // balance reader, with one funded customer account.
 type coherenceFixture struct {
@@ -55,7 +55,7 @@ func newCoherenceFixture(t testing.TB, opts ...placement.RelayOption) *coherence
 	f.caches = coherence.New(rdb)
 	f.log = slog.New(slog.DiscardHandler)
 	f.queue = f.client.Queue(coherence.Queue(placement.BalancesTable))
-	f.relay = placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceLanes, f.log, opts...)
+	f.relay = placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceModes, f.log, opts...)
 	if err := f.relay.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestSweepRelaysRowsACrashLeftBehind(t *testing.T) {
 
 	// Rows younger than the sweep age are left to the relay that follows
 	// their commit.
-	patient := placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceLanes, f.log, placement.WithSweepAge(time.Hour))
+	patient := placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceModes, f.log, placement.WithSweepAge(time.Hour))
 	if n, err := patient.Sweep(ctx); err != nil || n != 0 {
 		t.Errorf("a sweep of young rows relayed %d, %v; want none", n, err)
 	}
@@ -229,8 +229,8 @@ func TestConcurrentSweepsShareTheBacklog(t *testing.T) {
 	}
 	sweepers := []*placement.JournalRelay{
 		f.relay,
-		placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceLanes, f.log, placement.WithSweepAge(0)),
-		placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceLanes, f.log, placement.WithSweepAge(0)),
+		placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceModes, f.log, placement.WithSweepAge(0)),
+		placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceModes, f.log, placement.WithSweepAge(0)),
 	}
 	var wg sync.WaitGroup
 	relayed := make([]int, len(sweepers))

@@ -12,7 +12,7 @@ import (
 // exact because only zeros are dropped.
 const availableText = `round(b.available, greatest(scale(trim_scale(b.available)), a.scale))::text`
 
-// The coherence lane caches balances formatted as the read path formats
+// The coherence consumer caches balances formatted as the read path formats
 // them; each SQL file spells the expression out, so they must not drift.
 func TestCoherenceFormatsAvailableAsTheReadPath(t *testing.T) {
 	for file, statement := range map[string]string{

@@ -208,7 +208,7 @@ func outcomeOf(t testing.TB, db *pgxpool.Pool, id string) orderOutcome {
 		deref(row.notional), deref(row.token)}
 }
 
-// journalCoversFinalVersions checks what the coherence lane relies on: the
+// journalCoversFinalVersions checks what the coherence consumer relies on: the
 // version every balance reached has its journal row.
 func journalCoversFinalVersions(t testing.TB, db *pgxpool.Pool) {
 	t.Helper()

@@ -170,7 +170,7 @@ func waitUntil(t testing.TB, timeout time.Duration, what string, condition func(
 // TestWorkerSettlesOrders runs the worker as main does, on a database it
 // migrates itself: an order admitted through the Placer is settled, an
 // unaffordable one rejected, a job that is no order buried; the coherence
-// lane brings the cached balances up to the settlement; it serves its
+// consumer brings the cached balances up to the settlement; it serves its
 // metrics and drains on cancel.
 func TestWorkerSettlesOrders(t *testing.T) {
 	redisServer := testserver.StartRedis(t)
@@ -267,7 +267,7 @@ func TestWorkerSettlesOrders(t *testing.T) {
 	if violations, err := postgres.Audit(background, db); err != nil || len(violations) > 0 {
 		t.Errorf("audit: %v, %v", violations, err)
 	}
-	// Nothing but the worker's relay and coherence lane writes the cache here.
+	// Nothing but the worker's relay and coherence consumer writes the cache here.
 	stored, err := placement.NewBalances(postgres.NewBalances(db), nil, nil).Of(background, account)
 	if err != nil || len(stored) != 2 {
 		t.Fatalf("balances after the fill: %v (%v), want BTC and USD", stored, err)
