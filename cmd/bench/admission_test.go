@@ -11,6 +11,8 @@ import (
 // TestAlternatingTakesTurns checks that the two loads run in turns, a b then
 // b a, that each one's total is its own, and that the ratio of each round is
 // b's rate over a's: b costs twice a's time per call, so about one half.
+// The costs are tens of milliseconds so that a busy machine's scheduling
+// delay (added to both) barely moves the ratio.
 func TestAlternatingTakesTurns(t *testing.T) {
 	var mu sync.Mutex
 	var turns []string
@@ -25,7 +27,7 @@ func TestAlternatingTakesTurns(t *testing.T) {
 			return nil
 		}}
 	}
-	a, b := op("a", 2*time.Millisecond), op("b", 4*time.Millisecond)
+	a, b := op("a", 20*time.Millisecond), op("b", 40*time.Millisecond)
 	resultA, resultB, ratios := alternating(context.Background(), 4, 800*time.Millisecond, 200*time.Millisecond, func(string, ...any) {}, a, b)
 
 	// a b, b a, a b, b a: with the back-to-back turns of one load merged,
