@@ -14,7 +14,7 @@ import (
 	"github.com/ordergate/ordergate/orders"
 )
 
-// BalancesTable names balances in coherence: their journal names,
+// BalancesTable names balances in coherence: their outbox names,
 // their job queue (coherence.Queue) and their cache keys all carry it.
 const BalancesTable = "balances"
 

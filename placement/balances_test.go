@@ -43,9 +43,9 @@ func TestBalancesOfReadsThroughTheCache(t *testing.T) {
 	}
 
 	account := f.newAccount(t)
-	f.depositJournaled(t, account, "USD", "10")
-	f.depositJournaled(t, account, "BTC", "1.5")
-	f.depositJournaled(t, account, "BTC", "0.25")
+	f.depositWithOutbox(t, account, "USD", "10")
+	f.depositWithOutbox(t, account, "BTC", "1.5")
+	f.depositWithOutbox(t, account, "BTC", "0.25")
 	want := []orders.Balance{
 		{Asset: "BTC", Available: "1.75000000", Version: 2},
 		{Asset: "USD", Available: "10.00", Version: 1},
@@ -96,7 +96,7 @@ func TestBalancesOfLeavesOutRowsThatNeverMoved(t *testing.T) {
 	if _, err := f.db.Exec(ctx, `INSERT INTO balances (account_id, asset) VALUES ($1, 'ETH'), ($1, 'BTC')`, account); err != nil {
 		t.Fatal(err)
 	}
-	f.depositJournaled(t, account, "USD", "10")
+	f.depositWithOutbox(t, account, "USD", "10")
 	want := []orders.Balance{{Asset: "USD", Available: "10.00", Version: 1}}
 	for _, read := range []string{"from PostgreSQL", "from the cache"} {
 		if got, err := f.balances.Of(ctx, account); err != nil || balanceList(got) != balanceList(want) {
@@ -109,8 +109,8 @@ func TestBalancesOfCompletesAHashTheConsumerStarted(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)
-	f.depositJournaled(t, account, "ETH", "2")
-	usd := f.depositJournaled(t, account, "USD", "3")
+	f.depositWithOutbox(t, account, "ETH", "2")
+	usd := f.depositWithOutbox(t, account, "USD", "3")
 	// The consumer refreshes the one balance it heard of, creating the hash.
 	if _, err := f.consumer.Apply(ctx, usd.Payload); err != nil {
 		t.Fatal(err)
@@ -126,7 +126,7 @@ func TestBalancesOfNeverServesAVersionBelowTheCache(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)
-	f.depositJournaled(t, account, "USD", "3")
+	f.depositWithOutbox(t, account, "USD", "3")
 	// The cache is ahead of what a read of PostgreSQL returns, as when the
 	// consumer refreshed it between the read and the fill.
 	if _, err := f.caches.FillIfNewer(ctx, placement.BalanceCacheKey(account), "USD", 9, "9.00"); err != nil {
@@ -143,8 +143,8 @@ func TestBalancesOfOutages(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	cached, uncached := f.newAccount(t), f.newAccount(t)
-	f.depositJournaled(t, cached, "USD", "5")
-	f.depositJournaled(t, uncached, "USD", "7")
+	f.depositWithOutbox(t, cached, "USD", "5")
+	f.depositWithOutbox(t, uncached, "USD", "7")
 	want := []orders.Balance{{Asset: "USD", Available: "5.00", Version: 1}}
 	if got, err := f.balances.Of(ctx, cached); err != nil || balanceList(got) != balanceList(want) {
 		t.Fatalf("Of = %v, %v; want %v", got, err, want)
@@ -190,7 +190,7 @@ func TestBalancesOfOutages(t *testing.T) {
 }
 
 // TestReadersNeverSeeABalanceGoBack runs the whole job mode under load:
-// deposits with their journal rows, relays of them (each twice, in shuffled
+// deposits with their outbox rows, relays of them (each twice, in shuffled
 // batches), four consumers on the coherence queue, stray late deliveries of
 // old versions, and readers polling every account throughout. No reader may
 // ever see a balance's version go down, and once the queue is drained the
@@ -256,13 +256,13 @@ func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
 	}
 
 	var writers sync.WaitGroup
-	var journaled sync.Map // payload -> entry, for the stray late deliveries
+	var announced sync.Map // payload -> entry, for the stray late deliveries
 	for _, account := range accounts {
 		writers.Go(func() {
-			var batch []orders.JournalEntry
+			var batch []orders.OutboxEntry
 			for i := range depositsPerAccount {
-				entry := f.depositJournaled(t, account, assets[i%len(assets)], "1")
-				journaled.Store(entry.Payload, entry)
+				entry := f.depositWithOutbox(t, account, assets[i%len(assets)], "1")
+				announced.Store(entry.Payload, entry)
 				batch = append(batch, entry)
 				if len(batch) < 4 && i < depositsPerAccount-1 {
 					continue
@@ -283,8 +283,8 @@ func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
 				return
 			default:
 			}
-			journaled.Range(func(_, value any) bool {
-				if _, err := f.consumer.Apply(ctx, value.(orders.JournalEntry).Payload); err != nil {
+			announced.Range(func(_, value any) bool {
+				if _, err := f.consumer.Apply(ctx, value.(orders.OutboxEntry).Payload); err != nil {
 					t.Errorf("stray delivery: %v", err)
 				}
 				return rand.IntN(8) != 0

@@ -84,7 +84,7 @@ func NewBalanceCoherence(db AppliedVersions, cache *coherence.Client, log *slog.
 // returned for a retry.
 func (c *BalanceCoherence) Handle(ctx context.Context, claim emq.Claim) error {
 	_, err := c.Apply(ctx, string(claim.Payload))
-	if errors.Is(err, ErrJournalPayload) {
+	if errors.Is(err, ErrOutboxPayload) {
 		return emq.Permanent(err)
 	}
 	return err
@@ -107,13 +107,13 @@ func (c *BalanceCoherence) Handle(ctx context.Context, claim emq.Claim) error {
 // conditional fill keeps the newer balance, and the write's version check
 // records the version once.
 func (c *BalanceCoherence) Apply(ctx context.Context, payload string) (bool, error) {
-	name, version, err := parseJournalPayload(payload)
+	name, version, err := parseOutboxPayload(payload)
 	if err != nil {
 		return false, err
 	}
 	account, asset, ok := parseBalanceName(name)
 	if !ok {
-		return false, fmt.Errorf("%w: %q names no balance", ErrJournalPayload, payload)
+		return false, fmt.Errorf("%w: %q names no balance", ErrOutboxPayload, payload)
 	}
 	delivery := &coherenceDelivery{
 		ctx: ctx, name: name, account: account, asset: asset, version: version, done: make(chan struct{}),

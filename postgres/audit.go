@@ -63,7 +63,7 @@ var (
 // Violation is one broken invariant of the ledger.
 type Violation struct {
 	Check string
-	// Subject is what is wrong: a balance (its journal name), an asset, a
+	// Subject is what is wrong: a balance (its outbox name), an asset, a
 	// ledger transaction (txn/<id>) or an order (its ORD id).
 	Subject string
 	Detail  string

@@ -38,7 +38,7 @@ const settleTimeout = 10 * time.Second
 
 // Settler settles claimed orders in PostgreSQL: one transaction moves the
 // money through the ledger, versions the balances, records the order's final
-// state and writes the journal outbox.
+// state and writes the outbox.
 type Settler struct {
 	db      *pgxpool.Pool
 	relay   orders.Relayer
@@ -47,7 +47,7 @@ type Settler struct {
 	queue   settleQueue
 }
 
-// NewSettler settles on db and hands each committed settlement's journal
+// NewSettler settles on db and hands each committed settlement's outbox
 // entries to relay (nil: nobody is told; the relay's sweep finds the rows).
 func NewSettler(db *pgxpool.Pool, relay orders.Relayer, log *slog.Logger) *Settler {
 	if log == nil {
@@ -72,7 +72,7 @@ func (e *unsettleableError) Is(target error) bool { return target == ErrUnsettle
 func unsettleable(err error) error { return &unsettleableError{err: err} }
 
 // Settle settles the order in one PostgreSQL transaction under the lease
-// whose fencing token is token, then relays the journal entries. Concurrent
+// whose fencing token is token, then relays the outbox entries. Concurrent
 // calls share transactions: while one of the settler's settlements is in
 // flight, the orders that arrive wait and then settle together in the next
 // (see settleTogether), each with its own outcome.
@@ -100,8 +100,8 @@ func (s *Settler) Settle(ctx context.Context, order orders.Order, token int64) e
 	default:
 		log.Info("order settled", "ledger_transaction_id", result.transaction)
 	}
-	if s.relay != nil && len(result.journal) > 0 {
-		s.relay.Relay(ctx, result.journal)
+	if s.relay != nil && len(result.outbox) > 0 {
+		s.relay.Relay(ctx, result.outbox)
 	}
 	return nil
 }
@@ -144,7 +144,7 @@ type settlement struct {
 	status      orders.Status
 	reason      string
 	transaction int64
-	journal     []orders.JournalEntry
+	outbox      []orders.OutboxEntry
 }
 
 // lockedBalance is one of the four balance rows a settlement holds locked.
@@ -298,13 +298,13 @@ func (s *Settler) settle(ctx context.Context, order orders.Order, token int64) (
 			quantity, price, fillPrice, notional, token, order.CreatedAt,
 			accounts, assets, amounts, names, versions, payloads).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
-				var entry orders.JournalEntry
+				var entry orders.OutboxEntry
 				if err := rows.Scan(&entry.ID, &entry.Name, &entry.Version, &entry.Payload, &result.transaction); err != nil {
 					return err
 				}
-				result.journal = append(result.journal, entry)
+				result.outbox = append(result.outbox, entry)
 			}
-			inserted = len(result.journal) > 0
+			inserted = len(result.outbox) > 0
 			return rows.Err()
 		})
 	}

@@ -355,7 +355,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 		outcomes[i] = s.decide(req, priced[i], locked, final, &w)
 	}
 
-	// One journal row per moved balance, at the version it reaches: the
+	// One outbox row per moved balance, at the version it reaches: the
 	// coherence consumer acts only on a version newer than the one it
 	// applied, and then reads the balance as it is, so the versions the
 	// batch passed through on the way need no row of their own.
@@ -377,7 +377,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 		payloads = append(payloads, fmt.Sprintf("%s@%d", name, version))
 	}
 
-	var journal []orders.JournalEntry
+	var outbox []orders.OutboxEntry
 	second := &pgx.Batch{}
 	if len(w.ids) > 0 {
 		second.Queue(settleBatchWriteSQL,
@@ -387,7 +387,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 			nonNil(w.moveTransactions), nonNil(w.moveAccounts), nonNil(w.moveAssets), nonNil(w.moveAmounts),
 			nonNil(names), nonNil(versions), nonNil(payloads)).Query(func(rows pgx.Rows) error {
 			var err error
-			journal, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.JournalEntry])
+			outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
 			return err
 		})
 	}
@@ -403,11 +403,11 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 	if !committed {
 		return nil, fmt.Errorf("orders: settle a batch of %d: the transaction rolled back at commit", n)
 	}
-	// The batch's journal rows are relayed once, by the handler of its first
+	// The batch's outbox rows are relayed once, by the handler of its first
 	// settled order, right after this commit as a lone settlement's are.
 	for i := range outcomes {
 		if outcomes[i].err == nil && !outcomes[i].alone && outcomes[i].result.status == orders.StatusSettled {
-			outcomes[i].result.journal = journal
+			outcomes[i].result.outbox = outbox
 			break
 		}
 	}

@@ -208,9 +208,9 @@ func outcomeOf(t testing.TB, db *pgxpool.Pool, id string) orderOutcome {
 		deref(row.notional), deref(row.token)}
 }
 
-// journalCoversFinalVersions checks what the coherence consumer relies on: the
-// version every balance reached has its journal row.
-func journalCoversFinalVersions(t testing.TB, db *pgxpool.Pool) {
+// outboxCoversFinalVersions checks what the coherence consumer relies on: the
+// version every balance reached has its outbox row.
+func outboxCoversFinalVersions(t testing.TB, db *pgxpool.Pool) {
 	t.Helper()
 	rows, err := db.Query(context.Background(), `SELECT b.account_id, b.asset, b.version FROM balances b
 		WHERE b.version > 0 AND NOT EXISTS (
@@ -224,7 +224,7 @@ func journalCoversFinalVersions(t testing.TB, db *pgxpool.Pool) {
 		if err := rows.Scan(&account, &asset, &version); err != nil {
 			t.Fatal(err)
 		}
-		t.Errorf("balance %s at version %d has no journal row for it", orders.BalanceName(account, asset), version)
+		t.Errorf("balance %s at version %d has no outbox row for it", orders.BalanceName(account, asset), version)
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
@@ -357,11 +357,11 @@ func TestBatchedSettlementMatchesOneByOne(t *testing.T) {
 			}
 			for _, r := range []run{oneByOne, batched} {
 				mustAudit(t, r.m.db)
-				journalCoversFinalVersions(t, r.m.db)
+				outboxCoversFinalVersions(t, r.m.db)
 			}
-			// The batches journal each balance once per transaction.
-			if got, want := len(journalAfter(t, batched.m.db, 0)), len(journalAfter(t, oneByOne.m.db, 0)); got >= want {
-				t.Errorf("batched settlement wrote %d journal rows, one by one %d; want fewer", got, want)
+			// The batches outbox each balance once per transaction.
+			if got, want := len(outboxAfter(t, batched.m.db, 0)), len(outboxAfter(t, oneByOne.m.db, 0)); got >= want {
+				t.Errorf("batched settlement wrote %d outbox rows, one by one %d; want fewer", got, want)
 			}
 		})
 	}
@@ -464,7 +464,7 @@ func TestBatchSettlesEachOrderOnItsOwn(t *testing.T) {
 			callsBefore, _ := m.relay.Calls()
 			blocker, release, stalled := stallSettler(t, m, settler)
 			// The stalled order waits for its locks: nothing is settled yet.
-			journalStart := lastJournalID(t, m.db)
+			outboxStart := lastOutboxID(t, m.db)
 			claims := make([]emq.Claim, len(tt.members))
 			errs := make([]error, len(tt.members))
 			var queued []int
@@ -527,7 +527,7 @@ func TestBatchSettlesEachOrderOnItsOwn(t *testing.T) {
 				t.Errorf("the batch's rows were written by %d transactions; want them together: %v", len(written), tt.together)
 			}
 
-			// Every journal row written is relayed after its commit; the
+			// Every outbox row written is relayed after its commit; the
 			// batch's are relayed in one call, one row per balance it moved,
 			// at the version the balance reached.
 			calls, committed := m.relay.Calls()
@@ -536,16 +536,16 @@ func TestBatchSettlesEachOrderOnItsOwn(t *testing.T) {
 			for k, call := range calls {
 				relayed += len(call)
 				if !committed[k] {
-					t.Error("Relay ran before the journal rows were committed")
+					t.Error("Relay ran before the outbox rows were committed")
 				}
 			}
-			if want := len(journalAfter(t, m.db, journalStart)); relayed != want {
-				t.Errorf("relayed %d journal rows, want the %d written", relayed, want)
+			if want := len(outboxAfter(t, m.db, outboxStart)); relayed != want {
+				t.Errorf("relayed %d outbox rows, want the %d written", relayed, want)
 			}
 			if tt.together {
-				var batchCalls [][]orders.JournalEntry
+				var batchCalls [][]orders.OutboxEntry
 				for _, call := range calls {
-					if !slices.ContainsFunc(call, func(e orders.JournalEntry) bool { return strings.Contains(e.Name, blocker) }) {
+					if !slices.ContainsFunc(call, func(e orders.OutboxEntry) bool { return strings.Contains(e.Name, blocker) }) {
 						batchCalls = append(batchCalls, call)
 					}
 				}
@@ -556,13 +556,13 @@ func TestBatchSettlesEachOrderOnItsOwn(t *testing.T) {
 				names := map[string]bool{}
 				for _, j := range batchCalls[0] {
 					if names[j.Name] || j.Version != now[j.Name].version {
-						t.Errorf("batch journal row %s: a second row of the name %v, balance at version %d", j.Payload, names[j.Name], now[j.Name].version)
+						t.Errorf("batch outbox row %s: a second row of the name %v, balance at version %d", j.Payload, names[j.Name], now[j.Name].version)
 					}
 					names[j.Name] = true
 				}
 			}
 			mustAudit(t, m.db)
-			journalCoversFinalVersions(t, m.db)
+			outboxCoversFinalVersions(t, m.db)
 		})
 	}
 }
@@ -666,7 +666,7 @@ func TestTwoSettlersRaceOnTheSameOrders(t *testing.T) {
 		t.Logf("worker %d: %+v", w+1, stats)
 	}
 	mustAudit(t, m.db)
-	journalCoversFinalVersions(t, m.db)
+	outboxCoversFinalVersions(t, m.db)
 }
 
 // TestBatchLeavesOutAnOrderWhoseLeaseEnded ends a queued order's handler

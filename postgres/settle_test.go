@@ -25,16 +25,16 @@ import (
 )
 
 // recordingRelay keeps what the settler relays, and whether each relayed
-// journal row was committed when Relay ran: Relay must come after the commit.
+// outbox row was committed when Relay ran: Relay must come after the commit.
 type recordingRelay struct {
 	db *pgxpool.Pool
 
 	mu        sync.Mutex
-	calls     [][]orders.JournalEntry
+	calls     [][]orders.OutboxEntry
 	committed []bool
 }
 
-func (r *recordingRelay) Relay(ctx context.Context, entries []orders.JournalEntry) {
+func (r *recordingRelay) Relay(ctx context.Context, entries []orders.OutboxEntry) {
 	ids := make([]int64, len(entries))
 	for i, entry := range entries {
 		ids[i] = entry.ID
@@ -48,7 +48,7 @@ func (r *recordingRelay) Relay(ctx context.Context, entries []orders.JournalEntr
 	r.committed = append(r.committed, err == nil && visible == len(entries))
 }
 
-func (r *recordingRelay) Calls() ([][]orders.JournalEntry, []bool) {
+func (r *recordingRelay) Calls() ([][]orders.OutboxEntry, []bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.calls), slices.Clone(r.committed)
@@ -143,7 +143,7 @@ type balance struct {
 	version   int64
 }
 
-// balances reads every balance by its journal name.
+// balances reads every balance by its outbox name.
 func balances(t testing.TB, db *pgxpool.Pool) map[string]balance {
 	t.Helper()
 	rows, err := db.Query(context.Background(), `SELECT account_id, asset, trim_scale(available)::text, version FROM balances`)
@@ -219,20 +219,20 @@ func settlementEntries(t testing.TB, db *pgxpool.Pool, orderID string) map[int64
 	return found
 }
 
-func journalAfter(t testing.TB, db *pgxpool.Pool, after int64) []orders.JournalEntry {
+func outboxAfter(t testing.TB, db *pgxpool.Pool, after int64) []orders.OutboxEntry {
 	t.Helper()
 	rows, err := db.Query(context.Background(), `SELECT id, name, version, payload FROM outbox WHERE id > $1 ORDER BY id`, after)
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := pgx.CollectRows(rows, pgx.RowToStructByPos[orders.JournalEntry])
+	entries, err := pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
 	if err != nil {
 		t.Fatal(err)
 	}
 	return entries
 }
 
-func lastJournalID(t testing.TB, db *pgxpool.Pool) int64 {
+func lastOutboxID(t testing.TB, db *pgxpool.Pool) int64 {
 	t.Helper()
 	var id int64
 	if err := db.QueryRow(context.Background(), `SELECT coalesce(max(id), 0) FROM outbox`).Scan(&id); err != nil {
@@ -290,7 +290,7 @@ func TestSettleMovesMoneyAtTheFillPrice(t *testing.T) {
 			m := newMarket(t)
 			base, quote := tt.symbol[:3], tt.symbol[4:]
 			before := balances(t, m.db)
-			journalStart := lastJournalID(t, m.db)
+			outboxStart := lastOutboxID(t, m.db)
 			order := newOrder(m.account, tt.symbol, tt.side, tt.quantity, tt.price)
 			m.settle(t, order, 3)
 
@@ -342,22 +342,22 @@ func TestSettleMovesMoneyAtTheFillPrice(t *testing.T) {
 				t.Errorf("%d balances after, %d before", len(after), len(before))
 			}
 
-			journal := journalAfter(t, m.db, journalStart)
-			var wantJournal []string
+			outbox := outboxAfter(t, m.db, outboxStart)
+			var wantOutbox []string
 			for name := range wantBalances {
-				wantJournal = append(wantJournal, fmt.Sprintf("%s@%d", name, after[name].version))
+				wantOutbox = append(wantOutbox, fmt.Sprintf("%s@%d", name, after[name].version))
 			}
-			var gotJournal []string
-			for _, j := range journal {
-				gotJournal = append(gotJournal, j.Payload)
+			var gotOutbox []string
+			for _, j := range outbox {
+				gotOutbox = append(gotOutbox, j.Payload)
 				if j.Payload != fmt.Sprintf("%s@%d", j.Name, j.Version) {
-					t.Errorf("journal row %+v: payload is not name@version", j)
+					t.Errorf("outbox row %+v: payload is not name@version", j)
 				}
 			}
-			slices.Sort(wantJournal)
-			slices.Sort(gotJournal)
-			if !slices.Equal(gotJournal, wantJournal) {
-				t.Errorf("journal\n got %v\nwant %v", gotJournal, wantJournal)
+			slices.Sort(wantOutbox)
+			slices.Sort(gotOutbox)
+			if !slices.Equal(gotOutbox, wantOutbox) {
+				t.Errorf("outbox\n got %v\nwant %v", gotOutbox, wantOutbox)
 			}
 
 			calls, committed := m.relay.Calls()
@@ -365,12 +365,12 @@ func TestSettleMovesMoneyAtTheFillPrice(t *testing.T) {
 				t.Fatalf("relay called %d times, want once", len(calls))
 			}
 			relayed := slices.Clone(calls[0])
-			slices.SortFunc(relayed, func(a, b orders.JournalEntry) int { return int(a.ID - b.ID) })
-			if !slices.Equal(relayed, journal) {
-				t.Errorf("relayed\n %+v\nwant the journal rows\n %+v", relayed, journal)
+			slices.SortFunc(relayed, func(a, b orders.OutboxEntry) int { return int(a.ID - b.ID) })
+			if !slices.Equal(relayed, outbox) {
+				t.Errorf("relayed\n %+v\nwant the outbox rows\n %+v", relayed, outbox)
 			}
 			if !committed[0] {
-				t.Error("Relay ran before the journal rows were committed")
+				t.Error("Relay ran before the outbox rows were committed")
 			}
 			mustAudit(t, m.db)
 		})
@@ -435,7 +435,7 @@ func TestSettleRejectsWithoutMovingMoney(t *testing.T) {
 				}
 			}
 			before := balances(t, m.db)
-			journalStart := lastJournalID(t, m.db)
+			outboxStart := lastOutboxID(t, m.db)
 			order := newOrder(m.account, tt.symbol, tt.side, tt.quantity, tt.price)
 			m.settle(t, order, 1)
 
@@ -456,8 +456,8 @@ func TestSettleRejectsWithoutMovingMoney(t *testing.T) {
 					t.Errorf("%s moved: %+v → %+v", name, before[name], b)
 				}
 			}
-			if journal := journalAfter(t, m.db, journalStart); len(journal) != 0 {
-				t.Errorf("journal rows %v for a rejected order", journal)
+			if outbox := outboxAfter(t, m.db, outboxStart); len(outbox) != 0 {
+				t.Errorf("outbox rows %v for a rejected order", outbox)
 			}
 			if calls, _ := m.relay.Calls(); len(calls) != 0 {
 				t.Errorf("relay called with %v for a rejected order", calls)
@@ -554,7 +554,7 @@ func TestSettleTwiceChangesNothing(t *testing.T) {
 			placed := newOrder(m.account, "BTC-USD", orders.Buy, order.quantity, order.price)
 			m.settle(t, placed, 1)
 			first, _ := readOrder(t, m.db, placed.ID)
-			balancesAfterFirst, journalAfterFirst := balances(t, m.db), journalAfter(t, m.db, 0)
+			balancesAfterFirst, outboxAfterFirst := balances(t, m.db), outboxAfter(t, m.db, 0)
 
 			m.settle(t, placed, 2)
 			second, _ := readOrder(t, m.db, placed.ID)
@@ -565,8 +565,8 @@ func TestSettleTwiceChangesNothing(t *testing.T) {
 			if !mapsEqual(balancesAfterFirst, balances(t, m.db)) {
 				t.Error("the second settlement moved balances")
 			}
-			if got := journalAfter(t, m.db, 0); !slices.Equal(got, journalAfterFirst) {
-				t.Errorf("journal grew: %d rows → %d", len(journalAfterFirst), len(got))
+			if got := outboxAfter(t, m.db, 0); !slices.Equal(got, outboxAfterFirst) {
+				t.Errorf("outbox grew: %d rows → %d", len(outboxAfterFirst), len(got))
 			}
 			if txns := settlementEntries(t, m.db, placed.ID); len(txns) > 1 {
 				t.Errorf("%d ledger transactions", len(txns))

@@ -1,5 +1,5 @@
 // Package settlement is what one settlement worker process runs: the
-// order settler on its queue and, beside it, the journal relay's sweep and
+// order settler on its queue and, beside it, the outbox relay's sweep and
 // the balance coherence consumer, with the settings a worker deployed without
 // flags runs with. cmd/worker runs one as a process; cmd/bench runs several
 // in-process, so that what the bench measures is what the binary runs.
@@ -85,9 +85,9 @@ const ConnectionsBesideSettlement = 4
 const (
 	// coherenceAttempts is, at a 10 s backoff cap, more than a week of
 	// retries: a coherence job that died would leave its cached balance stale
-	// until the next change (its journal row is relayed already).
+	// until the next change (its outbox row is relayed already).
 	coherenceAttempts = 100_000
-	// sweepInterval is how often the relay looks for journal rows a crash
+	// sweepInterval is how often the relay looks for outbox rows a crash
 	// (or an admin deposit) left behind.
 	sweepInterval = time.Second
 )
@@ -137,13 +137,13 @@ type Worker struct {
 	metrics        *emq.Metrics
 	orders         *emq.Queue
 	settler        *postgres.Settler
-	relay          *placement.JournalRelay
+	relay          *placement.OutboxRelay
 	coherence      *placement.BalanceCoherence
 	coherenceQueue *emq.Queue
 }
 
 // New declares the order kind on c.Queue and the coherence queues' kinds, and
-// assembles the settler, which hands each commit's journal entries to the
+// assembles the settler, which hands each commit's outbox entries to the
 // relay.
 func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	if deps.Logger == nil {
@@ -156,7 +156,7 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
 		return nil, err
 	}
-	relay := placement.NewJournalRelay(postgres.NewJournal(deps.DB), deps.Queues, placement.CoherenceModes, deps.Logger)
+	relay := placement.NewOutboxRelay(postgres.NewOutbox(deps.DB), deps.Queues, placement.CoherenceModes, deps.Logger)
 	if err := relay.Declare(ctx); err != nil {
 		return nil, err
 	}
@@ -175,7 +175,7 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 }
 
 // Run settles orders until ctx ends, then drains. Beside settlement it
-// sweeps the journal and works the balances' coherence queue; if that
+// sweeps the outbox and works the balances' coherence queue; if that
 // fails, settlement stops too, so the process exits instead of settling
 // with cached balances that no longer catch up.
 func (w *Worker) Run(ctx context.Context) error {

@@ -74,7 +74,7 @@ type settlementResult struct {
 	// transaction, and the backlog is funded so that nearly all settle.
 	PerSecond float64 `json:"final_orders_per_second"`
 	// CoherenceSeconds runs from the same start until the balance coherence
-	// consumer had applied every journal row the settlements wrote.
+	// consumer had applied every outbox row the settlements wrote.
 	CoherenceSeconds float64 `json:"coherence_seconds"`
 	// CommitsPerOrder is PostgreSQL's committed transactions of the phase's
 	// database per order, the coherence consumer's included.

@@ -34,7 +34,7 @@ type config struct {
 const usageHeader = `Usage: worker [flags]
 
 Claims order jobs from the %q queue and settles each in one PostgreSQL
-transaction (ledger, balances, the order's final row, the journal outbox),
+transaction (ledger, balances, the order's final row, the outbox),
 with the emq worker runtime: leases renewed by a heartbeat, expired leases
 reaped, failures retried with backoff, and a graceful drain on SIGTERM or
 SIGINT (a second signal stops at once). Migrations are applied at start

@@ -2,7 +2,7 @@
 -- rows ($1..$15, parallel arrays, one element per order), one ledger
 -- transaction per settled order ($16, $17), its entries ($18..$21), each
 -- moved balance once with the sum of its entries and its version raised by
--- their count, and one journal outbox row per moved balance at its final
+-- their count, and one outbox row per moved balance at its final
 -- version ($22..$24), which it returns.
 --
 -- The orders insert has no ON CONFLICT: the batch dropped the orders that had

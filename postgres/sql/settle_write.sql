@@ -2,7 +2,7 @@
 -- order, $9 the fill price, $10 the notional, $11 the settling lease's
 -- token), its ledger transaction, the entries of its moves ($13..$15,
 -- parallel arrays: account, asset, amount), each moved balance, and one
--- journal outbox row per balance ($16..$18: name, version, payload), which it
+-- outbox row per balance ($16..$18: name, version, payload), which it
 -- returns with the transaction's id.
 --
 -- Every write hangs on placed, the order's insert: when the order has its row
