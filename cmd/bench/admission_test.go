@@ -46,9 +46,12 @@ func TestAlternatingTakesTurns(t *testing.T) {
 	if len(ratios) != 4 {
 		t.Fatalf("%d round ratios, want 4", len(ratios))
 	}
+	// One round is a fifth of a second, so on a loaded machine a single
+	// late wake-up moves its ratio by a third; each round must still show
+	// b slower than a, and the whole run the half that the costs make.
 	for i, ratio := range ratios {
-		if ratio < 0.3 || ratio > 0.7 {
-			t.Errorf("round %d: ratio %.2f, want about 0.5", i+1, ratio)
+		if ratio <= 0.1 || ratio >= 0.95 {
+			t.Errorf("round %d: ratio %.2f, want b's rate below a's", i+1, ratio)
 		}
 	}
 	if whole := resultB.PerSecond / resultA.PerSecond; whole < 0.3 || whole > 0.7 {
