@@ -11,9 +11,9 @@ export PATH := /usr/local/go/bin:$(PATH)
 run:
 	bash scripts/run.sh
 
-# The second run repeats the emq suite on a shared 3-master Redis Cluster
-# (testserver.QueueRedis), so a script touching keys of two slots (CROSSSLOT)
-# fails the build.
+# The second run repeats the emq and coherence suites on a shared 3-master
+# Redis Cluster (testserver.QueueRedis), so a script touching keys of two
+# slots (CROSSSLOT) fails the build.
 #
 # Then each fuzz target runs briefly: 50,000 executions each (seconds), about
 # 45 s with the builds (see `fuzz` below). A count, not a duration: on Go 1.26
@@ -23,7 +23,7 @@ test:
 	bash scripts/deps.sh
 	$(MAKE) --no-print-directory lint
 	go test -race -count=1 -timeout 15m ./...
-	EMQ_TEST_REDIS=cluster go test -race -count=1 -timeout 10m ./emq/...
+	EMQ_TEST_REDIS=cluster go test -race -count=1 -timeout 10m ./emq/... ./coherence/...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=50000x
 
 generate:

@@ -10,7 +10,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/ordergate/ordergate/emq"
+
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
 )
@@ -19,13 +20,13 @@ import (
 type Control struct {
 	accounts    *postgres.Accounts
 	instruments *postgres.Instruments
-	// lanes broadcasts the changes; nil broadcasts nothing.
-	lanes *emq.Client
+	// caches broadcasts the changes; nil broadcasts nothing.
+	caches *coherence.Client
 }
 
-// New writes to db and broadcasts on lanes (nil: no broadcast).
-func New(db *pgxpool.Pool, lanes *emq.Client) *Control {
-	return &Control{accounts: postgres.NewAccounts(db), instruments: postgres.NewInstruments(db), lanes: lanes}
+// New writes to db and broadcasts through caches (nil: no broadcast).
+func New(db *pgxpool.Pool, caches *coherence.Client) *Control {
+	return &Control{accounts: postgres.NewAccounts(db), instruments: postgres.NewInstruments(db), caches: caches}
 }
 
 // RevokeKey revokes an API key by its KEY id, then broadcasts the revocation
@@ -38,10 +39,10 @@ func (c *Control) RevokeKey(ctx context.Context, keyID string) error {
 	if err != nil {
 		return err
 	}
-	if c.lanes == nil {
+	if c.caches == nil {
 		return nil
 	}
-	if err := c.lanes.Broadcast(ctx, placement.APIKeysTable, hex.EncodeToString(hash)); err != nil {
+	if err := c.caches.Broadcast(ctx, placement.APIKeysTable, hex.EncodeToString(hash)); err != nil {
 		return fmt.Errorf("control: %s is revoked, but the broadcast failed (gateways refuse it once their cached copy expires): %w", keyID, err)
 	}
 	return nil
@@ -55,10 +56,10 @@ func (c *Control) SetInstrumentHalted(ctx context.Context, symbol string, halted
 	if err := c.instruments.SetHalted(ctx, symbol, halted); err != nil {
 		return err
 	}
-	if c.lanes == nil {
+	if c.caches == nil {
 		return nil
 	}
-	if err := c.lanes.Broadcast(ctx, placement.InstrumentsTable, placement.InstrumentsTable+":"+symbol); err != nil {
+	if err := c.caches.Broadcast(ctx, placement.InstrumentsTable, placement.InstrumentsTable+":"+symbol); err != nil {
 		state := "trading"
 		if halted {
 			state = "halted"

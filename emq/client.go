@@ -28,9 +28,9 @@ const versionKey = "{emq}:version"
 type Client struct {
 	rdb redis.UniversalClient
 	log *slog.Logger
-	// admits and tokens carry the calls that arrive one per request (Admit,
-	// Queue.TakeToken), so concurrent requests share round trips.
-	admits, tokens *coalescer
+	// admits and permits carry the calls that arrive one per request (Admit,
+	// Queue.TakePermit), so concurrent requests share round trips.
+	admits, permits *coalescer
 }
 
 // Option configures Connect.
@@ -46,7 +46,7 @@ func WithLogger(log *slog.Logger) Option {
 // refused with a *VersionError. It warns when the server may evict keys, since
 // an evicting server silently loses jobs.
 func Connect(ctx context.Context, rdb redis.UniversalClient, opts ...Option) (*Client, error) {
-	c := &Client{rdb: rdb, log: slog.Default(), admits: newCoalescer(rdb, admitScript), tokens: newCoalescer(rdb, rateLimitScript)}
+	c := &Client{rdb: rdb, log: slog.Default(), admits: newCoalescer(rdb, admitScript), permits: newCoalescer(rdb, rateLimitScript)}
 	for _, opt := range opts {
 		opt(c)
 	}
@@ -130,7 +130,7 @@ func (c *Client) Check(ctx context.Context) error {
 // Close waits for the round trips in flight, then closes the connection pool.
 func (c *Client) Close() error {
 	c.admits.close()
-	c.tokens.close()
+	c.permits.close()
 	return c.rdb.Close()
 }
 

@@ -36,7 +36,7 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
-// TestConcurrentCallsShareRoundTrips: admissions and token takes made at
+// TestConcurrentCallsShareRoundTrips: admissions and permit takes made at
 // once by many callers travel in fewer pipelines than there are calls, and
 // each caller still gets its own answer.
 func TestConcurrentCallsShareRoundTrips(t *testing.T) {
@@ -57,8 +57,8 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 			}
 			return err
 		}},
-		{"take token", func(i int) error {
-			take, err := queue.TakeToken(ctx, fmt.Sprintf("bucket-%d", i%2), emq.TokenBucket{Capacity: callers, PerSecond: 1})
+		{"take permit", func(i int) error {
+			take, err := queue.TakePermit(ctx, fmt.Sprintf("bucket-%d", i%2), emq.Rate{Capacity: callers, PerSecond: 1})
 			if err == nil && !take.Allowed {
 				err = fmt.Errorf("refused: %+v", take)
 			}
@@ -112,7 +112,7 @@ func TestClosedClientRefusesCalls(t *testing.T) {
 	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := queue.TakeToken(cancelled, "b", emq.TokenBucket{Capacity: 1, PerSecond: 1}); !errors.Is(err, context.Canceled) && !errors.Is(err, emq.ErrClosed) {
-		t.Errorf("take token with a cancelled context: %v", err)
+	if _, err := queue.TakePermit(cancelled, "b", emq.Rate{Capacity: 1, PerSecond: 1}); !errors.Is(err, context.Canceled) && !errors.Is(err, emq.ErrClosed) {
+		t.Errorf("take permit with a cancelled context: %v", err)
 	}
 }

@@ -182,10 +182,10 @@ type Job struct {
 	// (up to two days and a minute longer); DefaultDedupRetention when zero.
 	// Jobs admitted under different retentions see each other's keys.
 	DedupRetention time.Duration
-	// RateLimit, when set, makes the admission first take a token from the
+	// RateLimit, when set, makes the admission first take a permit from the
 	// queue's named bucket, in the same script run: an empty bucket refuses
 	// the job with a *RateLimitedError and writes nothing else. A duplicate
-	// spends its token too.
+	// spends its permit too.
 	RateLimit *RateLimit
 }
 
@@ -198,7 +198,7 @@ type Admission struct {
 	// Duplicate is true when the dedup key was taken and nothing was written.
 	Duplicate bool
 	// Token is what the job's RateLimit took; nil when it had none.
-	Token *TokenTake
+	Take *Take
 }
 
 // Admit runs the admit script: kind check, duplicate refusal, row write and
@@ -258,14 +258,14 @@ func (q *Queue) admission(job Job, cmd *redis.Cmd) (Admission, error) {
 	}
 	admission := Admission{ID: text[1], Fingerprint: text[2], Duplicate: outcome == "duplicate"}
 	if job.RateLimit != nil {
-		take, err := tokenTakeOf(reply[3:])
+		take, err := takeOf(reply[3:])
 		if err != nil {
 			return Admission{}, fmt.Errorf("emq: admit %s on %s: %w", job.ID, q.name, err)
 		}
 		if outcome == "limited" {
 			return Admission{}, &RateLimitedError{Bucket: job.RateLimit.Bucket, Take: take}
 		}
-		admission.Token = &take
+		admission.Take = &take
 	}
 	return admission, nil
 }

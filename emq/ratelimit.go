@@ -9,60 +9,60 @@ import (
 	"time"
 )
 
-// TokenBucket is a rate limit: up to Capacity requests at once (the burst),
-// refilled at PerSecond tokens a second. Both are whole numbers from 1 to
+// Rate is a rate limit: up to Capacity requests at once (the burst),
+// refilled at PerSecond permits a second. Both are whole numbers from 1 to
 // 1,000,000.
-type TokenBucket struct {
+type Rate struct {
 	Capacity  int
 	PerSecond int
 }
 
-// TokenTake is the answer of a take from a token bucket.
-type TokenTake struct {
-	// Allowed is true when a token was taken.
+// Take is the answer of a take from a rate-limit bucket.
+type Take struct {
+	// Allowed is true when a permit was taken.
 	Allowed bool
-	// Remaining is the whole tokens left after this take.
+	// Remaining is the whole permits left after this take.
 	Remaining int
-	// RetryAfter is how long until the next token is available; 0 when one
+	// RetryAfter is how long until the next permit is available; 0 when one
 	// is available now.
 	RetryAfter time.Duration
 	// ResetAfter is how long until the bucket is full again.
 	ResetAfter time.Duration
 }
 
-// RateLimit names a token bucket of a queue and its size: the token an
-// admission takes first (Job.RateLimit), from the same bucket TakeToken
+// RateLimit names a rate-limit bucket of a queue and its size: the permit an
+// admission takes first (Job.RateLimit), from the same bucket TakePermit
 // takes from.
 type RateLimit struct {
 	Bucket string
-	Limit  TokenBucket
+	Limit  Rate
 }
 
 // ErrRateLimited matches every *RateLimitedError.
 var ErrRateLimited = errors.New("emq: rate limited")
 
-// RateLimitedError: the job's token bucket was empty, so it was not
+// RateLimitedError: the job's rate-limit bucket was empty, so it was not
 // admitted and nothing was written. Take says when to retry.
 type RateLimitedError struct {
 	Bucket string
-	Take   TokenTake
+	Take   Take
 }
 
 func (e *RateLimitedError) Error() string {
-	return fmt.Sprintf("emq: token bucket %s is empty; retry after %s", e.Bucket, e.Take.RetryAfter)
+	return fmt.Sprintf("emq: rate-limit bucket %s is empty; retry after %s", e.Bucket, e.Take.RetryAfter)
 }
 
 func (e *RateLimitedError) Unwrap() error { return ErrRateLimited }
 
-// MaxBucketSize is the largest capacity and per-second rate of a TokenBucket.
+// MaxBucketSize is the largest capacity and per-second rate of a Rate.
 const MaxBucketSize = 1_000_000
 
-// BucketKey is the Redis key of the queue's token bucket: a string under the
+// BucketKey is the Redis key of the queue's rate-limit bucket: a string under the
 // queue's hash tag, so that an admission can take from it in the same
 // script run.
 func (q *Queue) BucketKey(bucket string) string { return q.key("bucket:" + bucket) }
 
-// TakeToken takes one token from the queue's named bucket, or refuses when it
+// TakePermit takes one permit from the queue's named bucket, or refuses when it
 // is empty, in one script (lua/ratelimit.lua) on the server's clock. It is
 // the bucket an admission with Job.RateLimit takes from, so a caller can
 // limit its requests that admit nothing (bad ones, reads) and those that do
@@ -70,19 +70,19 @@ func (q *Queue) BucketKey(bucket string) string { return q.key("bucket:" + bucke
 // expires, so idle buckets cost no memory. The name is the caller's (an API
 // key's id or hash, say); it must not contain braces or spaces, and should
 // not contain secrets: it is part of a Redis key.
-func (q *Queue) TakeToken(ctx context.Context, bucket string, limit TokenBucket) (TokenTake, error) {
+func (q *Queue) TakePermit(ctx context.Context, bucket string, limit Rate) (Take, error) {
 	if err := validRateLimit(RateLimit{Bucket: bucket, Limit: limit}); err != nil {
-		return TokenTake{}, err
+		return Take{}, err
 	}
 	key := q.BucketKey(bucket)
-	reply, err := q.client.tokens.run(ctx, []string{key},
+	reply, err := q.client.permits.run(ctx, []string{key},
 		strconv.Itoa(limit.Capacity), strconv.Itoa(limit.PerSecond)).Slice()
 	if err != nil {
-		return TokenTake{}, fmt.Errorf("emq: take token from %s: %w", key, err)
+		return Take{}, fmt.Errorf("emq: take permit from %s: %w", key, err)
 	}
-	take, err := tokenTakeOf(reply)
+	take, err := takeOf(reply)
 	if err != nil {
-		return TokenTake{}, fmt.Errorf("emq: take token from %s: %w", key, err)
+		return Take{}, fmt.Errorf("emq: take permit from %s: %w", key, err)
 	}
 	return take, nil
 }
@@ -97,20 +97,20 @@ func validRateLimit(r RateLimit) error {
 	return nil
 }
 
-// tokenTakeOf reads the four integers of a take (see token_bucket.lua).
-func tokenTakeOf(reply []any) (TokenTake, error) {
+// takeOf reads the four integers of a take (see token_bucket.lua).
+func takeOf(reply []any) (Take, error) {
 	if len(reply) != 4 {
-		return TokenTake{}, fmt.Errorf("unexpected token take of %d values", len(reply))
+		return Take{}, fmt.Errorf("unexpected permit take of %d values", len(reply))
 	}
 	var n [4]int64
 	for i, value := range reply {
 		integer, ok := value.(int64)
 		if !ok {
-			return TokenTake{}, fmt.Errorf("unexpected token take %v", reply)
+			return Take{}, fmt.Errorf("unexpected permit take %v", reply)
 		}
 		n[i] = integer
 	}
-	return TokenTake{
+	return Take{
 		Allowed:    n[0] == 1,
 		Remaining:  int(n[1]),
 		RetryAfter: time.Duration(n[2]) * time.Millisecond,

@@ -12,9 +12,9 @@ import (
 	"github.com/ordergate/ordergate/lua"
 )
 
-func take(t *testing.T, queue *emq.Queue, bucket string, limit emq.TokenBucket) emq.TokenTake {
+func take(t *testing.T, queue *emq.Queue, bucket string, limit emq.Rate) emq.Take {
 	t.Helper()
-	got, err := queue.TakeToken(context.Background(), bucket, limit)
+	got, err := queue.TakePermit(context.Background(), bucket, limit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,14 +23,14 @@ func take(t *testing.T, queue *emq.Queue, bucket string, limit emq.TokenBucket) 
 
 func TestTakeTokenAllowsTheBurstThenRefuses(t *testing.T) {
 	queue, rdb := newQueue(t)
-	limit := emq.TokenBucket{Capacity: 3, PerSecond: 1}
+	limit := emq.Rate{Capacity: 3, PerSecond: 1}
 	for i, wantRemaining := range []int{2, 1, 0} {
 		got := take(t, queue, "burst", limit)
 		if !got.Allowed || got.Remaining != wantRemaining {
 			t.Fatalf("take %d: %+v, want allowed with %d remaining", i, got, wantRemaining)
 		}
 		if wantRemaining > 0 && got.RetryAfter != 0 {
-			t.Errorf("take %d: retry after %v with tokens left", i, got.RetryAfter)
+			t.Errorf("take %d: retry after %v with permits left", i, got.RetryAfter)
 		}
 	}
 	got := take(t, queue, "burst", limit)
@@ -38,10 +38,10 @@ func TestTakeTokenAllowsTheBurstThenRefuses(t *testing.T) {
 		t.Fatalf("take past the burst: %+v, want refused", got)
 	}
 	if got.RetryAfter <= 0 || got.RetryAfter > time.Second {
-		t.Errorf("retry after %v, want (0, 1s] at 1 token/s", got.RetryAfter)
+		t.Errorf("retry after %v, want (0, 1s] at 1 permit/s", got.RetryAfter)
 	}
 	if got.ResetAfter <= 2*time.Second || got.ResetAfter > 3*time.Second {
-		t.Errorf("reset after %v, want (2s, 3s] for 3 tokens at 1/s", got.ResetAfter)
+		t.Errorf("reset after %v, want (2s, 3s] for 3 permits at 1/s", got.ResetAfter)
 	}
 	// The bucket lives under the queue's hash tag and expires once full again.
 	key := queue.BucketKey("burst")
@@ -56,7 +56,7 @@ func TestTakeTokenAllowsTheBurstThenRefuses(t *testing.T) {
 
 func TestTakeTokenRefillsOverTime(t *testing.T) {
 	queue, _ := newQueue(t)
-	limit := emq.TokenBucket{Capacity: 2, PerSecond: 20} // a token every 50 ms
+	limit := emq.Rate{Capacity: 2, PerSecond: 20} // a permit every 50 ms
 	take(t, queue, "refill", limit)
 	take(t, queue, "refill", limit)
 	refused := take(t, queue, "refill", limit)
@@ -83,7 +83,7 @@ func TestTakeTokenRefillsOverTime(t *testing.T) {
 
 func TestTakeTokenBucketsAreIndependent(t *testing.T) {
 	queue, _ := newQueue(t)
-	limit := emq.TokenBucket{Capacity: 1, PerSecond: 1}
+	limit := emq.Rate{Capacity: 1, PerSecond: 1}
 	if got := take(t, queue, "a", limit); !got.Allowed {
 		t.Fatalf("a: %+v", got)
 	}
@@ -100,17 +100,17 @@ func TestTakeTokenRefusesBadArguments(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
 		bucket string
-		limit  emq.TokenBucket
+		limit  emq.Rate
 	}{
-		{"", emq.TokenBucket{Capacity: 1, PerSecond: 1}},
-		{"a}b", emq.TokenBucket{Capacity: 1, PerSecond: 1}},
-		{"a b", emq.TokenBucket{Capacity: 1, PerSecond: 1}},
-		{"a", emq.TokenBucket{Capacity: 0, PerSecond: 1}},
-		{"a", emq.TokenBucket{Capacity: 1, PerSecond: 0}},
-		{"a", emq.TokenBucket{Capacity: 1_000_001, PerSecond: 1}},
+		{"", emq.Rate{Capacity: 1, PerSecond: 1}},
+		{"a}b", emq.Rate{Capacity: 1, PerSecond: 1}},
+		{"a b", emq.Rate{Capacity: 1, PerSecond: 1}},
+		{"a", emq.Rate{Capacity: 0, PerSecond: 1}},
+		{"a", emq.Rate{Capacity: 1, PerSecond: 0}},
+		{"a", emq.Rate{Capacity: 1_000_001, PerSecond: 1}},
 	} {
-		if _, err := queue.TakeToken(ctx, c.bucket, c.limit); err == nil {
-			t.Errorf("TakeToken(%q, %+v) succeeded, want refused", c.bucket, c.limit)
+		if _, err := queue.TakePermit(ctx, c.bucket, c.limit); err == nil {
+			t.Errorf("TakePermit(%q, %+v) succeeded, want refused", c.bucket, c.limit)
 		}
 	}
 	// The script checks its arguments too, for callers that skip the client.
@@ -122,27 +122,27 @@ func TestTakeTokenRefusesBadArguments(t *testing.T) {
 	}
 }
 
-// limitedJob is a job that takes a token from bucket first.
-func limitedJob(id, dedup, bucket string, limit emq.TokenBucket) emq.Job {
+// limitedJob is a job that takes a permit from bucket first.
+func limitedJob(id, dedup, bucket string, limit emq.Rate) emq.Job {
 	return emq.Job{ID: id, Kind: "test.job", Group: "g", DedupKey: dedup, Fingerprint: "fp-" + dedup,
 		RateLimit: &emq.RateLimit{Bucket: bucket, Limit: limit}}
 }
 
-// An admission with a rate limit takes its token in the same script run: the
+// An admission with a rate limit takes its permit in the same script run: the
 // burst is admitted, the next job is refused with a *RateLimitedError and
 // nothing written, and after Retry-After it is admitted.
 func TestAdmitTakesItsTokenFirst(t *testing.T) {
 	queue, _ := newQueue(t)
 	ctx := context.Background()
-	limit := emq.TokenBucket{Capacity: 2, PerSecond: 20}
+	limit := emq.Rate{Capacity: 2, PerSecond: 20}
 	for i, wantRemaining := range []int{1, 0} {
 		id := fmt.Sprintf("J%d", i)
 		admission, err := queue.Admit(ctx, limitedJob(id, id, "k", limit))
 		if err != nil {
 			t.Fatalf("admit %s: %v", id, err)
 		}
-		if admission.Duplicate || admission.ID != id || admission.Token == nil || !admission.Token.Allowed || admission.Token.Remaining != wantRemaining {
-			t.Fatalf("admit %s: %+v (token %+v), want admitted with %d tokens left", id, admission, admission.Token, wantRemaining)
+		if admission.Duplicate || admission.ID != id || admission.Take == nil || !admission.Take.Allowed || admission.Take.Remaining != wantRemaining {
+			t.Fatalf("admit %s: %+v (permit %+v), want admitted with %d permits left", id, admission, admission.Take, wantRemaining)
 		}
 	}
 	_, err := queue.Admit(ctx, limitedJob("J2", "J2", "k", limit))
@@ -166,12 +166,12 @@ func TestAdmitTakesItsTokenFirst(t *testing.T) {
 	}
 }
 
-// Admission and TakeToken draw on one bucket, and a duplicate spends its
-// token like any other request.
+// Admission and TakePermit draw on one bucket, and a duplicate spends its
+// permit like any other request.
 func TestAdmitSharesTheBucketWithTakeToken(t *testing.T) {
 	queue, _ := newQueue(t)
 	ctx := context.Background()
-	limit := emq.TokenBucket{Capacity: 3, PerSecond: 1}
+	limit := emq.Rate{Capacity: 3, PerSecond: 1}
 	if got := take(t, queue, "shared", limit); !got.Allowed || got.Remaining != 2 {
 		t.Fatalf("take: %+v", got)
 	}
@@ -179,8 +179,8 @@ func TestAdmitSharesTheBucketWithTakeToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	replay, err := queue.Admit(ctx, limitedJob("A2", "same", "shared", limit))
-	if err != nil || !replay.Duplicate || replay.ID != "A1" || replay.Token == nil || replay.Token.Remaining != 0 {
-		t.Fatalf("duplicate: %+v (token %+v), %v; want A1 with the last token spent", replay, replay.Token, err)
+	if err != nil || !replay.Duplicate || replay.ID != "A1" || replay.Take == nil || replay.Take.Remaining != 0 {
+		t.Fatalf("duplicate: %+v (permit %+v), %v; want A1 with the last permit spent", replay, replay.Take, err)
 	}
 	if got := take(t, queue, "shared", limit); got.Allowed {
 		t.Errorf("take after the admissions emptied the bucket: %+v, want refused", got)
@@ -188,19 +188,19 @@ func TestAdmitSharesTheBucketWithTakeToken(t *testing.T) {
 	if _, err := queue.Admit(ctx, limitedJob("A3", "other", "other-bucket", limit)); err != nil {
 		t.Errorf("another bucket: %v", err)
 	}
-	// Without a rate limit an admission takes no token and reports none.
+	// Without a rate limit an admission takes no permit and reports none.
 	plain, err := queue.Admit(ctx, emq.Job{ID: "A4", Kind: "test.job", Group: "g"})
-	if err != nil || plain.Token != nil {
-		t.Errorf("admission without a rate limit: %+v, %v; want admitted with no token", plain, err)
+	if err != nil || plain.Take != nil {
+		t.Errorf("admission without a rate limit: %+v, %v; want admitted with no permit", plain, err)
 	}
 }
 
 func TestAdmitRefusesABadRateLimit(t *testing.T) {
 	queue, _ := newQueue(t)
 	for _, limit := range []emq.RateLimit{
-		{Bucket: "", Limit: emq.TokenBucket{Capacity: 1, PerSecond: 1}},
-		{Bucket: "a{b", Limit: emq.TokenBucket{Capacity: 1, PerSecond: 1}},
-		{Bucket: "a", Limit: emq.TokenBucket{Capacity: 0, PerSecond: 1}},
+		{Bucket: "", Limit: emq.Rate{Capacity: 1, PerSecond: 1}},
+		{Bucket: "a{b", Limit: emq.Rate{Capacity: 1, PerSecond: 1}},
+		{Bucket: "a", Limit: emq.Rate{Capacity: 0, PerSecond: 1}},
 	} {
 		job := emq.Job{ID: "B1", Kind: "test.job", Group: "g", RateLimit: &limit}
 		if _, err := queue.Admit(context.Background(), job); err == nil || errors.Is(err, emq.ErrRateLimited) {

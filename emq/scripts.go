@@ -20,6 +20,5 @@ var (
 	cancelScript   = redis.NewScript(lua.Cancel)
 	requeueScript  = redis.NewScript(lua.Requeue)
 
-	cacheFillScript = redis.NewScript(lua.CacheFill)
 	rateLimitScript = redis.NewScript(lua.RateLimit)
 )

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordergate/ordergate/api/client"
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/gateway"
 	"github.com/ordergate/ordergate/internal/apitest"
@@ -22,15 +23,15 @@ import (
 )
 
 // balanceFixture is the gateway fixture with the balance read side wired as
-// cmd/gateway wires it, plus the coherence job lane a worker runs.
+// cmd/gateway wires it, plus the coherence job mode a worker runs.
 type balanceFixture struct {
 	*fixture
-	url      string
-	client   *emq.Client
-	ledger   *postgres.Ledger
-	relay    *placement.JournalRelay
-	lane     *emq.Queue
-	consumer *placement.BalanceCoherence
+	url            string
+	client         *emq.Client
+	ledger         *postgres.Ledger
+	relay          *placement.OutboxRelay
+	coherenceQueue *emq.Queue
+	consumer       *placement.BalanceCoherence
 }
 
 func newBalanceFixture(t testing.TB, accounts int) *balanceFixture {
@@ -42,14 +43,14 @@ func newBalanceFixture(t testing.TB, accounts int) *balanceFixture {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewJSONHandler(f.logs, nil))
-	f.url = f.serve(t, placement.NewBalances(postgres.NewBalances(f.db), f.client, log))
+	f.url = f.serve(t, placement.NewBalances(postgres.NewBalances(f.db), f.caches, log))
 	f.ledger = postgres.NewLedger(f.db)
-	f.relay = placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceLanes, log)
+	f.relay = placement.NewOutboxRelay(postgres.NewOutbox(f.db), f.client, placement.CoherenceModes, log)
 	if err := f.relay.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f.lane = f.client.Queue(emq.CoherenceQueue(placement.BalancesTable))
-	f.consumer = placement.NewBalanceCoherence(postgres.NewAppliedVersions(f.db), f.client, log)
+	f.coherenceQueue = f.client.Queue(coherence.Queue(placement.BalancesTable))
+	f.consumer = placement.NewBalanceCoherence(postgres.NewAppliedVersions(f.db), f.caches, log)
 	return f
 }
 
@@ -148,7 +149,7 @@ func TestBalancesNeedAValidKey(t *testing.T) {
 }
 
 // TestBalanceChangeShowsOnceItsCoherenceJobRan follows one change through the
-// whole job lane: the journal row, the relay onto ecc.coh.balances, the
+// whole job mode: the outbox row, the relay onto ecc.coh.balances, the
 // consumer, and the read.
 func TestBalanceChangeShowsOnceItsCoherenceJobRan(t *testing.T) {
 	ctx := context.Background()
@@ -159,11 +160,11 @@ func TestBalanceChangeShowsOnceItsCoherenceJobRan(t *testing.T) {
 		t.Fatalf("balances %s, want %s", got, want)
 	}
 
-	// A withdrawal, and the journal row it wrote for the account's balance.
+	// A withdrawal, and the outbox row it wrote for the account's balance.
 	if err := f.ledger.Withdraw(ctx, account, "USD", "40"); err != nil {
 		t.Fatal(err)
 	}
-	var entry orders.JournalEntry
+	var entry orders.OutboxEntry
 	name := orders.BalanceName(account, "USD")
 	if err := f.db.QueryRow(ctx, `SELECT j.id, j.name, j.version, j.payload
 		FROM outbox j JOIN balances b ON j.name = $1 AND j.version = b.version
@@ -175,8 +176,8 @@ func TestBalanceChangeShowsOnceItsCoherenceJobRan(t *testing.T) {
 		t.Errorf("before the coherence job: balances %s, want the cached %s", got, want)
 	}
 
-	f.relay.Relay(ctx, []orders.JournalEntry{entry})
-	claims, err := f.lane.Claim(ctx, 10, time.Minute)
+	f.relay.Relay(ctx, []orders.OutboxEntry{entry})
+	claims, err := f.coherenceQueue.Claim(ctx, 10, time.Minute)
 	if err != nil || len(claims) != 1 || string(claims[0].Payload) != name+"@2" {
 		t.Fatalf("claimed %+v, %v; want the one job %s@2", claims, err, name)
 	}

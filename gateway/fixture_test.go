@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/gateway"
 	"github.com/ordergate/ordergate/internal/apitest"
@@ -38,6 +39,7 @@ type fixture struct {
 	// queue is the orders queue, for tests that play the worker.
 	queue       *emq.Queue
 	client      *emq.Client
+	caches      *coherence.Client
 	databaseURL string
 	accounts    []string
 	keys        []string
@@ -69,6 +71,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 		t.Fatal(err)
 	}
 	f.queue, f.client, f.databaseURL = queueClient.Queue(orders.Queue), queueClient, database.URL
+	f.caches = coherence.New(f.rdb)
 	placer := placement.NewPlacer(f.queue, 0, placement.WithHistory(postgres.NewHistory(f.db)))
 	if err := placer.Declare(ctx); err != nil {
 		t.Fatal(err)
@@ -81,7 +84,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 	// reach the cache by its broadcast.
 	keys := placement.NewKeyCache(postgres.NewAccounts(f.db), time.Hour)
 	following, stopFollowing := context.WithCancel(ctx)
-	subscription, err := keys.FollowRevocations(following, queueClient)
+	subscription, err := keys.FollowRevocations(following, f.caches)
 	if err != nil {
 		stopFollowing()
 		t.Fatal(err)
@@ -98,7 +101,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 		Placer:      placer,
 		Instruments: f.instruments,
 		Accounts:    keys,
-		Balances:    placement.NewBalances(postgres.NewBalances(f.db), queueClient, log),
+		Balances:    placement.NewBalances(postgres.NewBalances(f.db), f.caches, log),
 		Probes: []gateway.Probe{
 			{Name: "redis", Check: func(ctx context.Context) error { return f.rdb.Ping(ctx).Err() }},
 			{Name: "fence", Check: queueClient.Check},

@@ -21,14 +21,14 @@ import (
 	"github.com/ordergate/ordergate/placement"
 )
 
-// placeOrder admits an order. Its rate limit token is taken by the admit
+// placeOrder admits an order. Its rate limit permit is taken by the admit
 // script itself, in the same run as the admission: one Redis call per
 // placement, not two. A request refused before admission (a bad body) takes
-// its token on its own, so bad requests are limited like any other.
+// its permit on its own, so bad requests are limited like any other.
 func (s *Server) placeOrder(c echo.Context) error {
 	cmd, err := s.placeCommandOf(c)
 	if err != nil {
-		if limited := s.takeToken(c); limited != nil {
+		if limited := s.takePermit(c); limited != nil {
 			return limited
 		}
 		return err
@@ -42,10 +42,10 @@ func (s *Server) placeOrder(c echo.Context) error {
 	if errors.As(err, &limited) {
 		return s.answerTake(c, limited.Take)
 	}
-	if placement.Token != nil {
+	if placement.Take != nil {
 		// Allowed (the take came before the outcome), so only the headers:
-		// on an admission and on a refusal that spent the token alike.
-		_ = s.answerTake(c, *placement.Token)
+		// on an admission and on a refusal that spent the permit alike.
+		_ = s.answerTake(c, *placement.Take)
 	}
 	if err != nil {
 		return err

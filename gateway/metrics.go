@@ -56,7 +56,7 @@ func newMetrics(registry *prometheus.Registry) *metrics {
 		}, []string{"status"}),
 		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rate_limited_total",
-			Help: "Requests refused with 429 because their API key's token bucket was empty.",
+			Help: "Requests refused with 429 because their API key's rate-limit bucket was empty.",
 		}),
 		rateLimitFailOpen: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rate_limit_fail_open_total",
@@ -104,7 +104,7 @@ func (m *metrics) countPlacement(status int) {
 }
 
 // methodLabel keeps the method label to the methods HTTP defines: a client
-// may send any token as a method.
+// may send any permit as a method.
 func methodLabel(method string) string {
 	switch method {
 	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,

@@ -22,7 +22,7 @@ const (
 // requestState is what the middleware and handlers learn of one request,
 // kept in one value under contextRequest rather than an entry each.
 type requestState struct {
-	// account and bucket are the API key's account and token bucket, once
+	// account and bucket are the API key's account and rate-limit bucket, once
 	// authenticate has found them.
 	account, bucket string
 	// order is the order a placement admitted or replayed, for the access

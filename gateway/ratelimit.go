@@ -20,7 +20,7 @@ const (
 	headerRateLimitReset     = "Ratelimit-Reset"
 )
 
-// keyBucket names an API key's token bucket: the first 128 bits of the key's
+// keyBucket names an API key's rate-limit bucket: the first 128 bits of the key's
 // SHA-256 in hex, a prefix of the key_hash it is stored under, so an operator
 // can find the key behind a bucket. The key itself never reaches Redis or a
 // log.
@@ -29,7 +29,7 @@ func keyBucket(key string) string {
 	return "key:" + hex.EncodeToString(sum[:16])
 }
 
-// rateLimit takes a token from the authenticated key's bucket before the
+// rateLimit takes a permit from the authenticated key's bucket before the
 // request is served, and refuses it with 429 when the bucket is empty. Every
 // answer it lets through or refuses carries the RateLimit-* headers.
 // Placements take theirs in the admission instead (placeOrder).
@@ -38,7 +38,7 @@ func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
 		return next
 	}
 	return func(c echo.Context) error {
-		if err := s.takeToken(c); err != nil {
+		if err := s.takePermit(c); err != nil {
 			return err
 		}
 		return next(c)
@@ -50,12 +50,12 @@ func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
 // tests) limits nothing.
 func (s *Server) limiting() bool { return s.placer != nil && s.config.RateLimitBurst > 0 }
 
-// limit is the token bucket of every API key.
-func (s *Server) limit() emq.TokenBucket {
-	return emq.TokenBucket{Capacity: s.config.RateLimitBurst, PerSecond: s.config.RateLimitPerSecond}
+// limit is the rate-limit bucket of every API key.
+func (s *Server) limit() emq.Rate {
+	return emq.Rate{Capacity: s.config.RateLimitBurst, PerSecond: s.config.RateLimitPerSecond}
 }
 
-// takeToken takes a token from the key's bucket of the orders queue, the
+// takePermit takes a permit from the key's bucket of the orders queue, the
 // bucket placements take from in their admission, and answers it: nil when
 // the request may go on, the 429 refusal when not.
 //
@@ -64,11 +64,11 @@ func (s *Server) limit() emq.TokenBucket {
 // rate_limit_fail_open_total. An exchange would rather keep serving reads
 // (orders from PostgreSQL) than refuse everything because the limiter is
 // down; placements need Redis anyway and answer 503 on their own.
-func (s *Server) takeToken(c echo.Context) error {
+func (s *Server) takePermit(c echo.Context) error {
 	if !s.limiting() {
 		return nil
 	}
-	take, err := s.placer.TakeToken(c.Request().Context(), state(c).bucket, s.limit())
+	take, err := s.placer.TakePermit(c.Request().Context(), state(c).bucket, s.limit())
 	if err != nil {
 		s.metrics.rateLimitFailOpen.Inc()
 		s.logger(c).Warn("rate limiter unavailable; request let through unlimited", "err", err)
@@ -79,7 +79,7 @@ func (s *Server) takeToken(c echo.Context) error {
 
 // answerTake puts take on the answer as the RateLimit-* headers and, when
 // the bucket was empty, returns the 429 refusal with its Retry-After.
-func (s *Server) answerTake(c echo.Context, take emq.TokenTake) error {
+func (s *Server) answerTake(c echo.Context, take emq.Take) error {
 	limit := s.limit()
 	// Assigned in their canonical form: Header.Set would canonicalize
 	// "RateLimit-…" into a new string on every request.

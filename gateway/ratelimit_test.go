@@ -65,7 +65,7 @@ func TestRateLimitRefusesPastTheBurst(t *testing.T) {
 			t.Errorf("problem %s", res.body)
 		}
 		if got := headerInt(t, res, "Retry-After"); got != 1 {
-			t.Errorf("Retry-After %d, want 1 (a token a second)", got)
+			t.Errorf("Retry-After %d, want 1 (a permit a second)", got)
 		}
 		if got := headerInt(t, res, "RateLimit-Remaining"); got != 0 {
 			t.Errorf("RateLimit-Remaining %d, want 0", got)
@@ -89,9 +89,9 @@ func TestRateLimitRefusesPastTheBurst(t *testing.T) {
 	}
 }
 
-// A placement takes its token in its admission, from the same bucket as the
+// A placement takes its permit in its admission, from the same bucket as the
 // key's other requests: placements count RateLimit-Remaining down, a replay,
-// a conflicting reuse and a refused body spend a token too and say so, and
+// a conflicting reuse and a refused body spend a permit too and say so, and
 // an order past the burst is refused with 429 and not admitted.
 func TestRateLimitPlacementsShareTheBucket(t *testing.T) {
 	f := newFixtureWith(t, 1, limited(5, 1))
@@ -148,7 +148,7 @@ func TestRateLimitRefillsAfterRetryAfter(t *testing.T) {
 		t.Fatalf("after Retry-After: %d %s, want 200", res.status, res.body)
 	}
 	if got := headerInt(t, res, "RateLimit-Remaining"); got != 0 {
-		t.Errorf("RateLimit-Remaining %d, want 0 (the one refilled token was taken)", got)
+		t.Errorf("RateLimit-Remaining %d, want 0 (the one refilled permit was taken)", got)
 	}
 }
 
@@ -236,7 +236,7 @@ func TestRevokedKeyIsRefusedOnceTheRevocationIsBroadcast(t *testing.T) {
 	if res := f.list(t, key, nil); res.status != http.StatusOK {
 		t.Fatalf("before revocation: %d %s", res.status, res.body)
 	}
-	if err := control.New(f.db, f.client).RevokeKey(context.Background(), f.keyIDs[0]); err != nil {
+	if err := control.New(f.db, f.caches).RevokeKey(context.Background(), f.keyIDs[0]); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)

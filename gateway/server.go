@@ -27,9 +27,9 @@ type Config struct {
 	// hangs turns into a 503 instead of a hung client.
 	RequestTimeout time.Duration
 	// RateLimitBurst is how many requests one API key may make at once (the
-	// token bucket's capacity); 0 turns rate limiting off. The buckets live
-	// with the orders queue (Placer.TakeToken), so placements take their
-	// token in the admission.
+	// rate-limit bucket's capacity); 0 turns rate limiting off. The buckets live
+	// with the orders queue (Placer.TakePermit), so placements take their
+	// permit in the admission.
 	RateLimitBurst int
 	// RateLimitPerSecond is how many requests a second one API key may make
 	// sustained (the bucket's refill rate).
@@ -143,7 +143,7 @@ func New(deps Deps, config Config) *Server {
 	// Authentication and the rate limit are per route: group middleware would
 	// answer a wrong method on a known path with 404 instead of 405. The
 	// limit runs after authentication: its buckets are per API key. A
-	// placement takes its token in the admission (placeOrder).
+	// placement takes its permit in the admission (placeOrder).
 	v1 := []echo.MiddlewareFunc{s.authenticate, s.rateLimit}
 	e.POST(placeOrderRoute, s.placeOrder, s.authenticate)
 	e.GET(placeOrderRoute, s.listOrders, v1...)

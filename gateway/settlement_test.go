@@ -64,7 +64,7 @@ func TestRandomOrdersSettleExactlyOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(pool.Close)
-		relay := placement.NewJournalRelay(postgres.NewJournal(pool), f.client, placement.CoherenceLanes, quiet)
+		relay := placement.NewOutboxRelay(postgres.NewOutbox(pool), f.client, placement.CoherenceModes, quiet)
 		settler := postgres.NewSettler(pool, relay, quiet)
 		working.Go(func() {
 			err := f.queue.Work(workCtx, settlement.Settle(settler), emq.WorkerOptions{

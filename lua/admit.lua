@@ -20,8 +20,8 @@
 -- KEYS[7]   emq:{q}:clock               string virtual time: the highest tag claimed
 -- KEYS[8]   emq:{q}:dedup:<w>           hash   digest -> "<job id> <fingerprint>"; this admission's window
 -- KEYS[9..] emq:{q}:dedup:<w-span..w-1>, <w+1>  hash  the other windows to look in
--- KEYS[n]   emq:{q}:bucket:<name>       string with ARGV[8]: the last key, the token bucket
---                                              to take from first (see token_bucket.lua)
+-- KEYS[n]   emq:{q}:bucket:<name>       string with ARGV[8]: the last key, the rate-limit bucket
+--                                              to take from first (see permit_bucket.lua)
 --
 -- ARGV[1] job id
 -- ARGV[2] kind
@@ -30,7 +30,7 @@
 -- ARGV[5] request fingerprint, returned to a later duplicate
 -- ARGV[6] digest of the dedup key (raw bytes)
 -- ARGV[7] when window w may expire, in unix milliseconds (at the earliest)
--- ARGV[8] optional: the bucket's capacity; admission first takes a token
+-- ARGV[8] optional: the bucket's capacity; admission first takes a permit
 --         from the bucket in the last key, and an empty bucket refuses the job
 -- ARGV[9] with ARGV[8]: the bucket's refill per second
 --
@@ -41,9 +41,9 @@
 --   error "EMQKIND ..."                  the queue does not accept this kind; nothing written
 --   error "ERLARG ..."                   the bucket's size is malformed; nothing written
 --   error "EMQEXISTS ..."                a job with this id exists already; nothing
---                                        written but the token taken
+--                                        written but the permit taken
 -- With a bucket, the take's four integers follow the three strings:
--- allowed, remaining, retry_ms, reset_ms (see token_bucket.lua). The token is
+-- allowed, remaining, retry_ms, reset_ms (see permit_bucket.lua). The permit is
 -- spent by a duplicate too: a retry is a request like any other.
 
 local id, kind, group, payload, fingerprint, digest = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
@@ -58,11 +58,11 @@ local take
 if ARGV[8] then
   local err
   last_window = #KEYS - 1
-  take, err = take_token(KEYS[#KEYS], ARGV[8], ARGV[9], at)
+  take, err = take_permit(KEYS[#KEYS], ARGV[8], ARGV[9], at)
   if err then return err end
 end
 
--- reply is the three strings, and the token take when there was one.
+-- reply is the three strings, and the permit take when there was one.
 local function reply(outcome, first, stored)
   if not take then return {outcome, first, stored} end
   return {outcome, first, stored, take[1], take[2], take[3], take[4]}

@@ -1,5 +1,5 @@
 -- clock: the server's time, for every script that reads it. Package lua
--- prepends this file to lib.lua's users and to token_bucket.lua's, so the
+-- prepends this file to lib.lua's users and to permit_bucket.lua's, so the
 -- conversion is written once.
 --
 -- now()   server time in milliseconds (TIME), never the caller's clock

@@ -1,7 +1,7 @@
 // Package lua holds the queue's Redis scripts. Each state move of a job is one
 // script file, embedded here so the binaries carry them and emq can run them
 // EVALSHA-first. clock.lua reads the server's time, lib.lua holds helpers
-// the job moves share, token_bucket.lua the token bucket; each is prepended
+// the job moves share, permit_bucket.lua the rate-limit bucket; each is prepended
 // to the scripts that use it, so every move still runs as one script.
 package lua
 
@@ -16,8 +16,8 @@ var libText string
 // lib is the job moves' helpers, after the clock they read.
 var lib = clock + libText
 
-//go:embed token_bucket.lua
-var tokenBucket string
+//go:embed permit_bucket.lua
+var permitBucket string
 
 var (
 	//go:embed admit.lua
@@ -47,8 +47,8 @@ var (
 // The scripts, one per state move, each with the shared helpers in front.
 var (
 	// Admit writes a new job and puts it in its group's fair lane, or refuses
-	// it; it may take a token from a token bucket first.
-	Admit = lib + tokenBucket + admit
+	// it; it may take a permit from a rate-limit bucket first.
+	Admit = lib + permitBucket + admit
 	// Claim leases pending jobs in fair-lane order.
 	Claim = lib + claim
 	// Extend renews a lease.
@@ -68,13 +68,14 @@ var (
 	// Requeue revives a dead job.
 	Requeue = lib + requeue
 	// CacheFill writes versioned cache entries that are newer than the cached
-	// ones. It moves no job, so it goes without the helpers.
+	// ones (package coherence runs it). It moves no job, so it goes without
+	// the helpers.
 	CacheFill = cacheFill
 )
 
 //go:embed ratelimit.lua
 var rateLimit string
 
-// RateLimit takes a token from a token bucket, or refuses. It moves no job,
+// RateLimit takes a permit from a rate-limit bucket, or refuses. It moves no job,
 // so it goes without the job helpers.
-var RateLimit = clock + tokenBucket + rateLimit
+var RateLimit = clock + permitBucket + rateLimit

@@ -34,7 +34,7 @@ CREATE INDEX orders_account_newest ON orders (account_id, id DESC);
 CREATE INDEX orders_account_status_newest ON orders (account_id, status, id DESC);
 
 -- The journal outbox: one row per changed balance, written in the same
--- transaction as the change, relayed to the coherence job lane after commit.
+-- transaction as the change, relayed to the coherence job queue after commit.
 CREATE TABLE journal_outbox (
     id         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     -- what changed, e.g. balances/ACC_.../USD
@@ -48,7 +48,7 @@ CREATE TABLE journal_outbox (
 
 CREATE INDEX journal_outbox_unrelayed ON journal_outbox (id) WHERE relayed_at IS NULL;
 
--- The last version the coherence lane applied per name: a delivery at or
+-- The last version the coherence consumer applied per name: a delivery at or
 -- below it changes nothing, so duplicates and reordering are harmless.
 CREATE TABLE journal_applied (
     name       TEXT PRIMARY KEY,

@@ -2,24 +2,24 @@ package orders
 
 import "context"
 
-// JournalEntry is one row of the journal outbox: a balance changed to a new
+// OutboxEntry is one row of the outbox: a balance changed to a new
 // version. Name is "balances:<account>:<asset>"; Payload is "<name>@<version>",
-// the message both coherence lanes carry and the job lane's dedup key.
-type JournalEntry struct {
+// the message both coherence modes carry and the job mode's dedup key.
+type OutboxEntry struct {
 	ID      int64
 	Name    string
 	Version int64
 	Payload string
 }
 
-// BalanceName is the journal name of one account's balance of one asset.
+// BalanceName is the outbox name of one account's balance of one asset.
 func BalanceName(account, asset string) string { return "balances:" + account + ":" + asset }
 
-// Relayer hears of journal entries right after the transaction that wrote
-// them commits, and carries them to the coherence lane. A crash before it
+// Relayer hears of outbox entries right after the transaction that wrote
+// them commits, and carries them to the coherence queue. A crash before it
 // runs is caught by the relay's sweep of unrelayed rows.
 type Relayer interface {
-	Relay(ctx context.Context, entries []JournalEntry)
+	Relay(ctx context.Context, entries []OutboxEntry)
 }
 
 // BalanceVersion says one account's balance of one asset reached Version:

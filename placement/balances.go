@@ -10,43 +10,44 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/orders"
 )
 
-// BalancesTable names balances on the coherence lanes: their journal names,
-// their job queue (emq.CoherenceQueue) and their cache keys all carry it.
+// BalancesTable names balances in coherence: their outbox names,
+// their job queue (coherence.Queue) and their cache keys all carry it.
 const BalancesTable = "balances"
 
-// CoherenceLanes declares how each table's changes reach the caches.
-// Balances ride the job lane: a stale balance costs money, so the message
-// must survive a crash and a lost one is not acceptable. Instruments ride the
-// broadcast lane: a lost halt message costs one refresh interval, after
+// CoherenceModes declares how each table's changes reach the caches.
+// Balances use the job mode: a stale balance costs money, so the message
+// must survive a crash and a lost one is not acceptable. Instruments use the
+// broadcast mode: a lost halt message costs one refresh interval, after
 // which every gateway rereads the table anyway.
-var CoherenceLanes = emq.Lanes{BalancesTable: emq.LaneJob, InstrumentsTable: emq.LaneBroadcast}
+var CoherenceModes = coherence.Modes{BalancesTable: coherence.ModeJob, InstrumentsTable: coherence.ModeBroadcast}
 
 // The cache holds one hash per account, ecc:{balances}:<account>, field =
 // asset, value "<version> <available>", every write a conditional fill
-// (emq.FillIfNewer) so no version is ever replaced by an older one. Nothing
-// deletes or expires a field: a filler that read PostgreSQL before a newer
-// version was cached can only be refused while that newer version is there
-// to compare with.
+// (coherence.Client.FillIfNewer) so no version is ever replaced by an older
+// one. Nothing deletes or expires a field: a filler that read PostgreSQL
+// before a newer version was cached can only be refused while that newer
+// version is there to compare with.
 //
-// The coherence lane refreshes single fields, and may create the hash doing
-// so, so a hash need not hold every balance of the account. completeField
-// marks one that does: a read fills every balance of the account at once,
-// marker included, and from then on the lane keeps each field current. Asset
-// codes are upper case letters and digits, so the marker is never an asset.
+// The coherence consumer refreshes single fields, and may create the hash
+// doing so, so a hash need not hold every balance of the account.
+// completeField marks one that does: a read fills every balance of the
+// account at once, marker included, and from then on the consumer keeps each
+// field current. Asset codes are upper case letters and digits, so the marker
+// is never an asset.
 const completeField = "~complete"
 
 // BalanceCacheKey is the cache hash of an account's balances.
-func BalanceCacheKey(account string) string { return emq.CacheKey(BalancesTable, account) }
+func BalanceCacheKey(account string) string { return coherence.CacheKey(BalancesTable, account) }
 
 // Balances reads accounts' balances: from the cache when it holds the whole
 // account, from PostgreSQL otherwise, filling the cache as it goes.
 type Balances struct {
 	db    BalanceReader
-	cache *emq.Client
+	cache *coherence.Client
 	log   *slog.Logger
 	// lastCacheWarning (UnixNano) keeps a Redis outage from logging once
 	// per request.
@@ -73,7 +74,7 @@ type BalanceReader interface {
 
 // NewBalances reads from db and caches in cache's Redis; with a nil cache
 // every read goes to PostgreSQL.
-func NewBalances(db BalanceReader, cache *emq.Client, log *slog.Logger) *Balances {
+func NewBalances(db BalanceReader, cache *coherence.Client, log *slog.Logger) *Balances {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -109,11 +110,11 @@ func (b *Balances) Of(ctx context.Context, account string) ([]orders.Balance, er
 	if err != nil {
 		return nil, err
 	}
-	entries := make([]emq.CacheEntry, 0, len(read)+1)
+	entries := make([]coherence.CacheEntry, 0, len(read)+1)
 	for _, balance := range read {
-		entries = append(entries, emq.CacheEntry{Field: balance.Asset, Version: balance.Version, Value: balance.Available})
+		entries = append(entries, coherence.CacheEntry{Field: balance.Asset, Version: balance.Version, Value: balance.Available})
 	}
-	entries = append(entries, emq.CacheEntry{Field: completeField})
+	entries = append(entries, coherence.CacheEntry{Field: completeField})
 	fills, err := b.cache.FillManyIfNewer(ctx, key, entries)
 	if err != nil {
 		b.warnCache("balance cache fill failed; answering unavailable", account, err)
@@ -135,7 +136,7 @@ func (b *Balances) fromDatabase(ctx context.Context, account string) ([]orders.B
 
 // balancesOf turns cache entries into balances sorted by asset, leaving out
 // the marker.
-func balancesOf(entries map[string]emq.CacheEntry) []orders.Balance {
+func balancesOf(entries map[string]coherence.CacheEntry) []orders.Balance {
 	balances := make([]orders.Balance, 0, len(entries))
 	for field, entry := range entries {
 		if field == completeField {

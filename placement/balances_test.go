@@ -43,9 +43,9 @@ func TestBalancesOfReadsThroughTheCache(t *testing.T) {
 	}
 
 	account := f.newAccount(t)
-	f.depositJournaled(t, account, "USD", "10")
-	f.depositJournaled(t, account, "BTC", "1.5")
-	f.depositJournaled(t, account, "BTC", "0.25")
+	f.depositWithOutbox(t, account, "USD", "10")
+	f.depositWithOutbox(t, account, "BTC", "1.5")
+	f.depositWithOutbox(t, account, "BTC", "0.25")
 	want := []orders.Balance{
 		{Asset: "BTC", Available: "1.75000000", Version: 2},
 		{Asset: "USD", Available: "10.00", Version: 1},
@@ -96,7 +96,7 @@ func TestBalancesOfLeavesOutRowsThatNeverMoved(t *testing.T) {
 	if _, err := f.db.Exec(ctx, `INSERT INTO balances (account_id, asset) VALUES ($1, 'ETH'), ($1, 'BTC')`, account); err != nil {
 		t.Fatal(err)
 	}
-	f.depositJournaled(t, account, "USD", "10")
+	f.depositWithOutbox(t, account, "USD", "10")
 	want := []orders.Balance{{Asset: "USD", Available: "10.00", Version: 1}}
 	for _, read := range []string{"from PostgreSQL", "from the cache"} {
 		if got, err := f.balances.Of(ctx, account); err != nil || balanceList(got) != balanceList(want) {
@@ -105,20 +105,20 @@ func TestBalancesOfLeavesOutRowsThatNeverMoved(t *testing.T) {
 	}
 }
 
-func TestBalancesOfCompletesAHashTheLaneStarted(t *testing.T) {
+func TestBalancesOfCompletesAHashTheConsumerStarted(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)
-	f.depositJournaled(t, account, "ETH", "2")
-	usd := f.depositJournaled(t, account, "USD", "3")
-	// The lane refreshes the one balance it heard of, creating the hash.
+	f.depositWithOutbox(t, account, "ETH", "2")
+	usd := f.depositWithOutbox(t, account, "USD", "3")
+	// The consumer refreshes the one balance it heard of, creating the hash.
 	if _, err := f.consumer.Apply(ctx, usd.Payload); err != nil {
 		t.Fatal(err)
 	}
 	got, err := f.balances.Of(ctx, account)
 	want := []orders.Balance{{Asset: "ETH", Available: "2.00000000", Version: 1}, {Asset: "USD", Available: "3.00", Version: 1}}
 	if err != nil || balanceList(got) != balanceList(want) {
-		t.Errorf("Of = %v, %v; want %v: the balance the lane did not touch is read too", got, err, want)
+		t.Errorf("Of = %v, %v; want %v: the balance the consumer did not touch is read too", got, err, want)
 	}
 }
 
@@ -126,10 +126,10 @@ func TestBalancesOfNeverServesAVersionBelowTheCache(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)
-	f.depositJournaled(t, account, "USD", "3")
+	f.depositWithOutbox(t, account, "USD", "3")
 	// The cache is ahead of what a read of PostgreSQL returns, as when the
-	// lane refreshed it between the read and the fill.
-	if _, err := f.client.FillIfNewer(ctx, placement.BalanceCacheKey(account), "USD", 9, "9.00"); err != nil {
+	// consumer refreshed it between the read and the fill.
+	if _, err := f.caches.FillIfNewer(ctx, placement.BalanceCacheKey(account), "USD", 9, "9.00"); err != nil {
 		t.Fatal(err)
 	}
 	got, err := f.balances.Of(ctx, account)
@@ -143,15 +143,15 @@ func TestBalancesOfOutages(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	cached, uncached := f.newAccount(t), f.newAccount(t)
-	f.depositJournaled(t, cached, "USD", "5")
-	f.depositJournaled(t, uncached, "USD", "7")
+	f.depositWithOutbox(t, cached, "USD", "5")
+	f.depositWithOutbox(t, uncached, "USD", "7")
 	want := []orders.Balance{{Asset: "USD", Available: "5.00", Version: 1}}
 	if got, err := f.balances.Of(ctx, cached); err != nil || balanceList(got) != balanceList(want) {
 		t.Fatalf("Of = %v, %v; want %v", got, err, want)
 	}
 
 	t.Run("PostgreSQL down", func(t *testing.T) {
-		balances := placement.NewBalances(postgres.NewBalances(deadDatabase(t)), f.client, f.log)
+		balances := placement.NewBalances(postgres.NewBalances(deadDatabase(t)), f.caches, f.log)
 		if got, err := balances.Of(ctx, cached); err != nil || balanceList(got) != balanceList(want) {
 			t.Errorf("a cached account = %v, %v; want it served from the cache", got, err)
 		}
@@ -175,7 +175,7 @@ func TestBalancesOfOutages(t *testing.T) {
 	t.Run("both down", func(t *testing.T) {
 		f.redis.Stop(t)
 		defer f.redis.Restart(t)
-		balances := placement.NewBalances(postgres.NewBalances(deadDatabase(t)), f.client, f.log)
+		balances := placement.NewBalances(postgres.NewBalances(deadDatabase(t)), f.caches, f.log)
 		if _, err := balances.Of(ctx, cached); !errors.Is(err, orders.ErrUnavailable) {
 			t.Errorf("Of = %v, want ErrUnavailable", err)
 		}
@@ -189,11 +189,11 @@ func TestBalancesOfOutages(t *testing.T) {
 	})
 }
 
-// TestReadersNeverSeeABalanceGoBack runs the whole job lane under load:
-// deposits with their journal rows, relays of them (each twice, in shuffled
+// TestReadersNeverSeeABalanceGoBack runs the whole job mode under load:
+// deposits with their outbox rows, relays of them (each twice, in shuffled
 // batches), four consumers on the coherence queue, stray late deliveries of
 // old versions, and readers polling every account throughout. No reader may
-// ever see a balance's version go down, and once the lane is drained the
+// ever see a balance's version go down, and once the queue is drained the
 // cache and outbox_applied hold the newest versions.
 func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -229,7 +229,7 @@ func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
 		for range 2 {
 			readers.Go(func() {
 				// Staggered, so first reads (a cache miss each) meet the
-				// lane at work on the same account.
+				// consumer at work on the same account.
 				time.Sleep(time.Duration(rand.IntN(100)) * time.Millisecond)
 				seen := map[string]int64{}
 				for {
@@ -256,13 +256,13 @@ func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
 	}
 
 	var writers sync.WaitGroup
-	var journaled sync.Map // payload -> entry, for the stray late deliveries
+	var announced sync.Map // payload -> entry, for the stray late deliveries
 	for _, account := range accounts {
 		writers.Go(func() {
-			var batch []orders.JournalEntry
+			var batch []orders.OutboxEntry
 			for i := range depositsPerAccount {
-				entry := f.depositJournaled(t, account, assets[i%len(assets)], "1")
-				journaled.Store(entry.Payload, entry)
+				entry := f.depositWithOutbox(t, account, assets[i%len(assets)], "1")
+				announced.Store(entry.Payload, entry)
 				batch = append(batch, entry)
 				if len(batch) < 4 && i < depositsPerAccount-1 {
 					continue
@@ -283,8 +283,8 @@ func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
 				return
 			default:
 			}
-			journaled.Range(func(_, value any) bool {
-				if _, err := f.consumer.Apply(ctx, value.(orders.JournalEntry).Payload); err != nil {
+			announced.Range(func(_, value any) bool {
+				if _, err := f.consumer.Apply(ctx, value.(orders.OutboxEntry).Payload); err != nil {
 					t.Errorf("stray delivery: %v", err)
 				}
 				return rand.IntN(8) != 0
@@ -318,7 +318,7 @@ func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		if balanceList(served) != balanceList(truth) {
-			t.Errorf("%s: served %v once the lane drained, PostgreSQL holds %v", account, served, truth)
+			t.Errorf("%s: served %v once the queue drained, PostgreSQL holds %v", account, served, truth)
 		}
 		for _, balance := range truth {
 			name := orders.BalanceName(account, balance.Asset)

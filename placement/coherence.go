@@ -10,13 +10,14 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 )
 
 // CoherenceBatch is the most deliveries one apply of the balance coherence
-// lane takes. A batch gathers the deliveries whose handlers wait at the same
-// time, so the lane's worker runs with this concurrency (and claims as many
+// consumer takes. A batch gathers the deliveries whose handlers wait at the
+// same time, so the consumer's worker runs with this concurrency (and claims as many
 // at once) for batches to fill under load.
 const CoherenceBatch = 64
 
@@ -34,7 +35,7 @@ const CoherenceBatch = 64
 // because applying is idempotent.
 type BalanceCoherence struct {
 	db    AppliedVersions
-	cache *emq.Client
+	cache *coherence.Client
 	log   *slog.Logger
 
 	mu sync.Mutex
@@ -71,7 +72,7 @@ type AppliedVersions interface {
 
 // NewBalanceCoherence records applied versions in db and refreshes the
 // balance cache in cache's Redis (nil: only the applied versions).
-func NewBalanceCoherence(db AppliedVersions, cache *emq.Client, log *slog.Logger) *BalanceCoherence {
+func NewBalanceCoherence(db AppliedVersions, cache *coherence.Client, log *slog.Logger) *BalanceCoherence {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -83,7 +84,7 @@ func NewBalanceCoherence(db AppliedVersions, cache *emq.Client, log *slog.Logger
 // returned for a retry.
 func (c *BalanceCoherence) Handle(ctx context.Context, claim emq.Claim) error {
 	_, err := c.Apply(ctx, string(claim.Payload))
-	if errors.Is(err, ErrJournalPayload) {
+	if errors.Is(err, ErrOutboxPayload) {
 		return emq.Permanent(err)
 	}
 	return err
@@ -106,13 +107,13 @@ func (c *BalanceCoherence) Handle(ctx context.Context, claim emq.Claim) error {
 // conditional fill keeps the newer balance, and the write's version check
 // records the version once.
 func (c *BalanceCoherence) Apply(ctx context.Context, payload string) (bool, error) {
-	name, version, err := parseJournalPayload(payload)
+	name, version, err := parseOutboxPayload(payload)
 	if err != nil {
 		return false, err
 	}
 	account, asset, ok := parseBalanceName(name)
 	if !ok {
-		return false, fmt.Errorf("%w: %q names no balance", ErrJournalPayload, payload)
+		return false, fmt.Errorf("%w: %q names no balance", ErrOutboxPayload, payload)
 	}
 	delivery := &coherenceDelivery{
 		ctx: ctx, name: name, account: account, asset: asset, version: version, done: make(chan struct{}),
@@ -253,7 +254,7 @@ func versionsOf(deliveries []*coherenceDelivery) []orders.BalanceVersion {
 // fill writes the due balances into the cache, each account's hash by one
 // conditional fill, every hash in one round trip.
 func (c *BalanceCoherence) fill(ctx context.Context, due []dueBalance) error {
-	fills := map[string][]emq.CacheEntry{}
+	fills := map[string][]coherence.CacheEntry{}
 	for _, entry := range due {
 		if entry.balance == nil {
 			c.log.Warn("coherence job for a balance that does not exist; nothing to cache",
@@ -261,7 +262,7 @@ func (c *BalanceCoherence) fill(ctx context.Context, due []dueBalance) error {
 			continue
 		}
 		key := BalanceCacheKey(entry.delivery.account)
-		fills[key] = append(fills[key], emq.CacheEntry{Field: entry.balance.Asset, Version: entry.balance.Version, Value: entry.balance.Available})
+		fills[key] = append(fills[key], coherence.CacheEntry{Field: entry.balance.Asset, Version: entry.balance.Version, Value: entry.balance.Available})
 	}
 	if err := c.cache.FillHashesIfNewer(ctx, fills); err != nil {
 		return fmt.Errorf("refresh cached balances: %w", err)

@@ -44,7 +44,7 @@ func applyAll(ctx context.Context, consumer *placement.BalanceCoherence, payload
 }
 
 // fundNames deposits 1 of each asset versions times into each of accounts
-// fresh accounts and returns the balances' journal names.
+// fresh accounts and returns the balances' outbox names.
 func (f *coherenceFixture) fundNames(t testing.TB, accounts int, assets []string, versions int) []string {
 	t.Helper()
 	var names []string
@@ -52,7 +52,7 @@ func (f *coherenceFixture) fundNames(t testing.TB, accounts int, assets []string
 		account := f.newAccount(t)
 		for _, asset := range assets {
 			for range versions {
-				f.depositJournaled(t, account, asset, "1")
+				f.depositWithOutbox(t, account, asset, "1")
 			}
 			names = append(names, orders.BalanceName(account, asset))
 		}
@@ -64,7 +64,7 @@ func payloadOf(name string, version int64) string {
 	return name + "@" + strconv.FormatInt(version, 10)
 }
 
-// appliedRow is a outbox_applied row as a test compares it.
+// appliedRow is an outbox_applied row as a test compares it.
 type appliedRow struct {
 	Version   int64
 	AppliedAt time.Time

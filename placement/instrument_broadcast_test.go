@@ -5,29 +5,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/control"
-	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
 )
 
-// TestHaltReachesGatewaysOverTheBroadcastLane: a gateway's instrument copy
+// TestHaltReachesGatewaysByBroadcast: a gateway's instrument copy
 // learns of a halt from the broadcast at once, long before its periodic
 // refresh (which this test never runs).
-func TestHaltReachesGatewaysOverTheBroadcastLane(t *testing.T) {
+func TestHaltReachesGatewaysByBroadcast(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	db := migratedPool(t)
-	lanes, err := emq.Connect(ctx, testserver.StartRedis(t).Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	caches := coherence.New(testserver.StartRedis(t).Client(t))
 	instruments, err := placement.LoadInstruments(ctx, postgres.NewInstruments(db))
 	if err != nil {
 		t.Fatal(err)
 	}
-	subscription, err := instruments.FollowBroadcasts(ctx, lanes, func(err error) { t.Errorf("refresh: %v", err) })
+	subscription, err := instruments.FollowBroadcasts(ctx, caches, func(err error) { t.Errorf("refresh: %v", err) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +38,7 @@ func TestHaltReachesGatewaysOverTheBroadcastLane(t *testing.T) {
 	for _, step := range []struct {
 		halt bool
 	}{{true}, {false}} {
-		if err := control.New(db, lanes).SetInstrumentHalted(ctx, "ETH-USD", step.halt); err != nil {
+		if err := control.New(db, caches).SetInstrumentHalted(ctx, "ETH-USD", step.halt); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(5 * time.Second)
@@ -55,7 +52,7 @@ func TestHaltReachesGatewaysOverTheBroadcastLane(t *testing.T) {
 	if stats := subscription.Stats(); stats.Received < 2 {
 		t.Errorf("subscription received %d broadcasts, want 2", stats.Received)
 	}
-	if err := control.New(db, lanes).SetInstrumentHalted(ctx, "NOPE-USD", true); err == nil {
+	if err := control.New(db, caches).SetInstrumentHalted(ctx, "NOPE-USD", true); err == nil {
 		t.Error("halting an unknown instrument succeeded")
 	}
 }

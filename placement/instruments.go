@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/orders"
 )
 
@@ -67,14 +67,14 @@ func (s *Instruments) KeepFresh(ctx context.Context, interval time.Duration, fai
 	}
 }
 
-// InstrumentsTable names instruments on the coherence lanes.
+// InstrumentsTable names instruments in coherence.
 const InstrumentsTable = "instruments"
 
-// FollowBroadcasts rereads the instruments whenever the broadcast lane says
+// FollowBroadcasts rereads the instruments whenever a coherence broadcast says
 // one changed. A burst of halts fills the bounded ring and the excess is
 // dropped and counted; one reread covers them all.
-func (s *Instruments) FollowBroadcasts(ctx context.Context, lanes *emq.Client, failed func(error), opts ...emq.SubscribeOption) (*emq.Subscription, error) {
-	return lanes.Subscribe(ctx, InstrumentsTable, 16, func(string) {
+func (s *Instruments) FollowBroadcasts(ctx context.Context, caches *coherence.Client, failed func(error), opts ...coherence.SubscribeOption) (*coherence.Subscription, error) {
+	return caches.Subscribe(ctx, InstrumentsTable, 16, func(string) {
 		if err := s.Refresh(ctx); err != nil && ctx.Err() == nil {
 			failed(err)
 		}

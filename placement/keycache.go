@@ -9,12 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/orders"
 )
 
-// APIKeysTable names API keys on the coherence lanes: a revocation rides the
-// broadcast lane, with the key's SHA-256 in hex as the message.
+// APIKeysTable names API keys in coherence: a revocation goes by the
+// broadcast mode, with the key's SHA-256 in hex as the message.
 const APIKeysTable = "api_keys"
 
 // DefaultKeyCacheTTL is how long a gateway trusts what it learned about a
@@ -193,10 +193,10 @@ func (c *KeyCache) forget(hashHex string) {
 	c.mu.Unlock()
 }
 
-// FollowRevocations drops a key from the cache as soon as the broadcast lane
-// says it was revoked. A message lost to a dropped connection or a full ring
-// costs at most ttl of a revoked key still working on this gateway, or the
-// stale-if-error window if PostgreSQL goes down meanwhile.
-func (c *KeyCache) FollowRevocations(ctx context.Context, lanes *emq.Client, opts ...emq.SubscribeOption) (*emq.Subscription, error) {
-	return lanes.Subscribe(ctx, APIKeysTable, 256, c.forget, opts...)
+// FollowRevocations drops a key from the cache as soon as a coherence
+// broadcast says it was revoked. A message lost to a dropped connection or a
+// full ring costs at most ttl of a revoked key still working on this gateway,
+// or the stale-if-error window if PostgreSQL goes down meanwhile.
+func (c *KeyCache) FollowRevocations(ctx context.Context, caches *coherence.Client, opts ...coherence.SubscribeOption) (*coherence.Subscription, error) {
+	return caches.Subscribe(ctx, APIKeysTable, 256, c.forget, opts...)
 }

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/control"
-	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
@@ -24,10 +24,7 @@ func TestKeyCacheServesFromMemoryUntilRevoked(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	db := migratedPool(t)
-	lanes, err := emq.Connect(ctx, testserver.StartRedis(t).Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	caches := coherence.New(testserver.StartRedis(t).Client(t))
 	accounts := postgres.NewAccounts(db)
 	account, err := accounts.Create(ctx, "carol")
 	if err != nil {
@@ -44,7 +41,7 @@ func TestKeyCacheServesFromMemoryUntilRevoked(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cache := placement.NewKeyCache(accounts, tt.ttl)
-			followRevocations(t, cache, lanes)
+			followRevocations(t, cache, caches)
 			keyID, key, err := accounts.IssueKey(ctx, account)
 			if err != nil {
 				t.Fatal(err)
@@ -63,7 +60,7 @@ func TestKeyCacheServesFromMemoryUntilRevoked(t *testing.T) {
 				if _, err := db.Exec(ctx, `UPDATE api_keys SET revoked_at = NULL WHERE id = $1`, keyID); err != nil {
 					t.Fatal(err)
 				}
-				if err := control.New(db, lanes).RevokeKey(ctx, keyID); err != nil {
+				if err := control.New(db, caches).RevokeKey(ctx, keyID); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -100,10 +97,7 @@ func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
 	}
 	db := database.Pool(t)
 	accounts := postgres.NewAccounts(db)
-	lanes, err := emq.Connect(ctx, testserver.StartRedis(t).Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	caches := coherence.New(testserver.StartRedis(t).Client(t))
 	account, err := accounts.Create(ctx, "dave")
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +123,7 @@ func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
 			}
 			lookups := database.Pool(t) // closed below: PostgreSQL "down" for this cache alone
 			cache := placement.NewKeyCache(postgres.NewAccounts(lookups), ttl, placement.StaleIfError(tt.window))
-			followRevocations(t, cache, lanes)
+			followRevocations(t, cache, caches)
 			unknown := "ogk_" + strings.Repeat("x", 40)
 			if got, err := cache.Authenticate(ctx, key); err != nil || got != account {
 				t.Fatalf("authenticate = %q, %v; want %s", got, err, account)
@@ -142,7 +136,7 @@ func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
 			if tt.revoke {
 				// Revoked (in a PostgreSQL the cache cannot reach) and broadcast:
 				// the copy is dropped, and nothing stale answers for the key.
-				if err := control.New(db, lanes).RevokeKey(ctx, keyID); err != nil {
+				if err := control.New(db, caches).RevokeKey(ctx, keyID); err != nil {
 					t.Fatal(err)
 				}
 				waitFor(t, 8*time.Second, "the revocation broadcast drops the copy", func() bool {
@@ -179,12 +173,12 @@ func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
 	}
 }
 
-// followRevocations has cache follow the revocation broadcasts on lanes
+// followRevocations has cache follow the revocations broadcast through caches
 // until the test ends, and waits for its subscription to stop then.
-func followRevocations(t testing.TB, cache *placement.KeyCache, lanes *emq.Client) {
+func followRevocations(t testing.TB, cache *placement.KeyCache, caches *coherence.Client) {
 	t.Helper()
 	following, stop := context.WithCancel(context.Background())
-	subscription, err := cache.FollowRevocations(following, lanes)
+	subscription, err := cache.FollowRevocations(following, caches)
 	if err != nil {
 		stop()
 		t.Fatal(err)

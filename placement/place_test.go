@@ -12,13 +12,13 @@ import (
 	"github.com/ordergate/ordergate/placement"
 )
 
-// A rate-limited placement takes its token in the admission: past the burst
+// A rate-limited placement takes its permit in the admission: past the burst
 // the order is refused as rate limited (not as an outage) and not admitted,
-// a replay spends a token, and TakeToken draws on the same bucket.
+// a replay spends a permit, and TakePermit draws on the same bucket.
 func TestPlaceWithRateLimit(t *testing.T) {
 	placer, queue, _ := placerOnRedis(t)
 	ctx := context.Background()
-	limit := placement.WithRateLimit("key-1", emq.TokenBucket{Capacity: 3, PerSecond: 1})
+	limit := placement.WithRateLimit("key-1", emq.Rate{Capacity: 3, PerSecond: 1})
 	command := func(clientOrderID string) orders.PlaceCommand {
 		return orders.PlaceCommand{
 			Account: "acct-1", ClientOrderID: clientOrderID, Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit,
@@ -26,15 +26,15 @@ func TestPlaceWithRateLimit(t *testing.T) {
 		}
 	}
 	first, err := placer.Place(ctx, command("c-1"), limit)
-	if err != nil || first.Replayed || first.Token == nil || first.Token.Remaining != 2 {
-		t.Fatalf("first placement: %+v, %v; want admitted with 2 tokens left", first, err)
+	if err != nil || first.Replayed || first.Take == nil || first.Take.Remaining != 2 {
+		t.Fatalf("first placement: %+v, %v; want admitted with 2 permits left", first, err)
 	}
 	replay, err := placer.Place(ctx, command("c-1"), limit)
-	if err != nil || !replay.Replayed || replay.Order.ID != first.Order.ID || replay.Token == nil || replay.Token.Remaining != 1 {
-		t.Fatalf("replay: %+v, %v; want the first order with 1 token left", replay, err)
+	if err != nil || !replay.Replayed || replay.Order.ID != first.Order.ID || replay.Take == nil || replay.Take.Remaining != 1 {
+		t.Fatalf("replay: %+v, %v; want the first order with 1 permit left", replay, err)
 	}
-	if take, err := placer.TakeToken(ctx, "key-1", emq.TokenBucket{Capacity: 3, PerSecond: 1}); err != nil || !take.Allowed || take.Remaining != 0 {
-		t.Fatalf("take: %+v, %v; want the last token", take, err)
+	if take, err := placer.TakePermit(ctx, "key-1", emq.Rate{Capacity: 3, PerSecond: 1}); err != nil || !take.Allowed || take.Remaining != 0 {
+		t.Fatalf("take: %+v, %v; want the last permit", take, err)
 	}
 	_, err = placer.Place(ctx, command("c-2"), limit)
 	var limited *emq.RateLimitedError
@@ -46,7 +46,7 @@ func TestPlaceWithRateLimit(t *testing.T) {
 	}
 	// Without the option nothing is limited.
 	unlimited, err := placer.Place(ctx, command("c-3"))
-	if err != nil || unlimited.Token != nil {
+	if err != nil || unlimited.Take != nil {
 		t.Errorf("placement without a rate limit: %+v, %v", unlimited, err)
 	}
 }

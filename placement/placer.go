@@ -70,10 +70,10 @@ type Placement struct {
 	Order orders.Order
 	// Replayed is true when the command repeated an order placed before.
 	Replayed bool
-	// Token is what the placement's rate limit took; nil without one. It is
+	// Permit is what the placement's rate limit took; nil without one. It is
 	// set on a refusal after the take too (a conflicting reuse of a client
-	// order id, say): the token was spent.
-	Token *emq.TokenTake
+	// order id, say): the permit was spent.
+	Take *emq.Take
 	// JSON is the admitted order's JSON encoding, as the queue job carries
 	// it; nil on a replay.
 	JSON []byte
@@ -82,11 +82,11 @@ type Placement struct {
 // PlaceOption tunes one Place.
 type PlaceOption func(*emq.Job)
 
-// WithRateLimit makes the placement take a token from the orders queue's
+// WithRateLimit makes the placement take a permit from the orders queue's
 // named bucket first, in the same script run as the admission: an empty
 // bucket refuses the order with an *emq.RateLimitedError and admits
-// nothing. A replay spends its token too.
-func WithRateLimit(bucket string, limit emq.TokenBucket) PlaceOption {
+// nothing. A replay spends its permit too.
+func WithRateLimit(bucket string, limit emq.Rate) PlaceOption {
 	return func(job *emq.Job) { job.RateLimit = &emq.RateLimit{Bucket: bucket, Limit: limit} }
 }
 
@@ -109,24 +109,24 @@ func (p *Placer) Place(ctx context.Context, cmd orders.PlaceCommand, opts ...Pla
 		return Placement{}, fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
 	}
 	if !admission.Duplicate {
-		return Placement{Order: order, Token: admission.Token, JSON: job.Payload}, nil
+		return Placement{Order: order, Take: admission.Take, JSON: job.Payload}, nil
 	}
-	// From here on the token was spent: it goes back with the refusal too.
+	// From here on the permit was spent: it goes back with the refusal too.
 	if admission.Fingerprint != job.Fingerprint {
-		return Placement{Token: admission.Token}, &orders.ConflictError{ClientOrderID: cmd.ClientOrderID, OrderID: admission.ID}
+		return Placement{Take: admission.Take}, &orders.ConflictError{ClientOrderID: cmd.ClientOrderID, OrderID: admission.ID}
 	}
 	first, err := p.Order(ctx, cmd.Account, admission.ID)
 	if err != nil {
-		return Placement{Token: admission.Token}, err
+		return Placement{Take: admission.Take}, err
 	}
-	return Placement{Order: first, Replayed: true, Token: admission.Token}, nil
+	return Placement{Order: first, Replayed: true, Take: admission.Take}, nil
 }
 
-// TakeToken takes a token from the orders queue's named bucket: the bucket
+// TakePermit takes a permit from the orders queue's named bucket: the bucket
 // Place takes from WithRateLimit, so requests that place nothing and
 // placements draw on one budget.
-func (p *Placer) TakeToken(ctx context.Context, bucket string, limit emq.TokenBucket) (emq.TokenTake, error) {
-	return p.queue.TakeToken(ctx, bucket, limit)
+func (p *Placer) TakePermit(ctx context.Context, bucket string, limit emq.Rate) (emq.Take, error) {
+	return p.queue.TakePermit(ctx, bucket, limit)
 }
 
 // PlaceJob is the pending order cmd makes, under a new ORD id, and the queue

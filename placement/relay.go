@@ -13,16 +13,17 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 )
 
 // KindBalanceCoherence is the job kind of a balance change on the balances
-// coherence queue, emq.CoherenceQueue(BalancesTable).
+// coherence queue, coherence.Queue(BalancesTable).
 const KindBalanceCoherence = "coherence.balance"
 
 const (
-	// DefaultSweepAge is how old an unrelayed journal row must be before the
+	// DefaultSweepAge is how old an unrelayed outbox row must be before the
 	// sweep takes it: younger ones are most likely on their way through
 	// Relay right after their commit, and relaying them twice is harmless
 	// but wasted.
@@ -41,21 +42,22 @@ const (
 	markInterval = 200 * time.Millisecond
 	// mostUnmarked bounds the carried rows waiting to be marked (PostgreSQL
 	// down, say); past it rows are not kept, and the sweep carries them
-	// again, which the job lane's dedup key makes a no-op.
+	// again, which the job mode's dedup key makes a no-op.
 	mostUnmarked = 50_000
 )
 
-// ErrJournalPayload: a coherence message is not "<name>@<version>" of a
-// known table. The job lane buries such a job: no retry can fix it.
-var ErrJournalPayload = errors.New("orders: malformed coherence payload")
+// ErrOutboxPayload: a coherence message is not "<name>@<version>" of a
+// known table. The job mode buries such a job: no retry can fix it.
+var ErrOutboxPayload = errors.New("orders: malformed coherence payload")
 
-// JournalRelay carries journal outbox rows to the coherence lane their table
+// OutboxRelay carries outbox rows by the coherence mode their table
 // declares, and marks them relayed. It is the Relayer settlement hands its
 // committed entries to, and its sweep relays what a crash left behind.
-type JournalRelay struct {
-	db       Journal
+type OutboxRelay struct {
+	db       Outbox
 	client   *emq.Client
-	lanes    emq.Lanes
+	caches   *coherence.Client
+	modes    coherence.Modes
 	log      *slog.Logger
 	sweepAge time.Duration
 
@@ -64,42 +66,43 @@ type JournalRelay struct {
 	// Relay leaves marking to it.
 	markers int
 	// unmarked are rows carried and not yet marked relayed.
-	unmarked []orders.JournalEntry
+	unmarked []orders.OutboxEntry
 	// dropped counts rows refused marking since the last warning.
 	dropped int
 }
 
-// Journal is the outbox the relay carries rows of (postgres.Journal).
-type Journal interface {
+// Outbox is the outbox the relay carries rows of (postgres.Outbox).
+type Outbox interface {
 	// MarkRelayed stamps the rows of entries relayed.
-	MarkRelayed(ctx context.Context, entries []orders.JournalEntry) error
+	MarkRelayed(ctx context.Context, entries []orders.OutboxEntry) error
 	// SweepBatch takes up to limit unrelayed rows older than age, hands
 	// them to carry and marks the ones it returns, in one transaction;
 	// it returns how many it took and how many it marked.
 	SweepBatch(ctx context.Context, age time.Duration, limit int,
-		carry func(context.Context, []orders.JournalEntry) []orders.JournalEntry) (taken, marked int, err error)
+		carry func(context.Context, []orders.OutboxEntry) []orders.OutboxEntry) (taken, marked int, err error)
 }
 
-// RelayOption configures a JournalRelay.
-type RelayOption func(*JournalRelay)
+// RelayOption configures a OutboxRelay.
+type RelayOption func(*OutboxRelay)
 
 // WithSweepAge sets how old an unrelayed row must be before Sweep takes it
 // (DefaultSweepAge otherwise); zero takes every unrelayed row.
 func WithSweepAge(age time.Duration) RelayOption {
-	return func(r *JournalRelay) { r.sweepAge = max(age, 0) }
+	return func(r *OutboxRelay) { r.sweepAge = max(age, 0) }
 }
 
-// NewJournalRelay relays rows of db onto client's Redis by lanes
-// (CoherenceLanes in production). Invalid lanes are a programming error and
+// NewOutboxRelay relays rows of db onto client's Redis by modes
+// (CoherenceModes in production). Invalid modes are a programming error and
 // panic.
-func NewJournalRelay(db Journal, client *emq.Client, lanes emq.Lanes, log *slog.Logger, opts ...RelayOption) *JournalRelay {
-	if err := lanes.Validate(); err != nil {
+func NewOutboxRelay(db Outbox, client *emq.Client, modes coherence.Modes, log *slog.Logger, opts ...RelayOption) *OutboxRelay {
+	if err := modes.Validate(); err != nil {
 		panic(err)
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &JournalRelay{db: db, client: client, lanes: lanes, log: log, sweepAge: DefaultSweepAge}
+	r := &OutboxRelay{db: db, client: client, caches: coherence.New(client.Redis(), coherence.WithLogger(log)),
+		modes: modes, log: log, sweepAge: DefaultSweepAge}
 	for _, opt := range opts {
 		opt(r)
 	}
@@ -114,30 +117,30 @@ func coherenceKind(table string) string {
 	return "coherence." + table
 }
 
-// Declare registers the job kind of every job-lane table on its coherence
+// Declare registers the job kind of every job-mode table on its coherence
 // queue; call once at start, from every process that relays.
-func (r *JournalRelay) Declare(ctx context.Context) error {
-	for table, lane := range r.lanes {
-		if lane != emq.LaneJob {
+func (r *OutboxRelay) Declare(ctx context.Context) error {
+	for table, mode := range r.modes {
+		if mode != coherence.ModeJob {
 			continue
 		}
-		if err := r.client.Queue(emq.CoherenceQueue(table)).Declare(ctx, coherenceKind(table)); err != nil {
+		if err := r.client.Queue(coherence.Queue(table)).Declare(ctx, coherenceKind(table)); err != nil {
 			return fmt.Errorf("%w: declare coherence queue of %s: %w", orders.ErrUnavailable, table, err)
 		}
 	}
 	return nil
 }
 
-// Relay carries entries to their lanes and marks the carried ones relayed.
+// Relay carries entries by their modes and marks the carried ones relayed.
 // Nothing is returned: the entries are committed already, so a failure only
 // delays them until the sweep, and is logged.
 //
 // While KeepSweeping runs, the marking is left to it: it marks every row
 // carried since its last tick in one statement, instead of a transaction per
 // settlement. A row carried but not marked (the process died first) is
-// carried again by the sweep, and the job lane's dedup key turns that into
+// carried again by the sweep, and the job mode's dedup key turns that into
 // a no-op, so the deferral risks nothing but a second admission attempt.
-func (r *JournalRelay) Relay(ctx context.Context, entries []orders.JournalEntry) {
+func (r *OutboxRelay) Relay(ctx context.Context, entries []orders.OutboxEntry) {
 	if len(entries) == 0 {
 		return
 	}
@@ -145,21 +148,21 @@ func (r *JournalRelay) Relay(ctx context.Context, entries []orders.JournalEntry)
 	defer cancel()
 	carried, err := r.carry(ctx, entries)
 	if err != nil {
-		r.log.Warn("journal relay failed; the sweep relays the rows left", "entries", len(entries), "carried", len(carried), "err", err)
+		r.log.Warn("outbox relay failed; the sweep relays the rows left", "entries", len(entries), "carried", len(carried), "err", err)
 	}
 	if r.deferMarking(carried) {
 		return
 	}
 	if err := r.db.MarkRelayed(ctx, carried); err != nil {
 		// Carried but not marked: the sweep carries them again, and the
-		// job lane's dedup key turns that into a no-op.
-		r.log.Warn("journal rows carried but not marked relayed", "entries", len(carried), "err", err)
+		// job mode's dedup key turns that into a no-op.
+		r.log.Warn("outbox rows carried but not marked relayed", "entries", len(carried), "err", err)
 	}
 }
 
 // deferMarking hands carried rows to the running KeepSweeping loop, and
 // reports false when none runs.
-func (r *JournalRelay) deferMarking(carried []orders.JournalEntry) bool {
+func (r *OutboxRelay) deferMarking(carried []orders.OutboxEntry) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.markers == 0 {
@@ -174,13 +177,13 @@ func (r *JournalRelay) deferMarking(carried []orders.JournalEntry) bool {
 }
 
 // markCarried marks the rows carried since it last ran, in one statement.
-func (r *JournalRelay) markCarried(ctx context.Context) {
+func (r *OutboxRelay) markCarried(ctx context.Context) {
 	r.mu.Lock()
 	carried, dropped := r.unmarked, r.dropped
 	r.unmarked, r.dropped = nil, 0
 	r.mu.Unlock()
 	if dropped > 0 {
-		r.log.Warn("journal rows carried while marking lagged are left to the sweep", "entries", dropped)
+		r.log.Warn("outbox rows carried while marking lagged are left to the sweep", "entries", dropped)
 	}
 	if len(carried) == 0 {
 		return
@@ -190,7 +193,7 @@ func (r *JournalRelay) markCarried(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relayTimeout)
 	defer cancel()
 	if err := r.db.MarkRelayed(ctx, carried); err != nil {
-		r.log.Warn("journal rows carried but not marked relayed; the sweep carries them again", "entries", len(carried), "err", err)
+		r.log.Warn("outbox rows carried but not marked relayed; the sweep carries them again", "entries", len(carried), "err", err)
 	}
 }
 
@@ -198,7 +201,7 @@ func (r *JournalRelay) markCarried(ctx context.Context) {
 // batches, and returns how many it relayed. Each batch is one transaction
 // whose rows are locked with SKIP LOCKED, so sweepers in several workers
 // share the backlog instead of relaying it twice.
-func (r *JournalRelay) Sweep(ctx context.Context) (int, error) {
+func (r *OutboxRelay) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {
 		relayed, full, err := r.sweepBatch(ctx)
@@ -209,10 +212,10 @@ func (r *JournalRelay) Sweep(ctx context.Context) (int, error) {
 	}
 }
 
-func (r *JournalRelay) sweepBatch(ctx context.Context) (relayed int, full bool, err error) {
+func (r *OutboxRelay) sweepBatch(ctx context.Context) (relayed int, full bool, err error) {
 	var carryErr error
 	taken, relayed, err := r.db.SweepBatch(ctx, r.sweepAge, sweepBatch,
-		func(ctx context.Context, entries []orders.JournalEntry) []orders.JournalEntry {
+		func(ctx context.Context, entries []orders.OutboxEntry) []orders.OutboxEntry {
 			carried, err := r.carry(ctx, entries)
 			carryErr = err
 			return carried
@@ -223,7 +226,7 @@ func (r *JournalRelay) sweepBatch(ctx context.Context) (relayed int, full bool, 
 	full = taken == sweepBatch
 	if carryErr != nil {
 		// Keep what was carried and marked; the rest waits for the next sweep.
-		r.log.Warn("journal sweep could not relay every row", "rows", taken, "relayed", relayed, "err", carryErr)
+		r.log.Warn("outbox sweep could not relay every row", "rows", taken, "relayed", relayed, "err", carryErr)
 		full = false
 	}
 	return relayed, full, nil
@@ -233,7 +236,7 @@ func (r *JournalRelay) sweepBatch(ctx context.Context) (relayed int, full bool, 
 // life left) and then every interval until ctx is cancelled. Meanwhile it
 // marks the rows Relay carried, every markInterval and before each sweep (so
 // the sweep does not carry them again), and once more on its way out.
-func (r *JournalRelay) KeepSweeping(ctx context.Context, interval time.Duration) {
+func (r *OutboxRelay) KeepSweeping(ctx context.Context, interval time.Duration) {
 	r.mu.Lock()
 	r.markers++
 	r.mu.Unlock()
@@ -261,36 +264,36 @@ func (r *JournalRelay) KeepSweeping(ctx context.Context, interval time.Duration)
 		relayed, err := r.Sweep(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			r.log.Warn("journal sweep failed; trying again next interval", "err", err, "relayed", relayed)
+			r.log.Warn("outbox sweep failed; trying again next interval", "err", err, "relayed", relayed)
 		case relayed > 0:
-			r.log.Info("journal sweep relayed rows left behind", "relayed", relayed)
+			r.log.Info("outbox sweep relayed rows left behind", "relayed", relayed)
 		}
 		timer.Reset(interval)
 	}
 }
 
-// carry sends each entry down its table's lane and returns the entries that
-// went: job-lane entries admitted (or refused as duplicates, which means an
+// carry sends each entry by its table's mode and returns the entries that
+// went: job-mode entries admitted (or refused as duplicates, which means an
 // earlier relay admitted them), broadcast entries published, and entries of a
-// table without a lane, which have nowhere to go.
-func (r *JournalRelay) carry(ctx context.Context, entries []orders.JournalEntry) ([]orders.JournalEntry, error) {
-	carried := make([]orders.JournalEntry, 0, len(entries))
-	jobs := map[string][]orders.JournalEntry{}
+// table of mode none, which have nowhere to go.
+func (r *OutboxRelay) carry(ctx context.Context, entries []orders.OutboxEntry) ([]orders.OutboxEntry, error) {
+	carried := make([]orders.OutboxEntry, 0, len(entries))
+	jobs := map[string][]orders.OutboxEntry{}
 	var errs []error
 	for _, entry := range entries {
-		table, _ := journalTableAndGroup(entry.Name)
-		switch r.lanes.Of(table) {
-		case emq.LaneJob:
+		table, _ := outboxTableAndGroup(entry.Name)
+		switch r.modes.Of(table) {
+		case coherence.ModeJob:
 			jobs[table] = append(jobs[table], entry)
-		case emq.LaneBroadcast:
-			if err := r.client.Broadcast(ctx, table, entry.Payload); err != nil {
+		case coherence.ModeBroadcast:
+			if err := r.caches.Broadcast(ctx, table, entry.Payload); err != nil {
 				errs = append(errs, err)
 				continue
 			}
 			carried = append(carried, entry)
 		default:
-			if _, declared := r.lanes[table]; !declared {
-				r.log.Warn("journal entry of a table that declares no coherence lane; marked relayed", "name", entry.Name)
+			if _, declared := r.modes[table]; !declared {
+				r.log.Warn("outbox entry of a table that declares no coherence mode; marked relayed", "name", entry.Name)
 			}
 			carried = append(carried, entry)
 		}
@@ -308,11 +311,11 @@ func (r *JournalRelay) carry(ctx context.Context, entries []orders.JournalEntry)
 // admit puts one job per entry on the table's coherence queue in one round
 // trip. The dedup key is the payload (name@version), so relaying an entry
 // again, from Relay and the sweep or from two sweeps, admits it once.
-func (r *JournalRelay) admit(ctx context.Context, table string, entries []orders.JournalEntry) ([]orders.JournalEntry, error) {
-	queue := r.client.Queue(emq.CoherenceQueue(table))
+func (r *OutboxRelay) admit(ctx context.Context, table string, entries []orders.OutboxEntry) ([]orders.OutboxEntry, error) {
+	queue := r.client.Queue(coherence.Queue(table))
 	jobs := make([]emq.Job, len(entries))
 	for i, entry := range entries {
-		_, group := journalTableAndGroup(entry.Name)
+		_, group := outboxTableAndGroup(entry.Name)
 		jobs[i] = emq.Job{
 			ID:       "JOB_" + ulid.Make().String(),
 			Kind:     coherenceKind(table),
@@ -322,7 +325,7 @@ func (r *JournalRelay) admit(ctx context.Context, table string, entries []orders
 		}
 	}
 	_, errs := queue.AdmitMany(ctx, jobs)
-	admitted := make([]orders.JournalEntry, 0, len(entries))
+	admitted := make([]orders.OutboxEntry, 0, len(entries))
 	var failed []error
 	for i, err := range errs {
 		if err != nil {
@@ -334,10 +337,10 @@ func (r *JournalRelay) admit(ctx context.Context, table string, entries []orders
 	return admitted, errors.Join(failed...)
 }
 
-// journalTableAndGroup splits a journal name, "<table>:<id>[:...]", into its
+// outboxTableAndGroup splits an outbox name, "<table>:<id>[:...]", into its
 // table and the fair lane its jobs ride: the id, which for balances is the
 // account, so one busy account's changes do not hold up another's.
-func journalTableAndGroup(name string) (table, group string) {
+func outboxTableAndGroup(name string) (table, group string) {
 	table, rest, found := strings.Cut(name, ":")
 	if !found || rest == "" {
 		return name, name
@@ -346,15 +349,15 @@ func journalTableAndGroup(name string) (table, group string) {
 	return table, group
 }
 
-// parseJournalPayload reads "<name>@<version>".
-func parseJournalPayload(payload string) (name string, version int64, err error) {
+// parseOutboxPayload reads "<name>@<version>".
+func parseOutboxPayload(payload string) (name string, version int64, err error) {
 	at := strings.LastIndexByte(payload, '@')
 	if at <= 0 {
-		return "", 0, fmt.Errorf("%w: %q has no name@version", ErrJournalPayload, payload)
+		return "", 0, fmt.Errorf("%w: %q has no name@version", ErrOutboxPayload, payload)
 	}
 	version, err = strconv.ParseInt(payload[at+1:], 10, 64)
 	if err != nil || version <= 0 {
-		return "", 0, fmt.Errorf("%w: %q has no positive version", ErrJournalPayload, payload)
+		return "", 0, fmt.Errorf("%w: %q has no positive version", ErrOutboxPayload, payload)
 	}
 	return payload[:at], version, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
@@ -19,7 +20,7 @@ import (
 	"github.com/ordergate/ordergate/postgres"
 )
 
-// coherenceFixture is the coherence job lane on a real Redis and a real
+// coherenceFixture is the coherence job mode on a real Redis and a real
 // PostgreSQL: the relay, the balances coherence queue, its consumer and the
 // balance reader, with one funded customer account.
 type coherenceFixture struct {
@@ -27,8 +28,9 @@ type coherenceFixture struct {
 	redis    *testserver.Redis
 	rdb      redis.UniversalClient
 	client   *emq.Client
+	caches   *coherence.Client
 	queue    *emq.Queue
-	relay    *placement.JournalRelay
+	relay    *placement.OutboxRelay
 	consumer *placement.BalanceCoherence
 	balances *placement.Balances
 	ledger   *postgres.Ledger
@@ -50,14 +52,15 @@ func newCoherenceFixture(t testing.TB, opts ...placement.RelayOption) *coherence
 	if f.client, err = emq.Connect(ctx, rdb); err != nil {
 		t.Fatal(err)
 	}
+	f.caches = coherence.New(rdb)
 	f.log = slog.New(slog.DiscardHandler)
-	f.queue = f.client.Queue(emq.CoherenceQueue(placement.BalancesTable))
-	f.relay = placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceLanes, f.log, opts...)
+	f.queue = f.client.Queue(coherence.Queue(placement.BalancesTable))
+	f.relay = placement.NewOutboxRelay(postgres.NewOutbox(f.db), f.client, placement.CoherenceModes, f.log, opts...)
 	if err := f.relay.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f.consumer = placement.NewBalanceCoherence(postgres.NewAppliedVersions(f.db), f.client, f.log)
-	f.balances = placement.NewBalances(postgres.NewBalances(f.db), f.client, f.log)
+	f.consumer = placement.NewBalanceCoherence(postgres.NewAppliedVersions(f.db), f.caches, f.log)
+	f.balances = placement.NewBalances(postgres.NewBalances(f.db), f.caches, f.log)
 	f.ledger = postgres.NewLedger(f.db)
 	f.accounts = postgres.NewAccounts(f.db)
 	return f
@@ -72,27 +75,27 @@ func (f *coherenceFixture) newAccount(t testing.TB) string {
 	return account
 }
 
-// depositJournaled deposits and returns the journal row the deposit wrote
+// depositWithOutbox deposits and returns the outbox row the deposit wrote
 // for the account's balance.
-func (f *coherenceFixture) depositJournaled(t testing.TB, account, asset, amount string) orders.JournalEntry {
+func (f *coherenceFixture) depositWithOutbox(t testing.TB, account, asset, amount string) orders.OutboxEntry {
 	t.Helper()
 	ctx := context.Background()
 	if err := f.ledger.Deposit(ctx, account, asset, amount); err != nil {
 		t.Fatalf("deposit %s %s: %v", amount, asset, err)
 	}
-	// The deposit also journals the external account's side; these tests
+	// The deposit also outboxs the external account's side; these tests
 	// count the customer's rows only.
 	if _, err := f.db.Exec(ctx, `DELETE FROM outbox WHERE name LIKE $1`, "balances:"+orders.ExternalAccount+":%"); err != nil {
 		t.Fatal(err)
 	}
-	var entry orders.JournalEntry
+	var entry orders.OutboxEntry
 	name := orders.BalanceName(account, asset)
 	err := f.db.QueryRow(ctx, `SELECT j.id, j.name, j.version, j.payload
 		FROM outbox j JOIN balances b ON j.name = $1 AND j.version = b.version
 		WHERE b.account_id = $2 AND b.asset = $3`, name, account, asset).
 		Scan(&entry.ID, &entry.Name, &entry.Version, &entry.Payload)
 	if err != nil {
-		t.Fatalf("journal %s: %v", name, err)
+		t.Fatalf("outbox %s: %v", name, err)
 	}
 	return entry
 }
@@ -131,7 +134,7 @@ func (f *coherenceFixture) claimAll(t testing.TB) []emq.Claim {
 	}
 }
 
-func payloadsOf(entries []orders.JournalEntry) []string {
+func payloadsOf(entries []orders.OutboxEntry) []string {
 	payloads := make([]string, len(entries))
 	for i, entry := range entries {
 		payloads[i] = entry.Payload
@@ -144,10 +147,10 @@ func TestRelayPutsOneJobPerRowOnTheCoherenceQueue(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)
-	entries := []orders.JournalEntry{
-		f.depositJournaled(t, account, "USD", "10.00"),
-		f.depositJournaled(t, account, "USD", "5.00"),
-		f.depositJournaled(t, account, "BTC", "0.5"),
+	entries := []orders.OutboxEntry{
+		f.depositWithOutbox(t, account, "USD", "10.00"),
+		f.depositWithOutbox(t, account, "USD", "5.00"),
+		f.depositWithOutbox(t, account, "BTC", "0.5"),
 	}
 	if f.unrelayed(t) != 3 {
 		t.Fatalf("%d unrelayed rows before the relay, want 3", f.unrelayed(t))
@@ -186,14 +189,14 @@ func TestSweepRelaysRowsACrashLeftBehind(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t, placement.WithSweepAge(0))
 	account := f.newAccount(t)
-	entries := []orders.JournalEntry{
-		f.depositJournaled(t, account, "USD", "10.00"),
-		f.depositJournaled(t, account, "ETH", "1"),
+	entries := []orders.OutboxEntry{
+		f.depositWithOutbox(t, account, "USD", "10.00"),
+		f.depositWithOutbox(t, account, "ETH", "1"),
 	}
 
 	// Rows younger than the sweep age are left to the relay that follows
 	// their commit.
-	patient := placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceLanes, f.log, placement.WithSweepAge(time.Hour))
+	patient := placement.NewOutboxRelay(postgres.NewOutbox(f.db), f.client, placement.CoherenceModes, f.log, placement.WithSweepAge(time.Hour))
 	if n, err := patient.Sweep(ctx); err != nil || n != 0 {
 		t.Errorf("a sweep of young rows relayed %d, %v; want none", n, err)
 	}
@@ -224,10 +227,10 @@ func TestConcurrentSweepsShareTheBacklog(t *testing.T) {
 		FROM generate_series(1, $1) AS i`, rows); err != nil {
 		t.Fatal(err)
 	}
-	sweepers := []*placement.JournalRelay{
+	sweepers := []*placement.OutboxRelay{
 		f.relay,
-		placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceLanes, f.log, placement.WithSweepAge(0)),
-		placement.NewJournalRelay(postgres.NewJournal(f.db), f.client, placement.CoherenceLanes, f.log, placement.WithSweepAge(0)),
+		placement.NewOutboxRelay(postgres.NewOutbox(f.db), f.client, placement.CoherenceModes, f.log, placement.WithSweepAge(0)),
+		placement.NewOutboxRelay(postgres.NewOutbox(f.db), f.client, placement.CoherenceModes, f.log, placement.WithSweepAge(0)),
 	}
 	var wg sync.WaitGroup
 	relayed := make([]int, len(sweepers))
@@ -261,7 +264,7 @@ func TestRelayDuringARedisOutageLeavesTheRowsForTheSweep(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t, placement.WithSweepAge(0))
 	account := f.newAccount(t)
-	entries := []orders.JournalEntry{f.depositJournaled(t, account, "USD", "10.00")}
+	entries := []orders.OutboxEntry{f.depositWithOutbox(t, account, "USD", "10.00")}
 
 	f.redis.Stop(t)
 	began := time.Now()
@@ -293,7 +296,7 @@ func TestRelayDuringARedisOutageLeavesTheRowsForTheSweep(t *testing.T) {
 func TestKeepSweepingRelaysUntilCancelled(t *testing.T) {
 	f := newCoherenceFixture(t, placement.WithSweepAge(0))
 	account := f.newAccount(t)
-	f.depositJournaled(t, account, "USD", "1.00")
+	f.depositWithOutbox(t, account, "USD", "1.00")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -301,7 +304,7 @@ func TestKeepSweepingRelaysUntilCancelled(t *testing.T) {
 		f.relay.KeepSweeping(ctx, 20*time.Millisecond)
 	}()
 	waitFor(t, 10*time.Second, "the sweeper relays the row", func() bool { return f.unrelayed(t) == 0 })
-	f.depositJournaled(t, account, "USD", "1.00")
+	f.depositWithOutbox(t, account, "USD", "1.00")
 	waitFor(t, 10*time.Second, "the sweeper relays a later row", func() bool { return f.unrelayed(t) == 0 })
 	cancel()
 	select {
@@ -310,7 +313,7 @@ func TestKeepSweepingRelaysUntilCancelled(t *testing.T) {
 		t.Fatal("KeepSweeping did not return after its context was cancelled")
 	}
 	// The sweeper may relay the external account's side of a deposit before
-	// depositJournaled deletes it; only the customer's lane is counted.
+	// depositWithOutbox deletes it; only the customer's lane is counted.
 	lanes, err := f.queue.LaneDepths(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -333,7 +336,7 @@ func TestWhileSweepingRelayLeavesMarkingToTheLoop(t *testing.T) {
 		f.relay.KeepSweeping(loopCtx, time.Hour)
 	}()
 
-	var entries []orders.JournalEntry
+	var entries []orders.OutboxEntry
 	for _, c := range []struct {
 		name     string
 		deposits int
@@ -341,9 +344,9 @@ func TestWhileSweepingRelayLeavesMarkingToTheLoop(t *testing.T) {
 		{name: "marked on a tick", deposits: 3},
 		{name: "marked by the time the loop stops", deposits: 2},
 	} {
-		var relayed []orders.JournalEntry
+		var relayed []orders.OutboxEntry
 		for range c.deposits {
-			relayed = append(relayed, f.depositJournaled(t, account, "USD", "1.00"))
+			relayed = append(relayed, f.depositWithOutbox(t, account, "USD", "1.00"))
 		}
 		entries = append(entries, relayed...)
 		f.relay.Relay(ctx, relayed)
@@ -366,7 +369,7 @@ func TestWhileSweepingRelayLeavesMarkingToTheLoop(t *testing.T) {
 	}
 
 	// With no loop running, Relay marks before it returns.
-	f.relay.Relay(ctx, []orders.JournalEntry{f.depositJournaled(t, account, "USD", "1.00")})
+	f.relay.Relay(ctx, []orders.OutboxEntry{f.depositWithOutbox(t, account, "USD", "1.00")})
 	if got := f.unrelayed(t); got != 0 {
 		t.Errorf("%d rows unrelayed after Relay with no loop running", got)
 	}
@@ -397,9 +400,9 @@ func (f *coherenceFixture) appliedVersion(t testing.TB, name string) int64 {
 	return version
 }
 
-func (f *coherenceFixture) cachedBalance(t testing.TB, account, asset string) emq.CacheEntry {
+func (f *coherenceFixture) cachedBalance(t testing.TB, account, asset string) coherence.CacheEntry {
 	t.Helper()
-	cached, err := f.client.ReadCache(context.Background(), placement.BalanceCacheKey(account))
+	cached, err := f.caches.ReadCache(context.Background(), placement.BalanceCacheKey(account))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,9 +413,9 @@ func TestCoherenceActsOnlyOnANewerVersion(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)
-	v1 := f.depositJournaled(t, account, "USD", "10.00")
-	v2 := f.depositJournaled(t, account, "USD", "10.00")
-	v3 := f.depositJournaled(t, account, "USD", "10.00")
+	v1 := f.depositWithOutbox(t, account, "USD", "10.00")
+	v2 := f.depositWithOutbox(t, account, "USD", "10.00")
+	v3 := f.depositWithOutbox(t, account, "USD", "10.00")
 	name := orders.BalanceName(account, "USD")
 
 	// The same job delivered twice, as the queue does after a lost
@@ -434,7 +437,7 @@ func TestCoherenceActsOnlyOnANewerVersion(t *testing.T) {
 	// Deliveries in the worst order: the newest first, then again, then the
 	// older ones. Only the first acts.
 	for i, c := range []struct {
-		entry    orders.JournalEntry
+		entry    orders.OutboxEntry
 		advanced bool
 	}{
 		{v3, true},
@@ -456,10 +459,10 @@ func TestCoherenceActsOnlyOnANewerVersion(t *testing.T) {
 
 	// v2 before v3 is the other reordering: v2 acts, v3 acts after it.
 	other := f.newAccount(t)
-	w1 := f.depositJournaled(t, other, "BTC", "1")
-	w2 := f.depositJournaled(t, other, "BTC", "1")
+	w1 := f.depositWithOutbox(t, other, "BTC", "1")
+	w2 := f.depositWithOutbox(t, other, "BTC", "1")
 	for _, c := range []struct {
-		entry    orders.JournalEntry
+		entry    orders.OutboxEntry
 		advanced bool
 	}{{w2, true}, {w1, false}, {w2, false}} {
 		advanced, err := f.consumer.Apply(ctx, c.entry.Payload)
@@ -476,8 +479,8 @@ func TestCoherenceCatchesUpWithTheBalanceNotTheMessage(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)
-	v1 := f.depositJournaled(t, account, "USD", "1.00")
-	f.depositJournaled(t, account, "USD", "1.00")
+	v1 := f.depositWithOutbox(t, account, "USD", "1.00")
+	f.depositWithOutbox(t, account, "USD", "1.00")
 	// The message says version 1, the balance is at 2 by the time it is
 	// handled: the cache gets what PostgreSQL holds now.
 	if _, err := f.consumer.Apply(ctx, v1.Payload); err != nil {
@@ -504,8 +507,8 @@ func TestCoherenceRefusesMalformedPayloadsForGood(t *testing.T) {
 		"balances::USD@4",
 	} {
 		err := f.consumer.Handle(ctx, emq.Claim{ID: "JOB_X", Kind: placement.KindBalanceCoherence, Payload: []byte(payload), Token: 1})
-		if !errors.Is(err, emq.ErrPermanent) || !errors.Is(err, placement.ErrJournalPayload) {
-			t.Errorf("Handle(%q) = %v, want a permanent ErrJournalPayload", payload, err)
+		if !errors.Is(err, emq.ErrPermanent) || !errors.Is(err, placement.ErrOutboxPayload) {
+			t.Errorf("Handle(%q) = %v, want a permanent ErrOutboxPayload", payload, err)
 		}
 	}
 	var applied int
@@ -518,7 +521,7 @@ func TestCoherenceRetriesWhenTheCacheCannotBeRefreshed(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)
-	v1 := f.depositJournaled(t, account, "USD", "1.00")
+	v1 := f.depositWithOutbox(t, account, "USD", "1.00")
 	name := orders.BalanceName(account, "USD")
 
 	f.redis.Stop(t)

@@ -114,7 +114,7 @@ var (
 // Violation is one broken invariant of the ledger.
 type Violation struct {
 	Check string
-	// Subject is what is wrong: a balance (its journal name), an asset, an
+	// Subject is what is wrong: a balance (its outbox name), an asset, an
 	// instrument (its symbol), a ledger transaction (txn/<id>), a trade
 	// (trade/<id>) or an order (its ORD id).
 	Subject string

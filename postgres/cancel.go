@@ -43,7 +43,7 @@ func (s *Settler) CancelResting(ctx context.Context, account, orderID string) (o
 	}
 	var (
 		canceled orders.Order
-		journal  []orders.JournalEntry
+		outbox   []orders.OutboxEntry
 	)
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		var symbol string
@@ -114,7 +114,7 @@ func (s *Settler) CancelResting(ctx context.Context, account, orderID string) (o
 			batch.Queue(settleOutboxSQL, []string{name}, []int64{version}, []string{fmt.Sprintf("%s@%d", name, version)}).
 				Query(func(rows pgx.Rows) error {
 					var err error
-					journal, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.JournalEntry])
+					outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
 					return err
 				})
 			if err := tx.SendBatch(ctx, batch).Close(); err != nil {
@@ -143,8 +143,8 @@ func (s *Settler) CancelResting(ctx context.Context, account, orderID string) (o
 		return orders.Order{}, unavailable(err)
 	}
 	s.log.Info("resting order canceled", "order_id", orderID, "account", account)
-	if s.relay != nil && len(journal) > 0 {
-		s.relay.Relay(ctx, journal)
+	if s.relay != nil && len(outbox) > 0 {
+		s.relay.Relay(ctx, outbox)
 	}
 	return canceled, nil
 }

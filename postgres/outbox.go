@@ -20,17 +20,17 @@ var (
 	outboxMarkRelayedSQL string
 )
 
-// Journal is the outbox settlement writes beside the balances it changes:
+// Outbox is the outbox settlement writes beside the balances it changes:
 // one row per changed balance, marked once the relay has carried it.
-type Journal struct {
+type Outbox struct {
 	db *pgxpool.Pool
 }
 
-// NewJournal uses db.
-func NewJournal(db *pgxpool.Pool) *Journal { return &Journal{db: db} }
+// NewOutbox uses db.
+func NewOutbox(db *pgxpool.Pool) *Outbox { return &Outbox{db: db} }
 
 // MarkRelayed stamps the rows of entries relayed.
-func (j *Journal) MarkRelayed(ctx context.Context, entries []orders.JournalEntry) error {
+func (j *Outbox) MarkRelayed(ctx context.Context, entries []orders.OutboxEntry) error {
 	return markRelayed(ctx, j.db, entries)
 }
 
@@ -39,14 +39,14 @@ func (j *Journal) MarkRelayed(ctx context.Context, entries []orders.JournalEntry
 // transaction whose rows are locked with SKIP LOCKED, so sweepers in several
 // workers share the backlog instead of relaying it twice. It returns how many
 // rows it took and how many it marked.
-func (j *Journal) SweepBatch(ctx context.Context, age time.Duration, limit int,
-	carry func(context.Context, []orders.JournalEntry) []orders.JournalEntry) (taken, marked int, err error) {
+func (j *Outbox) SweepBatch(ctx context.Context, age time.Duration, limit int,
+	carry func(context.Context, []orders.OutboxEntry) []orders.OutboxEntry) (taken, marked int, err error) {
 	err = pgx.BeginFunc(ctx, j.db, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, outboxSweepSQL, age, limit)
 		if err != nil {
 			return err
 		}
-		entries, err := pgx.CollectRows(rows, pgx.RowToStructByPos[orders.JournalEntry])
+		entries, err := pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
 		if err != nil {
 			return err
 		}
@@ -58,19 +58,19 @@ func (j *Journal) SweepBatch(ctx context.Context, age time.Duration, limit int,
 		return nil
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("orders: sweep journal: %w", err)
+		return 0, 0, fmt.Errorf("orders: sweep outbox: %w", err)
 	}
 	return taken, marked, nil
 }
 
-// journalExecer is a pool or a transaction.
-type journalExecer interface {
+// outboxExecer is a pool or a transaction.
+type outboxExecer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 // markRelayed stamps the rows of entries, found by their unique name and
 // version, so an entry handed over without its row id is marked too.
-func markRelayed(ctx context.Context, db journalExecer, entries []orders.JournalEntry) error {
+func markRelayed(ctx context.Context, db outboxExecer, entries []orders.OutboxEntry) error {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -80,7 +80,7 @@ func markRelayed(ctx context.Context, db journalExecer, entries []orders.Journal
 		names[i], versions[i] = entry.Name, entry.Version
 	}
 	if _, err := db.Exec(ctx, outboxMarkRelayedSQL, names, versions); err != nil {
-		return fmt.Errorf("orders: mark journal rows relayed: %w", err)
+		return fmt.Errorf("orders: mark outbox rows relayed: %w", err)
 	}
 	return nil
 }

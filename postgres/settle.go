@@ -34,7 +34,7 @@ type Settler struct {
 	queue   settleQueue
 }
 
-// NewSettler settles on db and hands each committed settlement's journal
+// NewSettler settles on db and hands each committed settlement's outbox
 // entries to relay (nil: nobody is told; the relay's sweep finds the rows).
 func NewSettler(db *pgxpool.Pool, relay orders.Relayer, log *slog.Logger) *Settler {
 	if log == nil {
@@ -90,8 +90,8 @@ func (s *Settler) Settle(ctx context.Context, order orders.Order, token int64) e
 	default:
 		log.Info("order settled", "status", result.status, "reason", result.reason, "trades", result.trades)
 	}
-	if s.relay != nil && len(result.journal) > 0 {
-		s.relay.Relay(ctx, result.journal)
+	if s.relay != nil && len(result.outbox) > 0 {
+		s.relay.Relay(ctx, result.outbox)
 	}
 	return nil
 }
@@ -149,8 +149,8 @@ type settlement struct {
 	// one the market canceled.
 	reason string
 	// trades is how many trades the order took part in as the taker.
-	trades  int
-	journal []orders.JournalEntry
+	trades int
+	outbox []orders.OutboxEntry
 }
 
 // classify sorts a failure: an order whose account does not exist, or whose

@@ -377,7 +377,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 		return outcomes, nil
 	}
 
-	journal, err := w.write(ctx, tx)
+	outbox, err := w.write(ctx, tx)
 	if err != nil {
 		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
 	}
@@ -388,7 +388,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 	// written order, right after this commit.
 	for i := range outcomes {
 		if outcomes[i].err == nil && !outcomes[i].alone && !outcomes[i].result.duplicate {
-			outcomes[i].result.journal = journal
+			outcomes[i].result.outbox = outbox
 			break
 		}
 	}
@@ -701,7 +701,7 @@ func (w *batchWork) move(t *ledgerTxn, account, asset, part string, amount decim
 
 // write sends everything the batch decided in one round trip and returns
 // the outbox rows. It draws the ids the rows name first.
-func (w *batchWork) write(ctx context.Context, tx pgx.Tx) ([]orders.JournalEntry, error) {
+func (w *batchWork) write(ctx context.Context, tx pgx.Tx) ([]orders.OutboxEntry, error) {
 	var resting []*takerRow
 	for _, row := range w.takers {
 		if row.restedAt >= 0 {
@@ -782,7 +782,7 @@ func (w *batchWork) write(ctx context.Context, tx pgx.Tx) ([]orders.JournalEntry
 		batch.Queue(settleUpdateMakersSQL, ids, filled, notionals, fees, givenUp, statuses)
 	}
 
-	var journal []orders.JournalEntry
+	var outbox []orders.OutboxEntry
 	if len(w.txns) > 0 {
 		var tIDs []int64
 		var kinds, orderIDs []string
@@ -844,14 +844,14 @@ func (w *batchWork) write(ctx context.Context, tx pgx.Tx) ([]orders.JournalEntry
 		}
 		batch.Queue(settleOutboxSQL, names, versions, payloads).Query(func(rows pgx.Rows) error {
 			var err error
-			journal, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.JournalEntry])
+			outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
 			return err
 		})
 	}
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, err
 	}
-	return journal, nil
+	return outbox, nil
 }
 
 func opposite(side orders.Side) orders.Side {

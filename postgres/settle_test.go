@@ -25,16 +25,16 @@ import (
 )
 
 // recordingRelay keeps what the settler relays, and whether each relayed
-// journal row was committed when Relay ran: Relay must come after the commit.
+// outbox row was committed when Relay ran: Relay must come after the commit.
 type recordingRelay struct {
 	db *pgxpool.Pool
 
 	mu        sync.Mutex
-	calls     [][]orders.JournalEntry
+	calls     [][]orders.OutboxEntry
 	committed []bool
 }
 
-func (r *recordingRelay) Relay(ctx context.Context, entries []orders.JournalEntry) {
+func (r *recordingRelay) Relay(ctx context.Context, entries []orders.OutboxEntry) {
 	ids := make([]int64, len(entries))
 	for i, entry := range entries {
 		ids[i] = entry.ID
@@ -48,7 +48,7 @@ func (r *recordingRelay) Relay(ctx context.Context, entries []orders.JournalEntr
 	r.committed = append(r.committed, err == nil && visible == len(entries))
 }
 
-func (r *recordingRelay) Calls() ([][]orders.JournalEntry, []bool) {
+func (r *recordingRelay) Calls() ([][]orders.OutboxEntry, []bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.calls), slices.Clone(r.committed)
@@ -153,7 +153,7 @@ type balance struct {
 	version         int64
 }
 
-// balances reads every balance that ever moved by its journal name.
+// balances reads every balance that ever moved by its outbox name.
 func balances(t testing.TB, db *pgxpool.Pool) map[string]balance {
 	t.Helper()
 	rows, err := db.Query(context.Background(),
@@ -260,20 +260,20 @@ func entriesOf(t testing.TB, db *pgxpool.Pool, orderID string) []entry {
 	return found
 }
 
-func journalAfter(t testing.TB, db *pgxpool.Pool, after int64) []orders.JournalEntry {
+func outboxAfter(t testing.TB, db *pgxpool.Pool, after int64) []orders.OutboxEntry {
 	t.Helper()
 	rows, err := db.Query(context.Background(), `SELECT id, name, version, payload FROM outbox WHERE id > $1 ORDER BY id`, after)
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := pgx.CollectRows(rows, pgx.RowToStructByPos[orders.JournalEntry])
+	entries, err := pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
 	if err != nil {
 		t.Fatal(err)
 	}
 	return entries
 }
 
-func lastJournalID(t testing.TB, db *pgxpool.Pool) int64 {
+func lastOutboxID(t testing.TB, db *pgxpool.Pool) int64 {
 	t.Helper()
 	var id int64
 	if err := db.QueryRow(context.Background(), `SELECT coalesce(max(id), 0) FROM outbox`).Scan(&id); err != nil {
@@ -357,7 +357,7 @@ func TestCrossingOrdersTradeAtTheMakersPrice(t *testing.T) {
 	if got := balanceOf(t, m.db, m.alice, "BTC"); got.available != "1.5" || got.held != "0.5" {
 		t.Fatalf("alice's BTC after the ask: %+v", got)
 	}
-	journalBefore := lastJournalID(t, m.db)
+	outboxBefore := lastOutboxID(t, m.db)
 	before := balances(t, m.db)
 
 	bid := m.place(t, m.bob, orders.Buy, "0.3", "50100")
@@ -409,13 +409,13 @@ func TestCrossingOrdersTradeAtTheMakersPrice(t *testing.T) {
 	}
 	// One outbox row per moved balance, at its final version, relayed after
 	// the commit.
-	journal := journalAfter(t, m.db, journalBefore)
+	outbox := outboxAfter(t, m.db, outboxBefore)
 	versions := map[string]int64{}
-	for _, e := range journal {
+	for _, e := range outbox {
 		versions[e.Name] = e.Version
 	}
-	if len(journal) != len(want) {
-		t.Errorf("%d outbox rows, want %d: %v", len(journal), len(want), journal)
+	if len(outbox) != len(want) {
+		t.Errorf("%d outbox rows, want %d: %v", len(outbox), len(want), outbox)
 	}
 	for key, w := range want {
 		if versions[key] != w.version {
@@ -423,8 +423,8 @@ func TestCrossingOrdersTradeAtTheMakersPrice(t *testing.T) {
 		}
 	}
 	calls, committed := m.relay.Calls()
-	if len(calls) != 2 || !slices.Equal(calls[1], journal) || !committed[1] {
-		t.Errorf("relayed %v (committed %v), want the last call to be %v after its commit", calls, committed, journal)
+	if len(calls) != 2 || !slices.Equal(calls[1], outbox) || !committed[1] {
+		t.Errorf("relayed %v (committed %v), want the last call to be %v after its commit", calls, committed, outbox)
 	}
 	// The history reads the resting order with its fill.
 	shown, err := postgres.NewHistory(m.db).Order(context.Background(), m.alice, ask.ID)
@@ -652,7 +652,7 @@ func TestSettleTwiceChangesNothing(t *testing.T) {
 			placed := newOrder(m.bob, "BTC-USD", orders.Buy, tt.quantity, tt.price)
 			m.settle(t, placed, 1)
 			first := mustOrder(t, m.db, placed.ID)
-			balancesAfterFirst, journalAfterFirst := balances(t, m.db), journalAfter(t, m.db, 0)
+			balancesAfterFirst, outboxAfterFirst := balances(t, m.db), outboxAfter(t, m.db, 0)
 
 			m.settle(t, placed, 2)
 			if second := mustOrder(t, m.db, placed.ID); !second.same(first) || deref(second.token) != int64(1) {
@@ -661,7 +661,7 @@ func TestSettleTwiceChangesNothing(t *testing.T) {
 			if !maps.Equal(balancesAfterFirst, balances(t, m.db)) {
 				t.Error("balances changed")
 			}
-			if got := journalAfter(t, m.db, 0); !slices.Equal(got, journalAfterFirst) {
+			if got := outboxAfter(t, m.db, 0); !slices.Equal(got, outboxAfterFirst) {
 				t.Error("the outbox changed")
 			}
 			mustAudit(t, m.db)

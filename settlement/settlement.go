@@ -1,6 +1,6 @@
 // Package settlement is what one settlement worker process runs: the
-// order settler on its queue and, beside it, the journal relay's sweep and
-// the balance coherence lane, with the settings a worker deployed without
+// order settler on its queue and, beside it, the outbox relay's sweep and
+// the balance coherence consumer, with the settings a worker deployed without
 // flags runs with. cmd/worker runs one as a process; cmd/bench runs several
 // in-process, so that what the bench measures is what the binary runs.
 package settlement
@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
@@ -34,7 +35,7 @@ type Config struct {
 	// Lease is how long a claim holds an order; a dead worker's orders run
 	// again after about this long.
 	Lease time.Duration
-	// Retry is when failed orders run again. The coherence lane retries at
+	// Retry is when failed orders run again. The coherence consumer retries at
 	// the same backoff but never runs out of attempts.
 	Retry emq.RetryPolicy
 	// DrainTimeout is how long in-flight orders may take once the context
@@ -78,15 +79,15 @@ func (c Config) OutageOutlasted() time.Duration {
 // orders in flight, but when PostgreSQL refuses a batch its orders settle
 // alone at once, one connection each, and pgx's default of four would make
 // them queue for connections rather than for the rows they lock; these few
-// more are for what runs beside settlement (the coherence lane).
+// more are for what runs beside settlement (the coherence consumer).
 const ConnectionsBesideSettlement = 4
 
 const (
 	// coherenceAttempts is, at a 10 s backoff cap, more than a week of
 	// retries: a coherence job that died would leave its cached balance stale
-	// until the next change (its journal row is relayed already).
+	// until the next change (its outbox row is relayed already).
 	coherenceAttempts = 100_000
-	// sweepInterval is how often the relay looks for journal rows a crash
+	// sweepInterval is how often the relay looks for outbox rows a crash
 	// (or an admin deposit) left behind.
 	sweepInterval = time.Second
 )
@@ -131,18 +132,18 @@ func (d Deps) Close() {
 
 // Worker is one worker process's settlement and what runs beside it.
 type Worker struct {
-	config    Config
-	log       *slog.Logger
-	metrics   *emq.Metrics
-	orders    *emq.Queue
-	settler   *postgres.Settler
-	relay     *placement.JournalRelay
-	coherence *placement.BalanceCoherence
-	lane      *emq.Queue
+	config         Config
+	log            *slog.Logger
+	metrics        *emq.Metrics
+	orders         *emq.Queue
+	settler        *postgres.Settler
+	relay          *placement.OutboxRelay
+	coherence      *placement.BalanceCoherence
+	coherenceQueue *emq.Queue
 }
 
-// New declares the order kind on c.Queue and the coherence lane's kinds, and
-// assembles the settler, which hands each commit's journal entries to the
+// New declares the order kind on c.Queue and the coherence queues' kinds, and
+// assembles the settler, which hands each commit's outbox entries to the
 // relay.
 func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	if deps.Logger == nil {
@@ -155,26 +156,26 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
 		return nil, err
 	}
-	relay := placement.NewJournalRelay(postgres.NewJournal(deps.DB), deps.Queues, placement.CoherenceLanes, deps.Logger)
+	relay := placement.NewOutboxRelay(postgres.NewOutbox(deps.DB), deps.Queues, placement.CoherenceModes, deps.Logger)
 	if err := relay.Declare(ctx); err != nil {
 		return nil, err
 	}
 	settler := postgres.NewSettler(deps.DB, relay, deps.Logger.With("queue", c.Queue)).
 		WithMetrics(postgres.NewSettlementMetrics(deps.Metrics))
 	return &Worker{
-		config:    c,
-		log:       deps.Logger,
-		metrics:   emq.NewMetrics(deps.Metrics),
-		orders:    queue,
-		settler:   settler,
-		relay:     relay,
-		coherence: placement.NewBalanceCoherence(postgres.NewAppliedVersions(deps.DB), deps.Queues, deps.Logger),
-		lane:      deps.Queues.Queue(emq.CoherenceQueue(placement.BalancesTable)),
+		config:         c,
+		log:            deps.Logger,
+		metrics:        emq.NewMetrics(deps.Metrics),
+		orders:         queue,
+		settler:        settler,
+		relay:          relay,
+		coherence:      placement.NewBalanceCoherence(postgres.NewAppliedVersions(deps.DB), coherence.New(deps.Queues.Redis(), coherence.WithLogger(deps.Logger)), deps.Logger),
+		coherenceQueue: deps.Queues.Queue(coherence.Queue(placement.BalancesTable)),
 	}, nil
 }
 
 // Run settles orders until ctx ends, then drains. Beside settlement it
-// sweeps the journal and works the balance coherence lane; if the lane
+// sweeps the outbox and works the balances' coherence queue; if that
 // fails, settlement stops too, so the process exits instead of settling
 // with cached balances that no longer catch up.
 func (w *Worker) Run(ctx context.Context) error {
@@ -200,12 +201,12 @@ func (w *Worker) sweep(ctx context.Context) error {
 
 // applyCoherence keeps retrying a coherence job, at the capped backoff, for
 // as long as it takes. The handlers wait for the consumer's shared batch and
-// hold no connection of their own, so the lane runs as many at once as a
+// hold no connection of their own, so the consumer runs as many at once as a
 // batch takes, not the settlement concurrency.
 func (w *Worker) applyCoherence(ctx context.Context) error {
 	retry := w.config.Retry
 	retry.MaxAttempts = coherenceAttempts
-	return w.lane.Work(ctx, w.coherence.Handle, emq.WorkerOptions{
+	return w.coherenceQueue.Work(ctx, w.coherence.Handle, emq.WorkerOptions{
 		Concurrency:  placement.CoherenceBatch,
 		Lease:        w.config.Lease,
 		Retry:        retry,
@@ -217,7 +218,7 @@ func (w *Worker) applyCoherence(ctx context.Context) error {
 
 // workBeside runs work and loops together until ctx ends. A loop that fails
 // before then stops the rest, so the process exits instead of settling
-// without its coherence lane; work's drain is waited for either way.
+// without its coherence consumer; work's drain is waited for either way.
 func workBeside(ctx context.Context, loops []func(context.Context) error, work func(context.Context) error) error {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)

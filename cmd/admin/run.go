@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/control"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/migrations"
@@ -22,16 +23,16 @@ const usage = `usage: admin COMMAND [ARGS]   (DATABASE_URL names the database; R
   migrate-down                     revert all schema migrations (destroys data)
   create-account NAME              create a customer account; prints account=ACC_...
   issue-key ACCOUNT                issue an API key; prints key_id=KEY_... and api_key=... (shown once)
-  revoke-key KEY_ID                revoke an API key; gateways hear of it at once over the
-                                   broadcast lane (at the latest when their cached copy of the
-                                   key expires: gateway -key-cache-ttl, 5s by default)
+  revoke-key KEY_ID                revoke an API key; gateways hear of it at once by a
+                                   coherence broadcast (at the latest when their cached copy of
+                                   the key expires: gateway -key-cache-ttl, 5s by default)
   deposit ACCOUNT ASSET AMOUNT     credit funds from the external account (a ledger transaction)
   withdraw ACCOUNT ASSET AMOUNT    debit funds to the external account (a ledger transaction)
   demo                             create a funded demo account and a funded market-maker account
                                    (for cmd/marketmaker), each with a key, and print account=...,
                                    api_key=..., mm_account=... and mm_api_key=...
   halt SYMBOL                      stop an instrument taking orders; gateways hear of it at once
-                                   over the broadcast lane (at the latest at their next refresh)
+                                   by a coherence broadcast (at the latest at their next refresh)
   resume SYMBOL                    let a halted instrument take orders again
   audit                            check the books: balances (available and held) against their
                                    entries, conservation per asset, balanced transactions, holds
@@ -121,15 +122,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 // is still revoked; gateways refuse it once their cached copy expires, and the
 // command says so.
 func revokeKey(ctx context.Context, db *pgxpool.Pool, redisURL, keyID string, stdout io.Writer) error {
-	lanes, closeLanes, err := dialLanes(ctx, redisURL)
+	caches, closeCaches, err := dialCaches(ctx, redisURL)
 	if err != nil {
 		return err
 	}
-	defer closeLanes()
-	if err := control.New(db, lanes).RevokeKey(ctx, keyID); err != nil {
+	defer closeCaches()
+	if err := control.New(db, caches).RevokeKey(ctx, keyID); err != nil {
 		return err
 	}
-	if lanes == nil {
+	if caches == nil {
 		fmt.Fprintf(stdout, "revoked=%s (REDIS_URL unset: gateways refuse it once their cached copy expires)\n", keyID)
 		return nil
 	}
@@ -137,35 +138,36 @@ func revokeKey(ctx context.Context, db *pgxpool.Pool, redisURL, keyID string, st
 	return nil
 }
 
-// dialLanes connects to the queue server for a broadcast; no server (nil
-// lanes) when redisURL is empty.
-func dialLanes(ctx context.Context, redisURL string) (lanes *emq.Client, closeLanes func(), err error) {
+// dialCaches connects to the queue server for a broadcast; no server (nil
+// caches) when redisURL is empty.
+func dialCaches(ctx context.Context, redisURL string) (caches *coherence.Client, closeCaches func(), err error) {
 	if redisURL == "" {
 		return nil, func() {}, nil
 	}
-	if lanes, err = emq.Dial(ctx, redisURL); err != nil {
+	queues, err := emq.Dial(ctx, redisURL)
+	if err != nil {
 		return nil, nil, err
 	}
-	return lanes, func() { _ = lanes.Close() }, nil
+	return coherence.New(queues.Redis()), func() { _ = queues.Close() }, nil
 }
 
 // setHalted changes the instrument's status and broadcasts it. Without a
 // queue server the status still changes; gateways pick it up at their next
 // refresh, and the command says so.
 func setHalted(ctx context.Context, db *pgxpool.Pool, redisURL, symbol string, halted bool, stdout io.Writer) error {
-	lanes, closeLanes, err := dialLanes(ctx, redisURL)
+	caches, closeCaches, err := dialCaches(ctx, redisURL)
 	if err != nil {
 		return err
 	}
-	defer closeLanes()
-	if err := control.New(db, lanes).SetInstrumentHalted(ctx, symbol, halted); err != nil {
+	defer closeCaches()
+	if err := control.New(db, caches).SetInstrumentHalted(ctx, symbol, halted); err != nil {
 		return err
 	}
 	status := "trading"
 	if halted {
 		status = "halted"
 	}
-	if lanes == nil {
+	if caches == nil {
 		fmt.Fprintf(stdout, "%s=%s (REDIS_URL unset: gateways see it at their next refresh)\n", symbol, status)
 		return nil
 	}

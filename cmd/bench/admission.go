@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/gateway"
 	"github.com/ordergate/ordergate/orders"
@@ -79,7 +80,7 @@ func (e *env) startGateway(ctx context.Context) (url string, stop func(), err er
 		Placer:      placer,
 		Instruments: instruments,
 		Accounts:    placement.NewKeyCache(postgres.NewAccounts(e.db), 0),
-		Balances:    placement.NewBalances(postgres.NewBalances(e.db), e.queue, e.log),
+		Balances:    placement.NewBalances(postgres.NewBalances(e.db), coherence.New(e.queue.Redis(), coherence.WithLogger(e.log)), e.log),
 		Logger:      e.log,
 		Metrics:     prometheus.NewRegistry(),
 	}, config)

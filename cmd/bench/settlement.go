@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
@@ -73,10 +74,10 @@ type settlementResult struct {
 	// transaction, and the backlog is funded so that nearly all settle.
 	PerSecond float64 `json:"final_orders_per_second"`
 	// CoherenceSeconds runs from the same start until the balance coherence
-	// lane had applied every journal row the settlements wrote.
+	// consumer had applied every outbox row the settlements wrote.
 	CoherenceSeconds float64 `json:"coherence_seconds"`
 	// CommitsPerOrder is PostgreSQL's committed transactions of the phase's
-	// database per order, the coherence lane's included.
+	// database per order, the coherence consumer's included.
 	CommitsPerOrder float64 `json:"commits_per_order"`
 
 	PgbenchClients int     `json:"pgbench_clients"`
@@ -176,7 +177,7 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 		return errors.Join(err, stop())
 	}
 	r.Seconds = settled.Seconds()
-	coherence := e.queue.Queue(emq.CoherenceQueue(placement.BalancesTable))
+	coherence := e.queue.Queue(coherence.Queue(placement.BalancesTable))
 	coherent, err := e.waitDrained(ctx, coherence, 0, "coherence jobs left", progress, start, exited)
 	if err != nil {
 		return errors.Join(err, stop())
@@ -201,7 +202,7 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 		return err
 	}
 	r.CommitsPerOrder = float64(commitsAfter-commitsBefore) / float64(r.Orders)
-	progress("settlement: %d settled, %d rejected in %.1fs: %.0f orders/s; coherence lane drained at %.1fs",
+	progress("settlement: %d settled, %d rejected in %.1fs: %.0f orders/s; coherence queue drained at %.1fs",
 		r.Settled, r.Rejected, r.Seconds, r.PerSecond, r.CoherenceSeconds)
 	if err := queue.Purge(context.WithoutCancel(ctx)); err != nil {
 		progress("settlement: cleaning up %s: %v", queue.Name(), err)
@@ -407,11 +408,11 @@ func fileExists(path string) bool {
 func (s settlementResult) markdown() string {
 	var b strings.Builder
 	b.WriteString("| settlement | value |\n|---|---:|\n")
-	fmt.Fprintf(&b, "| workers × concurrency (cmd/worker defaults, coherence lane and relay sweep beside) | %d × %d |\n", s.Workers, s.WorkerConcurrency)
+	fmt.Fprintf(&b, "| workers × concurrency (cmd/worker defaults, coherence consumer and relay sweep beside) | %d × %d |\n", s.Workers, s.WorkerConcurrency)
 	fmt.Fprintf(&b, "| orders (settled / rejected) | %d (%d / %d) |\n", s.Orders, s.Settled, s.Rejected)
 	fmt.Fprintf(&b, "| seconds until every order was final | %.2f |\n", s.Seconds)
 	fmt.Fprintf(&b, "| final orders/s | %.0f |\n", s.PerSecond)
-	fmt.Fprintf(&b, "| seconds until the coherence lane had applied every balance change | %.2f |\n", s.CoherenceSeconds)
+	fmt.Fprintf(&b, "| seconds until the coherence consumer had applied every balance change | %.2f |\n", s.CoherenceSeconds)
 	fmt.Fprintf(&b, "| PostgreSQL commits per order | %.1f |\n", s.CommitsPerOrder)
 	fmt.Fprintf(&b, "| pgbench TPC-B-like tps (-c %d -j %d, scale %d, %d s) | %.0f |\n",
 		s.PgbenchClients, s.PgbenchThreads, s.PgbenchScale, s.PgbenchSeconds, s.PgbenchTPS)

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/gateway"
 	"github.com/ordergate/ordergate/internal/environ"
@@ -118,6 +119,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer queueClient.Close()
+	caches := coherence.New(queueClient.Redis(), coherence.WithLogger(log))
 
 	placer := placement.NewPlacer(queueClient.Queue(orders.Queue), c.dedupRetention, placement.WithHistory(postgres.NewHistory(db)))
 	if err := placer.Declare(ctx); err != nil {
@@ -136,7 +138,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	// beside the gateway's series on its /metrics.
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if _, err := instruments.FollowBroadcasts(ctx, queueClient, refreshFailed, emq.WithBroadcastMetrics(metrics)); err != nil {
+	if _, err := instruments.FollowBroadcasts(ctx, caches, refreshFailed, coherence.WithBroadcastMetrics(metrics)); err != nil {
 		return err
 	}
 	keys := placement.NewKeyCache(postgres.NewAccounts(db), c.keyCacheTTL, placement.StaleIfError(c.keyStaleIfError))
@@ -144,14 +146,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Name: "api_key_stale_answers_total",
 		Help: "API key lookups answered from a cached copy because PostgreSQL did not answer.",
 	}, func() float64 { return float64(keys.StaleAnswers()) }))
-	if _, err := keys.FollowRevocations(ctx, queueClient, emq.WithBroadcastMetrics(metrics)); err != nil {
+	if _, err := keys.FollowRevocations(ctx, caches, coherence.WithBroadcastMetrics(metrics)); err != nil {
 		return err
 	}
 	server := gateway.New(gateway.Deps{
 		Placer:      placer,
 		Instruments: instruments,
 		Accounts:    keys,
-		Balances:    placement.NewBalances(postgres.NewBalances(db), queueClient, log),
+		Balances:    placement.NewBalances(postgres.NewBalances(db), caches, log),
 		Probes:      probes(queueClient, db),
 		Logger:      log,
 		Metrics:     metrics,

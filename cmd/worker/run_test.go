@@ -16,6 +16,7 @@ import (
 
 	"github.com/govalues/decimal"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/logbuffer"
 	"github.com/ordergate/ordergate/internal/testserver"
@@ -169,7 +170,7 @@ func waitUntil(t testing.TB, timeout time.Duration, what string, condition func(
 // TestWorkerSettlesOrders runs the worker as main does, on a database it
 // migrates itself: an order admitted through the Placer is settled, an
 // unaffordable one rejected, a job that is no order buried; the coherence
-// lane brings the cached balances up to the settlement; it serves its
+// consumer brings the cached balances up to the settlement; it serves its
 // metrics and drains on cancel.
 func TestWorkerSettlesOrders(t *testing.T) {
 	redisServer := testserver.StartRedis(t)
@@ -266,13 +267,13 @@ func TestWorkerSettlesOrders(t *testing.T) {
 	if violations, err := postgres.Audit(background, db); err != nil || len(violations) > 0 {
 		t.Errorf("audit: %v, %v", violations, err)
 	}
-	// Nothing but the worker's relay and coherence lane writes the cache here.
+	// Nothing but the worker's relay and coherence consumer writes the cache here.
 	stored, err := placement.NewBalances(postgres.NewBalances(db), nil, nil).Of(background, account)
 	if err != nil || len(stored) != 2 {
 		t.Fatalf("balances after the fill: %v (%v), want BTC and USD", stored, err)
 	}
 	waitUntil(t, 15*time.Second, "the cache holds the balances the settlement wrote", func() bool {
-		cached, err := client.ReadCache(background, placement.BalanceCacheKey(account))
+		cached, err := coherence.New(client.Redis()).ReadCache(background, placement.BalanceCacheKey(account))
 		if err != nil {
 			return false
 		}

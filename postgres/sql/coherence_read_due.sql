@@ -1,4 +1,4 @@
--- The journal deliveries of one coherence batch that are newer than what
+-- The outbox deliveries of one coherence batch that are newer than what
 -- outbox_applied holds for their name, each with its balance's current
 -- version, available and held amounts (NULL when the balance does not exist),
 -- formatted as the balances read path (balance_read.sql) formats it

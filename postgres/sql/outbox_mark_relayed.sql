@@ -1,4 +1,4 @@
--- Stamps the journal rows of the entries relayed, found by their unique name
+-- Stamps the outbox rows of the entries relayed, found by their unique name
 -- and version ($1, $2: parallel arrays), so an entry handed over without its
 -- row id is marked too.
 UPDATE outbox o SET relayed_at = now()

@@ -1,4 +1,4 @@
--- Up to $2 unrelayed journal rows older than the sweep age $1, oldest first,
+-- Up to $2 unrelayed outbox rows older than the sweep age $1, oldest first,
 -- locked with SKIP LOCKED so sweepers in several workers share the backlog
 -- instead of relaying it twice.
 SELECT id, name, version, payload FROM outbox

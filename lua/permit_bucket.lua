@@ -1,10 +1,10 @@
--- token_bucket: the token bucket shared by the scripts that take tokens
+-- permit_bucket: the rate-limit bucket shared by the scripts that take permits
 -- (ratelimit.lua, and admit.lua when the caller asks it to). Package lua
 -- prepends this file (after clock.lua) to them, so a take stays part of one
 -- atomic EVAL; it touches only the key its caller passes.
 --
--- take_token(bucket, capacity, per_second, at_ms)
---   takes one token from the bucket, or refuses. at_ms is the server's time
+-- take_permit(bucket, capacity, per_second, at_ms)
+--   takes one permit from the bucket, or refuses. at_ms is the server's time
 --   in milliseconds, when the caller has read it already; now() (clock.lua,
 --   prepended before this file) otherwise.
 --   Returns a table of four integers {allowed, remaining, retry_ms,
@@ -12,18 +12,18 @@
 --   capacity or per_second is not an integer from 1 to 1000000 written in
 --   decimal.
 --
--- A bucket holds up to capacity tokens and gains per_second tokens every
+-- A bucket holds up to capacity permits and gains per_second permits every
 -- second, by the server's clock (TIME), never the caller's. All arithmetic is
--- in integers: tokens are counted in thousandths (milli-tokens) and time in
--- milliseconds, so a bucket gains exactly per_second milli-tokens per
--- millisecond. The bucket is a string, "<tokens> <at>": the milli-tokens
+-- in integers: permits are counted in thousandths (milli-permits) and time in
+-- milliseconds, so a bucket gains exactly per_second milli-permits per
+-- millisecond. The bucket is a string, "<permits> <at>": the milli-permits
 -- held at the last take and the server milliseconds of that take, written
 -- with its expiry in one SET (a hash would take three commands). It expires
 -- once it would be full again: an absent bucket is a full one.
 --
---   allowed    1 when a token was taken, 0 when the bucket was empty
---   remaining  whole tokens left after this call
---   retry_ms   milliseconds until the next token is available; 0 when one is
+--   allowed    1 when a permit was taken, 0 when the bucket was empty
+--   remaining  whole permits left after this call
+--   retry_ms   milliseconds until the next permit is available; 0 when one is
 --              available now
 --   reset_ms   milliseconds until the bucket is full again
 
@@ -38,7 +38,7 @@ local function bucket_size(text, name)
   return value, nil
 end
 
-local function take_token(bucket, capacity_text, rate_text, at_ms)
+local function take_permit(bucket, capacity_text, rate_text, at_ms)
   local capacity, err = bucket_size(capacity_text, 'capacity')
   if err then return nil, err end
   local rate

@@ -1,4 +1,36 @@
-package emq
+// Package coherence keeps the caches of PostgreSQL's truth coherent. Every
+// Redis name it uses starts with "ecc", for EchoStore cache coherence: it
+// follows the seeds' EchoStore, one payload(id, version) with two carriers.
+//
+// It holds what carries "this changed" from where a table's truth is written
+// to the caches that copy it, and what keeps those caches from going back in
+// time:
+//
+//   - the addresses of a table: its job queue (Queue), its broadcast channel
+//     (Channel) and its cache keys (CacheKey);
+//   - the modes a table may declare (Mode, Modes);
+//   - the broadcast mode: Client.Broadcast, and Client.Subscribe, which
+//     applies what arrives through a bounded ring that refuses and counts
+//     when full, never blocking the reader;
+//   - the versioned cache fill (Client.FillIfNewer and its batch forms, run
+//     by lua.CacheFill) and its reader, Client.ReadCache.
+//
+// Each table declares its coherence mode: how its changes reach the caches.
+// (emq's lanes are its per-group fair lists; nothing here is a lane.) The
+// message is the same in both modes; what a table declares is what losing
+// one costs:
+//
+//   - the job mode is an ordinary emq queue, Queue(table): at-least-once and
+//     crash-surviving, for data where a stale read costs money. Its consumer
+//     must tolerate duplicates and reordering (it acts only on a version
+//     newer than the last it applied).
+//   - the broadcast mode is one PUBLISH on Channel(table): at most once, for
+//     data where a lost message costs one expiry of staleness.
+//
+// Channel and cache keys of a table share the hash tag {table}, so on a Redis
+// Cluster they live in the table's slot. The key, channel and queue names are
+// the protocol: processes of one deployment must agree on them.
+package coherence
 
 import (
 	"context"
@@ -16,83 +48,69 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Coherence lanes carry "this changed" from where a table's truth is written
-// to the caches that copy it. The message is the same on both lanes; what a
-// table declares is what losing one costs:
-//
-//   - the job lane is an ordinary queue, CoherenceQueue(table): at-least-once
-//     and crash-surviving, for data where a stale read costs money. Its
-//     consumer must tolerate duplicates and reordering (it acts only on a
-//     version newer than the last it applied).
-//   - the broadcast lane is one PUBLISH on CoherenceChannel(table): at most
-//     once, for data where a lost message costs one expiry of staleness.
-//
-// Channel and cache keys of a table share the hash tag {table}, so on a Redis
-// Cluster they live in the table's slot.
+// Queue is the job mode's queue of table: the name of an ordinary emq queue.
+func Queue(table string) string { return "ecc.coh." + table }
 
-// CoherenceQueue is the job lane of table.
-func CoherenceQueue(table string) string { return "ecc.coh." + table }
-
-// CoherenceChannel is the broadcast lane of table.
-func CoherenceChannel(table string) string { return "ecc:{" + table + "}:coh" }
+// Channel is the broadcast mode's channel of table.
+func Channel(table string) string { return "ecc:{" + table + "}:coh" }
 
 // CacheKey is the key of one cached item of table, e.g. one account's
 // balances.
 func CacheKey(table, id string) string { return "ecc:{" + table + "}:" + id }
 
-// Lane is how a table's changes reach its caches.
-type Lane string
+// Mode is how a table's changes reach its caches.
+type Mode string
 
-// The lanes a table may declare.
+// The modes a table may declare.
 const (
-	// LaneNone: no message; caches rely on their expiry alone.
-	LaneNone Lane = "none"
-	// LaneBroadcast: a PUBLISH, at most once.
-	LaneBroadcast Lane = "broadcast"
-	// LaneJob: a job on the table's coherence queue, at least once.
-	LaneJob Lane = "job"
+	// ModeNone: no message; caches rely on their expiry alone.
+	ModeNone Mode = "none"
+	// ModeBroadcast: a PUBLISH, at most once.
+	ModeBroadcast Mode = "broadcast"
+	// ModeJob: a job on the table's coherence queue, at least once.
+	ModeJob Mode = "job"
 )
 
-// ParseLane reads a lane's name.
-func ParseLane(name string) (Lane, error) {
-	switch lane := Lane(name); lane {
-	case LaneNone, LaneBroadcast, LaneJob:
-		return lane, nil
+// ParseMode reads a mode's name.
+func ParseMode(name string) (Mode, error) {
+	switch mode := Mode(name); mode {
+	case ModeNone, ModeBroadcast, ModeJob:
+		return mode, nil
 	}
-	return "", fmt.Errorf("emq: unknown coherence lane %q: want none, broadcast or job", name)
+	return "", fmt.Errorf("coherence: unknown coherence mode %q: want none, broadcast or job", name)
 }
 
-// Lanes declares the lane of each table. A table not declared rides no lane:
+// Modes declares the mode of each table. A table not declared has mode none:
 // forgetting a table must not make up a promise nobody chose.
-type Lanes map[string]Lane
+type Modes map[string]Mode
 
-// Of is the lane table rides.
-func (l Lanes) Of(table string) Lane {
-	if lane, ok := l[table]; ok {
-		return lane
+// Of is the mode of table.
+func (m Modes) Of(table string) Mode {
+	if mode, ok := m[table]; ok {
+		return mode
 	}
-	return LaneNone
+	return ModeNone
 }
 
-// Validate refuses unknown lanes and table names that would break the hash
+// Validate refuses unknown modes and table names that would break the hash
 // tag of their keys.
-func (l Lanes) Validate() error {
-	for table, lane := range l {
+func (m Modes) Validate() error {
+	for table, mode := range m {
 		if table == "" || strings.ContainsAny(table, "{} ") {
-			return fmt.Errorf("emq: invalid coherence table name %q", table)
+			return fmt.Errorf("coherence: invalid coherence table name %q", table)
 		}
-		if _, err := ParseLane(string(lane)); err != nil {
-			return fmt.Errorf("emq: table %s: %w", table, err)
+		if _, err := ParseMode(string(mode)); err != nil {
+			return fmt.Errorf("coherence: table %s: %w", table, err)
 		}
 	}
 	return nil
 }
 
-// Broadcast publishes payload on table's broadcast lane. Nobody acknowledges
+// Broadcast publishes payload on table's broadcast channel. Nobody acknowledges
 // it: a subscriber that is disconnected or full never sees it.
 func (c *Client) Broadcast(ctx context.Context, table, payload string) error {
-	if err := c.rdb.Publish(ctx, CoherenceChannel(table), payload).Err(); err != nil {
-		return fmt.Errorf("emq: broadcast on %s: %w", table, err)
+	if err := c.rdb.Publish(ctx, Channel(table), payload).Err(); err != nil {
+		return fmt.Errorf("coherence: broadcast on %s: %w", table, err)
 	}
 	return nil
 }
@@ -115,7 +133,7 @@ type CacheFill struct {
 }
 
 // ErrCacheValue: a cached value is not "<version> <value>".
-var ErrCacheValue = errors.New("emq: malformed cache value")
+var ErrCacheValue = errors.New("coherence: malformed cache value")
 
 // ParseCacheValue splits a stored "<version> <value>" of field.
 func ParseCacheValue(field, stored string) (CacheEntry, error) {
@@ -155,21 +173,21 @@ func (c *Client) FillManyIfNewer(ctx context.Context, key string, entries []Cach
 	}
 	reply, err := cacheFillScript.Run(ctx, c.rdb, []string{key}, args...).Slice()
 	if err != nil {
-		return nil, fmt.Errorf("emq: fill %s: %w", key, err)
+		return nil, fmt.Errorf("coherence: fill %s: %w", key, err)
 	}
 	if len(reply) != 2*len(entries) {
-		return nil, fmt.Errorf("emq: fill %s: unexpected reply of %d values for %d entries", key, len(reply), len(entries))
+		return nil, fmt.Errorf("coherence: fill %s: unexpected reply of %d values for %d entries", key, len(reply), len(entries))
 	}
 	fills := make([]CacheFill, len(entries))
 	for i, entry := range entries {
 		wrote, _ := reply[2*i].(int64)
 		stored, ok := reply[2*i+1].(string)
 		if !ok {
-			return nil, fmt.Errorf("emq: fill %s: unexpected reply %T for field %q", key, reply[2*i+1], entry.Field)
+			return nil, fmt.Errorf("coherence: fill %s: unexpected reply %T for field %q", key, reply[2*i+1], entry.Field)
 		}
 		held, err := ParseCacheValue(entry.Field, stored)
 		if err != nil {
-			return nil, fmt.Errorf("emq: fill %s: %w", key, err)
+			return nil, fmt.Errorf("coherence: fill %s: %w", key, err)
 		}
 		fills[i] = CacheFill{Wrote: wrote == 1, Held: held}
 	}
@@ -182,7 +200,7 @@ func fillArgs(key string, entries []CacheEntry) ([]any, error) {
 	args := make([]any, 0, 3*len(entries))
 	for _, entry := range entries {
 		if entry.Version < 0 {
-			return nil, fmt.Errorf("emq: fill %s: field %q: negative version %d", key, entry.Field, entry.Version)
+			return nil, fmt.Errorf("coherence: fill %s: field %q: negative version %d", key, entry.Field, entry.Version)
 		}
 		args = append(args, entry.Field, strconv.FormatInt(entry.Version, 10), entry.Value)
 	}
@@ -212,12 +230,12 @@ func (c *Client) FillHashesIfNewer(ctx context.Context, fills map[string][]Cache
 	}
 	cmds, err := runPipelined(ctx, c.rdb, cacheFillScript, calls)
 	if err != nil {
-		return fmt.Errorf("emq: fill %d cache hashes: %w", len(calls), err)
+		return fmt.Errorf("coherence: fill %d cache hashes: %w", len(calls), err)
 	}
 	var errs []error
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil {
-			errs = append(errs, fmt.Errorf("emq: fill %s: %w", keys[i], err))
+			errs = append(errs, fmt.Errorf("coherence: fill %s: %w", keys[i], err))
 		}
 	}
 	return errors.Join(errs...)
@@ -229,13 +247,13 @@ func (c *Client) FillHashesIfNewer(ctx context.Context, fills map[string][]Cache
 func (c *Client) ReadCache(ctx context.Context, key string) (map[string]CacheEntry, error) {
 	fields, err := c.rdb.HGetAll(ctx, key).Result()
 	if err != nil {
-		return nil, fmt.Errorf("emq: read cache %s: %w", key, err)
+		return nil, fmt.Errorf("coherence: read cache %s: %w", key, err)
 	}
 	entries := make(map[string]CacheEntry, len(fields))
 	for field, stored := range fields {
 		entry, err := ParseCacheValue(field, stored)
 		if err != nil {
-			return nil, fmt.Errorf("emq: read cache %s: %w", key, err)
+			return nil, fmt.Errorf("coherence: read cache %s: %w", key, err)
 		}
 		entries[field] = entry
 	}
@@ -303,7 +321,7 @@ func WithHealthCheck(idle time.Duration) SubscribeOption {
 
 const defaultHealthTimeout = 30 * time.Second
 
-// Subscription is a running subscription to one table's broadcast lane.
+// Subscription is a running subscription to one table's broadcast channel.
 type Subscription struct {
 	table  string
 	log    *slog.Logger
@@ -317,7 +335,7 @@ type Subscription struct {
 	done chan struct{}
 }
 
-// Subscribe listens on table's broadcast lane and hands each message to
+// Subscribe listens on table's broadcast channel and hands each message to
 // apply, one at a time, on a goroutine of its own, until ctx is cancelled.
 //
 // Between the two sits a ring of capacity slots: the reader only ever offers
@@ -331,22 +349,22 @@ type Subscription struct {
 // Subscribe returns once the server confirmed the subscription: a message
 // published after that reaches apply unless it is dropped. A lost connection
 // is re-established on its own; what was published meanwhile is lost, as the
-// lane promises. Done is closed when both goroutines have ended.
+// broadcast mode promises. Done is closed when both goroutines have ended.
 func (c *Client) Subscribe(ctx context.Context, table string, capacity int, apply func(payload string), opts ...SubscribeOption) (*Subscription, error) {
 	if capacity <= 0 {
-		return nil, fmt.Errorf("emq: subscribe to %s: capacity %d, want at least 1", table, capacity)
+		return nil, fmt.Errorf("coherence: subscribe to %s: capacity %d, want at least 1", table, capacity)
 	}
 	if apply == nil {
-		return nil, fmt.Errorf("emq: subscribe to %s: no apply function", table)
+		return nil, fmt.Errorf("coherence: subscribe to %s: no apply function", table)
 	}
 	config := subscribeConfig{healthTimeout: defaultHealthTimeout}
 	for _, opt := range opts {
 		opt(&config)
 	}
-	pubsub := c.rdb.Subscribe(ctx, CoherenceChannel(table))
+	pubsub := c.rdb.Subscribe(ctx, Channel(table))
 	if _, err := pubsub.Receive(ctx); err != nil {
 		_ = pubsub.Close()
-		return nil, fmt.Errorf("emq: subscribe to %s: %w", CoherenceChannel(table), err)
+		return nil, fmt.Errorf("coherence: subscribe to %s: %w", Channel(table), err)
 	}
 	metrics := newBroadcastMetrics(config.registerer)
 	s := &Subscription{
@@ -406,7 +424,7 @@ func (s *Subscription) read(ctx context.Context, healthTimeout time.Duration) {
 				}
 			}
 			trouble.fail(s.log, err)
-			sleep(ctx, trouble.backoff(outageBackoffFloor))
+			sleep(ctx, trouble.backoff())
 			continue
 		}
 		trouble.recover(s.log)

@@ -1,10 +1,11 @@
-package emq_test
+package coherence_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,24 +14,28 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/internal/testserver"
 )
 
-func connected(t testing.TB, rdb redis.UniversalClient) *emq.Client {
+func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
+
+func eventually(t testing.TB, timeout time.Duration, what string, condition func() bool) {
 	t.Helper()
-	client, err := emq.Connect(context.Background(), rdb)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
+	deadline := time.Now().Add(timeout)
+	for !condition() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	return client
 }
 
 func TestCoherenceAddresses(t *testing.T) {
 	for _, c := range []struct{ got, want string }{
-		{emq.CoherenceQueue("balances"), "ecc.coh.balances"},
-		{emq.CoherenceChannel("balances"), "ecc:{balances}:coh"},
-		{emq.CacheKey("balances", "ACC_1"), "ecc:{balances}:ACC_1"},
+		{coherence.Queue("balances"), "ecc.coh.balances"},
+		{coherence.Channel("balances"), "ecc:{balances}:coh"},
+		{coherence.CacheKey("balances", "ACC_1"), "ecc:{balances}:ACC_1"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)
@@ -38,46 +43,46 @@ func TestCoherenceAddresses(t *testing.T) {
 	}
 }
 
-func TestLanes(t *testing.T) {
-	lanes := emq.Lanes{"balances": emq.LaneJob, "instruments": emq.LaneBroadcast}
+func TestModes(t *testing.T) {
+	modes := coherence.Modes{"balances": coherence.ModeJob, "instruments": coherence.ModeBroadcast}
 	for _, c := range []struct {
 		table string
-		want  emq.Lane
+		want  coherence.Mode
 	}{
-		{"balances", emq.LaneJob},
-		{"instruments", emq.LaneBroadcast},
-		{"undeclared", emq.LaneNone},
+		{"balances", coherence.ModeJob},
+		{"instruments", coherence.ModeBroadcast},
+		{"undeclared", coherence.ModeNone},
 	} {
-		if got := lanes.Of(c.table); got != c.want {
+		if got := modes.Of(c.table); got != c.want {
 			t.Errorf("Of(%q) = %q, want %q", c.table, got, c.want)
 		}
 	}
-	if err := lanes.Validate(); err != nil {
+	if err := modes.Validate(); err != nil {
 		t.Errorf("Validate: %v", err)
 	}
-	for name, lanes := range map[string]emq.Lanes{
-		"unknown lane":   {"balances": "tracking"},
-		"brace in table": {"bal{ances}": emq.LaneJob},
-		"empty table":    {"": emq.LaneJob},
+	for name, modes := range map[string]coherence.Modes{
+		"unknown mode":   {"balances": "tracking"},
+		"brace in table": {"bal{ances}": coherence.ModeJob},
+		"empty table":    {"": coherence.ModeJob},
 	} {
-		if err := lanes.Validate(); err == nil {
-			t.Errorf("%s: Validate accepted %v", name, lanes)
+		if err := modes.Validate(); err == nil {
+			t.Errorf("%s: Validate accepted %v", name, modes)
 		}
 	}
 	for _, name := range []string{"none", "broadcast", "job"} {
-		if lane, err := emq.ParseLane(name); err != nil || string(lane) != name {
-			t.Errorf("ParseLane(%q) = %q, %v", name, lane, err)
+		if mode, err := coherence.ParseMode(name); err != nil || string(mode) != name {
+			t.Errorf("ParseMode(%q) = %q, %v", name, mode, err)
 		}
 	}
-	if _, err := emq.ParseLane("tracking"); err == nil {
-		t.Error("ParseLane(tracking) accepted a lane that does not exist")
+	if _, err := coherence.ParseMode("tracking"); err == nil {
+		t.Error("ParseMode(tracking) accepted a mode that does not exist")
 	}
 }
 
 func TestFillIfNewer(t *testing.T) {
 	ctx := context.Background()
-	client := connected(t, testserver.QueueRedis(t))
-	rdb := client.Redis()
+	rdb := testserver.QueueRedis(t)
+	client := coherence.New(rdb)
 	const key = "ecc:{test}:fill"
 	for _, c := range []struct {
 		name    string
@@ -128,21 +133,21 @@ func TestFillIfNewer(t *testing.T) {
 
 func TestFillManyIfNewerIsOneStepAndReportsWhatIsHeld(t *testing.T) {
 	ctx := context.Background()
-	client := connected(t, testserver.QueueRedis(t))
-	key := emq.CacheKey("test", "many")
+	client := coherence.New(testserver.QueueRedis(t))
+	key := coherence.CacheKey("test", "many")
 	if _, err := client.FillIfNewer(ctx, key, "BTC", 7, "0.5"); err != nil {
 		t.Fatal(err)
 	}
-	fills, err := client.FillManyIfNewer(ctx, key, []emq.CacheEntry{
+	fills, err := client.FillManyIfNewer(ctx, key, []coherence.CacheEntry{
 		{Field: "BTC", Version: 6, Value: "0.4"},
 		{Field: "USD", Version: 2, Value: "10.00"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []emq.CacheFill{
-		{Wrote: false, Held: emq.CacheEntry{Field: "BTC", Version: 7, Value: "0.5"}},
-		{Wrote: true, Held: emq.CacheEntry{Field: "USD", Version: 2, Value: "10.00"}},
+	want := []coherence.CacheFill{
+		{Wrote: false, Held: coherence.CacheEntry{Field: "BTC", Version: 7, Value: "0.5"}},
+		{Wrote: true, Held: coherence.CacheEntry{Field: "USD", Version: 2, Value: "10.00"}},
 	}
 	if fmt.Sprint(fills) != fmt.Sprint(want) {
 		t.Errorf("fills = %+v, want %+v", fills, want)
@@ -161,18 +166,18 @@ func TestFillManyIfNewerIsOneStepAndReportsWhatIsHeld(t *testing.T) {
 
 func TestReadCache(t *testing.T) {
 	ctx := context.Background()
-	client := connected(t, testserver.QueueRedis(t))
-	rdb := client.Redis()
-	empty, err := client.ReadCache(ctx, emq.CacheKey("test", "absent"))
+	rdb := testserver.QueueRedis(t)
+	client := coherence.New(rdb)
+	empty, err := client.ReadCache(ctx, coherence.CacheKey("test", "absent"))
 	if err != nil || len(empty) != 0 {
 		t.Errorf("ReadCache of an absent hash = %v, %v; want empty", empty, err)
 	}
-	key := emq.CacheKey("test", "bad")
+	key := coherence.CacheKey("test", "bad")
 	for _, stored := range []string{"no-version", "x 1", "-1 1"} {
 		if err := rdb.HSet(ctx, key, "F", stored).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := client.ReadCache(ctx, key); !errors.Is(err, emq.ErrCacheValue) {
+		if _, err := client.ReadCache(ctx, key); !errors.Is(err, coherence.ErrCacheValue) {
 			t.Errorf("ReadCache of %q = %v, want ErrCacheValue", stored, err)
 		}
 	}
@@ -246,10 +251,10 @@ func TestBroadcastFloodIsDroppedAndCountedWithoutBlockingThePublisher(t *testing
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rdb := testserver.QueueRedis(t)
-	client := connected(t, rdb)
+	client := coherence.New(rdb)
 	registry := prometheus.NewRegistry()
 	applier := newBlockingApplier(t)
-	sub, err := client.Subscribe(ctx, table, capacity, applier.apply, emq.WithBroadcastMetrics(registry))
+	sub, err := client.Subscribe(ctx, table, capacity, applier.apply, coherence.WithBroadcastMetrics(registry))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +325,7 @@ func TestBroadcastFloodIsDroppedAndCountedWithoutBlockingThePublisher(t *testing
 		}
 	}
 
-	// With room again, the lane carries messages as before.
+	// With room again, the channel carries messages as before.
 	if err := client.Broadcast(ctx, table, "after"); err != nil {
 		t.Fatal(err)
 	}
@@ -336,14 +341,14 @@ func TestSubscriptionSurvivesAServerRestart(t *testing.T) {
 	server := testserver.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: server.Addr, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	t.Cleanup(func() { _ = rdb.Close() })
-	client := connected(t, rdb)
+	client := coherence.New(rdb)
 	var mu sync.Mutex
 	var got []string
 	sub, err := client.Subscribe(ctx, "restart", 8, func(payload string) {
 		mu.Lock()
 		got = append(got, payload)
 		mu.Unlock()
-	}, emq.WithHealthCheck(200*time.Millisecond))
+	}, coherence.WithHealthCheck(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +393,7 @@ func TestSubscriptionSurvivesAServerRestart(t *testing.T) {
 
 func TestSubscriptionStopsWhileTheApplierWaits(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	client := connected(t, testserver.QueueRedis(t))
+	client := coherence.New(testserver.QueueRedis(t))
 	sub, err := client.Subscribe(ctx, "stop", 4, func(string) {})
 	if err != nil {
 		t.Fatal(err)
@@ -403,7 +408,7 @@ func TestSubscriptionStopsWhileTheApplierWaits(t *testing.T) {
 
 func TestSubscribeRefusals(t *testing.T) {
 	ctx := context.Background()
-	client := connected(t, testserver.QueueRedis(t))
+	client := coherence.New(testserver.QueueRedis(t))
 	if _, err := client.Subscribe(ctx, "t", 0, func(string) {}); err == nil {
 		t.Error("Subscribe took a capacity of 0")
 	}
@@ -415,7 +420,7 @@ func TestSubscribeRefusals(t *testing.T) {
 func TestSubscriptionSurvivesAPanickingApply(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client := connected(t, testserver.QueueRedis(t))
+	client := coherence.New(testserver.QueueRedis(t))
 	applied := make(chan string, 2)
 	_, err := client.Subscribe(ctx, "panics", 4, func(payload string) {
 		if payload == "bad" {
@@ -446,15 +451,16 @@ func TestSubscriptionSurvivesAPanickingApply(t *testing.T) {
 // that lost its scripts (the NOSCRIPT path) as after a restart.
 func TestFillHashesIfNewerFillsEachHashConditionally(t *testing.T) {
 	ctx := context.Background()
-	client := connected(t, testserver.QueueRedis(t))
-	first, second := emq.CacheKey("test", "a"), emq.CacheKey("test", "b")
+	rdb := testserver.QueueRedis(t)
+	client := coherence.New(rdb)
+	first, second := coherence.CacheKey("test", "a"), coherence.CacheKey("test", "b")
 	if _, err := client.FillIfNewer(ctx, first, "BTC", 7, "0.5"); err != nil {
 		t.Fatal(err)
 	}
-	if err := client.Redis().ScriptFlush(ctx).Err(); err != nil {
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	err := client.FillHashesIfNewer(ctx, map[string][]emq.CacheEntry{
+	err := client.FillHashesIfNewer(ctx, map[string][]coherence.CacheEntry{
 		first:  {{Field: "BTC", Version: 6, Value: "0.4"}, {Field: "USD", Version: 2, Value: "10.00"}},
 		second: {{Field: "ETH", Version: 1, Value: "3"}},
 	})
@@ -465,7 +471,7 @@ func TestFillHashesIfNewerFillsEachHashConditionally(t *testing.T) {
 		first:  {"BTC": "7 0.5", "USD": "2 10.00"},
 		second: {"ETH": "1 3"},
 	} {
-		got, err := client.Redis().HGetAll(ctx, key).Result()
+		got, err := rdb.HGetAll(ctx, key).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
