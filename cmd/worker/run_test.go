@@ -202,9 +202,13 @@ func TestWorkerSettlesOrders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	seller, err := postgres.NewAccounts(db).Create(background, "worker test seller")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ledger := postgres.NewLedger(db)
 	for _, funds := range []struct{ account, asset, amount string }{
-		{orders.VenueAccount, "BTC", "10"}, {orders.VenueAccount, "USD", "1000000.00"}, {account, "USD", "1000.00"},
+		{seller, "BTC", "1"}, {account, "USD", "1000.00"},
 	} {
 		if err := ledger.Deposit(background, funds.account, funds.asset, funds.amount); err != nil {
 			t.Fatal(err)
@@ -216,10 +220,10 @@ func TestWorkerSettlesOrders(t *testing.T) {
 	}
 	queue := client.Queue(orders.Queue)
 	placer := placement.NewPlacer(queue, 0)
-	place := func(clientOrderID, quantity string) orders.Order {
+	place := func(account, clientOrderID string, side orders.Side, quantity string) orders.Order {
 		t.Helper()
 		placement, err := placer.Place(background, orders.PlaceCommand{
-			Account: account, ClientOrderID: clientOrderID, Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit,
+			Account: account, ClientOrderID: clientOrderID, Symbol: "BTC-USD", Side: side, Type: orders.Limit,
 			Quantity: decimal.MustParse(quantity), Price: decimal.MustParse("50000.00"),
 		})
 		if err != nil {
@@ -227,7 +231,14 @@ func TestWorkerSettlesOrders(t *testing.T) {
 		}
 		return placement.Order
 	}
-	affordable, unaffordable := place("c-1", "0.01"), place("c-2", "1")
+	// The seller's ask rests first, so the buy has a counterparty.
+	ask := place(seller, "s-1", orders.Sell, "0.01")
+	waitUntil(t, 15*time.Second, "the ask rests in the book", func() bool {
+		var status string
+		_ = db.QueryRow(background, `SELECT status FROM orders WHERE id = $1`, ask.ID).Scan(&status)
+		return status == string(orders.StatusOpen)
+	})
+	affordable, unaffordable := place(account, "c-1", orders.Buy, "0.01"), place(account, "c-2", orders.Buy, "1")
 	broken := orders.NewOrderID()
 	if _, err := queue.Admit(background, emq.Job{ID: broken, Kind: orders.KindPlace, Group: account, Payload: []byte("{not json")}); err != nil {
 		t.Fatalf("admit %s: %v", broken, err)
@@ -253,16 +264,16 @@ func TestWorkerSettlesOrders(t *testing.T) {
 	waitUntil(t, 15*time.Second, "both orders done and the broken job dead", func() bool {
 		return stateOf(affordable.ID) == emq.StateDone && stateOf(unaffordable.ID) == emq.StateDone && stateOf(broken) == emq.StateDead
 	})
-	if status, _ := finalOf(affordable.ID); status != "settled" {
-		t.Errorf("affordable order: %s, want settled", status)
+	if status, _ := finalOf(affordable.ID); status != string(orders.StatusFilled) {
+		t.Errorf("affordable order: %s, want filled", status)
 	}
 	if status, reason := finalOf(unaffordable.ID); status != "rejected" || reason != orders.ReasonInsufficientFunds {
 		t.Errorf("unaffordable order: %s %s, want rejected for insufficient funds", status, reason)
 	}
 	var usd string
 	if err := db.QueryRow(background, `SELECT trim_scale(available)::text FROM balances WHERE account_id = $1 AND asset = 'USD'`,
-		account).Scan(&usd); err != nil || usd != "500" {
-		t.Errorf("USD after the fill: %s (%v), want 500", usd, err)
+		account).Scan(&usd); err != nil || usd != "499" {
+		t.Errorf("USD after the fill: %s (%v), want 499 (500 for the BTC, 1 the taker's fee at 20 bps)", usd, err)
 	}
 	if violations, err := postgres.Audit(background, db); err != nil || len(violations) > 0 {
 		t.Errorf("audit: %v, %v", violations, err)
@@ -291,9 +302,8 @@ func TestWorkerSettlesOrders(t *testing.T) {
 		fmt.Sprintf(`"msg":"order settled","queue":"orders","order_id":%q`, affordable.ID),
 		fmt.Sprintf(`"msg":"order rejected","queue":"orders","order_id":%q`, unaffordable.ID),
 	} {
-		if !strings.Contains(out.String(), line) {
-			t.Errorf("no %s in the log", line)
-		}
+		// Log lines are written together every LOG_FLUSH_INTERVAL.
+		waitUntil(t, 5*time.Second, line+" in the log", func() bool { return strings.Contains(out.String(), line) })
 	}
 	if strings.Contains(out.String(), "50000") || strings.Contains(out.String(), "not json") {
 		t.Error("a payload made it into the log")
@@ -306,10 +316,10 @@ func TestWorkerSettlesOrders(t *testing.T) {
 		status, body := get(t, "http://"+metricsAddr+"/metrics")
 		missing = missing[:0]
 		for _, series := range []string{
-			`emq_jobs_claimed_total{queue="orders"} 3`,
-			`emq_jobs_completed_total{queue="orders"} 2`,
+			`emq_jobs_claimed_total{queue="orders"} 4`,
+			`emq_jobs_completed_total{queue="orders"} 3`,
 			`emq_jobs_dead_total{queue="orders"} 1`,
-			`emq_claim_to_complete_seconds_count{queue="orders"} 2`,
+			`emq_claim_to_complete_seconds_count{queue="orders"} 3`,
 			`emq_pending_jobs{queue="orders"}`,
 			`go_goroutines`,
 		} {
