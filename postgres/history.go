@@ -63,8 +63,8 @@ func (h *History) List(ctx context.Context, account string, q orders.ListQuery) 
 	if q.Limit < 1 || q.Limit > orders.MaxListLimit {
 		return orders.Page{}, fmt.Errorf("%w: limit %d is outside 1..%d", orders.ErrInvalidQuery, q.Limit, orders.MaxListLimit)
 	}
-	if q.Status != "" && !q.Status.Final() {
-		return orders.Page{}, fmt.Errorf("%w: status %q is not a final status", orders.ErrInvalidQuery, q.Status)
+	if q.Status != "" && !q.Status.Final() && !q.Status.Resting() {
+		return orders.Page{}, fmt.Errorf("%w: status %q is not a status of the orders table", orders.ErrInvalidQuery, q.Status)
 	}
 	if q.After != "" {
 		if _, err := orders.ParseOrderID(q.After); err != nil {
@@ -200,6 +200,7 @@ func scanOrder(row pgx.Row) (orders.Order, error) {
 		d, err := amount(*text, scale)
 		return &d, err
 	}
+	_, _, _ = fillPrice, fillQuantity, fillNotional // superseded by the market's scanOrder
 	var err error
 	if order.Quantity, err = amount(quantity, lotScale); err != nil {
 		return orders.Order{}, err
@@ -210,9 +211,6 @@ func scanOrder(row pgx.Row) (orders.Order, error) {
 		target **decimal.Decimal
 	}{
 		{price, tickScale, &order.Price},
-		{fillPrice, tickScale, &order.FillPrice},
-		{fillQuantity, lotScale, &order.FillQuantity},
-		{fillNotional, tickScale + lotScale, &order.FillNotional},
 	} {
 		if *field.target, err = optional(field.text, field.scale); err != nil {
 			return orders.Order{}, err

@@ -311,7 +311,7 @@ func TestPlacerReadsTheOrdersTableFirst(t *testing.T) {
 			if err := queue.Complete(ctx, order.ID, claims[0].Token); err != nil {
 				t.Fatal(err)
 			}
-		}, orders.StatusSettled},
+		}, orders.StatusFilled},
 		{"rejected, job still active", func(t *testing.T, order orders.Order) {
 			if _, err := queue.Claim(ctx, 1, time.Minute); err != nil {
 				t.Fatal(err)
@@ -413,7 +413,7 @@ func TestRecordCanceledNeverOverwritesSettlement(t *testing.T) {
 	insertHistoryRow(t, db, historyRow{ID: ids[0], Account: account, Status: "settled"})
 	order := orders.Order{ID: ids[0], ClientOrderID: "x", Account: account, Symbol: "BTC-USD", Side: orders.Buy,
 		Type: orders.Market, Quantity: decimal.MustParse("0.01"), Status: orders.StatusCanceled}
-	if status, err := history.RecordCanceled(ctx, order); err != nil || status != orders.StatusSettled {
+	if status, err := history.RecordCanceled(ctx, order); err != nil || status != orders.StatusFilled {
 		t.Errorf("RecordCanceled over a settled row = %q, %v; want settled", status, err)
 	}
 	order.ID = ids[1]
@@ -423,7 +423,7 @@ func TestRecordCanceledNeverOverwritesSettlement(t *testing.T) {
 			t.Errorf("RecordCanceled = %q, %v; want canceled, twice", status, err)
 		}
 	}
-	if got, err := history.Order(ctx, account, ids[0]); err != nil || got.Status != orders.StatusSettled {
+	if got, err := history.Order(ctx, account, ids[0]); err != nil || got.Status != orders.StatusFilled {
 		t.Errorf("the settled row became %+v, %v", got, err)
 	}
 }

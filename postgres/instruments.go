@@ -36,15 +36,25 @@ func (s *Instruments) ReadInstruments(ctx context.Context) (map[string]orders.In
 	loaded := make(map[string]orders.Instrument)
 	for rows.Next() {
 		var in orders.Instrument
-		var tick, lot, minNotional, reference, status string
-		if err := rows.Scan(&in.Symbol, &in.Base, &in.Quote, &tick, &lot, &minNotional, &reference, &status); err != nil {
+		var tick, lot, minNotional, reference, makerFee, takerFee, band, status string
+		var last *string
+		if err := rows.Scan(&in.Symbol, &in.Base, &in.Quote, &tick, &lot, &minNotional, &reference,
+			&makerFee, &takerFee, &band, &last, &status); err != nil {
 			return nil, fmt.Errorf("orders: load instruments: %w", err)
+		}
+		lastPrice := "0" // no trade yet: the seeded reference is the band's center
+		if last != nil {
+			lastPrice = *last
 		}
 		// NUMERIC(38,18) renders with 18 decimals; trimming restores the grid's own scale.
 		for _, field := range []struct {
 			text   string
 			target *decimal.Decimal
-		}{{tick, &in.TickSize}, {lot, &in.LotSize}, {minNotional, &in.MinNotional}, {reference, &in.ReferencePrice}} {
+		}{
+			{tick, &in.TickSize}, {lot, &in.LotSize}, {minNotional, &in.MinNotional}, {reference, &in.ReferencePrice},
+			{makerFee, &in.MakerFeeBps}, {takerFee, &in.TakerFeeBps}, {band, &in.PriceBandPercent},
+			{lastPrice, &in.LastPrice},
+		} {
 			value, err := decimal.Parse(field.text)
 			if err != nil {
 				return nil, fmt.Errorf("orders: instrument %s: %w", in.Symbol, err)

@@ -283,7 +283,7 @@ func (s *Settler) settle(ctx context.Context, order orders.Order, token int64) (
 			return nil
 		})
 	} else {
-		result = settlement{status: orders.StatusSettled}
+		result = settlement{status: orders.StatusFilled}
 		accounts, assets, amounts := make([]string, 4), make([]string, 4), make([]string, 4)
 		names, payloads, versions := make([]string, 4), make([]string, 4), make([]int64, 4)
 		for i, m := range moves {

@@ -406,7 +406,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 	// The batch's journal rows are relayed once, by the handler of its first
 	// settled order, right after this commit as a lone settlement's are.
 	for i := range outcomes {
-		if outcomes[i].err == nil && !outcomes[i].alone && outcomes[i].result.status == orders.StatusSettled {
+		if outcomes[i].err == nil && !outcomes[i].alone && outcomes[i].result.status == orders.StatusFilled {
 			outcomes[i].result.journal = journal
 			break
 		}
@@ -469,7 +469,7 @@ func (s *Settler) decide(req *settleRequest, p pricedOrder, locked map[balanceKe
 		return batchOutcome{result: settlement{status: orders.StatusRejected, reason: reason}}
 	}
 
-	status := string(orders.StatusSettled)
+	status := string(orders.StatusFilled)
 	w.statuses = append(w.statuses, &status)
 	w.reasons = append(w.reasons, nil)
 	w.fillPrices = append(w.fillPrices, &p.fillPrice)
@@ -505,7 +505,7 @@ func (s *Settler) decide(req *settleRequest, p pricedOrder, locked map[balanceKe
 		w.moveAssets = append(w.moveAssets, m.asset)
 		w.moveAmounts = append(w.moveAmounts, m.text)
 	}
-	return batchOutcome{result: settlement{status: orders.StatusSettled, transaction: p.transaction}}
+	return batchOutcome{result: settlement{status: orders.StatusFilled, transaction: p.transaction}}
 }
 
 // nonNil makes an empty list an empty array rather than NULL.
