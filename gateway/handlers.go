@@ -138,7 +138,7 @@ var listParameters = []string{"limit", "cursor", "status"}
 var limitPattern = regexp.MustCompile(`^[1-9][0-9]{0,2}$`)
 
 // listQueryOf reads the listing's query parameters strictly, as the order
-// body is read: a typo such as ?stauts=settled would otherwise list every
+// body is read: a typo such as ?stauts=filled would otherwise list every
 // order as if it were filtered. Every bad parameter is named, each as a field
 // error with the empty pointer (there is no body to point into) and a reason
 // that starts with "query parameter <name>".
@@ -182,8 +182,8 @@ func listQueryOf(params url.Values) (orders.ListQuery, error) {
 			query.After = after
 		case "status":
 			status := orders.Status(value)
-			if !status.Final() {
-				refuse(name, "must be one of settled, rejected, canceled; orders in flight are not listed")
+			if !status.Final() && !status.Resting() {
+				refuse(name, "must be one of open, partially_filled, filled, canceled, rejected; orders in the queue are not listed")
 				continue
 			}
 			query.Status = status

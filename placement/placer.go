@@ -167,7 +167,7 @@ func (p *Placer) Order(ctx context.Context, account, id string) (orders.Order, e
 	if p.history != nil {
 		order, err := p.history.Order(ctx, account, id)
 		if !errors.Is(err, orders.ErrNotFound) {
-			return order, err
+			return withDefaults(order), err
 		}
 	}
 	order, err := p.queued(ctx, account, id)
@@ -193,7 +193,21 @@ func (p *Placer) List(ctx context.Context, account string, q orders.ListQuery) (
 	if p.history == nil {
 		return orders.Page{}, errors.New("orders: listing orders needs a Placer with a History")
 	}
-	return p.history.List(ctx, account, q)
+	page, err := p.history.List(ctx, account, q)
+	for i := range page.Orders {
+		page.Orders[i] = withDefaults(page.Orders[i])
+	}
+	return page, err
+}
+
+// withDefaults fills in what an order recorded before a field existed
+// meant: an empty time in force is the type's default (a queue job admitted
+// before time in force, or a row read without it).
+func withDefaults(order orders.Order) orders.Order {
+	if order.TimeInForce == "" && order.ID != "" {
+		order.TimeInForce = orders.PlaceCommand{Type: order.Type}.TimeInForceOrDefault()
+	}
+	return order
 }
 
 // queued reads the account's order from the queue alone.
@@ -221,6 +235,7 @@ func orderOf(job emq.JobInfo) (orders.Order, error) {
 	if !known {
 		return orders.Order{}, fmt.Errorf("orders: order %s is in queue state %q, which no order status stands for", job.ID, job.State)
 	}
+	order = withDefaults(order)
 	order.Status = status
 	if status == orders.StatusCanceled && !job.Finished.IsZero() {
 		canceled := job.Finished.UTC()

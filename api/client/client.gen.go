@@ -32,11 +32,36 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
+// Defines values for OrderCancelReason.
+const (
+	OrderCancelReasonFokUnfillable      OrderCancelReason = "fok_unfillable"
+	OrderCancelReasonSelfTradePrevented OrderCancelReason = "self_trade_prevented"
+	OrderCancelReasonUnfilledIoc        OrderCancelReason = "unfilled_ioc"
+	OrderCancelReasonUnfilledMarket     OrderCancelReason = "unfilled_market"
+)
+
+// Valid indicates whether the value is a known member of the OrderCancelReason enum.
+func (e OrderCancelReason) Valid() bool {
+	switch e {
+	case OrderCancelReasonFokUnfillable:
+		return true
+	case OrderCancelReasonSelfTradePrevented:
+		return true
+	case OrderCancelReasonUnfilledIoc:
+		return true
+	case OrderCancelReasonUnfilledMarket:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for OrderRejectReason.
 const (
-	OrderRejectReasonInstrumentHalted      OrderRejectReason = "instrument_halted"
-	OrderRejectReasonInsufficientFunds     OrderRejectReason = "insufficient_funds"
-	OrderRejectReasonInsufficientLiquidity OrderRejectReason = "insufficient_liquidity"
+	OrderRejectReasonInstrumentHalted  OrderRejectReason = "instrument_halted"
+	OrderRejectReasonInsufficientFunds OrderRejectReason = "insufficient_funds"
+	OrderRejectReasonPostOnlyWouldTake OrderRejectReason = "post_only_would_take"
+	OrderRejectReasonPriceOutOfBand    OrderRejectReason = "price_out_of_band"
 )
 
 // Valid indicates whether the value is a known member of the OrderRejectReason enum.
@@ -46,7 +71,9 @@ func (e OrderRejectReason) Valid() bool {
 		return true
 	case OrderRejectReasonInsufficientFunds:
 		return true
-	case OrderRejectReasonInsufficientLiquidity:
+	case OrderRejectReasonPostOnlyWouldTake:
+		return true
+	case OrderRejectReasonPriceOutOfBand:
 		return true
 	default:
 		return false
@@ -55,13 +82,15 @@ func (e OrderRejectReason) Valid() bool {
 
 // Defines values for OrderStatus.
 const (
-	OrderStatusAccepted OrderStatus = "accepted"
-	OrderStatusActive   OrderStatus = "active"
-	OrderStatusCanceled OrderStatus = "canceled"
-	OrderStatusFailed   OrderStatus = "failed"
-	OrderStatusPending  OrderStatus = "pending"
-	OrderStatusRejected OrderStatus = "rejected"
-	OrderStatusSettled  OrderStatus = "settled"
+	OrderStatusAccepted        OrderStatus = "accepted"
+	OrderStatusActive          OrderStatus = "active"
+	OrderStatusCanceled        OrderStatus = "canceled"
+	OrderStatusFailed          OrderStatus = "failed"
+	OrderStatusFilled          OrderStatus = "filled"
+	OrderStatusOpen            OrderStatus = "open"
+	OrderStatusPartiallyFilled OrderStatus = "partially_filled"
+	OrderStatusPending         OrderStatus = "pending"
+	OrderStatusRejected        OrderStatus = "rejected"
 )
 
 // Valid indicates whether the value is a known member of the OrderStatus enum.
@@ -75,11 +104,15 @@ func (e OrderStatus) Valid() bool {
 		return true
 	case OrderStatusFailed:
 		return true
+	case OrderStatusFilled:
+		return true
+	case OrderStatusOpen:
+		return true
+	case OrderStatusPartiallyFilled:
+		return true
 	case OrderStatusPending:
 		return true
 	case OrderStatusRejected:
-		return true
-	case OrderStatusSettled:
 		return true
 	default:
 		return false
@@ -104,6 +137,21 @@ func (e OrderType) Valid() bool {
 	}
 }
 
+// Defines values for ProblemCode.
+const (
+	ProblemCodePriceOutOfBand ProblemCode = "price_out_of_band"
+)
+
+// Valid indicates whether the value is a known member of the ProblemCode enum.
+func (e ProblemCode) Valid() bool {
+	switch e {
+	case ProblemCodePriceOutOfBand:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ProblemType.
 const (
 	ProblemTypeIdempotencyConflict  ProblemType = "urn:ordergate:problem:idempotency-conflict"
@@ -114,6 +162,7 @@ const (
 	ProblemTypeNotFound             ProblemType = "urn:ordergate:problem:not-found"
 	ProblemTypeOrderNotCancelable   ProblemType = "urn:ordergate:problem:order-not-cancelable"
 	ProblemTypePayloadTooLarge      ProblemType = "urn:ordergate:problem:payload-too-large"
+	ProblemTypePriceOutOfBand       ProblemType = "urn:ordergate:problem:price-out-of-band"
 	ProblemTypeRateLimited          ProblemType = "urn:ordergate:problem:rate-limited"
 	ProblemTypeUnauthorized         ProblemType = "urn:ordergate:problem:unauthorized"
 	ProblemTypeUnavailable          ProblemType = "urn:ordergate:problem:unavailable"
@@ -139,6 +188,8 @@ func (e ProblemType) Valid() bool {
 	case ProblemTypeOrderNotCancelable:
 		return true
 	case ProblemTypePayloadTooLarge:
+		return true
+	case ProblemTypePriceOutOfBand:
 		return true
 	case ProblemTypeRateLimited:
 		return true
@@ -191,11 +242,34 @@ func (e Side) Valid() bool {
 	}
 }
 
+// Defines values for TimeInForce.
+const (
+	TimeInForceFok TimeInForce = "fok"
+	TimeInForceGtc TimeInForce = "gtc"
+	TimeInForceIoc TimeInForce = "ioc"
+)
+
+// Valid indicates whether the value is a known member of the TimeInForce enum.
+func (e TimeInForce) Valid() bool {
+	switch e {
+	case TimeInForceFok:
+		return true
+	case TimeInForceGtc:
+		return true
+	case TimeInForceIoc:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListOrdersParamsStatus.
 const (
-	ListOrdersParamsStatusCanceled ListOrdersParamsStatus = "canceled"
-	ListOrdersParamsStatusRejected ListOrdersParamsStatus = "rejected"
-	ListOrdersParamsStatusSettled  ListOrdersParamsStatus = "settled"
+	ListOrdersParamsStatusCanceled        ListOrdersParamsStatus = "canceled"
+	ListOrdersParamsStatusFilled          ListOrdersParamsStatus = "filled"
+	ListOrdersParamsStatusOpen            ListOrdersParamsStatus = "open"
+	ListOrdersParamsStatusPartiallyFilled ListOrdersParamsStatus = "partially_filled"
+	ListOrdersParamsStatusRejected        ListOrdersParamsStatus = "rejected"
 )
 
 // Valid indicates whether the value is a known member of the ListOrdersParamsStatus enum.
@@ -203,9 +277,13 @@ func (e ListOrdersParamsStatus) Valid() bool {
 	switch e {
 	case ListOrdersParamsStatusCanceled:
 		return true
-	case ListOrdersParamsStatusRejected:
+	case ListOrdersParamsStatusFilled:
 		return true
-	case ListOrdersParamsStatusSettled:
+	case ListOrdersParamsStatusOpen:
+		return true
+	case ListOrdersParamsStatusPartiallyFilled:
+		return true
+	case ListOrdersParamsStatusRejected:
 		return true
 	default:
 		return false
@@ -286,22 +364,40 @@ type HealthStatus string
 // absent for a market order. Clients must ignore fields they do not
 // know: more will be added.
 //
-// A final order (`settled`, `rejected`, `canceled`) has `finished_at`.
-// A `settled` one has `fill_price` (the limit price, or the
-// instrument's reference price for a market order), `fill_quantity`
-// and `fill_notional` (`fill_price` × `fill_quantity`, in the quote
-// asset); a `rejected` one has `reject_reason`.
+// A final order (`filled`, `rejected`, `canceled`) has `finished_at`.
+// Once a worker took the order (`open`, `partially_filled` and the
+// final statuses) it has `filled_quantity`, `remaining_quantity` and
+// `fees` (in the quote asset), and `average_fill_price` once anything
+// filled; a `rejected` one has `reject_reason`, a `canceled` one
+// `cancel_reason` when the market, not its client, canceled it.
 //
-// Amounts are exact. A final order shows them on the instrument's grid
-// (quantities with the lot size's decimals, prices with the tick
-// size's, the notional with both together), an order in flight as they
-// were sent: `0.01` may read `0.01000` once final, so compare amounts
-// by value.
+// Amounts are exact. An order a worker took shows them on the
+// instrument's grid (quantities with the lot size's decimals, prices
+// with the tick size's), an order in the queue as they were sent:
+// `0.01` may read `0.01000` later, so compare amounts by value.
 type Order struct {
 	// AccountID An account's id, `ACC_` and a ULID in Crockford base32.
 	//
 	// Example: ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1
 	AccountID AccountID `json:"account_id"`
+
+	// AverageFillPrice An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	AverageFillPrice *Decimal `json:"average_fill_price,omitempty"`
+
+	// CancelReason Why the market canceled the order or its remainder; only
+	// `canceled` orders have it, and only when their client did not
+	// cancel them: `unfilled_ioc` (an `ioc` remainder),
+	// `unfilled_market` (a market order's remainder),
+	// `fok_unfillable` (a `fok` order that could not fill whole),
+	// `self_trade_prevented` (it would have traded with an order of
+	// its own account). Clients must be ready for reasons they do not
+	// know: more may be added.
+	CancelReason *OrderCancelReason `json:"cancel_reason,omitempty"`
 
 	// CanceledAt When the order was canceled (RFC 3339, UTC). Only canceled orders
 	// have it.
@@ -317,29 +413,21 @@ type Order struct {
 	// CreatedAt When the gateway admitted the order (RFC 3339, UTC).
 	CreatedAt time.Time `json:"created_at"`
 
-	// FillNotional An exact decimal number as a JSON string, so no precision is lost to
+	// Fees An exact decimal number as a JSON string, so no precision is lost to
 	// floating point: digits with an optional fraction, no exponent, no
 	// sign, no leading zeros, at most 18 fractional digits.
 	//
 	//
 	// Example: 64250.50
-	FillNotional *Decimal `json:"fill_notional,omitempty"`
+	Fees *Decimal `json:"fees,omitempty"`
 
-	// FillPrice An exact decimal number as a JSON string, so no precision is lost to
+	// FilledQuantity An exact decimal number as a JSON string, so no precision is lost to
 	// floating point: digits with an optional fraction, no exponent, no
 	// sign, no leading zeros, at most 18 fractional digits.
 	//
 	//
 	// Example: 64250.50
-	FillPrice *Decimal `json:"fill_price,omitempty"`
-
-	// FillQuantity An exact decimal number as a JSON string, so no precision is lost to
-	// floating point: digits with an optional fraction, no exponent, no
-	// sign, no leading zeros, at most 18 fractional digits.
-	//
-	//
-	// Example: 64250.50
-	FillQuantity *Decimal `json:"fill_quantity,omitempty"`
+	FilledQuantity *Decimal `json:"filled_quantity,omitempty"`
 
 	// FinishedAt When the order reached its final status (RFC 3339, UTC). Only
 	// final orders have it; for a canceled order it is `canceled_at`.
@@ -349,6 +437,9 @@ type Order struct {
 	//
 	// Example: ORD_01J9Z8K3M4N5P6Q7R8S9T0V1W2
 	ID OrderID `json:"id"`
+
+	// PostOnly The order must rest; absent when false.
+	PostOnly *bool `json:"post_only,omitempty"`
 
 	// Price An exact decimal number as a JSON string, so no precision is lost to
 	// floating point: digits with an optional fraction, no exponent, no
@@ -370,20 +461,32 @@ type Order struct {
 	// Clients must be ready for reasons they do not know: more may be
 	// added.
 	RejectReason *OrderRejectReason `json:"reject_reason,omitempty"`
-	Side         Side               `json:"side"`
 
-	// Status Where the order is. Only a `pending` order can be canceled.
+	// RemainingQuantity An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	RemainingQuantity *Decimal `json:"remaining_quantity,omitempty"`
+	Side              Side     `json:"side"`
+
+	// Status Where the order is. A `pending`, `open` or `partially_filled` order
+	// can be canceled.
 	//
 	// * `pending`: admitted and waiting for a worker to take it, including
 	//   while it waits to be tried again after a failed attempt.
 	// * `active`: a worker is processing it now.
 	// * `accepted`: a worker took the order and finished with it without
-	//   recording a settlement. Kept for compatibility: settlement records
-	//   every order it finishes as `settled` or `rejected`, so orders no
-	//   longer show it; only one finished before settlement ran may.
-	// * `settled`: fully filled; the order's `fill_*` fields tell how.
+	//   recording it. Kept for compatibility: orders no longer show it;
+	//   only one finished before settlement ran may.
+	// * `open`: resting in the book, nothing filled yet.
+	// * `partially_filled`: resting in the book, part filled.
+	// * `filled`: filled whole (orders settled before the market read so
+	//   too).
 	// * `rejected`: refused at settlement; `reject_reason` tells why.
-	// * `canceled`: canceled by the client before a worker took it.
+	// * `canceled`: canceled by its client, or its remainder by the market
+	//   (`cancel_reason` tells why); `filled_quantity` may be above zero.
 	// * `failed`: the exchange could not process it: its attempts failed
 	//   and it stopped trying. An operator may retry it, which returns it
 	//   to `pending`.
@@ -396,10 +499,27 @@ type Order struct {
 	// Example: BTC-USD
 	Symbol Symbol `json:"symbol"`
 
+	// TimeInForce How long an order may wait for a counterparty. `gtc` (good till
+	// canceled; the default of a `limit` order) rests what does not trade
+	// at once; `ioc` (immediate or cancel; the only one of a `market`
+	// order) trades what it can at once and cancels the rest; `fok` (fill
+	// or kill) trades whole at once or not at all.
+	TimeInForce *TimeInForce `json:"time_in_force,omitempty"`
+
 	// Type `limit` trades at `price` or better; `market` trades at the best price
 	// available and has no `price`.
 	Type OrderType `json:"type"`
 }
+
+// OrderCancelReason Why the market canceled the order or its remainder; only
+// `canceled` orders have it, and only when their client did not
+// cancel them: `unfilled_ioc` (an `ioc` remainder),
+// `unfilled_market` (a market order's remainder),
+// `fok_unfillable` (a `fok` order that could not fill whole),
+// `self_trade_prevented` (it would have traded with an order of
+// its own account). Clients must be ready for reasons they do not
+// know: more may be added.
+type OrderCancelReason string
 
 // OrderRejectReason Why settlement refused the order; only `rejected` orders have it.
 // Clients must be ready for reasons they do not know: more may be
@@ -418,18 +538,22 @@ type OrderList struct {
 	Orders     []Order `json:"orders"`
 }
 
-// OrderStatus Where the order is. Only a `pending` order can be canceled.
+// OrderStatus Where the order is. A `pending`, `open` or `partially_filled` order
+// can be canceled.
 //
 //   - `pending`: admitted and waiting for a worker to take it, including
 //     while it waits to be tried again after a failed attempt.
 //   - `active`: a worker is processing it now.
 //   - `accepted`: a worker took the order and finished with it without
-//     recording a settlement. Kept for compatibility: settlement records
-//     every order it finishes as `settled` or `rejected`, so orders no
-//     longer show it; only one finished before settlement ran may.
-//   - `settled`: fully filled; the order's `fill_*` fields tell how.
+//     recording it. Kept for compatibility: orders no longer show it;
+//     only one finished before settlement ran may.
+//   - `open`: resting in the book, nothing filled yet.
+//   - `partially_filled`: resting in the book, part filled.
+//   - `filled`: filled whole (orders settled before the market read so
+//     too).
 //   - `rejected`: refused at settlement; `reject_reason` tells why.
-//   - `canceled`: canceled by the client before a worker took it.
+//   - `canceled`: canceled by its client, or its remainder by the market
+//     (`cancel_reason` tells why); `filled_quantity` may be above zero.
 //   - `failed`: the exchange could not process it: its attempts failed
 //     and it stopped trying. An operator may retry it, which returns it
 //     to `pending`.
@@ -449,7 +573,15 @@ type OrderType string
 //     digits as the instrument allows and is a multiple of its lot size;
 //   - `price` is required for a `limit` order and must be absent for a
 //     `market` order; when present it is greater than zero and has at most
-//     as many fractional digits as the instrument allows.
+//     as many fractional digits as the instrument allows;
+//   - `time_in_force` of a `market` order is `ioc` (or absent);
+//   - `post_only` is `true` only on a `limit` order whose
+//     `time_in_force` is `gtc` (or absent).
+//
+// A limit `price` that keeps every rule but lies outside the
+// instrument's price band (`price_band_percent` around its
+// `reference_price`, see `listInstruments`) is answered `422` with
+// problem type `urn:ordergate:problem:price-out-of-band`.
 type PlaceOrderRequest struct {
 	// ClientOrderID The client's own id for the order, unique per account. It is the
 	// idempotency key of `placeOrder`.
@@ -457,6 +589,11 @@ type PlaceOrderRequest struct {
 	//
 	// Example: my-order-0001
 	ClientOrderID ClientOrderID `json:"client_order_id"`
+
+	// PostOnly The order must rest in the book: one that would trade on arrival
+	// is rejected (`post_only_would_take`) instead. Only on a `limit`
+	// `gtc` order.
+	PostOnly *bool `json:"post_only,omitempty"`
 
 	// Price An exact decimal number as a JSON string, so no precision is lost to
 	// floating point: digits with an optional fraction, no exponent, no
@@ -480,6 +617,13 @@ type PlaceOrderRequest struct {
 	// Example: BTC-USD
 	Symbol Symbol `json:"symbol"`
 
+	// TimeInForce How long an order may wait for a counterparty. `gtc` (good till
+	// canceled; the default of a `limit` order) rests what does not trade
+	// at once; `ioc` (immediate or cancel; the only one of a `market`
+	// order) trades what it can at once and cancels the rest; `fok` (fill
+	// or kill) trades whole at once or not at all.
+	TimeInForce *TimeInForce `json:"time_in_force,omitempty"`
+
 	// Type `limit` trades at `price` or better; `market` trades at the best price
 	// available and has no `price`.
 	Type OrderType `json:"type"`
@@ -494,6 +638,11 @@ type PlaceOrderRequest struct {
 // that starts with `query parameter <name>`, such as
 // `query parameter limit must be an integer from 1 to 200`.
 type Problem struct {
+	// Code Set by the problem types that refuse at the door what settlement
+	// would reject: the `reject_reason` the order would have had
+	// (`price-out-of-band`: `price_out_of_band`).
+	Code *ProblemCode `json:"code,omitempty"`
+
 	// Detail What went wrong with this request, for humans.
 	Detail *string `json:"detail,omitempty"`
 
@@ -516,6 +665,11 @@ type Problem struct {
 	// Type What kind of problem this is; the value to branch on.
 	Type ProblemType `json:"type"`
 }
+
+// ProblemCode Set by the problem types that refuse at the door what settlement
+// would reject: the `reject_reason` the order would have had
+// (`price-out-of-band`: `price_out_of_band`).
+type ProblemCode string
 
 // ProblemType What kind of problem this is; the value to branch on.
 type ProblemType string
@@ -547,6 +701,13 @@ type Side string
 //
 // Example: BTC-USD
 type Symbol = string
+
+// TimeInForce How long an order may wait for a counterparty. `gtc` (good till
+// canceled; the default of a `limit` order) rests what does not trade
+// at once; `ioc` (immediate or cancel; the only one of a `market`
+// order) trades what it can at once and cancels the rest; `fok` (fill
+// or kill) trades whole at once or not at all.
+type TimeInForce string
 
 // RequestID defines model for RequestId.
 type RequestID = string
@@ -834,17 +995,17 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/balances (the `ListBalances` operationId).
 	ListBalances(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ListOrders List the caller's final orders.
+	// ListOrders List the caller's orders that a worker took.
 	//
-	// Lists the caller's orders that reached a final status (`settled`,
-	// `rejected` or `canceled`), newest first: by id, and ids sort by
-	// admission time (to the millisecond).
+	// Lists the caller's orders that a worker took: resting in the book
+	// (`open`, `partially_filled`) or final (`filled`, `rejected`,
+	// `canceled`), newest first: by id, and ids sort by admission time (to
+	// the millisecond).
 	//
-	// Orders in flight (`pending`, `active`) live only in the queue and are
-	// not listed: an order appears here once it is final, normally within
-	// milliseconds of its settlement or cancel. Follow one with `getOrder`
-	// until then. `failed` orders, which an operator may still retry, and
-	// `accepted` ones are not listed either.
+	// Orders in the queue (`pending`, `active`) are not listed: an order
+	// appears here once a worker took it, normally within milliseconds.
+	// Follow one with `getOrder` until then. `failed` orders, which an
+	// operator may still retry, and `accepted` ones are not listed either.
 	//
 	// Each page holds at most `limit` orders. When more follow, the answer
 	// has `next_cursor`: pass it unchanged as `cursor`, with the same
@@ -911,10 +1072,10 @@ type ClientInterface interface {
 
 	// GetOrder Get an order.
 	//
-	// Returns one of the caller's orders in its current status. A final
-	// order (`settled`, `rejected`, `canceled`) is read from the exchange's
-	// durable record, with its fill or its reject reason; an order in flight
-	// from the queue.
+	// Returns one of the caller's orders in its current status. An order a
+	// worker took (`open`, `partially_filled`, `filled`, `rejected`,
+	// `canceled`) is read from the exchange's durable record, with its
+	// fills or its reasons; an order in flight from the queue.
 	//
 	// Corresponds with GET /v1/orders/{id} (the `GetOrder` operationId).
 	GetOrder(ctx context.Context, id OrderID, params *GetOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -983,17 +1144,17 @@ func (c *Client) ListBalances(ctx context.Context, params *ListBalancesParams, r
 	return c.Client.Do(req)
 }
 
-// ListOrders List the caller's final orders.
+// ListOrders List the caller's orders that a worker took.
 //
-// Lists the caller's orders that reached a final status (`settled`,
-// `rejected` or `canceled`), newest first: by id, and ids sort by
-// admission time (to the millisecond).
+// Lists the caller's orders that a worker took: resting in the book
+// (`open`, `partially_filled`) or final (`filled`, `rejected`,
+// `canceled`), newest first: by id, and ids sort by admission time (to
+// the millisecond).
 //
-// Orders in flight (`pending`, `active`) live only in the queue and are
-// not listed: an order appears here once it is final, normally within
-// milliseconds of its settlement or cancel. Follow one with `getOrder`
-// until then. `failed` orders, which an operator may still retry, and
-// `accepted` ones are not listed either.
+// Orders in the queue (`pending`, `active`) are not listed: an order
+// appears here once a worker took it, normally within milliseconds.
+// Follow one with `getOrder` until then. `failed` orders, which an
+// operator may still retry, and `accepted` ones are not listed either.
 //
 // Each page holds at most `limit` orders. When more follow, the answer
 // has `next_cursor`: pass it unchanged as `cursor`, with the same
@@ -1100,10 +1261,10 @@ func (c *Client) CancelOrder(ctx context.Context, id OrderID, params *CancelOrde
 
 // GetOrder Get an order.
 //
-// Returns one of the caller's orders in its current status. A final
-// order (`settled`, `rejected`, `canceled`) is read from the exchange's
-// durable record, with its fill or its reject reason; an order in flight
-// from the queue.
+// Returns one of the caller's orders in its current status. An order a
+// worker took (`open`, `partially_filled`, `filled`, `rejected`,
+// `canceled`) is read from the exchange's durable record, with its
+// fills or its reasons; an order in flight from the queue.
 //
 // Corresponds with GET /v1/orders/{id} (the `GetOrder` operationId).
 func (c *Client) GetOrder(ctx context.Context, id OrderID, params *GetOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1573,17 +1734,17 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/balances (the `ListBalances` operationId).
 	ListBalancesWithResponse(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*ListBalancesResponse, error)
 
-	// ListOrdersWithResponse List the caller's final orders.
+	// ListOrdersWithResponse List the caller's orders that a worker took.
 	//
-	// Lists the caller's orders that reached a final status (`settled`,
-	// `rejected` or `canceled`), newest first: by id, and ids sort by
-	// admission time (to the millisecond).
+	// Lists the caller's orders that a worker took: resting in the book
+	// (`open`, `partially_filled`) or final (`filled`, `rejected`,
+	// `canceled`), newest first: by id, and ids sort by admission time (to
+	// the millisecond).
 	//
-	// Orders in flight (`pending`, `active`) live only in the queue and are
-	// not listed: an order appears here once it is final, normally within
-	// milliseconds of its settlement or cancel. Follow one with `getOrder`
-	// until then. `failed` orders, which an operator may still retry, and
-	// `accepted` ones are not listed either.
+	// Orders in the queue (`pending`, `active`) are not listed: an order
+	// appears here once a worker took it, normally within milliseconds.
+	// Follow one with `getOrder` until then. `failed` orders, which an
+	// operator may still retry, and `accepted` ones are not listed either.
 	//
 	// Each page holds at most `limit` orders. When more follow, the answer
 	// has `next_cursor`: pass it unchanged as `cursor`, with the same
@@ -1654,10 +1815,10 @@ type ClientWithResponsesInterface interface {
 
 	// GetOrderWithResponse Get an order.
 	//
-	// Returns one of the caller's orders in its current status. A final
-	// order (`settled`, `rejected`, `canceled`) is read from the exchange's
-	// durable record, with its fill or its reject reason; an order in flight
-	// from the queue.
+	// Returns one of the caller's orders in its current status. An order a
+	// worker took (`open`, `partially_filled`, `filled`, `rejected`,
+	// `canceled`) is read from the exchange's durable record, with its
+	// fills or its reasons; an order in flight from the queue.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2600,17 +2761,17 @@ func (c *ClientWithResponses) ListBalancesWithResponse(ctx context.Context, para
 	return ParseListBalancesResponse(rsp)
 }
 
-// ListOrdersWithResponse List the caller's final orders.
+// ListOrdersWithResponse List the caller's orders that a worker took.
 //
-// Lists the caller's orders that reached a final status (`settled`,
-// `rejected` or `canceled`), newest first: by id, and ids sort by
-// admission time (to the millisecond).
+// Lists the caller's orders that a worker took: resting in the book
+// (`open`, `partially_filled`) or final (`filled`, `rejected`,
+// `canceled`), newest first: by id, and ids sort by admission time (to
+// the millisecond).
 //
-// Orders in flight (`pending`, `active`) live only in the queue and are
-// not listed: an order appears here once it is final, normally within
-// milliseconds of its settlement or cancel. Follow one with `getOrder`
-// until then. `failed` orders, which an operator may still retry, and
-// `accepted` ones are not listed either.
+// Orders in the queue (`pending`, `active`) are not listed: an order
+// appears here once a worker took it, normally within milliseconds.
+// Follow one with `getOrder` until then. `failed` orders, which an
+// operator may still retry, and `accepted` ones are not listed either.
 //
 // Each page holds at most `limit` orders. When more follow, the answer
 // has `next_cursor`: pass it unchanged as `cursor`, with the same
@@ -2705,10 +2866,10 @@ func (c *ClientWithResponses) CancelOrderWithResponse(ctx context.Context, id Or
 
 // GetOrderWithResponse Get an order.
 //
-// Returns one of the caller's orders in its current status. A final
-// order (`settled`, `rejected`, `canceled`) is read from the exchange's
-// durable record, with its fill or its reject reason; an order in flight
-// from the queue.
+// Returns one of the caller's orders in its current status. An order a
+// worker took (`open`, `partially_filled`, `filled`, `rejected`,
+// `canceled`) is read from the exchange's durable record, with its
+// fills or its reasons; an order in flight from the queue.
 //
 // Returns a wrapper object for the known response body format(s).
 //
