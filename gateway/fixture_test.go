@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -69,7 +70,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 		t.Fatal(err)
 	}
 	f.queue, f.client, f.databaseURL = queueClient.Queue(orders.Queue), queueClient, database.URL
-	placer := placement.NewPlacer(f.queue, 0, placement.WithHistory(postgres.NewHistory(f.db)))
+	placer := placement.NewPlacer(f.queue, 0, placement.WithHistory(bookCancelStandIn{postgres.NewHistory(f.db), f.db}))
 	if err := placer.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -236,4 +237,48 @@ func (f *fixture) queueKeys(t testing.TB) []string {
 
 func limitOrder(clientOrderID string) string {
 	return `{"client_order_id":"` + clientOrderID + `","symbol":"BTC-USD","side":"buy","type":"limit","quantity":"0.01000","price":"50000.00"}`
+}
+
+// bookCancelStandIn is postgres.History with CancelResting and
+// CancelAllResting standing in for the settlement rewrite's (today
+// postgres/cancel_stub.go answers an error): they mark the rows canceled
+// and nothing else, no lock and no release of holds. Remove it with the
+// stub, and the fixture uses postgres.History as it is.
+type bookCancelStandIn struct {
+	*postgres.History
+	db *pgxpool.Pool
+}
+
+func (h bookCancelStandIn) CancelResting(ctx context.Context, account, id string) (orders.Order, error) {
+	tag, err := h.db.Exec(ctx, `UPDATE orders SET status = 'canceled', sequence = NULL, hold = 0, finished_at = now()
+		WHERE id = $1 AND account_id = $2 AND status IN ('open', 'partially_filled')`, id, account)
+	if err != nil {
+		return orders.Order{}, err
+	}
+	order, err := h.Order(ctx, account, id)
+	if err == nil && tag.RowsAffected() == 0 {
+		return orders.Order{}, &orders.NotCancelableError{OrderID: id, Status: order.Status}
+	}
+	return order, err
+}
+
+func (h bookCancelStandIn) CancelAllResting(ctx context.Context, account, symbol string) ([]orders.Order, error) {
+	rows, err := h.db.Query(ctx, `UPDATE orders SET status = 'canceled', sequence = NULL, hold = 0, finished_at = now()
+		WHERE account_id = $1 AND ($2 = '' OR symbol = $2) AND status IN ('open', 'partially_filled') RETURNING id`, account, symbol)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	canceled := make([]orders.Order, 0, len(ids))
+	for _, id := range ids {
+		order, err := h.Order(ctx, account, id)
+		if err != nil {
+			return nil, err
+		}
+		canceled = append(canceled, order)
+	}
+	return canceled, nil
 }

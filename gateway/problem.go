@@ -115,7 +115,7 @@ func problemFor(err error) (Problem, error) {
 		p.Errors = []FieldError{{Pointer: "/client_order_id", Reason: "already used for a different order"}}
 		return p, nil
 	case errors.As(err, &notCancelable):
-		return problem(kindNotCancelable, fmt.Sprintf("order %s is %s; only a pending order can be canceled", notCancelable.OrderID, notCancelable.Status)), nil
+		return problem(kindNotCancelable, fmt.Sprintf("order %s is %s; only a pending or resting order can be canceled", notCancelable.OrderID, notCancelable.Status)), nil
 	case errors.Is(err, orders.ErrNotFound):
 		return problem(kindNotFound, "no order with this id"), nil
 	case errors.Is(err, orders.ErrUnauthenticated):

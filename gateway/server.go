@@ -149,6 +149,7 @@ func New(deps Deps, config Config) *Server {
 	e.GET(placeOrderRoute, s.listOrders, v1...)
 	e.GET("/v1/orders/:id", s.getOrder, v1...)
 	e.DELETE("/v1/orders/:id", s.cancelOrder, v1...)
+	e.DELETE(placeOrderRoute, s.cancelAllOrders, v1...)
 	e.GET("/v1/balances", s.listBalances, v1...)
 	for _, route := range e.Routes() {
 		s.routes[route.Path] = true

@@ -843,6 +843,16 @@ type ListBalancesParams struct {
 	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
+// CancelAllOrdersParams defines parameters for CancelAllOrders.
+type CancelAllOrdersParams struct {
+	// Symbol Cancels only this instrument's orders.
+	Symbol *Symbol `form:"symbol,omitempty" json:"symbol,omitempty"`
+
+	// XRequestID An id for this request, chosen by the client to correlate logs. It is
+	// echoed in the `X-Request-Id` response header and in problem bodies.
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
+}
+
 // ListOrdersParams defines parameters for ListOrders.
 type ListOrdersParams struct {
 	// Limit The most orders on one page.
@@ -995,6 +1005,21 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/balances (the `ListBalances` operationId).
 	ListBalances(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// CancelAllOrders Cancel all the caller's open orders.
+	//
+	// Cancels every order of the caller that can still be canceled: the
+	// `pending` ones in the queue and the resting ones (`open`,
+	// `partially_filled`) in the book, releasing what they hold; with
+	// `symbol`, only that instrument's. Answers the orders it canceled,
+	// each in status `canceled` (an empty list when there were none).
+	//
+	// An order a worker takes while the call runs is left out: it is no
+	// longer `pending`, and a second call cancels it if it came to rest.
+	// At most 1,000 `pending` orders are canceled per call.
+	//
+	// Corresponds with DELETE /v1/orders (the `CancelAllOrders` operationId).
+	CancelAllOrders(ctx context.Context, params *CancelAllOrdersParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListOrders List the caller's orders that a worker took.
 	//
 	// Lists the caller's orders that a worker took: resting in the book
@@ -1058,14 +1083,16 @@ type ClientInterface interface {
 
 	// CancelOrder Cancel an order.
 	//
-	// Cancels one of the caller's orders while it is `pending`, that is
-	// before a worker has taken it, and answers with the order in status
-	// `canceled`. The cancel is recorded with the exchange's final orders,
-	// so `listOrders` lists it (`status=canceled`). Once a worker holds the
-	// order (`active`) or it has reached any other status (`settled`,
-	// `rejected`, ...), the answer is `409` and the problem's `detail` names
-	// the status. Canceling an order twice is answered `409` as well: the
-	// second call finds it `canceled`.
+	// Cancels one of the caller's orders while it is `pending` (before a
+	// worker has taken it) or resting in the book (`open`,
+	// `partially_filled`: what it holds is released, and what filled
+	// stays filled), and answers with the order in status `canceled`. The
+	// cancel is recorded with the exchange's orders, so `listOrders` lists
+	// it (`status=canceled`). While a worker holds the order (`active`) or
+	// once it is final (`filled`, `rejected`, `canceled`), the answer is
+	// `409` and the problem's `detail` names the status. Canceling an
+	// order twice is answered `409` as well: the second call finds it
+	// `canceled`.
 	//
 	// Corresponds with DELETE /v1/orders/{id} (the `CancelOrder` operationId).
 	CancelOrder(ctx context.Context, id OrderID, params *CancelOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1134,6 +1161,31 @@ func (c *Client) GetReadiness(ctx context.Context, params *GetReadinessParams, r
 // Corresponds with GET /v1/balances (the `ListBalances` operationId).
 func (c *Client) ListBalances(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListBalancesRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelAllOrders Cancel all the caller's open orders.
+//
+// Cancels every order of the caller that can still be canceled: the
+// `pending` ones in the queue and the resting ones (`open`,
+// `partially_filled`) in the book, releasing what they hold; with
+// `symbol`, only that instrument's. Answers the orders it canceled,
+// each in status `canceled` (an empty list when there were none).
+//
+// An order a worker takes while the call runs is left out: it is no
+// longer `pending`, and a second call cancels it if it came to rest.
+// At most 1,000 `pending` orders are canceled per call.
+//
+// Corresponds with DELETE /v1/orders (the `CancelAllOrders` operationId).
+func (c *Client) CancelAllOrders(ctx context.Context, params *CancelAllOrdersParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelAllOrdersRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1237,14 +1289,16 @@ func (c *Client) PlaceOrder(ctx context.Context, params *PlaceOrderParams, body 
 
 // CancelOrder Cancel an order.
 //
-// Cancels one of the caller's orders while it is `pending`, that is
-// before a worker has taken it, and answers with the order in status
-// `canceled`. The cancel is recorded with the exchange's final orders,
-// so `listOrders` lists it (`status=canceled`). Once a worker holds the
-// order (`active`) or it has reached any other status (`settled`,
-// `rejected`, ...), the answer is `409` and the problem's `detail` names
-// the status. Canceling an order twice is answered `409` as well: the
-// second call finds it `canceled`.
+// Cancels one of the caller's orders while it is `pending` (before a
+// worker has taken it) or resting in the book (`open`,
+// `partially_filled`: what it holds is released, and what filled
+// stays filled), and answers with the order in status `canceled`. The
+// cancel is recorded with the exchange's orders, so `listOrders` lists
+// it (`status=canceled`). While a worker holds the order (`active`) or
+// once it is final (`filled`, `rejected`, `canceled`), the answer is
+// `409` and the problem's `detail` names the status. Canceling an
+// order twice is answered `409` as well: the second call finds it
+// `canceled`.
 //
 // Corresponds with DELETE /v1/orders/{id} (the `CancelOrder` operationId).
 func (c *Client) CancelOrder(ctx context.Context, id OrderID, params *CancelOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1383,6 +1437,75 @@ func NewListBalancesRequest(server string, params *ListBalancesParams) (*http.Re
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewCancelAllOrdersRequest constructs an http.Request for the CancelAllOrders method
+func NewCancelAllOrdersRequest(server string, params *CancelAllOrdersParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/orders")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Symbol != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "symbol", *params.Symbol, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -1734,6 +1857,23 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/balances (the `ListBalances` operationId).
 	ListBalancesWithResponse(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*ListBalancesResponse, error)
 
+	// CancelAllOrdersWithResponse Cancel all the caller's open orders.
+	//
+	// Cancels every order of the caller that can still be canceled: the
+	// `pending` ones in the queue and the resting ones (`open`,
+	// `partially_filled`) in the book, releasing what they hold; with
+	// `symbol`, only that instrument's. Answers the orders it canceled,
+	// each in status `canceled` (an empty list when there were none).
+	//
+	// An order a worker takes while the call runs is left out: it is no
+	// longer `pending`, and a second call cancels it if it came to rest.
+	// At most 1,000 `pending` orders are canceled per call.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/orders (the `CancelAllOrders` operationId).
+	CancelAllOrdersWithResponse(ctx context.Context, params *CancelAllOrdersParams, reqEditors ...RequestEditorFn) (*CancelAllOrdersResponse, error)
+
 	// ListOrdersWithResponse List the caller's orders that a worker took.
 	//
 	// Lists the caller's orders that a worker took: resting in the book
@@ -1799,14 +1939,16 @@ type ClientWithResponsesInterface interface {
 
 	// CancelOrderWithResponse Cancel an order.
 	//
-	// Cancels one of the caller's orders while it is `pending`, that is
-	// before a worker has taken it, and answers with the order in status
-	// `canceled`. The cancel is recorded with the exchange's final orders,
-	// so `listOrders` lists it (`status=canceled`). Once a worker holds the
-	// order (`active`) or it has reached any other status (`settled`,
-	// `rejected`, ...), the answer is `409` and the problem's `detail` names
-	// the status. Canceling an order twice is answered `409` as well: the
-	// second call finds it `canceled`.
+	// Cancels one of the caller's orders while it is `pending` (before a
+	// worker has taken it) or resting in the book (`open`,
+	// `partially_filled`: what it holds is released, and what filled
+	// stays filled), and answers with the order in status `canceled`. The
+	// cancel is recorded with the exchange's orders, so `listOrders` lists
+	// it (`status=canceled`). While a worker holds the order (`active`) or
+	// once it is final (`filled`, `rejected`, `canceled`), the answer is
+	// `409` and the problem's `detail` names the status. Canceling an
+	// order twice is answered `409` as well: the second call finds it
+	// `canceled`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2049,6 +2191,142 @@ func (r ListBalancesResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListBalancesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CancelAllOrdersResponse200Headers the declared response headers of an HTTP 200 response for CancelAllOrders
+type CancelAllOrdersResponse200Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	XRequestID         string
+}
+
+// CancelAllOrdersResponse400Headers the declared response headers of an HTTP 400 response for CancelAllOrders
+type CancelAllOrdersResponse400Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	XRequestID         string
+}
+
+// CancelAllOrdersResponse401Headers the declared response headers of an HTTP 401 response for CancelAllOrders
+type CancelAllOrdersResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// CancelAllOrdersResponse429Headers the declared response headers of an HTTP 429 response for CancelAllOrders
+type CancelAllOrdersResponse429Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         int
+	XRequestID         string
+}
+
+// CancelAllOrdersResponse500Headers the declared response headers of an HTTP 500 response for CancelAllOrders
+type CancelAllOrdersResponse500Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	XRequestID         string
+}
+
+// CancelAllOrdersResponse503Headers the declared response headers of an HTTP 503 response for CancelAllOrders
+type CancelAllOrdersResponse503Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+	XRequestID         string
+}
+
+type CancelAllOrdersResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *OrderList
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *Problem
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *Internal
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *CancelAllOrdersResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *CancelAllOrdersResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CancelAllOrdersResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CancelAllOrdersResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *CancelAllOrdersResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CancelAllOrdersResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelAllOrdersResponse) GetJSON200() *OrderList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CancelAllOrdersResponse) GetApplicationProblemJSON400() *Problem {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelAllOrdersResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CancelAllOrdersResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CancelAllOrdersResponse) GetApplicationProblemJSON500() *Internal {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CancelAllOrdersResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelAllOrdersResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelAllOrdersResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelAllOrdersResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelAllOrdersResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -2761,6 +3039,29 @@ func (c *ClientWithResponses) ListBalancesWithResponse(ctx context.Context, para
 	return ParseListBalancesResponse(rsp)
 }
 
+// CancelAllOrdersWithResponse Cancel all the caller's open orders.
+//
+// Cancels every order of the caller that can still be canceled: the
+// `pending` ones in the queue and the resting ones (`open`,
+// `partially_filled`) in the book, releasing what they hold; with
+// `symbol`, only that instrument's. Answers the orders it canceled,
+// each in status `canceled` (an empty list when there were none).
+//
+// An order a worker takes while the call runs is left out: it is no
+// longer `pending`, and a second call cancels it if it came to rest.
+// At most 1,000 `pending` orders are canceled per call.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/orders (the `CancelAllOrders` operationId).
+func (c *ClientWithResponses) CancelAllOrdersWithResponse(ctx context.Context, params *CancelAllOrdersParams, reqEditors ...RequestEditorFn) (*CancelAllOrdersResponse, error) {
+	rsp, err := c.CancelAllOrders(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelAllOrdersResponse(rsp)
+}
+
 // ListOrdersWithResponse List the caller's orders that a worker took.
 //
 // Lists the caller's orders that a worker took: resting in the book
@@ -2844,14 +3145,16 @@ func (c *ClientWithResponses) PlaceOrderWithResponse(ctx context.Context, params
 
 // CancelOrderWithResponse Cancel an order.
 //
-// Cancels one of the caller's orders while it is `pending`, that is
-// before a worker has taken it, and answers with the order in status
-// `canceled`. The cancel is recorded with the exchange's final orders,
-// so `listOrders` lists it (`status=canceled`). Once a worker holds the
-// order (`active`) or it has reached any other status (`settled`,
-// `rejected`, ...), the answer is `409` and the problem's `detail` names
-// the status. Canceling an order twice is answered `409` as well: the
-// second call finds it `canceled`.
+// Cancels one of the caller's orders while it is `pending` (before a
+// worker has taken it) or resting in the book (`open`,
+// `partially_filled`: what it holds is released, and what filled
+// stays filled), and answers with the order in status `canceled`. The
+// cancel is recorded with the exchange's orders, so `listOrders` lists
+// it (`status=canceled`). While a worker holds the order (`active`) or
+// once it is final (`filled`, `rejected`, `canceled`), the answer is
+// `409` and the problem's `detail` names the status. Canceling an
+// order twice is answered `409` as well: the second call finds it
+// `canceled`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3148,6 +3451,256 @@ func ParseListBalancesResponse(rsp *http.Response) (*ListBalancesResponse, error
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListBalancesResponse503Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCancelAllOrdersResponse parses an HTTP response from a CancelAllOrdersWithResponse call
+func ParseCancelAllOrdersResponse(rsp *http.Response) (*CancelAllOrdersResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelAllOrdersResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest OrderList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers CancelAllOrdersResponse200Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers CancelAllOrdersResponse400Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers CancelAllOrdersResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers CancelAllOrdersResponse429Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers CancelAllOrdersResponse500Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers CancelAllOrdersResponse503Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
