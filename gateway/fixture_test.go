@@ -100,6 +100,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 		Instruments: f.instruments,
 		Accounts:    keys,
 		Balances:    placement.NewBalances(postgres.NewBalances(f.db), queueClient, log),
+		Depth:       postgres.NewBook(f.db),
 		Probes: []gateway.Probe{
 			{Name: "redis", Check: func(ctx context.Context) error { return f.rdb.Ping(ctx).Err() }},
 			{Name: "fence", Check: queueClient.Check},

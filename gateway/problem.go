@@ -116,6 +116,8 @@ func problemFor(err error) (Problem, error) {
 		return p, nil
 	case errors.As(err, &notCancelable):
 		return problem(kindNotCancelable, fmt.Sprintf("order %s is %s; only a pending or resting order can be canceled", notCancelable.OrderID, notCancelable.Status)), nil
+	case errors.Is(err, orders.ErrUnknownInstrument):
+		return problem(kindNotFound, "no instrument with this symbol"), nil
 	case errors.Is(err, orders.ErrNotFound):
 		return problem(kindNotFound, "no order with this id"), nil
 	case errors.Is(err, orders.ErrUnauthenticated):

@@ -32,6 +32,24 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
+// Defines values for InstrumentStatus.
+const (
+	InstrumentStatusHalted  InstrumentStatus = "halted"
+	InstrumentStatusTrading InstrumentStatus = "trading"
+)
+
+// Valid indicates whether the value is a known member of the InstrumentStatus enum.
+func (e InstrumentStatus) Valid() bool {
+	switch e {
+	case InstrumentStatusHalted:
+		return true
+	case InstrumentStatusTrading:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for OrderCancelReason.
 const (
 	OrderCancelReasonFokUnfillable      OrderCancelReason = "fok_unfillable"
@@ -324,6 +342,42 @@ type BalanceList struct {
 	Balances []Balance `json:"balances"`
 }
 
+// Book defines model for Book.
+type Book struct {
+	// Asks Sell levels, best (lowest) first.
+	Asks []BookLevel `json:"asks"`
+
+	// Bids Buy levels, best (highest) first.
+	Bids []BookLevel `json:"bids"`
+
+	// Symbol An instrument, `BASE-QUOTE` in upper case.
+	//
+	// Example: BTC-USD
+	Symbol Symbol `json:"symbol"`
+}
+
+// BookLevel One price of one side of a book.
+type BookLevel struct {
+	// Orders How many resting orders are at this price.
+	Orders int `json:"orders"`
+
+	// Price An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	Price Decimal `json:"price"`
+
+	// Quantity An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	Quantity Decimal `json:"quantity"`
+}
+
 // ClientOrderID The client's own id for the order, unique per account. It is the
 // idempotency key of `placeOrder`.
 //
@@ -359,6 +413,87 @@ type Health struct {
 
 // HealthStatus defines model for Health.Status.
 type HealthStatus string
+
+// Instrument A tradable pair and its rules. Fees are in basis points of a trade's
+// notional, paid in the quote asset: the resting order (maker) pays
+// `maker_fee_bps`, the arriving one (taker) `taker_fee_bps`. A limit
+// price must lie within `price_band_percent` of `reference_price`.
+type Instrument struct {
+	Base string `json:"base"`
+
+	// LotSize An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	LotSize Decimal `json:"lot_size"`
+
+	// MakerFeeBps An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	MakerFeeBps Decimal `json:"maker_fee_bps"`
+
+	// MinNotional An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	MinNotional Decimal `json:"min_notional"`
+
+	// PriceBandPercent An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	PriceBandPercent Decimal `json:"price_band_percent"`
+	Quote            string  `json:"quote"`
+
+	// ReferencePrice An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	ReferencePrice Decimal `json:"reference_price"`
+
+	// Status `halted` accepts no orders.
+	Status InstrumentStatus `json:"status"`
+
+	// Symbol An instrument, `BASE-QUOTE` in upper case.
+	//
+	// Example: BTC-USD
+	Symbol Symbol `json:"symbol"`
+
+	// TakerFeeBps An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	TakerFeeBps Decimal `json:"taker_fee_bps"`
+
+	// TickSize An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	TickSize Decimal `json:"tick_size"`
+}
+
+// InstrumentStatus `halted` accepts no orders.
+type InstrumentStatus string
+
+// InstrumentList defines model for InstrumentList.
+type InstrumentList struct {
+	Instruments []Instrument `json:"instruments"`
+}
 
 // Order An order as the gateway knows it. `price` is the limit price and is
 // absent for a market order. Clients must ignore fields they do not
@@ -843,6 +978,23 @@ type ListBalancesParams struct {
 	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
+// ListInstrumentsParams defines parameters for ListInstruments.
+type ListInstrumentsParams struct {
+	// XRequestID An id for this request, chosen by the client to correlate logs. It is
+	// echoed in the `X-Request-Id` response header and in problem bodies.
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// GetBookParams defines parameters for GetBook.
+type GetBookParams struct {
+	// Depth The most price levels a side.
+	Depth *int `form:"depth,omitempty" json:"depth,omitempty"`
+
+	// XRequestID An id for this request, chosen by the client to correlate logs. It is
+	// echoed in the `X-Request-Id` response header and in problem bodies.
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
+}
+
 // CancelAllOrdersParams defines parameters for CancelAllOrders.
 type CancelAllOrdersParams struct {
 	// Symbol Cancels only this instrument's orders.
@@ -1005,6 +1157,27 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/balances (the `ListBalances` operationId).
 	ListBalances(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListInstruments List the instruments and their rules.
+	//
+	// Every instrument with its grids, fees, price band, status and
+	// reference price (the last trade's, or the seeded one before the
+	// first trade), sorted by symbol. Public: no API key, no rate limit.
+	// Read from the gateway's copy of the instruments table, refreshed
+	// on every change broadcast and every few seconds.
+	//
+	// Corresponds with GET /v1/instruments (the `ListInstruments` operationId).
+	ListInstruments(ctx context.Context, params *ListInstrumentsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetBook An instrument's order book, aggregated by price.
+	//
+	// The resting orders of the instrument, by price level: bids by price
+	// descending, asks ascending, at most `depth` levels a side; each
+	// level's `quantity` is the remaining quantity of its orders summed.
+	// Public: no API key, no rate limit.
+	//
+	// Corresponds with GET /v1/instruments/{symbol}/book (the `GetBook` operationId).
+	GetBook(ctx context.Context, symbol Symbol, params *GetBookParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// CancelAllOrders Cancel all the caller's open orders.
 	//
 	// Cancels every order of the caller that can still be canceled: the
@@ -1161,6 +1334,47 @@ func (c *Client) GetReadiness(ctx context.Context, params *GetReadinessParams, r
 // Corresponds with GET /v1/balances (the `ListBalances` operationId).
 func (c *Client) ListBalances(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListBalancesRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListInstruments List the instruments and their rules.
+//
+// Every instrument with its grids, fees, price band, status and
+// reference price (the last trade's, or the seeded one before the
+// first trade), sorted by symbol. Public: no API key, no rate limit.
+// Read from the gateway's copy of the instruments table, refreshed
+// on every change broadcast and every few seconds.
+//
+// Corresponds with GET /v1/instruments (the `ListInstruments` operationId).
+func (c *Client) ListInstruments(ctx context.Context, params *ListInstrumentsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListInstrumentsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetBook An instrument's order book, aggregated by price.
+//
+// The resting orders of the instrument, by price level: bids by price
+// descending, asks ascending, at most `depth` levels a side; each
+// level's `quantity` is the remaining quantity of its orders summed.
+// Public: no API key, no rate limit.
+//
+// Corresponds with GET /v1/instruments/{symbol}/book (the `GetBook` operationId).
+func (c *Client) GetBook(ctx context.Context, symbol Symbol, params *GetBookParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetBookRequest(c.Server, symbol, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1434,6 +1648,124 @@ func NewListBalancesRequest(server string, params *ListBalancesParams) (*http.Re
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewListInstrumentsRequest constructs an http.Request for the ListInstruments method
+func NewListInstrumentsRequest(server string, params *ListInstrumentsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/instruments")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewGetBookRequest constructs an http.Request for the GetBook method
+func NewGetBookRequest(server string, symbol Symbol, params *GetBookParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "symbol", symbol, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/instruments/%s/book", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Depth != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "depth", *params.Depth, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -1857,6 +2189,31 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/balances (the `ListBalances` operationId).
 	ListBalancesWithResponse(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*ListBalancesResponse, error)
 
+	// ListInstrumentsWithResponse List the instruments and their rules.
+	//
+	// Every instrument with its grids, fees, price band, status and
+	// reference price (the last trade's, or the seeded one before the
+	// first trade), sorted by symbol. Public: no API key, no rate limit.
+	// Read from the gateway's copy of the instruments table, refreshed
+	// on every change broadcast and every few seconds.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/instruments (the `ListInstruments` operationId).
+	ListInstrumentsWithResponse(ctx context.Context, params *ListInstrumentsParams, reqEditors ...RequestEditorFn) (*ListInstrumentsResponse, error)
+
+	// GetBookWithResponse An instrument's order book, aggregated by price.
+	//
+	// The resting orders of the instrument, by price level: bids by price
+	// descending, asks ascending, at most `depth` levels a side; each
+	// level's `quantity` is the remaining quantity of its orders summed.
+	// Public: no API key, no rate limit.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/instruments/{symbol}/book (the `GetBook` operationId).
+	GetBookWithResponse(ctx context.Context, symbol Symbol, params *GetBookParams, reqEditors ...RequestEditorFn) (*GetBookResponse, error)
+
 	// CancelAllOrdersWithResponse Cancel all the caller's open orders.
 	//
 	// Cancels every order of the caller that can still be canceled: the
@@ -2191,6 +2548,165 @@ func (r ListBalancesResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListBalancesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListInstrumentsResponse200Headers the declared response headers of an HTTP 200 response for ListInstruments
+type ListInstrumentsResponse200Headers struct {
+	XRequestID string
+}
+
+type ListInstrumentsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *InstrumentList
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListInstrumentsResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListInstrumentsResponse) GetJSON200() *InstrumentList {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r ListInstrumentsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListInstrumentsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListInstrumentsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListInstrumentsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetBookResponse200Headers the declared response headers of an HTTP 200 response for GetBook
+type GetBookResponse200Headers struct {
+	XRequestID string
+}
+
+// GetBookResponse400Headers the declared response headers of an HTTP 400 response for GetBook
+type GetBookResponse400Headers struct {
+	XRequestID string
+}
+
+// GetBookResponse404Headers the declared response headers of an HTTP 404 response for GetBook
+type GetBookResponse404Headers struct {
+	XRequestID string
+}
+
+// GetBookResponse500Headers the declared response headers of an HTTP 500 response for GetBook
+type GetBookResponse500Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	XRequestID         string
+}
+
+// GetBookResponse503Headers the declared response headers of an HTTP 503 response for GetBook
+type GetBookResponse503Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+	XRequestID         string
+}
+
+type GetBookResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Book
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *Problem
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *Problem
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *Internal
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetBookResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetBookResponse400Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetBookResponse404Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetBookResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetBookResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetBookResponse) GetJSON200() *Book {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetBookResponse) GetApplicationProblemJSON400() *Problem {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetBookResponse) GetApplicationProblemJSON404() *Problem {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetBookResponse) GetApplicationProblemJSON500() *Internal {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetBookResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetBookResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetBookResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetBookResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetBookResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3039,6 +3555,43 @@ func (c *ClientWithResponses) ListBalancesWithResponse(ctx context.Context, para
 	return ParseListBalancesResponse(rsp)
 }
 
+// ListInstrumentsWithResponse List the instruments and their rules.
+//
+// Every instrument with its grids, fees, price band, status and
+// reference price (the last trade's, or the seeded one before the
+// first trade), sorted by symbol. Public: no API key, no rate limit.
+// Read from the gateway's copy of the instruments table, refreshed
+// on every change broadcast and every few seconds.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/instruments (the `ListInstruments` operationId).
+func (c *ClientWithResponses) ListInstrumentsWithResponse(ctx context.Context, params *ListInstrumentsParams, reqEditors ...RequestEditorFn) (*ListInstrumentsResponse, error) {
+	rsp, err := c.ListInstruments(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListInstrumentsResponse(rsp)
+}
+
+// GetBookWithResponse An instrument's order book, aggregated by price.
+//
+// The resting orders of the instrument, by price level: bids by price
+// descending, asks ascending, at most `depth` levels a side; each
+// level's `quantity` is the remaining quantity of its orders summed.
+// Public: no API key, no rate limit.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/instruments/{symbol}/book (the `GetBook` operationId).
+func (c *ClientWithResponses) GetBookWithResponse(ctx context.Context, symbol Symbol, params *GetBookParams, reqEditors ...RequestEditorFn) (*GetBookResponse, error) {
+	rsp, err := c.GetBook(ctx, symbol, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetBookResponse(rsp)
+}
+
 // CancelAllOrdersWithResponse Cancel all the caller's open orders.
 //
 // Cancels every order of the caller that can still be canceled: the
@@ -3451,6 +4004,201 @@ func ParseListBalancesResponse(rsp *http.Response) (*ListBalancesResponse, error
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListBalancesResponse503Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListInstrumentsResponse parses an HTTP response from a ListInstrumentsWithResponse call
+func ParseListInstrumentsResponse(rsp *http.Response) (*ListInstrumentsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListInstrumentsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest InstrumentList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListInstrumentsResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetBookResponse parses an HTTP response from a GetBookWithResponse call
+func ParseGetBookResponse(rsp *http.Response) (*GetBookResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetBookResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Book
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetBookResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetBookResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetBookResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetBookResponse500Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetBookResponse503Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

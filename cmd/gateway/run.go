@@ -152,6 +152,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Instruments: instruments,
 		Accounts:    keys,
 		Balances:    placement.NewBalances(postgres.NewBalances(db), queueClient, log),
+		Depth:       postgres.NewBook(db),
 		Probes:      probes(queueClient, db),
 		Logger:      log,
 		Metrics:     metrics,
