@@ -49,16 +49,16 @@ func (a *AppliedVersions) ReadDue(ctx context.Context, announced []orders.Balanc
 	due := make(map[string]*orders.Balance)
 	for rows.Next() {
 		var (
-			name      string
-			version   *int64
-			available *string
+			name            string
+			version         *int64
+			available, held *string
 		)
-		if err := rows.Scan(&name, &version, &available); err != nil {
+		if err := rows.Scan(&name, &version, &available, &held); err != nil {
 			return nil, fmt.Errorf("read balances to refresh: %w", err)
 		}
 		due[name] = nil
-		if version != nil && available != nil {
-			due[name] = &orders.Balance{Asset: assetOf[name], Available: *available, Version: *version}
+		if version != nil && available != nil && held != nil {
+			due[name] = &orders.Balance{Asset: assetOf[name], Available: *available, Held: *held, Version: *version}
 		}
 	}
 	if err := rows.Err(); err != nil {

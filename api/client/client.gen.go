@@ -313,9 +313,11 @@ func (e ListOrdersParamsStatus) Valid() bool {
 // Example: ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1
 type AccountID = string
 
-// Balance One asset of the caller's account. `available` is exact, with at least
-// as many decimals as the asset has and more only where a fill left
-// them, such as `1.50000000` BTC.
+// Balance One asset of the caller's account: `available` to spend, and `held`
+// by its resting orders (what they may still cost: a buy holds quote,
+// a sell base). Both are exact, with at least as many decimals as the
+// asset has and more only where a fill left them, such as
+// `1.50000000` BTC.
 type Balance struct {
 	// Asset The asset's code.
 	//
@@ -330,7 +332,16 @@ type Balance struct {
 	// Example: 64250.50
 	Available Decimal `json:"available"`
 
-	// Version Rises by one with every change of this balance; never goes down.
+	// Held An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	Held Decimal `json:"held"`
+
+	// Version Rises by one with every change of this balance (of either part);
+	// never goes down.
 	//
 	//
 	// Example: 7
