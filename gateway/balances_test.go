@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,6 +107,11 @@ func (f *balanceFixture) balancesOf(t testing.TB, key string) []string {
 	rendered := make([]string, len(list.Balances))
 	for i, b := range list.Balances {
 		rendered[i] = fmt.Sprintf("%s %s v%d", b.Asset, b.Available, b.Version)
+		// No order rests in these tests: every balance shows held zero,
+		// with its available part's decimals.
+		if _, fraction, _ := strings.Cut(b.Available, "."); b.Held != strings.TrimSuffix("0."+strings.Repeat("0", len(fraction)), ".") {
+			t.Errorf("%s held %q, want zero with the decimals of %s", b.Asset, b.Held, b.Available)
+		}
 	}
 	return rendered
 }
@@ -241,7 +247,7 @@ func TestGeneratedClientListsBalances(t *testing.T) {
 	if err != nil || listed.JSON200 == nil {
 		t.Fatalf("list: %v %d %s", err, listed.StatusCode(), listed.Body)
 	}
-	want := []client.Balance{{Asset: "USD", Available: "12.50", Version: 1}}
+	want := []client.Balance{{Asset: "USD", Available: "12.50", Held: "0.00", Version: 1}}
 	if fmt.Sprint(listed.JSON200.Balances) != fmt.Sprint(want) {
 		t.Errorf("balances %+v, want %+v", listed.JSON200.Balances, want)
 	}

@@ -20,7 +20,7 @@ import (
 )
 
 // placeRequest is the body of POST /v1/orders after the JSON checks: every
-// field a string, absent fields empty.
+// field a string but post_only, a boolean; absent fields empty (false).
 type placeRequest struct {
 	ClientOrderID string `json:"client_order_id" validate:"required,client_order_id"`
 	Symbol        string `json:"symbol" validate:"required,symbol"`
@@ -30,6 +30,11 @@ type placeRequest struct {
 	// Price is required for limit orders and must be absent for market
 	// orders (priceRule, reported as required_if and excluded_if).
 	Price string `json:"price"`
+	// TimeInForce is empty for the type's default (gtc for limit, ioc for
+	// market); which type allows which is timeInForceRules's.
+	TimeInForce string `json:"time_in_force" validate:"omitempty,oneof=gtc ioc fok"`
+	// PostOnly is allowed on limit gtc orders only (timeInForceRules).
+	PostOnly bool `json:"post_only"`
 }
 
 // The indexes of the fields priceRule reads.
@@ -62,7 +67,12 @@ func priceRule(sl validator.StructLevel) {
 
 var placeFields = map[string]bool{
 	"client_order_id": true, "symbol": true, "side": true, "type": true, "quantity": true, "price": true,
+	"time_in_force": true, "post_only": true,
 }
+
+// booleanFields are the request fields that are JSON booleans; every other
+// one is a string.
+var booleanFields = map[string]bool{"post_only": true}
 
 // idCharacters says whether s is 1 to most bytes of A-Z a-z 0-9 . _ : -,
 // the characters of client order ids and request ids: safe in a log line, a
@@ -202,12 +212,21 @@ func decodeCheckedPlaceRequest(body []byte) (placeRequest, error) {
 	}
 	var fields []FieldError
 	values := make(map[string]string, len(raw))
+	postOnly := false
 	for name, value := range raw {
 		pointer := "/" + escapePointer(name)
 		switch {
 		case !placeFields[name]:
 			fields = append(fields, FieldError{Pointer: pointer, Reason: "is not a field of an order request"})
 		case bytes.Equal(value, []byte("null")):
+		case booleanFields[name]:
+			switch string(value) {
+			case "true":
+				postOnly = true
+			case "false":
+			default:
+				fields = append(fields, FieldError{Pointer: pointer, Reason: "must be a JSON boolean, true or false"})
+			}
 		case value[0] != '"':
 			fields = append(fields, FieldError{Pointer: pointer, Reason: "must be a JSON string" + stringHint(name)})
 		default:
@@ -230,12 +249,15 @@ func decodeCheckedPlaceRequest(body []byte) (placeRequest, error) {
 		Type:          values["type"],
 		Quantity:      values["quantity"],
 		Price:         values["price"],
+		TimeInForce:   values["time_in_force"],
+		PostOnly:      postOnly,
 	}, nil
 }
 
 // decodePlainPlaceRequest reads the body every client sends, in one pass
 // and without allocating per token: one flat object of known fields, no key
-// twice, each value a string without escapes or null, valid UTF-8, nothing
+// twice, each value a string without escapes (post_only: true or false) or
+// null, valid UTF-8, nothing
 // after it. ok is false for any other body, which then takes the checked
 // path: what this accepts, the checked path accepts with the same result
 // (FuzzDecodePlaceRequest holds the two to that), and everything it refuses
@@ -249,7 +271,7 @@ func decodePlainPlaceRequest(body []byte) (req placeRequest, ok bool) {
 	if i < len(body) && body[i] == '}' {
 		return placeRequest{}, skipSpace(body, i+1) == len(body)
 	}
-	var seen [6]bool
+	var seen [8]bool
 	for {
 		key, next, ok := plainString(body, i)
 		if !ok {
@@ -260,35 +282,54 @@ func decodePlainPlaceRequest(body []byte) (req placeRequest, ok bool) {
 			return placeRequest{}, false
 		}
 		i = skipSpace(body, i+1)
-		var value string
-		if i+4 <= len(body) && string(body[i:i+4]) == "null" {
-			i += 4
-		} else if value, i, ok = plainString(body, i); !ok {
-			return placeRequest{}, false
+		if string(key) == "post_only" {
+			if seen[7] {
+				return placeRequest{}, false
+			}
+			seen[7] = true
+			switch {
+			case i+4 <= len(body) && string(body[i:i+4]) == "true":
+				req.PostOnly, i = true, i+4
+			case i+5 <= len(body) && string(body[i:i+5]) == "false":
+				i += 5
+			case i+4 <= len(body) && string(body[i:i+4]) == "null":
+				i += 4
+			default:
+				return placeRequest{}, false
+			}
+		} else {
+			var value string
+			if i+4 <= len(body) && string(body[i:i+4]) == "null" {
+				i += 4
+			} else if value, i, ok = plainString(body, i); !ok {
+				return placeRequest{}, false
+			}
+			var field *string
+			var index int
+			switch string(key) {
+			case "client_order_id":
+				field, index = &req.ClientOrderID, 0
+			case "symbol":
+				field, index = &req.Symbol, 1
+			case "side":
+				field, index = &req.Side, 2
+			case "type":
+				field, index = &req.Type, 3
+			case "quantity":
+				field, index = &req.Quantity, 4
+			case "price":
+				field, index = &req.Price, 5
+			case "time_in_force":
+				field, index = &req.TimeInForce, 6
+			default:
+				return placeRequest{}, false
+			}
+			if seen[index] {
+				return placeRequest{}, false
+			}
+			seen[index] = true
+			*field = value
 		}
-		var field *string
-		var index int
-		switch string(key) {
-		case "client_order_id":
-			field, index = &req.ClientOrderID, 0
-		case "symbol":
-			field, index = &req.Symbol, 1
-		case "side":
-			field, index = &req.Side, 2
-		case "type":
-			field, index = &req.Type, 3
-		case "quantity":
-			field, index = &req.Quantity, 4
-		case "price":
-			field, index = &req.Price, 5
-		default:
-			return placeRequest{}, false
-		}
-		if seen[index] {
-			return placeRequest{}, false
-		}
-		seen[index] = true
-		*field = value
 		i = skipSpace(body, i)
 		if i >= len(body) {
 			return placeRequest{}, false
@@ -452,6 +493,11 @@ func (s *Server) placeCommand(account string, req placeRequest) (orders.PlaceCom
 		Symbol:        req.Symbol,
 		Side:          orders.Side(req.Side),
 		Type:          orders.OrderType(req.Type),
+		TimeInForce:   orders.TimeInForce(req.TimeInForce),
+		PostOnly:      req.PostOnly,
+	}
+	for _, refusal := range timeInForceRules(req) {
+		refuse(refusal.Field, refusal.Reason)
 	}
 	amountsOK := true
 	parse := func(field, text string) {
@@ -476,8 +522,10 @@ func (s *Server) placeCommand(account string, req placeRequest) (orders.PlaceCom
 	if cmd.Type == orders.Limit {
 		parse("price", req.Price)
 	}
+	var instrument orders.Instrument
 	if instrumentSymbol(req.Symbol) {
-		instrument, err := s.instruments.Lookup(req.Symbol)
+		var err error
+		instrument, err = s.instruments.Lookup(req.Symbol)
 		switch {
 		case errors.Is(err, orders.ErrUnknownInstrument):
 			refuse("symbol", "is not an instrument traded here")
@@ -493,6 +541,14 @@ func (s *Server) placeCommand(account string, req placeRequest) (orders.PlaceCom
 		sortOrderFieldErrors(refused)
 		return orders.PlaceCommand{}, &orders.InvalidError{Fields: refused}
 	}
+	// The band last, on an order that keeps every other rule: its own
+	// problem type, since the same price may pass once the reference moves.
+	// It is computed from the cached instrument, no round trip.
+	if cmd.Type == orders.Limit {
+		if err := instrument.CheckBand(cmd.Price); err != nil {
+			return orders.PlaceCommand{}, err
+		}
+	}
 	// The domain's rules of every order: the request's rules above refuse
 	// all of it first, in the API's words, so this is the last guard.
 	if err := cmd.Validate(); err != nil {
@@ -501,8 +557,23 @@ func (s *Server) placeCommand(account string, req placeRequest) (orders.PlaceCom
 	return cmd, nil
 }
 
+// timeInForceRules refuses the combinations of type, time_in_force and
+// post_only no order may have: a market order is ioc, and only a limit gtc
+// order may be post-only. An unknown time in force is the validator's.
+func timeInForceRules(req placeRequest) []orders.FieldError {
+	var refused []orders.FieldError
+	if req.Type == string(orders.Market) && (req.TimeInForce == string(orders.GTC) || req.TimeInForce == string(orders.FOK)) {
+		refused = append(refused, orders.FieldError{Field: "time_in_force", Reason: "must be ioc or absent for market orders"})
+	}
+	if req.PostOnly && (req.Type != string(orders.Limit) || (req.TimeInForce != "" && req.TimeInForce != string(orders.GTC))) {
+		refused = append(refused, orders.FieldError{Field: "post_only", Reason: "is allowed only on limit orders whose time_in_force is gtc"})
+	}
+	return refused
+}
+
 // fieldRank orders reported fields as the request documents them.
-var fieldRank = map[string]int{"client_order_id": 1, "symbol": 2, "side": 3, "type": 4, "quantity": 5, "price": 6}
+var fieldRank = map[string]int{"client_order_id": 1, "symbol": 2, "side": 3, "type": 4, "quantity": 5, "price": 6,
+	"time_in_force": 7, "post_only": 8}
 
 func lessField(a, b string) bool {
 	ra, rb := fieldRank[a], fieldRank[b]

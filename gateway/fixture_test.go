@@ -72,7 +72,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 	}
 	f.queue, f.client, f.databaseURL = queueClient.Queue(orders.Queue), queueClient, database.URL
 	f.caches = coherence.New(f.rdb)
-	placer := placement.NewPlacer(f.queue, 0, placement.WithHistory(postgres.NewHistory(f.db)))
+	placer := placement.NewPlacer(f.queue, 0, placement.WithHistory(postgres.NewOrders(postgres.NewHistory(f.db), postgres.NewSettler(f.db, nil, nil))))
 	if err := placer.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +102,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 		Instruments: f.instruments,
 		Accounts:    keys,
 		Balances:    placement.NewBalances(postgres.NewBalances(f.db), f.caches, log),
+		Depth:       postgres.NewBook(f.db),
 		Probes: []gateway.Probe{
 			{Name: "redis", Check: func(ctx context.Context) error { return f.rdb.Ping(ctx).Err() }},
 			{Name: "fence", Check: queueClient.Check},

@@ -19,6 +19,7 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -55,11 +56,18 @@ var fuzzDecodeSeeds = []string{
 	`{"symbol":"BTC-USD",}`,
 	`{"symbol":"café","side":"é"}`,
 	`{"side":"b\"uy"}`,
+	`{"client_order_id":"demo-4","symbol":"BTC-USD","side":"buy","type":"limit","quantity":"0.01000","price":"50000.00","time_in_force":"ioc"}`,
+	`{"client_order_id":"demo-5","symbol":"BTC-USD","side":"sell","type":"limit","quantity":"0.01","price":"51000","time_in_force":"gtc","post_only":true}`,
+	`{"client_order_id":"demo-6","symbol":"BTC-USD","side":"buy","type":"market","quantity":"0.01","time_in_force":"fok","post_only":false}`,
+	`{"client_order_id":"demo-7","symbol":"BTC-USD","side":"buy","type":"limit","quantity":"1","price":"10.00"}`,
+	`{"post_only":"true","time_in_force":true}`,
+	`{"post_only":null,"post_only":true}`,
+	`{"post_only":truex}`,
 }
 
 // fuzzRequestFields are the members an order request may have, written out
 // here rather than taken from placeFields so the test is a second opinion.
-var fuzzRequestFields = []string{"client_order_id", "symbol", "side", "type", "quantity", "price"}
+var fuzzRequestFields = []string{"client_order_id", "symbol", "side", "type", "quantity", "price", "time_in_force", "post_only"}
 
 // fuzzInstruments is the instruments table as the migrations seed it (see the
 // README), built by hand: placement.Instruments is only filled from PostgreSQL.
@@ -73,11 +81,11 @@ func fuzzInstruments(t testing.TB) map[string]orders.Instrument {
 	}
 	return map[string]orders.Instrument{
 		"BTC-USD": {Symbol: "BTC-USD", Base: "BTC", Quote: "USD", TickSize: amount("0.01"), LotSize: amount("0.00001"),
-			MinNotional: amount("10"), ReferencePrice: amount("50000")},
+			MinNotional: amount("10"), ReferencePrice: amount("50000"), PriceBandPercent: amount("10")},
 		"ETH-USD": {Symbol: "ETH-USD", Base: "ETH", Quote: "USD", TickSize: amount("0.05"), LotSize: amount("0.001"),
-			MinNotional: amount("10"), ReferencePrice: amount("3000")},
+			MinNotional: amount("10"), ReferencePrice: amount("3000"), PriceBandPercent: amount("10")},
 		"ETH-BTC": {Symbol: "ETH-BTC", Base: "ETH", Quote: "BTC", TickSize: amount("0.00001"), LotSize: amount("0.005"),
-			MinNotional: amount("0.0001"), ReferencePrice: amount("0.06")},
+			MinNotional: amount("0.0001"), ReferencePrice: amount("0.06"), PriceBandPercent: amount("10")},
 	}
 }
 
@@ -169,9 +177,11 @@ func fuzzCheckAcceptedDocument(t *testing.T, body []byte, req placeRequest) {
 	}
 	got := map[string]string{
 		"client_order_id": req.ClientOrderID, "symbol": req.Symbol, "side": req.Side,
-		"type": req.Type, "quantity": req.Quantity, "price": req.Price,
+		"type": req.Type, "quantity": req.Quantity, "price": req.Price, "time_in_force": req.TimeInForce,
+		"post_only": strconv.FormatBool(req.PostOnly),
 	}
-	want := map[string]string{}
+	want := map[string]string{"post_only": "false"}
+	seen := map[string]bool{}
 	decoder := json.NewDecoder(bytes.NewReader(body))
 	token := func() json.Token {
 		tok, err := decoder.Token()
@@ -188,16 +198,27 @@ func fuzzCheckAcceptedDocument(t *testing.T, body []byte, req placeRequest) {
 		if !strings.Contains(","+strings.Join(fuzzRequestFields, ",")+",", ","+key+",") {
 			t.Fatalf("accepted the unknown member %q in %q", key, body)
 		}
-		if _, repeated := want[key]; repeated {
+		if seen[key] {
 			t.Fatalf("accepted the member %q twice in %q", key, body)
 		}
+		seen[key] = true
 		switch value := token().(type) {
 		case string:
+			if key == "post_only" {
+				t.Fatalf("accepted post_only holding a string in %q", body)
+			}
 			want[key] = value
+		case bool:
+			if key != "post_only" {
+				t.Fatalf("accepted member %q holding a boolean in %q", key, body)
+			}
+			want[key] = strconv.FormatBool(value)
 		case nil:
-			want[key] = ""
+			if key != "post_only" {
+				want[key] = ""
+			}
 		default:
-			t.Fatalf("accepted member %q holding %T (%v) in %q; only strings and null are fields", key, value, value, body)
+			t.Fatalf("accepted member %q holding %T (%v) in %q; only strings, post_only's boolean and null are fields", key, value, value, body)
 		}
 	}
 	if token() != json.Delim('}') {
@@ -222,14 +243,17 @@ func fuzzCheckRoundTrip(t *testing.T, req placeRequest) {
 	if err != nil {
 		t.Fatalf("encode %+v: %v", req, err)
 	}
-	sparse := map[string]string{}
+	sparse := map[string]any{}
 	for name, value := range map[string]string{
 		"client_order_id": req.ClientOrderID, "symbol": req.Symbol, "side": req.Side,
-		"type": req.Type, "quantity": req.Quantity, "price": req.Price,
+		"type": req.Type, "quantity": req.Quantity, "price": req.Price, "time_in_force": req.TimeInForce,
 	} {
 		if value != "" {
 			sparse[name] = value
 		}
+	}
+	if req.PostOnly {
+		sparse["post_only"] = true
 	}
 	short, err := json.Marshal(sparse)
 	if err != nil {
@@ -314,7 +338,9 @@ func fuzzCheckRules(t *testing.T, server *Server, instruments map[string]orders.
 		t.Fatalf("validate %+v: %v", req, err)
 	}
 	cmd := orders.PlaceCommand{Account: "ACC_FUZZ", ClientOrderID: req.ClientOrderID, Symbol: req.Symbol,
-		Side: orders.Side(req.Side), Type: orders.OrderType(req.Type)}
+		Side: orders.Side(req.Side), Type: orders.OrderType(req.Type),
+		TimeInForce: orders.TimeInForce(req.TimeInForce), PostOnly: req.PostOnly}
+	refused = append(refused, timeInForceRules(req)...)
 	amountsOK := true
 	parse := func(field, text string) decimal.Decimal {
 		if text == "" {
@@ -350,6 +376,24 @@ func fuzzCheckRules(t *testing.T, server *Server, instruments map[string]orders.
 		return
 	}
 	instrument := instruments[req.Symbol]
+	if cmd.Type == orders.Limit {
+		if err := instrument.CheckBand(cmd.Price); err != nil {
+			problem := fuzzWantProblem(t, "price band", err, http.StatusUnprocessableEntity)
+			if problem.Code != "price_out_of_band" || len(problem.Errors) != 1 || problem.Errors[0].Pointer != "/price" {
+				t.Fatalf("price band refusal %+v: want code price_out_of_band naming /price", problem)
+			}
+			return
+		}
+	}
+	if err := cmd.Validate(); err != nil {
+		t.Fatalf("accepted %+v, which the domain refuses: %v", req, err)
+	}
+	if cmd.Type == orders.Market && cmd.TimeInForceOrDefault() != orders.IOC {
+		t.Fatalf("accepted a market order that is not ioc: %+v", req)
+	}
+	if cmd.PostOnly && (cmd.Type != orders.Limit || cmd.TimeInForceOrDefault() != orders.GTC) {
+		t.Fatalf("accepted a post-only order that is not limit gtc: %+v", req)
+	}
 	if cmd.Quantity.String() != req.Quantity || (cmd.Type == orders.Limit && cmd.Price.String() != req.Price) {
 		t.Fatalf("accepted %+v with quantity %s and price %s: not the amounts sent", req, cmd.Quantity, cmd.Price)
 	}

@@ -107,6 +107,51 @@ func (s *Server) cancelOrder(c echo.Context) error {
 	return c.JSON(http.StatusOK, order)
 }
 
+// cancelAllOrders cancels every pending and resting order of the caller,
+// or of one instrument (?symbol=), and answers the orders it canceled.
+func (s *Server) cancelAllOrders(c echo.Context) error {
+	symbol, err := s.symbolQueryOf(c.QueryParams())
+	if err != nil {
+		return err
+	}
+	canceled, err := s.placer.CancelAll(c.Request().Context(), account(c), symbol)
+	if err != nil {
+		return err
+	}
+	s.logger(c).Info("orders canceled", "account", account(c), "symbol", symbol, "count", len(canceled))
+	return c.JSON(http.StatusOK, orderList{Orders: canceled})
+}
+
+// symbolQueryOf reads DELETE /v1/orders's one optional parameter, symbol,
+// as strictly as listQueryOf reads the listing's: a misspelt parameter
+// would otherwise cancel every order of every instrument.
+func (s *Server) symbolQueryOf(params url.Values) (string, error) {
+	var fields []FieldError
+	refuse := func(name, format string, args ...any) {
+		fields = append(fields, FieldError{Pointer: "", Reason: "query parameter " + name + " " + fmt.Sprintf(format, args...)})
+	}
+	for _, name := range slices.Sorted(maps.Keys(params)) {
+		if name != "symbol" {
+			refuse(name, "is not defined; this operation takes symbol")
+		}
+	}
+	symbol := ""
+	if values, given := params["symbol"]; given {
+		switch _, err := s.instruments.Lookup(values[0]); {
+		case len(values) > 1:
+			refuse("symbol", "is given %d times; give it at most once", len(values))
+		case err != nil:
+			refuse("symbol", "is not an instrument traded here")
+		default:
+			symbol = values[0]
+		}
+	}
+	if len(fields) > 0 {
+		return "", &requestError{kind: kindInvalidQuery, detail: fmt.Sprintf("%d query parameter(s) refused", len(fields)), fields: fields}
+	}
+	return symbol, nil
+}
+
 // orderList is the body of GET /v1/orders.
 type orderList struct {
 	Orders     []orders.Order `json:"orders"`
@@ -138,7 +183,7 @@ var listParameters = []string{"limit", "cursor", "status"}
 var limitPattern = regexp.MustCompile(`^[1-9][0-9]{0,2}$`)
 
 // listQueryOf reads the listing's query parameters strictly, as the order
-// body is read: a typo such as ?stauts=settled would otherwise list every
+// body is read: a typo such as ?stauts=filled would otherwise list every
 // order as if it were filtered. Every bad parameter is named, each as a field
 // error with the empty pointer (there is no body to point into) and a reason
 // that starts with "query parameter <name>".
@@ -182,8 +227,8 @@ func listQueryOf(params url.Values) (orders.ListQuery, error) {
 			query.After = after
 		case "status":
 			status := orders.Status(value)
-			if !status.Final() {
-				refuse(name, "must be one of settled, rejected, canceled; orders in flight are not listed")
+			if !status.Final() && !status.Resting() {
+				refuse(name, "must be one of open, partially_filled, filled, canceled, rejected; orders in the queue are not listed")
 				continue
 			}
 			query.Status = status

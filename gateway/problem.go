@@ -13,13 +13,17 @@ import (
 
 // Problem is an RFC 9457 problem details body.
 type Problem struct {
-	Type      string       `json:"type"`
-	Title     string       `json:"title"`
-	Status    int          `json:"status"`
-	Detail    string       `json:"detail,omitempty"`
-	Instance  string       `json:"instance,omitempty"`
-	RequestID string       `json:"request_id,omitempty"`
-	Errors    []FieldError `json:"errors,omitempty"`
+	Type      string `json:"type"`
+	Title     string `json:"title"`
+	Status    int    `json:"status"`
+	Detail    string `json:"detail,omitempty"`
+	Instance  string `json:"instance,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+	// Code is set by the problem types that refuse what settlement would
+	// reject: the order's reject_reason, so a client handles both with one
+	// word (price-out-of-band: price_out_of_band).
+	Code   string       `json:"code,omitempty"`
+	Errors []FieldError `json:"errors,omitempty"`
 }
 
 // FieldError names one refused part of a request by its JSON pointer
@@ -41,6 +45,7 @@ type problemKind struct {
 var (
 	kindMalformed        = problemKind{"malformed-request", "The request body is not a valid order document", http.StatusBadRequest}
 	kindValidation       = problemKind{"validation", "The order request has invalid fields", http.StatusUnprocessableEntity}
+	kindPriceOutOfBand   = problemKind{"price-out-of-band", "The limit price is outside the instrument's price band", http.StatusUnprocessableEntity}
 	kindInvalidQuery     = problemKind{"invalid-query", "The query parameters are invalid", http.StatusBadRequest}
 	kindUnauthorized     = problemKind{"unauthorized", "A valid API key is required", http.StatusUnauthorized}
 	kindNotFound         = problemKind{"not-found", "Not found", http.StatusNotFound}
@@ -53,6 +58,10 @@ var (
 	kindUnavailable      = problemKind{"unavailable", "A dependency of the service is unavailable; retry later", http.StatusServiceUnavailable}
 	kindInternal         = problemKind{"internal", "Internal error", http.StatusInternalServerError}
 )
+
+// codePriceOutOfBand is the reject reason settlement writes for the same
+// refusal (docs/market.md), the code of a price-out-of-band problem.
+const codePriceOutOfBand = "price_out_of_band"
 
 // requestError is an error the gateway itself raises about a request.
 type requestError struct {
@@ -75,6 +84,7 @@ func problemFor(err error) (Problem, error) {
 	var (
 		request       *requestError
 		invalid       *orders.InvalidError
+		outOfBand     *orders.PriceOutOfBandError
 		conflict      *orders.ConflictError
 		notCancelable *orders.NotCancelableError
 		httpErr       *echo.HTTPError
@@ -93,12 +103,21 @@ func problemFor(err error) (Problem, error) {
 			p.Errors = append(p.Errors, FieldError{Pointer: "/" + field.Field, Reason: field.Reason})
 		}
 		return p, nil
+	case errors.As(err, &outOfBand):
+		band := fmt.Sprintf("%s to %s %s, %s%% around the reference price %s",
+			outOfBand.Low, outOfBand.High, outOfBand.Quote, outOfBand.Percent, outOfBand.Reference)
+		p := problem(kindPriceOutOfBand, fmt.Sprintf("price %s is outside the price band of %s: %s", outOfBand.Price, outOfBand.Symbol, band))
+		p.Code = codePriceOutOfBand
+		p.Errors = []FieldError{{Pointer: "/price", Reason: "must be within the price band of " + outOfBand.Symbol + ", " + band}}
+		return p, nil
 	case errors.As(err, &conflict):
 		p := problem(kindConflict, fmt.Sprintf("client_order_id %q is held by order %s, placed with a different request; use a new client_order_id", conflict.ClientOrderID, conflict.OrderID))
 		p.Errors = []FieldError{{Pointer: "/client_order_id", Reason: "already used for a different order"}}
 		return p, nil
 	case errors.As(err, &notCancelable):
-		return problem(kindNotCancelable, fmt.Sprintf("order %s is %s; only a pending order can be canceled", notCancelable.OrderID, notCancelable.Status)), nil
+		return problem(kindNotCancelable, fmt.Sprintf("order %s is %s; only a pending or resting order can be canceled", notCancelable.OrderID, notCancelable.Status)), nil
+	case errors.Is(err, orders.ErrUnknownInstrument):
+		return problem(kindNotFound, "no instrument with this symbol"), nil
 	case errors.Is(err, orders.ErrNotFound):
 		return problem(kindNotFound, "no order with this id"), nil
 	case errors.Is(err, orders.ErrUnauthenticated):

@@ -75,8 +75,10 @@ type Deps struct {
 	Instruments *placement.Instruments
 	Accounts    Authenticator
 	Balances    BalanceReader
-	Probes      []Probe
-	Logger      *slog.Logger
+	// Depth reads instruments' books (postgres.Book).
+	Depth  DepthReader
+	Probes []Probe
+	Logger *slog.Logger
 	// Metrics is where the gateway registers its series and what GET
 	// /metrics serves; a private registry when nil. One registry backs one
 	// Server.
@@ -91,6 +93,7 @@ type Server struct {
 	instruments *placement.Instruments
 	accounts    Authenticator
 	balances    BalanceReader
+	depth       DepthReader
 	probes      []Probe
 	log         *slog.Logger
 	validate    *validator.Validate
@@ -123,6 +126,7 @@ func New(deps Deps, config Config) *Server {
 		instruments: deps.Instruments,
 		accounts:    deps.Accounts,
 		balances:    deps.Balances,
+		depth:       deps.Depth,
 		probes:      deps.Probes,
 		log:         deps.Logger,
 		validate:    newValidator(),
@@ -149,7 +153,11 @@ func New(deps Deps, config Config) *Server {
 	e.GET(placeOrderRoute, s.listOrders, v1...)
 	e.GET("/v1/orders/:id", s.getOrder, v1...)
 	e.DELETE("/v1/orders/:id", s.cancelOrder, v1...)
+	e.DELETE(placeOrderRoute, s.cancelAllOrders, v1...)
 	e.GET("/v1/balances", s.listBalances, v1...)
+	// Public market data: no API key, so no per-key rate limit either.
+	e.GET("/v1/instruments", s.listInstruments)
+	e.GET("/v1/instruments/:symbol/book", s.getBook)
 	for _, route := range e.Routes() {
 		s.routes[route.Path] = true
 	}

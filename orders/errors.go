@@ -37,7 +37,7 @@ type NotCancelableError struct {
 }
 
 func (e *NotCancelableError) Error() string {
-	return fmt.Sprintf("orders: order %s is %s; only a pending order can be canceled", e.OrderID, e.Status)
+	return fmt.Sprintf("orders: order %s is %s; only a pending or resting order can be canceled", e.OrderID, e.Status)
 }
 
 func (e *NotCancelableError) Unwrap() error { return ErrNotCancelable }

@@ -26,11 +26,11 @@ const BalancesTable = "balances"
 var CoherenceModes = coherence.Modes{BalancesTable: coherence.ModeJob, InstrumentsTable: coherence.ModeBroadcast}
 
 // The cache holds one hash per account, ecc:{balances}:<account>, field =
-// asset, value "<version> <available>", every write a conditional fill
-// (coherence.Client.FillIfNewer) so no version is ever replaced by an older
-// one. Nothing deletes or expires a field: a filler that read PostgreSQL
-// before a newer version was cached can only be refused while that newer
-// version is there to compare with.
+// asset, value "<version> <available> <held>" (cacheValue), every write a
+// conditional fill (coherence.Client.FillIfNewer) so no version is ever
+// replaced by an older one. Nothing deletes or expires a field: a filler that
+// read PostgreSQL before a newer version was cached can only be refused while
+// that newer version is there to compare with.
 //
 // The coherence consumer refreshes single fields, and may create the hash
 // doing so, so a hash need not hold every balance of the account.
@@ -112,7 +112,7 @@ func (b *Balances) Of(ctx context.Context, account string) ([]orders.Balance, er
 	}
 	entries := make([]coherence.CacheEntry, 0, len(read)+1)
 	for _, balance := range read {
-		entries = append(entries, coherence.CacheEntry{Field: balance.Asset, Version: balance.Version, Value: balance.Available})
+		entries = append(entries, coherence.CacheEntry{Field: balance.Asset, Version: balance.Version, Value: cacheValue(balance)})
 	}
 	entries = append(entries, coherence.CacheEntry{Field: completeField})
 	fills, err := b.cache.FillManyIfNewer(ctx, key, entries)
@@ -131,6 +131,11 @@ func (b *Balances) fromDatabase(ctx context.Context, account string) ([]orders.B
 	if err != nil {
 		return nil, fmt.Errorf("%w: balances of %s: %w", orders.ErrUnavailable, account, err)
 	}
+	for i := range read {
+		if read[i].Held == "" { // a reader without the held part: nothing held
+			read[i].Held = zeroLike(read[i].Available)
+		}
+	}
 	return read, nil
 }
 
@@ -142,8 +147,40 @@ func balancesOf(entries map[string]coherence.CacheEntry) []orders.Balance {
 		if field == completeField {
 			continue
 		}
-		balances = append(balances, orders.Balance{Asset: field, Available: entry.Value, Version: entry.Version})
+		available, held := parseCacheValue(entry.Value)
+		balances = append(balances, orders.Balance{Asset: field, Available: available, Held: held, Version: entry.Version})
 	}
 	slices.SortFunc(balances, func(a, b orders.Balance) int { return strings.Compare(a.Asset, b.Asset) })
 	return balances
+}
+
+// cacheValue is a balance's cached value after its version: "<available>
+// <held>". A balance read without its held part (a reader that predates
+// it) caches held as zero.
+func cacheValue(balance orders.Balance) string {
+	held := balance.Held
+	if held == "" {
+		held = zeroLike(balance.Available)
+	}
+	return balance.Available + " " + held
+}
+
+// parseCacheValue splits a cached value. A value cached before balances
+// had a held part is "<available>" alone: nothing was held before the
+// market, and the first change after it caches both, so its held is zero.
+func parseCacheValue(value string) (available, held string) {
+	available, held, found := strings.Cut(value, " ")
+	if !found || held == "" {
+		held = zeroLike(available)
+	}
+	return available, held
+}
+
+// zeroLike is zero with as many decimals as amount, which has at least
+// its asset's: "1.50000000" → "0.00000000".
+func zeroLike(amount string) string {
+	if _, fraction, found := strings.Cut(amount, "."); found {
+		return "0." + strings.Repeat("0", len(fraction))
+	}
+	return "0"
 }

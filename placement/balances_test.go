@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
@@ -30,7 +33,18 @@ func deadDatabase(t testing.TB) *pgxpool.Pool {
 	return pool
 }
 
+// balanceList renders balances to compare; a balance without a held part
+// holds zero, with its available part's decimals.
 func balanceList(balances []orders.Balance) string {
+	balances = slices.Clone(balances)
+	for i, b := range balances {
+		if b.Held == "" {
+			balances[i].Held = "0"
+			if _, fraction, found := strings.Cut(b.Available, "."); found {
+				balances[i].Held = "0." + strings.Repeat("0", len(fraction))
+			}
+		}
+	}
 	return fmt.Sprint(balances)
 }
 
@@ -326,5 +340,33 @@ func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
 				t.Errorf("%s: applied version %d, want the newest %d", name, got, balance.Version)
 			}
 		}
+	}
+}
+
+// TestBalancesReadHeldFromTheCache: a cached "<available> <held>" shows
+// both parts, and a value cached before balances had a held part reads as
+// held zero rather than failing.
+func TestBalancesReadHeldFromTheCache(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	account := f.newAccount(t)
+	key := placement.BalanceCacheKey(account)
+	if _, err := f.caches.FillManyIfNewer(ctx, key, []coherence.CacheEntry{
+		{Field: "BTC", Version: 4, Value: "1.50000000 0.25000000"},
+		{Field: "USD", Version: 2, Value: "10.00"}, // the format before held
+		{Field: "~complete"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.balances.Of(ctx, account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []orders.Balance{
+		{Asset: "BTC", Available: "1.50000000", Held: "0.25000000", Version: 4},
+		{Asset: "USD", Available: "10.00", Held: "0.00", Version: 2},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("balances %+v, want %+v", got, want)
 	}
 }

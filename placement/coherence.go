@@ -262,7 +262,7 @@ func (c *BalanceCoherence) fill(ctx context.Context, due []dueBalance) error {
 			continue
 		}
 		key := BalanceCacheKey(entry.delivery.account)
-		fills[key] = append(fills[key], coherence.CacheEntry{Field: entry.balance.Asset, Version: entry.balance.Version, Value: entry.balance.Available})
+		fills[key] = append(fills[key], coherence.CacheEntry{Field: entry.balance.Asset, Version: entry.balance.Version, Value: cacheValue(*entry.balance)})
 	}
 	if err := c.cache.FillHashesIfNewer(ctx, fills); err != nil {
 		return fmt.Errorf("refresh cached balances: %w", err)

@@ -3,6 +3,8 @@ package placement
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -48,6 +50,17 @@ func (s *Instruments) Lookup(symbol string) (orders.Instrument, error) {
 		return orders.Instrument{}, fmt.Errorf("%w: %s", orders.ErrUnknownInstrument, symbol)
 	}
 	return in, nil
+}
+
+// All returns every instrument, sorted by symbol.
+func (s *Instruments) All() []orders.Instrument {
+	current := *s.current.Load()
+	all := make([]orders.Instrument, 0, len(current))
+	for _, in := range current {
+		all = append(all, in)
+	}
+	slices.SortFunc(all, func(a, b orders.Instrument) int { return strings.Compare(a.Symbol, b.Symbol) })
+	return all
 }
 
 // KeepFresh refreshes every interval until ctx ends, so a halt reaches the

@@ -21,6 +21,14 @@ type History interface {
 	// RecordCanceled writes the canceled row of an order and returns the
 	// status the row holds afterwards.
 	RecordCanceled(ctx context.Context, order orders.Order) (orders.Status, error)
+	// CancelResting cancels the account's resting order with the id under
+	// its instrument's lock, releasing its hold, and returns it canceled: a
+	// *NotCancelableError when it is no longer resting (filled meanwhile),
+	// ErrNotFound when the account has no such order.
+	CancelResting(ctx context.Context, account, id string) (orders.Order, error)
+	// CancelAllResting cancels every resting order of the account (of the
+	// symbol, unless empty) as CancelResting does, and returns them.
+	CancelAllResting(ctx context.Context, account, symbol string) ([]orders.Order, error)
 }
 
 // Placer admits orders onto the orders queue and reads them back: final
@@ -167,7 +175,7 @@ func (p *Placer) Order(ctx context.Context, account, id string) (orders.Order, e
 	if p.history != nil {
 		order, err := p.history.Order(ctx, account, id)
 		if !errors.Is(err, orders.ErrNotFound) {
-			return order, err
+			return withDefaults(order), err
 		}
 	}
 	order, err := p.queued(ctx, account, id)
@@ -193,7 +201,21 @@ func (p *Placer) List(ctx context.Context, account string, q orders.ListQuery) (
 	if p.history == nil {
 		return orders.Page{}, errors.New("orders: listing orders needs a Placer with a History")
 	}
-	return p.history.List(ctx, account, q)
+	page, err := p.history.List(ctx, account, q)
+	for i := range page.Orders {
+		page.Orders[i] = withDefaults(page.Orders[i])
+	}
+	return page, err
+}
+
+// withDefaults fills in what an order recorded before a field existed
+// meant: an empty time in force is the type's default (a queue job admitted
+// before time in force, or a row read without it).
+func withDefaults(order orders.Order) orders.Order {
+	if order.TimeInForce == "" && order.ID != "" {
+		order.TimeInForce = orders.PlaceCommand{Type: order.Type}.TimeInForceOrDefault()
+	}
+	return order
 }
 
 // queued reads the account's order from the queue alone.
@@ -221,6 +243,7 @@ func orderOf(job emq.JobInfo) (orders.Order, error) {
 	if !known {
 		return orders.Order{}, fmt.Errorf("orders: order %s is in queue state %q, which no order status stands for", job.ID, job.State)
 	}
+	order = withDefaults(order)
 	order.Status = status
 	if status == orders.StatusCanceled && !job.Finished.IsZero() {
 		canceled := job.Finished.UTC()
@@ -247,6 +270,12 @@ func (p *Placer) Cancel(ctx context.Context, account, id string) (orders.Order, 
 	}
 	if order.Status.Final() {
 		return orders.Order{}, &orders.NotCancelableError{OrderID: id, Status: order.Status}
+	}
+	if order.Status.Resting() && p.history != nil {
+		// In the book: PostgreSQL decides, under the instrument's lock, so
+		// a cancel and a match of the order take turns.
+		canceled, err := p.history.CancelResting(ctx, account, id)
+		return withDefaults(canceled), err
 	}
 	err = p.queue.Cancel(ctx, id)
 	switch {
@@ -277,6 +306,56 @@ func (p *Placer) Cancel(ctx context.Context, account, id string) (orders.Order, 
 		// Settlement recorded the order first (a worker whose lease had
 		// expired settled it): the row is what happened to the money.
 		return orders.Order{}, &orders.NotCancelableError{OrderID: id, Status: stored}
+	}
+	return canceled, nil
+}
+
+// MaxCancelAll is the most pending orders one CancelAll cancels on the
+// queue; a client with more calls again.
+const MaxCancelAll = 1000
+
+// CancelAll cancels every pending order of the account on the queue and
+// every resting one in the book (only the symbol's, unless symbol is empty),
+// and returns the orders it canceled. A pending order a worker takes
+// meanwhile is left out (it is no longer pending); it rests or finishes,
+// and a second call cancels it if it rests. Pending orders come first, so
+// none of them can come to rest after the book was swept.
+func (p *Placer) CancelAll(ctx context.Context, account, symbol string) ([]orders.Order, error) {
+	if p.history == nil {
+		return nil, errors.New("orders: canceling all orders needs a Placer with a History")
+	}
+	ids, err := p.queue.LaneJobs(ctx, account, MaxCancelAll)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
+	}
+	canceled := []orders.Order{}
+	for _, id := range ids {
+		order, err := p.queued(ctx, account, id)
+		if errors.Is(err, orders.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if order.Status != orders.StatusPending || (symbol != "" && order.Symbol != symbol) {
+			continue
+		}
+		order, err = p.Cancel(ctx, account, id)
+		var notCancelable *orders.NotCancelableError
+		switch {
+		case errors.As(err, &notCancelable), errors.Is(err, orders.ErrNotFound):
+			continue // taken by a worker meanwhile, or trimmed
+		case err != nil:
+			return nil, err
+		}
+		canceled = append(canceled, order)
+	}
+	resting, err := p.history.CancelAllResting(ctx, account, symbol)
+	if err != nil {
+		return nil, err
+	}
+	for _, order := range resting {
+		canceled = append(canceled, withDefaults(order))
 	}
 	return canceled, nil
 }

@@ -32,11 +32,54 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
+// Defines values for InstrumentStatus.
+const (
+	InstrumentStatusHalted  InstrumentStatus = "halted"
+	InstrumentStatusTrading InstrumentStatus = "trading"
+)
+
+// Valid indicates whether the value is a known member of the InstrumentStatus enum.
+func (e InstrumentStatus) Valid() bool {
+	switch e {
+	case InstrumentStatusHalted:
+		return true
+	case InstrumentStatusTrading:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OrderCancelReason.
+const (
+	OrderCancelReasonFokUnfillable      OrderCancelReason = "fok_unfillable"
+	OrderCancelReasonSelfTradePrevented OrderCancelReason = "self_trade_prevented"
+	OrderCancelReasonUnfilledIoc        OrderCancelReason = "unfilled_ioc"
+	OrderCancelReasonUnfilledMarket     OrderCancelReason = "unfilled_market"
+)
+
+// Valid indicates whether the value is a known member of the OrderCancelReason enum.
+func (e OrderCancelReason) Valid() bool {
+	switch e {
+	case OrderCancelReasonFokUnfillable:
+		return true
+	case OrderCancelReasonSelfTradePrevented:
+		return true
+	case OrderCancelReasonUnfilledIoc:
+		return true
+	case OrderCancelReasonUnfilledMarket:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for OrderRejectReason.
 const (
-	OrderRejectReasonInstrumentHalted      OrderRejectReason = "instrument_halted"
-	OrderRejectReasonInsufficientFunds     OrderRejectReason = "insufficient_funds"
-	OrderRejectReasonInsufficientLiquidity OrderRejectReason = "insufficient_liquidity"
+	OrderRejectReasonInstrumentHalted  OrderRejectReason = "instrument_halted"
+	OrderRejectReasonInsufficientFunds OrderRejectReason = "insufficient_funds"
+	OrderRejectReasonPostOnlyWouldTake OrderRejectReason = "post_only_would_take"
+	OrderRejectReasonPriceOutOfBand    OrderRejectReason = "price_out_of_band"
 )
 
 // Valid indicates whether the value is a known member of the OrderRejectReason enum.
@@ -46,7 +89,9 @@ func (e OrderRejectReason) Valid() bool {
 		return true
 	case OrderRejectReasonInsufficientFunds:
 		return true
-	case OrderRejectReasonInsufficientLiquidity:
+	case OrderRejectReasonPostOnlyWouldTake:
+		return true
+	case OrderRejectReasonPriceOutOfBand:
 		return true
 	default:
 		return false
@@ -55,13 +100,15 @@ func (e OrderRejectReason) Valid() bool {
 
 // Defines values for OrderStatus.
 const (
-	OrderStatusAccepted OrderStatus = "accepted"
-	OrderStatusActive   OrderStatus = "active"
-	OrderStatusCanceled OrderStatus = "canceled"
-	OrderStatusFailed   OrderStatus = "failed"
-	OrderStatusPending  OrderStatus = "pending"
-	OrderStatusRejected OrderStatus = "rejected"
-	OrderStatusSettled  OrderStatus = "settled"
+	OrderStatusAccepted        OrderStatus = "accepted"
+	OrderStatusActive          OrderStatus = "active"
+	OrderStatusCanceled        OrderStatus = "canceled"
+	OrderStatusFailed          OrderStatus = "failed"
+	OrderStatusFilled          OrderStatus = "filled"
+	OrderStatusOpen            OrderStatus = "open"
+	OrderStatusPartiallyFilled OrderStatus = "partially_filled"
+	OrderStatusPending         OrderStatus = "pending"
+	OrderStatusRejected        OrderStatus = "rejected"
 )
 
 // Valid indicates whether the value is a known member of the OrderStatus enum.
@@ -75,11 +122,15 @@ func (e OrderStatus) Valid() bool {
 		return true
 	case OrderStatusFailed:
 		return true
+	case OrderStatusFilled:
+		return true
+	case OrderStatusOpen:
+		return true
+	case OrderStatusPartiallyFilled:
+		return true
 	case OrderStatusPending:
 		return true
 	case OrderStatusRejected:
-		return true
-	case OrderStatusSettled:
 		return true
 	default:
 		return false
@@ -104,6 +155,21 @@ func (e OrderType) Valid() bool {
 	}
 }
 
+// Defines values for ProblemCode.
+const (
+	ProblemCodePriceOutOfBand ProblemCode = "price_out_of_band"
+)
+
+// Valid indicates whether the value is a known member of the ProblemCode enum.
+func (e ProblemCode) Valid() bool {
+	switch e {
+	case ProblemCodePriceOutOfBand:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ProblemType.
 const (
 	ProblemTypeIdempotencyConflict  ProblemType = "urn:ordergate:problem:idempotency-conflict"
@@ -114,6 +180,7 @@ const (
 	ProblemTypeNotFound             ProblemType = "urn:ordergate:problem:not-found"
 	ProblemTypeOrderNotCancelable   ProblemType = "urn:ordergate:problem:order-not-cancelable"
 	ProblemTypePayloadTooLarge      ProblemType = "urn:ordergate:problem:payload-too-large"
+	ProblemTypePriceOutOfBand       ProblemType = "urn:ordergate:problem:price-out-of-band"
 	ProblemTypeRateLimited          ProblemType = "urn:ordergate:problem:rate-limited"
 	ProblemTypeUnauthorized         ProblemType = "urn:ordergate:problem:unauthorized"
 	ProblemTypeUnavailable          ProblemType = "urn:ordergate:problem:unavailable"
@@ -139,6 +206,8 @@ func (e ProblemType) Valid() bool {
 	case ProblemTypeOrderNotCancelable:
 		return true
 	case ProblemTypePayloadTooLarge:
+		return true
+	case ProblemTypePriceOutOfBand:
 		return true
 	case ProblemTypeRateLimited:
 		return true
@@ -191,11 +260,34 @@ func (e Side) Valid() bool {
 	}
 }
 
+// Defines values for TimeInForce.
+const (
+	TimeInForceFok TimeInForce = "fok"
+	TimeInForceGtc TimeInForce = "gtc"
+	TimeInForceIoc TimeInForce = "ioc"
+)
+
+// Valid indicates whether the value is a known member of the TimeInForce enum.
+func (e TimeInForce) Valid() bool {
+	switch e {
+	case TimeInForceFok:
+		return true
+	case TimeInForceGtc:
+		return true
+	case TimeInForceIoc:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListOrdersParamsStatus.
 const (
-	ListOrdersParamsStatusCanceled ListOrdersParamsStatus = "canceled"
-	ListOrdersParamsStatusRejected ListOrdersParamsStatus = "rejected"
-	ListOrdersParamsStatusSettled  ListOrdersParamsStatus = "settled"
+	ListOrdersParamsStatusCanceled        ListOrdersParamsStatus = "canceled"
+	ListOrdersParamsStatusFilled          ListOrdersParamsStatus = "filled"
+	ListOrdersParamsStatusOpen            ListOrdersParamsStatus = "open"
+	ListOrdersParamsStatusPartiallyFilled ListOrdersParamsStatus = "partially_filled"
+	ListOrdersParamsStatusRejected        ListOrdersParamsStatus = "rejected"
 )
 
 // Valid indicates whether the value is a known member of the ListOrdersParamsStatus enum.
@@ -203,9 +295,13 @@ func (e ListOrdersParamsStatus) Valid() bool {
 	switch e {
 	case ListOrdersParamsStatusCanceled:
 		return true
-	case ListOrdersParamsStatusRejected:
+	case ListOrdersParamsStatusFilled:
 		return true
-	case ListOrdersParamsStatusSettled:
+	case ListOrdersParamsStatusOpen:
+		return true
+	case ListOrdersParamsStatusPartiallyFilled:
+		return true
+	case ListOrdersParamsStatusRejected:
 		return true
 	default:
 		return false
@@ -217,9 +313,11 @@ func (e ListOrdersParamsStatus) Valid() bool {
 // Example: ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1
 type AccountID = string
 
-// Balance One asset of the caller's account. `available` is exact, with at least
-// as many decimals as the asset has and more only where a fill left
-// them, such as `1.50000000` BTC.
+// Balance One asset of the caller's account: `available` to spend, and `held`
+// by its resting orders (what they may still cost: a buy holds quote,
+// a sell base). Both are exact, with at least as many decimals as the
+// asset has and more only where a fill left them, such as
+// `1.50000000` BTC.
 type Balance struct {
 	// Asset The asset's code.
 	//
@@ -234,7 +332,16 @@ type Balance struct {
 	// Example: 64250.50
 	Available Decimal `json:"available"`
 
-	// Version Rises by one with every change of this balance; never goes down.
+	// Held An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	Held Decimal `json:"held"`
+
+	// Version Rises by one with every change of this balance (of either part);
+	// never goes down.
 	//
 	//
 	// Example: 7
@@ -244,6 +351,42 @@ type Balance struct {
 // BalanceList The caller's balances, sorted by asset.
 type BalanceList struct {
 	Balances []Balance `json:"balances"`
+}
+
+// Book defines model for Book.
+type Book struct {
+	// Asks Sell levels, best (lowest) first.
+	Asks []BookLevel `json:"asks"`
+
+	// Bids Buy levels, best (highest) first.
+	Bids []BookLevel `json:"bids"`
+
+	// Symbol An instrument, `BASE-QUOTE` in upper case.
+	//
+	// Example: BTC-USD
+	Symbol Symbol `json:"symbol"`
+}
+
+// BookLevel One price of one side of a book.
+type BookLevel struct {
+	// Orders How many resting orders are at this price.
+	Orders int `json:"orders"`
+
+	// Price An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	Price Decimal `json:"price"`
+
+	// Quantity An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	Quantity Decimal `json:"quantity"`
 }
 
 // ClientOrderID The client's own id for the order, unique per account. It is the
@@ -282,26 +425,125 @@ type Health struct {
 // HealthStatus defines model for Health.Status.
 type HealthStatus string
 
+// Instrument A tradable pair and its rules. Fees are in basis points of a trade's
+// notional, paid in the quote asset: the resting order (maker) pays
+// `maker_fee_bps`, the arriving one (taker) `taker_fee_bps`. A limit
+// price must lie within `price_band_percent` of `reference_price`.
+type Instrument struct {
+	Base string `json:"base"`
+
+	// LotSize An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	LotSize Decimal `json:"lot_size"`
+
+	// MakerFeeBps An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	MakerFeeBps Decimal `json:"maker_fee_bps"`
+
+	// MinNotional An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	MinNotional Decimal `json:"min_notional"`
+
+	// PriceBandPercent An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	PriceBandPercent Decimal `json:"price_band_percent"`
+	Quote            string  `json:"quote"`
+
+	// ReferencePrice An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	ReferencePrice Decimal `json:"reference_price"`
+
+	// Status `halted` accepts no orders.
+	Status InstrumentStatus `json:"status"`
+
+	// Symbol An instrument, `BASE-QUOTE` in upper case.
+	//
+	// Example: BTC-USD
+	Symbol Symbol `json:"symbol"`
+
+	// TakerFeeBps An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	TakerFeeBps Decimal `json:"taker_fee_bps"`
+
+	// TickSize An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	TickSize Decimal `json:"tick_size"`
+}
+
+// InstrumentStatus `halted` accepts no orders.
+type InstrumentStatus string
+
+// InstrumentList defines model for InstrumentList.
+type InstrumentList struct {
+	Instruments []Instrument `json:"instruments"`
+}
+
 // Order An order as the gateway knows it. `price` is the limit price and is
 // absent for a market order. Clients must ignore fields they do not
 // know: more will be added.
 //
-// A final order (`settled`, `rejected`, `canceled`) has `finished_at`.
-// A `settled` one has `fill_price` (the limit price, or the
-// instrument's reference price for a market order), `fill_quantity`
-// and `fill_notional` (`fill_price` × `fill_quantity`, in the quote
-// asset); a `rejected` one has `reject_reason`.
+// A final order (`filled`, `rejected`, `canceled`) has `finished_at`.
+// Once a worker took the order (`open`, `partially_filled` and the
+// final statuses) it has `filled_quantity`, `remaining_quantity` and
+// `fees` (in the quote asset), and `average_fill_price` once anything
+// filled; a `rejected` one has `reject_reason`, a `canceled` one
+// `cancel_reason` when the market, not its client, canceled it.
 //
-// Amounts are exact. A final order shows them on the instrument's grid
-// (quantities with the lot size's decimals, prices with the tick
-// size's, the notional with both together), an order in flight as they
-// were sent: `0.01` may read `0.01000` once final, so compare amounts
-// by value.
+// Amounts are exact. An order a worker took shows them on the
+// instrument's grid (quantities with the lot size's decimals, prices
+// with the tick size's), an order in the queue as they were sent:
+// `0.01` may read `0.01000` later, so compare amounts by value.
 type Order struct {
 	// AccountID An account's id, `ACC_` and a ULID in Crockford base32.
 	//
 	// Example: ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1
 	AccountID AccountID `json:"account_id"`
+
+	// AverageFillPrice An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	AverageFillPrice *Decimal `json:"average_fill_price,omitempty"`
+
+	// CancelReason Why the market canceled the order or its remainder; only
+	// `canceled` orders have it, and only when their client did not
+	// cancel them: `unfilled_ioc` (an `ioc` remainder),
+	// `unfilled_market` (a market order's remainder),
+	// `fok_unfillable` (a `fok` order that could not fill whole),
+	// `self_trade_prevented` (it would have traded with an order of
+	// its own account). Clients must be ready for reasons they do not
+	// know: more may be added.
+	CancelReason *OrderCancelReason `json:"cancel_reason,omitempty"`
 
 	// CanceledAt When the order was canceled (RFC 3339, UTC). Only canceled orders
 	// have it.
@@ -317,29 +559,21 @@ type Order struct {
 	// CreatedAt When the gateway admitted the order (RFC 3339, UTC).
 	CreatedAt time.Time `json:"created_at"`
 
-	// FillNotional An exact decimal number as a JSON string, so no precision is lost to
+	// Fees An exact decimal number as a JSON string, so no precision is lost to
 	// floating point: digits with an optional fraction, no exponent, no
 	// sign, no leading zeros, at most 18 fractional digits.
 	//
 	//
 	// Example: 64250.50
-	FillNotional *Decimal `json:"fill_notional,omitempty"`
+	Fees *Decimal `json:"fees,omitempty"`
 
-	// FillPrice An exact decimal number as a JSON string, so no precision is lost to
+	// FilledQuantity An exact decimal number as a JSON string, so no precision is lost to
 	// floating point: digits with an optional fraction, no exponent, no
 	// sign, no leading zeros, at most 18 fractional digits.
 	//
 	//
 	// Example: 64250.50
-	FillPrice *Decimal `json:"fill_price,omitempty"`
-
-	// FillQuantity An exact decimal number as a JSON string, so no precision is lost to
-	// floating point: digits with an optional fraction, no exponent, no
-	// sign, no leading zeros, at most 18 fractional digits.
-	//
-	//
-	// Example: 64250.50
-	FillQuantity *Decimal `json:"fill_quantity,omitempty"`
+	FilledQuantity *Decimal `json:"filled_quantity,omitempty"`
 
 	// FinishedAt When the order reached its final status (RFC 3339, UTC). Only
 	// final orders have it; for a canceled order it is `canceled_at`.
@@ -349,6 +583,9 @@ type Order struct {
 	//
 	// Example: ORD_01J9Z8K3M4N5P6Q7R8S9T0V1W2
 	ID OrderID `json:"id"`
+
+	// PostOnly The order must rest; absent when false.
+	PostOnly *bool `json:"post_only,omitempty"`
 
 	// Price An exact decimal number as a JSON string, so no precision is lost to
 	// floating point: digits with an optional fraction, no exponent, no
@@ -370,20 +607,32 @@ type Order struct {
 	// Clients must be ready for reasons they do not know: more may be
 	// added.
 	RejectReason *OrderRejectReason `json:"reject_reason,omitempty"`
-	Side         Side               `json:"side"`
 
-	// Status Where the order is. Only a `pending` order can be canceled.
+	// RemainingQuantity An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	RemainingQuantity *Decimal `json:"remaining_quantity,omitempty"`
+	Side              Side     `json:"side"`
+
+	// Status Where the order is. A `pending`, `open` or `partially_filled` order
+	// can be canceled.
 	//
 	// * `pending`: admitted and waiting for a worker to take it, including
 	//   while it waits to be tried again after a failed attempt.
 	// * `active`: a worker is processing it now.
 	// * `accepted`: a worker took the order and finished with it without
-	//   recording a settlement. Kept for compatibility: settlement records
-	//   every order it finishes as `settled` or `rejected`, so orders no
-	//   longer show it; only one finished before settlement ran may.
-	// * `settled`: fully filled; the order's `fill_*` fields tell how.
+	//   recording it. Kept for compatibility: orders no longer show it;
+	//   only one finished before settlement ran may.
+	// * `open`: resting in the book, nothing filled yet.
+	// * `partially_filled`: resting in the book, part filled.
+	// * `filled`: filled whole (orders settled before the market read so
+	//   too).
 	// * `rejected`: refused at settlement; `reject_reason` tells why.
-	// * `canceled`: canceled by the client before a worker took it.
+	// * `canceled`: canceled by its client, or its remainder by the market
+	//   (`cancel_reason` tells why); `filled_quantity` may be above zero.
 	// * `failed`: the exchange could not process it: its attempts failed
 	//   and it stopped trying. An operator may retry it, which returns it
 	//   to `pending`.
@@ -396,10 +645,27 @@ type Order struct {
 	// Example: BTC-USD
 	Symbol Symbol `json:"symbol"`
 
+	// TimeInForce How long an order may wait for a counterparty. `gtc` (good till
+	// canceled; the default of a `limit` order) rests what does not trade
+	// at once; `ioc` (immediate or cancel; the only one of a `market`
+	// order) trades what it can at once and cancels the rest; `fok` (fill
+	// or kill) trades whole at once or not at all.
+	TimeInForce *TimeInForce `json:"time_in_force,omitempty"`
+
 	// Type `limit` trades at `price` or better; `market` trades at the best price
 	// available and has no `price`.
 	Type OrderType `json:"type"`
 }
+
+// OrderCancelReason Why the market canceled the order or its remainder; only
+// `canceled` orders have it, and only when their client did not
+// cancel them: `unfilled_ioc` (an `ioc` remainder),
+// `unfilled_market` (a market order's remainder),
+// `fok_unfillable` (a `fok` order that could not fill whole),
+// `self_trade_prevented` (it would have traded with an order of
+// its own account). Clients must be ready for reasons they do not
+// know: more may be added.
+type OrderCancelReason string
 
 // OrderRejectReason Why settlement refused the order; only `rejected` orders have it.
 // Clients must be ready for reasons they do not know: more may be
@@ -418,18 +684,22 @@ type OrderList struct {
 	Orders     []Order `json:"orders"`
 }
 
-// OrderStatus Where the order is. Only a `pending` order can be canceled.
+// OrderStatus Where the order is. A `pending`, `open` or `partially_filled` order
+// can be canceled.
 //
 //   - `pending`: admitted and waiting for a worker to take it, including
 //     while it waits to be tried again after a failed attempt.
 //   - `active`: a worker is processing it now.
 //   - `accepted`: a worker took the order and finished with it without
-//     recording a settlement. Kept for compatibility: settlement records
-//     every order it finishes as `settled` or `rejected`, so orders no
-//     longer show it; only one finished before settlement ran may.
-//   - `settled`: fully filled; the order's `fill_*` fields tell how.
+//     recording it. Kept for compatibility: orders no longer show it;
+//     only one finished before settlement ran may.
+//   - `open`: resting in the book, nothing filled yet.
+//   - `partially_filled`: resting in the book, part filled.
+//   - `filled`: filled whole (orders settled before the market read so
+//     too).
 //   - `rejected`: refused at settlement; `reject_reason` tells why.
-//   - `canceled`: canceled by the client before a worker took it.
+//   - `canceled`: canceled by its client, or its remainder by the market
+//     (`cancel_reason` tells why); `filled_quantity` may be above zero.
 //   - `failed`: the exchange could not process it: its attempts failed
 //     and it stopped trying. An operator may retry it, which returns it
 //     to `pending`.
@@ -449,7 +719,15 @@ type OrderType string
 //     digits as the instrument allows and is a multiple of its lot size;
 //   - `price` is required for a `limit` order and must be absent for a
 //     `market` order; when present it is greater than zero and has at most
-//     as many fractional digits as the instrument allows.
+//     as many fractional digits as the instrument allows;
+//   - `time_in_force` of a `market` order is `ioc` (or absent);
+//   - `post_only` is `true` only on a `limit` order whose
+//     `time_in_force` is `gtc` (or absent).
+//
+// A limit `price` that keeps every rule but lies outside the
+// instrument's price band (`price_band_percent` around its
+// `reference_price`, see `listInstruments`) is answered `422` with
+// problem type `urn:ordergate:problem:price-out-of-band`.
 type PlaceOrderRequest struct {
 	// ClientOrderID The client's own id for the order, unique per account. It is the
 	// idempotency key of `placeOrder`.
@@ -457,6 +735,11 @@ type PlaceOrderRequest struct {
 	//
 	// Example: my-order-0001
 	ClientOrderID ClientOrderID `json:"client_order_id"`
+
+	// PostOnly The order must rest in the book: one that would trade on arrival
+	// is rejected (`post_only_would_take`) instead. Only on a `limit`
+	// `gtc` order.
+	PostOnly *bool `json:"post_only,omitempty"`
 
 	// Price An exact decimal number as a JSON string, so no precision is lost to
 	// floating point: digits with an optional fraction, no exponent, no
@@ -480,6 +763,13 @@ type PlaceOrderRequest struct {
 	// Example: BTC-USD
 	Symbol Symbol `json:"symbol"`
 
+	// TimeInForce How long an order may wait for a counterparty. `gtc` (good till
+	// canceled; the default of a `limit` order) rests what does not trade
+	// at once; `ioc` (immediate or cancel; the only one of a `market`
+	// order) trades what it can at once and cancels the rest; `fok` (fill
+	// or kill) trades whole at once or not at all.
+	TimeInForce *TimeInForce `json:"time_in_force,omitempty"`
+
 	// Type `limit` trades at `price` or better; `market` trades at the best price
 	// available and has no `price`.
 	Type OrderType `json:"type"`
@@ -494,6 +784,11 @@ type PlaceOrderRequest struct {
 // that starts with `query parameter <name>`, such as
 // `query parameter limit must be an integer from 1 to 200`.
 type Problem struct {
+	// Code Set by the problem types that refuse at the door what settlement
+	// would reject: the `reject_reason` the order would have had
+	// (`price-out-of-band`: `price_out_of_band`).
+	Code *ProblemCode `json:"code,omitempty"`
+
 	// Detail What went wrong with this request, for humans.
 	Detail *string `json:"detail,omitempty"`
 
@@ -516,6 +811,11 @@ type Problem struct {
 	// Type What kind of problem this is; the value to branch on.
 	Type ProblemType `json:"type"`
 }
+
+// ProblemCode Set by the problem types that refuse at the door what settlement
+// would reject: the `reject_reason` the order would have had
+// (`price-out-of-band`: `price_out_of_band`).
+type ProblemCode string
 
 // ProblemType What kind of problem this is; the value to branch on.
 type ProblemType string
@@ -547,6 +847,13 @@ type Side string
 //
 // Example: BTC-USD
 type Symbol = string
+
+// TimeInForce How long an order may wait for a counterparty. `gtc` (good till
+// canceled; the default of a `limit` order) rests what does not trade
+// at once; `ioc` (immediate or cancel; the only one of a `market`
+// order) trades what it can at once and cancels the rest; `fok` (fill
+// or kill) trades whole at once or not at all.
+type TimeInForce string
 
 // RequestID defines model for RequestId.
 type RequestID = string
@@ -677,6 +984,33 @@ type GetReadinessParams struct {
 
 // ListBalancesParams defines parameters for ListBalances.
 type ListBalancesParams struct {
+	// XRequestID An id for this request, chosen by the client to correlate logs. It is
+	// echoed in the `X-Request-Id` response header and in problem bodies.
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// ListInstrumentsParams defines parameters for ListInstruments.
+type ListInstrumentsParams struct {
+	// XRequestID An id for this request, chosen by the client to correlate logs. It is
+	// echoed in the `X-Request-Id` response header and in problem bodies.
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// GetBookParams defines parameters for GetBook.
+type GetBookParams struct {
+	// Depth The most price levels a side.
+	Depth *int `form:"depth,omitempty" json:"depth,omitempty"`
+
+	// XRequestID An id for this request, chosen by the client to correlate logs. It is
+	// echoed in the `X-Request-Id` response header and in problem bodies.
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// CancelAllOrdersParams defines parameters for CancelAllOrders.
+type CancelAllOrdersParams struct {
+	// Symbol Cancels only this instrument's orders.
+	Symbol *Symbol `form:"symbol,omitempty" json:"symbol,omitempty"`
+
 	// XRequestID An id for this request, chosen by the client to correlate logs. It is
 	// echoed in the `X-Request-Id` response header and in problem bodies.
 	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
@@ -834,17 +1168,53 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/balances (the `ListBalances` operationId).
 	ListBalances(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ListOrders List the caller's final orders.
+	// ListInstruments List the instruments and their rules.
 	//
-	// Lists the caller's orders that reached a final status (`settled`,
-	// `rejected` or `canceled`), newest first: by id, and ids sort by
-	// admission time (to the millisecond).
+	// Every instrument with its grids, fees, price band, status and
+	// reference price (the last trade's, or the seeded one before the
+	// first trade), sorted by symbol. Public: no API key, no rate limit.
+	// Read from the gateway's copy of the instruments table, refreshed
+	// on every change broadcast and every few seconds.
 	//
-	// Orders in flight (`pending`, `active`) live only in the queue and are
-	// not listed: an order appears here once it is final, normally within
-	// milliseconds of its settlement or cancel. Follow one with `getOrder`
-	// until then. `failed` orders, which an operator may still retry, and
-	// `accepted` ones are not listed either.
+	// Corresponds with GET /v1/instruments (the `ListInstruments` operationId).
+	ListInstruments(ctx context.Context, params *ListInstrumentsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetBook An instrument's order book, aggregated by price.
+	//
+	// The resting orders of the instrument, by price level: bids by price
+	// descending, asks ascending, at most `depth` levels a side; each
+	// level's `quantity` is the remaining quantity of its orders summed.
+	// Public: no API key, no rate limit.
+	//
+	// Corresponds with GET /v1/instruments/{symbol}/book (the `GetBook` operationId).
+	GetBook(ctx context.Context, symbol Symbol, params *GetBookParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelAllOrders Cancel all the caller's open orders.
+	//
+	// Cancels every order of the caller that can still be canceled: the
+	// `pending` ones in the queue and the resting ones (`open`,
+	// `partially_filled`) in the book, releasing what they hold; with
+	// `symbol`, only that instrument's. Answers the orders it canceled,
+	// each in status `canceled` (an empty list when there were none).
+	//
+	// An order a worker takes while the call runs is left out: it is no
+	// longer `pending`, and a second call cancels it if it came to rest.
+	// At most 1,000 `pending` orders are canceled per call.
+	//
+	// Corresponds with DELETE /v1/orders (the `CancelAllOrders` operationId).
+	CancelAllOrders(ctx context.Context, params *CancelAllOrdersParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListOrders List the caller's orders that a worker took.
+	//
+	// Lists the caller's orders that a worker took: resting in the book
+	// (`open`, `partially_filled`) or final (`filled`, `rejected`,
+	// `canceled`), newest first: by id, and ids sort by admission time (to
+	// the millisecond).
+	//
+	// Orders in the queue (`pending`, `active`) are not listed: an order
+	// appears here once a worker took it, normally within milliseconds.
+	// Follow one with `getOrder` until then. `failed` orders, which an
+	// operator may still retry, and `accepted` ones are not listed either.
 	//
 	// Each page holds at most `limit` orders. When more follow, the answer
 	// has `next_cursor`: pass it unchanged as `cursor`, with the same
@@ -897,24 +1267,26 @@ type ClientInterface interface {
 
 	// CancelOrder Cancel an order.
 	//
-	// Cancels one of the caller's orders while it is `pending`, that is
-	// before a worker has taken it, and answers with the order in status
-	// `canceled`. The cancel is recorded with the exchange's final orders,
-	// so `listOrders` lists it (`status=canceled`). Once a worker holds the
-	// order (`active`) or it has reached any other status (`settled`,
-	// `rejected`, ...), the answer is `409` and the problem's `detail` names
-	// the status. Canceling an order twice is answered `409` as well: the
-	// second call finds it `canceled`.
+	// Cancels one of the caller's orders while it is `pending` (before a
+	// worker has taken it) or resting in the book (`open`,
+	// `partially_filled`: what it holds is released, and what filled
+	// stays filled), and answers with the order in status `canceled`. The
+	// cancel is recorded with the exchange's orders, so `listOrders` lists
+	// it (`status=canceled`). While a worker holds the order (`active`) or
+	// once it is final (`filled`, `rejected`, `canceled`), the answer is
+	// `409` and the problem's `detail` names the status. Canceling an
+	// order twice is answered `409` as well: the second call finds it
+	// `canceled`.
 	//
 	// Corresponds with DELETE /v1/orders/{id} (the `CancelOrder` operationId).
 	CancelOrder(ctx context.Context, id OrderID, params *CancelOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetOrder Get an order.
 	//
-	// Returns one of the caller's orders in its current status. A final
-	// order (`settled`, `rejected`, `canceled`) is read from the exchange's
-	// durable record, with its fill or its reject reason; an order in flight
-	// from the queue.
+	// Returns one of the caller's orders in its current status. An order a
+	// worker took (`open`, `partially_filled`, `filled`, `rejected`,
+	// `canceled`) is read from the exchange's durable record, with its
+	// fills or its reasons; an order in flight from the queue.
 	//
 	// Corresponds with GET /v1/orders/{id} (the `GetOrder` operationId).
 	GetOrder(ctx context.Context, id OrderID, params *GetOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -983,17 +1355,83 @@ func (c *Client) ListBalances(ctx context.Context, params *ListBalancesParams, r
 	return c.Client.Do(req)
 }
 
-// ListOrders List the caller's final orders.
+// ListInstruments List the instruments and their rules.
 //
-// Lists the caller's orders that reached a final status (`settled`,
-// `rejected` or `canceled`), newest first: by id, and ids sort by
-// admission time (to the millisecond).
+// Every instrument with its grids, fees, price band, status and
+// reference price (the last trade's, or the seeded one before the
+// first trade), sorted by symbol. Public: no API key, no rate limit.
+// Read from the gateway's copy of the instruments table, refreshed
+// on every change broadcast and every few seconds.
 //
-// Orders in flight (`pending`, `active`) live only in the queue and are
-// not listed: an order appears here once it is final, normally within
-// milliseconds of its settlement or cancel. Follow one with `getOrder`
-// until then. `failed` orders, which an operator may still retry, and
-// `accepted` ones are not listed either.
+// Corresponds with GET /v1/instruments (the `ListInstruments` operationId).
+func (c *Client) ListInstruments(ctx context.Context, params *ListInstrumentsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListInstrumentsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetBook An instrument's order book, aggregated by price.
+//
+// The resting orders of the instrument, by price level: bids by price
+// descending, asks ascending, at most `depth` levels a side; each
+// level's `quantity` is the remaining quantity of its orders summed.
+// Public: no API key, no rate limit.
+//
+// Corresponds with GET /v1/instruments/{symbol}/book (the `GetBook` operationId).
+func (c *Client) GetBook(ctx context.Context, symbol Symbol, params *GetBookParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetBookRequest(c.Server, symbol, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelAllOrders Cancel all the caller's open orders.
+//
+// Cancels every order of the caller that can still be canceled: the
+// `pending` ones in the queue and the resting ones (`open`,
+// `partially_filled`) in the book, releasing what they hold; with
+// `symbol`, only that instrument's. Answers the orders it canceled,
+// each in status `canceled` (an empty list when there were none).
+//
+// An order a worker takes while the call runs is left out: it is no
+// longer `pending`, and a second call cancels it if it came to rest.
+// At most 1,000 `pending` orders are canceled per call.
+//
+// Corresponds with DELETE /v1/orders (the `CancelAllOrders` operationId).
+func (c *Client) CancelAllOrders(ctx context.Context, params *CancelAllOrdersParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelAllOrdersRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListOrders List the caller's orders that a worker took.
+//
+// Lists the caller's orders that a worker took: resting in the book
+// (`open`, `partially_filled`) or final (`filled`, `rejected`,
+// `canceled`), newest first: by id, and ids sort by admission time (to
+// the millisecond).
+//
+// Orders in the queue (`pending`, `active`) are not listed: an order
+// appears here once a worker took it, normally within milliseconds.
+// Follow one with `getOrder` until then. `failed` orders, which an
+// operator may still retry, and `accepted` ones are not listed either.
 //
 // Each page holds at most `limit` orders. When more follow, the answer
 // has `next_cursor`: pass it unchanged as `cursor`, with the same
@@ -1076,14 +1514,16 @@ func (c *Client) PlaceOrder(ctx context.Context, params *PlaceOrderParams, body 
 
 // CancelOrder Cancel an order.
 //
-// Cancels one of the caller's orders while it is `pending`, that is
-// before a worker has taken it, and answers with the order in status
-// `canceled`. The cancel is recorded with the exchange's final orders,
-// so `listOrders` lists it (`status=canceled`). Once a worker holds the
-// order (`active`) or it has reached any other status (`settled`,
-// `rejected`, ...), the answer is `409` and the problem's `detail` names
-// the status. Canceling an order twice is answered `409` as well: the
-// second call finds it `canceled`.
+// Cancels one of the caller's orders while it is `pending` (before a
+// worker has taken it) or resting in the book (`open`,
+// `partially_filled`: what it holds is released, and what filled
+// stays filled), and answers with the order in status `canceled`. The
+// cancel is recorded with the exchange's orders, so `listOrders` lists
+// it (`status=canceled`). While a worker holds the order (`active`) or
+// once it is final (`filled`, `rejected`, `canceled`), the answer is
+// `409` and the problem's `detail` names the status. Canceling an
+// order twice is answered `409` as well: the second call finds it
+// `canceled`.
 //
 // Corresponds with DELETE /v1/orders/{id} (the `CancelOrder` operationId).
 func (c *Client) CancelOrder(ctx context.Context, id OrderID, params *CancelOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1100,10 +1540,10 @@ func (c *Client) CancelOrder(ctx context.Context, id OrderID, params *CancelOrde
 
 // GetOrder Get an order.
 //
-// Returns one of the caller's orders in its current status. A final
-// order (`settled`, `rejected`, `canceled`) is read from the exchange's
-// durable record, with its fill or its reject reason; an order in flight
-// from the queue.
+// Returns one of the caller's orders in its current status. An order a
+// worker took (`open`, `partially_filled`, `filled`, `rejected`,
+// `canceled`) is read from the exchange's durable record, with its
+// fills or its reasons; an order in flight from the queue.
 //
 // Corresponds with GET /v1/orders/{id} (the `GetOrder` operationId).
 func (c *Client) GetOrder(ctx context.Context, id OrderID, params *GetOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1222,6 +1662,193 @@ func NewListBalancesRequest(server string, params *ListBalancesParams) (*http.Re
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewListInstrumentsRequest constructs an http.Request for the ListInstruments method
+func NewListInstrumentsRequest(server string, params *ListInstrumentsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/instruments")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewGetBookRequest constructs an http.Request for the GetBook method
+func NewGetBookRequest(server string, symbol Symbol, params *GetBookParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "symbol", symbol, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/instruments/%s/book", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Depth != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "depth", *params.Depth, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewCancelAllOrdersRequest constructs an http.Request for the CancelAllOrders method
+func NewCancelAllOrdersRequest(server string, params *CancelAllOrdersParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/orders")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Symbol != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "symbol", *params.Symbol, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -1573,17 +2200,59 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/balances (the `ListBalances` operationId).
 	ListBalancesWithResponse(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*ListBalancesResponse, error)
 
-	// ListOrdersWithResponse List the caller's final orders.
+	// ListInstrumentsWithResponse List the instruments and their rules.
 	//
-	// Lists the caller's orders that reached a final status (`settled`,
-	// `rejected` or `canceled`), newest first: by id, and ids sort by
-	// admission time (to the millisecond).
+	// Every instrument with its grids, fees, price band, status and
+	// reference price (the last trade's, or the seeded one before the
+	// first trade), sorted by symbol. Public: no API key, no rate limit.
+	// Read from the gateway's copy of the instruments table, refreshed
+	// on every change broadcast and every few seconds.
 	//
-	// Orders in flight (`pending`, `active`) live only in the queue and are
-	// not listed: an order appears here once it is final, normally within
-	// milliseconds of its settlement or cancel. Follow one with `getOrder`
-	// until then. `failed` orders, which an operator may still retry, and
-	// `accepted` ones are not listed either.
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/instruments (the `ListInstruments` operationId).
+	ListInstrumentsWithResponse(ctx context.Context, params *ListInstrumentsParams, reqEditors ...RequestEditorFn) (*ListInstrumentsResponse, error)
+
+	// GetBookWithResponse An instrument's order book, aggregated by price.
+	//
+	// The resting orders of the instrument, by price level: bids by price
+	// descending, asks ascending, at most `depth` levels a side; each
+	// level's `quantity` is the remaining quantity of its orders summed.
+	// Public: no API key, no rate limit.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/instruments/{symbol}/book (the `GetBook` operationId).
+	GetBookWithResponse(ctx context.Context, symbol Symbol, params *GetBookParams, reqEditors ...RequestEditorFn) (*GetBookResponse, error)
+
+	// CancelAllOrdersWithResponse Cancel all the caller's open orders.
+	//
+	// Cancels every order of the caller that can still be canceled: the
+	// `pending` ones in the queue and the resting ones (`open`,
+	// `partially_filled`) in the book, releasing what they hold; with
+	// `symbol`, only that instrument's. Answers the orders it canceled,
+	// each in status `canceled` (an empty list when there were none).
+	//
+	// An order a worker takes while the call runs is left out: it is no
+	// longer `pending`, and a second call cancels it if it came to rest.
+	// At most 1,000 `pending` orders are canceled per call.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/orders (the `CancelAllOrders` operationId).
+	CancelAllOrdersWithResponse(ctx context.Context, params *CancelAllOrdersParams, reqEditors ...RequestEditorFn) (*CancelAllOrdersResponse, error)
+
+	// ListOrdersWithResponse List the caller's orders that a worker took.
+	//
+	// Lists the caller's orders that a worker took: resting in the book
+	// (`open`, `partially_filled`) or final (`filled`, `rejected`,
+	// `canceled`), newest first: by id, and ids sort by admission time (to
+	// the millisecond).
+	//
+	// Orders in the queue (`pending`, `active`) are not listed: an order
+	// appears here once a worker took it, normally within milliseconds.
+	// Follow one with `getOrder` until then. `failed` orders, which an
+	// operator may still retry, and `accepted` ones are not listed either.
 	//
 	// Each page holds at most `limit` orders. When more follow, the answer
 	// has `next_cursor`: pass it unchanged as `cursor`, with the same
@@ -1638,14 +2307,16 @@ type ClientWithResponsesInterface interface {
 
 	// CancelOrderWithResponse Cancel an order.
 	//
-	// Cancels one of the caller's orders while it is `pending`, that is
-	// before a worker has taken it, and answers with the order in status
-	// `canceled`. The cancel is recorded with the exchange's final orders,
-	// so `listOrders` lists it (`status=canceled`). Once a worker holds the
-	// order (`active`) or it has reached any other status (`settled`,
-	// `rejected`, ...), the answer is `409` and the problem's `detail` names
-	// the status. Canceling an order twice is answered `409` as well: the
-	// second call finds it `canceled`.
+	// Cancels one of the caller's orders while it is `pending` (before a
+	// worker has taken it) or resting in the book (`open`,
+	// `partially_filled`: what it holds is released, and what filled
+	// stays filled), and answers with the order in status `canceled`. The
+	// cancel is recorded with the exchange's orders, so `listOrders` lists
+	// it (`status=canceled`). While a worker holds the order (`active`) or
+	// once it is final (`filled`, `rejected`, `canceled`), the answer is
+	// `409` and the problem's `detail` names the status. Canceling an
+	// order twice is answered `409` as well: the second call finds it
+	// `canceled`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1654,10 +2325,10 @@ type ClientWithResponsesInterface interface {
 
 	// GetOrderWithResponse Get an order.
 	//
-	// Returns one of the caller's orders in its current status. A final
-	// order (`settled`, `rejected`, `canceled`) is read from the exchange's
-	// durable record, with its fill or its reject reason; an order in flight
-	// from the queue.
+	// Returns one of the caller's orders in its current status. An order a
+	// worker took (`open`, `partially_filled`, `filled`, `rejected`,
+	// `canceled`) is read from the exchange's durable record, with its
+	// fills or its reasons; an order in flight from the queue.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -1888,6 +2559,301 @@ func (r ListBalancesResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListBalancesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListInstrumentsResponse200Headers the declared response headers of an HTTP 200 response for ListInstruments
+type ListInstrumentsResponse200Headers struct {
+	XRequestID string
+}
+
+type ListInstrumentsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *InstrumentList
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListInstrumentsResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListInstrumentsResponse) GetJSON200() *InstrumentList {
+	return r.JSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r ListInstrumentsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListInstrumentsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListInstrumentsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListInstrumentsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetBookResponse200Headers the declared response headers of an HTTP 200 response for GetBook
+type GetBookResponse200Headers struct {
+	XRequestID string
+}
+
+// GetBookResponse400Headers the declared response headers of an HTTP 400 response for GetBook
+type GetBookResponse400Headers struct {
+	XRequestID string
+}
+
+// GetBookResponse404Headers the declared response headers of an HTTP 404 response for GetBook
+type GetBookResponse404Headers struct {
+	XRequestID string
+}
+
+// GetBookResponse500Headers the declared response headers of an HTTP 500 response for GetBook
+type GetBookResponse500Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	XRequestID         string
+}
+
+// GetBookResponse503Headers the declared response headers of an HTTP 503 response for GetBook
+type GetBookResponse503Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+	XRequestID         string
+}
+
+type GetBookResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Book
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *Problem
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *Problem
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *Internal
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetBookResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetBookResponse400Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetBookResponse404Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetBookResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetBookResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetBookResponse) GetJSON200() *Book {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetBookResponse) GetApplicationProblemJSON400() *Problem {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetBookResponse) GetApplicationProblemJSON404() *Problem {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetBookResponse) GetApplicationProblemJSON500() *Internal {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetBookResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetBookResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetBookResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetBookResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetBookResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CancelAllOrdersResponse200Headers the declared response headers of an HTTP 200 response for CancelAllOrders
+type CancelAllOrdersResponse200Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	XRequestID         string
+}
+
+// CancelAllOrdersResponse400Headers the declared response headers of an HTTP 400 response for CancelAllOrders
+type CancelAllOrdersResponse400Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	XRequestID         string
+}
+
+// CancelAllOrdersResponse401Headers the declared response headers of an HTTP 401 response for CancelAllOrders
+type CancelAllOrdersResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// CancelAllOrdersResponse429Headers the declared response headers of an HTTP 429 response for CancelAllOrders
+type CancelAllOrdersResponse429Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         int
+	XRequestID         string
+}
+
+// CancelAllOrdersResponse500Headers the declared response headers of an HTTP 500 response for CancelAllOrders
+type CancelAllOrdersResponse500Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	XRequestID         string
+}
+
+// CancelAllOrdersResponse503Headers the declared response headers of an HTTP 503 response for CancelAllOrders
+type CancelAllOrdersResponse503Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+	XRequestID         string
+}
+
+type CancelAllOrdersResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *OrderList
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *Problem
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *Internal
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *CancelAllOrdersResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *CancelAllOrdersResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CancelAllOrdersResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CancelAllOrdersResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *CancelAllOrdersResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CancelAllOrdersResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelAllOrdersResponse) GetJSON200() *OrderList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CancelAllOrdersResponse) GetApplicationProblemJSON400() *Problem {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelAllOrdersResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CancelAllOrdersResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CancelAllOrdersResponse) GetApplicationProblemJSON500() *Internal {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CancelAllOrdersResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelAllOrdersResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelAllOrdersResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelAllOrdersResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelAllOrdersResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -2600,17 +3566,77 @@ func (c *ClientWithResponses) ListBalancesWithResponse(ctx context.Context, para
 	return ParseListBalancesResponse(rsp)
 }
 
-// ListOrdersWithResponse List the caller's final orders.
+// ListInstrumentsWithResponse List the instruments and their rules.
 //
-// Lists the caller's orders that reached a final status (`settled`,
-// `rejected` or `canceled`), newest first: by id, and ids sort by
-// admission time (to the millisecond).
+// Every instrument with its grids, fees, price band, status and
+// reference price (the last trade's, or the seeded one before the
+// first trade), sorted by symbol. Public: no API key, no rate limit.
+// Read from the gateway's copy of the instruments table, refreshed
+// on every change broadcast and every few seconds.
 //
-// Orders in flight (`pending`, `active`) live only in the queue and are
-// not listed: an order appears here once it is final, normally within
-// milliseconds of its settlement or cancel. Follow one with `getOrder`
-// until then. `failed` orders, which an operator may still retry, and
-// `accepted` ones are not listed either.
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/instruments (the `ListInstruments` operationId).
+func (c *ClientWithResponses) ListInstrumentsWithResponse(ctx context.Context, params *ListInstrumentsParams, reqEditors ...RequestEditorFn) (*ListInstrumentsResponse, error) {
+	rsp, err := c.ListInstruments(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListInstrumentsResponse(rsp)
+}
+
+// GetBookWithResponse An instrument's order book, aggregated by price.
+//
+// The resting orders of the instrument, by price level: bids by price
+// descending, asks ascending, at most `depth` levels a side; each
+// level's `quantity` is the remaining quantity of its orders summed.
+// Public: no API key, no rate limit.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/instruments/{symbol}/book (the `GetBook` operationId).
+func (c *ClientWithResponses) GetBookWithResponse(ctx context.Context, symbol Symbol, params *GetBookParams, reqEditors ...RequestEditorFn) (*GetBookResponse, error) {
+	rsp, err := c.GetBook(ctx, symbol, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetBookResponse(rsp)
+}
+
+// CancelAllOrdersWithResponse Cancel all the caller's open orders.
+//
+// Cancels every order of the caller that can still be canceled: the
+// `pending` ones in the queue and the resting ones (`open`,
+// `partially_filled`) in the book, releasing what they hold; with
+// `symbol`, only that instrument's. Answers the orders it canceled,
+// each in status `canceled` (an empty list when there were none).
+//
+// An order a worker takes while the call runs is left out: it is no
+// longer `pending`, and a second call cancels it if it came to rest.
+// At most 1,000 `pending` orders are canceled per call.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/orders (the `CancelAllOrders` operationId).
+func (c *ClientWithResponses) CancelAllOrdersWithResponse(ctx context.Context, params *CancelAllOrdersParams, reqEditors ...RequestEditorFn) (*CancelAllOrdersResponse, error) {
+	rsp, err := c.CancelAllOrders(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelAllOrdersResponse(rsp)
+}
+
+// ListOrdersWithResponse List the caller's orders that a worker took.
+//
+// Lists the caller's orders that a worker took: resting in the book
+// (`open`, `partially_filled`) or final (`filled`, `rejected`,
+// `canceled`), newest first: by id, and ids sort by admission time (to
+// the millisecond).
+//
+// Orders in the queue (`pending`, `active`) are not listed: an order
+// appears here once a worker took it, normally within milliseconds.
+// Follow one with `getOrder` until then. `failed` orders, which an
+// operator may still retry, and `accepted` ones are not listed either.
 //
 // Each page holds at most `limit` orders. When more follow, the answer
 // has `next_cursor`: pass it unchanged as `cursor`, with the same
@@ -2683,14 +3709,16 @@ func (c *ClientWithResponses) PlaceOrderWithResponse(ctx context.Context, params
 
 // CancelOrderWithResponse Cancel an order.
 //
-// Cancels one of the caller's orders while it is `pending`, that is
-// before a worker has taken it, and answers with the order in status
-// `canceled`. The cancel is recorded with the exchange's final orders,
-// so `listOrders` lists it (`status=canceled`). Once a worker holds the
-// order (`active`) or it has reached any other status (`settled`,
-// `rejected`, ...), the answer is `409` and the problem's `detail` names
-// the status. Canceling an order twice is answered `409` as well: the
-// second call finds it `canceled`.
+// Cancels one of the caller's orders while it is `pending` (before a
+// worker has taken it) or resting in the book (`open`,
+// `partially_filled`: what it holds is released, and what filled
+// stays filled), and answers with the order in status `canceled`. The
+// cancel is recorded with the exchange's orders, so `listOrders` lists
+// it (`status=canceled`). While a worker holds the order (`active`) or
+// once it is final (`filled`, `rejected`, `canceled`), the answer is
+// `409` and the problem's `detail` names the status. Canceling an
+// order twice is answered `409` as well: the second call finds it
+// `canceled`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -2705,10 +3733,10 @@ func (c *ClientWithResponses) CancelOrderWithResponse(ctx context.Context, id Or
 
 // GetOrderWithResponse Get an order.
 //
-// Returns one of the caller's orders in its current status. A final
-// order (`settled`, `rejected`, `canceled`) is read from the exchange's
-// durable record, with its fill or its reject reason; an order in flight
-// from the queue.
+// Returns one of the caller's orders in its current status. An order a
+// worker took (`open`, `partially_filled`, `filled`, `rejected`,
+// `canceled`) is read from the exchange's durable record, with its
+// fills or its reasons; an order in flight from the queue.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -2987,6 +4015,451 @@ func ParseListBalancesResponse(rsp *http.Response) (*ListBalancesResponse, error
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListBalancesResponse503Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListInstrumentsResponse parses an HTTP response from a ListInstrumentsWithResponse call
+func ParseListInstrumentsResponse(rsp *http.Response) (*ListInstrumentsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListInstrumentsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest InstrumentList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListInstrumentsResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetBookResponse parses an HTTP response from a GetBookWithResponse call
+func ParseGetBookResponse(rsp *http.Response) (*GetBookResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetBookResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Book
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetBookResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetBookResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetBookResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetBookResponse500Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetBookResponse503Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCancelAllOrdersResponse parses an HTTP response from a CancelAllOrdersWithResponse call
+func ParseCancelAllOrdersResponse(rsp *http.Response) (*CancelAllOrdersResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelAllOrdersResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest OrderList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers CancelAllOrdersResponse200Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers CancelAllOrdersResponse400Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers CancelAllOrdersResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers CancelAllOrdersResponse429Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers CancelAllOrdersResponse500Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers CancelAllOrdersResponse503Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -66,7 +66,7 @@ func (e *env) fundAccounts(ctx context.Context) error {
 // limiter on (its Redis call is part of every request) but set so high that
 // it never refuses. The returned stop shuts it down.
 func (e *env) startGateway(ctx context.Context) (url string, stop func(), err error) {
-	placer := placement.NewPlacer(e.queue.Queue(orders.Queue), 0, placement.WithHistory(postgres.NewHistory(e.db)))
+	placer := placement.NewPlacer(e.queue.Queue(orders.Queue), 0, placement.WithHistory(postgres.NewOrders(postgres.NewHistory(e.db), postgres.NewSettler(e.db, nil, nil))))
 	if err := placer.Declare(ctx); err != nil {
 		return "", nil, err
 	}

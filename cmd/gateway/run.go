@@ -121,7 +121,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	defer queueClient.Close()
 	caches := coherence.New(queueClient.Redis(), coherence.WithLogger(log))
 
-	placer := placement.NewPlacer(queueClient.Queue(orders.Queue), c.dedupRetention, placement.WithHistory(postgres.NewHistory(db)))
+	// A cancel of a resting order releases its hold; the relay carries the
+	// balances' outbox rows at once, as a worker's does after a settlement.
+	relay := placement.NewOutboxRelay(postgres.NewOutbox(db), queueClient, placement.CoherenceModes, log)
+	if err := relay.Declare(ctx); err != nil {
+		return err
+	}
+	book := postgres.NewOrders(postgres.NewHistory(db), postgres.NewSettler(db, relay, log))
+	placer := placement.NewPlacer(queueClient.Queue(orders.Queue), c.dedupRetention, placement.WithHistory(book))
 	if err := placer.Declare(ctx); err != nil {
 		return err
 	}
@@ -154,6 +161,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Instruments: instruments,
 		Accounts:    keys,
 		Balances:    placement.NewBalances(postgres.NewBalances(db), caches, log),
+		Depth:       postgres.NewBook(db),
 		Probes:      probes(queueClient, db),
 		Logger:      log,
 		Metrics:     metrics,

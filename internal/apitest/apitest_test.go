@@ -42,7 +42,7 @@ const (
 		`"status":"pending","created_at":"2025-01-15T09:30:00.123Z"}`
 	// Fields the spec does not know must pass: the server may add some.
 	orderWithExtraField = `{"id":"` + orderID + `","client_order_id":"c-1","account_id":"` + accountID + `",` +
-		`"symbol":"ETH-USD","side":"sell","type":"market","quantity":"1","status":"settled",` +
+		`"symbol":"ETH-USD","side":"sell","type":"market","quantity":"1","status":"filled",` +
 		`"created_at":"2025-01-15T09:30:00Z","filled_quantity":"1"}`
 	orderWithoutStatus = `{"id":"` + orderID + `","client_order_id":"c-1","account_id":"` + accountID + `",` +
 		`"symbol":"BTC-USD","side":"buy","type":"market","quantity":"1","created_at":"2025-01-15T09:30:00Z"}`

@@ -1,0 +1,115 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+
+	"github.com/govalues/decimal"
+	"github.com/labstack/echo/v4"
+
+	"github.com/ordergate/ordergate/orders"
+)
+
+// DepthReader reads an instrument's aggregated book (postgres.Book); it
+// serves GET /v1/instruments/{symbol}/book, which answers 500 when
+// Deps.Depth is nil.
+type DepthReader interface {
+	Levels(ctx context.Context, in orders.Instrument, depth int) (orders.Depth, error)
+}
+
+var errNoDepthReader = errors.New("gateway: no book reader configured (Deps.Depth)")
+
+// instrumentView is one instrument as GET /v1/instruments shows it.
+type instrumentView struct {
+	Symbol           string          `json:"symbol"`
+	Base             string          `json:"base"`
+	Quote            string          `json:"quote"`
+	TickSize         decimal.Decimal `json:"tick_size"`
+	LotSize          decimal.Decimal `json:"lot_size"`
+	MinNotional      decimal.Decimal `json:"min_notional"`
+	PriceBandPercent decimal.Decimal `json:"price_band_percent"`
+	MakerFeeBps      decimal.Decimal `json:"maker_fee_bps"`
+	TakerFeeBps      decimal.Decimal `json:"taker_fee_bps"`
+	Status           string          `json:"status"`
+	ReferencePrice   decimal.Decimal `json:"reference_price"`
+}
+
+type instrumentList struct {
+	Instruments []instrumentView `json:"instruments"`
+}
+
+// listInstruments answers the gateway's copy of the instruments table: no
+// round trip, and as fresh as a halt is for placements.
+func (s *Server) listInstruments(c echo.Context) error {
+	all := s.instruments.All()
+	body := instrumentList{Instruments: make([]instrumentView, 0, len(all))}
+	for _, in := range all {
+		status := "trading"
+		if in.Halted {
+			status = "halted"
+		}
+		body.Instruments = append(body.Instruments, instrumentView{
+			Symbol: in.Symbol, Base: in.Base, Quote: in.Quote, TickSize: in.TickSize, LotSize: in.LotSize,
+			MinNotional: in.MinNotional, PriceBandPercent: in.PriceBandPercent,
+			MakerFeeBps: in.MakerFeeBps, TakerFeeBps: in.TakerFeeBps, Status: status,
+			ReferencePrice: in.Reference().Pad(in.TickSize.Scale()),
+		})
+	}
+	return c.JSON(http.StatusOK, body)
+}
+
+// getBook answers an instrument's book from PostgreSQL, at most ?depth=
+// levels a side.
+func (s *Server) getBook(c echo.Context) error {
+	if s.depth == nil {
+		return errNoDepthReader
+	}
+	in, err := s.instruments.Lookup(c.Param("symbol"))
+	if err != nil {
+		return err
+	}
+	depth, err := depthQueryOf(c)
+	if err != nil {
+		return err
+	}
+	book, err := s.depth.Levels(c.Request().Context(), in, depth)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, book)
+}
+
+// depthQueryOf reads the book's one optional parameter, depth, strictly.
+func depthQueryOf(c echo.Context) (int, error) {
+	params := c.QueryParams()
+	var fields []FieldError
+	refuse := func(name, format string, args ...any) {
+		fields = append(fields, FieldError{Pointer: "", Reason: "query parameter " + name + " " + fmt.Sprintf(format, args...)})
+	}
+	for _, name := range slices.Sorted(maps.Keys(params)) {
+		if name != "depth" {
+			refuse(name, "is not defined; this operation takes depth")
+		}
+	}
+	depth := orders.DefaultBookDepth
+	if values, given := params["depth"]; given {
+		n, err := strconv.Atoi(values[0])
+		switch {
+		case len(values) > 1:
+			refuse("depth", "is given %d times; give it at most once", len(values))
+		case !limitPattern.MatchString(values[0]) || err != nil || n > orders.MaxBookDepth:
+			refuse("depth", "must be an integer from 1 to %d", orders.MaxBookDepth)
+		default:
+			depth = n
+		}
+	}
+	if len(fields) > 0 {
+		return 0, &requestError{kind: kindInvalidQuery, detail: fmt.Sprintf("%d query parameter(s) refused", len(fields)), fields: fields}
+	}
+	return depth, nil
+}
