@@ -10,4 +10,6 @@ type Orders struct {
 }
 
 // NewOrders joins history and settler.
-func NewOrders(history *History, settler *Settler) Orders { return Orders{History: history, Settler: settler} }
+func NewOrders(history *History, settler *Settler) Orders {
+	return Orders{History: history, Settler: settler}
+}
