@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
@@ -65,13 +67,13 @@ type settlementResult struct {
 	Workers           int `json:"workers"`
 	WorkerConcurrency int `json:"worker_concurrency"`
 	Orders            int `json:"orders"`
-	Settled           int `json:"settled"`
-	Rejected          int `json:"rejected"`
+	orderOutcomes
 	// Seconds runs from the workers' start (their connecting included) until
 	// the last order's job left the queue, its orders row committed.
 	Seconds float64 `json:"seconds"`
-	// PerSecond counts settled and rejected orders: both are a settlement
-	// transaction, and the backlog is funded so that nearly all settle.
+	// PerSecond counts every order a worker took: filled, resting, canceled
+	// or rejected, each is one order decided in a settlement transaction;
+	// the backlog is funded so that none is rejected.
 	PerSecond float64 `json:"final_orders_per_second"`
 	// CoherenceSeconds runs from the same start until the balance coherence
 	// consumer had applied every outbox row the settlements wrote.
@@ -80,14 +82,39 @@ type settlementResult struct {
 	// database per order, the coherence consumer's included.
 	CommitsPerOrder float64 `json:"commits_per_order"`
 
+	pgbenchResult
+	// Ratio is PerSecond over PgbenchTPS.
+	Ratio float64 `json:"settlement_to_pgbench_ratio"`
+	Met   bool    `json:"met"`
+}
+
+// orderOutcomes is what became of a phase's orders, read from their rows.
+type orderOutcomes struct {
+	// Taken is the orders with a row: a worker decided them.
+	Taken    int `json:"taken"`
+	Filled   int `json:"filled"`
+	Resting  int `json:"resting"`
+	Canceled int `json:"canceled"`
+	Rejected int `json:"rejected"`
+	// Trades is the trades the orders took part in as the taker.
+	Trades int `json:"trades"`
+}
+
+// readOutcomes reads what became of the orders ids on db.
+func readOutcomes(ctx context.Context, db *pgxpool.Pool, ids []string) (orderOutcomes, error) {
+	var o orderOutcomes
+	err := db.QueryRow(ctx, settlementOutcomesSQL, ids).Scan(&o.Taken, &o.Filled, &o.Resting, &o.Canceled, &o.Rejected, &o.Trades)
+	return o, err
+}
+
+// pgbenchResult is pgbench's run beside a phase: its settings and its
+// transactions per second.
+type pgbenchResult struct {
 	PgbenchClients int     `json:"pgbench_clients"`
 	PgbenchThreads int     `json:"pgbench_threads"`
 	PgbenchScale   int     `json:"pgbench_scale"`
 	PgbenchSeconds int     `json:"pgbench_seconds"`
 	PgbenchTPS     float64 `json:"pgbench_tps"`
-	// Ratio is PerSecond over PgbenchTPS.
-	Ratio float64 `json:"settlement_to_pgbench_ratio"`
-	Met   bool    `json:"met"`
 }
 
 // settlement admits a backlog of orders, settles it with the settlement package's
@@ -102,7 +129,7 @@ func (e *env) settlement(ctx context.Context, c settlementConfig, s *servers, du
 	if r.PgbenchClients == 0 {
 		r.PgbenchClients = pgbenchClientsFor(c.workers * r.WorkerConcurrency)
 	}
-	if err := runPgbench(ctx, &r, s.databaseURL, "bench_pgbench_"+e.run, duration, progress); err != nil {
+	if err := runPgbench(ctx, &r.pgbenchResult, s.databaseURL, "bench_pgbench_"+e.run, duration, progress); err != nil {
 		return r, fmt.Errorf("settlement: pgbench: %w", err)
 	}
 	if r.PgbenchTPS > 0 {
@@ -187,12 +214,12 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 		return err
 	}
 
-	if err := e.db.QueryRow(ctx, settlementOutcomesSQL, ids).Scan(&r.Settled, &r.Rejected); err != nil {
+	if r.orderOutcomes, err = readOutcomes(ctx, e.db, ids); err != nil {
 		return err
 	}
-	if final := r.Settled + r.Rejected; final != r.Orders {
+	if r.Taken != r.Orders {
 		dead, _ := queue.DeadCount(ctx)
-		return fmt.Errorf("%d of %d orders reached a final state (%d jobs dead)", final, r.Orders, dead)
+		return fmt.Errorf("%d of %d orders have a row (%d jobs dead)", r.Taken, r.Orders, dead)
 	}
 	r.PerSecond = float64(r.Orders) / r.Seconds
 	// The workers' connections are closed, so their backends have flushed
@@ -202,8 +229,8 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 		return err
 	}
 	r.CommitsPerOrder = float64(commitsAfter-commitsBefore) / float64(r.Orders)
-	progress("settlement: %d settled, %d rejected in %.1fs: %.0f orders/s; coherence queue drained at %.1fs",
-		r.Settled, r.Rejected, r.Seconds, r.PerSecond, r.CoherenceSeconds)
+	progress("settlement: %d filled, %d resting, %d canceled, %d rejected, %d trades in %.1fs: %.0f orders/s; coherence queue drained at %.1fs",
+		r.Filled, r.Resting, r.Canceled, r.Rejected, r.Trades, r.Seconds, r.PerSecond, r.CoherenceSeconds)
 	if err := queue.Purge(context.WithoutCancel(ctx)); err != nil {
 		progress("settlement: cleaning up %s: %v", queue.Name(), err)
 	}
@@ -211,7 +238,12 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 }
 
 // admitSettlementBacklog admits n orders spread over the funded accounts,
-// each account alternating buys and sells, and returns their ids.
+// each account alternating buys and sells, and returns their ids. All are
+// limit orders of one size at one price in BTC-USD, so they match each
+// other in the book: a buy takes the sells resting before it and rests when
+// there are none (or only its own account's, which self-trade prevention
+// cancels it against), and likewise a sell; each order is filled as a taker
+// or rests and is filled as a maker later, nearly all within the backlog.
 func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n int) ([]string, error) {
 	const batch = 1000
 	ids := make([]string, 0, n)
@@ -220,7 +252,8 @@ func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n in
 		for i := range list {
 			seq := done + i
 			// Buys and sells of one size at one price cross each other in
-			// the book, so the accounts' balances stay where they were.
+			// the book, so the accounts' balances stay where they were
+			// (but for the fees).
 			side := orders.Buy
 			if (seq/len(e.accounts))%2 == 1 {
 				side = orders.Sell
@@ -318,7 +351,7 @@ var pgbenchTPS = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connectio
 // The scale is the clients': with fewer branches than clients, the clients
 // queue for the branch rows, and pgbench's own documentation calls such a
 // run unrepresentative.
-func runPgbench(ctx context.Context, r *settlementResult, databaseURL, database string, duration time.Duration, progress func(string, ...any)) error {
+func runPgbench(ctx context.Context, r *pgbenchResult, databaseURL, database string, duration time.Duration, progress func(string, ...any)) error {
 	tool := func(name string) (string, error) {
 		if dir, err := postgresBin(); err == nil {
 			if path := filepath.Join(dir, name); fileExists(path) {
@@ -409,9 +442,11 @@ func (s settlementResult) markdown() string {
 	var b strings.Builder
 	b.WriteString("| settlement | value |\n|---|---:|\n")
 	fmt.Fprintf(&b, "| workers × concurrency (cmd/worker defaults, coherence consumer and relay sweep beside) | %d × %d |\n", s.Workers, s.WorkerConcurrency)
-	fmt.Fprintf(&b, "| orders (settled / rejected) | %d (%d / %d) |\n", s.Orders, s.Settled, s.Rejected)
-	fmt.Fprintf(&b, "| seconds until every order was final | %.2f |\n", s.Seconds)
-	fmt.Fprintf(&b, "| final orders/s | %.0f |\n", s.PerSecond)
+	fmt.Fprintf(&b, "| orders (filled / resting / canceled / rejected) | %d (%d / %d / %d / %d) |\n",
+		s.Orders, s.Filled, s.Resting, s.Canceled, s.Rejected)
+	fmt.Fprintf(&b, "| trades | %d |\n", s.Trades)
+	fmt.Fprintf(&b, "| seconds until every order was final or resting | %.2f |\n", s.Seconds)
+	fmt.Fprintf(&b, "| orders/s to final or resting | %.0f |\n", s.PerSecond)
 	fmt.Fprintf(&b, "| seconds until the coherence consumer had applied every balance change | %.2f |\n", s.CoherenceSeconds)
 	fmt.Fprintf(&b, "| PostgreSQL commits per order | %.1f |\n", s.CommitsPerOrder)
 	fmt.Fprintf(&b, "| pgbench TPC-B-like tps (-c %d -j %d, scale %d, %d s) | %.0f |\n",
