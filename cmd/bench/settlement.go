@@ -14,15 +14,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
-	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/settlement"
 )
 
@@ -31,6 +28,8 @@ var (
 	settlementOutcomesSQL string
 	//go:embed sql/commit_count.sql
 	commitCountSQL string
+	//go:embed sql/trade_count.sql
+	tradeCountSQL string
 )
 
 // settlementConfig is the settlement phase's part of the command line.
@@ -46,7 +45,7 @@ func (s *settlementConfig) register(flags *flag.FlagSet) {
 	flags.IntVar(&s.workers, "settle-workers", 4, "worker processes (run in-process, wired as cmd/worker) of the settlement phase")
 	flags.IntVar(&s.orders, "settle-orders", 10000, "order backlog the settlement phase settles")
 	flags.IntVar(&s.pgbenchClients, "pgbench-clients", 0,
-		"pgbench -c of the settlement phase's reference; 0 takes the workers' settlement concurrency, at most 32")
+		"pgbench -c of the settlement and matching phases' references; 0 takes the workers' settlement concurrency, at most 32")
 }
 
 func (s settlementConfig) validate() error {
@@ -172,47 +171,13 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 		return err
 	}
 
-	workCtx, stopWork := context.WithCancel(ctx)
-	defer stopWork()
 	progress("settlement: %d workers × concurrency %d settling %d orders…", r.Workers, r.WorkerConcurrency, r.Orders)
-	start := time.Now()
-	errs := make([]error, r.Workers)
-	var workers sync.WaitGroup
-	// A worker returns before the phase stops it only when it failed; the
-	// figure would then be of fewer workers, so the wait ends there.
-	exited := make(chan struct{})
-	var exit sync.Once
-	for i := range r.Workers {
-		workers.Go(func() {
-			errs[i] = e.runWorker(workCtx, s, workerConfig)
-			exit.Do(func() { close(exited) })
-		})
-	}
-	stopped := false
-	stop := func() error {
-		if !stopped {
-			stopped = true
-			stopWork()
-			workers.Wait()
-		}
-		return errors.Join(errs...)
-	}
-	defer func() { _ = stop() }()
-
-	settled, err := e.waitDrained(ctx, queue, r.Orders, "orders final", progress, start, exited)
+	inPhase := func(format string, a ...any) { progress("settlement: "+format, a...) }
+	settled, coherent, err := e.workThrough(ctx, s.databaseURL, s.redisURL, r.Workers, workerConfig, queue, r.Orders, inPhase)
 	if err != nil {
-		return errors.Join(err, stop())
-	}
-	r.Seconds = settled.Seconds()
-	coherence := e.queue.Queue(coherence.Queue(placement.BalancesTable))
-	coherent, err := e.waitDrained(ctx, coherence, 0, "coherence jobs left", progress, start, exited)
-	if err != nil {
-		return errors.Join(err, stop())
-	}
-	r.CoherenceSeconds = coherent.Seconds()
-	if err := stop(); err != nil {
 		return err
 	}
+	r.Seconds, r.CoherenceSeconds = settled.Seconds(), coherent.Seconds()
 
 	if r.orderOutcomes, err = readOutcomes(ctx, e.db, ids); err != nil {
 		return err
@@ -277,8 +242,8 @@ func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n in
 // own, as settlement.Connect sizes them, and the settlement package's Worker. Only the
 // /metrics listener is left out; nothing scrapes it here. It returns when
 // ctx ends and the worker has drained.
-func (e *env) runWorker(ctx context.Context, s *servers, config settlement.Config) error {
-	deps, err := settlement.Connect(ctx, s.databaseURL, s.redisURL, config, e.log)
+func (e *env) runWorker(ctx context.Context, databaseURL, redisURL string, config settlement.Config) error {
+	deps, err := settlement.Connect(ctx, databaseURL, redisURL, config, e.log)
 	if err != nil {
 		return err
 	}
@@ -291,8 +256,8 @@ func (e *env) runWorker(ctx context.Context, s *servers, config settlement.Confi
 }
 
 // waitDrained waits until queue has no job pending, leased or waiting for a
-// retry, printing the count left every two seconds, and returns the time
-// since start. total is the count the progress lines speak of (0: they give
+// retry, printing the count left every two seconds (progress names the
+// phase), and returns the time since start. total is the count the progress lines speak of (0: they give
 // the count left).
 func (e *env) waitDrained(ctx context.Context, queue *emq.Queue, total int, what string, progress func(string, ...any), start time.Time, exited <-chan struct{}) (time.Duration, error) {
 	left := func() (int64, error) {
@@ -320,9 +285,9 @@ func (e *env) waitDrained(ctx context.Context, queue *emq.Queue, total int, what
 		if time.Since(lastReport) >= 2*time.Second {
 			lastReport = time.Now()
 			if total > 0 {
-				progress("settlement: %d of %d %s…", int64(total)-n, total, what)
+				progress("%d of %d %s…", int64(total)-n, total, what)
 			} else {
-				progress("settlement: %d %s…", n, what)
+				progress("%d %s…", n, what)
 			}
 		}
 		select {
@@ -352,52 +317,30 @@ var pgbenchTPS = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connectio
 // queue for the branch rows, and pgbench's own documentation calls such a
 // run unrepresentative.
 func runPgbench(ctx context.Context, r *pgbenchResult, databaseURL, database string, duration time.Duration, progress func(string, ...any)) error {
-	tool := func(name string) (string, error) {
-		if dir, err := postgresBin(); err == nil {
-			if path := filepath.Join(dir, name); fileExists(path) {
-				return path, nil
-			}
-		}
-		return exec.LookPath(name)
-	}
-	pgbench, err := tool("pgbench")
+	pgbench, err := postgresTool("pgbench")
 	if err != nil {
 		return err
 	}
-	createdb, err := tool("createdb")
-	if err != nil {
-		return err
-	}
-	dropdb, err := tool("dropdb")
-	if err != nil {
-		return err
-	}
-	target, err := url.Parse(databaseURL)
-	if err != nil {
-		return err
-	}
-	target.Path = "/" + database
 	r.PgbenchScale = r.PgbenchClients
 	r.PgbenchThreads = min(2, r.PgbenchClients)
 	r.PgbenchSeconds = max(1, int(duration.Round(time.Second).Seconds()))
 
-	// A connection string as the maintenance database is libpq's: its host,
-	// port, user and options are the bench's.
-	if out, err := exec.CommandContext(ctx, createdb, "--maintenance-db="+databaseURL, database).CombinedOutput(); err != nil {
-		return fmt.Errorf("createdb %s: %w: %s", database, err, out)
+	target, drop, err := createDatabase(ctx, databaseURL, database)
+	if err != nil {
+		return err
 	}
 	defer func() {
-		if out, err := exec.Command(dropdb, "--if-exists", "--maintenance-db="+databaseURL, database).CombinedOutput(); err != nil {
-			progress("pgbench: dropdb %s: %v: %s", database, err, strings.TrimSpace(string(out)))
+		if err := drop(); err != nil {
+			progress("pgbench: %v", err)
 		}
 	}()
 	progress("pgbench: initializing scale %d…", r.PgbenchScale)
-	if out, err := exec.CommandContext(ctx, pgbench, "--initialize", "--quiet", "--scale", strconv.Itoa(r.PgbenchScale), target.String()).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, pgbench, "--initialize", "--quiet", "--scale", strconv.Itoa(r.PgbenchScale), target).CombinedOutput(); err != nil {
 		return fmt.Errorf("initialize: %w: %s", err, out)
 	}
 	progress("pgbench: TPC-B-like, %d clients, %d threads for %ds…", r.PgbenchClients, r.PgbenchThreads, r.PgbenchSeconds)
 	cmd := exec.CommandContext(ctx, pgbench, "--client", strconv.Itoa(r.PgbenchClients), "--jobs", strconv.Itoa(r.PgbenchThreads),
-		"--time", strconv.Itoa(r.PgbenchSeconds), "--progress", "2", target.String())
+		"--time", strconv.Itoa(r.PgbenchSeconds), "--progress", "2", target)
 	var summary strings.Builder
 	cmd.Stdout = &summary
 	stderr, err := cmd.StderrPipe()
@@ -430,6 +373,48 @@ func runPgbench(ctx context.Context, r *pgbenchResult, databaseURL, database str
 	}
 	progress("pgbench: %.0f transactions/s", r.PgbenchTPS)
 	return nil
+}
+
+// postgresTool is the path of a PostgreSQL client program: beside the
+// server's binaries, or on PATH.
+func postgresTool(name string) (string, error) {
+	if dir, err := postgresBin(); err == nil {
+		if path := filepath.Join(dir, name); fileExists(path) {
+			return path, nil
+		}
+	}
+	return exec.LookPath(name)
+}
+
+// createDatabase creates database on the server databaseURL names and
+// returns its URL and a drop that removes it (closing its connections
+// first is the caller's part).
+func createDatabase(ctx context.Context, databaseURL, database string) (string, func() error, error) {
+	createdb, err := postgresTool("createdb")
+	if err != nil {
+		return "", nil, err
+	}
+	dropdb, err := postgresTool("dropdb")
+	if err != nil {
+		return "", nil, err
+	}
+	target, err := url.Parse(databaseURL)
+	if err != nil {
+		return "", nil, err
+	}
+	target.Path = "/" + database
+	// A connection string as the maintenance database is libpq's: its host,
+	// port, user and options are the bench's.
+	if out, err := exec.CommandContext(ctx, createdb, "--maintenance-db="+databaseURL, database).CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("createdb %s: %w: %s", database, err, out)
+	}
+	drop := func() error {
+		if out, err := exec.Command(dropdb, "--if-exists", "--maintenance-db="+databaseURL, database).CombinedOutput(); err != nil {
+			return fmt.Errorf("dropdb %s: %w: %s", database, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	return target.String(), drop, nil
 }
 
 func fileExists(path string) bool {
