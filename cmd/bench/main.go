@@ -1,8 +1,9 @@
 // Command bench measures ordergate on this machine (`make bench`): HTTP
 // admission against the real gateway and the bare admit script beside it,
-// emq against asynq on the same Redis, settlement against pgbench on the
-// same PostgreSQL, Redis memory per order job, and how soon a dead worker's
-// jobs are claimed again. Every figure that is compared is measured in the
+// emq against asynq on the same Redis, settlement and matching in the book
+// (one hot instrument, then three) against pgbench on the same PostgreSQL,
+// Redis memory per order job, and how soon a dead worker's jobs are claimed
+// again. Every figure that is compared is measured in the
 // same run.
 package main
 

@@ -57,6 +57,10 @@ func (r report) markdown() string {
 		target("| settlement ≥ 30%% of pgbench's TPS | %.0f orders/s / %.0f tps (-c %d) = %.1f%% | %s |",
 			s.PerSecond, s.PgbenchTPS, s.PgbenchClients, 100*s.Ratio, verdict(s.Met))
 	}
+	if len(r.Matching.Runs) > 0 {
+		b.WriteString(r.Matching.markdown())
+		targets = append(targets, r.Matching.targets()...)
+	}
 	m := r.Memory
 	if m.Jobs > 0 {
 		target("| ≤ 400 B of Redis per pending order beyond its payload | %.0f B (%.0f B per job − %.0f B payload, used_memory over %d jobs) | %s |",

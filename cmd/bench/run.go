@@ -35,13 +35,15 @@ type config struct {
 	queueJobs int
 	// settlement is the settlement phase's flags (settlement.go).
 	settlement settlementConfig
+	// matching is the matching phase's flags (matching.go).
+	matching matchingConfig
 	// cpuProfile is where the HTTP closed loop's CPU profile goes; none when
 	// empty.
 	cpuProfile string
 }
 
 // phaseNames are the phases in the order a run takes them.
-var phaseNames = []string{"admission", "queue", "settlement", "memory", "recovery"}
+var phaseNames = []string{"admission", "queue", "settlement", "matching", "memory", "recovery"}
 
 func parseConfig(args []string, stdout io.Writer) (config, error) {
 	var c config
@@ -53,6 +55,7 @@ func parseConfig(args []string, stdout io.Writer) (config, error) {
 	flags.IntVar(&c.jobs, "jobs", 100_000, "order jobs admitted for the memory measurement")
 	flags.IntVar(&c.queueJobs, "queue-jobs", 40_000, "jobs per pass of the queue phase (emq against asynq)")
 	c.settlement.register(flags)
+	c.matching.register(flags)
 	flags.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the admission closed loop over HTTP (gateway and load generator; an extra run, not counted) to this file")
 	flags.StringVar(&c.out, "out", "bench/results", "directory for the JSON and Markdown reports")
 	phases := flags.String("phases", strings.Join(phaseNames, ","), "comma-separated phases to run")
@@ -73,6 +76,9 @@ func parseConfig(args []string, stdout io.Writer) (config, error) {
 		return config{}, errors.New("want -queue-jobs ≥ 1")
 	}
 	if err := c.settlement.validate(); err != nil {
+		return config{}, err
+	}
+	if err := c.matching.validate(); err != nil {
 		return config{}, err
 	}
 	if c.sweepDuration != 0 && c.sweepDuration < time.Second {
@@ -104,6 +110,7 @@ type report struct {
 
 	Queue      queueResult      `json:"queue"`
 	Settlement settlementResult `json:"settlement"`
+	Matching   matchingResult   `json:"matching"`
 	Memory     memoryResult     `json:"memory"`
 	Recovery   []recoveryResult `json:"recovery"`
 }
@@ -153,6 +160,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		},
 		"settlement": func() (err error) {
 			r.Settlement, err = e.settlement(ctx, c.settlement, servers, c.duration, progress)
+			return err
+		},
+		"matching": func() (err error) {
+			r.Matching, err = e.matching(ctx, c.matching, c.settlement.pgbenchClients, servers, c.duration, progress)
 			return err
 		},
 		"memory": func() (err error) {

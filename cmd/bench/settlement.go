@@ -14,13 +14,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/ordergate/ordergate/coherence"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
-	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/settlement"
 )
 
@@ -29,6 +28,8 @@ var (
 	settlementOutcomesSQL string
 	//go:embed sql/commit_count.sql
 	commitCountSQL string
+	//go:embed sql/trade_count.sql
+	tradeCountSQL string
 )
 
 // settlementConfig is the settlement phase's part of the command line.
@@ -44,7 +45,7 @@ func (s *settlementConfig) register(flags *flag.FlagSet) {
 	flags.IntVar(&s.workers, "settle-workers", 4, "worker processes (run in-process, wired as cmd/worker) of the settlement phase")
 	flags.IntVar(&s.orders, "settle-orders", 10000, "order backlog the settlement phase settles")
 	flags.IntVar(&s.pgbenchClients, "pgbench-clients", 0,
-		"pgbench -c of the settlement phase's reference; 0 takes the workers' settlement concurrency, at most 32")
+		"pgbench -c of the settlement and matching phases' references; 0 takes the workers' settlement concurrency, at most 32")
 }
 
 func (s settlementConfig) validate() error {
@@ -65,13 +66,13 @@ type settlementResult struct {
 	Workers           int `json:"workers"`
 	WorkerConcurrency int `json:"worker_concurrency"`
 	Orders            int `json:"orders"`
-	Settled           int `json:"settled"`
-	Rejected          int `json:"rejected"`
+	orderOutcomes
 	// Seconds runs from the workers' start (their connecting included) until
 	// the last order's job left the queue, its orders row committed.
 	Seconds float64 `json:"seconds"`
-	// PerSecond counts settled and rejected orders: both are a settlement
-	// transaction, and the backlog is funded so that nearly all settle.
+	// PerSecond counts every order a worker took: filled, resting, canceled
+	// or rejected, each is one order decided in a settlement transaction;
+	// the backlog is funded so that none is rejected.
 	PerSecond float64 `json:"final_orders_per_second"`
 	// CoherenceSeconds runs from the same start until the balance coherence
 	// consumer had applied every outbox row the settlements wrote.
@@ -80,14 +81,39 @@ type settlementResult struct {
 	// database per order, the coherence consumer's included.
 	CommitsPerOrder float64 `json:"commits_per_order"`
 
+	pgbenchResult
+	// Ratio is PerSecond over PgbenchTPS.
+	Ratio float64 `json:"settlement_to_pgbench_ratio"`
+	Met   bool    `json:"met"`
+}
+
+// orderOutcomes is what became of a phase's orders, read from their rows.
+type orderOutcomes struct {
+	// Taken is the orders with a row: a worker decided them.
+	Taken    int `json:"taken"`
+	Filled   int `json:"filled"`
+	Resting  int `json:"resting"`
+	Canceled int `json:"canceled"`
+	Rejected int `json:"rejected"`
+	// Trades is the trades the orders took part in as the taker.
+	Trades int `json:"trades"`
+}
+
+// readOutcomes reads what became of the orders ids on db.
+func readOutcomes(ctx context.Context, db *pgxpool.Pool, ids []string) (orderOutcomes, error) {
+	var o orderOutcomes
+	err := db.QueryRow(ctx, settlementOutcomesSQL, ids).Scan(&o.Taken, &o.Filled, &o.Resting, &o.Canceled, &o.Rejected, &o.Trades)
+	return o, err
+}
+
+// pgbenchResult is pgbench's run beside a phase: its settings and its
+// transactions per second.
+type pgbenchResult struct {
 	PgbenchClients int     `json:"pgbench_clients"`
 	PgbenchThreads int     `json:"pgbench_threads"`
 	PgbenchScale   int     `json:"pgbench_scale"`
 	PgbenchSeconds int     `json:"pgbench_seconds"`
 	PgbenchTPS     float64 `json:"pgbench_tps"`
-	// Ratio is PerSecond over PgbenchTPS.
-	Ratio float64 `json:"settlement_to_pgbench_ratio"`
-	Met   bool    `json:"met"`
 }
 
 // settlement admits a backlog of orders, settles it with the settlement package's
@@ -102,7 +128,7 @@ func (e *env) settlement(ctx context.Context, c settlementConfig, s *servers, du
 	if r.PgbenchClients == 0 {
 		r.PgbenchClients = pgbenchClientsFor(c.workers * r.WorkerConcurrency)
 	}
-	if err := runPgbench(ctx, &r, s.databaseURL, "bench_pgbench_"+e.run, duration, progress); err != nil {
+	if err := runPgbench(ctx, &r.pgbenchResult, s.databaseURL, "bench_pgbench_"+e.run, duration, progress); err != nil {
 		return r, fmt.Errorf("settlement: pgbench: %w", err)
 	}
 	if r.PgbenchTPS > 0 {
@@ -145,54 +171,20 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 		return err
 	}
 
-	workCtx, stopWork := context.WithCancel(ctx)
-	defer stopWork()
 	progress("settlement: %d workers × concurrency %d settling %d orders…", r.Workers, r.WorkerConcurrency, r.Orders)
-	start := time.Now()
-	errs := make([]error, r.Workers)
-	var workers sync.WaitGroup
-	// A worker returns before the phase stops it only when it failed; the
-	// figure would then be of fewer workers, so the wait ends there.
-	exited := make(chan struct{})
-	var exit sync.Once
-	for i := range r.Workers {
-		workers.Go(func() {
-			errs[i] = e.runWorker(workCtx, s, workerConfig)
-			exit.Do(func() { close(exited) })
-		})
-	}
-	stopped := false
-	stop := func() error {
-		if !stopped {
-			stopped = true
-			stopWork()
-			workers.Wait()
-		}
-		return errors.Join(errs...)
-	}
-	defer func() { _ = stop() }()
-
-	settled, err := e.waitDrained(ctx, queue, r.Orders, "orders final", progress, start, exited)
+	inPhase := func(format string, a ...any) { progress("settlement: "+format, a...) }
+	settled, coherent, err := e.workThrough(ctx, s.databaseURL, s.redisURL, r.Workers, workerConfig, queue, r.Orders, inPhase)
 	if err != nil {
-		return errors.Join(err, stop())
-	}
-	r.Seconds = settled.Seconds()
-	coherence := e.queue.Queue(coherence.Queue(placement.BalancesTable))
-	coherent, err := e.waitDrained(ctx, coherence, 0, "coherence jobs left", progress, start, exited)
-	if err != nil {
-		return errors.Join(err, stop())
-	}
-	r.CoherenceSeconds = coherent.Seconds()
-	if err := stop(); err != nil {
 		return err
 	}
+	r.Seconds, r.CoherenceSeconds = settled.Seconds(), coherent.Seconds()
 
-	if err := e.db.QueryRow(ctx, settlementOutcomesSQL, ids).Scan(&r.Settled, &r.Rejected); err != nil {
+	if r.orderOutcomes, err = readOutcomes(ctx, e.db, ids); err != nil {
 		return err
 	}
-	if final := r.Settled + r.Rejected; final != r.Orders {
+	if r.Taken != r.Orders {
 		dead, _ := queue.DeadCount(ctx)
-		return fmt.Errorf("%d of %d orders reached a final state (%d jobs dead)", final, r.Orders, dead)
+		return fmt.Errorf("%d of %d orders have a row (%d jobs dead)", r.Taken, r.Orders, dead)
 	}
 	r.PerSecond = float64(r.Orders) / r.Seconds
 	// The workers' connections are closed, so their backends have flushed
@@ -202,8 +194,8 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 		return err
 	}
 	r.CommitsPerOrder = float64(commitsAfter-commitsBefore) / float64(r.Orders)
-	progress("settlement: %d settled, %d rejected in %.1fs: %.0f orders/s; coherence queue drained at %.1fs",
-		r.Settled, r.Rejected, r.Seconds, r.PerSecond, r.CoherenceSeconds)
+	progress("settlement: %d filled, %d resting, %d canceled, %d rejected, %d trades in %.1fs: %.0f orders/s; coherence queue drained at %.1fs",
+		r.Filled, r.Resting, r.Canceled, r.Rejected, r.Trades, r.Seconds, r.PerSecond, r.CoherenceSeconds)
 	if err := queue.Purge(context.WithoutCancel(ctx)); err != nil {
 		progress("settlement: cleaning up %s: %v", queue.Name(), err)
 	}
@@ -211,7 +203,12 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 }
 
 // admitSettlementBacklog admits n orders spread over the funded accounts,
-// each account alternating buys and sells, and returns their ids.
+// each account alternating buys and sells, and returns their ids. All are
+// limit orders of one size at one price in BTC-USD, so they match each
+// other in the book: a buy takes the sells resting before it and rests when
+// there are none (or only its own account's, which self-trade prevention
+// cancels it against), and likewise a sell; each order is filled as a taker
+// or rests and is filled as a maker later, nearly all within the backlog.
 func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n int) ([]string, error) {
 	const batch = 1000
 	ids := make([]string, 0, n)
@@ -220,7 +217,8 @@ func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n in
 		for i := range list {
 			seq := done + i
 			// Buys and sells of one size at one price cross each other in
-			// the book, so the accounts' balances stay where they were.
+			// the book, so the accounts' balances stay where they were
+			// (but for the fees).
 			side := orders.Buy
 			if (seq/len(e.accounts))%2 == 1 {
 				side = orders.Sell
@@ -244,8 +242,8 @@ func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n in
 // own, as settlement.Connect sizes them, and the settlement package's Worker. Only the
 // /metrics listener is left out; nothing scrapes it here. It returns when
 // ctx ends and the worker has drained.
-func (e *env) runWorker(ctx context.Context, s *servers, config settlement.Config) error {
-	deps, err := settlement.Connect(ctx, s.databaseURL, s.redisURL, config, e.log)
+func (e *env) runWorker(ctx context.Context, databaseURL, redisURL string, config settlement.Config) error {
+	deps, err := settlement.Connect(ctx, databaseURL, redisURL, config, e.log)
 	if err != nil {
 		return err
 	}
@@ -258,8 +256,8 @@ func (e *env) runWorker(ctx context.Context, s *servers, config settlement.Confi
 }
 
 // waitDrained waits until queue has no job pending, leased or waiting for a
-// retry, printing the count left every two seconds, and returns the time
-// since start. total is the count the progress lines speak of (0: they give
+// retry, printing the count left every two seconds (progress names the
+// phase), and returns the time since start. total is the count the progress lines speak of (0: they give
 // the count left).
 func (e *env) waitDrained(ctx context.Context, queue *emq.Queue, total int, what string, progress func(string, ...any), start time.Time, exited <-chan struct{}) (time.Duration, error) {
 	left := func() (int64, error) {
@@ -287,9 +285,9 @@ func (e *env) waitDrained(ctx context.Context, queue *emq.Queue, total int, what
 		if time.Since(lastReport) >= 2*time.Second {
 			lastReport = time.Now()
 			if total > 0 {
-				progress("settlement: %d of %d %s…", int64(total)-n, total, what)
+				progress("%d of %d %s…", int64(total)-n, total, what)
 			} else {
-				progress("settlement: %d %s…", n, what)
+				progress("%d %s…", n, what)
 			}
 		}
 		select {
@@ -318,53 +316,31 @@ var pgbenchTPS = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connectio
 // The scale is the clients': with fewer branches than clients, the clients
 // queue for the branch rows, and pgbench's own documentation calls such a
 // run unrepresentative.
-func runPgbench(ctx context.Context, r *settlementResult, databaseURL, database string, duration time.Duration, progress func(string, ...any)) error {
-	tool := func(name string) (string, error) {
-		if dir, err := postgresBin(); err == nil {
-			if path := filepath.Join(dir, name); fileExists(path) {
-				return path, nil
-			}
-		}
-		return exec.LookPath(name)
-	}
-	pgbench, err := tool("pgbench")
+func runPgbench(ctx context.Context, r *pgbenchResult, databaseURL, database string, duration time.Duration, progress func(string, ...any)) error {
+	pgbench, err := postgresTool("pgbench")
 	if err != nil {
 		return err
 	}
-	createdb, err := tool("createdb")
-	if err != nil {
-		return err
-	}
-	dropdb, err := tool("dropdb")
-	if err != nil {
-		return err
-	}
-	target, err := url.Parse(databaseURL)
-	if err != nil {
-		return err
-	}
-	target.Path = "/" + database
 	r.PgbenchScale = r.PgbenchClients
 	r.PgbenchThreads = min(2, r.PgbenchClients)
 	r.PgbenchSeconds = max(1, int(duration.Round(time.Second).Seconds()))
 
-	// A connection string as the maintenance database is libpq's: its host,
-	// port, user and options are the bench's.
-	if out, err := exec.CommandContext(ctx, createdb, "--maintenance-db="+databaseURL, database).CombinedOutput(); err != nil {
-		return fmt.Errorf("createdb %s: %w: %s", database, err, out)
+	target, drop, err := createDatabase(ctx, databaseURL, database)
+	if err != nil {
+		return err
 	}
 	defer func() {
-		if out, err := exec.Command(dropdb, "--if-exists", "--maintenance-db="+databaseURL, database).CombinedOutput(); err != nil {
-			progress("pgbench: dropdb %s: %v: %s", database, err, strings.TrimSpace(string(out)))
+		if err := drop(); err != nil {
+			progress("pgbench: %v", err)
 		}
 	}()
 	progress("pgbench: initializing scale %d…", r.PgbenchScale)
-	if out, err := exec.CommandContext(ctx, pgbench, "--initialize", "--quiet", "--scale", strconv.Itoa(r.PgbenchScale), target.String()).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, pgbench, "--initialize", "--quiet", "--scale", strconv.Itoa(r.PgbenchScale), target).CombinedOutput(); err != nil {
 		return fmt.Errorf("initialize: %w: %s", err, out)
 	}
 	progress("pgbench: TPC-B-like, %d clients, %d threads for %ds…", r.PgbenchClients, r.PgbenchThreads, r.PgbenchSeconds)
 	cmd := exec.CommandContext(ctx, pgbench, "--client", strconv.Itoa(r.PgbenchClients), "--jobs", strconv.Itoa(r.PgbenchThreads),
-		"--time", strconv.Itoa(r.PgbenchSeconds), "--progress", "2", target.String())
+		"--time", strconv.Itoa(r.PgbenchSeconds), "--progress", "2", target)
 	var summary strings.Builder
 	cmd.Stdout = &summary
 	stderr, err := cmd.StderrPipe()
@@ -399,6 +375,48 @@ func runPgbench(ctx context.Context, r *settlementResult, databaseURL, database 
 	return nil
 }
 
+// postgresTool is the path of a PostgreSQL client program: beside the
+// server's binaries, or on PATH.
+func postgresTool(name string) (string, error) {
+	if dir, err := postgresBin(); err == nil {
+		if path := filepath.Join(dir, name); fileExists(path) {
+			return path, nil
+		}
+	}
+	return exec.LookPath(name)
+}
+
+// createDatabase creates database on the server databaseURL names and
+// returns its URL and a drop that removes it (closing its connections
+// first is the caller's part).
+func createDatabase(ctx context.Context, databaseURL, database string) (string, func() error, error) {
+	createdb, err := postgresTool("createdb")
+	if err != nil {
+		return "", nil, err
+	}
+	dropdb, err := postgresTool("dropdb")
+	if err != nil {
+		return "", nil, err
+	}
+	target, err := url.Parse(databaseURL)
+	if err != nil {
+		return "", nil, err
+	}
+	target.Path = "/" + database
+	// A connection string as the maintenance database is libpq's: its host,
+	// port, user and options are the bench's.
+	if out, err := exec.CommandContext(ctx, createdb, "--maintenance-db="+databaseURL, database).CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("createdb %s: %w: %s", database, err, out)
+	}
+	drop := func() error {
+		if out, err := exec.Command(dropdb, "--if-exists", "--maintenance-db="+databaseURL, database).CombinedOutput(); err != nil {
+			return fmt.Errorf("dropdb %s: %w: %s", database, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	return target.String(), drop, nil
+}
+
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
@@ -409,9 +427,11 @@ func (s settlementResult) markdown() string {
 	var b strings.Builder
 	b.WriteString("| settlement | value |\n|---|---:|\n")
 	fmt.Fprintf(&b, "| workers × concurrency (cmd/worker defaults, coherence consumer and relay sweep beside) | %d × %d |\n", s.Workers, s.WorkerConcurrency)
-	fmt.Fprintf(&b, "| orders (settled / rejected) | %d (%d / %d) |\n", s.Orders, s.Settled, s.Rejected)
-	fmt.Fprintf(&b, "| seconds until every order was final | %.2f |\n", s.Seconds)
-	fmt.Fprintf(&b, "| final orders/s | %.0f |\n", s.PerSecond)
+	fmt.Fprintf(&b, "| orders (filled / resting / canceled / rejected) | %d (%d / %d / %d / %d) |\n",
+		s.Orders, s.Filled, s.Resting, s.Canceled, s.Rejected)
+	fmt.Fprintf(&b, "| trades | %d |\n", s.Trades)
+	fmt.Fprintf(&b, "| seconds until every order was final or resting | %.2f |\n", s.Seconds)
+	fmt.Fprintf(&b, "| orders/s to final or resting | %.0f |\n", s.PerSecond)
 	fmt.Fprintf(&b, "| seconds until the coherence consumer had applied every balance change | %.2f |\n", s.CoherenceSeconds)
 	fmt.Fprintf(&b, "| PostgreSQL commits per order | %.1f |\n", s.CommitsPerOrder)
 	fmt.Fprintf(&b, "| pgbench TPC-B-like tps (-c %d -j %d, scale %d, %d s) | %.0f |\n",
