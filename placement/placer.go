@@ -307,6 +307,11 @@ func (p *Placer) Cancel(ctx context.Context, account, id string) (orders.Order, 
 		// expired settled it): the row is what happened to the money.
 		return orders.Order{}, &orders.NotCancelableError{OrderID: id, Status: stored}
 	}
+	// Answer with the row as every later read shows it (its fill fields
+	// on the instrument's grid); the queue's view stands if the read fails.
+	if row, err := p.history.Order(ctx, account, id); err == nil {
+		return withDefaults(row), nil
+	}
 	return canceled, nil
 }
 

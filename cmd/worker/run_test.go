@@ -289,7 +289,7 @@ func TestWorkerSettlesOrders(t *testing.T) {
 			return false
 		}
 		for _, balance := range stored {
-			if entry := cached[balance.Asset]; entry.Version != balance.Version || entry.Value != balance.Available {
+			if entry := cached[balance.Asset]; entry.Version != balance.Version || entry.Value != balance.Available+" "+balance.Held {
 				return false
 			}
 		}
