@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ordergate/ordergate/api/client"
@@ -177,9 +178,9 @@ func (m *maker) quoteUntil(ctx context.Context, refreshEvery time.Duration) {
 
 // requote walks each quoted instrument's mid one step, cancels its quotes
 // (one DELETE /v1/orders?symbol=) and places the new ladder. A stop signal
-// (ctx) ends the round between two requests, never inside one: a request
-// cut off after the gateway took the order would leave a quote behind
-// (the shutdown's cancel of everything takes it anyway).
+// (ctx) ends the round between two instruments, never inside a request: a
+// request cut off after the gateway took the order would leave a quote
+// behind (the shutdown's cancel of everything takes it anyway).
 func (m *maker) requote(ctx context.Context) {
 	requests := context.WithoutCancel(ctx)
 	var gone []string
@@ -203,14 +204,7 @@ func (m *maker) requote(ctx context.Context) {
 			m.log.Error("ladder", "symbol", symbol, "error", err)
 			continue
 		}
-		for _, q := range quotes {
-			if ctx.Err() != nil || m.stale {
-				break
-			}
-			if id, ok := m.place(requests, symbol, q); ok {
-				m.placed[symbol] = append(m.placed[symbol], id)
-			}
-		}
+		m.placeLadder(requests, symbol, quotes)
 		mid, _ := w.price(w.mid)
 		m.log.Debug("quoted", "symbol", symbol, "mid", mid.String(), "placed", len(m.placed[symbol]))
 	}
@@ -219,15 +213,40 @@ func (m *maker) requote(ctx context.Context) {
 	}
 }
 
-// place sends one quote, limit gtc post-only; ok when the gateway admitted
-// it. A 422 makes the instruments stale: the ladder stops there, and the
-// next round reads them again first.
-func (m *maker) place(ctx context.Context, symbol string, q quote) (string, bool) {
-	m.seq++
+// placeLadder places the quotes all at once: between the cancel and the
+// new quotes the instrument's side of the book is empty, and an order
+// arriving then (a market order most of all) finds nothing to trade with,
+// so that gap is kept as short as the requests allow. A 422 makes the
+// instruments stale: the next round reads them again first.
+func (m *maker) placeLadder(ctx context.Context, symbol string, quotes []quote) {
+	ids := make([]string, len(quotes))
+	statuses := make([]int, len(quotes))
+	var wg sync.WaitGroup
+	for i, q := range quotes {
+		m.seq++
+		clientOrderID := fmt.Sprintf("mm-%s-%d", m.run, m.seq)
+		wg.Go(func() { ids[i], statuses[i] = m.place(ctx, symbol, q, clientOrderID) })
+	}
+	wg.Wait()
+	for i, id := range ids {
+		if id == "" {
+			m.stats.refused++
+			m.stale = m.stale || statuses[i] == http.StatusUnprocessableEntity
+			continue
+		}
+		m.stats.placed++
+		m.placed[symbol] = append(m.placed[symbol], id)
+	}
+}
+
+// place sends one quote, limit gtc post-only, and answers the order's id
+// when the gateway admitted it, or "" and the status it answered (0: no
+// answer).
+func (m *maker) place(ctx context.Context, symbol string, q quote, clientOrderID string) (string, int) {
 	price := q.price.String()
 	gtc, postOnly := client.TimeInForceGtc, true
 	body := client.PlaceOrderRequest{
-		ClientOrderID: fmt.Sprintf("mm-%s-%d", m.run, m.seq),
+		ClientOrderID: clientOrderID,
 		Symbol:        symbol,
 		Side:          client.Side(q.side),
 		Type:          client.OrderTypeLimit,
@@ -249,22 +268,18 @@ func (m *maker) place(ctx context.Context, symbol string, q quote) (string, bool
 		time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
 	}
 	if err != nil {
-		m.stats.refused++
-		return "", false
+		return "", 0
 	}
 	order := res.JSON202
 	if order == nil {
 		order = res.JSON200
 	}
 	if order == nil {
-		m.stats.refused++
-		m.stale = m.stale || res.StatusCode() == http.StatusUnprocessableEntity
 		m.log.Warn("place refused", "symbol", symbol, "side", q.side, "price", price,
 			"status", res.StatusCode(), "body", string(res.Body))
-		return "", false
+		return "", res.StatusCode()
 	}
-	m.stats.placed++
-	return order.ID, true
+	return order.ID, 0
 }
 
 // cancel cancels every order of symbol with one DELETE /v1/orders?symbol=:
