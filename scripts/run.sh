@@ -226,7 +226,7 @@ marketmaker_pid=$!
 cat <<EOF
 
 ordergate is running: gateway http://$GATEWAY_ADDR (pid $gateway_pid), worker (pid $worker_pid),
-marketmaker (pid $marketmaker_pid) quoting BTC-USD, ETH-USD and ETH-BTC every 2 s
+marketmaker (pid $marketmaker_pid) quoting every instrument GET /v1/instruments lists, every 2 s
   REDIS_URL=$REDIS_URL
   DATABASE_URL=$DATABASE_URL
   demo account: $account_id

@@ -1,8 +1,11 @@
 // Command marketmaker keeps quotes on both sides of every instrument, so the
 // market has liquidity to trade against: a few price levels of limit gtc
-// orders around a reference price that walks at random, replaced on a timer.
-// It speaks to the gateway through the generated client (api/client) with its
-// own API key, and cancels its quotes on SIGTERM or SIGINT before it exits.
+// post-only orders around a mid that walks at random inside the band around
+// the instrument's reference price, replaced on a timer. It reads the
+// instruments from GET /v1/instruments (again every -refresh, so a halt or
+// a moved reference is followed), speaks to the gateway through the
+// generated client (api/client) with its own API key, and cancels all its
+// orders on SIGTERM or SIGINT before it exits.
 // Run it with -h for its flags and environment variables.
 package main
 
