@@ -103,6 +103,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 		Accounts:    keys,
 		Balances:    placement.NewBalances(postgres.NewBalances(f.db), f.caches, log),
 		Depth:       postgres.NewBook(f.db),
+		Fills:       postgres.NewFills(f.db),
 		Probes: []gateway.Probe{
 			{Name: "redis", Check: func(ctx context.Context) error { return f.rdb.Ping(ctx).Err() }},
 			{Name: "fence", Check: queueClient.Check},

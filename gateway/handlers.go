@@ -240,10 +240,10 @@ func listQueryOf(params url.Values) (orders.ListQuery, error) {
 	return query, nil
 }
 
-// Cursors are the last listed order's id in base64url: opaque to clients, so
-// the listing may change what a cursor holds without breaking them.
-func encodeCursor(orderID string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(orderID))
+// Cursors are the last listed order's (or fill's) id in base64url: opaque to
+// clients, so a listing may change what a cursor holds without breaking them.
+func encodeCursor(id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(id))
 }
 
 func decodeCursor(cursor string) (string, error) {

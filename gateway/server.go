@@ -76,7 +76,9 @@ type Deps struct {
 	Accounts    Authenticator
 	Balances    BalanceReader
 	// Depth reads instruments' books (postgres.Book).
-	Depth  DepthReader
+	Depth DepthReader
+	// Fills reads accounts' fills (postgres.Fills).
+	Fills  FillReader
 	Probes []Probe
 	Logger *slog.Logger
 	// Metrics is where the gateway registers its series and what GET
@@ -94,6 +96,7 @@ type Server struct {
 	accounts    Authenticator
 	balances    BalanceReader
 	depth       DepthReader
+	fills       FillReader
 	probes      []Probe
 	log         *slog.Logger
 	validate    *validator.Validate
@@ -127,6 +130,7 @@ func New(deps Deps, config Config) *Server {
 		accounts:    deps.Accounts,
 		balances:    deps.Balances,
 		depth:       deps.Depth,
+		fills:       deps.Fills,
 		probes:      deps.Probes,
 		log:         deps.Logger,
 		validate:    newValidator(),
@@ -155,6 +159,7 @@ func New(deps Deps, config Config) *Server {
 	e.DELETE("/v1/orders/:id", s.cancelOrder, v1...)
 	e.DELETE(placeOrderRoute, s.cancelAllOrders, v1...)
 	e.GET("/v1/balances", s.listBalances, v1...)
+	e.GET("/v1/fills", s.listFills, v1...)
 	// Public market data: no API key, so no per-key rate limit either.
 	e.GET("/v1/instruments", s.listInstruments)
 	e.GET("/v1/instruments/:symbol/book", s.getBook)

@@ -17,6 +17,24 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for FillLiquidity.
+const (
+	FillLiquidityMaker FillLiquidity = "maker"
+	FillLiquidityTaker FillLiquidity = "taker"
+)
+
+// Valid indicates whether the value is a known member of the FillLiquidity enum.
+func (e FillLiquidity) Valid() bool {
+	switch e {
+	case FillLiquidityMaker:
+		return true
+	case FillLiquidityTaker:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	HealthStatusOk HealthStatus = "ok"
@@ -415,6 +433,91 @@ type FieldError struct {
 	//
 	// Example: must be greater than zero
 	Reason string `json:"reason"`
+}
+
+// Fill One trade from the caller's side. `side` is the caller's: the
+// taker's side when its order took, the opposite when its order
+// rested. `price` is the maker's, and `fee` is what the caller paid,
+// in `fee_asset` (the instrument's quote asset): the maker rate of
+// the notional for a `maker`, the taker rate for a `taker`.
+//
+// Amounts are exact, on the instrument's grid as a worker-taken
+// order's are: `price` with the tick size's decimals, `quantity` with
+// the lot size's, `fee` with the quote asset's (more where the fee is
+// finer). Clients must ignore fields they do not know: more may be
+// added.
+type Fill struct {
+	// CreatedAt When the trade happened (RFC 3339, UTC).
+	CreatedAt time.Time `json:"created_at"`
+
+	// Fee An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	Fee Decimal `json:"fee"`
+
+	// FeeAsset The asset of `fee`, the instrument's quote asset.
+	//
+	// Example: USD
+	FeeAsset string `json:"fee_asset"`
+
+	// ID A fill's id, `FIL_` and the trade's number. The two accounts of a
+	// trade see it under the same id. Treat it as an opaque string.
+	//
+	//
+	// Example: FIL_42
+	ID FillID `json:"id"`
+
+	// Liquidity `maker`: the caller's order rested in the book and was taken;
+	// `taker`: the caller's order arrived and took it.
+	Liquidity FillLiquidity `json:"liquidity"`
+
+	// OrderID An order's id, `ORD_` and a ULID in Crockford base32.
+	//
+	// Example: ORD_01J9Z8K3M4N5P6Q7R8S9T0V1W2
+	OrderID OrderID `json:"order_id"`
+
+	// Price An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	Price Decimal `json:"price"`
+
+	// Quantity An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	Quantity Decimal `json:"quantity"`
+	Side     Side    `json:"side"`
+
+	// Symbol An instrument, `BASE-QUOTE` in upper case.
+	//
+	// Example: BTC-USD
+	Symbol Symbol `json:"symbol"`
+}
+
+// FillLiquidity `maker`: the caller's order rested in the book and was taken;
+// `taker`: the caller's order arrived and took it.
+type FillLiquidity string
+
+// FillID A fill's id, `FIL_` and the trade's number. The two accounts of a
+// trade see it under the same id. Treat it as an opaque string.
+//
+// Example: FIL_42
+type FillID = string
+
+// FillList One page of a listing of fills, newest first.
+type FillList struct {
+	Fills []Fill `json:"fills"`
+
+	// NextCursor Pass it as `cursor` for the next page. Absent on the last page.
+	NextCursor *string `json:"next_cursor,omitempty"`
 }
 
 // Health defines model for Health.
@@ -989,6 +1092,24 @@ type ListBalancesParams struct {
 	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
 }
 
+// ListFillsParams defines parameters for ListFills.
+type ListFillsParams struct {
+	// Limit The most fills on one page.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Where the page starts: the previous page's `next_cursor`, passed
+	// unchanged (cursors are opaque). Without it the listing starts with
+	// the newest fill.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// OrderID Lists only the fills of this order of the caller's.
+	OrderID *OrderID `form:"order_id,omitempty" json:"order_id,omitempty"`
+
+	// XRequestID An id for this request, chosen by the client to correlate logs. It is
+	// echoed in the `X-Request-Id` response header and in problem bodies.
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
+}
+
 // ListInstrumentsParams defines parameters for ListInstruments.
 type ListInstrumentsParams struct {
 	// XRequestID An id for this request, chosen by the client to correlate logs. It is
@@ -1168,6 +1289,31 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/balances (the `ListBalances` operationId).
 	ListBalances(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListFills List the caller's fills.
+	//
+	// Lists the caller's fills, newest first: every trade one of its
+	// orders took part in, from the caller's side (its order, its side,
+	// its fee, `maker` or `taker`). Both accounts of a trade see it with
+	// the same `id`. A trade never has one account on both sides
+	// (self-trade prevention).
+	//
+	// With `order_id`, only the fills of that order. An order that is not
+	// the caller's (another account's, or unknown) has no fills here: the
+	// answer is an empty list, as for an order that never traded.
+	//
+	// Pages work as `listOrders`' do: at most `limit` fills; when more
+	// follow, the answer has `next_cursor`: pass it unchanged as `cursor`,
+	// with the same `order_id`, for the next page. The last page has no
+	// `next_cursor`. A fill that happens while a client pages is newer than
+	// the cursor and shows up only in a new listing from the start.
+	//
+	// The query is read strictly: an unknown parameter, a repeated one or a
+	// value out of its range (a malformed `order_id` included) is answered
+	// `400` naming every bad parameter.
+	//
+	// Corresponds with GET /v1/fills (the `ListFills` operationId).
+	ListFills(ctx context.Context, params *ListFillsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListInstruments List the instruments and their rules.
 	//
 	// Every instrument with its grids, fees, price band, status and
@@ -1345,6 +1491,41 @@ func (c *Client) GetReadiness(ctx context.Context, params *GetReadinessParams, r
 // Corresponds with GET /v1/balances (the `ListBalances` operationId).
 func (c *Client) ListBalances(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListBalancesRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListFills List the caller's fills.
+//
+// Lists the caller's fills, newest first: every trade one of its
+// orders took part in, from the caller's side (its order, its side,
+// its fee, `maker` or `taker`). Both accounts of a trade see it with
+// the same `id`. A trade never has one account on both sides
+// (self-trade prevention).
+//
+// With `order_id`, only the fills of that order. An order that is not
+// the caller's (another account's, or unknown) has no fills here: the
+// answer is an empty list, as for an order that never traded.
+//
+// Pages work as `listOrders`' do: at most `limit` fills; when more
+// follow, the answer has `next_cursor`: pass it unchanged as `cursor`,
+// with the same `order_id`, for the next page. The last page has no
+// `next_cursor`. A fill that happens while a client pages is newer than
+// the cursor and shows up only in a new listing from the start.
+//
+// The query is read strictly: an unknown parameter, a repeated one or a
+// value out of its range (a malformed `order_id` included) is answered
+// `400` naming every bad parameter.
+//
+// Corresponds with GET /v1/fills (the `ListFills` operationId).
+func (c *Client) ListFills(ctx context.Context, params *ListFillsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListFillsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1659,6 +1840,99 @@ func NewListBalancesRequest(server string, params *ListBalancesParams) (*http.Re
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewListFillsRequest constructs an http.Request for the ListFills method
+func NewListFillsRequest(server string, params *ListFillsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/fills")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.OrderID != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "order_id", *params.OrderID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -2200,6 +2474,33 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/balances (the `ListBalances` operationId).
 	ListBalancesWithResponse(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*ListBalancesResponse, error)
 
+	// ListFillsWithResponse List the caller's fills.
+	//
+	// Lists the caller's fills, newest first: every trade one of its
+	// orders took part in, from the caller's side (its order, its side,
+	// its fee, `maker` or `taker`). Both accounts of a trade see it with
+	// the same `id`. A trade never has one account on both sides
+	// (self-trade prevention).
+	//
+	// With `order_id`, only the fills of that order. An order that is not
+	// the caller's (another account's, or unknown) has no fills here: the
+	// answer is an empty list, as for an order that never traded.
+	//
+	// Pages work as `listOrders`' do: at most `limit` fills; when more
+	// follow, the answer has `next_cursor`: pass it unchanged as `cursor`,
+	// with the same `order_id`, for the next page. The last page has no
+	// `next_cursor`. A fill that happens while a client pages is newer than
+	// the cursor and shows up only in a new listing from the start.
+	//
+	// The query is read strictly: an unknown parameter, a repeated one or a
+	// value out of its range (a malformed `order_id` included) is answered
+	// `400` naming every bad parameter.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/fills (the `ListFills` operationId).
+	ListFillsWithResponse(ctx context.Context, params *ListFillsParams, reqEditors ...RequestEditorFn) (*ListFillsResponse, error)
+
 	// ListInstrumentsWithResponse List the instruments and their rules.
 	//
 	// Every instrument with its grids, fees, price band, status and
@@ -2559,6 +2860,142 @@ func (r ListBalancesResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListBalancesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListFillsResponse200Headers the declared response headers of an HTTP 200 response for ListFills
+type ListFillsResponse200Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	XRequestID         string
+}
+
+// ListFillsResponse400Headers the declared response headers of an HTTP 400 response for ListFills
+type ListFillsResponse400Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	XRequestID         string
+}
+
+// ListFillsResponse401Headers the declared response headers of an HTTP 401 response for ListFills
+type ListFillsResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// ListFillsResponse429Headers the declared response headers of an HTTP 429 response for ListFills
+type ListFillsResponse429Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         int
+	XRequestID         string
+}
+
+// ListFillsResponse500Headers the declared response headers of an HTTP 500 response for ListFills
+type ListFillsResponse500Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	XRequestID         string
+}
+
+// ListFillsResponse503Headers the declared response headers of an HTTP 503 response for ListFills
+type ListFillsResponse503Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+	XRequestID         string
+}
+
+type ListFillsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *FillList
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *Problem
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *Internal
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListFillsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListFillsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListFillsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListFillsResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListFillsResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListFillsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListFillsResponse) GetJSON200() *FillList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListFillsResponse) GetApplicationProblemJSON400() *Problem {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListFillsResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListFillsResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListFillsResponse) GetApplicationProblemJSON500() *Internal {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListFillsResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListFillsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListFillsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListFillsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListFillsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3566,6 +4003,39 @@ func (c *ClientWithResponses) ListBalancesWithResponse(ctx context.Context, para
 	return ParseListBalancesResponse(rsp)
 }
 
+// ListFillsWithResponse List the caller's fills.
+//
+// Lists the caller's fills, newest first: every trade one of its
+// orders took part in, from the caller's side (its order, its side,
+// its fee, `maker` or `taker`). Both accounts of a trade see it with
+// the same `id`. A trade never has one account on both sides
+// (self-trade prevention).
+//
+// With `order_id`, only the fills of that order. An order that is not
+// the caller's (another account's, or unknown) has no fills here: the
+// answer is an empty list, as for an order that never traded.
+//
+// Pages work as `listOrders`' do: at most `limit` fills; when more
+// follow, the answer has `next_cursor`: pass it unchanged as `cursor`,
+// with the same `order_id`, for the next page. The last page has no
+// `next_cursor`. A fill that happens while a client pages is newer than
+// the cursor and shows up only in a new listing from the start.
+//
+// The query is read strictly: an unknown parameter, a repeated one or a
+// value out of its range (a malformed `order_id` included) is answered
+// `400` naming every bad parameter.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/fills (the `ListFills` operationId).
+func (c *ClientWithResponses) ListFillsWithResponse(ctx context.Context, params *ListFillsParams, reqEditors ...RequestEditorFn) (*ListFillsResponse, error) {
+	rsp, err := c.ListFills(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListFillsResponse(rsp)
+}
+
 // ListInstrumentsWithResponse List the instruments and their rules.
 //
 // Every instrument with its grids, fees, price band, status and
@@ -4015,6 +4485,256 @@ func ParseListBalancesResponse(rsp *http.Response) (*ListBalancesResponse, error
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListBalancesResponse503Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListFillsResponse parses an HTTP response from a ListFillsWithResponse call
+func ParseListFillsResponse(rsp *http.Response) (*ListFillsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListFillsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest FillList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListFillsResponse200Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListFillsResponse400Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListFillsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListFillsResponse429Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListFillsResponse500Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListFillsResponse503Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -162,6 +162,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Accounts:    keys,
 		Balances:    placement.NewBalances(postgres.NewBalances(db), caches, log),
 		Depth:       postgres.NewBook(db),
+		Fills:       postgres.NewFills(db),
 		Probes:      probes(queueClient, db),
 		Logger:      log,
 		Metrics:     metrics,

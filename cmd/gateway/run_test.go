@@ -15,6 +15,7 @@ import (
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/logbuffer"
 	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/postgres"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
@@ -65,6 +66,27 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 	if !ready {
 		cancel()
 		t.Fatalf("gateway never became ready: %v\n%s", <-done, out.String())
+	}
+	// Every reader is wired: an authenticated read of the fills answers.
+	accounts := postgres.NewAccounts(database.Pool(t))
+	account, err := accounts.Create(ctx, "trader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, key, err := accounts.IssueKey(ctx, account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/fills", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	fills, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(fills.Body)
+	fills.Body.Close()
+	if fills.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != `{"fills":[]}` {
+		t.Errorf("GET /v1/fills: %d %s, want an empty list", fills.StatusCode, body)
 	}
 	scrape, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {

@@ -1,0 +1,107 @@
+package postgres
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/govalues/decimal"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordergate/ordergate/orders"
+)
+
+//go:embed sql/fills_list.sql
+var fillsListSQL string
+
+// Fills reads accounts' fills from the trades table: each trade as one of
+// its two accounts sees it (orders.Execution).
+type Fills struct {
+	db *pgxpool.Pool
+}
+
+// NewFills reads from db.
+func NewFills(db *pgxpool.Pool) *Fills { return &Fills{db: db} }
+
+// List returns one page of the account's executions, newest first. Trade
+// ids grow with every trade, so ordering by id is ordering by time; each
+// page is a range scan of trades_maker_account and trades_taker_account
+// or, for one order, of trades_maker and trades_taker. An order that is not
+// the account's (another account's, or none at all) has no executions
+// here: the page is empty, as for an order that never traded.
+func (f *Fills) List(ctx context.Context, account string, q orders.ExecutionQuery) (orders.ExecutionPage, error) {
+	if q.Limit == 0 {
+		q.Limit = orders.DefaultListLimit
+	}
+	if q.Limit < 1 || q.Limit > orders.MaxListLimit {
+		return orders.ExecutionPage{}, fmt.Errorf("%w: limit %d is outside 1..%d", orders.ErrInvalidQuery, q.Limit, orders.MaxListLimit)
+	}
+	before := int64(math.MaxInt64)
+	if q.After != "" {
+		id, err := orders.ParseFillID(q.After)
+		if err != nil {
+			return orders.ExecutionPage{}, fmt.Errorf("%w: after: %w", orders.ErrInvalidQuery, err)
+		}
+		before = id
+	}
+	var order *string
+	if q.OrderID != "" {
+		if _, err := orders.ParseOrderID(q.OrderID); err != nil {
+			return orders.ExecutionPage{}, fmt.Errorf("%w: order id: %w", orders.ErrInvalidQuery, err)
+		}
+		order = &q.OrderID
+	}
+	// One row more than the page tells whether another page follows, so the
+	// last page carries no cursor, as History.List.
+	rows, err := f.db.Query(ctx, fillsListSQL, account, before, order, q.Limit+1)
+	if err != nil {
+		return orders.ExecutionPage{}, fmt.Errorf("%w: list fills: %w", orders.ErrUnavailable, err)
+	}
+	defer rows.Close()
+	var list []orders.Execution
+	for rows.Next() {
+		var (
+			e                               orders.Execution
+			tradeID                         int64
+			liquidity, takerSide            string
+			price, quantity, fee            string
+			created                         time.Time
+			tickScale, lotScale, quoteScale int
+		)
+		if err := rows.Scan(&tradeID, &e.OrderID, &e.Symbol, &liquidity, &takerSide, &price, &quantity, &fee,
+			&created, &tickScale, &lotScale, &quoteScale, &e.FeeAsset); err != nil {
+			return orders.ExecutionPage{}, fmt.Errorf("%w: read fills: %w", orders.ErrUnavailable, err)
+		}
+		e.ID, e.Liquidity, e.CreatedAt = orders.FillID(tradeID), orders.Liquidity(liquidity), created.UTC()
+		e.Side = orders.Side(takerSide)
+		if e.Liquidity == orders.LiquidityMaker {
+			e.Side = e.Side.Opposite()
+		}
+		// On the instrument's grid, as an order's amounts (scanOrder).
+		for _, field := range []struct {
+			text  string
+			scale int
+			into  *decimal.Decimal
+		}{
+			{price, tickScale, &e.Price},
+			{quantity, lotScale, &e.Quantity},
+			{fee, quoteScale, &e.Fee},
+		} {
+			if *field.into, err = exactAmount(field.text, field.scale); err != nil {
+				return orders.ExecutionPage{}, fmt.Errorf("orders: fill %s: %w", e.ID, err)
+			}
+		}
+		list = append(list, e)
+	}
+	if err := rows.Err(); err != nil {
+		return orders.ExecutionPage{}, fmt.Errorf("%w: read fills: %w", orders.ErrUnavailable, err)
+	}
+	page := orders.ExecutionPage{Executions: list}
+	if len(list) > q.Limit {
+		page.Executions = list[:q.Limit]
+		page.Next = page.Executions[q.Limit-1].ID
+	}
+	return page, nil
+}
