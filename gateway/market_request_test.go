@@ -117,8 +117,8 @@ func TestPlaceOutsideThePriceBand(t *testing.T) {
 			}
 			field := errs[0].(map[string]any)
 			reason, _ := field["reason"].(string)
-			if field["pointer"] != "/price" || !strings.Contains(reason, "45000 to 55000 USD") || !strings.Contains(reason, "50000") {
-				t.Errorf("error %v: want /price naming the band 45000 to 55000 USD around 50000", field)
+			if field["pointer"] != "/price" || !strings.Contains(reason, "45000.00 to 55000.00 USD") || !strings.Contains(reason, "50000") {
+				t.Errorf("error %v: want /price naming the band 45000.00 to 55000.00 USD around 50000", field)
 			}
 		})
 	}

@@ -39,6 +39,8 @@ func (in Instrument) CheckBand(price decimal.Decimal) error {
 	if price.Cmp(low) >= 0 && price.Cmp(high) <= 0 {
 		return nil
 	}
-	return &PriceOutOfBandError{Symbol: in.Symbol, Quote: in.Quote, Price: price, Low: low, High: high,
-		Reference: in.Reference(), Percent: in.PriceBandPercent}
+	// Shown on the price grid, as prices are entered.
+	scale := in.TickSize.Scale()
+	return &PriceOutOfBandError{Symbol: in.Symbol, Quote: in.Quote, Price: price, Low: low.Pad(scale), High: high.Pad(scale),
+		Reference: in.Reference().Pad(scale), Percent: in.PriceBandPercent.Trim(0)}
 }
