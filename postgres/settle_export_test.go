@@ -7,3 +7,11 @@ func SettleQueueLength(s *Settler) int {
 	defer s.queue.mu.Unlock()
 	return len(s.queue.waiting)
 }
+
+// SetWindowRows makes each read of a book return at most n orders until the
+// test ends, so that takers read the book page by page.
+func SetWindowRows(t interface{ Cleanup(func()) }, n int32) {
+	before := windowRows
+	windowRows = n
+	t.Cleanup(func() { windowRows = before })
+}

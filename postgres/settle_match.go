@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"slices"
 	"strings"
@@ -78,9 +79,14 @@ type balanceKey struct{ account, asset string }
 // lockedBalance is a balance row the transaction holds locked, and what the
 // transaction did to it so far: exact rationals of the NUMERIC values, never
 // floats, so the funds checks compare what PostgreSQL would.
+//
+// A row the decision only writes (a maker's, the venue's) is not read
+// before it is locked: known is false, available and held are then what the
+// batch moved, and version is set once the row is locked.
 type lockedBalance struct {
 	version          int64
 	available, held  *big.Rat
+	known            bool
 	entries          int64
 	name, asset, acc string
 }
@@ -174,6 +180,10 @@ type tradeRow struct {
 // batchWork is what a batch decided so far, in memory, before one round
 // trip writes it all.
 type batchWork struct {
+	// ctx and tx read more of a book when a taker needs it.
+	ctx      context.Context
+	tx       pgx.Tx
+	reads    map[sideKey]*sideRead
 	books    map[string]*instrumentBook
 	balances map[balanceKey]*lockedBalance
 	takers   []*takerRow
@@ -189,45 +199,52 @@ type batchWork struct {
 // settleTogether settles the batch in one transaction, as docs/market.md
 // ("Settling one order") says. It locks the batch's instruments in symbol
 // order, finds the orders that have a row already (redeliveries: nothing
-// changes for them), reads the books of the instruments, and locks in
-// (account, asset) order every balance row the batch may move: its takers',
-// the resting orders' and the venue's fee account. Then it decides each
+// changes for them), reads what its takers can reach of the books
+// (settle_window.go) and its takers' balance rows, unlocked. It decides each
 // order in the batch's order against the books and balances as the orders
-// before it left them, and writes everything in one round trip with the
-// commit.
+// before it left them, then locks in (account, asset) order, in one
+// statement, every balance row the decision writes and the takers' rows of
+// their instruments' assets: a batch takes no balance lock before that
+// statement, so two batches never wait on each other in a cycle. If a
+// taker's row changed since it was read (a withdrawal, a settlement of
+// another instrument), the batch decides again on the locked values. Then
+// it writes everything in one round trip with the commit.
 //
 // An order whose handler's context ended (its lease lost) by the time it is
 // decided is left out of the writes, so no batch settles an order its worker
 // no longer holds. A failure returned means nothing was committed.
 func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([]batchOutcome, error) {
 	n := len(batch)
+	fail := func(err error) ([]batchOutcome, error) {
+		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
+	}
 	conn, err := s.db.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
+		return fail(err)
 	}
 	defer releaseAfterTx(conn)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
+		return fail(err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
 
 	ids := make([]string, n)
+	takerAccounts, takerSymbols := make([]string, n), make([]string, n)
 	var symbols []string
 	for i, req := range batch {
 		ids[i] = req.order.ID
+		takerAccounts[i], takerSymbols[i] = req.order.Account, req.order.Symbol
 		if !slices.Contains(symbols, req.order.Symbol) {
 			symbols = append(symbols, req.order.Symbol)
 		}
 	}
 	slices.Sort(symbols)
 
-	w := &batchWork{
-		books:       make(map[string]*instrumentBook),
-		balances:    make(map[balanceKey]*lockedBalance),
-		provisional: 1 << 62,
-	}
+	instruments := make(map[string]orders.Instrument)
 	existing := make(map[string]bool)
+	reads := make(map[sideKey]*sideRead)
+	snapshot := make(map[balanceKey]*lockedBalance)
 	var readErr error
 	first := &pgx.Batch{}
 	first.Queue(settleInstrumentsSQL, symbols).Query(func(rows pgx.Rows) error {
@@ -250,7 +267,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 					readErr = fmt.Errorf("instrument %s: %w", in.Symbol, err)
 				}
 			}
-			w.books[in.Symbol] = &instrumentBook{in: in}
+			instruments[in.Symbol] = in
 		}
 		return rows.Err()
 	})
@@ -264,125 +281,102 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 		}
 		return rows.Err()
 	})
-	first.Queue(settleBookSQL, symbols).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			o := &bookOrder{}
-			var symbol, side, price, remaining, hold string
-			if err := rows.Scan(&o.id, &o.account, &symbol, &side, &price, &remaining, &o.sequence, &hold); err != nil {
-				return err
-			}
-			o.side = orders.Side(side)
-			var errs [3]error
-			o.price, errs[0] = parseExact(price)
-			o.remaining, errs[1] = parseExact(remaining)
-			o.hold, errs[2] = parseExact(hold)
-			if err := errors.Join(errs[:]...); err != nil {
-				readErr = fmt.Errorf("resting order %s: %w", o.id, err)
-			}
-			book := w.books[symbol]
-			if book == nil {
-				return fmt.Errorf("resting order %s of %s, an instrument not locked", o.id, symbol)
-			}
-			*book.side(o.side) = append(*book.side(o.side), o)
-		}
-		return rows.Err()
-	})
+	if requests := firstReads(batch); len(requests) > 0 {
+		queueReads(first, requests, reads, &readErr)
+	}
+	readTakers := func(rows pgx.Rows) error { return scanBalances(rows, snapshot) }
+	first.Queue(settleTakersSQL, takerAccounts, takerSymbols).Query(readTakers)
 	if err := tx.SendBatch(ctx, first).Close(); err != nil {
-		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
+		return fail(err)
 	}
 	if readErr != nil {
-		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, readErr)
-	}
-	for _, book := range w.books {
-		byPriority := func(descending bool) func(a, b *bookOrder) int {
-			return func(a, b *bookOrder) int {
-				byPrice := a.price.Cmp(b.price)
-				if descending {
-					byPrice = -byPrice
-				}
-				return cmp.Or(byPrice, cmp.Compare(a.sequence, b.sequence))
-			}
-		}
-		slices.SortFunc(book.bids, byPriority(true))
-		slices.SortFunc(book.asks, byPriority(false))
+		return fail(readErr)
 	}
 
-	// Every balance the batch may move, locked in (account, asset) order.
-	keys := make(map[balanceKey]bool)
-	both := func(account string, in orders.Instrument) {
-		keys[balanceKey{account, in.Base}], keys[balanceKey{account, in.Quote}] = true, true
-	}
+	// The takers' rows: opened where missing (a new account's first order),
+	// as today, and read again.
+	takerKeys := make(map[balanceKey]bool)
 	for _, req := range batch {
-		if book := w.books[req.order.Symbol]; book != nil && !existing[req.order.ID] {
-			both(req.order.Account, book.in)
-			keys[balanceKey{orders.VenueAccount, book.in.Quote}] = true
+		if in, ok := instruments[req.order.Symbol]; ok && !existing[req.order.ID] {
+			takerKeys[balanceKey{req.order.Account, in.Base}] = true
+			takerKeys[balanceKey{req.order.Account, in.Quote}] = true
 		}
 	}
-	for _, book := range w.books {
-		for _, o := range slices.Concat(book.bids, book.asks) {
-			both(o.account, book.in)
+	var missing []balanceKey
+	for key := range takerKeys {
+		if snapshot[key] == nil {
+			missing = append(missing, key)
 		}
 	}
-	sorted := slices.SortedFunc(func(yield func(balanceKey) bool) {
-		for key := range keys {
-			if !yield(key) {
-				return
-			}
+	if len(missing) > 0 {
+		accounts, assets := sortedKeys(missing)
+		second := &pgx.Batch{}
+		second.Queue(settleOpenSQL, accounts, assets)
+		second.Queue(settleTakersSQL, takerAccounts, takerSymbols).Query(readTakers)
+		if err := tx.SendBatch(ctx, second).Close(); err != nil {
+			return fail(err)
 		}
-	}, func(a, b balanceKey) int {
-		return cmp.Or(strings.Compare(a.account, b.account), strings.Compare(a.asset, b.asset))
-	})
-	accounts, assets := make([]string, len(sorted)), make([]string, len(sorted))
-	for i, key := range sorted {
-		accounts[i], assets[i] = key.account, key.asset
-	}
-	second := &pgx.Batch{}
-	second.Queue(settleOpenSQL, accounts, assets)
-	second.Queue(settleLockSQL, accounts, assets).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var key balanceKey
-			var available, held string
-			b := &lockedBalance{}
-			if err := rows.Scan(&key.account, &key.asset, &b.version, &available, &held); err != nil {
-				return err
-			}
-			var okA, okH bool
-			b.available, okA = new(big.Rat).SetString(available)
-			b.held, okH = new(big.Rat).SetString(held)
-			if !okA || !okH {
-				return fmt.Errorf("balance %s of %s reads %q, %q", key.asset, key.account, available, held)
-			}
-			b.acc, b.asset, b.name = key.account, key.asset, orders.BalanceName(key.account, key.asset)
-			w.balances[key] = b
-		}
-		return rows.Err()
-	})
-	if err := tx.SendBatch(ctx, second).Close(); err != nil {
-		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
 	}
 
-	outcomes := make([]batchOutcome, n)
-	for i, req := range batch {
-		outcome, err := w.decide(req, existing[req.order.ID])
-		if err != nil {
-			return nil, fmt.Errorf("orders: settle a batch of %d: order %s: %w", n, req.order.ID, err)
+	// Decide, then lock what the decision writes and what it rests on.
+	w, outcomes, err := decideBatch(ctx, tx, batch, instruments, reads, snapshot, existing)
+	if err != nil {
+		return fail(err)
+	}
+	lockSet := maps.Clone(takerKeys)
+	for key := range w.written() {
+		lockSet[key] = true
+	}
+	locked := make(map[balanceKey]*lockedBalance)
+	var txnIDs, sequences []int64
+	if err := lockAndDraw(ctx, tx, slices.Collect(maps.Keys(lockSet)), locked, w, &txnIDs, &sequences); err != nil {
+		return fail(err)
+	}
+	if changedSince(takerKeys, snapshot, locked) {
+		// A taker's row moved between the read and the lock: decide again on
+		// what is locked now, which nothing else can change before the
+		// commit. A row the new decision writes that is not locked yet is
+		// locked by a second statement, out of the one order: PostgreSQL
+		// would then break a cycle by failing this batch, whose orders then
+		// settle one by one.
+		s.log.Debug("a taker's balance moved while the batch decided; deciding again on the locked rows", "orders", n)
+		if w, outcomes, err = decideBatch(ctx, tx, batch, instruments, reads, locked, existing); err != nil {
+			return fail(err)
 		}
-		outcomes[i] = outcome
+		var extra []balanceKey
+		for key := range w.written() {
+			if !lockSet[key] {
+				extra = append(extra, key)
+			}
+		}
+		if err := lockAndDraw(ctx, tx, extra, locked, w, &txnIDs, &sequences); err != nil {
+			return fail(err)
+		}
+	}
+	for key, b := range w.balances {
+		if b.entries == 0 {
+			continue
+		}
+		row := locked[key]
+		if row == nil {
+			return fail(fmt.Errorf("balance %s of %s moved but it does not exist", key.asset, key.account))
+		}
+		b.version = row.version
 	}
 	if len(w.takers) == 0 {
 		// Nothing to write: redeliveries and refusals only.
 		if err := tx.Commit(ctx); err != nil {
-			return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
+			return fail(err)
 		}
 		return outcomes, nil
 	}
 
-	outbox, err := w.write(ctx, tx)
+	outbox, err := w.write(ctx, tx, txnIDs, sequences)
 	if err != nil {
-		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
+		return fail(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
+		return fail(err)
 	}
 	// The batch's outbox rows are relayed once, by the handler of its first
 	// written order, right after this commit.
@@ -393,6 +387,135 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 		}
 	}
 	return outcomes, nil
+}
+
+// decideBatch decides every order of the batch in memory, on the books as
+// read and the balances given (copied: the decision moves its own).
+func decideBatch(ctx context.Context, tx pgx.Tx, batch []*settleRequest, instruments map[string]orders.Instrument,
+	reads map[sideKey]*sideRead, balances map[balanceKey]*lockedBalance, existing map[string]bool,
+) (*batchWork, []batchOutcome, error) {
+	w := &batchWork{
+		ctx:         ctx,
+		tx:          tx,
+		reads:       reads,
+		books:       make(map[string]*instrumentBook, len(instruments)),
+		balances:    make(map[balanceKey]*lockedBalance, len(balances)),
+		provisional: 1 << 62,
+	}
+	for symbol, in := range instruments {
+		book := &instrumentBook{in: in}
+		for _, side := range []orders.Side{orders.Buy, orders.Sell} {
+			if r := reads[sideKey{symbol, side}]; r != nil {
+				resting := make([]*bookOrder, len(r.rows))
+				for i := range r.rows {
+					o := r.rows[i]
+					resting[i] = &o
+				}
+				*book.side(side) = resting
+			}
+		}
+		w.books[symbol] = book
+	}
+	for key, b := range balances {
+		w.balances[key] = &lockedBalance{version: b.version, available: new(big.Rat).Set(b.available),
+			held: new(big.Rat).Set(b.held), known: true, name: b.name, asset: b.asset, acc: b.acc}
+	}
+	outcomes := make([]batchOutcome, len(batch))
+	for i, req := range batch {
+		outcome, err := w.decide(req, existing[req.order.ID])
+		if err != nil {
+			return nil, nil, fmt.Errorf("order %s: %w", req.order.ID, err)
+		}
+		outcomes[i] = outcome
+	}
+	return w, outcomes, nil
+}
+
+// written is the balance rows the decision moves.
+func (w *batchWork) written() map[balanceKey]bool {
+	keys := make(map[balanceKey]bool)
+	for key, b := range w.balances {
+		if b.entries > 0 {
+			keys[key] = true
+		}
+	}
+	return keys
+}
+
+// lockAndDraw opens and locks the balance rows keys in (account, asset)
+// order, into locked, and draws the ids the decision's rows name, in one
+// round trip.
+func lockAndDraw(ctx context.Context, tx pgx.Tx, keys []balanceKey, locked map[balanceKey]*lockedBalance,
+	w *batchWork, txnIDs, sequences *[]int64,
+) error {
+	b := &pgx.Batch{}
+	if len(keys) > 0 {
+		accounts, assets := sortedKeys(keys)
+		b.Queue(settleOpenSQL, accounts, assets)
+		b.Queue(settleLockSQL, accounts, assets).Query(func(rows pgx.Rows) error { return scanBalances(rows, locked) })
+	}
+	resting := len(w.resting())
+	b.Queue(settleDrawSQL, len(w.txns), resting).QueryRow(func(row pgx.Row) error {
+		return row.Scan(txnIDs, sequences)
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	if len(*txnIDs) != len(w.txns) || len(*sequences) != resting {
+		return fmt.Errorf("drew %d ids and %d sequences, want %d and %d", len(*txnIDs), len(*sequences), len(w.txns), resting)
+	}
+	return nil
+}
+
+// changedSince reports whether one of the rows keys, read unlocked before,
+// differs from the same row locked now.
+func changedSince(keys map[balanceKey]bool, read, locked map[balanceKey]*lockedBalance) bool {
+	for key := range keys {
+		before, now := read[key], locked[key]
+		if before == nil && now == nil {
+			continue // no such row: the order's account does not exist
+		}
+		if before == nil || now == nil || now.available.Cmp(before.available) != 0 || now.held.Cmp(before.held) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// sortedKeys lists keys in (account, asset) order, the order every balance
+// lock is taken in, as parallel arrays.
+func sortedKeys(keys []balanceKey) (accounts, assets []string) {
+	slices.SortFunc(keys, func(a, b balanceKey) int {
+		return cmp.Or(strings.Compare(a.account, b.account), strings.Compare(a.asset, b.asset))
+	})
+	keys = slices.Compact(keys)
+	accounts, assets = make([]string, len(keys)), make([]string, len(keys))
+	for i, key := range keys {
+		accounts[i], assets[i] = key.account, key.asset
+	}
+	return accounts, assets
+}
+
+// scanBalances reads balance rows (account, asset, version, available,
+// held) into into.
+func scanBalances(rows pgx.Rows, into map[balanceKey]*lockedBalance) error {
+	for rows.Next() {
+		var key balanceKey
+		var available, held string
+		b := &lockedBalance{known: true}
+		if err := rows.Scan(&key.account, &key.asset, &b.version, &available, &held); err != nil {
+			return err
+		}
+		var okA, okH bool
+		b.available, okA = new(big.Rat).SetString(available)
+		b.held, okH = new(big.Rat).SetString(held)
+		if !okA || !okH {
+			return fmt.Errorf("balance %s of %s reads %q, %q", key.asset, key.account, available, held)
+		}
+		b.acc, b.asset, b.name = key.account, key.asset, orders.BalanceName(key.account, key.asset)
+		into[key] = b
+	}
+	return rows.Err()
 }
 
 // decide settles one order of the batch in memory. The outcome's err is the
@@ -413,7 +536,7 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 	}
 	in := book.in
 	baseRow, quoteRow := w.balances[balanceKey{order.Account, in.Base}], w.balances[balanceKey{order.Account, in.Quote}]
-	if baseRow == nil || quoteRow == nil {
+	if baseRow == nil || quoteRow == nil || !baseRow.known || !quoteRow.known {
 		return batchOutcome{err: unsettleable(fmt.Errorf("%w: %s (order %s)", orders.ErrNoAccount, order.Account, order.ID))}, nil
 	}
 	if err := req.ctx.Err(); err != nil {
@@ -476,17 +599,31 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 		return malformed("type %q", order.Type)
 	}
 
-	// The opposing side as it stands: all of it, so the book is complete.
-	opposing := *book.side(opposite(order.Side))
-	resting := make([]orders.Resting, len(opposing))
-	byID := make(map[string]*bookOrder, len(opposing))
-	for i, o := range opposing {
-		resting[i] = orders.Resting{OrderID: o.id, Account: o.account, Price: o.price, Remaining: o.remaining, Sequence: o.sequence}
-		byID[o.id] = o
-	}
-	result, err := orders.Match(taker, orders.Book{Resting: resting, Complete: true})
-	if err != nil {
-		return malformed("%v", err)
+	// The opposing side as the batch read it, and more of it if the taker
+	// can reach past that.
+	side := opposite(order.Side)
+	var result orders.MatchResult
+	var byID map[string]*bookOrder
+	for {
+		opposing, complete := w.window(book, side, worst)
+		resting := make([]orders.Resting, len(opposing))
+		byID = make(map[string]*bookOrder, len(opposing))
+		for i, o := range opposing {
+			resting[i] = orders.Resting{OrderID: o.id, Account: o.account, Price: o.price, Remaining: o.remaining, Sequence: o.sequence}
+			byID[o.id] = o
+		}
+		var err error
+		result, err = orders.Match(taker, orders.Book{Resting: resting, Complete: complete})
+		if errors.Is(err, orders.ErrIncompleteBook) {
+			if err := w.readMore(book, side, worst, order.Quantity); err != nil {
+				return batchOutcome{}, err
+			}
+			continue
+		}
+		if err != nil {
+			return malformed("%v", err)
+		}
+		break
 	}
 	if result.Outcome == orders.OutcomeRejected {
 		// Post-only that would take: decided before any hold.
@@ -679,16 +816,19 @@ func (w *batchWork) txn(kind, orderID string) *ledgerTxn {
 	return t
 }
 
-// move adds one entry to t and applies it to the locked balance. A zero
-// amount is no entry (the ledger refuses those). The balance is locked:
-// decide only names the balances settleTogether locked.
+// move adds one entry to t and applies it to the balance. A zero amount is
+// no entry (the ledger refuses those). settleTogether locks every balance
+// moved before it writes.
 func (w *batchWork) move(t *ledgerTxn, account, asset, part string, amount decimal.Decimal) {
 	if amount.IsZero() {
 		return
 	}
-	b := w.balances[balanceKey{account, asset}]
+	key := balanceKey{account, asset}
+	b := w.balances[key]
 	if b == nil {
-		panic(fmt.Sprintf("postgres: settle: balance %s of %s moved but not locked", asset, account))
+		b = &lockedBalance{available: new(big.Rat), held: new(big.Rat), name: orders.BalanceName(account, asset),
+			asset: asset, acc: account}
+		w.balances[key] = b
 	}
 	target := b.available
 	if part == partHeld {
@@ -699,9 +839,8 @@ func (w *batchWork) move(t *ledgerTxn, account, asset, part string, amount decim
 	t.entries = append(t.entries, ledgerEntry{account: account, asset: asset, part: part, amount: amount})
 }
 
-// write sends everything the batch decided in one round trip and returns
-// the outbox rows. It draws the ids the rows name first.
-func (w *batchWork) write(ctx context.Context, tx pgx.Tx) ([]orders.OutboxEntry, error) {
+// resting is the takers that rest, in the order they came to rest.
+func (w *batchWork) resting() []*takerRow {
 	var resting []*takerRow
 	for _, row := range w.takers {
 		if row.restedAt >= 0 {
@@ -709,13 +848,14 @@ func (w *batchWork) write(ctx context.Context, tx pgx.Tx) ([]orders.OutboxEntry,
 		}
 	}
 	slices.SortFunc(resting, func(a, b *takerRow) int { return cmp.Compare(a.restedAt, b.restedAt) })
-	var txnIDs, sequences []int64
-	if err := tx.QueryRow(ctx, settleDrawSQL, len(w.txns), len(resting)).Scan(&txnIDs, &sequences); err != nil {
-		return nil, fmt.Errorf("draw ids: %w", err)
-	}
-	if len(txnIDs) != len(w.txns) || len(sequences) != len(resting) {
-		return nil, fmt.Errorf("drew %d ids and %d sequences, want %d and %d", len(txnIDs), len(sequences), len(w.txns), len(resting))
-	}
+	return resting
+}
+
+// write sends everything the batch decided in one round trip and returns
+// the outbox rows; txnIDs and sequences were drawn for its ledger
+// transactions and its resting takers (lockAndDraw).
+func (w *batchWork) write(ctx context.Context, tx pgx.Tx, txnIDs, sequences []int64) ([]orders.OutboxEntry, error) {
+	resting := w.resting()
 	slices.Sort(txnIDs)
 	slices.Sort(sequences)
 	for i, t := range w.txns {
