@@ -212,8 +212,8 @@ func (f *fixture) insertTrade(t testing.TB, makerOrder, takerOrder, makerAccount
 		t.Fatal(err)
 	}
 	if err := f.db.QueryRow(ctx, `INSERT INTO trades (symbol, maker_order_id, taker_order_id, maker_account_id, taker_account_id,
-		taker_side, price, quantity, maker_fee, taker_fee, ledger_transaction_id)
-		VALUES ('BTC-USD', $1, $2, $3, $4, $5, 50000, 0.01, 0.5, 1, $6) RETURNING id`,
+		taker_side, price, quantity, maker_fee, taker_fee, ledger_transaction_id, maker_fee_bps, taker_fee_bps)
+		VALUES ('BTC-USD', $1, $2, $3, $4, $5, 50000, 0.01, 0.5, 1, $6, 10, 20) RETURNING id`,
 		makerOrder, takerOrder, makerAccount, takerAccount, takerSide, transaction).Scan(&trade); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ BEGIN
 END $$;
 
 DROP TABLE trades;
+DROP TRIGGER instruments_fees_change_on_an_empty_book ON instruments;
+DROP FUNCTION instruments_fees_change_on_an_empty_book();
 DROP INDEX orders_account_resting;
 DROP INDEX orders_book;
 DROP SEQUENCE orders_book_sequence;
@@ -51,6 +53,8 @@ ALTER TABLE balances DROP COLUMN held;
 UPDATE accounts SET name = 'venue liquidity' WHERE id = 'ACC_0000000000000000000000000V';
 
 ALTER TABLE instruments
+    DROP CONSTRAINT instruments_amounts_fit_the_ledger,
+    DROP CONSTRAINT instruments_fee_within_notional,
     DROP CONSTRAINT instruments_maker_fee_within_taker,
     DROP COLUMN last_price,
     DROP COLUMN price_band_percent,

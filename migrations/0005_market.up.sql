@@ -13,7 +13,28 @@ ALTER TABLE instruments
     ADD COLUMN last_price         NUMERIC(38, 18) CHECK (last_price > 0),
     -- a maker never pays more than a taker, so a resting buy's hold at the
     -- taker rate covers whichever fee it ends up paying
-    ADD CONSTRAINT instruments_maker_fee_within_taker CHECK (maker_fee_bps <= taker_fee_bps);
+    ADD CONSTRAINT instruments_maker_fee_within_taker CHECK (maker_fee_bps <= taker_fee_bps),
+    -- a fee never exceeds the notional it is paid on
+    ADD CONSTRAINT instruments_fee_within_notional CHECK (taker_fee_bps <= 10000),
+    -- a hold (quantity × price × (1 + bps/10000)) and a fee fit the ledger's
+    -- 18 decimals exactly: money is never rounded
+    ADD CONSTRAINT instruments_amounts_fit_the_ledger CHECK (
+        scale(trim_scale(tick_size)) + scale(trim_scale(lot_size))
+        + greatest(scale(trim_scale(maker_fee_bps)), scale(trim_scale(taker_fee_bps))) + 4 <= 18);
+
+-- A resting buy held its fee at the taker rate of the moment it rested: a
+-- rate raised under it would leave it unable to pay its fill. Fees change
+-- only while the instrument's book is empty (halt, cancel, change, resume).
+CREATE FUNCTION instruments_fees_change_on_an_empty_book() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF (NEW.maker_fee_bps, NEW.taker_fee_bps) IS DISTINCT FROM (OLD.maker_fee_bps, OLD.taker_fee_bps)
+       AND EXISTS (SELECT 1 FROM orders WHERE symbol = NEW.symbol AND status IN ('open', 'partially_filled')) THEN
+        RAISE EXCEPTION 'the fees of % change only while its book is empty', NEW.symbol
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END $$;
 
 -- The venue account no longer provides liquidity: it collects the fees.
 UPDATE accounts SET name = 'venue fees' WHERE id = 'ACC_0000000000000000000000000V';
@@ -81,6 +102,9 @@ ALTER TABLE orders
     ADD CONSTRAINT orders_post_only_rests CHECK (NOT post_only OR (type = 'limit' AND time_in_force = 'gtc')),
     ADD CONSTRAINT orders_market_is_ioc CHECK (type = 'limit' OR time_in_force = 'ioc');
 
+CREATE TRIGGER instruments_fees_change_on_an_empty_book BEFORE UPDATE OF maker_fee_bps, taker_fee_bps ON instruments
+    FOR EACH ROW EXECUTE FUNCTION instruments_fees_change_on_an_empty_book();
+
 CREATE SEQUENCE orders_book_sequence;
 
 -- The book: resting orders of one instrument and side by price, then time.
@@ -101,6 +125,10 @@ CREATE TABLE trades (
     quantity              NUMERIC(38, 18) NOT NULL CHECK (quantity > 0),
     maker_fee             NUMERIC(38, 18) NOT NULL CHECK (maker_fee >= 0),
     taker_fee             NUMERIC(38, 18) NOT NULL CHECK (taker_fee >= 0),
+    -- the rates the fees were computed at, so the audit checks each trade
+    -- against its own rates however the instrument's change later
+    maker_fee_bps         NUMERIC(10, 4) NOT NULL CHECK (maker_fee_bps >= 0),
+    taker_fee_bps         NUMERIC(10, 4) NOT NULL CHECK (taker_fee_bps >= 0),
     ledger_transaction_id BIGINT NOT NULL UNIQUE REFERENCES ledger_transactions (id),
     created_at            TIMESTAMPTZ NOT NULL DEFAULT now(),
     CHECK (maker_order_id <> taker_order_id),

@@ -117,8 +117,10 @@ func plantTrade(t testing.TB, db *pgxpool.Pool, tr auditTrade) int64 {
 	t.Helper()
 	var id int64
 	err := db.QueryRow(context.Background(), `INSERT INTO trades (symbol, maker_order_id, taker_order_id, maker_account_id,
-			taker_account_id, taker_side, price, quantity, maker_fee, taker_fee, ledger_transaction_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8::numeric, $9::numeric, $10::numeric, $11) RETURNING id`,
+			taker_account_id, taker_side, price, quantity, maker_fee, taker_fee, ledger_transaction_id, maker_fee_bps, taker_fee_bps)
+		VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8::numeric, $9::numeric, $10::numeric, $11,
+			(SELECT maker_fee_bps FROM instruments WHERE symbol = $1), (SELECT taker_fee_bps FROM instruments WHERE symbol = $1))
+		RETURNING id`,
 		tr.symbol, tr.maker, tr.taker, tr.makerAccount, tr.takerAccount, tr.takerSide, tr.price, tr.quantity,
 		tr.makerFee, tr.takerFee, tr.transaction).Scan(&id)
 	if err != nil {
@@ -415,8 +417,8 @@ func TestAuditReportsCorruption(t *testing.T) {
 				{postgres.CheckTradeEntries, fmt.Sprintf("trade/%d", b.trade)},
 			}
 		}},
-		{"fee rate changed after the trade (a known limitation)", func(t *testing.T, b *book) []found {
-			b.exec(t, `UPDATE instruments SET maker_fee_bps = 5 WHERE symbol = 'BTC-USD'`)
+		{"the rate a trade records rewritten", func(t *testing.T, b *book) []found {
+			b.exec(t, fmt.Sprintf(`UPDATE trades SET maker_fee_bps = 5 WHERE id = %d`, b.trade))
 			return []found{{postgres.CheckTradeFees, fmt.Sprintf("trade/%d", b.trade)}}
 		}},
 		{"filled more than its quantity", func(t *testing.T, b *book) []found {

@@ -158,7 +158,8 @@ func (s *Settler) runBatch(batch []*settleRequest) {
 }
 
 // settleBatch runs the batch's transaction and sorts out a failure: when
-// PostgreSQL refused a statement, one order may be at fault and nothing was
+// PostgreSQL refused a statement, or deciding one of its orders failed, one
+// order may be at fault and nothing was
 // committed, so each order is settled alone as if there had been no batch;
 // any other failure (the server unreachable, a timeout) is no order's fault,
 // and each order returns it for the queue to retry, as it would alone.
@@ -171,7 +172,7 @@ func (s *Settler) settleBatch(batch []*settleRequest) {
 		for i, req := range batch {
 			req.result, req.err, req.alone = outcomes[i].result, outcomes[i].err, outcomes[i].alone
 		}
-	case ctx.Err() == nil && refusedByServer(err):
+	case ctx.Err() == nil && (refusedByServer(err) || len(batch) > 1 && errors.Is(err, errDecision)):
 		s.log.Warn("settlement batch refused; its orders are settled one by one", "orders", len(batch), "err", err)
 		for _, req := range batch {
 			req.alone = true

@@ -66,6 +66,11 @@ const (
 // more would be rounded by the insert, and money is never rounded silently.
 const ledgerScale = 18
 
+// errDecision: deciding one order of a batch failed (a planning error,
+// not PostgreSQL's), so the batch is settled order by order and only that
+// order meets it again.
+var errDecision = errors.New("deciding an order failed")
+
 // batchOutcome is what a batch decided for one of its orders.
 type batchOutcome struct {
 	result settlement
@@ -174,6 +179,7 @@ type tradeRow struct {
 	symbol, maker, taker, makerAccount, takerAccount string
 	takerSide                                        orders.Side
 	price, quantity, makerFee, takerFee              decimal.Decimal
+	makerFeeBps, takerFeeBps                         decimal.Decimal
 	txn                                              *ledgerTxn
 }
 
@@ -424,7 +430,7 @@ func decideBatch(ctx context.Context, tx pgx.Tx, batch []*settleRequest, instrum
 	for i, req := range batch {
 		outcome, err := w.decide(req, existing[req.order.ID])
 		if err != nil {
-			return nil, nil, fmt.Errorf("order %s: %w", req.order.ID, err)
+			return nil, nil, fmt.Errorf("%w: order %s: %w", errDecision, req.order.ID, err)
 		}
 		outcomes[i] = outcome
 	}
@@ -732,7 +738,8 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 		w.move(t, orders.VenueAccount, quote, partAvailable, feesToVenue)
 		w.trades = append(w.trades, &tradeRow{
 			symbol: in.Symbol, maker: maker.id, taker: order.ID, makerAccount: maker.account, takerAccount: order.Account,
-			takerSide: order.Side, price: fill.Price, quantity: fill.Quantity, makerFee: p.makerFee, takerFee: p.takerFee, txn: t,
+			takerSide: order.Side, price: fill.Price, quantity: fill.Quantity, makerFee: p.makerFee, takerFee: p.takerFee,
+			makerFeeBps: in.MakerFeeBps, takerFeeBps: in.TakerFeeBps, txn: t,
 		})
 		if err := w.fillMaker(book, maker, fill, p.notional, p.makerFee, p.makerGivesUp); err != nil {
 			return batchOutcome{}, err
@@ -941,7 +948,7 @@ func (w *batchWork) write(ctx context.Context, tx pgx.Tx, txnIDs, sequences []in
 		batch.Queue(settleMoveBalancesSQL, eAccounts, eAssets, eAmounts, eParts)
 	}
 	if len(w.trades) > 0 {
-		var symbols, makers, takers, makerAccounts, takerAccounts, sides, prices, quantities, makerFees, takerFees []string
+		var symbols, makers, takers, makerAccounts, takerAccounts, sides, prices, quantities, makerFees, takerFees, makerRates, takerRates []string
 		var txns []int64
 		for _, t := range w.trades {
 			symbols, makers, takers = append(symbols, t.symbol), append(makers, t.maker), append(takers, t.taker)
@@ -949,10 +956,11 @@ func (w *batchWork) write(ctx context.Context, tx pgx.Tx, txnIDs, sequences []in
 			sides, prices = append(sides, string(t.takerSide)), append(prices, t.price.String())
 			quantities = append(quantities, t.quantity.String())
 			makerFees, takerFees = append(makerFees, t.makerFee.String()), append(takerFees, t.takerFee.String())
+			makerRates, takerRates = append(makerRates, t.makerFeeBps.String()), append(takerRates, t.takerFeeBps.String())
 			txns = append(txns, t.txn.id)
 		}
 		batch.Queue(settleInsertTradesSQL, symbols, makers, takers, makerAccounts, takerAccounts, sides, prices,
-			quantities, makerFees, takerFees, txns)
+			quantities, makerFees, takerFees, txns, makerRates, takerRates)
 		var traded, lastPrices []string
 		for symbol, book := range w.books {
 			if book.traded {

@@ -851,3 +851,32 @@ func BenchmarkSettle(b *testing.B) {
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "settlements/s")
 }
+
+// A resting buy held its fee at the taker rate of its moment; the schema
+// refuses a fee change while the instrument's book has resting orders, and
+// an instrument whose holds or fees would need more than the ledger's 18
+// decimals, or whose fee would exceed the notional.
+func TestInstrumentRatesGuardTheHolds(t *testing.T) {
+	m := newMarket(t)
+	ctx := context.Background()
+	bid := newOrder(m.alice, "BTC-USD", orders.Buy, "0.1", "50000")
+	m.settle(t, bid, 1)
+	for _, tt := range []struct {
+		name, statement string
+	}{
+		{"fee raised under a resting buy", `UPDATE instruments SET maker_fee_bps = 20, taker_fee_bps = 30 WHERE symbol = 'BTC-USD'`},
+		{"fee above the notional", `UPDATE instruments SET taker_fee_bps = 10001 WHERE symbol = 'ETH-USD'`},
+		{"holds past 18 decimals", `UPDATE instruments SET tick_size = 0.000001, lot_size = 0.00000001, maker_fee_bps = 2.5, taker_fee_bps = 2.5
+			WHERE symbol = 'ETH-USD'`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := m.db.Exec(ctx, tt.statement); err == nil {
+				t.Fatal("accepted")
+			}
+		})
+	}
+	// With the book empty the rates may change.
+	if _, err := m.db.Exec(ctx, `UPDATE instruments SET maker_fee_bps = 5 WHERE symbol = 'ETH-USD'`); err != nil {
+		t.Fatalf("fee change on an empty book: %v", err)
+	}
+}
