@@ -64,9 +64,10 @@ func (f *fixture) insertFinalOrder(t testing.TB, row finalOrder) string {
 	}
 	if _, err := f.db.Exec(ctx, `INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price,
 		status, reject_reason, fill_price, fill_quantity, fill_notional, ledger_transaction_id, created_at, finished_at,
-		time_in_force, filled_quantity, filled_notional)
+		time_in_force, filled_quantity, filled_notional, sequence)
 		VALUES ($1, $2, $3, $4, 'buy', $5, $6::numeric, $7::numeric, $8, $9, $10::numeric, $11::numeric, $12::numeric, $13, $14, $15,
-		CASE WHEN $5 = 'market' THEN 'ioc' ELSE 'gtc' END, coalesce($11::numeric, 0), coalesce($12::numeric, 0))
+		CASE WHEN $5 = 'market' THEN 'ioc' ELSE 'gtc' END, coalesce($11::numeric, 0), coalesce($12::numeric, 0),
+		CASE WHEN $8 IN ('open', 'partially_filled') THEN nextval('orders_book_sequence') END)
 		ON CONFLICT (id) DO NOTHING`,
 		row.id, row.account, "c-"+row.id[len(row.id)-8:], row.symbol, row.typ, row.quantity, price,
 		row.status, reason, fillPrice, fillQuantity, fillNotional, ledgerTx, created, created.Add(5*time.Millisecond)); err != nil {
@@ -117,7 +118,7 @@ func newestFirst(ids []string) []string {
 func TestListOrdersPagesNewestFirst(t *testing.T) {
 	f := newFixture(t, 3)
 	alice, bob := f.accounts[0], f.accounts[1]
-	statuses := []string{"filled", "rejected", "canceled", "filled"}
+	statuses := []string{"filled", "rejected", "canceled", "filled", "open", "filled"}
 	var aliceIDs, bobIDs []string
 	byStatus := map[string][]string{}
 	for i := range 120 {
@@ -141,8 +142,10 @@ func TestListOrdersPagesNewestFirst(t *testing.T) {
 		{"default limit", f.keys[0], url.Values{}, newestFirst(aliceIDs), []int{50, 50, 20}},
 		{"limit 200", f.keys[0], url.Values{"limit": {"200"}}, newestFirst(aliceIDs), []int{120}},
 		{"filled, limit 25", f.keys[0], url.Values{"status": {"filled"}, "limit": {"25"}}, newestFirst(byStatus["filled"]), []int{25, 25, 10}},
-		{"rejected", f.keys[0], url.Values{"status": {"rejected"}}, newestFirst(byStatus["rejected"]), []int{30}},
-		{"canceled, limit 1", f.keys[0], url.Values{"status": {"canceled"}, "limit": {"1"}}, newestFirst(byStatus["canceled"]), slices.Repeat([]int{1}, 30)},
+		{"rejected", f.keys[0], url.Values{"status": {"rejected"}}, newestFirst(byStatus["rejected"]), []int{20}},
+		{"canceled, limit 1", f.keys[0], url.Values{"status": {"canceled"}, "limit": {"1"}}, newestFirst(byStatus["canceled"]), slices.Repeat([]int{1}, 20)},
+		{"open, resting in the book", f.keys[0], url.Values{"status": {"open"}}, newestFirst(byStatus["open"]), []int{20}},
+		{"partially filled: none", f.keys[0], url.Values{"status": {"partially_filled"}}, nil, []int{0}},
 		{"another account", f.keys[1], url.Values{}, newestFirst(bobIDs), []int{6}},
 		{"an account without final orders", f.keys[2], url.Values{}, nil, []int{0}},
 	}

@@ -280,7 +280,15 @@ func (p *Placer) Cancel(ctx context.Context, account, id string) (orders.Order, 
 	err = p.queue.Cancel(ctx, id)
 	switch {
 	case errors.Is(err, emq.ErrState):
-		return orders.Order{}, p.notCancelable(ctx, account, id, err)
+		refusal := p.notCancelable(ctx, account, id, err)
+		// A worker took the order between the read and the cancel and it
+		// came to rest: it is still cancelable, in the book.
+		var notCancelable *orders.NotCancelableError
+		if errors.As(refusal, &notCancelable) && notCancelable.Status.Resting() && p.history != nil {
+			canceled, err := p.history.CancelResting(ctx, account, id)
+			return withDefaults(canceled), err
+		}
+		return orders.Order{}, refusal
 	case errors.Is(err, emq.ErrNotFound):
 		// Its finished record was trimmed between the read and the cancel.
 		return orders.Order{}, fmt.Errorf("%w: %s", orders.ErrNotFound, id)

@@ -52,7 +52,8 @@ func (h *History) Order(ctx context.Context, account, id string) (orders.Order, 
 	return list[0], nil
 }
 
-// List returns one page of the account's final orders, newest first. ORD ids
+// List returns one page of the account's orders that a worker took (final
+// or resting), newest first. ORD ids
 // are ULIDs, so ordering by id is ordering by admission (to the millisecond),
 // and each page is one range scan of orders_account_newest or, filtered,
 // orders_account_status_newest.
@@ -63,8 +64,8 @@ func (h *History) List(ctx context.Context, account string, q orders.ListQuery) 
 	if q.Limit < 1 || q.Limit > orders.MaxListLimit {
 		return orders.Page{}, fmt.Errorf("%w: limit %d is outside 1..%d", orders.ErrInvalidQuery, q.Limit, orders.MaxListLimit)
 	}
-	if q.Status != "" && !q.Status.Final() {
-		return orders.Page{}, fmt.Errorf("%w: status %q is not a final status", orders.ErrInvalidQuery, q.Status)
+	if q.Status != "" && !q.Status.Final() && !q.Status.Resting() {
+		return orders.Page{}, fmt.Errorf("%w: status %q is no status of the orders table", orders.ErrInvalidQuery, q.Status)
 	}
 	if q.After != "" {
 		if _, err := orders.ParseOrderID(q.After); err != nil {

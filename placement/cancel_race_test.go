@@ -1,0 +1,66 @@
+package placement_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+)
+
+// restingMeanwhile is a History whose first read finds no row while a worker
+// takes the job, rests the order and completes the job: the queue's cancel
+// then fails, and the order is resting, so still cancelable, in the book.
+type restingMeanwhile struct {
+	queue        *emq.Queue
+	order        orders.Order
+	reads        int
+	bookCanceled bool
+}
+
+func (h *restingMeanwhile) Order(ctx context.Context, account, id string) (orders.Order, error) {
+	h.reads++
+	if h.reads == 1 {
+		claims, _ := h.queue.Claim(ctx, 1, time.Minute)
+		_ = h.queue.Complete(ctx, claims[0].ID, claims[0].Token)
+		return orders.Order{}, orders.ErrNotFound
+	}
+	o := h.order
+	o.Status = orders.StatusOpen
+	return o, nil
+}
+
+func (h *restingMeanwhile) List(context.Context, string, orders.ListQuery) (orders.Page, error) {
+	return orders.Page{}, nil
+}
+
+func (h *restingMeanwhile) RecordCanceled(context.Context, orders.Order) (orders.Status, error) {
+	return orders.StatusCanceled, nil
+}
+
+func (h *restingMeanwhile) CancelResting(ctx context.Context, account, id string) (orders.Order, error) {
+	h.bookCanceled = true
+	o := h.order
+	o.Status = orders.StatusCanceled
+	return o, nil
+}
+
+func (h *restingMeanwhile) CancelAllResting(context.Context, string, string) ([]orders.Order, error) {
+	return nil, nil
+}
+
+// An order a worker rests between the cancel's read and the queue's cancel
+// is canceled in the book, not refused as if it could no longer be.
+func TestCancelOfAnOrderThatCameToRestMeanwhile(t *testing.T) {
+	bare, queue, _ := placerOnRedis(t)
+	const account = "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"
+	order := placeOrder(t, bare, account, "race")
+	history := &restingMeanwhile{queue: queue, order: order}
+	placer := placement.NewPlacer(queue, 0, placement.WithHistory(history))
+	got, err := placer.Cancel(context.Background(), account, order.ID)
+	if err != nil || got.Status != orders.StatusCanceled || !history.bookCanceled {
+		t.Fatalf("cancel: %s, %v (canceled in the book: %v); want canceled through CancelResting", got.Status, err, history.bookCanceled)
+	}
+}
