@@ -83,3 +83,22 @@ func TestGetBook(t *testing.T) {
 		}
 	}
 }
+
+// The public book reads PostgreSQL, so it is limited per client address:
+// past the burst an address gets 429 problems, which the spec describes,
+// while the instruments (served from memory) stay unlimited.
+func TestPublicBookIsLimitedPerAddress(t *testing.T) {
+	f := newFixtureWith(t, 1, limited(2, 1))
+	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
+		res := f.do(t, f.http, http.MethodGet, "/v1/instruments/BTC-USD/book", "", "", "")
+		if res.status != want {
+			t.Fatalf("request %d: %d %s, want %d", i, res.status, res.body, want)
+		}
+		if res.header.Get("RateLimit-Limit") != "2" {
+			t.Errorf("request %d: RateLimit-Limit %q, want 2", i, res.header.Get("RateLimit-Limit"))
+		}
+	}
+	if res := f.do(t, f.http, http.MethodGet, "/v1/instruments", "", "", ""); res.status != http.StatusOK {
+		t.Errorf("instruments: %d %s", res.status, res.body)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -38,6 +39,28 @@ func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
 		return next
 	}
 	return func(c echo.Context) error {
+		if err := s.takePermit(c); err != nil {
+			return err
+		}
+		return next(c)
+	}
+}
+
+// rateLimitByAddress limits a public route, which has no API key, by the
+// client's address: each address has a bucket of the same size as a key's.
+// The address is the connection's, never a header a client can write, so
+// behind a proxy every client shares the proxy's bucket (a proxy limits its
+// own clients).
+func (s *Server) rateLimitByAddress(next echo.HandlerFunc) echo.HandlerFunc {
+	if !s.limiting() {
+		return next
+	}
+	return func(c echo.Context) error {
+		host, _, err := net.SplitHostPort(c.Request().RemoteAddr)
+		if err != nil {
+			host = c.Request().RemoteAddr
+		}
+		state(c).bucket = "addr:" + host
 		if err := s.takePermit(c); err != nil {
 			return err
 		}

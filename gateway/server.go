@@ -160,9 +160,10 @@ func New(deps Deps, config Config) *Server {
 	e.DELETE(placeOrderRoute, s.cancelAllOrders, v1...)
 	e.GET("/v1/balances", s.listBalances, v1...)
 	e.GET("/v1/fills", s.listFills, v1...)
-	// Public market data: no API key, so no per-key rate limit either.
+	// Public market data: no API key. The instruments come from memory; the
+	// book is read from PostgreSQL, so it is limited per client address.
 	e.GET("/v1/instruments", s.listInstruments)
-	e.GET("/v1/instruments/:symbol/book", s.getBook)
+	e.GET("/v1/instruments/:symbol/book", s.getBook, s.rateLimitByAddress)
 	for _, route := range e.Routes() {
 		s.routes[route.Path] = true
 	}

@@ -1330,7 +1330,8 @@ type ClientInterface interface {
 	// The resting orders of the instrument, by price level: bids by price
 	// descending, asks ascending, at most `depth` levels a side; each
 	// level's `quantity` is the remaining quantity of its orders summed.
-	// Public: no API key, no rate limit.
+	// Public: no API key; rate limited per client address (the
+	// connection's), with a bucket the size of an API key's.
 	//
 	// Corresponds with GET /v1/instruments/{symbol}/book (the `GetBook` operationId).
 	GetBook(ctx context.Context, symbol Symbol, params *GetBookParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1562,7 +1563,8 @@ func (c *Client) ListInstruments(ctx context.Context, params *ListInstrumentsPar
 // The resting orders of the instrument, by price level: bids by price
 // descending, asks ascending, at most `depth` levels a side; each
 // level's `quantity` is the remaining quantity of its orders summed.
-// Public: no API key, no rate limit.
+// Public: no API key; rate limited per client address (the
+// connection's), with a bucket the size of an API key's.
 //
 // Corresponds with GET /v1/instruments/{symbol}/book (the `GetBook` operationId).
 func (c *Client) GetBook(ctx context.Context, symbol Symbol, params *GetBookParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2519,7 +2521,8 @@ type ClientWithResponsesInterface interface {
 	// The resting orders of the instrument, by price level: bids by price
 	// descending, asks ascending, at most `depth` levels a side; each
 	// level's `quantity` is the remaining quantity of its orders summed.
-	// Public: no API key, no rate limit.
+	// Public: no API key; rate limited per client address (the
+	// connection's), with a bucket the size of an API key's.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3065,6 +3068,15 @@ type GetBookResponse404Headers struct {
 	XRequestID string
 }
 
+// GetBookResponse429Headers the declared response headers of an HTTP 429 response for GetBook
+type GetBookResponse429Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         int
+	XRequestID         string
+}
+
 // GetBookResponse500Headers the declared response headers of an HTTP 500 response for GetBook
 type GetBookResponse500Headers struct {
 	RateLimitLimit     *int
@@ -3091,6 +3103,8 @@ type GetBookResponse struct {
 	ApplicationProblemJSON400 *Problem
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *Problem
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationProblemJSON500 *Internal
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -3101,6 +3115,8 @@ type GetBookResponse struct {
 	Headers400 *GetBookResponse400Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetBookResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetBookResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetBookResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -3120,6 +3136,11 @@ func (r GetBookResponse) GetApplicationProblemJSON400() *Problem {
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r GetBookResponse) GetApplicationProblemJSON404() *Problem {
 	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetBookResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
 }
 
 // GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4060,7 +4081,8 @@ func (c *ClientWithResponses) ListInstrumentsWithResponse(ctx context.Context, p
 // The resting orders of the instrument, by price level: bids by price
 // descending, asks ascending, at most `depth` levels a side; each
 // level's `quantity` is the remaining quantity of its orders summed.
-// Public: no API key, no rate limit.
+// Public: no API key; rate limited per client address (the
+// connection's), with a bucket the size of an API key's.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -4850,6 +4872,13 @@ func ParseGetBookResponse(rsp *http.Response) (*GetBookResponse, error) {
 		}
 		response.ApplicationProblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4897,6 +4926,44 @@ func ParseGetBookResponse(rsp *http.Response) (*GetBookResponse, error) {
 			headers.XRequestID = value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetBookResponse429Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetBookResponse500Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
