@@ -4,13 +4,8 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
-	"maps"
 	"net/http"
 	"net/url"
-	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -63,53 +58,30 @@ var fillsParameters = []string{"limit", "cursor", "order_id"}
 // but not the caller's is no error: it has no fills of the caller's, so the
 // page is empty, as for an order that never traded.
 func fillsQueryOf(params url.Values) (orders.ExecutionQuery, error) {
-	var (
-		query  orders.ExecutionQuery
-		fields []FieldError
-	)
-	refuse := func(name, format string, args ...any) {
-		fields = append(fields, FieldError{Pointer: "", Reason: "query parameter " + name + " " + fmt.Sprintf(format, args...)})
-	}
-	for _, name := range slices.Sorted(maps.Keys(params)) {
-		if !slices.Contains(fillsParameters, name) {
-			refuse(name, "is not defined; this operation takes %s", strings.Join(fillsParameters, ", "))
-		}
-	}
-	for _, name := range fillsParameters {
-		values, given := params[name]
-		if !given {
-			continue
-		}
-		if len(values) > 1 {
-			refuse(name, "is given %d times; give it at most once", len(values))
-			continue
-		}
-		value := values[0]
+	var query orders.ExecutionQuery
+	err := readQuery(params, fillsParameters, func(name, value string, refuse func(string, ...any)) {
 		switch name {
 		case "limit":
-			limit, err := strconv.Atoi(value)
-			if !limitPattern.MatchString(value) || err != nil || limit > orders.MaxListLimit {
-				refuse(name, "must be an integer from 1 to %d", orders.MaxListLimit)
-				continue
+			if limit, ok := readLimit(value, refuse); ok {
+				query.Limit = limit
 			}
-			query.Limit = limit
 		case "cursor":
 			after, err := decodeFillCursor(value)
 			if err != nil {
-				refuse(name, "is not a cursor this API issued; pass next_cursor from the previous page unchanged")
-				continue
+				refuse("is not a cursor this API issued; pass next_cursor from the previous page unchanged")
+				return
 			}
 			query.After = after
 		case "order_id":
 			if _, err := orders.ParseOrderID(value); err != nil {
-				refuse(name, "must be an order id, ORD_ and 26 characters of Crockford base32")
-				continue
+				refuse("must be an order id, ORD_ and 26 characters of Crockford base32")
+				return
 			}
 			query.OrderID = value
 		}
-	}
-	if len(fields) > 0 {
-		return orders.ExecutionQuery{}, &requestError{kind: kindInvalidQuery, detail: fmt.Sprintf("%d query parameter(s) refused", len(fields)), fields: fields}
+	})
+	if err != nil {
+		return orders.ExecutionQuery{}, err
 	}
 	return query, nil
 }

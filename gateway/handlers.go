@@ -126,30 +126,15 @@ func (s *Server) cancelAllOrders(c echo.Context) error {
 // as strictly as listQueryOf reads the listing's: a misspelt parameter
 // would otherwise cancel every order of every instrument.
 func (s *Server) symbolQueryOf(params url.Values) (string, error) {
-	var fields []FieldError
-	refuse := func(name, format string, args ...any) {
-		fields = append(fields, FieldError{Pointer: "", Reason: "query parameter " + name + " " + fmt.Sprintf(format, args...)})
-	}
-	for _, name := range slices.Sorted(maps.Keys(params)) {
-		if name != "symbol" {
-			refuse(name, "is not defined; this operation takes symbol")
-		}
-	}
 	symbol := ""
-	if values, given := params["symbol"]; given {
-		switch _, err := s.instruments.Lookup(values[0]); {
-		case len(values) > 1:
-			refuse("symbol", "is given %d times; give it at most once", len(values))
-		case err != nil:
-			refuse("symbol", "is not an instrument traded here")
-		default:
-			symbol = values[0]
+	err := readQuery(params, []string{"symbol"}, func(_, value string, refuse func(string, ...any)) {
+		if _, err := s.instruments.Lookup(value); err != nil {
+			refuse("is not an instrument traded here")
+			return
 		}
-	}
-	if len(fields) > 0 {
-		return "", &requestError{kind: kindInvalidQuery, detail: fmt.Sprintf("%d query parameter(s) refused", len(fields)), fields: fields}
-	}
-	return symbol, nil
+		symbol = value
+	})
+	return symbol, err
 }
 
 // orderList is the body of GET /v1/orders.
@@ -182,25 +167,24 @@ var listParameters = []string{"limit", "cursor", "status"}
 
 var limitPattern = regexp.MustCompile(`^[1-9][0-9]{0,2}$`)
 
-// listQueryOf reads the listing's query parameters strictly, as the order
-// body is read: a typo such as ?stauts=filled would otherwise list every
-// order as if it were filtered. Every bad parameter is named, each as a field
-// error with the empty pointer (there is no body to point into) and a reason
-// that starts with "query parameter <name>".
-func listQueryOf(params url.Values) (orders.ListQuery, error) {
-	var (
-		query  orders.ListQuery
-		fields []FieldError
-	)
+// readQuery reads a query string strictly, as the order body is read: a
+// typo such as ?stauts=filled would otherwise list every order as if it were
+// filtered. It refuses every parameter not in allowed and every one given
+// more than once, hands each other one to read in allowed's order, and
+// returns every refusal as an invalid-query problem: each a field error with
+// the empty pointer (there is no body to point into) and a reason that starts
+// with "query parameter <name>".
+func readQuery(params url.Values, allowed []string, read func(name, value string, refuse func(format string, args ...any))) error {
+	var fields []FieldError
 	refuse := func(name, format string, args ...any) {
 		fields = append(fields, FieldError{Pointer: "", Reason: "query parameter " + name + " " + fmt.Sprintf(format, args...)})
 	}
 	for _, name := range slices.Sorted(maps.Keys(params)) {
-		if !slices.Contains(listParameters, name) {
-			refuse(name, "is not defined; this operation takes %s", strings.Join(listParameters, ", "))
+		if !slices.Contains(allowed, name) {
+			refuse(name, "is not defined; this operation takes %s", strings.Join(allowed, ", "))
 		}
 	}
-	for _, name := range listParameters {
+	for _, name := range allowed {
 		values, given := params[name]
 		if !given {
 			continue
@@ -209,33 +193,51 @@ func listQueryOf(params url.Values) (orders.ListQuery, error) {
 			refuse(name, "is given %d times; give it at most once", len(values))
 			continue
 		}
-		value := values[0]
+		read(name, values[0], func(format string, args ...any) { refuse(name, format, args...) })
+	}
+	if len(fields) > 0 {
+		return &requestError{kind: kindInvalidQuery, detail: fmt.Sprintf("%d query parameter(s) refused", len(fields)), fields: fields}
+	}
+	return nil
+}
+
+// readLimit reads a page size, 1 to orders.MaxListLimit.
+func readLimit(value string, refuse func(format string, args ...any)) (int, bool) {
+	limit, err := strconv.Atoi(value)
+	if !limitPattern.MatchString(value) || err != nil || limit > orders.MaxListLimit {
+		refuse("must be an integer from 1 to %d", orders.MaxListLimit)
+		return 0, false
+	}
+	return limit, true
+}
+
+// listQueryOf reads the orders listing's query parameters (readQuery).
+func listQueryOf(params url.Values) (orders.ListQuery, error) {
+	var query orders.ListQuery
+	err := readQuery(params, listParameters, func(name, value string, refuse func(string, ...any)) {
 		switch name {
 		case "limit":
-			limit, err := strconv.Atoi(value)
-			if !limitPattern.MatchString(value) || err != nil || limit > orders.MaxListLimit {
-				refuse(name, "must be an integer from 1 to %d", orders.MaxListLimit)
-				continue
+			if limit, ok := readLimit(value, refuse); ok {
+				query.Limit = limit
 			}
-			query.Limit = limit
 		case "cursor":
 			after, err := decodeCursor(value)
 			if err != nil {
-				refuse(name, "is not a cursor this API issued; pass next_cursor from the previous page unchanged")
-				continue
+				refuse("is not a cursor this API issued; pass next_cursor from the previous page unchanged")
+				return
 			}
 			query.After = after
 		case "status":
 			status := orders.Status(value)
 			if !status.Final() && !status.Resting() {
-				refuse(name, "must be one of open, partially_filled, filled, canceled, rejected; orders in the queue are not listed")
-				continue
+				refuse("must be one of open, partially_filled, filled, canceled, rejected; orders in the queue are not listed")
+				return
 			}
 			query.Status = status
 		}
-	}
-	if len(fields) > 0 {
-		return orders.ListQuery{}, &requestError{kind: kindInvalidQuery, detail: fmt.Sprintf("%d query parameter(s) refused", len(fields)), fields: fields}
+	})
+	if err != nil {
+		return orders.ListQuery{}, err
 	}
 	return query, nil
 }

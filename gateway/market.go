@@ -3,10 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
-	"maps"
 	"net/http"
-	"slices"
 	"strconv"
 
 	"github.com/govalues/decimal"
@@ -86,30 +83,17 @@ func (s *Server) getBook(c echo.Context) error {
 
 // depthQueryOf reads the book's one optional parameter, depth, strictly.
 func depthQueryOf(c echo.Context) (int, error) {
-	params := c.QueryParams()
-	var fields []FieldError
-	refuse := func(name, format string, args ...any) {
-		fields = append(fields, FieldError{Pointer: "", Reason: "query parameter " + name + " " + fmt.Sprintf(format, args...)})
-	}
-	for _, name := range slices.Sorted(maps.Keys(params)) {
-		if name != "depth" {
-			refuse(name, "is not defined; this operation takes depth")
-		}
-	}
 	depth := orders.DefaultBookDepth
-	if values, given := params["depth"]; given {
-		n, err := strconv.Atoi(values[0])
-		switch {
-		case len(values) > 1:
-			refuse("depth", "is given %d times; give it at most once", len(values))
-		case !limitPattern.MatchString(values[0]) || err != nil || n > orders.MaxBookDepth:
-			refuse("depth", "must be an integer from 1 to %d", orders.MaxBookDepth)
-		default:
-			depth = n
+	err := readQuery(c.QueryParams(), []string{"depth"}, func(_, value string, refuse func(string, ...any)) {
+		n, err := strconv.Atoi(value)
+		if !limitPattern.MatchString(value) || err != nil || n > orders.MaxBookDepth {
+			refuse("must be an integer from 1 to %d", orders.MaxBookDepth)
+			return
 		}
-	}
-	if len(fields) > 0 {
-		return 0, &requestError{kind: kindInvalidQuery, detail: fmt.Sprintf("%d query parameter(s) refused", len(fields)), fields: fields}
+		depth = n
+	})
+	if err != nil {
+		return 0, err
 	}
 	return depth, nil
 }

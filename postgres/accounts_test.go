@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordergate/ordergate/internal/testserver"
-	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
 )
@@ -20,11 +19,7 @@ func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 
 func migratedPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	database := testserver.Postgres(t)
-	if err := migrations.Up(database.URL); err != nil {
-		t.Fatal(err)
-	}
-	return database.Pool(t)
+	return testserver.MigratedPostgres(t).Pool(t)
 }
 
 func TestKeysAuthenticateUntilRevoked(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ordergate/ordergate/migrations"
 )
 
 const (
@@ -390,4 +391,15 @@ func (s *PostgresInstance) exec(statement string) error {
 		return fmt.Errorf("%s: %w", statement, err)
 	}
 	return nil
+}
+
+// MigratedPostgres is Postgres with every migration applied: a fresh
+// database at the newest schema.
+func MigratedPostgres(t testing.TB) *PostgresDatabase {
+	t.Helper()
+	database := Postgres(t)
+	if err := migrations.Up(database.URL); err != nil {
+		t.Fatalf("testserver: migrate %s: %v", database.URL, err)
+	}
+	return database
 }
