@@ -44,6 +44,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ordergate/ordergate/internal/collectors"
+	"github.com/ordergate/ordergate/internal/outage"
+	"github.com/ordergate/ordergate/internal/scriptpipe"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
@@ -213,7 +216,7 @@ func fillArgs(key string, entries []CacheEntry) ([]any, error) {
 // every hash whose fill failed; the others are filled.
 func (c *Client) FillHashesIfNewer(ctx context.Context, fills map[string][]CacheEntry) error {
 	keys := make([]string, 0, len(fills))
-	calls := make([]scriptCall, 0, len(fills))
+	calls := make([]scriptpipe.Call, 0, len(fills))
 	for key, entries := range fills {
 		if len(entries) == 0 {
 			continue
@@ -223,12 +226,12 @@ func (c *Client) FillHashesIfNewer(ctx context.Context, fills map[string][]Cache
 			return err
 		}
 		keys = append(keys, key)
-		calls = append(calls, scriptCall{keys: []string{key}, args: args})
+		calls = append(calls, scriptpipe.Call{Keys: []string{key}, Args: args})
 	}
 	if len(calls) == 0 {
 		return nil
 	}
-	cmds, err := runPipelined(ctx, c.rdb, cacheFillScript, calls)
+	cmds, err := scriptpipe.Run(ctx, c.rdb, cacheFillScript, calls)
 	if err != nil {
 		return fmt.Errorf("coherence: fill %d cache hashes: %w", len(calls), err)
 	}
@@ -283,11 +286,11 @@ type broadcastMetrics struct {
 func newBroadcastMetrics(registerer prometheus.Registerer) broadcastMetrics {
 	table := []string{"table"}
 	return broadcastMetrics{
-		received: register(registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
+		received: collectors.Register(registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "emq_coherence_broadcast_received_total",
 			Help: "Broadcast coherence messages read off the channel, whether kept or dropped.",
 		}, table)),
-		dropped: register(registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
+		dropped: collectors.Register(registerer, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "emq_coherence_broadcast_dropped_total",
 			Help: "Broadcast coherence messages refused because the subscriber's ring was full.",
 		}, table)),
@@ -405,7 +408,7 @@ func (s *Subscription) Stats() BroadcastStats {
 func (s *Subscription) Done() <-chan struct{} { return s.done }
 
 func (s *Subscription) read(ctx context.Context, healthTimeout time.Duration) {
-	trouble := outage{loop: "broadcast subscription"}
+	trouble := outage.Tracker{Loop: "broadcast subscription"}
 	for ctx.Err() == nil {
 		message, err := s.pubsub.ReceiveTimeout(ctx, healthTimeout)
 		if err != nil {
@@ -423,11 +426,11 @@ func (s *Subscription) read(ctx context.Context, healthTimeout time.Duration) {
 					continue
 				}
 			}
-			trouble.fail(s.log, err)
-			sleep(ctx, trouble.backoff())
+			trouble.Fail(s.log, err)
+			outage.Sleep(ctx, trouble.Backoff(0))
 			continue
 		}
-		trouble.recover(s.log)
+		trouble.Recover(s.log)
 		if m, ok := message.(*redis.Message); ok {
 			s.offer(m.Payload)
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"runtime/debug"
 	"time"
+
+	"github.com/ordergate/ordergate/internal/outage"
 )
 
 // claimLoop claims as many jobs as there are free slots (at most Batch) and
@@ -13,7 +15,7 @@ import (
 func (w *worker) claimLoop(ctx context.Context) {
 	idle := w.options.IdlePoll
 	idleCeiling := max(w.options.IdlePoll, idlePollCeiling)
-	trouble := outage{loop: "claim"}
+	trouble := outage.Tracker{Loop: "claim"}
 	for {
 		free, ok := w.acquireSlots(ctx)
 		if !ok {
@@ -27,13 +29,13 @@ func (w *worker) claimLoop(ctx context.Context) {
 		var wait time.Duration
 		switch {
 		case err != nil:
-			trouble.fail(w.log, err)
-			wait = trouble.backoff(w.options.IdlePoll)
+			trouble.Fail(w.log, err)
+			wait = trouble.Backoff(w.options.IdlePoll)
 		case len(claims) == 0:
-			trouble.recover(w.log)
+			trouble.Recover(w.log)
 			wait, idle = idle, min(idle*2, idleCeiling)
 		default:
-			trouble.recover(w.log)
+			trouble.Recover(w.log)
 			idle = w.options.IdlePoll
 			w.metrics.claimed.Add(float64(len(claims)))
 			deadlines := w.leaseDeadlines(claims, sentAt)
@@ -47,7 +49,7 @@ func (w *worker) claimLoop(ctx context.Context) {
 				w.start(claim, sentAt, deadlines[i])
 			}
 		}
-		if wait > 0 && !sleep(ctx, wait) {
+		if wait > 0 && !outage.Sleep(ctx, wait) {
 			return
 		}
 	}

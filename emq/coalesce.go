@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/ordergate/ordergate/internal/scriptpipe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -33,7 +34,7 @@ type coalescer struct {
 }
 
 type coalescedCall struct {
-	call scriptCall
+	call scriptpipe.Call
 	cmd  *redis.Cmd
 	done chan struct{}
 }
@@ -61,7 +62,7 @@ func (c *coalescer) run(ctx context.Context, keys []string, args ...any) *redis.
 			go c.send()
 		}
 	})
-	call := &coalescedCall{call: scriptCall{keys: keys, args: args}, done: make(chan struct{})}
+	call := &coalescedCall{call: scriptpipe.Call{Keys: keys, Args: args}, done: make(chan struct{})}
 	failed := func(err error) *redis.Cmd {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
@@ -87,7 +88,7 @@ func (c *coalescer) run(ctx context.Context, keys []string, args ...any) *redis.
 func (c *coalescer) send() {
 	defer c.senders.Done()
 	batch := make([]*coalescedCall, 0, coalescedMost)
-	calls := make([]scriptCall, 0, coalescedMost)
+	calls := make([]scriptpipe.Call, 0, coalescedMost)
 	for {
 		select {
 		case first := <-c.calls:
@@ -110,7 +111,7 @@ func (c *coalescer) send() {
 		}
 		// The pipeline is everybody's: no one caller's context may cancel it.
 		// The client's read and write timeouts bound it.
-		cmds, err := runPipelined(context.WithoutCancel(c.closing), c.rdb, c.script, calls)
+		cmds, err := scriptpipe.Run(context.WithoutCancel(c.closing), c.rdb, c.script, calls)
 		for i, call := range batch {
 			if err != nil {
 				call.cmd = redis.NewCmd(c.closing)

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ordergate/ordergate/internal/outage"
+	"github.com/ordergate/ordergate/internal/scriptpipe"
 )
 
 // heartbeat renews every lease in flight every Lease/3, all in one
@@ -13,7 +16,7 @@ func (w *worker) heartbeat() {
 	interval := w.options.Lease / 3
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
-	trouble := outage{loop: "heartbeat"}
+	trouble := outage.Tracker{Loop: "heartbeat"}
 	for {
 		select {
 		case <-w.stopped:
@@ -24,7 +27,7 @@ func (w *worker) heartbeat() {
 	}
 }
 
-func (w *worker) renewLeases(budget time.Duration, trouble *outage) {
+func (w *worker) renewLeases(budget time.Duration, trouble *outage.Tracker) {
 	// A finishing job keeps its lease renewed until its final move is made.
 	jobs := w.snapshot(jobRunning, jobFinishing)
 	if len(jobs) == 0 {
@@ -55,10 +58,10 @@ func (w *worker) renewLeases(budget time.Duration, trouble *outage) {
 	}
 	if failure != nil {
 		// The expiry timers cancel the handlers if renewals keep failing.
-		trouble.fail(w.log, failure)
+		trouble.Fail(w.log, failure)
 		return
 	}
-	trouble.recover(w.log)
+	trouble.Recover(w.log)
 }
 
 // loseLease cancels a running job's handler for good: the queue no longer
@@ -77,14 +80,14 @@ func (w *worker) loseLease(job *runningJob, cause error) {
 // extendLeases renews many leases in one round trip; each is renewed or
 // refused on its own, exactly as by Extend. Errors are in order.
 func (q *Queue) extendLeases(ctx context.Context, leases []Completion, lease time.Duration) []error {
-	calls := make([]scriptCall, len(leases))
+	calls := make([]scriptpipe.Call, len(leases))
 	for i, held := range leases {
-		calls[i] = scriptCall{
-			keys: []string{q.jobsKey(), q.activeKey()},
-			args: []any{held.ID, held.Token, lease.Milliseconds()},
+		calls[i] = scriptpipe.Call{
+			Keys: []string{q.jobsKey(), q.activeKey()},
+			Args: []any{held.ID, held.Token, lease.Milliseconds()},
 		}
 	}
-	cmds, err := runPipelined(ctx, q.client.rdb, extendScript, calls)
+	cmds, err := scriptpipe.Run(ctx, q.client.rdb, extendScript, calls)
 	errs := make([]error, len(leases))
 	for i, held := range leases {
 		if err == nil {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/ordergate/ordergate/internal/outage"
 )
 
 // The most jobs one reap or promote call moves.
@@ -16,18 +18,18 @@ const (
 // reapLoop takes back expired leases, at once on start (a restarted worker
 // picks up what its previous life left) and every ReapInterval.
 func (w *worker) reapLoop(ctx context.Context) {
-	trouble := outage{loop: "reaper"}
-	for wait := time.Duration(0); sleep(ctx, wait); {
-		wait = jittered(w.options.ReapInterval)
+	trouble := outage.Tracker{Loop: "reaper"}
+	for wait := time.Duration(0); outage.Sleep(ctx, wait); {
+		wait = outage.Jittered(w.options.ReapInterval)
 		if err := w.reapExpired(ctx); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			trouble.fail(w.log, err)
-			wait = trouble.backoff(w.options.ReapInterval)
+			trouble.Fail(w.log, err)
+			wait = trouble.Backoff(w.options.ReapInterval)
 			continue
 		}
-		trouble.recover(w.log)
+		trouble.Recover(w.log)
 	}
 }
 
@@ -47,18 +49,18 @@ func (w *worker) reapExpired(ctx context.Context) error {
 }
 
 func (w *worker) promoteLoop(ctx context.Context) {
-	trouble := outage{loop: "promoter"}
-	for wait := time.Duration(0); sleep(ctx, wait); {
-		wait = jittered(w.options.PromoteInterval)
+	trouble := outage.Tracker{Loop: "promoter"}
+	for wait := time.Duration(0); outage.Sleep(ctx, wait); {
+		wait = outage.Jittered(w.options.PromoteInterval)
 		if err := w.promoteDue(ctx); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			trouble.fail(w.log, err)
-			wait = trouble.backoff(w.options.PromoteInterval)
+			trouble.Fail(w.log, err)
+			wait = trouble.Backoff(w.options.PromoteInterval)
 			continue
 		}
-		trouble.recover(w.log)
+		trouble.Recover(w.log)
 	}
 }
 
@@ -79,18 +81,18 @@ func (w *worker) promoteDue(ctx context.Context) error {
 }
 
 func (w *worker) sampleLoop(ctx context.Context) {
-	trouble := outage{loop: "metrics"}
-	for wait := time.Duration(0); sleep(ctx, wait); {
+	trouble := outage.Tracker{Loop: "metrics"}
+	for wait := time.Duration(0); outage.Sleep(ctx, wait); {
 		wait = w.options.MetricsInterval
 		depths, err := w.queue.depths(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			trouble.fail(w.log, err)
+			trouble.Fail(w.log, err)
 			continue
 		}
-		trouble.recover(w.log)
+		trouble.Recover(w.log)
 		w.metrics.pending.Set(float64(depths.pending))
 		w.metrics.active.Set(float64(depths.active))
 		w.metrics.delayed.Set(float64(depths.delayed))

@@ -1,8 +1,7 @@
 package emq
 
 import (
-	"errors"
-
+	"github.com/ordergate/ordergate/internal/collectors"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -41,10 +40,10 @@ var claimToCompleteBuckets = []float64{
 func NewMetrics(registerer prometheus.Registerer) *Metrics {
 	queue := []string{"queue"}
 	counter := func(name, help string) *prometheus.CounterVec {
-		return register(registerer, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, queue))
+		return collectors.Register(registerer, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, queue))
 	}
 	gauge := func(name, help string) *prometheus.GaugeVec {
-		return register(registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, queue))
+		return collectors.Register(registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, queue))
 	}
 	return &Metrics{
 		claimed:       counter("emq_jobs_claimed_total", "Jobs leased to this process's workers."),
@@ -53,7 +52,7 @@ func NewMetrics(registerer prometheus.Registerer) *Metrics {
 		dead:          counter("emq_jobs_dead_total", "Jobs moved to dead: attempts spent, a permanent failure, or reaped on their last attempt."),
 		reaped:        counter("emq_jobs_reaped_total", "Expired leases this process's reaper took back (requeued or dead)."),
 		staleRefusals: counter("emq_stale_refusals_total", "Moves the queue refused because the lease had passed to another worker (EMQSTALE)."),
-		claimToComplete: register(registerer, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		claimToComplete: collectors.Register(registerer, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "emq_claim_to_complete_seconds",
 			Help:    "Time from a job's claim to its confirmed completion.",
 			Buckets: claimToCompleteBuckets,
@@ -65,23 +64,6 @@ func NewMetrics(registerer prometheus.Registerer) *Metrics {
 		lanes:        gauge("emq_lanes", "Groups with pending jobs (nonempty fair lanes), sampled."),
 		laneDepthMax: gauge("emq_lane_depth_max", "Pending jobs in the deepest lane, sampled."),
 	}
-}
-
-func register[C prometheus.Collector](registerer prometheus.Registerer, collector C) C {
-	if registerer == nil {
-		return collector
-	}
-	err := registerer.Register(collector)
-	if err == nil {
-		return collector
-	}
-	var already prometheus.AlreadyRegisteredError
-	if errors.As(err, &already) {
-		if existing, ok := already.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	panic(err)
 }
 
 // queueMetrics are the series of one queue, resolved once per worker so the

@@ -4,56 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/ordergate/ordergate/internal/scriptpipe"
 )
-
-// scriptCall is one run of a script in a pipeline.
-type scriptCall struct {
-	keys []string
-	args []any
-}
-
-// runPipelined runs many calls of one script in one round trip, EVALSHA
-// first. A pipeline cannot fall back call by call the way Script.Run does, so
-// calls refused with NOSCRIPT (which did not run) are sent again after
-// loading the script.
-func runPipelined(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, calls []scriptCall) ([]*redis.Cmd, error) {
-	cmds := make([]*redis.Cmd, len(calls))
-	pending := make([]int, len(calls))
-	for i := range pending {
-		pending[i] = i
-	}
-	for round := 0; round < 2 && len(pending) > 0; round++ {
-		pipe := rdb.Pipeline()
-		for _, i := range pending {
-			cmds[i] = script.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
-		}
-		_, _ = pipe.Exec(ctx) // errors are read per command below
-		var missing []int
-		for _, i := range pending {
-			if err := cmds[i].Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-				missing = append(missing, i)
-			}
-		}
-		if len(missing) > 0 {
-			if err := script.Load(ctx, rdb).Err(); err != nil {
-				return nil, fmt.Errorf("emq: load script: %w", err)
-			}
-		}
-		pending = missing
-	}
-	return cmds, nil
-}
 
 // AdmitMany admits jobs in one round trip; each job is admitted or refused
 // on its own, exactly as by Admit. The answers and errors are in job order.
 func (q *Queue) AdmitMany(ctx context.Context, jobs []Job) ([]Admission, []error) {
 	admissions := make([]Admission, len(jobs))
 	errs := make([]error, len(jobs))
-	calls := make([]scriptCall, 0, len(jobs))
+	calls := make([]scriptpipe.Call, 0, len(jobs))
 	index := make([]int, 0, len(jobs))
 	now := time.Now()
 	for i, job := range jobs {
@@ -62,10 +23,10 @@ func (q *Queue) AdmitMany(ctx context.Context, jobs []Job) ([]Admission, []error
 			errs[i] = err
 			continue
 		}
-		calls = append(calls, scriptCall{keys: keys, args: args})
+		calls = append(calls, scriptpipe.Call{Keys: keys, Args: args})
 		index = append(index, i)
 	}
-	cmds, err := runPipelined(ctx, q.client.rdb, admitScript, calls)
+	cmds, err := scriptpipe.Run(ctx, q.client.rdb, admitScript, calls)
 	for n, i := range index {
 		if err != nil {
 			errs[i] = err
