@@ -62,8 +62,9 @@ func unsettleable(err error) error { return &unsettleableError{err: err} }
 // whose fencing token is token, as docs/market.md ("Settling one order")
 // says: it is matched against the book of its instrument and rests, fills,
 // is canceled or rejected; then the outbox entries are relayed. Concurrent
-// calls share transactions: while one of the settler's transactions is in
-// flight, the orders that arrive wait and then settle together in the next
+// calls share transactions: while one of the settler's transactions of an
+// instrument is in flight, the orders of that instrument that arrive wait
+// and then settle together in the next
 // (see settleTogether), each with its own outcome; a lone order is a batch
 // of one.
 //
@@ -97,7 +98,8 @@ func (s *Settler) Settle(ctx context.Context, order orders.Order, token int64) e
 }
 
 // settleJoined settles the order at once when none of the settler's
-// transactions is in flight, and otherwise waits for the next batch. An order
+// transactions of its instrument is in flight, and otherwise waits for the
+// instrument's next batch. An order
 // the batch could not settle is settled alone, as if there were no batch.
 func (s *Settler) settleJoined(ctx context.Context, order orders.Order, token int64) (settlement, error) {
 	settleCtx, cancel := context.WithTimeout(ctx, settleTimeout)
@@ -106,7 +108,7 @@ func (s *Settler) settleJoined(ctx context.Context, order orders.Order, token in
 	if s.queue.join(req) {
 		// Deferred: a panicking settlement must still hand the queue on, or
 		// the orders waiting in it would wait for good.
-		defer s.handOn()
+		defer s.handOn(order.Symbol)
 		s.metrics.observeBatch(1)
 		return s.settleAlone(settleCtx, req)
 	}

@@ -14,18 +14,21 @@ import (
 	"github.com/ordergate/ordergate/orders"
 )
 
-// A settlement batch is several orders settled in one PostgreSQL
-// transaction. Orders of one instrument queue for its lock one after the
-// other and each holds it through its commit; settling the orders that
-// queued meanwhile in one transaction pays that commit, and the outbox rows
-// of the balances they move, once per batch instead of once per order. A
-// lone order is a batch of one: settleTogether (settle_match.go) is the one
-// path.
+// A settlement batch is several orders of one instrument settled in one
+// PostgreSQL transaction. Orders of one instrument queue for its lock one
+// after the other and each holds it through its commit; settling the orders
+// that queued meanwhile in one transaction pays that commit, and the outbox
+// rows of the balances they move, once per batch instead of once per order.
+// Each instrument has its own queue, so a worker settles several
+// instruments at once and a batch never holds one instrument's lock while
+// it waits on another's. A lone order is a batch of one: settleTogether
+// (settle_match.go) is the one path.
 
 // maxSettleBatch bounds the orders one transaction settles: its locks, its
 // statement's arrays and the work a failed batch hands back to be redone
-// one by one.
-const maxSettleBatch = 32
+// one by one. Batches grow to it only under a backlog, where bigger batches
+// settle more orders a second (settlement.DefaultConfig has the figures).
+const maxSettleBatch = 128
 
 // settleRequest is one Settle call waiting for a batch to settle its order.
 // The outcome fields are written before done is closed.
@@ -44,58 +47,74 @@ type settleRequest struct {
 	alone bool
 }
 
-// settleQueue holds the orders waiting for the settler's next transaction.
-// At most one transaction of a settler is in flight: the orders that arrive
-// meanwhile wait here and go together in the next one, so a lone order goes
-// at once and a busy worker settles in batches without any timer.
+// settleQueue holds, per instrument, the orders waiting for the settler's
+// next transaction of that instrument. At most one transaction of a
+// settler is in flight per instrument: the orders that arrive meanwhile
+// wait here and go together in the next one, so a lone order goes at once
+// and a busy worker settles in batches without any timer. An instrument
+// with nothing in flight has no entry, so the map holds only the
+// instruments being settled.
 type settleQueue struct {
-	mu      sync.Mutex
-	waiting []*settleRequest
-	// busy: a transaction is in flight, and whoever runs it takes the
-	// waiting orders when it ends.
-	busy bool
+	mu       sync.Mutex
+	inFlight map[string]*symbolQueue
 }
 
-// join makes the caller the runner when nothing is in flight (true) or
-// queues the request for the next batch (false).
+// symbolQueue is one instrument's part of the settle queue: a transaction
+// is in flight, and whoever runs it takes the waiting orders when it ends.
+type symbolQueue struct {
+	waiting []*settleRequest
+}
+
+// join makes the caller the runner when nothing of its instrument is in
+// flight (true) or queues the request for the instrument's next batch
+// (false).
 func (q *settleQueue) join(req *settleRequest) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !q.busy {
-		q.busy = true
-		return true
+	symbol := req.order.Symbol
+	if sq := q.inFlight[symbol]; sq != nil {
+		sq.waiting = append(sq.waiting, req)
+		return false
 	}
-	q.waiting = append(q.waiting, req)
-	return false
+	if q.inFlight == nil {
+		q.inFlight = make(map[string]*symbolQueue)
+	}
+	q.inFlight[symbol] = &symbolQueue{}
+	return true
 }
 
 // withdraw takes a request out of the queue if no batch has taken it yet.
 func (q *settleQueue) withdraw(req *settleRequest) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	i := slices.Index(q.waiting, req)
+	sq := q.inFlight[req.order.Symbol]
+	if sq == nil {
+		return false
+	}
+	i := slices.Index(sq.waiting, req)
 	if i < 0 {
 		return false
 	}
-	q.waiting = slices.Delete(q.waiting, i, i+1)
+	sq.waiting = slices.Delete(sq.waiting, i, i+1)
 	return true
 }
 
-// take removes the next batch from the queue, oldest first, or reports
-// there is none and ends the busy spell. A second request for an order
-// already in the batch (two leases racing) stays for the next batch, which
-// finds the order final.
-func (q *settleQueue) take() []*settleRequest {
+// take removes the instrument's next batch from the queue, oldest first,
+// or reports there is none and ends its busy spell. A second request for
+// an order already in the batch (two leases racing) stays for the next
+// batch, which finds the order final.
+func (q *settleQueue) take(symbol string) []*settleRequest {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.waiting) == 0 {
-		q.busy = false
+	sq := q.inFlight[symbol]
+	if sq == nil || len(sq.waiting) == 0 {
+		delete(q.inFlight, symbol)
 		return nil
 	}
-	batch := make([]*settleRequest, 0, min(len(q.waiting), maxSettleBatch))
+	batch := make([]*settleRequest, 0, min(len(sq.waiting), maxSettleBatch))
 	ids := make(map[string]bool, cap(batch))
-	left := q.waiting[:0]
-	for _, req := range q.waiting {
+	left := sq.waiting[:0]
+	for _, req := range sq.waiting {
 		if len(batch) == maxSettleBatch || ids[req.order.ID] {
 			left = append(left, req)
 			continue
@@ -103,28 +122,29 @@ func (q *settleQueue) take() []*settleRequest {
 		ids[req.order.ID] = true
 		batch = append(batch, req)
 	}
-	clear(q.waiting[len(left):])
-	q.waiting = left
+	clear(sq.waiting[len(left):])
+	sq.waiting = left
 	return batch
 }
 
 // handOn is called by the runner of a transaction when it ends: the orders
-// that queued meanwhile go next, on a goroutine of their own so the runner's
-// handler can return.
-func (s *Settler) handOn() {
+// of its instrument that queued meanwhile go next, on a goroutine of their
+// own so the runner's handler can return.
+func (s *Settler) handOn(symbol string) {
 	s.queue.mu.Lock()
 	defer s.queue.mu.Unlock()
-	if len(s.queue.waiting) == 0 {
-		s.queue.busy = false
+	sq := s.queue.inFlight[symbol]
+	if sq == nil || len(sq.waiting) == 0 {
+		delete(s.queue.inFlight, symbol)
 		return
 	}
-	go s.drive()
+	go s.drive(symbol)
 }
 
-// drive settles batches until the queue is empty.
-func (s *Settler) drive() {
+// drive settles the instrument's batches until its queue is empty.
+func (s *Settler) drive(symbol string) {
 	for {
-		batch := s.queue.take()
+		batch := s.queue.take(symbol)
 		if batch == nil {
 			return
 		}

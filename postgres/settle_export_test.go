@@ -5,7 +5,11 @@ package postgres
 func SettleQueueLength(s *Settler) int {
 	s.queue.mu.Lock()
 	defer s.queue.mu.Unlock()
-	return len(s.queue.waiting)
+	n := 0
+	for _, sq := range s.queue.inFlight {
+		n += len(sq.waiting)
+	}
+	return n
 }
 
 // SetWindowRows makes each read of a book return at most n orders until the
@@ -14,4 +18,11 @@ func SetWindowRows(t interface{ Cleanup(func()) }, n int32) {
 	before := windowRows
 	windowRows = n
 	t.Cleanup(func() { windowRows = before })
+}
+
+// SetAfterFirstDecision makes f run between each batch's first decision
+// and its balance locks until the test ends.
+func SetAfterFirstDecision(t interface{ Cleanup(func()) }, f func()) {
+	afterFirstDecision = f
+	t.Cleanup(func() { afterFirstDecision = nil })
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/govalues/decimal"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ordergate/ordergate/orders"
 )
@@ -41,8 +42,12 @@ var (
 	settleInsertEntriesSQL string
 	//go:embed sql/settle_move_balances.sql
 	settleMoveBalancesSQL string
-	//go:embed sql/settle_insert_trades.sql
-	settleInsertTradesSQL string
+	//go:embed sql/settle_write_ledger.sql
+	settleWriteLedgerSQL string
+	//go:embed sql/settle_guard.sql
+	settleGuardSQL string
+	//go:embed sql/settle_outbox_reached.sql
+	settleOutboxReachedSQL string
 	//go:embed sql/settle_last_price.sql
 	settleLastPriceSQL string
 	//go:embed sql/settle_outbox.sql
@@ -86,14 +91,41 @@ type balanceKey struct{ account, asset string }
 // floats, so the funds checks compare what PostgreSQL would.
 //
 // A row the decision only writes (a maker's, the venue's) is not read
-// before it is locked: known is false, available and held are then what the
-// batch moved, and version is set once the row is locked.
+// before it is locked: known is false, and available and held are then what
+// the batch moved.
+//
+// A row the decision ran funds checks on keeps the bounds its locked
+// available must fall in for every check to come out the same: at least
+// atLeast (every hold that passed still passes) and below below (every hold
+// refused is still refused); nil is no bound. start is the available the
+// decision began from.
 type lockedBalance struct {
 	version          int64
 	available, held  *big.Rat
 	known            bool
 	entries          int64
 	name, asset, acc string
+
+	start, atLeast, below *big.Rat
+}
+
+// funds runs a funds check of the decision: whether the row's available
+// covers need, as the batch left it. It records what the check needs of
+// the row's value when locked: the batch moved the row by available -
+// start, so the check comes out the same while the locked available is at
+// least need - that (passed) or below it (refused).
+func (b *lockedBalance) funds(need *big.Rat) bool {
+	threshold := new(big.Rat).Sub(need, new(big.Rat).Sub(b.available, b.start))
+	if b.available.Cmp(need) < 0 {
+		if b.below == nil || threshold.Cmp(b.below) < 0 {
+			b.below = threshold
+		}
+		return false
+	}
+	if b.atLeast == nil || threshold.Cmp(b.atLeast) > 0 {
+		b.atLeast = threshold
+	}
+	return true
 }
 
 // bookOrder is a resting order of a book the batch holds: one read from the
@@ -157,10 +189,10 @@ type takerRow struct {
 	notional     decimal.Decimal
 	fees         decimal.Decimal
 	hold         decimal.Decimal
-	// restedAt is the order in which resting takers came to rest, which
-	// their drawn sequences keep; -1 when it never rested.
-	restedAt int
-	sequence int64
+	// rests: the order is on the book when the batch ends. Takers come to
+	// rest in the order they are decided, and their rows draw their
+	// sequences in that order.
+	rests bool
 }
 
 type ledgerEntry struct {
@@ -169,10 +201,13 @@ type ledgerEntry struct {
 }
 
 type ledgerTxn struct {
-	id      int64
-	kind    string
-	orderID string
-	entries []ledgerEntry
+	// position is the transaction's place (1-based) in the batch's
+	// decision order, which names it until settle_write_ledger.sql draws
+	// its id.
+	position int
+	kind     string
+	orderID  string
+	entries  []ledgerEntry
 }
 
 type tradeRow struct {
@@ -188,7 +223,7 @@ type tradeRow struct {
 type batchWork struct {
 	// ctx and tx read more of a book when a taker needs it.
 	ctx      context.Context
-	tx       pgx.Tx
+	tx       sender
 	reads    map[sideKey]*sideRead
 	books    map[string]*instrumentBook
 	balances map[balanceKey]*lockedBalance
@@ -196,44 +231,71 @@ type batchWork struct {
 	makers   []*bookOrder
 	txns     []*ledgerTxn
 	trades   []*tradeRow
-	// provisional is the next sequence of a taker coming to rest: above
-	// every drawn one, replaced by a drawn one at the end.
+	// provisional is the next sequence of a taker coming to rest in the
+	// batch's books: above every sequence drawn before, as the one it
+	// draws when its row is inserted will be.
 	provisional int64
-	rested      int
 }
 
+// sender sends a pipeline of statements (one round trip) on the batch's
+// connection, inside its transaction.
+type sender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Transaction control of a settlement batch, sent inside its pipelines so
+// that opening and ending the transaction cost no round trip of their own.
+const (
+	beginSQL      = "BEGIN"
+	commitSQL     = "COMMIT"
+	savepointSQL  = "SAVEPOINT settle_decided"
+	backToSQL     = "ROLLBACK TO SAVEPOINT settle_decided"
+	staleCodeWord = "SETTLESTALE"
+)
+
 // settleTogether settles the batch in one transaction, as docs/market.md
-// ("Settling one order") says. It locks the batch's instruments in symbol
+// ("Settling one order") says, in two round trips when nothing raced it.
+//
+// The first opens the transaction, locks the batch's instruments in symbol
 // order, finds the orders that have a row already (redeliveries: nothing
-// changes for them), reads what its takers can reach of the books
+// changes for them), and reads what its takers can reach of the books
 // (settle_window.go) and its takers' balance rows, unlocked. It decides each
 // order in the batch's order against the books and balances as the orders
-// before it left them, then locks in (account, asset) order, in one
-// statement, every balance row the decision writes and the takers' rows of
-// their instruments' assets: a batch takes no balance lock before that
-// statement, so two batches never wait on each other in a cycle. If a
-// taker's row changed since it was read (a withdrawal, a settlement of
-// another instrument), the batch decides again on the locked values. Then
-// it writes everything in one round trip with the commit.
+// before it left them. The second locks, in (account, asset) order and in
+// one statement, every balance row the decision writes and the takers' rows
+// of their instruments' assets (a batch takes no balance lock before that
+// statement, so two batches never wait on each other in a cycle), checks
+// that the funds checks come out the same on the locked rows
+// (settle_guard.sql), writes everything and commits. Balance rows are thus
+// locked only while PostgreSQL runs that one pipeline, not across a round
+// trip, which is what lets instruments that share accounts settle side by
+// side.
+//
+// If a row moved past what the decision needed (a withdrawal, another
+// instrument's settlement), the pipeline rolls back to its savepoint, the
+// rows are locked, the batch decides again on the locked values, and
+// writes and commits in a third round trip. A row the new decision writes
+// that is not locked yet is locked then, out of the one order: PostgreSQL
+// would then break a cycle by failing this batch, whose orders then settle
+// one by one.
 //
 // An order whose handler's context ended (its lease lost) by the time it is
 // decided is left out of the writes, so no batch settles an order its worker
-// no longer holds. A failure returned means nothing was committed.
+// no longer holds. A failure returned means nothing was committed, or, if
+// the connection broke during the last round trip, that the commit's fate
+// is unknown, as with any commit.
 func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([]batchOutcome, error) {
 	n := len(batch)
 	fail := func(err error) ([]batchOutcome, error) {
 		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
 	}
-	conn, err := s.db.Acquire(ctx)
+	pooled, err := s.db.Acquire(ctx)
 	if err != nil {
 		return fail(err)
 	}
-	defer releaseAfterTx(conn)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return fail(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
+	// Rolls back whatever a failure left open.
+	defer releaseAfterTx(pooled)
+	conn := pooled.Conn()
 
 	ids := make([]string, n)
 	takerAccounts, takerSymbols := make([]string, n), make([]string, n)
@@ -253,6 +315,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 	snapshot := make(map[balanceKey]*lockedBalance)
 	var readErr error
 	first := &pgx.Batch{}
+	first.Queue(beginSQL)
 	first.Queue(settleInstrumentsSQL, symbols).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var in orders.Instrument
@@ -292,7 +355,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 	}
 	readTakers := func(rows pgx.Rows) error { return scanBalances(rows, snapshot) }
 	first.Queue(settleTakersSQL, takerAccounts, takerSymbols).Query(readTakers)
-	if err := tx.SendBatch(ctx, first).Close(); err != nil {
+	if err := conn.SendBatch(ctx, first).Close(); err != nil {
 		return fail(err)
 	}
 	if readErr != nil {
@@ -319,34 +382,41 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 		second := &pgx.Batch{}
 		second.Queue(settleOpenSQL, accounts, assets)
 		second.Queue(settleTakersSQL, takerAccounts, takerSymbols).Query(readTakers)
-		if err := tx.SendBatch(ctx, second).Close(); err != nil {
+		if err := conn.SendBatch(ctx, second).Close(); err != nil {
 			return fail(err)
 		}
 	}
 
-	// Decide, then lock what the decision writes and what it rests on.
-	w, outcomes, err := decideBatch(ctx, tx, batch, instruments, reads, snapshot, existing)
+	w, outcomes, err := decideBatch(ctx, conn, batch, instruments, reads, snapshot, existing)
 	if err != nil {
 		return fail(err)
+	}
+	if afterFirstDecision != nil {
+		afterFirstDecision()
+	}
+	if len(w.takers) == 0 {
+		// Nothing to write: redeliveries and refusals only.
+		if _, err := conn.Exec(ctx, commitSQL); err != nil {
+			return fail(err)
+		}
+		return outcomes, nil
 	}
 	lockSet := maps.Clone(takerKeys)
 	for key := range w.written() {
 		lockSet[key] = true
 	}
-	locked := make(map[balanceKey]*lockedBalance)
-	var txnIDs, sequences []int64
-	if err := lockAndDraw(ctx, tx, slices.Collect(maps.Keys(lockSet)), locked, w, &txnIDs, &sequences); err != nil {
-		return fail(err)
-	}
-	if changedSince(takerKeys, snapshot, locked) {
-		// A taker's row moved between the read and the lock: decide again on
-		// what is locked now, which nothing else can change before the
-		// commit. A row the new decision writes that is not locked yet is
-		// locked by a second statement, out of the one order: PostgreSQL
-		// would then break a cycle by failing this batch, whose orders then
-		// settle one by one.
-		s.log.Debug("a taker's balance moved while the batch decided; deciding again on the locked rows", "orders", n)
-		if w, outcomes, err = decideBatch(ctx, tx, batch, instruments, reads, locked, existing); err != nil {
+	outbox, err := w.write(ctx, conn, slices.Collect(maps.Keys(lockSet)), snapshot, true)
+	if isStale(err) {
+		s.log.Debug("a taker's balance moved past what the batch decided on; deciding again on the locked rows", "orders", n)
+		s.metrics.observeRedecided()
+		if _, err := conn.Exec(ctx, backToSQL); err != nil {
+			return fail(err)
+		}
+		locked := make(map[balanceKey]*lockedBalance)
+		if err := lockRows(ctx, conn, slices.Collect(maps.Keys(lockSet)), locked); err != nil {
+			return fail(err)
+		}
+		if w, outcomes, err = decideBatch(ctx, conn, batch, instruments, reads, locked, existing); err != nil {
 			return fail(err)
 		}
 		var extra []balanceKey
@@ -355,33 +425,9 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 				extra = append(extra, key)
 			}
 		}
-		if err := lockAndDraw(ctx, tx, extra, locked, w, &txnIDs, &sequences); err != nil {
-			return fail(err)
-		}
+		outbox, err = w.write(ctx, conn, extra, locked, false)
 	}
-	for key, b := range w.balances {
-		if b.entries == 0 {
-			continue
-		}
-		row := locked[key]
-		if row == nil {
-			return fail(fmt.Errorf("balance %s of %s moved but it does not exist", key.asset, key.account))
-		}
-		b.version = row.version
-	}
-	if len(w.takers) == 0 {
-		// Nothing to write: redeliveries and refusals only.
-		if err := tx.Commit(ctx); err != nil {
-			return fail(err)
-		}
-		return outcomes, nil
-	}
-
-	outbox, err := w.write(ctx, tx, txnIDs, sequences)
 	if err != nil {
-		return fail(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
 		return fail(err)
 	}
 	// The batch's outbox rows are relayed once, by the handler of its first
@@ -395,9 +441,21 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 	return outcomes, nil
 }
 
+// afterFirstDecision, when set (by tests only), runs between a batch's
+// first decision and its locks: what it changes is what a concurrent
+// withdrawal or settlement would.
+var afterFirstDecision func()
+
+// isStale reports whether err is settle_guard.sql's: a balance row moved
+// past what the batch decided on.
+func isStale(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "P0001" && strings.HasPrefix(pgErr.Message, staleCodeWord)
+}
+
 // decideBatch decides every order of the batch in memory, on the books as
 // read and the balances given (copied: the decision moves its own).
-func decideBatch(ctx context.Context, tx pgx.Tx, batch []*settleRequest, instruments map[string]orders.Instrument,
+func decideBatch(ctx context.Context, tx sender, batch []*settleRequest, instruments map[string]orders.Instrument,
 	reads map[sideKey]*sideRead, balances map[balanceKey]*lockedBalance, existing map[string]bool,
 ) (*batchWork, []batchOutcome, error) {
 	w := &batchWork{
@@ -424,7 +482,8 @@ func decideBatch(ctx context.Context, tx pgx.Tx, batch []*settleRequest, instrum
 	}
 	for key, b := range balances {
 		w.balances[key] = &lockedBalance{version: b.version, available: new(big.Rat).Set(b.available),
-			held: new(big.Rat).Set(b.held), known: true, name: b.name, asset: b.asset, acc: b.acc}
+			held: new(big.Rat).Set(b.held), known: true, name: b.name, asset: b.asset, acc: b.acc,
+			start: b.available}
 	}
 	outcomes := make([]batchOutcome, len(batch))
 	for i, req := range batch {
@@ -448,44 +507,36 @@ func (w *batchWork) written() map[balanceKey]bool {
 	return keys
 }
 
-// lockAndDraw opens and locks the balance rows keys in (account, asset)
-// order, into locked, and draws the ids the decision's rows name, in one
-// round trip.
-func lockAndDraw(ctx context.Context, tx pgx.Tx, keys []balanceKey, locked map[balanceKey]*lockedBalance,
-	w *batchWork, txnIDs, sequences *[]int64,
-) error {
+// lockRows opens and locks the balance rows keys in (account, asset)
+// order, into locked, in one round trip.
+func lockRows(ctx context.Context, tx sender, keys []balanceKey, locked map[balanceKey]*lockedBalance) error {
+	if len(keys) == 0 {
+		return nil
+	}
 	b := &pgx.Batch{}
-	if len(keys) > 0 {
-		accounts, assets := sortedKeys(keys)
-		b.Queue(settleOpenSQL, accounts, assets)
-		b.Queue(settleLockSQL, accounts, assets).Query(func(rows pgx.Rows) error { return scanBalances(rows, locked) })
-	}
-	resting := len(w.resting())
-	b.Queue(settleDrawSQL, len(w.txns), resting).QueryRow(func(row pgx.Row) error {
-		return row.Scan(txnIDs, sequences)
-	})
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return err
-	}
-	if len(*txnIDs) != len(w.txns) || len(*sequences) != resting {
-		return fmt.Errorf("drew %d ids and %d sequences, want %d and %d", len(*txnIDs), len(*sequences), len(w.txns), resting)
-	}
-	return nil
+	queueLock(b, keys, nil, locked)
+	return tx.SendBatch(ctx, b).Close()
 }
 
-// changedSince reports whether one of the rows keys, read unlocked before,
-// differs from the same row locked now.
-func changedSince(keys map[balanceKey]bool, read, locked map[balanceKey]*lockedBalance) bool {
-	for key := range keys {
-		before, now := read[key], locked[key]
-		if before == nil && now == nil {
-			continue // no such row: the order's account does not exist
-		}
-		if before == nil || now == nil || now.available.Cmp(before.available) != 0 || now.held.Cmp(before.held) != 0 {
-			return true
+// queueLock queues the opening of the rows keys that known does not hold
+// (rows are never deleted, so one read once exists) and the lock of all of
+// them, in (account, asset) order; the locked rows are read into locked
+// (nil: not read).
+func queueLock(b *pgx.Batch, keys []balanceKey, known map[balanceKey]*lockedBalance, locked map[balanceKey]*lockedBalance) {
+	accounts, assets := sortedKeys(keys)
+	var openAccounts, openAssets []string
+	for i := range accounts {
+		if known[balanceKey{accounts[i], assets[i]}] == nil {
+			openAccounts, openAssets = append(openAccounts, accounts[i]), append(openAssets, assets[i])
 		}
 	}
-	return false
+	if len(openAccounts) > 0 {
+		b.Queue(settleOpenSQL, openAccounts, openAssets)
+	}
+	lock := b.Queue(settleLockSQL, accounts, assets)
+	if locked != nil {
+		lock.Query(func(rows pgx.Rows) error { return scanBalances(rows, locked) })
+	}
 }
 
 // sortedKeys lists keys in (account, asset) order, the order every balance
@@ -549,7 +600,7 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 		return batchOutcome{err: fmt.Errorf("orders: settle %s: %w", order.ID, context.Cause(req.ctx))}, nil
 	}
 
-	row := &takerRow{req: req, order: order, timeInForce: order.TimeInForce, restedAt: -1}
+	row := &takerRow{req: req, order: order, timeInForce: order.TimeInForce}
 	if row.timeInForce == "" {
 		// A job admitted before the market names none: what it meant.
 		row.timeInForce = orders.GTC
@@ -645,7 +696,7 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 	if err != nil {
 		return malformed("hold: %v", err)
 	}
-	if holdRow.available.Cmp(ratOf(hold)) < 0 {
+	if !holdRow.funds(ratOf(hold)) {
 		return reject(orders.ReasonInsufficientFunds)
 	}
 	if len(result.Fills) == 0 && result.Outcome == orders.OutcomeCanceled {
@@ -757,8 +808,7 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 	row.filled, row.notional, row.fees, row.hold = result.Filled, notionalSum, feeSum, keep
 	w.takers = append(w.takers, row)
 	if rests {
-		row.restedAt = w.rested
-		w.rested++
+		row.rests = true
 		book.rest(&bookOrder{id: order.ID, account: order.Account, side: order.Side, price: *order.Price,
 			remaining: result.Remaining, hold: keep, sequence: w.provisional, taker: row})
 		w.provisional++
@@ -800,7 +850,7 @@ func (w *batchWork) fillMaker(book *instrumentBook, maker *bookOrder, fill order
 		row.notional = mustAdd(row.notional, notional)
 		row.fees = mustAdd(row.fees, fee)
 		if status == orders.StatusFilled {
-			row.restedAt = -1
+			row.rests = false
 		}
 		return nil
 	}
@@ -818,7 +868,7 @@ func (w *batchWork) fillMaker(book *instrumentBook, maker *bookOrder, fill order
 
 // txn starts a ledger transaction of the kind for the order.
 func (w *batchWork) txn(kind, orderID string) *ledgerTxn {
-	t := &ledgerTxn{kind: kind, orderID: orderID}
+	t := &ledgerTxn{position: len(w.txns) + 1, kind: kind, orderID: orderID}
 	w.txns = append(w.txns, t)
 	return t
 }
@@ -846,41 +896,41 @@ func (w *batchWork) move(t *ledgerTxn, account, asset, part string, amount decim
 	t.entries = append(t.entries, ledgerEntry{account: account, asset: asset, part: part, amount: amount})
 }
 
-// resting is the takers that rest, in the order they came to rest.
-func (w *batchWork) resting() []*takerRow {
-	var resting []*takerRow
-	for _, row := range w.takers {
-		if row.restedAt >= 0 {
-			resting = append(resting, row)
+// write sends, in one round trip, the locks of the balance rows keys
+// (opening those known does not hold), when guarded the check that the
+// funds checks still come out the same on them (settle_guard.sql, after a
+// savepoint to go back to if not), everything the batch decided, and the
+// commit. It returns the outbox rows.
+func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, known map[balanceKey]*lockedBalance, guarded bool) ([]orders.OutboxEntry, error) {
+	batch := &pgx.Batch{}
+	if guarded {
+		batch.Queue(savepointSQL)
+	}
+	if len(keys) > 0 {
+		queueLock(batch, keys, known, nil)
+	}
+	if guarded {
+		var accounts, assets []string
+		var atLeast, below []*string
+		for key, b := range w.balances {
+			if b.atLeast == nil && b.below == nil {
+				continue
+			}
+			accounts, assets = append(accounts, key.account), append(assets, key.asset)
+			atLeast, below = append(atLeast, ratText(b.atLeast)), append(below, ratText(b.below))
+		}
+		if len(accounts) > 0 {
+			batch.Queue(settleGuardSQL, accounts, assets, atLeast, below)
 		}
 	}
-	slices.SortFunc(resting, func(a, b *takerRow) int { return cmp.Compare(a.restedAt, b.restedAt) })
-	return resting
-}
 
-// write sends everything the batch decided in one round trip and returns
-// the outbox rows; txnIDs and sequences were drawn for its ledger
-// transactions and its resting takers (lockAndDraw).
-func (w *batchWork) write(ctx context.Context, tx pgx.Tx, txnIDs, sequences []int64) ([]orders.OutboxEntry, error) {
-	resting := w.resting()
-	slices.Sort(txnIDs)
-	slices.Sort(sequences)
-	for i, t := range w.txns {
-		t.id = txnIDs[i]
-	}
-	for i, row := range resting {
-		row.sequence = sequences[i]
-	}
-
-	batch := &pgx.Batch{}
 	var o struct {
 		ids, accounts, clientIDs, symbols, sides, types, tifs []string
-		postOnly                                              []bool
+		postOnly, rests                                       []bool
 		quantities                                            []string
 		prices, statuses                                      []*string
 		rejects, cancels                                      []*string
 		filled, notionals, fees, holds                        []string
-		sequences                                             []*int64
 		tokens                                                []int64
 		created                                               []time.Time
 	}
@@ -904,17 +954,13 @@ func (w *batchWork) write(ctx context.Context, tx pgx.Tx, txnIDs, sequences []in
 		o.notionals = append(o.notionals, row.notional.String())
 		o.fees = append(o.fees, row.fees.String())
 		o.holds = append(o.holds, row.hold.String())
-		var sequence *int64
-		if row.restedAt >= 0 {
-			sequence = &row.sequence
-		}
-		o.sequences = append(o.sequences, sequence)
+		o.rests = append(o.rests, row.rests)
 		o.tokens = append(o.tokens, row.req.token)
 		o.created = append(o.created, order.CreatedAt)
 	}
 	batch.Queue(settleInsertOrdersSQL, o.ids, o.accounts, o.clientIDs, o.symbols, o.sides, o.types, o.tifs,
 		o.postOnly, o.quantities, o.prices, o.statuses, o.rejects, o.cancels, o.filled, o.notionals, o.fees, o.holds,
-		o.sequences, o.tokens, o.created)
+		o.rests, o.tokens, o.created)
 
 	if len(w.makers) > 0 {
 		var ids, filled, notionals, fees, givenUp, statuses []string
@@ -929,38 +975,35 @@ func (w *batchWork) write(ctx context.Context, tx pgx.Tx, txnIDs, sequences []in
 		batch.Queue(settleUpdateMakersSQL, ids, filled, notionals, fees, givenUp, statuses)
 	}
 
-	var outbox []orders.OutboxEntry
 	if len(w.txns) > 0 {
-		var tIDs []int64
 		var kinds, orderIDs []string
 		var eTxns []int64
 		var eAccounts, eAssets, eAmounts, eParts []string
 		for _, t := range w.txns {
-			tIDs, kinds, orderIDs = append(tIDs, t.id), append(kinds, t.kind), append(orderIDs, t.orderID)
+			kinds, orderIDs = append(kinds, t.kind), append(orderIDs, t.orderID)
 			for _, e := range t.entries {
-				eTxns = append(eTxns, t.id)
+				eTxns = append(eTxns, int64(t.position))
 				eAccounts, eAssets = append(eAccounts, e.account), append(eAssets, e.asset)
 				eAmounts, eParts = append(eAmounts, e.amount.String()), append(eParts, e.part)
 			}
 		}
-		batch.Queue(settleInsertTransactionsSQL, tIDs, kinds, orderIDs)
-		batch.Queue(settleInsertEntriesSQL, eTxns, eAccounts, eAssets, eAmounts, eParts)
-		batch.Queue(settleMoveBalancesSQL, eAccounts, eAssets, eAmounts, eParts)
-	}
-	if len(w.trades) > 0 {
+		var tTxns []int64
 		var symbols, makers, takers, makerAccounts, takerAccounts, sides, prices, quantities, makerFees, takerFees, makerRates, takerRates []string
-		var txns []int64
 		for _, t := range w.trades {
+			tTxns = append(tTxns, int64(t.txn.position))
 			symbols, makers, takers = append(symbols, t.symbol), append(makers, t.maker), append(takers, t.taker)
 			makerAccounts, takerAccounts = append(makerAccounts, t.makerAccount), append(takerAccounts, t.takerAccount)
 			sides, prices = append(sides, string(t.takerSide)), append(prices, t.price.String())
 			quantities = append(quantities, t.quantity.String())
 			makerFees, takerFees = append(makerFees, t.makerFee.String()), append(takerFees, t.takerFee.String())
 			makerRates, takerRates = append(makerRates, t.makerFeeBps.String()), append(takerRates, t.takerFeeBps.String())
-			txns = append(txns, t.txn.id)
 		}
-		batch.Queue(settleInsertTradesSQL, symbols, makers, takers, makerAccounts, takerAccounts, sides, prices,
-			quantities, makerFees, takerFees, txns, makerRates, takerRates)
+		batch.Queue(settleWriteLedgerSQL, kinds, orderIDs, eTxns, eAccounts, eAssets, eAmounts, eParts,
+			tTxns, symbols, makers, takers, makerAccounts, takerAccounts, sides, prices, quantities,
+			makerFees, takerFees, makerRates, takerRates)
+		batch.Queue(settleMoveBalancesSQL, eAccounts, eAssets, eAmounts, eParts)
+	}
+	if len(w.trades) > 0 {
 		var traded, lastPrices []string
 		for symbol, book := range w.books {
 			if book.traded {
@@ -979,27 +1022,47 @@ func (w *batchWork) write(ctx context.Context, tx pgx.Tx, txnIDs, sequences []in
 			moved = append(moved, b)
 		}
 	}
+	var outbox []orders.OutboxEntry
 	if len(moved) > 0 {
 		slices.SortFunc(moved, func(a, b *lockedBalance) int {
 			return cmp.Or(strings.Compare(a.acc, b.acc), strings.Compare(a.asset, b.asset))
 		})
-		var names, payloads []string
-		var versions []int64
-		for _, b := range moved {
-			version := b.version + b.entries
-			names, versions = append(names, b.name), append(versions, version)
-			payloads = append(payloads, fmt.Sprintf("%s@%d", b.name, version))
+		names, accounts, assets := make([]string, len(moved)), make([]string, len(moved)), make([]string, len(moved))
+		for i, b := range moved {
+			names[i], accounts[i], assets[i] = b.name, b.acc, b.asset
 		}
-		batch.Queue(settleOutboxSQL, names, versions, payloads).Query(func(rows pgx.Rows) error {
+		batch.Queue(settleOutboxReachedSQL, names, accounts, assets).Query(func(rows pgx.Rows) error {
 			var err error
-			outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
-			return err
+			if outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry]); err != nil {
+				return err
+			}
+			if len(outbox) != len(moved) {
+				return fmt.Errorf("%d balances moved but %d of them exist", len(moved), len(outbox))
+			}
+			return nil
 		})
 	}
+	batch.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != commitSQL {
+			return fmt.Errorf("the commit answered %s", tag)
+		}
+		return nil
+	})
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, err
 	}
 	return outbox, nil
+}
+
+// ratText is r as exact decimal text for a NUMERIC parameter (nil: NULL).
+// Every bound is a sum of decimals of at most ledgerScale places, so its
+// decimal expansion ends there.
+func ratText(r *big.Rat) *string {
+	if r == nil {
+		return nil
+	}
+	text := r.FloatString(ledgerScale)
+	return &text
 }
 
 func opposite(side orders.Side) orders.Side {
@@ -1027,8 +1090,24 @@ func mustRat(text string) *big.Rat {
 	return r
 }
 
-// ratOf is d's exact value.
-func ratOf(d decimal.Decimal) *big.Rat { return mustRat(d.String()) }
+// ratOf is d's exact value: its coefficient over its power of ten (parsing
+// its text costs ten times as much, and a batch does it for every amount).
+func ratOf(d decimal.Decimal) *big.Rat {
+	r := new(big.Rat).SetFrac(new(big.Int).SetUint64(d.Coef()), powersOfTen[d.Scale()])
+	if d.IsNeg() {
+		r.Neg(r)
+	}
+	return r
+}
+
+// powersOfTen[i] is 10^i, for every scale a decimal can have.
+var powersOfTen = func() [decimal.MaxScale + 1]*big.Int {
+	var p [decimal.MaxScale + 1]*big.Int
+	for i := range p {
+		p[i] = new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(i)), nil)
+	}
+	return p
+}()
 
 func neg(d decimal.Decimal) decimal.Decimal { return d.Neg() }
 

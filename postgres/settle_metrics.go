@@ -11,6 +11,7 @@ type SettlementMetrics struct {
 	outcomes *prometheus.CounterVec
 	duration prometheus.Histogram
 	batch    prometheus.Histogram
+	decided  prometheus.Counter
 }
 
 // NewSettlementMetrics registers settlement's series: orders_settlement_total
@@ -18,7 +19,9 @@ type SettlementMetrics struct {
 // canceled with its cancel reason, rejected with its reject reason; or
 // duplicate) and
 // orders_settlement_seconds for an order's settlement, and
-// orders_settlement_batch_orders for the orders one transaction took.
+// orders_settlement_batch_orders for the orders one transaction took, and
+// orders_settlement_redecided_total for the batches decided again because a
+// balance moved between their read and their lock.
 func NewSettlementMetrics(registerer prometheus.Registerer) *SettlementMetrics {
 	m := &SettlementMetrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -35,8 +38,12 @@ func NewSettlementMetrics(registerer prometheus.Registerer) *SettlementMetrics {
 			Help:    "Orders one settlement transaction took: several when they waited while the previous one was in flight.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32},
 		}),
+		decided: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "orders_settlement_redecided_total",
+			Help: "Settlement batches decided a second time, on the locked balances, because a balance they ran a funds check on moved past what their first decision needed.",
+		}),
 	}
-	registerer.MustRegister(m.outcomes, m.duration, m.batch)
+	registerer.MustRegister(m.outcomes, m.duration, m.batch, m.decided)
 	return m
 }
 
@@ -58,6 +65,13 @@ func (m *SettlementMetrics) observeBatch(orders int) {
 		return
 	}
 	m.batch.Observe(float64(orders))
+}
+
+func (m *SettlementMetrics) observeRedecided() {
+	if m == nil {
+		return
+	}
+	m.decided.Inc()
 }
 
 // WithMetrics makes the settler count its outcomes.

@@ -62,7 +62,8 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	flags.StringVar(&c.redisURL, "redis-url", env.String("REDIS_URL", "redis://127.0.0.1:6379/0"),
 		"Redis URL; addr= parameters make it a cluster (REDIS_URL)")
 	flags.StringVar(&c.databaseURL, "database-url", env.String("DATABASE_URL", ""),
-		fmt.Sprintf("PostgreSQL URL, required; the worker keeps concurrency + %d connections (DATABASE_URL)", settlement.ConnectionsBesideSettlement))
+		fmt.Sprintf("PostgreSQL URL, required; the worker keeps at most %d connections (DATABASE_URL)",
+			settlement.SettlementConnections+settlement.ConnectionsBesideSettlement))
 	flags.BoolVar(&c.migrate, "migrate", env.Bool("MIGRATE", true), "apply database migrations at start (MIGRATE)")
 	flags.IntVar(&c.worker.Concurrency, "concurrency", env.Int("WORKER_CONCURRENCY", defaults.Concurrency),
 		"orders handled at once (WORKER_CONCURRENCY)")

@@ -38,7 +38,7 @@ func TestParseConfig(t *testing.T) {
 		redisURL: "redis://127.0.0.1:6379/0", databaseURL: databaseURL, migrate: true, metricsAddr: "127.0.0.1:9091", logLevel: slog.LevelInfo,
 		logFlush: 100 * time.Millisecond,
 		worker: settlement.Config{
-			Queue: orders.Queue, Concurrency: 32, Lease: 30 * time.Second,
+			Queue: orders.Queue, Concurrency: 512, Lease: 30 * time.Second,
 			Retry:        emq.RetryPolicy{MaxAttempts: 60, BaseDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second},
 			DrainTimeout: 10 * time.Second,
 		},

@@ -1,0 +1,1 @@
+DROP FUNCTION settlement_funds_unchanged(TEXT[], TEXT[], NUMERIC[], NUMERIC[]);
