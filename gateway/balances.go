@@ -23,6 +23,9 @@ type balanceList struct {
 var errNoBalanceReader = errors.New("gateway: no balance reader configured (Deps.Balances)")
 
 func (s *Server) listBalances(c echo.Context) error {
+	if err := readQuery(c.QueryParams(), nil, nil); err != nil {
+		return err
+	}
 	if s.balances == nil {
 		return errNoBalanceReader
 	}

@@ -179,9 +179,13 @@ func readQuery(params url.Values, allowed []string, read func(name, value string
 	refuse := func(name, format string, args ...any) {
 		fields = append(fields, FieldError{Pointer: "", Reason: "query parameter " + name + " " + fmt.Sprintf(format, args...)})
 	}
+	takes := "no query parameters"
+	if len(allowed) > 0 {
+		takes = strings.Join(allowed, ", ")
+	}
 	for _, name := range slices.Sorted(maps.Keys(params)) {
 		if !slices.Contains(allowed, name) {
-			refuse(name, "is not defined; this operation takes %s", strings.Join(allowed, ", "))
+			refuse(name, "is not defined; this operation takes %s", takes)
 		}
 	}
 	for _, name := range allowed {

@@ -43,6 +43,9 @@ type instrumentList struct {
 // listInstruments answers the gateway's copy of the instruments table: no
 // round trip, and as fresh as a halt is for placements.
 func (s *Server) listInstruments(c echo.Context) error {
+	if err := readQuery(c.QueryParams(), nil, nil); err != nil {
+		return err
+	}
 	all := s.instruments.All()
 	body := instrumentList{Instruments: make([]instrumentView, 0, len(all))}
 	for _, in := range all {

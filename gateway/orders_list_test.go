@@ -236,6 +236,27 @@ func TestListOrdersRefusesBadParameters(t *testing.T) {
 	}
 }
 
+// TestRoutesWithoutParametersRefuseThem: a parameter on a route that takes
+// none is a typo or a guess (?symbol= on the balances), refused like an
+// unknown one on the listings rather than silently ignored.
+func TestRoutesWithoutParametersRefuseThem(t *testing.T) {
+	f := newFixture(t, 1)
+	for _, path := range []string{"/v1/balances", "/v1/instruments"} {
+		t.Run(path, func(t *testing.T) {
+			res := f.do(t, f.http, http.MethodGet, path+"?asset=USD", f.keys[0], "", "")
+			if res.status != http.StatusBadRequest {
+				t.Fatalf("status %d %s, want 400", res.status, res.body)
+			}
+			problem := res.json(t)
+			errs, _ := problem["errors"].([]any)
+			if problem["type"] != "urn:ordergate:problem:invalid-query" || len(errs) != 1 ||
+				errs[0].(map[string]any)["reason"] != "query parameter asset is not defined; this operation takes no query parameters" {
+				t.Errorf("problem %s", res.body)
+			}
+		})
+	}
+}
+
 // TestGetShowsFinalOrdersFromPostgres: a final order is read from its orders
 // row with its fill or reject reason; an order in flight from the queue; and
 // an order settlement just recorded shows settled even while its job is
