@@ -32,7 +32,17 @@ type Settler struct {
 	log     *slog.Logger
 	metrics *SettlementMetrics
 	queue   settleQueue
+	// connections holds one token per connection settlement holds, at most
+	// SettlerConnections.
+	connections chan struct{}
 }
+
+// SettlerConnections bounds the connections a settler holds at once: one
+// per instrument with a batch in flight, and, when PostgreSQL refuses a
+// batch, one per order of it settling alone. Whatever else shares the pool
+// (a worker's coherence consumer and outbox sweep) keeps the rest; the
+// orders of a refused batch queue for these instead.
+const SettlerConnections = 32
 
 // NewSettler settles on db and hands each committed settlement's outbox
 // entries to relay (nil: nobody is told; the relay's sweep finds the rows).
@@ -40,7 +50,7 @@ func NewSettler(db *pgxpool.Pool, relay orders.Relayer, log *slog.Logger) *Settl
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Settler{db: db, relay: relay, log: log}
+	return &Settler{db: db, relay: relay, log: log, connections: make(chan struct{}, SettlerConnections)}
 }
 
 // ErrUnsettleable matches every failure no retry can cure: an order of an

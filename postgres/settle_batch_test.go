@@ -8,8 +8,11 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordergate/ordergate/emq"
@@ -306,4 +309,201 @@ func counterValue(t testing.TB, registry *prometheus.Registry, name string) floa
 	}
 	t.Fatalf("no %s series", name)
 	return 0
+}
+
+// TestSettleDecidingAgainLocksRowsTheFirstDecisionDidNotWrite: the first
+// decision refuses a buy for want of USD; a deposit meanwhile pays for it;
+// deciding again, it takes an ask whose seller has no USD row yet, which is
+// opened and locked outside the first lock set.
+func TestSettleDecidingAgainLocksRowsTheFirstDecisionDidNotWrite(t *testing.T) {
+	m := newMarket(t)
+	seller := m.newCustomerWith(t, map[string]string{"BTC": "1"})
+	m.settle(t, newOrder(seller, "BTC-USD", orders.Sell, "0.5", "50000"), 1)
+	buyer := m.newCustomerWith(t, map[string]string{"USD": "10"})
+	settler, registry := meteredSettler(t, m)
+	var once sync.Once
+	postgres.SetAfterFirstDecision(t, func() {
+		once.Do(func() {
+			if err := postgres.NewLedger(m.db).Deposit(context.Background(), buyer, "USD", "60000"); err != nil {
+				t.Error(err)
+			}
+		})
+	})
+	order := newOrder(buyer, "BTC-USD", orders.Buy, "0.5", "50000")
+	if err := settlement.Settle(settler)(context.Background(), claimOf(t, order, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustOrder(t, m.db, order.ID); got.status != "filled" {
+		t.Errorf("buy is %s, want filled", got.state())
+	}
+	// 0.5 × 50000 less the 10 bps maker fee.
+	if got := balanceOf(t, m.db, seller, "USD").available; got != "24975" {
+		t.Errorf("seller USD available %s, want 24975", got)
+	}
+	if got := counterValue(t, registry, "orders_settlement_redecided_total"); got != 1 {
+		t.Errorf("decided again %v times, want 1", got)
+	}
+	mustAudit(t, m.db)
+}
+
+// TestSettleInstrumentsThatShareAccounts: three instruments whose traders
+// share accounts (USD, BTC, ETH) settle side by side on two settlers with
+// tight funds, while deposits and withdrawals move the same balances: every
+// order gets one outcome and the audit stays clean.
+func TestSettleInstrumentsThatShareAccounts(t *testing.T) {
+	m := newMarket(t)
+	var accounts []string
+	for range 6 {
+		accounts = append(accounts, m.newCustomerWith(t, map[string]string{"USD": "3000", "BTC": "0.1", "ETH": "1"}))
+	}
+	random := rand.New(rand.NewPCG(3, 5))
+	var claims []emq.Claim
+	for range 900 {
+		side := orders.Buy
+		if random.IntN(2) == 0 {
+			side = orders.Sell
+		}
+		acc := accounts[random.IntN(len(accounts))]
+		var o orders.Order
+		switch random.IntN(3) {
+		case 0:
+			o = newOrder(acc, "BTC-USD", side, fmt.Sprintf("0.%03d", 1+random.IntN(40)), fmt.Sprintf("%d.%02d", 49800+random.IntN(400), random.IntN(100)))
+		case 1:
+			o = newOrder(acc, "ETH-USD", side, fmt.Sprintf("0.%03d", 1+random.IntN(400)), fmt.Sprintf("%d.%02d", 2980+random.IntN(40), 5*random.IntN(20)))
+		default:
+			o = newOrder(acc, "ETH-BTC", side, fmt.Sprintf("0.%03d", 5*(1+random.IntN(60))), fmt.Sprintf("0.0%d", 5950+random.IntN(100)))
+		}
+		if random.IntN(10) == 0 {
+			o = withTIF(o, orders.IOC)
+		}
+		claims = append(claims, claimOf(t, o, 1))
+	}
+	first, _ := meteredSettler(t, m)
+	second, _ := meteredSettler(t, m)
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	ledger := postgres.NewLedger(m.db)
+	wg.Go(func() {
+		r := rand.New(rand.NewPCG(9, 9))
+		for ctx.Err() == nil {
+			acc := accounts[r.IntN(len(accounts))]
+			if r.IntN(2) == 0 {
+				_ = ledger.Withdraw(context.Background(), acc, "USD", "100")
+			} else {
+				_ = ledger.Deposit(context.Background(), acc, "USD", "100")
+			}
+		}
+	})
+	work := make(chan emq.Claim)
+	var handlers sync.WaitGroup
+	for i := range 16 {
+		settler := []*postgres.Settler{first, second}[i%2]
+		handlers.Go(func() {
+			for claim := range work {
+				if err := settlement.Settle(settler)(context.Background(), claim); err != nil {
+					t.Errorf("settle %s: %v", claim.ID, err)
+				}
+			}
+		})
+	}
+	for _, c := range claims {
+		work <- c
+	}
+	close(work)
+	handlers.Wait()
+	stop()
+	wg.Wait()
+	for _, claim := range claims {
+		mustOrder(t, m.db, claim.ID)
+	}
+	mustAudit(t, m.db)
+}
+
+// TestSettleQueueForgetsIdleInstruments: once every order settled, no
+// instrument is left in the settler's queue.
+func TestSettleQueueForgetsIdleInstruments(t *testing.T) {
+	m := newMarket(t)
+	settler, _ := meteredSettler(t, m)
+	var claims []emq.Claim
+	for i := range 200 {
+		sym := []string{"BTC-USD", "ETH-USD", "ETH-BTC"}[i%3]
+		price := map[string]string{"BTC-USD": "49000", "ETH-USD": "2900", "ETH-BTC": "0.059"}[sym]
+		qty := map[string]string{"BTC-USD": "0.001", "ETH-USD": "0.01", "ETH-BTC": "0.01"}[sym]
+		claims = append(claims, claimOf(t, newOrder(m.alice, sym, orders.Buy, qty, price), 1))
+	}
+	var wg sync.WaitGroup
+	for _, c := range claims {
+		wg.Go(func() {
+			if err := settlement.Settle(settler)(context.Background(), c); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	// The last batch's runner hands on after its handler returned.
+	deadline := time.Now().Add(5 * time.Second)
+	for postgres.SettleQueueInstruments(settler) != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := postgres.SettleQueueInstruments(settler); n != 0 {
+		t.Errorf("%d instruments left in the queue", n)
+	}
+}
+
+// TestSettlementLeavesConnectionsBesideIt: with a worker's pool and 300
+// orders in flight, among them orders PostgreSQL refuses (whose batches then
+// settle order by order, one connection each), settlement never holds more
+// than postgres.SettlerConnections, so what runs beside it (the coherence
+// consumer, the outbox sweep) finds a connection.
+func TestSettlementLeavesConnectionsBesideIt(t *testing.T) {
+	m := newMarket(t)
+	config := m.db.Config().Copy()
+	config.MaxConns = postgres.SettlerConnections + 4
+	db, err := pgxpool.NewWithConfig(context.Background(), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	settler := postgres.NewSettler(db, nil, slog.New(slog.DiscardHandler))
+	var accounts []string
+	for range 8 {
+		accounts = append(accounts, m.newCustomer(t))
+	}
+	var placed []orders.Order
+	for i := range 300 {
+		o := newOrder(accounts[i%len(accounts)], "BTC-USD", orders.Buy, "0.001", "49000")
+		if i%50 == 25 {
+			o.ClientOrderID = "not a valid id" // refused by the orders CHECK: the batch settles one by one
+		}
+		placed = append(placed, o)
+	}
+	var peak atomic.Int32
+	stop := make(chan struct{})
+	var side sync.WaitGroup
+	side.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if n := db.Stat().AcquiredConns(); n > peak.Load() {
+				peak.Store(n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	var handlers sync.WaitGroup
+	for _, o := range placed {
+		handlers.Go(func() { _ = settlement.Settle(settler)(context.Background(), claimOf(t, o, 1)) })
+	}
+	handlers.Wait()
+	close(stop)
+	side.Wait()
+	if peak.Load() > postgres.SettlerConnections {
+		t.Errorf("settlement held %d connections, more than postgres.SettlerConnections (%d)", peak.Load(), postgres.SettlerConnections)
+	}
+	if peak.Load() < postgres.SettlerConnections/2 {
+		t.Errorf("settlement held at most %d connections: too few for the test to mean anything", peak.Load())
+	}
 }

@@ -26,3 +26,11 @@ func SetAfterFirstDecision(t interface{ Cleanup(func()) }, f func()) {
 	afterFirstDecision = f
 	t.Cleanup(func() { afterFirstDecision = nil })
 }
+
+// SettleQueueInstruments is how many instruments have orders in flight or
+// waiting in the settler's queue.
+func SettleQueueInstruments(s *Settler) int {
+	s.queue.mu.Lock()
+	defer s.queue.mu.Unlock()
+	return len(s.queue.inFlight)
+}

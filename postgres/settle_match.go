@@ -268,8 +268,9 @@ const (
 // that the funds checks come out the same on the locked rows
 // (settle_guard.sql), writes everything and commits. Balance rows are thus
 // locked only while PostgreSQL runs that one pipeline, not across a round
-// trip, which is what lets instruments that share accounts settle side by
-// side.
+// trip (apart from a new account's rows, opened and so locked in the first
+// round trip), which is what lets instruments that share accounts settle
+// side by side.
 //
 // If a row moved past what the decision needed (a withdrawal, another
 // instrument's settlement), the pipeline rolls back to its savepoint, the
@@ -281,14 +282,21 @@ const (
 //
 // An order whose handler's context ended (its lease lost) by the time it is
 // decided is left out of the writes, so no batch settles an order its worker
-// no longer holds. A failure returned means nothing was committed, or, if
-// the connection broke during the last round trip, that the commit's fate
-// is unknown, as with any commit.
+// no longer holds. A failure returned means nothing was committed, or,
+// when the connection broke during the last round trip or its answers could
+// not be read, that the commit's fate is unknown, as with any commit: the
+// order's next attempt finds its row if it was.
 func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([]batchOutcome, error) {
 	n := len(batch)
 	fail := func(err error) ([]batchOutcome, error) {
 		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
 	}
+	select {
+	case s.connections <- struct{}{}:
+	case <-ctx.Done():
+		return fail(context.Cause(ctx))
+	}
+	defer func() { <-s.connections }()
 	pooled, err := s.db.Acquire(ctx)
 	if err != nil {
 		return fail(err)
@@ -693,8 +701,8 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 		holdAsset, holdRow = in.Quote, quoteRow
 	}
 	hold, err := orders.Hold(order.Side, order.Quantity, worst, in.TakerFeeBps)
-	if err != nil {
-		return malformed("hold: %v", err)
+	if err != nil || hold.Scale() > ledgerScale {
+		return malformed("hold %s: %v", hold, err)
 	}
 	if !holdRow.funds(ratOf(hold)) {
 		return reject(orders.ReasonInsufficientFunds)
@@ -757,8 +765,8 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 	rests := result.Outcome == orders.OutcomeOpen || result.Outcome == orders.OutcomePartiallyFilled
 	keep := decimal.Zero
 	if rests {
-		if keep, err = orders.Hold(order.Side, result.Remaining, worst, in.TakerFeeBps); err != nil {
-			return malformed("hold of the remainder: %v", err)
+		if keep, err = orders.Hold(order.Side, result.Remaining, worst, in.TakerFeeBps); err != nil || keep.Scale() > ledgerScale {
+			return malformed("hold %s of the remainder: %v", keep, err)
 		}
 	}
 	release, err := exactSub(left, keep)
@@ -1031,15 +1039,11 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		for i, b := range moved {
 			names[i], accounts[i], assets[i] = b.name, b.acc, b.asset
 		}
+		// Every moved row exists: its entries' foreign key says so.
 		batch.Queue(settleOutboxReachedSQL, names, accounts, assets).Query(func(rows pgx.Rows) error {
 			var err error
-			if outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry]); err != nil {
-				return err
-			}
-			if len(outbox) != len(moved) {
-				return fmt.Errorf("%d balances moved but %d of them exist", len(moved), len(outbox))
-			}
-			return nil
+			outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
+			return err
 		})
 	}
 	batch.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {

@@ -36,7 +36,7 @@ func NewSettlementMetrics(registerer prometheus.Registerer) *SettlementMetrics {
 		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "orders_settlement_batch_orders",
 			Help:    "Orders one settlement transaction took: several when they waited while the previous one was in flight.",
-			Buckets: []float64{1, 2, 4, 8, 16, 32},
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
 		}),
 		decided: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "orders_settlement_redecided_total",

@@ -85,23 +85,15 @@ func (c Config) OutageOutlasted() time.Duration {
 	return outlasted
 }
 
-// SettlementConnections bounds the connections a worker's settlement
-// holds: one per instrument with a transaction in flight, and, when
-// PostgreSQL refuses a batch, one per order of it settling alone. The
-// bound, not the concurrency, sizes the pool: a few workers at the default
-// concurrency would otherwise be allowed more connections than PostgreSQL's
-// default max_connections, and the orders of a refused batch queue for
-// these connections instead.
-const SettlementConnections = 32
-
 // ConnectionsBesideSettlement is how many connections a worker's pool holds
-// beyond settlement's: what runs beside it (the coherence consumer, the
-// outbox sweep).
+// beyond settlement's (postgres.SettlerConnections, which the settler never
+// exceeds, whatever the concurrency): what runs beside it (the coherence
+// consumer, the outbox sweep).
 const ConnectionsBesideSettlement = 4
 
 // poolConnections is the pool size of a worker at c.
 func (c Config) poolConnections() int32 {
-	return int32(min(c.Concurrency, SettlementConnections) + ConnectionsBesideSettlement)
+	return int32(min(c.Concurrency, postgres.SettlerConnections) + ConnectionsBesideSettlement)
 }
 
 const (
@@ -126,7 +118,7 @@ type Deps struct {
 }
 
 // Connect opens a worker process's connections: a PostgreSQL pool of
-// min(c.Concurrency, SettlementConnections) + ConnectionsBesideSettlement,
+// min(c.Concurrency, postgres.SettlerConnections) + ConnectionsBesideSettlement,
 // and a queue client, which
 // refuses a server of another protocol version. Close them with Deps.Close.
 func Connect(ctx context.Context, databaseURL, redisURL string, c Config, log *slog.Logger) (Deps, error) {

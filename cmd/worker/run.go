@@ -18,6 +18,7 @@ import (
 	"github.com/ordergate/ordergate/internal/environ"
 	"github.com/ordergate/ordergate/internal/jsonlog"
 	"github.com/ordergate/ordergate/migrations"
+	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/settlement"
 )
 
@@ -63,7 +64,7 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 		"Redis URL; addr= parameters make it a cluster (REDIS_URL)")
 	flags.StringVar(&c.databaseURL, "database-url", env.String("DATABASE_URL", ""),
 		fmt.Sprintf("PostgreSQL URL, required; the worker keeps at most %d connections (DATABASE_URL)",
-			settlement.SettlementConnections+settlement.ConnectionsBesideSettlement))
+			postgres.SettlerConnections+settlement.ConnectionsBesideSettlement))
 	flags.BoolVar(&c.migrate, "migrate", env.Bool("MIGRATE", true), "apply database migrations at start (MIGRATE)")
 	flags.IntVar(&c.worker.Concurrency, "concurrency", env.Int("WORKER_CONCURRENCY", defaults.Concurrency),
 		"orders handled at once (WORKER_CONCURRENCY)")
