@@ -89,6 +89,10 @@ const (
 	// ReasonPriceOutOfBand: the limit price lay outside the instrument's
 	// band around its reference when the order settled.
 	ReasonPriceOutOfBand = "price_out_of_band"
+	// ReasonDuplicateClientOrderID: another order of the account holds its
+	// client order id (a retry the queue admitted again after Redis lost
+	// its dedup window); nothing of it happened.
+	ReasonDuplicateClientOrderID = "duplicate_client_order_id"
 )
 
 // ErrMalformedOrder: a job's payload is not an order that can be settled.

@@ -66,6 +66,9 @@ const (
 	// CheckSettlementEntries: a settlement's entries are not the ones its
 	// order's fill implies.
 	CheckSettlementEntries = "settlement_matches_fill"
+	// CheckClientOrderOnce: more than one order moved money under one
+	// account's client order id (a retry settled twice).
+	CheckClientOrderOnce = "client_order_id_settled_once"
 )
 
 var (
@@ -107,6 +110,8 @@ var (
 	auditUnsettledOrderHasNoneSQL string
 	//go:embed sql/audit_settlement_has_order.sql
 	auditSettlementHasOrderSQL string
+	//go:embed sql/audit_client_order_id_settled_once.sql
+	auditClientOrderIDSettledOnceSQL string
 	//go:embed sql/audit_settlement_matches_fill.sql
 	auditSettlementMatchesFillSQL string
 )
@@ -165,6 +170,7 @@ var auditChecks = []auditCheck{
 	{CheckUnsettledOrder, auditUnsettledOrderHasNoneSQL},
 	{CheckOrphanSettlement, auditSettlementHasOrderSQL},
 	{CheckSettlementEntries, auditSettlementMatchesFillSQL},
+	{CheckClientOrderOnce, auditClientOrderIDSettledOnceSQL},
 }
 
 // RunAudit is Audit with the counts of what it looked at. Every check reads

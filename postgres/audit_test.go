@@ -496,6 +496,17 @@ func TestAuditReportsCorruption(t *testing.T) {
 					WHERE asset = 'USD' AND account_id IN ('%s', '%s')`, b.alice, b.alice, venue))
 			return []found{{postgres.CheckSettlementEntries, b.legacy}}
 		}},
+		{"a retry settled twice", func(t *testing.T, b *book) []found {
+			// As rows written before migration 0007 can be: alice's taker
+			// and her resting order under one client order id.
+			b.exec(t, fmt.Sprintf(`UPDATE orders SET client_order_id = (SELECT client_order_id FROM orders WHERE id = '%s'),
+				duplicate_of = '%s' WHERE id = '%s'`, b.taker, b.taker, b.resting))
+			var clientOrderID string
+			if err := b.db.QueryRow(context.Background(), `SELECT client_order_id FROM orders WHERE id = $1`, b.taker).Scan(&clientOrderID); err != nil {
+				t.Fatal(err)
+			}
+			return []found{{postgres.CheckClientOrderOnce, "account/" + b.alice + "/client_order_id/" + clientOrderID}}
+		}},
 		{"fill notional rewritten", func(t *testing.T, b *book) []found {
 			b.exec(t, fmt.Sprintf(`UPDATE orders SET fill_notional = fill_notional + 0.01 WHERE id = '%s'`, b.legacy))
 			return []found{

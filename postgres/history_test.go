@@ -440,6 +440,29 @@ func TestRecordCanceledNeverOverwritesSettlement(t *testing.T) {
 	}
 }
 
+// TestRecordCanceledOfARetryNamesTheFirst: a retry admitted again after
+// Redis lost its dedup window and canceled on the queue is recorded as the
+// first order's duplicate, so it does not take the client order id the
+// first holds.
+func TestRecordCanceledOfARetryNamesTheFirst(t *testing.T) {
+	db := migratedPool(t)
+	history := postgres.NewHistory(db)
+	ctx := context.Background()
+	account := newAccount(t, db)
+	ids := orderIDs(2)
+	insertHistoryRow(t, db, historyRow{ID: ids[0], Account: account, Status: "filled"})
+	retry := orders.Order{ID: ids[1], ClientOrderID: "c-" + ids[0][len(ids[0])-8:], Account: account, Symbol: "BTC-USD",
+		Side: orders.Buy, Type: orders.Market, Quantity: decimal.MustParse("0.01"), Status: orders.StatusCanceled}
+	retry.CreatedAt, _ = orders.ParseOrderID(ids[1])
+	if status, err := history.RecordCanceled(ctx, retry); err != nil || status != orders.StatusCanceled {
+		t.Fatalf("RecordCanceled = %q, %v; want canceled", status, err)
+	}
+	var duplicateOf *string
+	if err := db.QueryRow(ctx, `SELECT duplicate_of FROM orders WHERE id = $1`, ids[1]).Scan(&duplicateOf); err != nil || duplicateOf == nil || *duplicateOf != ids[0] {
+		t.Errorf("the canceled retry is a duplicate of %v (%v), want %s", duplicateOf, err, ids[0])
+	}
+}
+
 // failOrderWrites makes every write to the orders table fail while reads
 // work, as a PostgreSQL that stops taking writes mid-request would.
 func failOrderWrites(t testing.TB, db *pgxpool.Pool) {

@@ -507,3 +507,51 @@ func TestSettlementLeavesConnectionsBesideIt(t *testing.T) {
 		t.Errorf("settlement held at most %d connections: too few for the test to mean anything", peak.Load())
 	}
 }
+
+// TestSettleRefusesASecondOrderOfOneClientOrderID: a client's retry that
+// the queue admitted again under a new order id (Redis lost its dedup
+// window) is rejected duplicate_client_order_id, names the first order,
+// and moves no money, whether it settles after the first or in its batch.
+func TestSettleRefusesASecondOrderOfOneClientOrderID(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		together bool
+	}{
+		{name: "after the first settled"},
+		{name: "in the first's batch", together: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMarket(t)
+			first := newOrder(m.alice, "BTC-USD", orders.Buy, "0.1", "49000")
+			retry := first
+			retry.ID = orders.NewOrderID()
+			if tc.together {
+				errs, err := postgres.SettleTogether(context.Background(), m.settler, []orders.Order{first, retry})
+				if err != nil || errors.Join(errs...) != nil {
+					t.Fatalf("settle together: %v %v", err, errs)
+				}
+			} else {
+				m.settle(t, first, 1)
+				m.settle(t, retry, 1)
+			}
+			if got := mustOrder(t, m.db, first.ID).status; got != "open" {
+				t.Errorf("the first is %s, want open", got)
+			}
+			if got := mustOrder(t, m.db, retry.ID).state(); got != "rejected(duplicate_client_order_id) filled 0 notional 0 fees 0 hold 0" {
+				t.Errorf("the retry is %s", got)
+			}
+			var duplicateOf *string
+			if err := m.db.QueryRow(context.Background(), `SELECT duplicate_of FROM orders WHERE id = $1`, retry.ID).Scan(&duplicateOf); err != nil || duplicateOf == nil || *duplicateOf != first.ID {
+				t.Errorf("the retry is a duplicate of %v (%v), want %s", deref(duplicateOf), err, first.ID)
+			}
+			if entries := entriesOf(t, m.db, retry.ID); len(entries) != 0 {
+				t.Errorf("the retry moved money: %v", entries)
+			}
+			// Only the first order's hold: 0.1 × 49000 + 20 bps.
+			if got := balanceOf(t, m.db, m.alice, "USD").held; got != "4909.8" {
+				t.Errorf("alice holds %s USD, want 4909.8", got)
+			}
+			mustAudit(t, m.db)
+		})
+	}
+}

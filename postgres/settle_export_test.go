@@ -1,15 +1,27 @@
 package postgres
 
-// SettleQueueLength is how many orders wait for the settler's next
-// transaction: tests use it to build a batch of their choosing.
-func SettleQueueLength(s *Settler) int {
-	s.queue.mu.Lock()
-	defer s.queue.mu.Unlock()
-	n := 0
-	for _, sq := range s.queue.inFlight {
-		n += len(sq.waiting)
+import (
+	"context"
+
+	"github.com/ordergate/ordergate/orders"
+)
+
+// SettleTogether settles the orders in one batch, in this order, with
+// token 1, and returns each order's own failure.
+func SettleTogether(ctx context.Context, s *Settler, placed []orders.Order) ([]error, error) {
+	batch := make([]*settleRequest, len(placed))
+	for i, o := range placed {
+		batch[i] = &settleRequest{ctx: ctx, order: o, token: 1, done: make(chan struct{})}
 	}
-	return n
+	outcomes, err := s.settleTogether(ctx, batch)
+	if err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(outcomes))
+	for i, o := range outcomes {
+		errs[i] = o.err
+	}
+	return errs, nil
 }
 
 // SetWindowRows makes each read of a book return at most n orders until the

@@ -95,7 +95,7 @@ func TestGuardBoundsKeepTheDecision(t *testing.T) {
 			}
 			batch = append(batch, &settleRequest{ctx: context.Background(), order: o})
 		}
-		w1, out1, err := decideBatch(context.Background(), nil, batch, instruments, reads, snapshot, map[string]bool{})
+		w1, out1, err := decideBatch(context.Background(), nil, batch, instruments, reads, snapshot, map[string]bool{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +126,7 @@ func TestGuardBoundsKeepTheDecision(t *testing.T) {
 			outside++
 			continue
 		}
-		w2, out2, err := decideBatch(context.Background(), nil, batch, instruments, reads, locked, map[string]bool{})
+		w2, out2, err := decideBatch(context.Background(), nil, batch, instruments, reads, locked, map[string]bool{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

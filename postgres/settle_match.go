@@ -24,6 +24,8 @@ var (
 	settleInstrumentsSQL string
 	//go:embed sql/settle_existing.sql
 	settleExistingSQL string
+	//go:embed sql/settle_duplicates.sql
+	settleDuplicatesSQL string
 	//go:embed sql/settle_book.sql
 	settleBookSQL string
 	//go:embed sql/settle_open.sql
@@ -85,6 +87,9 @@ type batchOutcome struct {
 
 // balanceKey names a balance row.
 type balanceKey struct{ account, asset string }
+
+// clientOrderKey is an account's client order id, which one order holds.
+type clientOrderKey struct{ account, clientOrderID string }
 
 // lockedBalance is a balance row the transaction holds locked, and what the
 // transaction did to it so far: exact rationals of the NUMERIC values, never
@@ -189,6 +194,9 @@ type takerRow struct {
 	notional     decimal.Decimal
 	fees         decimal.Decimal
 	hold         decimal.Decimal
+	// duplicateOf is the order that holds the order's client order id, when
+	// another does.
+	duplicateOf string
 	// rests: the order is on the book when the batch ends. Takers come to
 	// rest in the order they are decided, and their rows draw their
 	// sequences in that order.
@@ -231,6 +239,10 @@ type batchWork struct {
 	makers   []*bookOrder
 	txns     []*ledgerTxn
 	trades   []*tradeRow
+	// holders are the orders holding their account's client order ids: as
+	// read (another order's row), then each taker of the batch written as
+	// the first with its pair.
+	holders map[clientOrderKey]string
 	// provisional is the next sequence of a taker coming to rest in the
 	// batch's books: above every sequence drawn before, as the one it
 	// draws when its row is inserted will be.
@@ -361,6 +373,25 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 	if requests := firstReads(batch); len(requests) > 0 {
 		queueReads(first, requests, reads, &readErr)
 	}
+	clientIDs := make([]string, n)
+	for i, req := range batch {
+		clientIDs[i] = req.order.ClientOrderID
+	}
+	holders := make(map[clientOrderKey]string)
+	first.Queue(settleDuplicatesSQL, ids, takerAccounts, clientIDs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id, holder string
+			if err := rows.Scan(&id, &holder); err != nil {
+				return err
+			}
+			for _, req := range batch {
+				if req.order.ID == id {
+					holders[clientOrderKey{req.order.Account, req.order.ClientOrderID}] = holder
+				}
+			}
+		}
+		return rows.Err()
+	})
 	readTakers := func(rows pgx.Rows) error { return scanBalances(rows, snapshot) }
 	first.Queue(settleTakersSQL, takerAccounts, takerSymbols).Query(readTakers)
 	if err := conn.SendBatch(ctx, first).Close(); err != nil {
@@ -395,7 +426,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 		}
 	}
 
-	w, outcomes, err := decideBatch(ctx, conn, batch, instruments, reads, snapshot, existing)
+	w, outcomes, err := decideBatch(ctx, conn, batch, instruments, reads, snapshot, existing, holders)
 	if err != nil {
 		return fail(err)
 	}
@@ -424,7 +455,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 		if err := lockRows(ctx, conn, slices.Collect(maps.Keys(lockSet)), locked); err != nil {
 			return fail(err)
 		}
-		if w, outcomes, err = decideBatch(ctx, conn, batch, instruments, reads, locked, existing); err != nil {
+		if w, outcomes, err = decideBatch(ctx, conn, batch, instruments, reads, locked, existing, holders); err != nil {
 			return fail(err)
 		}
 		var extra []balanceKey
@@ -465,11 +496,13 @@ func isStale(err error) bool {
 // read and the balances given (copied: the decision moves its own).
 func decideBatch(ctx context.Context, tx sender, batch []*settleRequest, instruments map[string]orders.Instrument,
 	reads map[sideKey]*sideRead, balances map[balanceKey]*lockedBalance, existing map[string]bool,
+	holders map[clientOrderKey]string,
 ) (*batchWork, []batchOutcome, error) {
 	w := &batchWork{
 		ctx:         ctx,
 		tx:          tx,
 		reads:       reads,
+		holders:     make(map[clientOrderKey]string, len(holders)),
 		books:       make(map[string]*instrumentBook, len(instruments)),
 		balances:    make(map[balanceKey]*lockedBalance, len(balances)),
 		provisional: 1 << 62,
@@ -493,13 +526,20 @@ func decideBatch(ctx context.Context, tx sender, batch []*settleRequest, instrum
 			held: new(big.Rat).Set(b.held), known: true, name: b.name, asset: b.asset, acc: b.acc,
 			start: b.available}
 	}
+	maps.Copy(w.holders, holders)
 	outcomes := make([]batchOutcome, len(batch))
 	for i, req := range batch {
+		written := len(w.takers)
 		outcome, err := w.decide(req, existing[req.order.ID])
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: order %s: %w", errDecision, req.order.ID, err)
 		}
 		outcomes[i] = outcome
+		if len(w.takers) > written && w.takers[written].duplicateOf == "" {
+			// Its row will hold its client order id: a later order of the
+			// batch with the same is its duplicate.
+			w.holders[clientOrderKey{req.order.Account, req.order.ClientOrderID}] = req.order.ID
+		}
 	}
 	return w, outcomes, nil
 }
@@ -623,6 +663,11 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 		row.status, row.rejectReason = orders.StatusRejected, reason
 		w.takers = append(w.takers, row)
 		return batchOutcome{result: settlement{status: orders.StatusRejected, reason: string(reason)}}, nil
+	}
+	pair := clientOrderKey{order.Account, order.ClientOrderID}
+	if holder, taken := w.holders[pair]; taken {
+		row.duplicateOf = holder
+		return reject(orders.ReasonDuplicateClientOrderID)
 	}
 	if in.Halted {
 		return reject(orders.ReasonInstrumentHalted)
@@ -941,6 +986,7 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		filled, notionals, fees, holds                        []string
 		tokens                                                []int64
 		created                                               []time.Time
+		duplicateOf                                           []*string
 	}
 	for _, row := range w.takers {
 		order := row.order
@@ -965,10 +1011,11 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		o.rests = append(o.rests, row.rests)
 		o.tokens = append(o.tokens, row.req.token)
 		o.created = append(o.created, order.CreatedAt)
+		o.duplicateOf = append(o.duplicateOf, optionalText(row.duplicateOf))
 	}
 	batch.Queue(settleInsertOrdersSQL, o.ids, o.accounts, o.clientIDs, o.symbols, o.sides, o.types, o.tifs,
 		o.postOnly, o.quantities, o.prices, o.statuses, o.rejects, o.cancels, o.filled, o.notionals, o.fees, o.holds,
-		o.rests, o.tokens, o.created)
+		o.rests, o.tokens, o.created, o.duplicateOf)
 
 	if len(w.makers) > 0 {
 		var ids, filled, notionals, fees, givenUp, statuses []string

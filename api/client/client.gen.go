@@ -94,15 +94,18 @@ func (e OrderCancelReason) Valid() bool {
 
 // Defines values for OrderRejectReason.
 const (
-	OrderRejectReasonInstrumentHalted  OrderRejectReason = "instrument_halted"
-	OrderRejectReasonInsufficientFunds OrderRejectReason = "insufficient_funds"
-	OrderRejectReasonPostOnlyWouldTake OrderRejectReason = "post_only_would_take"
-	OrderRejectReasonPriceOutOfBand    OrderRejectReason = "price_out_of_band"
+	OrderRejectReasonDuplicateClientOrderID OrderRejectReason = "duplicate_client_order_id"
+	OrderRejectReasonInstrumentHalted       OrderRejectReason = "instrument_halted"
+	OrderRejectReasonInsufficientFunds      OrderRejectReason = "insufficient_funds"
+	OrderRejectReasonPostOnlyWouldTake      OrderRejectReason = "post_only_would_take"
+	OrderRejectReasonPriceOutOfBand         OrderRejectReason = "price_out_of_band"
 )
 
 // Valid indicates whether the value is a known member of the OrderRejectReason enum.
 func (e OrderRejectReason) Valid() bool {
 	switch e {
+	case OrderRejectReasonDuplicateClientOrderID:
+		return true
 	case OrderRejectReasonInstrumentHalted:
 		return true
 	case OrderRejectReasonInsufficientFunds:
@@ -707,6 +710,10 @@ type Order struct {
 	Quantity Decimal `json:"quantity"`
 
 	// RejectReason Why settlement refused the order; only `rejected` orders have it.
+	// `duplicate_client_order_id`: another order of the account holds
+	// its `client_order_id` (a retry admitted again after the queue
+	// lost its dedup window); that order is the one
+	// that happened, and this one moved nothing (see `placeOrder`).
 	// Clients must be ready for reasons they do not know: more may be
 	// added.
 	RejectReason *OrderRejectReason `json:"reject_reason,omitempty"`
@@ -771,6 +778,10 @@ type Order struct {
 type OrderCancelReason string
 
 // OrderRejectReason Why settlement refused the order; only `rejected` orders have it.
+// `duplicate_client_order_id`: another order of the account holds
+// its `client_order_id` (a retry admitted again after the queue
+// lost its dedup window); that order is the one
+// that happened, and this one moved nothing (see `placeOrder`).
 // Clients must be ready for reasons they do not know: more may be
 // added.
 type OrderRejectReason string
@@ -1389,6 +1400,14 @@ type ClientInterface interface {
 	// first answer can retry safely. Reusing a `client_order_id` for a
 	// different request is answered `409`.
 	//
+	// The queue keeps that answer for its dedup window (24 h by default).
+	// A `client_order_id` names one order of the account for good: should
+	// the queue lose the window (Redis failing over to a replica that
+	// missed it) and admit the retry again under a new id, settlement
+	// rejects the new order with `duplicate_client_order_id` and it moves
+	// nothing; the first order is the one that happened. The same holds
+	// for a `client_order_id` reused after the window.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/orders (the `PlaceOrder` operationId).
@@ -1406,6 +1425,14 @@ type ClientInterface interface {
 	// first call and `Idempotent-Replayed: true`, so a client that lost the
 	// first answer can retry safely. Reusing a `client_order_id` for a
 	// different request is answered `409`.
+	//
+	// The queue keeps that answer for its dedup window (24 h by default).
+	// A `client_order_id` names one order of the account for good: should
+	// the queue lose the window (Redis failing over to a replica that
+	// missed it) and admit the retry again under a new id, settlement
+	// rejects the new order with `duplicate_client_order_id` and it moves
+	// nothing; the first order is the one that happened. The same holds
+	// for a `client_order_id` reused after the window.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1652,6 +1679,14 @@ func (c *Client) ListOrders(ctx context.Context, params *ListOrdersParams, reqEd
 // first answer can retry safely. Reusing a `client_order_id` for a
 // different request is answered `409`.
 //
+// The queue keeps that answer for its dedup window (24 h by default).
+// A `client_order_id` names one order of the account for good: should
+// the queue lose the window (Redis failing over to a replica that
+// missed it) and admit the retry again under a new id, settlement
+// rejects the new order with `duplicate_client_order_id` and it moves
+// nothing; the first order is the one that happened. The same holds
+// for a `client_order_id` reused after the window.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/orders (the `PlaceOrder` operationId).
@@ -1679,6 +1714,14 @@ func (c *Client) PlaceOrderWithBody(ctx context.Context, params *PlaceOrderParam
 // first call and `Idempotent-Replayed: true`, so a client that lost the
 // first answer can retry safely. Reusing a `client_order_id` for a
 // different request is answered `409`.
+//
+// The queue keeps that answer for its dedup window (24 h by default).
+// A `client_order_id` names one order of the account for good: should
+// the queue lose the window (Redis failing over to a replica that
+// missed it) and admit the retry again under a new id, settlement
+// rejects the new order with `duplicate_client_order_id` and it moves
+// nothing; the first order is the one that happened. The same holds
+// for a `client_order_id` reused after the window.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2586,6 +2629,14 @@ type ClientWithResponsesInterface interface {
 	// first answer can retry safely. Reusing a `client_order_id` for a
 	// different request is answered `409`.
 	//
+	// The queue keeps that answer for its dedup window (24 h by default).
+	// A `client_order_id` names one order of the account for good: should
+	// the queue lose the window (Redis failing over to a replica that
+	// missed it) and admit the retry again under a new id, settlement
+	// rejects the new order with `duplicate_client_order_id` and it moves
+	// nothing; the first order is the one that happened. The same holds
+	// for a `client_order_id` reused after the window.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/orders (the `PlaceOrder` operationId).
@@ -2603,6 +2654,14 @@ type ClientWithResponsesInterface interface {
 	// first call and `Idempotent-Replayed: true`, so a client that lost the
 	// first answer can retry safely. Reusing a `client_order_id` for a
 	// different request is answered `409`.
+	//
+	// The queue keeps that answer for its dedup window (24 h by default).
+	// A `client_order_id` names one order of the account for good: should
+	// the queue lose the window (Redis failing over to a replica that
+	// missed it) and admit the retry again under a new id, settlement
+	// rejects the new order with `duplicate_client_order_id` and it moves
+	// nothing; the first order is the one that happened. The same holds
+	// for a `client_order_id` reused after the window.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4195,6 +4254,14 @@ func (c *ClientWithResponses) ListOrdersWithResponse(ctx context.Context, params
 // first answer can retry safely. Reusing a `client_order_id` for a
 // different request is answered `409`.
 //
+// The queue keeps that answer for its dedup window (24 h by default).
+// A `client_order_id` names one order of the account for good: should
+// the queue lose the window (Redis failing over to a replica that
+// missed it) and admit the retry again under a new id, settlement
+// rejects the new order with `duplicate_client_order_id` and it moves
+// nothing; the first order is the one that happened. The same holds
+// for a `client_order_id` reused after the window.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/orders (the `PlaceOrder` operationId).
@@ -4218,6 +4285,14 @@ func (c *ClientWithResponses) PlaceOrderWithBodyWithResponse(ctx context.Context
 // first call and `Idempotent-Replayed: true`, so a client that lost the
 // first answer can retry safely. Reusing a `client_order_id` for a
 // different request is answered `409`.
+//
+// The queue keeps that answer for its dedup window (24 h by default).
+// A `client_order_id` names one order of the account for good: should
+// the queue lose the window (Redis failing over to a replica that
+// missed it) and admit the retry again under a new id, settlement
+// rejects the new order with `duplicate_client_order_id` and it moves
+// nothing; the first order is the one that happened. The same holds
+// for a `client_order_id` reused after the window.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -1,0 +1,2 @@
+DROP INDEX orders_client_order_id;
+ALTER TABLE orders DROP COLUMN duplicate_of;

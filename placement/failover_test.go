@@ -1,0 +1,141 @@
+package placement_test
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/govalues/decimal"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/settlement"
+)
+
+// TestRetryAfterFailoverSettlesOnce: Redis loses an admitted and settled
+// order in a failover (the replica had not received it), and the client's
+// identical retry is admitted again on the promoted replica under a new
+// order id. Settlement rejects the retry: one order moved money.
+func TestRetryAfterFailoverSettlesOnce(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	account, err := postgres.NewAccounts(db).Create(ctx, "trader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := postgres.NewLedger(db).Deposit(ctx, account, "USD", "100000"); err != nil {
+		t.Fatal(err)
+	}
+	primary, replica := testserver.StartRedis(t), testserver.StartRedis(t)
+	replicaClient := replica.Client(t)
+	host, port, err := net.SplitHostPort(primary.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := replicaClient.ReplicaOf(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitForReplication(t, replicaClient)
+
+	placer, queue := ordersQueueOn(t, primary)
+	// The queue's declaration reaches the replica before replication is cut.
+	if n, err := primary.Client(t).Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 = %d, %v", n, err)
+	}
+	// Replication cut: what the primary takes from now on, the replica
+	// misses. It is promoted at once (REPLICAOF NO ONE does both).
+	if err := replicaClient.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	command := orders.PlaceCommand{Account: account, ClientOrderID: "retry-me", Symbol: "BTC-USD", Side: orders.Buy,
+		Type: orders.Limit, Quantity: decimal.MustParse("0.1"), Price: decimal.MustParse("50000")}
+	settler := postgres.NewSettler(db, nil, slog.New(slog.DiscardHandler))
+	first := placeAndSettle(t, placer, queue, settler, command)
+
+	// Failover: the client's retry reaches the promoted replica, which
+	// never saw the order or its dedup key, and admits it again.
+	placer, queue = ordersQueueOn(t, replica)
+	retry := placeAndSettle(t, placer, queue, settler, command)
+	if retry.ID == first.ID {
+		t.Fatalf("the retry was answered from a dedup key the replica should not have (%s)", retry.ID)
+	}
+
+	history := postgres.NewHistory(db)
+	if got, err := history.Order(ctx, account, first.ID); err != nil || got.Status != orders.StatusOpen {
+		t.Errorf("the first order: %+v, %v; want open", got, err)
+	}
+	got, err := history.Order(ctx, account, retry.ID)
+	if err != nil || got.Status != orders.StatusRejected || got.RejectReason != orders.ReasonDuplicateClientOrderID {
+		t.Errorf("the retry: %+v, %v; want rejected %s", got, err, orders.ReasonDuplicateClientOrderID)
+	}
+	// One hold: 0.1 × 50000 + 20 bps.
+	var held string
+	if err := db.QueryRow(ctx, `SELECT trim_scale(held)::text FROM balances WHERE account_id = $1 AND asset = 'USD'`, account).Scan(&held); err != nil || held != "5010" {
+		t.Errorf("held %s USD (%v), want 5010: one order's hold", held, err)
+	}
+	report, err := postgres.RunAudit(ctx, db)
+	if err != nil || len(report.Violations) > 0 {
+		t.Errorf("audit: %v, %v", report.Violations, err)
+	}
+}
+
+// ordersQueueOn is server's orders queue, declared, and a placer on it.
+func ordersQueueOn(t testing.TB, server *testserver.Redis) (*placement.Placer, *emq.Queue) {
+	t.Helper()
+	client, err := emq.Connect(context.Background(), server.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := client.Queue(orders.Queue)
+	placer := placement.NewPlacer(queue, 0)
+	if err := placer.Declare(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return placer, queue
+}
+
+// placeAndSettle admits the command and settles its job as a worker would:
+// claim, settle, complete.
+func placeAndSettle(t testing.TB, placer *placement.Placer, queue *emq.Queue, settler *postgres.Settler, command orders.PlaceCommand) orders.Order {
+	t.Helper()
+	ctx := context.Background()
+	placed, err := placer.Place(ctx, command)
+	if err != nil || placed.Replayed {
+		t.Fatalf("place: %+v, %v; want admitted", placed, err)
+	}
+	claims, err := queue.Claim(ctx, 1, time.Minute)
+	if err != nil || len(claims) != 1 || claims[0].ID != placed.Order.ID {
+		t.Fatalf("claim: %v, %v; want %s", claims, err, placed.Order.ID)
+	}
+	if err := settlement.Settle(settler)(ctx, claims[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := queue.Complete(ctx, claims[0].ID, claims[0].Token); err != nil {
+		t.Fatal(err)
+	}
+	return placed.Order
+}
+
+// waitForReplication waits until the replica is in sync with its primary.
+func waitForReplication(t testing.TB, replica *redis.Client) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := replica.Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") && strings.Contains(info, "master_sync_in_progress:0") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica never synced: %v %s", err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
