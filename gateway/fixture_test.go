@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +49,19 @@ type fixture struct {
 	instruments *placement.Instruments
 	http        *http.Client
 	logs        *logbuffer.Buffer
+	// lookups counts the key cache's lookups in PostgreSQL.
+	lookups *countingLookup
+}
+
+// countingLookup counts the API key lookups that reach PostgreSQL.
+type countingLookup struct {
+	placement.KeyLookup
+	n atomic.Int64
+}
+
+func (l *countingLookup) AccountOf(ctx context.Context, hash [sha256.Size]byte) (string, error) {
+	l.n.Add(1)
+	return l.KeyLookup.AccountOf(ctx, hash)
 }
 
 func newFixture(t testing.TB, accounts int) *fixture {
@@ -82,7 +97,8 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 	}
 	// As cmd/gateway wires it, but with an hour-long ttl: a revocation must
 	// reach the cache by its broadcast.
-	keys := placement.NewKeyCache(postgres.NewAccounts(f.db), time.Hour)
+	f.lookups = &countingLookup{KeyLookup: postgres.NewAccounts(f.db)}
+	keys := placement.NewKeyCache(f.lookups, time.Hour)
 	following, stopFollowing := context.WithCancel(ctx)
 	subscription, err := keys.FollowRevocations(following, f.caches)
 	if err != nil {

@@ -155,9 +155,17 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		scheme, key, found := strings.Cut(c.Request().Header.Get("Authorization"), " ")
 		if !found || !strings.EqualFold(scheme, "Bearer") || key == "" {
+			if err := s.limitLookup(c); err != nil {
+				return err
+			}
 			return &requestError{kind: kindUnauthorized, detail: "send the API key as Authorization: Bearer <key>"}
 		}
 		key = strings.TrimSpace(key)
+		if s.keys == nil || !s.keys.Recognizes(key) {
+			if err := s.limitLookup(c); err != nil {
+				return err
+			}
+		}
 		account, err := s.accounts.Authenticate(c.Request().Context(), key)
 		if err != nil {
 			return err

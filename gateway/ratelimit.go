@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"strconv"
 	"time"
 
@@ -56,11 +55,7 @@ func (s *Server) rateLimitByAddress(next echo.HandlerFunc) echo.HandlerFunc {
 		return next
 	}
 	return func(c echo.Context) error {
-		host, _, err := net.SplitHostPort(c.Request().RemoteAddr)
-		if err != nil {
-			host = c.Request().RemoteAddr
-		}
-		state(c).bucket = "addr:" + host
+		state(c).bucket = "addr:" + clientAddress(c)
 		if err := s.takePermit(c); err != nil {
 			return err
 		}

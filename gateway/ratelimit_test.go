@@ -2,16 +2,21 @@ package gateway_test
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ordergate/ordergate/control"
 	"github.com/ordergate/ordergate/gateway"
+	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
 )
 
@@ -184,11 +189,19 @@ func TestRateLimitBucketsArePerKey(t *testing.T) {
 		sum := sha256.Sum256([]byte(key))
 		want[f.queue.BucketKey("key:"+hex.EncodeToString(sum[:16]))] = true
 	}
-	if len(buckets) != len(f.keys) {
-		t.Errorf("buckets %v, want one per key used", buckets)
+	// Each key's first request also took a permit of the lookups before
+	// authentication, named by the client's address (lookuplimit.go).
+	lookups := 0
+	for _, bucket := range buckets {
+		if strings.HasPrefix(bucket, f.queue.BucketKey("lookup:")) {
+			lookups++
+		}
+	}
+	if len(buckets) != len(f.keys)+lookups || lookups != 2 {
+		t.Errorf("buckets %v, want one per key used and two of lookups", buckets)
 	}
 	for _, bucket := range buckets {
-		if !want[bucket] {
+		if !want[bucket] && !strings.HasPrefix(bucket, f.queue.BucketKey("lookup:")) {
 			t.Errorf("bucket %q is not named by a key's hash", bucket)
 		}
 		for _, key := range f.keys {
@@ -247,5 +260,83 @@ func TestRevokedKeyIsRefusedOnceTheRevocationIsBroadcast(t *testing.T) {
 		if res.status != http.StatusUnauthorized || res.json(t)["type"] != "urn:ordergate:problem:unauthorized" {
 			t.Errorf("after revocation: %d %s, want 401", res.status, res.body)
 		}
+	}
+}
+
+// TestMadeUpKeysCostBoundedLookups: a burst of 10,000 requests with
+// made-up keys from one address costs PostgreSQL no more key lookups than
+// the address's bucket lets through (its burst and refill over the burst's
+// length), the rest is refused 429 before any lookup, and a customer whose
+// key the gateway knows keeps being served throughout. A request with no
+// key at all is limited the same way.
+func TestMadeUpKeysCostBoundedLookups(t *testing.T) {
+	const burst, perSecond, made = 100, 50, 10_000
+	f := newFixtureWith(t, 1, limited(burst, perSecond))
+	good := f.keys[0]
+	if res := f.list(t, good, nil); res.status != http.StatusOK {
+		t.Fatalf("the customer: %d %s", res.status, res.body)
+	}
+	before := f.lookups.n.Load()
+	began := time.Now()
+	var refused, unauthorized, served atomic.Int64
+	work := make(chan string)
+	var flood sync.WaitGroup
+	for range 32 {
+		flood.Go(func() {
+			for key := range work {
+				req, _ := http.NewRequest(http.MethodGet, f.url+"/v1/orders", nil)
+				req.Header.Set("Authorization", "Bearer "+key)
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Error(err)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				_ = res.Body.Close()
+				switch res.StatusCode {
+				case http.StatusTooManyRequests:
+					refused.Add(1)
+				case http.StatusUnauthorized:
+					unauthorized.Add(1)
+				default:
+					t.Errorf("a made-up key: %d", res.StatusCode)
+				}
+			}
+		})
+	}
+	customer := make(chan struct{})
+	go func() {
+		defer close(customer)
+		for i := 0; i < 20; i++ {
+			if res := f.list(t, good, nil); res.status == http.StatusOK {
+				served.Add(1)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	buf := make([]byte, 16)
+	for range made {
+		_, _ = rand.Read(buf)
+		work <- orders.APIKeyPrefix + hex.EncodeToString(buf)
+	}
+	close(work)
+	flood.Wait()
+	<-customer
+	elapsed := time.Since(began)
+
+	lookups := f.lookups.n.Load() - before
+	allowed := int64(burst + perSecond*int(elapsed.Seconds()+1))
+	if lookups > allowed || lookups != unauthorized.Load() {
+		t.Errorf("%d made-up keys cost %d lookups (%d answered 401) in %v; the address's bucket allows %d",
+			made, lookups, unauthorized.Load(), elapsed, allowed)
+	}
+	if refused.Load() < made-allowed {
+		t.Errorf("%d refused 429, want at least %d", refused.Load(), made-allowed)
+	}
+	if served.Load() != 20 {
+		t.Errorf("the customer was served %d of 20 requests during the flood", served.Load())
+	}
+	if res := f.do(t, f.http, http.MethodGet, "/v1/orders", "", "", ""); res.status != http.StatusTooManyRequests {
+		t.Errorf("no key after the flood: %d, want 429 (the address's bucket is spent)", res.status)
 	}
 }

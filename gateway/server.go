@@ -94,6 +94,7 @@ type Server struct {
 	placer      *placement.Placer
 	instruments *placement.Instruments
 	accounts    Authenticator
+	keys        KeyRecognizer
 	balances    BalanceReader
 	depth       DepthReader
 	fills       FillReader
@@ -138,6 +139,7 @@ func New(deps Deps, config Config) *Server {
 		routes:      map[string]bool{},
 		limitText:   strconv.Itoa(config.RateLimitBurst),
 	}
+	s.keys, _ = deps.Accounts.(KeyRecognizer)
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
@@ -151,7 +153,8 @@ func New(deps Deps, config Config) *Server {
 	// Authentication and the rate limit are per route: group middleware would
 	// answer a wrong method on a known path with 404 instead of 405. The
 	// limit runs after authentication: its buckets are per API key. A
-	// placement takes its permit in the admission (placeOrder).
+	// placement takes its permit in the admission (placeOrder). A request
+	// whose key may cost a lookup is limited before it (lookuplimit.go).
 	v1 := []echo.MiddlewareFunc{s.authenticate, s.rateLimit}
 	e.POST(placeOrderRoute, s.placeOrder, s.authenticate)
 	e.GET(placeOrderRoute, s.listOrders, v1...)

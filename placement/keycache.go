@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/orders"
 )
@@ -34,16 +36,22 @@ const DefaultKeyStaleIfError = time.Minute
 // request by this much, not by its whole deadline.
 const staleLookupTimeout = time.Second
 
-// maxCachedKeys bounds the cache against a caller cycling through made-up
-// keys: past it, the cache starts over.
+// maxCachedKeys bounds the copies of active keys; past it the least
+// recently used is dropped (and looked up again when next used).
 const maxCachedKeys = 100_000
+
+// maxUnknownKeys bounds the copies of keys found unknown or revoked. They
+// live apart from the active ones, so a caller cycling through made-up keys
+// only ever evicts other made-up keys, never a customer's.
+const maxUnknownKeys = 10_000
 
 // KeyCache answers Authenticate from memory for ttl after it asked
 // PostgreSQL, so a request does not cost a database round trip. A revoked
 // key stops working at once on every gateway that hears the revocation
 // broadcast (FollowRevocations), and within ttl on one that does not. Keys
 // found unknown are remembered as well, so a client hammering with a revoked
-// key costs no lookups either.
+// key costs no lookups either. Both copies are bounded least-recently-used
+// caches, apart from each other.
 //
 // When a lookup fails (PostgreSQL down), a copy PostgreSQL confirmed within
 // the stale-if-error window still answers, and the key is asked again a ttl
@@ -61,8 +69,11 @@ type KeyCache struct {
 	// staleAnswers counts answers given from a stale copy.
 	staleAnswers atomic.Uint64
 
-	mu      sync.RWMutex
-	entries map[[sha256.Size]byte]cachedKey
+	// active holds the answers that found an account, unknown the others.
+	active, unknown *lru.Cache[[sha256.Size]byte, cachedKey]
+
+	// mu orders writes to the caches with revocations.
+	mu sync.Mutex
 	// revocations counts the revocations heard: a lookup that raced one
 	// (read the key active, then heard it revoked) must not cache its answer.
 	revocations uint64
@@ -98,11 +109,48 @@ func NewKeyCache(accounts KeyLookup, ttl time.Duration, opts ...KeyCacheOption) 
 		ttl = DefaultKeyCacheTTL
 	}
 	c := &KeyCache{accounts: accounts, ttl: ttl, staleIfError: DefaultKeyStaleIfError, now: time.Now,
-		entries: map[[sha256.Size]byte]cachedKey{}}
+		active: mustLRU(maxCachedKeys), unknown: mustLRU(maxUnknownKeys)}
 	for _, opt := range opts {
 		opt(c)
 	}
 	return c
+}
+
+func mustLRU(size int) *lru.Cache[[sha256.Size]byte, cachedKey] {
+	cache, err := lru.New[[sha256.Size]byte, cachedKey](size)
+	if err != nil {
+		panic(err) // only for a size < 1
+	}
+	return cache
+}
+
+// entry is what the cache holds for the key hash, if anything.
+func (c *KeyCache) entry(hash [sha256.Size]byte) (cachedKey, bool) {
+	if entry, found := c.active.Get(hash); found {
+		return entry, true
+	}
+	return c.unknown.Get(hash)
+}
+
+// put stores an answer in the cache its kind goes to, and drops the key
+// from the other. The caller holds mu.
+func (c *KeyCache) put(hash [sha256.Size]byte, entry cachedKey) {
+	if entry.account == "" {
+		c.active.Remove(hash)
+		c.unknown.Add(hash, entry)
+		return
+	}
+	c.unknown.Remove(hash)
+	c.active.Add(hash, entry)
+}
+
+// Recognizes reports whether the cache holds the key as active, whether
+// its copy is fresh or due for another lookup: a key a customer has been
+// using, not a made-up one. The gateway limits the lookups of keys it does
+// not recognize before they reach PostgreSQL.
+func (c *KeyCache) Recognizes(key string) bool {
+	hash, ok := orders.KeyHash(key)
+	return ok && c.active.Contains(hash)
 }
 
 // StaleAnswers is how many answers came from a stale copy because
@@ -116,18 +164,16 @@ func (c *KeyCache) Authenticate(ctx context.Context, key string) (string, error)
 		return "", orders.ErrUnauthenticated
 	}
 	now := c.now()
-	c.mu.RLock()
-	entry, found := c.entries[hash]
-	c.mu.RUnlock()
+	entry, found := c.entry(hash)
 	if found && now.Before(entry.expires) {
 		if entry.account == "" {
 			return "", orders.ErrUnauthenticated
 		}
 		return entry.account, nil
 	}
-	c.mu.RLock()
+	c.mu.Lock()
 	revocations := c.revocations
-	c.mu.RUnlock()
+	c.mu.Unlock()
 	lookupCtx := ctx
 	stale := found && now.Before(entry.confirmed.Add(c.staleIfError))
 	if stale {
@@ -146,10 +192,7 @@ func (c *KeyCache) Authenticate(ctx context.Context, key string) (string, error)
 	}
 	c.mu.Lock()
 	if c.revocations == revocations {
-		if len(c.entries) >= maxCachedKeys {
-			clear(c.entries)
-		}
-		c.entries[hash] = cachedKey{account: account, expires: now.Add(c.ttl), confirmed: now}
+		c.put(hash, cachedKey{account: account, expires: now.Add(c.ttl), confirmed: now})
 	}
 	c.mu.Unlock()
 	return account, err
@@ -161,7 +204,7 @@ func (c *KeyCache) Authenticate(ctx context.Context, key string) (string, error)
 func (c *KeyCache) answerStale(hash [sha256.Size]byte, revocations uint64, now time.Time) (cachedKey, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	entry, found := c.entries[hash]
+	entry, found := c.entry(hash)
 	if !found || c.revocations != revocations {
 		return cachedKey{}, false
 	}
@@ -169,7 +212,7 @@ func (c *KeyCache) answerStale(hash [sha256.Size]byte, revocations uint64, now t
 	if end := entry.confirmed.Add(c.staleIfError); end.Before(entry.expires) {
 		entry.expires = end
 	}
-	c.entries[hash] = entry
+	c.put(hash, entry)
 	c.staleAnswers.Add(1)
 	return entry, true
 }
@@ -188,7 +231,8 @@ func (c *KeyCache) forget(hashHex string) {
 		return
 	}
 	c.mu.Lock()
-	delete(c.entries, hash)
+	c.active.Remove(hash)
+	c.unknown.Remove(hash)
 	c.revocations++
 	c.mu.Unlock()
 }

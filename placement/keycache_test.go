@@ -2,8 +2,11 @@ package placement_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,4 +190,56 @@ func followRevocations(t testing.TB, cache *placement.KeyCache, caches *coherenc
 		stop()
 		<-subscription.Done()
 	})
+}
+
+// mapLookup answers key lookups from a map of hashes to accounts, and
+// counts them.
+type mapLookup struct {
+	accounts map[[sha256.Size]byte]string
+	n        atomic.Int64
+}
+
+func (l *mapLookup) AccountOf(_ context.Context, hash [sha256.Size]byte) (string, error) {
+	l.n.Add(1)
+	if account, ok := l.accounts[hash]; ok {
+		return account, nil
+	}
+	return "", orders.ErrUnauthenticated
+}
+
+// TestKeyCacheKeepsCustomersThroughAFloodOfMadeUpKeys: made-up keys,
+// however many, only evict other made-up keys (least recently used first):
+// a customer's key stays in memory, and the cache recognizes it.
+func TestKeyCacheKeepsCustomersThroughAFloodOfMadeUpKeys(t *testing.T) {
+	ctx := context.Background()
+	const customer = orders.APIKeyPrefix + "customer"
+	hash, _ := orders.KeyHash(customer)
+	lookup := &mapLookup{accounts: map[[sha256.Size]byte]string{hash: "ACC_CUSTOMER"}}
+	cache := placement.NewKeyCache(lookup, time.Hour)
+	if cache.Recognizes(customer) {
+		t.Fatal("the cache recognizes a key never looked up")
+	}
+	if got, err := cache.Authenticate(ctx, customer); err != nil || got != "ACC_CUSTOMER" {
+		t.Fatalf("authenticate = %q, %v", got, err)
+	}
+	for i := range 250_000 {
+		if _, err := cache.Authenticate(ctx, fmt.Sprintf("%smade-up-%d", orders.APIKeyPrefix, i)); !errors.Is(err, orders.ErrUnauthenticated) {
+			t.Fatalf("a made-up key: %v", err)
+		}
+	}
+	looked := lookup.n.Load()
+	if !cache.Recognizes(customer) || cache.Recognizes(orders.APIKeyPrefix+"made-up-249999") {
+		t.Errorf("after the flood the cache does not recognize the customer, or recognizes a made-up key")
+	}
+	if got, err := cache.Authenticate(ctx, customer); err != nil || got != "ACC_CUSTOMER" || lookup.n.Load() != looked {
+		t.Errorf("the customer after the flood: %q, %v, %d more lookups; want none", got, err, lookup.n.Load()-looked)
+	}
+	// The most recent made-up key is still remembered unknown; the first
+	// was evicted and costs a lookup again.
+	if _, err := cache.Authenticate(ctx, orders.APIKeyPrefix+"made-up-249999"); !errors.Is(err, orders.ErrUnauthenticated) || lookup.n.Load() != looked {
+		t.Errorf("the latest made-up key cost a lookup")
+	}
+	if _, err := cache.Authenticate(ctx, orders.APIKeyPrefix+"made-up-0"); !errors.Is(err, orders.ErrUnauthenticated) || lookup.n.Load() != looked+1 {
+		t.Errorf("the first made-up key was still remembered")
+	}
 }
