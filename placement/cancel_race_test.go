@@ -64,3 +64,35 @@ func TestCancelOfAnOrderThatCameToRestMeanwhile(t *testing.T) {
 		t.Fatalf("cancel: %s, %v (canceled in the book: %v); want canceled through CancelResting", got.Status, err, history.bookCanceled)
 	}
 }
+
+// settledMeanwhile is a History whose first read finds no row while a worker
+// settles the order and completes its job: every later read finds it filled.
+type settledMeanwhile struct {
+	restingMeanwhile
+}
+
+func (h *settledMeanwhile) Order(ctx context.Context, account, id string) (orders.Order, error) {
+	h.reads++
+	if h.reads == 1 {
+		claims, _ := h.queue.Claim(ctx, 1, time.Minute)
+		_ = h.queue.Complete(ctx, claims[0].ID, claims[0].Token)
+		return orders.Order{}, orders.ErrNotFound
+	}
+	o := h.order
+	o.Status = orders.StatusFilled
+	return o, nil
+}
+
+// A GET whose first read finds no row while settlement commits and
+// completes the job answers the row (filled), not the queue's accepted.
+func TestGetOfAnOrderSettledMeanwhile(t *testing.T) {
+	bare, queue, _ := placerOnRedis(t)
+	const account = "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"
+	order := placeOrder(t, bare, account, "race")
+	history := &settledMeanwhile{restingMeanwhile{queue: queue, order: order}}
+	placer := placement.NewPlacer(queue, 0, placement.WithHistory(history))
+	got, err := placer.Order(context.Background(), account, order.ID)
+	if err != nil || got.Status != orders.StatusFilled {
+		t.Fatalf("GET: %s, %v; want filled, as the row settled meanwhile says", got.Status, err)
+	}
+}
