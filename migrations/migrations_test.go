@@ -113,3 +113,62 @@ func TestUpWithPoolParameters(t *testing.T) {
 		t.Fatalf("version %d dirty %v: %v", version, dirty, err)
 	}
 }
+
+// TestClientOrderIDGuardMarksEarlierDuplicates: rows from before migration
+// 0007 that share an account's client order id keep their data; the first
+// that moved money holds the pair (not merely the first), the others are
+// marked its duplicates by the migration, and the unique index then holds.
+func TestClientOrderIDGuardMarksEarlierDuplicates(t *testing.T) {
+	ctx := context.Background()
+	database := testserver.Postgres(t)
+	db := database.Pool(t)
+	if err := migrations.UpTo(database.URL, 6); err != nil {
+		t.Fatal(err)
+	}
+	const account = "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"
+	ids := []string{"ORD_01J9Z7W2X3Y4Z5A6B7C8D9E0F1", "ORD_01J9Z7W2X3Y4Z5A6B7C8D9E0F2", "ORD_01J9Z7W2X3Y4Z5A6B7C8D9E0F3"}
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := db.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec(`INSERT INTO accounts (id, name, kind) VALUES ($1, 'old', 'customer')`, account)
+	exec(`INSERT INTO balances (account_id, asset) VALUES ($1, 'USD')`, account)
+	for i, id := range ids {
+		// Three rejections of one client order id, a millisecond apart;
+		// the second held funds (as a retry settled twice would have).
+		exec(`INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price, status,
+				reject_reason, created_at, finished_at, time_in_force)
+			VALUES ($1, $2, 'same', 'BTC-USD', 'buy', 'limit', 1, 100, 'rejected', 'insufficient_funds',
+				now() + $3 * interval '1 ms', now(), 'gtc')`, id, account, i)
+	}
+	exec(`WITH t AS (INSERT INTO ledger_transactions (kind, order_id) VALUES ('hold', $1) RETURNING id)
+		INSERT INTO ledger_entries (transaction_id, account_id, asset, amount, part)
+		SELECT t.id, $2, 'USD', e.amount, e.part FROM t, (VALUES (-1, 'available'), (1, 'held')) AS e(amount, part)`, ids[1], account)
+
+	if err := migrations.Up(database.URL); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{ids[1], "", ids[1]} {
+		var duplicateOf *string
+		var marked bool
+		if err := db.QueryRow(ctx, `SELECT duplicate_of, duplicate_marked_by_migration FROM orders WHERE id = $1`, ids[i]).Scan(&duplicateOf, &marked); err != nil {
+			t.Fatal(err)
+		}
+		if got := ""; duplicateOf != nil {
+			got = *duplicateOf
+			if got != want || !marked {
+				t.Errorf("order %d: a duplicate of %q (marked %v), want of %q, marked", i, got, marked, want)
+			}
+		} else if want != "" || marked {
+			t.Errorf("order %d holds the pair, want it a duplicate of %s", i, want)
+		}
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price,
+			status, reject_reason, created_at, finished_at, time_in_force)
+		VALUES ('ORD_01J9Z7W2X3Y4Z5A6B7C8D9E0F4', $1, 'same', 'BTC-USD', 'buy', 'limit', 1, 100, 'rejected',
+			'insufficient_funds', now(), now(), 'gtc')`, account); err == nil {
+		t.Error("a second holder of the pair was inserted")
+	}
+}

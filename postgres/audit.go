@@ -66,8 +66,8 @@ const (
 	// CheckSettlementEntries: a settlement's entries are not the ones its
 	// order's fill implies.
 	CheckSettlementEntries = "settlement_matches_fill"
-	// CheckClientOrderOnce: more than one order moved money under one
-	// account's client order id (a retry settled twice).
+	// CheckClientOrderOnce: an order moved money although another order of
+	// its account holds its client order id (a retry settled twice).
 	CheckClientOrderOnce = "client_order_id_settled_once"
 )
 
