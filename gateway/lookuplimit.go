@@ -31,11 +31,27 @@ var lookupAddressRate = emq.Rate{Capacity: 20, PerSecond: 10}
 const lookupAllFactor = 10
 
 // KeyRecognizer tells a key a customer has been using from one the gateway
-// does not know (placement.KeyCache). An Authenticator that does not
-// implement it has every request limited as a lookup.
+// does not know, and whether authenticating a key would cost a lookup
+// (placement.KeyCache). An Authenticator that does not implement it has
+// every request limited as a lookup.
 type KeyRecognizer interface {
 	Recognizes(key string) bool
+	NeedsLookup(key string) bool
 }
+
+// lookupCost is what a request's key may cost PostgreSQL.
+type lookupCost int
+
+const (
+	// noLookup: a request with no key, a malformed one, or one the cache
+	// answers unknown from memory. It costs nothing but is still limited
+	// per client address, so one address cannot hammer the gateway with
+	// refusals.
+	noLookup lookupCost = iota
+	// lookup: the key will be looked up. Limited per address and overall,
+	// which bounds the lookups all clients together can force.
+	lookup
+)
 
 // clientAddress is the request's connection's address, without the port.
 func clientAddress(c echo.Context) string {
@@ -46,12 +62,26 @@ func clientAddress(c echo.Context) string {
 	return host
 }
 
-// limitLookup takes a permit for a request that may cost a key lookup:
-// from its client address's bucket (an API key's size and rate, at least
-// lookupAddressRate), then from
-// the bucket of all of them (lookupAllFactor times that). A limiter that
-// does not answer lets the request through, as the key's own limit does.
-func (s *Server) limitLookup(c echo.Context) error {
+// clientNetwork is what a client's limit is keyed by: its IPv4 address, or
+// the /64 of its IPv6 one, since one host is handed a whole /64 and could
+// otherwise take a new bucket with every address in it.
+func clientNetwork(c echo.Context) string {
+	host := clientAddress(c)
+	ip := net.ParseIP(host)
+	if ip == nil || ip.To4() != nil {
+		return host
+	}
+	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+}
+
+// limitLookup takes a permit for a request without a key the gateway
+// recognizes: from its client's bucket (its IPv4 address or IPv6 /64; an
+// API key's size and rate, at least lookupAddressRate), and, when the key
+// will be looked up, from the bucket of all lookups (lookupAllFactor times
+// that): requests that cost no lookup leave the shared bucket to those that
+// do. A limiter that does not answer lets the request through, as the key's
+// own limit does.
+func (s *Server) limitLookup(c echo.Context, cost lookupCost) error {
 	if !s.limiting() {
 		return nil
 	}
@@ -59,14 +89,18 @@ func (s *Server) limitLookup(c echo.Context) error {
 	one := emq.Rate{Capacity: max(key.Capacity, lookupAddressRate.Capacity), PerSecond: max(key.PerSecond, lookupAddressRate.PerSecond)}
 	all := emq.Rate{Capacity: min(one.Capacity*lookupAllFactor, emq.MaxBucketSize),
 		PerSecond: min(one.PerSecond*lookupAllFactor, emq.MaxBucketSize)}
-	for _, bucket := range []struct {
+	buckets := []struct {
 		name string
 		rate emq.Rate
 		who  string
 	}{
-		{"lookup:" + clientAddress(c), one, "from one client address"},
+		{"lookup:" + clientNetwork(c), one, "from one client address"},
 		{lookupBucketAll, all, "from all clients together"},
-	} {
+	}
+	if cost == noLookup {
+		buckets = buckets[:1]
+	}
+	for _, bucket := range buckets {
 		take, err := s.placer.TakePermit(c.Request().Context(), bucket.name, bucket.rate)
 		if err != nil {
 			s.metrics.rateLimitFailOpen.Inc()

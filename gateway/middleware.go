@@ -155,14 +155,23 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		scheme, key, found := strings.Cut(c.Request().Header.Get("Authorization"), " ")
 		if !found || !strings.EqualFold(scheme, "Bearer") || key == "" {
-			if err := s.limitLookup(c); err != nil {
+			if err := s.limitLookup(c, noLookup); err != nil {
 				return err
 			}
 			return &requestError{kind: kindUnauthorized, detail: "send the API key as Authorization: Bearer <key>"}
 		}
 		key = strings.TrimSpace(key)
-		if s.keys == nil || !s.keys.Recognizes(key) {
-			if err := s.limitLookup(c); err != nil {
+		switch {
+		case s.keys == nil:
+			if err := s.limitLookup(c, lookup); err != nil {
+				return err
+			}
+		case !s.keys.Recognizes(key):
+			cost := noLookup
+			if s.keys.NeedsLookup(key) {
+				cost = lookup
+			}
+			if err := s.limitLookup(c, cost); err != nil {
 				return err
 			}
 		}

@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -338,5 +340,66 @@ func TestMadeUpKeysCostBoundedLookups(t *testing.T) {
 	}
 	if res := f.do(t, f.http, http.MethodGet, "/v1/orders", "", "", ""); res.status != http.StatusTooManyRequests {
 		t.Errorf("no key after the flood: %d, want 429 (the address's bucket is spent)", res.status)
+	}
+}
+
+// clientFrom is an HTTP client whose connections come from the loopback
+// address ip (Linux routes all of 127.0.0.0/8 to lo), so the gateway sees
+// a client address of its own per client.
+func clientFrom(t testing.TB, ip string) *http.Client {
+	t.Helper()
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	transport := &http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 8}
+	t.Cleanup(transport.CloseIdleConnections)
+	return &http.Client{Transport: transport}
+}
+
+// TestRequestsThatCostNoLookupLeaveTheSharedBucket: requests with no key
+// from forty addresses, which cost PostgreSQL nothing, are limited per
+// address only; customers whose keys this gateway has not seen yet (a new
+// key, or any key after a restart) still get their lookups.
+func TestRequestsThatCostNoLookupLeaveTheSharedBucket(t *testing.T) {
+	const burst, perSecond = 20, 10 // per address; all lookups together 200 and 100 a second
+	f := newFixtureWith(t, 10, limited(burst, perSecond))
+	stop := make(chan struct{})
+	var flood sync.WaitGroup
+	for i := 2; i < 42; i++ {
+		client := clientFrom(t, fmt.Sprintf("127.0.0.%d", i))
+		flood.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest(http.MethodGet, f.url+"/v1/orders", nil)
+				if res, err := client.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, res.Body)
+					_ = res.Body.Close()
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	}
+	time.Sleep(time.Second)
+	customer := clientFrom(t, "127.0.0.1")
+	served := 0
+	for _, key := range f.keys {
+		req, _ := http.NewRequest(http.MethodGet, f.url+"/v1/orders", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		res, err := customer.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+		if res.StatusCode == http.StatusOK {
+			served++
+		}
+	}
+	close(stop)
+	flood.Wait()
+	if served != len(f.keys) {
+		t.Errorf("%d of %d customers' first requests served during a keyless flood", served, len(f.keys))
 	}
 }

@@ -153,6 +153,20 @@ func (c *KeyCache) Recognizes(key string) bool {
 	return ok && c.active.Contains(hash)
 }
 
+// NeedsLookup reports whether Authenticate would ask PostgreSQL about the
+// key: it is well formed and the cache holds no fresh answer for it.
+func (c *KeyCache) NeedsLookup(key string) bool {
+	hash, ok := orders.KeyHash(key)
+	if !ok {
+		return false
+	}
+	entry, found := c.active.Peek(hash)
+	if !found {
+		entry, found = c.unknown.Peek(hash)
+	}
+	return !found || !c.now().Before(entry.expires)
+}
+
 // StaleAnswers is how many answers came from a stale copy because
 // PostgreSQL did not answer.
 func (c *KeyCache) StaleAnswers() uint64 { return c.staleAnswers.Load() }
