@@ -96,3 +96,37 @@ func TestGetOfAnOrderSettledMeanwhile(t *testing.T) {
 		t.Fatalf("GET: %s, %v; want filled, as the row settled meanwhile says", got.Status, err)
 	}
 }
+
+// settledAndForgotten is a History whose first read finds no row while a
+// worker settles the order and the queue loses its record (trimmed, or a
+// failover): every later read finds it filled.
+type settledAndForgotten struct {
+	restingMeanwhile
+}
+
+func (h *settledAndForgotten) Order(ctx context.Context, account, id string) (orders.Order, error) {
+	h.reads++
+	if h.reads == 1 {
+		if err := h.queue.Purge(ctx); err != nil {
+			return orders.Order{}, err
+		}
+		return orders.Order{}, orders.ErrNotFound
+	}
+	o := h.order
+	o.Status = orders.StatusFilled
+	return o, nil
+}
+
+// A GET whose first read finds no row while the order settles and the queue
+// forgets it answers the row, not 404.
+func TestGetOfAnOrderSettledAndForgottenMeanwhile(t *testing.T) {
+	bare, queue, _ := placerOnRedis(t)
+	const account = "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"
+	order := placeOrder(t, bare, account, "race")
+	history := &settledAndForgotten{restingMeanwhile{queue: queue, order: order}}
+	placer := placement.NewPlacer(queue, 0, placement.WithHistory(history))
+	got, err := placer.Order(context.Background(), account, order.ID)
+	if err != nil || got.Status != orders.StatusFilled {
+		t.Fatalf("GET: %s, %v; want filled, as the row settled meanwhile says", got.Status, err)
+	}
+}

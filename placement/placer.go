@@ -179,11 +179,13 @@ func (p *Placer) Order(ctx context.Context, account, id string) (orders.Order, e
 		}
 	}
 	order, err := p.queued(ctx, account, id)
-	if err == nil && order.Status != orders.StatusCanceled && p.history != nil {
+	if (err == nil && order.Status != orders.StatusCanceled || errors.Is(err, orders.ErrNotFound)) && p.history != nil {
 		// Settlement may have committed the order's row, and completed its
 		// job, between the first read and the queue's: the queue's answer
 		// stands only if PostgreSQL still has no row after it, so GET never
-		// answers accepted (or active) for an order that is already settled.
+		// answers accepted (or active) for an order that is already settled,
+		// nor not found for one whose finished record the queue trimmed or
+		// lost meanwhile.
 		settled, err := p.history.Order(ctx, account, id)
 		if !errors.Is(err, orders.ErrNotFound) {
 			return withDefaults(settled), err
