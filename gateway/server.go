@@ -81,9 +81,10 @@ type Deps struct {
 	Fills  FillReader
 	Probes []Probe
 	Logger *slog.Logger
-	// Metrics is where the gateway registers its series and what GET
-	// /metrics serves; a private registry when nil. One registry backs one
-	// Server.
+	// Metrics is where the gateway registers its series; a private registry
+	// when nil. One registry backs one Server. The gateway does not serve
+	// it: /metrics belongs on a listener of its own, off the public network
+	// (cmd/gateway's METRICS_ADDR).
 	Metrics *prometheus.Registry
 }
 
@@ -147,9 +148,6 @@ func New(deps Deps, config Config) *Server {
 
 	e.GET("/healthz", s.health)
 	e.GET("/readyz", s.readiness)
-	// Operational, like the probes: unauthenticated and not in the API
-	// contract. Keep the port off the public network.
-	e.GET("/metrics", echo.WrapHandler(s.metrics.handler))
 	// Authentication and the rate limit are per route: group middleware would
 	// answer a wrong method on a known path with 404 instead of 405. The
 	// limit runs after authentication: its buckets are per API key. A
