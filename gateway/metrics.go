@@ -72,7 +72,7 @@ func (s *Server) measure(next echo.HandlerFunc) echo.HandlerFunc {
 		start := time.Now()
 		err := next(c)
 		route := c.Path()
-		if !s.routes[route] {
+		if _, known := s.routes[route]; !known {
 			route = unmatchedRoute
 		}
 		method := methodLabel(c.Request().Method)

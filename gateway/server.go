@@ -7,8 +7,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-playground/validator/v10"
@@ -103,8 +106,9 @@ type Server struct {
 	log         *slog.Logger
 	validate    *validator.Validate
 	metrics     *metrics
-	// routes holds the registered route patterns, for the metrics' route label.
-	routes map[string]bool
+	// routes holds the registered route patterns and their methods, for the
+	// metrics' route label and the answer to any other method.
+	routes map[string]route
 	// limitText is RateLimit-Limit's value, the same on every answer.
 	limitText string
 }
@@ -137,14 +141,14 @@ func New(deps Deps, config Config) *Server {
 		log:         deps.Logger,
 		validate:    newValidator(),
 		metrics:     newMetrics(deps.Metrics),
-		routes:      map[string]bool{},
+		routes:      map[string]route{},
 		limitText:   strconv.Itoa(config.RateLimitBurst),
 	}
 	s.keys, _ = deps.Accounts.(KeyRecognizer)
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.measure, s.observe, s.recoverPanics, s.deadline)
+	e.Use(s.measure, s.observe, s.recoverPanics, s.refuseOtherMethods, s.deadline)
 
 	e.GET("/healthz", s.health)
 	e.GET("/readyz", s.readiness)
@@ -165,10 +169,37 @@ func New(deps Deps, config Config) *Server {
 	// book is read from PostgreSQL, so it is limited per client address.
 	e.GET("/v1/instruments", s.listInstruments)
 	e.GET("/v1/instruments/:symbol/book", s.getBook, s.rateLimitByAddress)
-	for _, route := range e.Routes() {
-		s.routes[route.Path] = true
+	for _, r := range e.Routes() {
+		methods := s.routes[r.Path].methods
+		if methods == nil {
+			methods = map[string]bool{}
+		}
+		methods[r.Method] = true
+		s.routes[r.Path] = route{methods: methods, allow: strings.Join(slices.Sorted(maps.Keys(methods)), ", ")}
 	}
 	return s
+}
+
+// route is one route pattern's methods, and its Allow header naming them.
+type route struct {
+	methods map[string]bool
+	allow   string
+}
+
+// refuseOtherMethods answers a method the matched route does not serve with a
+// 405 problem whose Allow names exactly the methods it does. Echo's own
+// answers would list OPTIONS in Allow and answer OPTIONS itself with a 204,
+// neither of which the contract has: no route serves OPTIONS (nor HEAD).
+// It runs before authentication (route middleware), as Echo's 405 did.
+func (s *Server) refuseOtherMethods(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r, known := s.routes[c.Path()]
+		if !known || r.methods[c.Request().Method] {
+			return next(c)
+		}
+		c.Response().Header().Set(echo.HeaderAllow, r.allow)
+		return &requestError{kind: kindMethodNotAllowed, detail: "this resource answers " + r.allow + " only (see the Allow header)"}
+	}
 }
 
 // ServeHTTP serves the API.
