@@ -205,8 +205,20 @@ func (s *Server) refuseOtherMethods(next echo.HandlerFunc) echo.HandlerFunc {
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
 
+// MaxHeaderBytes is the most a request's head may take: its request line,
+// header lines and the empty line that ends them, as sent. net/http refuses
+// a longer one with its own 431, text/plain (docs/api.md), before any
+// handler runs.
+const MaxHeaderBytes = 16 << 10
+
+// headerSlack is what net/http reads beyond http.Server.MaxHeaderBytes before
+// it refuses a head (its initialReadLimitSize adds 4096 bytes of "bufio
+// slop"): MaxHeaderBytes 16 KiB alone let heads of 20 KiB through.
+const headerSlack = 4096
+
 // NewHTTPServer wraps a handler in an http.Server whose timeouts keep slow or
-// idle clients from holding connections.
+// idle clients from holding connections, and which refuses a request head
+// over MaxHeaderBytes.
 func NewHTTPServer(addr string, handler http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Addr:              addr,
@@ -215,7 +227,7 @@ func NewHTTPServer(addr string, handler http.Handler, log *slog.Logger) *http.Se
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      15 * time.Second,
 		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    16 << 10,
+		MaxHeaderBytes:    MaxHeaderBytes - headerSlack,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 }
