@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/coherence"
@@ -51,6 +53,9 @@ type fixture struct {
 	logs        *logbuffer.Buffer
 	// lookups counts the key cache's lookups in PostgreSQL.
 	lookups *countingLookup
+	// metrics is the gateway's registry, which cmd/gateway serves on its
+	// own listener (scrape reads it).
+	metrics *prometheus.Registry
 }
 
 // countingLookup counts the API key lookups that reach PostgreSQL.
@@ -73,7 +78,7 @@ func newFixture(t testing.TB, accounts int) *fixture {
 func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	f := &fixture{redis: testserver.StartRedis(t), logs: &logbuffer.Buffer{}}
+	f := &fixture{redis: testserver.StartRedis(t), logs: &logbuffer.Buffer{}, metrics: prometheus.NewRegistry()}
 	f.rdb = f.redis.Client(t)
 	database := testserver.Postgres(t)
 	if err := migrations.Up(database.URL); err != nil {
@@ -125,7 +130,8 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 			{Name: "fence", Check: queueClient.Check},
 			{Name: "postgres", Check: f.db.Ping},
 		},
-		Logger: log,
+		Logger:  log,
+		Metrics: f.metrics,
 	}, config)
 	httpServer := httptest.NewServer(server)
 	t.Cleanup(httpServer.Close)
@@ -196,6 +202,19 @@ func (f *fixture) do(t testing.TB, client *http.Client, method, path, key, conte
 		t.Fatal(err)
 	}
 	return response{status: res.StatusCode, header: res.Header, body: data}
+}
+
+// scrape reads the gateway's series the way Prometheus does, in the text
+// exposition format, as cmd/gateway serves them on its metrics listener.
+func (f *fixture) scrape(t testing.TB) []byte {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	recorder := httptest.NewRecorder()
+	promhttp.HandlerFor(f.metrics, promhttp.HandlerOpts{}).ServeHTTP(recorder, req)
+	if recorder.Code != http.StatusOK || !strings.HasPrefix(recorder.Header().Get("Content-Type"), "text/plain") {
+		t.Fatalf("scrape: %d %q %s", recorder.Code, recorder.Header().Get("Content-Type"), recorder.Body)
+	}
+	return recorder.Body.Bytes()
 }
 
 func (f *fixture) place(t testing.TB, key, body string) response {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // unmatchedRoute labels requests for paths no route serves, so that scans of
@@ -26,11 +25,10 @@ type metrics struct {
 	// let through because the limiter's store did not answer.
 	rateLimited       prometheus.Counter
 	rateLimitFailOpen prometheus.Counter
-	handler           http.Handler
 }
 
-// newMetrics registers the gateway's series on registry, which then serves
-// them; one registry backs one Server.
+// newMetrics registers the gateway's series on registry; one registry backs
+// one Server.
 func newMetrics(registry *prometheus.Registry) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -64,7 +62,6 @@ func newMetrics(registry *prometheus.Registry) *metrics {
 		}),
 	}
 	registry.MustRegister(m.requests, m.duration, m.admitted, m.replayed, m.refused, m.rateLimited, m.rateLimitFailOpen)
-	m.handler = promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry})
 	return m
 }
 
@@ -75,7 +72,7 @@ func (s *Server) measure(next echo.HandlerFunc) echo.HandlerFunc {
 		start := time.Now()
 		err := next(c)
 		route := c.Path()
-		if !s.routes[route] {
+		if _, known := s.routes[route]; !known {
 			route = unmatchedRoute
 		}
 		method := methodLabel(c.Request().Method)

@@ -8,9 +8,8 @@ import (
 	"testing"
 )
 
-// TestMetricsCountRequestsByRoutePattern scrapes /metrics the way Prometheus
-// does. /metrics is operational, not part of the API contract, so it is read
-// with a plain client.
+// TestMetricsCountRequestsByRoutePattern scrapes the gateway's series the
+// way Prometheus does.
 func TestMetricsCountRequestsByRoutePattern(t *testing.T) {
 	f := newFixture(t, 1)
 	key := f.keys[0]
@@ -30,11 +29,8 @@ func TestMetricsCountRequestsByRoutePattern(t *testing.T) {
 	f.do(t, http.DefaultClient, http.MethodGet, "/no/such/path/"+id, key, "", "")
 	f.do(t, http.DefaultClient, "BREW", "/v1/orders", key, "", "")
 
-	scrape := f.do(t, http.DefaultClient, http.MethodGet, "/metrics", "", "", "")
-	if scrape.status != http.StatusOK || !strings.HasPrefix(scrape.header.Get("Content-Type"), "text/plain") {
-		t.Fatalf("GET /metrics: %d %q", scrape.status, scrape.header.Get("Content-Type"))
-	}
-	samples := parseSamples(t, scrape.body)
+	scrape := f.scrape(t)
+	samples := parseSamples(t, scrape)
 	tests := []struct {
 		series string
 		want   string
@@ -57,7 +53,7 @@ func TestMetricsCountRequestsByRoutePattern(t *testing.T) {
 			t.Errorf("%s = %q (present %v), want %s", tt.series, got, found, tt.want)
 		}
 	}
-	if bytes.Contains(scrape.body, []byte(id)) {
+	if bytes.Contains(scrape, []byte(id)) {
 		t.Errorf("/metrics carries a raw order path: series per order id would grow without bound")
 	}
 }
@@ -79,4 +75,24 @@ func parseSamples(t testing.TB, body []byte) map[string]string {
 		samples[line[:cut]] = line[cut+1:]
 	}
 	return samples
+}
+
+// TestMetricsAreNotOnTheAPI: the series (route counts, admissions, the Go
+// runtime) are for the operator, on cmd/gateway's METRICS_ADDR. The public
+// listener answers /metrics as any path it does not serve, with a 404
+// problem (read with a plain client: no unknown path is in the contract).
+func TestMetricsAreNotOnTheAPI(t *testing.T) {
+	f := newFixture(t, 1)
+	for _, key := range []string{"", f.keys[0]} {
+		res := f.do(t, http.DefaultClient, http.MethodGet, "/metrics", key, "", "")
+		if res.status != http.StatusNotFound || res.header.Get("Content-Type") != "application/problem+json" {
+			t.Fatalf("GET /metrics (key %v): %d %q, want a 404 problem", key != "", res.status, res.header.Get("Content-Type"))
+		}
+		if problem := res.json(t); problem["type"] != "urn:ordergate:problem:not-found" {
+			t.Errorf("GET /metrics: problem %s", res.body)
+		}
+		if bytes.Contains(res.body, []byte("http_requests_total")) {
+			t.Errorf("GET /metrics on the API carries series: %s", res.body)
+		}
+	}
 }

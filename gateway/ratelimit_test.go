@@ -87,7 +87,7 @@ func TestRateLimitRefusesPastTheBurst(t *testing.T) {
 	if keys := f.queueKeys(t); strings.Join(sorted(keys), " ") != strings.Join(sorted(keysBefore), " ") {
 		t.Errorf("a refused placement changed the queue's keys from %v to %v", keysBefore, keys)
 	}
-	samples := parseSamples(t, f.do(t, http.DefaultClient, http.MethodGet, "/metrics", "", "", "").body)
+	samples := parseSamples(t, f.scrape(t))
 	if got := samples["rate_limited_total"]; got != "2" {
 		t.Errorf("rate_limited_total %q, want 2", got)
 	}
@@ -234,7 +234,7 @@ func TestRateLimitFailsOpenWhenRedisIsDown(t *testing.T) {
 			}
 		}
 	}
-	samples := parseSamples(t, f.do(t, http.DefaultClient, http.MethodGet, "/metrics", "", "", "").body)
+	samples := parseSamples(t, f.scrape(t))
 	if got := samples["rate_limit_fail_open_total"]; got != "3" {
 		t.Errorf("rate_limit_fail_open_total %q, want 3", got)
 	}

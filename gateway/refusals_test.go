@@ -3,8 +3,13 @@ package gateway_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/ordergate/ordergate/api"
 )
 
 // TestRefusedRequestsWriteNothing sends requests that must each be refused
@@ -168,6 +173,58 @@ func TestMethodNotAllowedAndUnknownRoutesAreProblems(t *testing.T) {
 		res := f.do(t, http.DefaultClient, tt.method, tt.path, f.keys[0], "", "")
 		if res.status != tt.want || res.header.Get("Content-Type") != "application/problem+json" {
 			t.Errorf("%s %s: %d %q %s", tt.method, tt.path, res.status, res.header.Get("Content-Type"), res.body)
+		}
+	}
+}
+
+// TestOtherMethodsAre405WithTheRoutesAllow holds every path of the contract
+// to its global rule: a method the path does not have is a 405
+// method-not-allowed problem, OPTIONS and HEAD included (Echo answered
+// OPTIONS 204 itself), and Allow names exactly the path's operations in the
+// spec (Echo's listed OPTIONS too). Authentication does not come first: the
+// method is wrong whoever asks. Read with a plain client: these exchanges
+// are outside the contract's operations by definition.
+func TestOtherMethodsAre405WithTheRoutesAllow(t *testing.T) {
+	f := newFixture(t, 1)
+	doc, err := openapi3.NewLoader().LoadFromData(api.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	example := strings.NewReplacer("{id}", "ORD_01J9Z8K3M4N5P6Q7R8S9T0V1W2", "{symbol}", "BTC-USD")
+	if len(doc.Paths.Map()) < 8 {
+		t.Fatalf("only %d paths in the spec", len(doc.Paths.Map()))
+	}
+	for pattern, item := range doc.Paths.Map() {
+		var served []string
+		for method := range item.Operations() {
+			served = append(served, method)
+		}
+		slices.Sort(served)
+		want := strings.Join(served, ", ")
+		path := example.Replace(pattern)
+		for _, method := range []string{http.MethodOptions, http.MethodHead, http.MethodPut, http.MethodPatch, http.MethodTrace, http.MethodPost, http.MethodDelete, "BREW"} {
+			if slices.Contains(served, method) {
+				continue
+			}
+			for _, key := range []string{"", f.keys[0]} {
+				res := f.do(t, http.DefaultClient, method, path, key, "", "")
+				if res.status != http.StatusMethodNotAllowed || res.header.Get("Content-Type") != "application/problem+json" {
+					t.Errorf("%s %s (key %v): %d %q %s, want a 405 problem", method, path, key != "", res.status, res.header.Get("Content-Type"), res.body)
+					continue
+				}
+				if got := res.header.Get("Allow"); got != want {
+					t.Errorf("%s %s: Allow %q, want %q (the spec's operations)", method, path, got, want)
+				}
+				if method == http.MethodHead {
+					if len(res.body) != 0 {
+						t.Errorf("HEAD %s answered a body: %s", path, res.body)
+					}
+					continue
+				}
+				if problem := res.json(t); problem["type"] != "urn:ordergate:problem:method-not-allowed" || problem["status"] != float64(405) {
+					t.Errorf("%s %s: problem %s", method, path, res.body)
+				}
+			}
 		}
 	}
 }

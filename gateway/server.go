@@ -7,8 +7,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-playground/validator/v10"
@@ -81,9 +84,10 @@ type Deps struct {
 	Fills  FillReader
 	Probes []Probe
 	Logger *slog.Logger
-	// Metrics is where the gateway registers its series and what GET
-	// /metrics serves; a private registry when nil. One registry backs one
-	// Server.
+	// Metrics is where the gateway registers its series; a private registry
+	// when nil. One registry backs one Server. The gateway does not serve
+	// it: /metrics belongs on a listener of its own, off the public network
+	// (cmd/gateway's METRICS_ADDR).
 	Metrics *prometheus.Registry
 }
 
@@ -102,8 +106,9 @@ type Server struct {
 	log         *slog.Logger
 	validate    *validator.Validate
 	metrics     *metrics
-	// routes holds the registered route patterns, for the metrics' route label.
-	routes map[string]bool
+	// routes holds the registered route patterns and their methods, for the
+	// metrics' route label and the answer to any other method.
+	routes map[string]route
 	// limitText is RateLimit-Limit's value, the same on every answer.
 	limitText string
 }
@@ -136,20 +141,17 @@ func New(deps Deps, config Config) *Server {
 		log:         deps.Logger,
 		validate:    newValidator(),
 		metrics:     newMetrics(deps.Metrics),
-		routes:      map[string]bool{},
+		routes:      map[string]route{},
 		limitText:   strconv.Itoa(config.RateLimitBurst),
 	}
 	s.keys, _ = deps.Accounts.(KeyRecognizer)
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.measure, s.observe, s.recoverPanics, s.deadline)
+	e.Use(s.measure, s.observe, s.recoverPanics, s.refuseOtherMethods, s.deadline)
 
 	e.GET("/healthz", s.health)
 	e.GET("/readyz", s.readiness)
-	// Operational, like the probes: unauthenticated and not in the API
-	// contract. Keep the port off the public network.
-	e.GET("/metrics", echo.WrapHandler(s.metrics.handler))
 	// Authentication and the rate limit are per route: group middleware would
 	// answer a wrong method on a known path with 404 instead of 405. The
 	// limit runs after authentication: its buckets are per API key. A
@@ -167,17 +169,56 @@ func New(deps Deps, config Config) *Server {
 	// book is read from PostgreSQL, so it is limited per client address.
 	e.GET("/v1/instruments", s.listInstruments)
 	e.GET("/v1/instruments/:symbol/book", s.getBook, s.rateLimitByAddress)
-	for _, route := range e.Routes() {
-		s.routes[route.Path] = true
+	for _, r := range e.Routes() {
+		methods := s.routes[r.Path].methods
+		if methods == nil {
+			methods = map[string]bool{}
+		}
+		methods[r.Method] = true
+		s.routes[r.Path] = route{methods: methods, allow: strings.Join(slices.Sorted(maps.Keys(methods)), ", ")}
 	}
 	return s
+}
+
+// route is one route pattern's methods, and its Allow header naming them.
+type route struct {
+	methods map[string]bool
+	allow   string
+}
+
+// refuseOtherMethods answers a method the matched route does not serve with a
+// 405 problem whose Allow names exactly the methods it does. Echo's own
+// answers would list OPTIONS in Allow and answer OPTIONS itself with a 204,
+// neither of which the contract has: no route serves OPTIONS (nor HEAD).
+// It runs before authentication (route middleware), as Echo's 405 did.
+func (s *Server) refuseOtherMethods(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r, known := s.routes[c.Path()]
+		if !known || r.methods[c.Request().Method] {
+			return next(c)
+		}
+		c.Response().Header().Set(echo.HeaderAllow, r.allow)
+		return &requestError{kind: kindMethodNotAllowed, detail: "this resource answers " + r.allow + " only (see the Allow header)"}
+	}
 }
 
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
 
+// MaxHeaderBytes is the most a request's head may take: its request line,
+// header lines and the empty line that ends them, as sent. net/http refuses
+// a longer one with its own 431, text/plain (docs/api.md), before any
+// handler runs.
+const MaxHeaderBytes = 16 << 10
+
+// headerSlack is what net/http reads beyond http.Server.MaxHeaderBytes before
+// it refuses a head (its initialReadLimitSize adds 4096 bytes of "bufio
+// slop"): MaxHeaderBytes 16 KiB alone let heads of 20 KiB through.
+const headerSlack = 4096
+
 // NewHTTPServer wraps a handler in an http.Server whose timeouts keep slow or
-// idle clients from holding connections.
+// idle clients from holding connections, and which refuses a request head
+// over MaxHeaderBytes.
 func NewHTTPServer(addr string, handler http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Addr:              addr,
@@ -186,7 +227,7 @@ func NewHTTPServer(addr string, handler http.Handler, log *slog.Logger) *http.Se
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      15 * time.Second,
 		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    16 << 10,
+		MaxHeaderBytes:    MaxHeaderBytes - headerSlack,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 }

@@ -7,7 +7,10 @@
 # Ctrl-C stops everything this script started.
 #
 # Settings (environment): REDIS_URL, REDIS_PORT (6380), DATABASE_URL,
-# PG_PORT (5433), GATEWAY_ADDR (127.0.0.1:8080).
+# PG_PORT (5433), GATEWAY_ADDR (127.0.0.1:8080), GATEWAY_METRICS_ADDR
+# (127.0.0.1:9090) and WORKER_METRICS_ADDR (127.0.0.1:9091): each process's
+# METRICS_ADDR, named apart since both read the one variable (empty serves
+# no metrics).
 # shellcheck disable=SC2317 # functions called from traps and wait_for
 set -euo pipefail
 
@@ -18,6 +21,8 @@ export PATH="/usr/local/go/bin:$PATH"
 REDIS_PORT=${REDIS_PORT:-6380}
 PG_PORT=${PG_PORT:-5433}
 export GATEWAY_ADDR=${GATEWAY_ADDR:-127.0.0.1:8080}
+GATEWAY_METRICS_ADDR=${GATEWAY_METRICS_ADDR-127.0.0.1:9090}
+WORKER_METRICS_ADDR=${WORKER_METRICS_ADDR-127.0.0.1:9091}
 
 state_dir=$repo_root/.state
 log_dir=$state_dir/logs
@@ -210,10 +215,19 @@ mm_api_key=$(sed -n 's/^mm_api_key=//p' <<<"$demo_output")
 [[ -n $account_id && -n $api_key && -n $mm_account_id && -n $mm_api_key ]] ||
 	die "bin/admin demo printed no account=/api_key=/mm_account=/mm_api_key= lines; it printed: $demo_output"
 
+# metrics_url NAME ADDR: where NAME's metrics are, for the summary below.
+metrics_url() {
+	if [[ -n $2 ]]; then
+		echo "$1 http://$2/metrics"
+	else
+		echo "$1 none (empty ${1^^}_METRICS_ADDR)"
+	fi
+}
+
 log "starting gateway on $GATEWAY_ADDR and worker (logs in ${log_dir#"$repo_root"/})"
-bin/gateway >>"$log_dir/gateway.log" 2>&1 &
+METRICS_ADDR=$GATEWAY_METRICS_ADDR bin/gateway >>"$log_dir/gateway.log" 2>&1 &
 gateway_pid=$!
-bin/worker >>"$log_dir/worker.log" 2>&1 &
+METRICS_ADDR=$WORKER_METRICS_ADDR bin/worker >>"$log_dir/worker.log" 2>&1 &
 worker_pid=$!
 wait_for gateway 30 "$gateway_pid" "$log_dir/gateway.log" curl -fsS "http://$GATEWAY_ADDR/readyz"
 
@@ -232,6 +246,7 @@ marketmaker (pid $marketmaker_pid) quoting every instrument GET /v1/instruments 
   demo account: $account_id
   market maker account: $mm_account_id
   logs: ${log_dir#"$repo_root"/}/gateway.log, ${log_dir#"$repo_root"/}/worker.log, ${log_dir#"$repo_root"/}/marketmaker.log
+  metrics: $(metrics_url gateway "$GATEWAY_METRICS_ADDR"), $(metrics_url worker "$WORKER_METRICS_ADDR")
 
 Buy 0.01 BTC from the market maker's quotes (a market order takes the best asks):
 

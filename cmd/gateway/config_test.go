@@ -130,3 +130,29 @@ func parseWith(args []string, env map[string]string) (config, error) {
 	}
 	return parseConfig(append([]string{"gateway"}, args...), envOf(all), io.Discard)
 }
+
+// The metrics have a listener of their own, configured as the worker's is.
+func TestMetricsAddrConfiguration(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"default", nil, nil, "127.0.0.1:9090"},
+		{"from the environment", nil, map[string]string{"METRICS_ADDR": ":9100"}, ":9100"},
+		{"flag over the environment", []string{"-metrics-addr", "127.0.0.1:9200"}, map[string]string{"METRICS_ADDR": ":9100"}, "127.0.0.1:9200"},
+		{"empty serves none", []string{"-metrics-addr", ""}, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parseWith(tt.args, tt.env)
+			if err != nil || c.metricsAddr != tt.want {
+				t.Errorf("metrics address %q, %v; want %q", c.metricsAddr, err, tt.want)
+			}
+			if c.addr != "127.0.0.1:8080" {
+				t.Errorf("API address %q moved with the metrics'", c.addr)
+			}
+		})
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/ordergate/ordergate/gateway"
 	"github.com/ordergate/ordergate/internal/environ"
 	"github.com/ordergate/ordergate/internal/jsonlog"
+	"github.com/ordergate/ordergate/internal/metricsserver"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
@@ -28,6 +29,7 @@ import (
 
 type config struct {
 	addr              string
+	metricsAddr       string
 	redisURL          string
 	databaseURL       string
 	logLevel          slog.Level
@@ -51,6 +53,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	flags.SetOutput(stdout)
 	flags.StringVar(&c.addr, "addr", env.String("GATEWAY_ADDR", "127.0.0.1:8080"), "listen address (GATEWAY_ADDR)")
+	flags.StringVar(&c.metricsAddr, "metrics-addr", env.String("METRICS_ADDR", "127.0.0.1:9090"), "where /metrics (Prometheus) and /healthz are served, apart from the API; empty serves neither (METRICS_ADDR)")
 	flags.StringVar(&c.redisURL, "redis-url", env.String("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL; addr= parameters make it a cluster (REDIS_URL)")
 	flags.StringVar(&c.databaseURL, "database-url", env.String("DATABASE_URL", ""), "PostgreSQL URL (DATABASE_URL)")
 	flags.TextVar(&c.logLevel, "log-level", env.Level("LOG_LEVEL", slog.LevelInfo), "debug, info, warn or error (LOG_LEVEL)")
@@ -142,7 +145,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	go instruments.KeepFresh(ctx, c.instrumentRefresh, refreshFailed)
 
 	// The process's own health (memory, goroutines, file descriptors) sits
-	// beside the gateway's series on its /metrics.
+	// beside the gateway's series on its metrics listener.
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if _, err := instruments.FollowBroadcasts(ctx, caches, refreshFailed, coherence.WithBroadcastMetrics(metrics)); err != nil {
@@ -168,6 +171,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Metrics:     metrics,
 	}, c.http)
 
+	// The metrics listener is not the API's: the series (routes, admissions,
+	// the runtime) are for the operator, so the API's port can face the
+	// public network and this one need not. It starts first, so it answers
+	// once /readyz does, and stops last (deferred), so the drain below can
+	// be watched.
+	stopMetrics, err := metricsserver.Serve(c.metricsAddr, metrics, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	listener, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -30,7 +31,7 @@ func TestGatewayRefusesAnotherProtocolVersion(t *testing.T) {
 	database := testserver.Postgres(t)
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"gateway"}, envOf(map[string]string{
-		"REDIS_URL": redisServer.URL(), "DATABASE_URL": database.URL, "GATEWAY_ADDR": "127.0.0.1:0",
+		"REDIS_URL": redisServer.URL(), "DATABASE_URL": database.URL, "GATEWAY_ADDR": "127.0.0.1:0", "METRICS_ADDR": "",
 	}), &out)
 	if err == nil {
 		t.Fatal("the gateway started against a foreign protocol version")
@@ -42,10 +43,13 @@ func TestGatewayRefusesAnotherProtocolVersion(t *testing.T) {
 	}
 }
 
+// TestGatewayServesAndShutsDown runs the gateway as main does: the API on
+// GATEWAY_ADDR, its metrics on METRICS_ADDR and not on the API, and a
+// shutdown that drains a request in flight while the metrics still answer.
 func TestGatewayServesAndShutsDown(t *testing.T) {
 	redisServer := testserver.StartRedis(t)
 	database := testserver.Postgres(t)
-	addr := freeAddr(t)
+	addr, metricsAddr := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out logbuffer.Buffer
@@ -53,6 +57,7 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"gateway"}, envOf(map[string]string{
 			"REDIS_URL": redisServer.URL(), "DATABASE_URL": database.URL, "GATEWAY_ADDR": addr,
+			"METRICS_ADDR": metricsAddr, "LOG_FLUSH_INTERVAL": "0",
 		}), &out)
 	}()
 	ready := false
@@ -88,18 +93,71 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 	if fills.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != `{"fills":[]}` {
 		t.Errorf("GET /v1/fills: %d %s, want an empty list", fills.StatusCode, body)
 	}
-	scrape, err := http.Get("http://" + addr + "/metrics")
+	status, metrics := get(t, "http://"+metricsAddr+"/metrics")
+	for _, series := range []string{"http_requests_total", "api_key_stale_answers_total", "go_goroutines", "process_open_fds"} {
+		if status != http.StatusOK || !strings.Contains(metrics, "\n"+series) {
+			t.Errorf("GET /metrics on METRICS_ADDR: %d, no %s series", status, series)
+		}
+	}
+	if status, body := get(t, "http://"+metricsAddr+"/healthz"); status != http.StatusOK {
+		t.Errorf("GET /healthz on METRICS_ADDR: %d %s", status, body)
+	}
+	// The API's listener serves no metrics: /metrics is a path it does not
+	// have, answered as any other.
+	res, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	metrics, _ := io.ReadAll(scrape.Body)
-	scrape.Body.Close()
-	for _, series := range []string{"http_requests_total", "api_key_stale_answers_total", "go_goroutines", "process_open_fds"} {
-		if scrape.StatusCode != http.StatusOK || !strings.Contains(string(metrics), "\n"+series) {
-			t.Errorf("GET /metrics: %d, no %s series", scrape.StatusCode, series)
-		}
+	body, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusNotFound || res.Header.Get("Content-Type") != "application/problem+json" ||
+		strings.Contains(string(body), "go_goroutines") {
+		t.Errorf("GET /metrics on GATEWAY_ADDR: %d %q %s, want a 404 problem", res.StatusCode, res.Header.Get("Content-Type"), body)
+	}
+
+	// A request in flight when the signal comes: a placement whose handler
+	// waits for its body (it asked for it: 100 Continue). The shutdown waits
+	// for it, and the metrics answer meanwhile.
+	order := `{"client_order_id":"drain-1","symbol":"BTC-USD","side":"buy","type":"limit","quantity":"0.01000","price":"50000.00"}`
+	inFlight, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inFlight.Close()
+	head := fmt.Sprintf("POST /v1/orders HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", key, len(order))
+	if _, err := io.WriteString(inFlight, head); err != nil {
+		t.Fatal(err)
+	}
+	answers := bufio.NewReader(inFlight)
+	if proceed, err := http.ReadResponse(answers, nil); err != nil || proceed.StatusCode != http.StatusContinue {
+		t.Fatalf("the placement's handler did not ask for its body: %v", err)
 	}
 	cancel()
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(out.String(), `"msg":"gateway shutting down"`); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no shutdown logged:\n%s", out.String())
+		}
+	}
+	if status, _ := get(t, "http://"+metricsAddr+"/metrics"); status != http.StatusOK {
+		t.Errorf("GET /metrics during the drain: %d, want 200", status)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("run returned %v with a request in flight", err)
+	default:
+	}
+	if _, err := io.WriteString(inFlight, order); err != nil {
+		t.Fatal(err)
+	}
+	answer, err := http.ReadResponse(answers, nil)
+	if err != nil {
+		t.Fatalf("the request in flight got no answer: %v", err)
+	}
+	answer.Body.Close()
+	if answer.StatusCode != http.StatusAccepted {
+		t.Errorf("the placement in flight: %d, want 202", answer.StatusCode)
+	}
 	select {
 	case err := <-done:
 		if err != nil {
@@ -111,6 +169,25 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 	if !strings.Contains(out.String(), `"msg":"gateway stopped"`) {
 		t.Errorf("no clean stop logged:\n%s", out.String())
 	}
+	if conn, err := net.Dial("tcp", metricsAddr); err == nil {
+		conn.Close()
+		t.Error("the metrics listener outlives run")
+	}
+}
+
+// get answers a plain GET's status and body, outside the API contract.
+func get(t testing.TB, url string) (int, string) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.StatusCode, string(body)
 }
 
 func freeAddr(t testing.TB) string {

@@ -7,16 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ordergate/ordergate/internal/environ"
 	"github.com/ordergate/ordergate/internal/jsonlog"
+	"github.com/ordergate/ordergate/internal/metricsserver"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/settlement"
@@ -150,7 +148,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	stopMetrics, err := serveMetrics(c.metricsAddr, registry, log)
+	stopMetrics, err := metricsserver.Serve(c.metricsAddr, registry, log)
 	if err != nil {
 		return err
 	}
@@ -161,36 +159,4 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	log.Info("worker exiting")
 	return nil
-}
-
-// serveMetrics serves /metrics and /healthz on addr until the returned stop
-// is called; an empty addr serves nothing.
-func serveMetrics(addr string, registry *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
-	if addr == "" {
-		return func() {}, nil
-	}
-	listener, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics listener: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	server := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- server.Serve(listener) }()
-	log.Info("metrics listening", "addr", listener.Addr().String())
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := server.Shutdown(ctx); err != nil {
-			log.Warn("metrics server shutdown", "err", err)
-		}
-		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("metrics server stopped", "err", err)
-		}
-	}, nil
 }

@@ -233,7 +233,9 @@ type run struct {
 	slots   []*workerSlot
 	gateway *process
 	gwAddr  string
-	start   time.Time
+	// gwMetricsAddr is the gateway's METRICS_ADDR, apart from the API's.
+	gwMetricsAddr string
+	start         time.Time
 
 	errMu sync.Mutex
 	errs  []string
@@ -339,7 +341,7 @@ func Run(t testing.TB, cfg Config) Summary {
 		slot.stateMu.Unlock()
 	}
 	summary.WorkerRestarts = int(r.restarts.Load())
-	if gw, err := scrapeCounters(&http.Client{Timeout: 2 * time.Second}, "http://"+r.gwAddr+"/metrics", "",
+	if gw, err := scrapeCounters(&http.Client{Timeout: 2 * time.Second}, "http://"+r.gwMetricsAddr+"/metrics", "",
 		"orders_admitted_total", "orders_replayed_total"); err == nil {
 		summary.GatewayAdmitted, summary.GatewayReplayed = gw["orders_admitted_total"], gw["orders_replayed_total"]
 	}
@@ -387,8 +389,12 @@ func (r *run) startGateway() {
 	if err != nil {
 		r.t.Fatalf("chaos: %v", err)
 	}
-	r.gwAddr = addr
-	env := append(slices.Clone(r.env), "GATEWAY_ADDR="+addr, "LOG_LEVEL=warn")
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		r.t.Fatalf("chaos: %v", err)
+	}
+	r.gwAddr, r.gwMetricsAddr = addr, metricsAddr
+	env := append(slices.Clone(r.env), "GATEWAY_ADDR="+addr, "METRICS_ADDR="+metricsAddr, "LOG_LEVEL=warn")
 	r.gateway, err = startProcess("gateway", r.cfg.GatewayBinary, filepath.Join(r.dir, "gateway.log"), env)
 	if err != nil {
 		r.t.Fatalf("chaos: %v", err)
