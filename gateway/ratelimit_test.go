@@ -272,7 +272,10 @@ func TestRevokedKeyIsRefusedOnceTheRevocationIsBroadcast(t *testing.T) {
 // key the gateway knows keeps being served throughout. A request with no
 // key at all is limited the same way.
 func TestMadeUpKeysCostBoundedLookups(t *testing.T) {
-	const burst, perSecond, made = 100, 50, 10_000
+	// A slow refill (the least an address's bucket gets: ten permits a
+	// second), so the figures below hardly depend on how fast a loaded
+	// machine sends the burst.
+	const burst, perSecond, made = 100, 10, 10_000
 	f := newFixtureWith(t, 1, limited(burst, perSecond))
 	good := f.keys[0]
 	if res := f.list(t, good, nil); res.status != http.StatusOK {
@@ -338,8 +341,16 @@ func TestMadeUpKeysCostBoundedLookups(t *testing.T) {
 	if served.Load() != 20 {
 		t.Errorf("the customer was served %d of 20 requests during the flood", served.Load())
 	}
-	if res := f.do(t, f.http, http.MethodGet, "/v1/orders", "", "", ""); res.status != http.StatusTooManyRequests {
-		t.Errorf("no key after the flood: %d, want 429 (the address's bucket is spent)", res.status)
+	// With no key at all: the address's bucket is spent (a permit may have
+	// come back since the flood, not three).
+	refusedAfter := 0
+	for range 3 {
+		if res := f.do(t, f.http, http.MethodGet, "/v1/orders", "", "", ""); res.status == http.StatusTooManyRequests {
+			refusedAfter++
+		}
+	}
+	if refusedAfter < 2 {
+		t.Errorf("no key after the flood: %d of 3 refused 429, want at least 2 (the address's bucket is spent)", refusedAfter)
 	}
 }
 
