@@ -4,7 +4,7 @@
 
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: run test generate lint vet build fuzz chaos
+.PHONY: run test test-valkey generate lint vet build fuzz chaos
 
 # Runs gateway, worker, market maker, Redis and PostgreSQL locally; Ctrl-C
 # stops them all.
@@ -25,6 +25,30 @@ test:
 	go test -race -count=1 -timeout 15m ./...
 	EMQ_TEST_REDIS=cluster go test -race -count=1 -timeout 10m ./emq/... ./coherence/...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=50000x
+	$(MAKE) --no-print-directory test-valkey
+
+# The Redis-side suites again on Valkey, whose binaries are kept beside the
+# repository in ../shared/valkey/ (its README says why; a checkout without
+# ../shared skips this leg and says so). internal/testserver runs the binaries
+# that ORDERGATE_REDIS_SERVER and ORDERGATE_REDIS_CLI name. Three runs:
+#   - every package whose tests start a Redis (found by grep, so a new one is
+#     not forgotten), each test on its own single server;
+#   - the emq and coherence suites on the shared 3-master cluster, as above;
+#   - one chaos run (seed 1, 500 orders, a schedule that kills Redis): Valkey
+#     restarted from its AOF (appendfsync always) under load.
+# About 5 minutes on 2 cores.
+VALKEY_DIR := $(abspath ../shared/valkey)
+VALKEY_ENV := ORDERGATE_REDIS_SERVER='$(VALKEY_DIR)/valkey-server' ORDERGATE_REDIS_CLI='$(VALKEY_DIR)/valkey-cli'
+VALKEY_PACKAGES = $(sort $(dir $(shell grep -rlE 'testserver\.(StartRedis|QueueRedis|SharedRedisCluster)' --include='*_test.go' .)))
+test-valkey:
+ifeq ($(wildcard $(VALKEY_DIR)/valkey-server),)
+	@echo "test-valkey: skipped the Valkey leg: no $(VALKEY_DIR)/valkey-server (it comes with ../shared; see CONTRIBUTING.md, On Valkey)"
+else
+	'$(VALKEY_DIR)/valkey-server' --version
+	$(VALKEY_ENV) go test -race -count=1 -timeout 15m $(VALKEY_PACKAGES)
+	$(VALKEY_ENV) EMQ_TEST_REDIS=cluster go test -race -count=1 -timeout 10m ./emq/... ./coherence/...
+	$(VALKEY_ENV) go test -race -count=1 -timeout 10m -run '^TestChaos$$' ./internal/chaos/ -args -seed=1 -orders=500
+endif
 
 generate:
 	go generate ./...

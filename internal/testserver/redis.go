@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,6 +17,18 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+)
+
+// RedisServerEnv and RedisCLIEnv name the environment variables that choose
+// the binaries the harness runs: the server of StartRedis, StartRedisCluster
+// and QueueRedis, and the cli that joins a cluster's nodes. Each is an
+// absolute path or a name looked up on PATH; unset or empty, they are
+// redis-server and redis-cli from PATH. Any server that speaks Redis and
+// takes redis.conf directives as --flags will do, e.g. Valkey's
+// valkey-server with valkey-cli.
+const (
+	RedisServerEnv = "ORDERGATE_REDIS_SERVER"
+	RedisCLIEnv    = "ORDERGATE_REDIS_CLI"
 )
 
 const (
@@ -77,9 +90,10 @@ func clusterNode() RedisOption {
 	return func(c *redisConfig) { c.cluster = true }
 }
 
-// StartRedis starts a fresh redis-server on a free loopback port in a
-// temporary directory, waits until it answers PING, and stops it and removes
-// the directory at t.Cleanup. Persistence is off unless opts turn it on.
+// StartRedis starts a fresh redis-server (or the server RedisServerEnv names)
+// on a free loopback port in a temporary directory, waits until it answers
+// PING, and stops it and removes the directory at t.Cleanup. Persistence is
+// off unless opts turn it on.
 func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 	t.Helper()
 	server, err := newRedis(t.TempDir(), opts...)
@@ -93,14 +107,14 @@ func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 		}
 	})
 	if err := server.startOnFreePorts(); err != nil {
-		t.Fatalf("testserver: start redis-server: %v", err)
+		t.Fatalf("testserver: start %s: %v", filepath.Base(server.binary), err)
 	}
 	return server
 }
 
 // newRedis prepares, but does not start, a server whose files go to dir.
 func newRedis(dir string, opts ...RedisOption) (*Redis, error) {
-	binary, err := findBinary("redis-server")
+	binary, err := redisBinary(RedisServerEnv, "redis-server")
 	if err != nil {
 		return nil, err
 	}
@@ -111,6 +125,26 @@ func newRedis(dir string, opts ...RedisOption) (*Redis, error) {
 		opt(&server.config)
 	}
 	return server, nil
+}
+
+// redisBinary returns the binary that the environment variable env names, or
+// fallback from PATH when it is unset or empty. A relative path is refused:
+// go test runs each package in its own directory, so it would name a
+// different file in each.
+func redisBinary(env, fallback string) (string, error) {
+	name := os.Getenv(env)
+	if name == "" {
+		return findBinary(fallback)
+	}
+	if strings.ContainsRune(name, filepath.Separator) && !filepath.IsAbs(name) {
+		return "", fmt.Errorf("%s=%q: want an absolute path or a name on PATH; "+
+			"go test runs each package in its own directory", env, name)
+	}
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s=%q: %w", env, name, err)
+	}
+	return path, nil
 }
 
 // startOnFreePorts starts the server on free ports, choosing new ones when
@@ -172,7 +206,7 @@ func (r *Redis) start() error {
 	if r.process != nil {
 		return nil
 	}
-	process, err := startServerProcess("redis-server "+r.Addr, processSpec{
+	process, err := startServerProcess(filepath.Base(r.binary)+" "+r.Addr, processSpec{
 		path:    r.binary,
 		args:    r.args(),
 		workDir: r.Dir,
@@ -298,8 +332,9 @@ type RedisCluster struct {
 }
 
 // StartRedisCluster starts three cluster-enabled masters on free ports, joins
-// them with `redis-cli --cluster create`, waits until every node reports
-// cluster_state:ok, and stops them all at t.Cleanup.
+// them with `redis-cli --cluster create` (or the cli RedisCLIEnv names),
+// waits until every node reports cluster_state:ok, and stops them all at
+// t.Cleanup.
 func StartRedisCluster(t testing.TB) *RedisCluster {
 	t.Helper()
 	dir := t.TempDir()
@@ -319,7 +354,7 @@ func StartRedisCluster(t testing.TB) *RedisCluster {
 // start starts the nodes with their files in subdirectories of dir. The
 // caller stops the cluster, also after an error.
 func (c *RedisCluster) start(dir string) error {
-	cli, err := findBinary("redis-cli")
+	cli, err := redisBinary(RedisCLIEnv, "redis-cli")
 	if err != nil {
 		return err
 	}
@@ -335,14 +370,14 @@ func (c *RedisCluster) start(dir string) error {
 		}
 		c.nodes = append(c.nodes, node)
 		if err := node.startOnFreePorts(); err != nil {
-			return fmt.Errorf("start redis-server: %w", err)
+			return fmt.Errorf("start %s: %w", filepath.Base(node.binary), err)
 		}
 		c.Addrs = append(c.Addrs, node.Addr)
 	}
 
 	args := append([]string{"--cluster", "create"}, c.Addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	err = runToCompletion("redis-cli --cluster create", processSpec{
+	err = runToCompletion(filepath.Base(cli)+" --cluster create", processSpec{
 		path:    cli,
 		args:    args,
 		workDir: dir,

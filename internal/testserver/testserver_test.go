@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -161,6 +163,82 @@ func TestRedisCluster(t *testing.T) {
 		if size != 1 {
 			t.Errorf("a master holds %d keys, want 1 (keys spread over all masters)", size)
 		}
+	}
+}
+
+// The tests that set ORDERGATE_REDIS_SERVER or ORDERGATE_REDIS_CLI are not
+// parallel: t.Setenv forbids it.
+
+// TestRedisBinariesFromEnvironment puts a wrapper that records each run in
+// front of the binaries the harness would otherwise run, and checks that a
+// cluster start goes through both: the server three times, the cli once.
+func TestRedisBinariesFromEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	wrap := func(env, fallback string) (log string) {
+		t.Helper()
+		real := os.Getenv(env)
+		if real == "" {
+			var err error
+			if real, err = exec.LookPath(fallback); err != nil {
+				t.Fatalf("look up %s: %v", fallback, err)
+			}
+		}
+		log = filepath.Join(dir, fallback+".runs")
+		wrapper := filepath.Join(dir, "wrapped-"+fallback)
+		script := fmt.Sprintf("#!/bin/sh\necho run >> '%s'\nexec '%s' \"$@\"\n", log, real)
+		if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv(env, wrapper)
+		return log
+	}
+	serverRuns := wrap(testserver.RedisServerEnv, "redis-server")
+	cliRuns := wrap(testserver.RedisCLIEnv, "redis-cli")
+
+	cluster := testserver.StartRedisCluster(t)
+	if err := cluster.Client(t).Set(context.Background(), "{a}:order", "x", 0).Err(); err != nil {
+		t.Fatalf("SET on the cluster: %v", err)
+	}
+	for log, want := range map[string]int{serverRuns: 3, cliRuns: 1} {
+		content, err := os.ReadFile(log)
+		if err != nil {
+			t.Fatalf("the harness never ran %s's wrapper: %v", filepath.Base(log), err)
+		}
+		if got := strings.Count(string(content), "run\n"); got != want {
+			t.Errorf("%s: %d runs, want %d", filepath.Base(log), got, want)
+		}
+	}
+}
+
+func TestRedisBinariesFromEnvironmentRefuseBadValues(t *testing.T) {
+	tests := []struct {
+		name, env, value string
+		start            func(testing.TB)
+		want             string
+	}{
+		{
+			name: "relative server path", env: testserver.RedisServerEnv, value: "../shared/valkey/valkey-server",
+			start: func(tb testing.TB) { testserver.StartRedis(tb) },
+			want:  `ORDERGATE_REDIS_SERVER="../shared/valkey/valkey-server": want an absolute path`,
+		},
+		{
+			name: "server not on PATH", env: testserver.RedisServerEnv, value: "no-such-redis-server",
+			start: func(tb testing.TB) { testserver.StartRedis(tb) },
+			want:  `ORDERGATE_REDIS_SERVER="no-such-redis-server"`,
+		},
+		{
+			name: "missing cli", env: testserver.RedisCLIEnv, value: "/nonexistent/valkey-cli",
+			start: func(tb testing.TB) { testserver.StartRedisCluster(tb) },
+			want:  `ORDERGATE_REDIS_CLI="/nonexistent/valkey-cli"`,
+		},
+	}
+	for _, test := range tests {
+		t.Run(test.name, func(t *testing.T) {
+			t.Setenv(test.env, test.value)
+			if msg := fatalOf(t, t.Name(), test.start); !strings.Contains(msg, test.want) {
+				t.Errorf("fatal = %q, want it to contain %q", msg, test.want)
+			}
+		})
 	}
 }
 
