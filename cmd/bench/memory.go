@@ -21,13 +21,16 @@ var (
 	benchPrice    = decimal.MustParse("50000.00")
 )
 
+// benchDedupRetention is the dedup retention of the bench's own queues.
+const benchDedupRetention = time.Hour
+
 // orderJob is the job Placer.Place admits for a 0.01 BTC limit order at
 // 50,000 USD.
-func orderJob(account, clientOrderID string, side orders.Side, retention time.Duration) (emq.Job, error) {
+func orderJob(account, clientOrderID string, side orders.Side) (emq.Job, error) {
 	_, job, err := placement.PlaceJob(orders.PlaceCommand{
 		Account: account, ClientOrderID: clientOrderID, Symbol: "BTC-USD",
 		Side: side, Type: orders.Limit, Quantity: benchQuantity, Price: benchPrice,
-	}, retention)
+	})
 	return job, err
 }
 
@@ -77,7 +80,7 @@ func usedMemory(ctx context.Context, e *env) (int64, error) {
 // that keeps every one and reads it again.
 func (e *env) measureMemory(ctx context.Context, jobs int, progress func(string, ...any)) (memoryResult, error) {
 	r := memoryResult{Jobs: jobs}
-	queue := e.queue.Queue("bench-memory-"+e.run, emq.WithRetention(jobs+1))
+	queue := e.queue.Queue("bench-memory-"+e.run, emq.WithRetention(jobs+1), emq.WithDedupRetention(benchDedupRetention))
 	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
 		return r, err
 	}
@@ -92,7 +95,7 @@ func (e *env) measureMemory(ctx context.Context, jobs int, progress func(string,
 		list := make([]emq.Job, n)
 		for i := range list {
 			account := e.accounts[(done+i)%len(e.accounts)]
-			if list[i], err = orderJob(account, fmt.Sprintf("mem-%s-%07d", e.run, done+i), orders.Buy, time.Hour); err != nil {
+			if list[i], err = orderJob(account, fmt.Sprintf("mem-%s-%07d", e.run, done+i), orders.Buy); err != nil {
 				return r, err
 			}
 			payloads += int64(len(list[i].Payload))

@@ -15,6 +15,7 @@ import (
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/logbuffer"
 	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
 )
 
@@ -53,6 +54,7 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"gateway"}, envOf(map[string]string{
 			"REDIS_URL": redisServer.URL(), "DATABASE_URL": database.URL, "GATEWAY_ADDR": addr,
+			"DEDUP_RETENTION": "2h",
 		}), &out)
 	}()
 	ready := false
@@ -66,6 +68,14 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 	if !ready {
 		cancel()
 		t.Fatalf("gateway never became ready: %v\n%s", <-done, out.String())
+	}
+	// DEDUP_RETENTION is the orders queue's, stored with it.
+	queues, err := emq.Connect(ctx, redisServer.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if retention, err := queues.Queue(orders.Queue).DedupRetention(ctx); err != nil || retention != 2*time.Hour {
+		t.Errorf("orders queue's dedup retention = %v, %v; want DEDUP_RETENTION's 2h", retention, err)
 	}
 	// Every reader is wired: an authenticated read of the fills answers.
 	accounts := postgres.NewAccounts(database.Pool(t))
