@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/logbuffer"
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
 )
 
@@ -76,6 +78,10 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 	}
 	if retention, err := queues.Queue(orders.Queue).DedupRetention(ctx); err != nil || retention != 2*time.Hour {
 		t.Errorf("orders queue's dedup retention = %v, %v; want DEDUP_RETENTION's 2h", retention, err)
+	}
+	balances := queues.Queue(coherence.Queue(placement.BalancesTable))
+	if retention, err := balances.DedupRetention(ctx); err != nil || retention != placement.CoherenceDedupRetention {
+		t.Errorf("balances coherence queue's dedup retention = %v, %v; want %v", retention, err, placement.CoherenceDedupRetention)
 	}
 	// Every reader is wired: an authenticated read of the fills answers.
 	accounts := postgres.NewAccounts(database.Pool(t))
