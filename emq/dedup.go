@@ -49,6 +49,13 @@ func WithDedupRetention(retention time.Duration) QueueOption {
 	}
 }
 
+// DedupHeld is the longest a dedup key stays in Redis under retention: the
+// retention, a window and the skew allowance. A queue admitting n jobs an
+// hour holds the keys of at most n × DedupHeld(R) hours' admissions.
+func DedupHeld(retention time.Duration) time.Duration {
+	return retention + dedupWindowFor(retention, dedupSkewAllowance) + dedupSkewAllowance
+}
+
 // dedupWindowFor is the dedup window length for retention: half the
 // retention, so an admission looks in three windows (four near a window's
 // end) and a key is held between R and 1.5 R (plus the skew allowance); and

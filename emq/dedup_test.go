@@ -432,3 +432,15 @@ func admitAt(t testing.TB, queue *Queue, job Job, now time.Time) Admission {
 	}
 	return admission
 }
+
+func TestDedupHeld(t *testing.T) {
+	for retention, want := range map[time.Duration]time.Duration{
+		24 * time.Hour:   36*time.Hour + time.Minute,
+		10 * time.Minute: 16 * time.Minute,
+		time.Minute:      3 * time.Minute, // windows are a minute at the least
+	} {
+		if got := DedupHeld(retention); got != want {
+			t.Errorf("DedupHeld(%v) = %v, want %v", retention, got, want)
+		}
+	}
+}

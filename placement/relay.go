@@ -342,14 +342,7 @@ func (r *OutboxRelay) admit(ctx context.Context, table string, entries []orders.
 	queue := r.client.Queue(coherence.Queue(table))
 	jobs := make([]emq.Job, len(entries))
 	for i, entry := range entries {
-		_, group := outboxTableAndGroup(entry.Name)
-		jobs[i] = emq.Job{
-			ID:       "JOB_" + ulid.Make().String(),
-			Kind:     coherenceKind(table),
-			Group:    group,
-			Payload:  []byte(entry.Payload),
-			DedupKey: entry.Payload,
-		}
+		jobs[i] = CoherenceJob(entry)
 	}
 	_, errs := queue.AdmitMany(ctx, jobs)
 	admitted := make([]orders.OutboxEntry, 0, len(entries))
@@ -362,6 +355,22 @@ func (r *OutboxRelay) admit(ctx context.Context, table string, entries []orders.
 		admitted = append(admitted, entries[i])
 	}
 	return admitted, errors.Join(failed...)
+}
+
+// CoherenceJob is the job that carries entry onto its table's coherence
+// queue, under a new JOB id: exactly what the relay admits, for callers that
+// admit such jobs themselves (the bench). It rides the lane of the entry's
+// id (for balances, the account), and its dedup key is the payload,
+// name@version.
+func CoherenceJob(entry orders.OutboxEntry) emq.Job {
+	table, group := outboxTableAndGroup(entry.Name)
+	return emq.Job{
+		ID:       "JOB_" + ulid.Make().String(),
+		Kind:     coherenceKind(table),
+		Group:    group,
+		Payload:  []byte(entry.Payload),
+		DedupKey: entry.Payload,
+	}
 }
 
 // outboxTableAndGroup splits an outbox name, "<table>:<id>[:...]", into its
