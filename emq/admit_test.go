@@ -45,7 +45,7 @@ func TestAdmitWritesRowLaneAndDedupKey(t *testing.T) {
 
 	admission, err := queue.Admit(ctx, emq.Job{
 		ID: "J1", Kind: "test.job", Group: "acct-a", Payload: []byte("payload-1"),
-		DedupKey: "acct-a:c1", Fingerprint: "f1", DedupRetention: time.Hour,
+		DedupKey: "acct-a:c1", Fingerprint: "f1",
 	})
 	if err != nil {
 		t.Fatalf("admit: %v", err)
@@ -76,9 +76,10 @@ func TestAdmitWritesRowLaneAndDedupKey(t *testing.T) {
 	if depth, err := queue.LaneDepth(ctx, "acct-a"); err != nil || depth != 1 {
 		t.Errorf("lane depth = %d, %v; want 1", depth, err)
 	}
+	// A queue that named no retention holds keys 24 h, in windows of 12 h.
 	windows := testserver.Keys(t, rdb, "emq:{work}:dedup:*")
-	if len(windows) != 1 || !strings.HasPrefix(windows[0], "emq:{work}:dedup:") {
-		t.Fatalf("dedup windows = %v, want one", windows)
+	if len(windows) != 1 || !strings.HasPrefix(windows[0], "emq:{work}:dedup:43200000:") {
+		t.Fatalf("dedup windows = %v, want one of 12 h", windows)
 	}
 	entries, err := rdb.HGetAll(ctx, windows[0]).Result()
 	if err != nil || len(entries) != 1 {
@@ -89,11 +90,11 @@ func TestAdmitWritesRowLaneAndDedupKey(t *testing.T) {
 			t.Errorf("dedup entry %x = %q, want a 14-byte digest holding \"J1 f1\"", digest, value)
 		}
 	}
-	// An hour's retention fits in one day-long window: the window lives to
-	// the end of the next one plus the skew allowance.
+	// The window lives to the end of the second one after it plus the skew
+	// allowance: the key is held 24 h to 36 h and a minute.
 	ttl, err := rdb.PTTL(ctx, windows[0]).Result()
-	if err != nil || ttl < 24*time.Hour || ttl > 48*time.Hour+time.Minute {
-		t.Errorf("dedup window ttl = %v, %v; want 24h to 48h1m", ttl, err)
+	if err != nil || ttl < 24*time.Hour || ttl > 36*time.Hour+time.Minute {
+		t.Errorf("dedup window ttl = %v, %v; want 24h to 36h1m", ttl, err)
 	}
 }
 

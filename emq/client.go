@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,6 +32,12 @@ type Client struct {
 	// admits and permits carry the calls that arrive one per request (Admit,
 	// Queue.TakePermit), so concurrent requests share round trips.
 	admits, permits *coalescer
+	// dedup holds, by queue name, the queue's dedup settings as this client
+	// last read them (*dedupSettingsCell).
+	dedup sync.Map
+	// skewAllowance is how far apart admitting processes' clocks may be;
+	// dedupSkewAllowance when zero. Tests shorten it.
+	skewAllowance time.Duration
 }
 
 // Option configures Connect.

@@ -33,6 +33,7 @@ var scriptCodes = map[string]error{
 	"EMQSTALE":  ErrStale,
 	"EMQNOJOB":  ErrNotFound,
 	"EMQSTATE":  ErrState,
+	"EMQDEDUP":  errDedupSettings,
 }
 
 // ScriptError is a refusal from a queue script: its code word and message.

@@ -309,7 +309,7 @@ func TestFinishedJobsStayWithinRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queue := client.Queue("work", emq.WithRetention(retention))
+	queue := client.Queue("work", emq.WithRetention(retention), emq.WithDedupRetention(time.Minute))
 	if err := queue.Declare(ctx, "test.job"); err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,6 @@ func TestFinishedJobsStayWithinRetention(t *testing.T) {
 		jobs := make([]emq.Job, batch)
 		for i := range jobs {
 			jobs[i] = job(fmt.Sprintf("J%06d", start+i), "g", "")
-			jobs[i].DedupRetention = time.Minute
 		}
 		if _, errs := queue.AdmitMany(ctx, jobs); errors.Join(errs...) != nil {
 			t.Fatal(errors.Join(errs...))

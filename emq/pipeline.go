@@ -11,28 +11,39 @@ import (
 
 // AdmitMany admits jobs in one round trip; each job is admitted or refused
 // on its own, exactly as by Admit. The answers and errors are in job order.
+// Jobs whose admission met new dedup settings go again together.
 func (q *Queue) AdmitMany(ctx context.Context, jobs []Job) ([]Admission, []error) {
 	admissions := make([]Admission, len(jobs))
 	errs := make([]error, len(jobs))
-	calls := make([]scriptpipe.Call, 0, len(jobs))
-	index := make([]int, 0, len(jobs))
-	now := time.Now()
-	for i, job := range jobs {
-		keys, args, err := q.admitCall(job, now)
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		calls = append(calls, scriptpipe.Call{Keys: keys, Args: args})
-		index = append(index, i)
+	todo := make([]int, len(jobs))
+	for i := range todo {
+		todo[i] = i
 	}
-	cmds, err := scriptpipe.Run(ctx, q.client.rdb, admitScript, calls)
-	for n, i := range index {
-		if err != nil {
-			errs[i] = err
-			continue
+	for round := 1; len(todo) > 0; round++ {
+		calls := make([]scriptpipe.Call, 0, len(todo))
+		index := make([]int, 0, len(todo))
+		now := time.Now()
+		for _, i := range todo {
+			keys, args, err := q.admitCall(jobs[i], now)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			calls = append(calls, scriptpipe.Call{Keys: keys, Args: args})
+			index = append(index, i)
 		}
-		admissions[i], errs[i] = q.admission(jobs[i], cmds[n])
+		cmds, err := scriptpipe.Run(ctx, q.client.rdb, admitScript, calls)
+		todo = todo[:0]
+		for n, i := range index {
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			admissions[i], errs[i] = q.admission(jobs[i], cmds[n])
+			if round < dedupRounds && q.learnedDedup(errs[i]) {
+				todo = append(todo, i)
+			}
+		}
 	}
 	return admissions, errs
 }

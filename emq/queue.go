@@ -2,19 +2,14 @@ package emq
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// DefaultDedupRetention is how long a dedup key keeps refusing a second job.
-const DefaultDedupRetention = 24 * time.Hour
 
 // Job states, as JobInfo names them.
 const (
@@ -36,6 +31,10 @@ type Queue struct {
 	name      string
 	prefix    string
 	retention int
+	// declaredRetention is the dedup retention Declare sets; zero sets none.
+	declaredRetention time.Duration
+	// dedup is the queue's dedup settings as this client last read them.
+	dedup *dedupSettingsCell
 	// heads are the groups at the head of the rotation as the last claim
 	// left it: the lanes the next claim names.
 	heads atomic.Pointer[[]string]
@@ -60,7 +59,7 @@ func (c *Client) Queue(name string, opts ...QueueOption) *Queue {
 	if name == "" || strings.ContainsAny(name, "{}") {
 		panic(fmt.Sprintf("emq: invalid queue name %q", name))
 	}
-	q := &Queue{client: c, name: name, prefix: "emq:{" + name + "}:", retention: DefaultRetention}
+	q := &Queue{client: c, name: name, prefix: "emq:{" + name + "}:", retention: DefaultRetention, dedup: c.dedupCell(name)}
 	for _, opt := range opts {
 		opt(q)
 	}
@@ -89,69 +88,39 @@ func (q *Queue) deadKey() string             { return q.key("dead") }
 func (q *Queue) doneKey() string             { return q.key("done") }
 func (q *Queue) finishedKey() string         { return q.key("finished") }
 
-// dedupSkewAllowance is how far apart the clocks of the processes admitting
-// to one queue may be. Dedup windows are cut by the admitting process's clock
-// (see dedupWindows), so a skew beyond it shortens how long a dedup key
-// refuses a second job by the excess.
-const dedupSkewAllowance = time.Minute
-
-// dedupDigestBytes is how much of the SHA-256 of a dedup key names its entry:
-// 112 bits make a collision among even 10^9 retained keys a 1-in-10^16
-// chance, and a 14-byte field still fits the 16-byte allocation class.
-const dedupDigestBytes = 14
-
-// dedupWindowLength is how much admission time one dedup hash covers. It is
-// the same for every retention, so admissions made under different
-// retentions (DEDUP_RETENTION changed in a rolling deploy, say) look in the
-// same hashes and still see each other's keys.
-const dedupWindowLength = 24 * time.Hour
-
-// dedupWindows names the dedup hashes of an admission at now under
-// retention R: window w of dedupWindowLength W by this process's clock, the
-// one it writes to and when that may expire, and the other windows a live
-// entry may be in. An entry must outlive span = ceil(R/W) windows after its
-// own: an entry written during w is found by every admission of the next R,
-// since those fall in w … w+span and each looks span windows back. Entries in
-// w+1 exist only once some clock has passed w's end, so w+1 is looked in
-// within the skew allowance of it. The hash may expire at the end of w+span
-// plus the allowance (the script keeps a later expiry another admission
-// asked for), so an entry lives at least R and at most R + 2W plus the
-// allowance. This assumes the clocks of the processes admitting to one queue
-// differ by less than the allowance; a larger skew shortens the refusal by
-// the excess.
-func (q *Queue) dedupWindows(retention time.Duration, now time.Time) (write string, others []string, expireAt int64) {
-	length := dedupWindowLength.Milliseconds()
-	span := (max(retention.Milliseconds(), 1) + length - 1) / length
-	skew := dedupSkewAllowance.Milliseconds()
-	at := now.UnixMilli()
-	window := at / length
-	name := func(w int64) string { return q.key("dedup:" + strconv.FormatInt(w, 10)) }
-	for w := window - span; w < window; w++ {
-		others = append(others, name(w))
-	}
-	if at+skew >= (window+1)*length {
-		others = append(others, name(window+1))
-	}
-	return name(window), others, (window+span+1)*length + skew
-}
-
-func dedupDigest(dedup string) string {
-	sum := sha256.Sum256([]byte(dedup))
-	return string(sum[:dedupDigestBytes])
-}
-
 // Declare registers the job kinds the queue accepts; admission refuses others
 // with ErrKind. Declaring is additive and safe to repeat from every process.
+// With WithDedupRetention it also sets the queue's dedup retention, in the
+// same step: the last declaration naming one wins (see WithDedupRetention),
+// and one that changes it is logged.
 func (q *Queue) Declare(ctx context.Context, kinds ...string) error {
 	if len(kinds) == 0 {
 		return errors.New("emq: declare needs at least one kind")
 	}
-	members := make([]any, len(kinds))
-	for i, kind := range kinds {
-		members[i] = kind
+	skew := q.client.skew()
+	args := make([]any, 0, 5+len(kinds))
+	if retention := q.declaredRetention; retention > 0 {
+		args = append(args, retention.Milliseconds(), dedupWindowFor(retention, skew).Milliseconds())
+	} else {
+		args = append(args, "", "")
 	}
-	if err := q.client.rdb.SAdd(ctx, q.kindsKey(), members...).Err(); err != nil {
+	args = append(args, defaultDedup.retention, defaultDedup.window, skew.Milliseconds())
+	for _, kind := range kinds {
+		args = append(args, kind)
+	}
+	reply, err := declareScript.Run(ctx, q.client.rdb, []string{q.kindsKey(), q.dedupKey()}, args...).StringSlice()
+	if err == nil && len(reply) != 2 {
+		err = fmt.Errorf("unexpected reply %v", reply)
+	}
+	if err != nil {
 		return fmt.Errorf("emq: declare kinds on %s: %w", q.name, err)
+	}
+	if err := q.learnDedup(reply[0]); err != nil {
+		return err
+	}
+	if before, err := parseDedupSettings(reply[1]); err == nil && reply[1] != "" && before.current != q.dedupSettings().current {
+		q.client.log.Warn("emq: this declaration changed the queue's dedup retention; keys admitted before are still refused for the old one",
+			"queue", q.name, "from", before.retention(), "to", q.dedupSettings().retention())
 	}
 	// The registry lets inspection find every queue; it lives outside the
 	// queue's slot, so it is a plain command, not part of a move.
@@ -159,6 +128,20 @@ func (q *Queue) Declare(ctx context.Context, kinds ...string) error {
 		return fmt.Errorf("emq: register queue %s: %w", q.name, err)
 	}
 	return nil
+}
+
+// DedupRetention reads the queue's dedup retention as stored: how long a
+// dedup key refuses a second job at least.
+func (q *Queue) DedupRetention(ctx context.Context) (time.Duration, error) {
+	text, err := q.client.rdb.Get(ctx, q.dedupKey()).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("emq: dedup retention of %s: %w", q.name, err)
+	}
+	settings, err := parseDedupSettings(text)
+	if err != nil {
+		return 0, fmt.Errorf("%w on %s", err, q.name)
+	}
+	return settings.retention(), nil
 }
 
 // Job is a job to admit.
@@ -171,17 +154,13 @@ type Job struct {
 	Group string
 	// Payload is opaque to the queue.
 	Payload []byte
-	// DedupKey refuses a second job under the same key while it is retained;
-	// empty means the job id itself.
+	// DedupKey refuses a second job under the same key for the queue's
+	// dedup retention (WithDedupRetention); empty means the job id itself.
 	DedupKey string
 	// Fingerprint identifies the request behind the job; a duplicate gets the
 	// first job's fingerprint back so the caller can tell a replay from a
 	// conflicting reuse of the key.
 	Fingerprint string
-	// DedupRetention is how long the dedup key refuses a second job at least
-	// (up to two days and a minute longer); DefaultDedupRetention when zero.
-	// Jobs admitted under different retentions see each other's keys.
-	DedupRetention time.Duration
 	// RateLimit, when set, makes the admission first take a permit from the
 	// queue's named bucket, in the same script run: an empty bucket refuses
 	// the job with a *RateLimitedError and writes nothing else. A duplicate
@@ -203,17 +182,31 @@ type Admission struct {
 
 // Admit runs the admit script: kind check, duplicate refusal, row write and
 // pending insert, as one atomic step. Retrying an Admit is safe: the dedup key
-// turns the retry into a Duplicate answer.
+// turns the retry into a Duplicate answer. An admission computed from dedup
+// settings the queue no longer holds writes nothing and goes again with the
+// ones it holds, which the refusal names.
 func (q *Queue) Admit(ctx context.Context, job Job) (Admission, error) {
-	keys, args, err := q.admitCall(job, time.Now())
-	if err != nil {
-		return Admission{}, err
+	return q.admitAt(ctx, job, time.Now)
+}
+
+// admitAt is Admit with the windows cut by clock.
+func (q *Queue) admitAt(ctx context.Context, job Job, clock func() time.Time) (Admission, error) {
+	for round := 1; ; round++ {
+		keys, args, err := q.admitCall(job, clock())
+		if err != nil {
+			return Admission{}, err
+		}
+		admission, err := q.admission(job, q.client.admits.run(ctx, keys, args...))
+		if round < dedupRounds && q.learnedDedup(err) {
+			continue
+		}
+		return admission, err
 	}
-	return q.admission(job, q.client.admits.run(ctx, keys, args...))
 }
 
 // admitCall is the admit script's keys and arguments for job, with the
-// dedup windows of now by this process's clock.
+// dedup windows of now by this process's clock under the queue's dedup
+// settings as this client last read them.
 func (q *Queue) admitCall(job Job, now time.Time) ([]string, []any, error) {
 	if err := validJob(job); err != nil {
 		return nil, nil, err
@@ -222,15 +215,12 @@ func (q *Queue) admitCall(job Job, now time.Time) ([]string, []any, error) {
 	if dedup == "" {
 		dedup = job.ID
 	}
-	retention := job.DedupRetention
-	if retention <= 0 {
-		retention = DefaultDedupRetention
-	}
-	window, others, expireAt := q.dedupWindows(retention, now)
-	keys := append(make([]string, 0, 8+len(others)), q.kindsKey(), q.jobsKey(), q.laneKey(job.Group),
-		q.rotationKey(), q.lanesKey(), q.tagsKey(), q.clockKey(), window)
+	settings := q.dedupSettings()
+	window, others, expireAt := q.dedupWindows(settings, now, q.client.skew())
+	keys := append(make([]string, 0, 10+len(others)), q.kindsKey(), q.jobsKey(), q.laneKey(job.Group),
+		q.rotationKey(), q.lanesKey(), q.tagsKey(), q.clockKey(), q.dedupKey(), window)
 	keys = append(keys, others...)
-	args := []any{job.ID, job.Kind, job.Group, job.Payload, job.Fingerprint, dedupDigest(dedup), expireAt}
+	args := []any{job.ID, job.Kind, job.Group, job.Payload, job.Fingerprint, dedupDigest(dedup), expireAt, settings.text}
 	if limit := job.RateLimit; limit != nil {
 		keys = append(keys, q.BucketKey(limit.Bucket))
 		args = append(args, limit.Limit.Capacity, limit.Limit.PerSecond)

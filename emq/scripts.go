@@ -19,6 +19,7 @@ var (
 	reapScript     = redis.NewScript(lua.Reap)
 	cancelScript   = redis.NewScript(lua.Cancel)
 	requeueScript  = redis.NewScript(lua.Requeue)
+	declareScript  = redis.NewScript(lua.Declare)
 
 	rateLimitScript = redis.NewScript(lua.RateLimit)
 )

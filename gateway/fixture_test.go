@@ -92,7 +92,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 	}
 	f.queue, f.client, f.databaseURL = queueClient.Queue(orders.Queue), queueClient, database.URL
 	f.caches = coherence.New(f.rdb)
-	placer := placement.NewPlacer(f.queue, 0, placement.WithHistory(postgres.NewOrders(postgres.NewHistory(f.db), postgres.NewSettler(f.db, nil, nil))))
+	placer := placement.NewPlacer(f.queue, placement.WithHistory(postgres.NewOrders(postgres.NewHistory(f.db), postgres.NewSettler(f.db, nil, nil))))
 	if err := placer.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -1,27 +1,33 @@
 -- admit: put a new job on a queue in one atomic step.
 --
--- Dedup entries live in one hash per day-long window (the same length for
--- every retention R, so admissions under different retentions see each
--- other): window w holds the keys first admitted during it by the caller's
--- clock, each as a field named by a digest of the key. The caller names
--- window w and the windows before it that an entry admitted within R may be
--- in, plus w+1 when its clock is within the skew allowance of w's end (for
--- callers whose clocks run ahead), and when window w may expire for this
--- entry to live at least R; an expiry set for a longer retention is kept.
--- This assumes the clocks of the callers differ by less than the allowance
--- (see dedupWindows in emq/queue.go).
+-- Dedup entries live in windowed hashes: window w of length W holds the keys
+-- first admitted during it by the caller's clock, each as a field named by a
+-- digest of the key. W follows the queue's dedup retention R (its dedup
+-- settings, set by declare.lua), so a retention of minutes keeps its keys for
+-- minutes. The caller names window w, the windows before it that an entry
+-- admitted within R may be in, the windows after it its clock is within the
+-- skew allowance of (for callers whose clocks run ahead), the windows of
+-- earlier settings that may still hold live keys, and when window w may
+-- expire for this entry to live at least R; an expiry set by another
+-- admission for a later time is kept. The caller computes all of it from the
+-- queue's dedup settings as it read them, and passes them: settings that
+-- differ from the stored ones are refused with EMQDEDUP before anything is
+-- written, and the caller reads them off the refusal and calls again. This
+-- assumes the clocks of the callers differ by less than the allowance (see
+-- dedupWindows in emq/dedup.go).
 --
--- KEYS[1]   emq:{q}:kinds               set    job kinds the queue accepts
--- KEYS[2]   emq:{q}:jobs                hash   id -> job row (see lib.lua)
--- KEYS[3]   emq:{q}:lane:<group>        list   the group's pending ids, oldest first
--- KEYS[4]   emq:{q}:rotation            zset   group -> start tag of its lane's head
--- KEYS[5]   emq:{q}:lanes               hash   group -> number of pending jobs in its lane
--- KEYS[6]   emq:{q}:tags                hash   group -> finish tag, kept while its lane is empty
--- KEYS[7]   emq:{q}:clock               string virtual time: the highest tag claimed
--- KEYS[8]   emq:{q}:dedup:<w>           hash   digest -> "<job id> <fingerprint>"; this admission's window
--- KEYS[9..] emq:{q}:dedup:<w-span..w-1>, <w+1>  hash  the other windows to look in
--- KEYS[n]   emq:{q}:bucket:<name>       string with ARGV[8]: the last key, the rate-limit bucket
---                                              to take from first (see permit_bucket.lua)
+-- KEYS[1]    emq:{q}:kinds               set    job kinds the queue accepts
+-- KEYS[2]    emq:{q}:jobs                hash   id -> job row (see lib.lua)
+-- KEYS[3]    emq:{q}:lane:<group>        list   the group's pending ids, oldest first
+-- KEYS[4]    emq:{q}:rotation            zset   group -> start tag of its lane's head
+-- KEYS[5]    emq:{q}:lanes               hash   group -> number of pending jobs in its lane
+-- KEYS[6]    emq:{q}:tags                hash   group -> finish tag, kept while its lane is empty
+-- KEYS[7]    emq:{q}:clock               string virtual time: the highest tag claimed
+-- KEYS[8]    emq:{q}:dedup               string the queue's dedup settings (see declare.lua)
+-- KEYS[9]    emq:{q}:dedup:<W>:<w>       hash   digest -> "<job id> <fingerprint>"; this admission's window
+-- KEYS[10..] emq:{q}:dedup:<W>:<...>     hash   the other windows to look in
+-- KEYS[n]    emq:{q}:bucket:<name>       string with ARGV[9]: the last key, the rate-limit bucket
+--                                               to take from first (see permit_bucket.lua)
 --
 -- ARGV[1] job id
 -- ARGV[2] kind
@@ -30,15 +36,18 @@
 -- ARGV[5] request fingerprint, returned to a later duplicate
 -- ARGV[6] digest of the dedup key (raw bytes)
 -- ARGV[7] when window w may expire, in unix milliseconds (at the earliest)
--- ARGV[8] optional: the bucket's capacity; admission first takes a permit
+-- ARGV[8] the dedup settings the windows were computed from ('' for none stored)
+-- ARGV[9] optional: the bucket's capacity; admission first takes a permit
 --         from the bucket in the last key, and an empty bucket refuses the job
--- ARGV[9] with ARGV[8]: the bucket's refill per second
+-- ARGV[10] with ARGV[9]: the bucket's refill per second
 --
 -- Replies:
 --   {"admitted", id, fingerprint}        the job was written and is pending
 --   {"duplicate", first id, fingerprint} the dedup key was taken; nothing written
 --   {"limited", "", ""}                  the bucket was empty; nothing written
 --   error "EMQKIND ..."                  the queue does not accept this kind; nothing written
+--   error "EMQDEDUP <settings>"          the windows came from other dedup settings than the
+--                                        stored ones, which follow; nothing written
 --   error "ERLARG ..."                   the bucket's size is malformed; nothing written
 --   error "EMQEXISTS ..."                a job with this id exists already; nothing
 --                                        written but the permit taken
@@ -52,13 +61,18 @@ if redis.call('SISMEMBER', KEYS[1], kind) == 0 then
   return redis.error_reply('EMQKIND kind "' .. kind .. '" is not accepted by this queue')
 end
 
+local settings = redis.call('GET', KEYS[8]) or ''
+if settings ~= ARGV[8] then
+  return redis.error_reply('EMQDEDUP ' .. settings)
+end
+
 local at = now()
 local last_window = #KEYS
 local take
-if ARGV[8] then
+if ARGV[9] then
   local err
   last_window = #KEYS - 1
-  take, err = take_permit(KEYS[#KEYS], ARGV[8], ARGV[9], at)
+  take, err = take_permit(KEYS[#KEYS], ARGV[9], ARGV[10], at)
   if err then return err end
 end
 
@@ -72,7 +86,7 @@ if take and take[1] == 0 then
   return reply('limited', '', '')
 end
 
-for i = 8, last_window do
+for i = 9, last_window do
   local prior = redis.call('HGET', KEYS[i], digest)
   if prior then
     local space = string.find(prior, ' ', 1, true)
@@ -90,10 +104,10 @@ write(KEYS[2], id, {
 })
 enqueue(KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], id, group)
 
-redis.call('HSET', KEYS[8], digest, id .. ' ' .. fingerprint)
--- NX for a new window; GT keeps the longest expiry any retention asked for.
-if redis.call('PEXPIREAT', KEYS[8], ARGV[7], 'NX') == 0 then
-  redis.call('PEXPIREAT', KEYS[8], ARGV[7], 'GT')
+redis.call('HSET', KEYS[9], digest, id .. ' ' .. fingerprint)
+-- NX for a new window; GT keeps the latest expiry an admission asked for.
+if redis.call('PEXPIREAT', KEYS[9], ARGV[7], 'NX') == 0 then
+  redis.call('PEXPIREAT', KEYS[9], ARGV[7], 'GT')
 end
 
 return reply('admitted', id, fingerprint)

@@ -40,6 +40,8 @@ var (
 	cancel string
 	//go:embed requeue.lua
 	requeue string
+	//go:embed declare.lua
+	declare string
 	//go:embed cache_fill.lua
 	cacheFill string
 )
@@ -67,6 +69,9 @@ var (
 	Cancel = lib + cancel
 	// Requeue revives a dead job.
 	Requeue = lib + requeue
+	// Declare registers a queue's job kinds and sets its dedup retention.
+	// It moves no job, so it goes with the clock alone.
+	Declare = clock + declare
 	// CacheFill writes versioned cache entries that are newer than the cached
 	// ones (package coherence runs it). It moves no job, so it goes without
 	// the helpers.

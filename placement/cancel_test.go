@@ -24,7 +24,7 @@ func placerOnRedis(t testing.TB) (*placement.Placer, *emq.Queue, *testserver.Red
 		t.Fatal(err)
 	}
 	queue := client.Queue(orders.Queue)
-	placer := placement.NewPlacer(queue, 0)
+	placer := placement.NewPlacer(queue)
 	if err := placer.Declare(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -95,7 +95,7 @@ func ordersQueueOn(t testing.TB, server *testserver.Redis) (*placement.Placer, *
 		t.Fatal(err)
 	}
 	queue := client.Queue(orders.Queue)
-	placer := placement.NewPlacer(queue, 0)
+	placer := placement.NewPlacer(queue)
 	if err := placer.Declare(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
@@ -34,8 +33,7 @@ type History interface {
 // Placer admits orders onto the orders queue and reads them back: final
 // orders from the orders table (its History), the others from the queue.
 type Placer struct {
-	queue     *emq.Queue
-	retention time.Duration
+	queue *emq.Queue
 	// history is nil for a Placer on the queue alone, which then knows no
 	// final state but canceled and lists nothing.
 	history History
@@ -51,20 +49,19 @@ func WithHistory(history History) PlacerOption {
 	return func(p *Placer) { p.history = history }
 }
 
-// NewPlacer admits onto queue; a client order id is held for retention
-// (emq.DefaultDedupRetention when zero).
-func NewPlacer(queue *emq.Queue, retention time.Duration, opts ...PlacerOption) *Placer {
-	if retention <= 0 {
-		retention = emq.DefaultDedupRetention
-	}
-	p := &Placer{queue: queue, retention: retention}
+// NewPlacer admits onto queue. A client order id is held for the queue's
+// dedup retention, which Declare sets when queue was made with
+// emq.WithDedupRetention (DEDUP_RETENTION in the gateway).
+func NewPlacer(queue *emq.Queue, opts ...PlacerOption) *Placer {
+	p := &Placer{queue: queue}
 	for _, opt := range opts {
 		opt(p)
 	}
 	return p
 }
 
-// Declare registers the order job kind on the queue; call once at start.
+// Declare registers the order job kind on the queue, and its dedup
+// retention if the queue was made with one; call once at start.
 func (p *Placer) Declare(ctx context.Context) error {
 	if err := p.queue.Declare(ctx, orders.KindPlace); err != nil {
 		return fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
@@ -102,7 +99,7 @@ func WithRateLimit(bucket string, limit emq.Rate) PlaceOption {
 // whose client order id the account used before returns the first order as
 // a replay when it is the same request, or a *ConflictError when not.
 func (p *Placer) Place(ctx context.Context, cmd orders.PlaceCommand, opts ...PlaceOption) (Placement, error) {
-	order, job, err := PlaceJob(cmd, p.retention)
+	order, job, err := PlaceJob(cmd)
 	if err != nil {
 		return Placement{}, err
 	}
@@ -139,8 +136,9 @@ func (p *Placer) TakePermit(ctx context.Context, bucket string, limit emq.Rate) 
 
 // PlaceJob is the pending order cmd makes, under a new ORD id, and the queue
 // job that admits it: exactly what Place admits, for callers that admit
-// orders themselves (in bulk, say). A client order id is held for retention.
-func PlaceJob(cmd orders.PlaceCommand, retention time.Duration) (orders.Order, emq.Job, error) {
+// orders themselves (in bulk, say). A client order id is held for the
+// queue's dedup retention.
+func PlaceJob(cmd orders.PlaceCommand) (orders.Order, emq.Job, error) {
 	order, err := orders.NewOrder(cmd)
 	if err != nil {
 		return orders.Order{}, emq.Job{}, err
@@ -150,13 +148,12 @@ func PlaceJob(cmd orders.PlaceCommand, retention time.Duration) (orders.Order, e
 		return orders.Order{}, emq.Job{}, fmt.Errorf("orders: encode order %s: %w", order.ID, err)
 	}
 	return order, emq.Job{
-		ID:             order.ID,
-		Kind:           orders.KindPlace,
-		Group:          cmd.Account,
-		Payload:        payload,
-		DedupKey:       cmd.Account + ":" + cmd.ClientOrderID,
-		Fingerprint:    cmd.Fingerprint(),
-		DedupRetention: retention,
+		ID:          order.ID,
+		Kind:        orders.KindPlace,
+		Group:       cmd.Account,
+		Payload:     payload,
+		DedupKey:    cmd.Account + ":" + cmd.ClientOrderID,
+		Fingerprint: cmd.Fingerprint(),
 	}, nil
 }
 

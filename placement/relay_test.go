@@ -186,6 +186,51 @@ func TestRelayPutsOneJobPerRowOnTheCoherenceQueue(t *testing.T) {
 	}
 }
 
+// TestCoherenceDedupKeysExpireInMinutes: the relay declares the balances
+// coherence queue with its own dedup retention, so a balance change's
+// name@version key is gone from Redis within minutes, while a placement's
+// client order id on the orders queue stays for the orders' day.
+func TestCoherenceDedupKeysExpireInMinutes(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	placer := placement.NewPlacer(f.client.Queue(orders.Queue, emq.WithDedupRetention(emq.DefaultDedupRetention)))
+	if err := placer.Declare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	account := f.newAccount(t)
+	placeOrder(t, placer, account, "c-1")
+	f.relay.Relay(ctx, []orders.OutboxEntry{f.depositWithOutbox(t, account, "USD", "10.00")})
+	now := time.Now()
+
+	tests := []struct {
+		queue            string
+		retention        time.Duration
+		earliest, latest time.Duration
+	}{
+		// Held R to R + W (half of R) plus the minute of clock allowance.
+		{coherence.Queue(placement.BalancesTable), placement.CoherenceDedupRetention, 10 * time.Minute, 16 * time.Minute},
+		{orders.Queue, emq.DefaultDedupRetention, 24 * time.Hour, 36*time.Hour + time.Minute},
+	}
+	for _, tt := range tests {
+		queue := f.client.Queue(tt.queue)
+		if got, err := queue.DedupRetention(ctx); err != nil || got != tt.retention {
+			t.Errorf("%s: dedup retention %v, %v; want %v", tt.queue, got, err, tt.retention)
+		}
+		windows := testserver.Keys(t, f.rdb, "emq:{"+tt.queue+"}:dedup:*")
+		if len(windows) != 1 {
+			t.Fatalf("%s: dedup windows %v, want the one key's", tt.queue, windows)
+		}
+		expires, err := f.rdb.PExpireTime(ctx, windows[0]).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := time.UnixMilli(expires.Milliseconds()).Sub(now)
+		if held < tt.earliest-time.Second || held > tt.latest+time.Second {
+			t.Errorf("%s: dedup window %s expires in %v, want %v to %v", tt.queue, windows[0], held, tt.earliest, tt.latest)
+		}
+	}
+}
+
 func TestSweepRelaysRowsACrashLeftBehind(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t, placement.WithSweepAge(0))

@@ -295,7 +295,7 @@ func placerWithHistory(t testing.TB) (*placement.Placer, *emq.Queue, *pgxpool.Po
 		t.Fatal(err)
 	}
 	queue := client.Queue(orders.Queue)
-	placer := placement.NewPlacer(queue, 0, placement.WithHistory(postgres.NewOrders(postgres.NewHistory(db), postgres.NewSettler(db, nil, nil))))
+	placer := placement.NewPlacer(queue, placement.WithHistory(postgres.NewOrders(postgres.NewHistory(db), postgres.NewSettler(db, nil, nil))))
 	if err := placer.Declare(context.Background()); err != nil {
 		t.Fatal(err)
 	}

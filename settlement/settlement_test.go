@@ -7,7 +7,24 @@ import (
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/placement"
 )
+
+// TestCoherenceDedupOutlastsASecondCarry holds the coherence queues' dedup
+// retention to what placement.CoherenceDedupRetention says it outlives: the
+// sweep's second carry of a row whose marking was lost (the sweep age, this
+// worker's sweep interval and the relay's 5 s timeout) fifty times over,
+// and a PostgreSQL outage as long as the default retries keep an order alive
+// at the most (their whole backoffs: twice OutageOutlasted's halves).
+func TestCoherenceDedupOutlastsASecondCarry(t *testing.T) {
+	const relayTimeout = 5 * time.Second
+	if ordinary := placement.DefaultSweepAge + sweepInterval + relayTimeout; placement.CoherenceDedupRetention < 50*ordinary {
+		t.Errorf("coherence dedup retention %s, under fifty times a second carry's %s", placement.CoherenceDedupRetention, ordinary)
+	}
+	if outage := 2 * DefaultConfig().OutageOutlasted(); placement.CoherenceDedupRetention <= outage {
+		t.Errorf("coherence dedup retention %s, not past the %s of PostgreSQL outage orders outlive", placement.CoherenceDedupRetention, outage)
+	}
+}
 
 // TestOutageOutlasted holds the sum to the retry script's equal jitter,
 // which never waits less than half the backoff; cmd/worker's -max-attempts

@@ -66,7 +66,7 @@ func (e *env) fundAccounts(ctx context.Context) error {
 // limiter on (its Redis call is part of every request) but set so high that
 // it never refuses. The returned stop shuts it down.
 func (e *env) startGateway(ctx context.Context) (url string, stop func(), err error) {
-	placer := placement.NewPlacer(e.queue.Queue(orders.Queue), 0, placement.WithHistory(postgres.NewOrders(postgres.NewHistory(e.db), postgres.NewSettler(e.db, nil, nil))))
+	placer := placement.NewPlacer(e.queue.Queue(orders.Queue), placement.WithHistory(postgres.NewOrders(postgres.NewHistory(e.db), postgres.NewSettler(e.db, nil, nil))))
 	if err := placer.Declare(ctx); err != nil {
 		return "", nil, err
 	}
@@ -324,7 +324,7 @@ func ticking(name string, duration time.Duration, progress func(string, ...any))
 // admit script (EVALSHA), shaped as the gateway's: same payload size, the
 // account as lane, account:client_order_id as dedup key.
 func (e *env) ceilingAdmit(ctx context.Context) (func(context.Context) error, error) {
-	queue := e.queue.Queue("bench-ceiling-" + e.run)
+	queue := e.queue.Queue("bench-ceiling-"+e.run, emq.WithDedupRetention(benchDedupRetention))
 	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
 		return nil, err
 	}
@@ -332,7 +332,7 @@ func (e *env) ceilingAdmit(ctx context.Context) (func(context.Context) error, er
 	return func(ctx context.Context) error {
 		n := seq.Add(1)
 		account := e.accounts[n%int64(len(e.accounts))]
-		job, err := orderJob(account, "ceil-"+e.run+"-"+strconv.FormatInt(n, 10), orders.Buy, time.Hour)
+		job, err := orderJob(account, "ceil-"+e.run+"-"+strconv.FormatInt(n, 10), orders.Buy)
 		if err != nil {
 			return err
 		}

@@ -2,9 +2,9 @@
 // admission against the real gateway and the bare admit script beside it,
 // emq against asynq on the same Redis, settlement and matching in the book
 // (one hot instrument, then three) against pgbench on the same PostgreSQL,
-// Redis memory per order job, and how soon a dead worker's jobs are claimed
-// again. Every figure that is compared is measured in the
-// same run.
+// Redis memory per order job and what a sustained rate leaves per hour of
+// dedup retention, and how soon a dead worker's jobs are claimed again.
+// Every figure that is compared is measured in the same run.
 package main
 
 import (

@@ -185,7 +185,7 @@ func (e *env) matchRun(ctx context.Context, c matchingConfig, s *servers, name s
 
 	workerConfig := settlement.DefaultConfig()
 	workerConfig.Queue = orders.Queue + "-match-" + name + "-" + e.run
-	queue := e.queue.Queue(workerConfig.Queue)
+	queue := e.queue.Queue(workerConfig.Queue, emq.WithDedupRetention(benchDedupRetention))
 	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
 		return r, err
 	}
@@ -280,7 +280,7 @@ func admitMatchBacklog(ctx context.Context, queue *emq.Queue, backlog []matchOrd
 		list := make([]emq.Job, min(batch, len(backlog)-done))
 		for i := range list {
 			o := backlog[done+i]
-			_, job, err := placement.PlaceJob(o.cmd, time.Hour)
+			_, job, err := placement.PlaceJob(o.cmd)
 			if err != nil {
 				return nil, 0, err
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/govalues/decimal"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
@@ -21,13 +22,16 @@ var (
 	benchPrice    = decimal.MustParse("50000.00")
 )
 
+// benchDedupRetention is the dedup retention of the bench's own queues.
+const benchDedupRetention = time.Hour
+
 // orderJob is the job Placer.Place admits for a 0.01 BTC limit order at
 // 50,000 USD.
-func orderJob(account, clientOrderID string, side orders.Side, retention time.Duration) (emq.Job, error) {
+func orderJob(account, clientOrderID string, side orders.Side) (emq.Job, error) {
 	_, job, err := placement.PlaceJob(orders.PlaceCommand{
 		Account: account, ClientOrderID: clientOrderID, Symbol: "BTC-USD",
 		Side: side, Type: orders.Limit, Quantity: benchQuantity, Price: benchPrice,
-	}, retention)
+	})
 	return job, err
 }
 
@@ -49,6 +53,30 @@ type memoryResult struct {
 	UsagePerJob    float64 `json:"usage_pending_total"`
 	UsageFinished  float64 `json:"usage_finished_share"`
 	UsageDone      float64 `json:"usage_done_share"`
+	// OrderDedup and CoherenceDedup are what a sustained rate leaves: the
+	// dedup entries of the orders queue and of the balances coherence queue.
+	OrderDedup     dedupResult `json:"order_dedup"`
+	CoherenceDedup dedupResult `json:"coherence_dedup"`
+}
+
+// dedupResult is what one queue's dedup windows hold per admitted job once
+// its jobs are finished and their records trimmed away: under a sustained
+// rate, the memory that grows with the queue's dedup retention.
+type dedupResult struct {
+	Jobs           int     `json:"jobs"`
+	RetentionHours float64 `json:"retention_hours"`
+	// HeldHours is the longest a key stays (emq.DedupHeld): the retention,
+	// a window of half of it and the minute of clock allowance.
+	HeldHours float64 `json:"held_hours"`
+	// BytesPerJob is the used_memory delta, UsagePerJob the windows'
+	// MEMORY USAGE, each divided by Jobs.
+	BytesPerJob float64 `json:"bytes_per_job"`
+	UsagePerJob float64 `json:"usage_per_job"`
+	// PerJobPerHour is the bytes one job admitted an hour costs per hour of
+	// retention at the peak, BytesPerJob × HeldHours / RetentionHours: a
+	// queue admitting n jobs an hour under a retention of R hours holds
+	// n × R × PerJobPerHour bytes of dedup entries at the most.
+	PerJobPerHour float64 `json:"bytes_per_job_per_hour_of_retention"`
 }
 
 // pendingUsage names the structures a pending job's MEMORY USAGE share is
@@ -58,18 +86,51 @@ func (m memoryResult) pendingUsage() string {
 		m.JobRowsCoding, m.UsageJobRows, m.UsageDedup, m.UsageLaneLists, m.UsageLaneIndex)
 }
 
+// dedupMarkdown is the table of what a sustained rate leaves in Redis.
+func (m memoryResult) dedupMarkdown() string {
+	if m.OrderDedup.Jobs == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n| Redis memory a sustained rate leaves: dedup entries, jobs finished, records trimmed | orders | balance changes |\n|---|---:|---:|\n")
+	o, c := m.OrderDedup, m.CoherenceDedup
+	row := func(name, format string, value func(dedupResult) float64) {
+		fmt.Fprintf(&b, "| %s | "+format+" | "+format+" |\n", name, value(o), value(c))
+	}
+	row("jobs admitted and finished", "%.0f", func(d dedupResult) float64 { return float64(d.Jobs) })
+	row("dedup retention R, hours", "%.3g", func(d dedupResult) float64 { return d.RetentionHours })
+	row("a key held at most (R + R/2 + 1 min), hours", "%.3g", func(d dedupResult) float64 { return d.HeldHours })
+	row("B per job, used_memory delta / job", "%.0f", func(d dedupResult) float64 { return d.BytesPerJob })
+	row("B per job, MEMORY USAGE of the dedup windows / job", "%.0f", func(d dedupResult) float64 { return d.UsagePerJob })
+	row("**B per job admitted an hour, per hour of retention** (used_memory × held / R)", "%.0f", func(d dedupResult) float64 { return d.PerJobPerHour })
+	return b.String()
+}
+
+// usedMemory is INFO memory's used_memory once no lazily freed object is
+// pending: Purge unlinks, and the server frees large keys in the background,
+// which would otherwise land in the next measurement's delta.
 func usedMemory(ctx context.Context, e *env) (int64, error) {
-	info, err := e.queue.Redis().Info(ctx, "memory").Result()
-	if err != nil {
-		return 0, err
-	}
-	scanner := bufio.NewScanner(strings.NewReader(info))
-	for scanner.Scan() {
-		if value, ok := strings.CutPrefix(scanner.Text(), "used_memory:"); ok {
-			return strconv.ParseInt(strings.TrimSpace(value), 10, 64)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		info, err := e.queue.Redis().Info(ctx, "memory").Result()
+		if err != nil {
+			return 0, err
 		}
+		fields := map[string]string{}
+		scanner := bufio.NewScanner(strings.NewReader(info))
+		for scanner.Scan() {
+			if name, value, ok := strings.Cut(scanner.Text(), ":"); ok {
+				fields[name] = strings.TrimSpace(value)
+			}
+		}
+		used, ok := fields["used_memory"]
+		if !ok {
+			return 0, errors.New("INFO memory has no used_memory")
+		}
+		if pending := fields["lazyfree_pending_objects"]; pending == "" || pending == "0" || time.Now().After(deadline) {
+			return strconv.ParseInt(used, 10, 64)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return 0, errors.New("INFO memory has no used_memory")
 }
 
 // measureMemory admits jobs order jobs onto a fresh queue and reads the
@@ -77,7 +138,7 @@ func usedMemory(ctx context.Context, e *env) (int64, error) {
 // that keeps every one and reads it again.
 func (e *env) measureMemory(ctx context.Context, jobs int, progress func(string, ...any)) (memoryResult, error) {
 	r := memoryResult{Jobs: jobs}
-	queue := e.queue.Queue("bench-memory-"+e.run, emq.WithRetention(jobs+1))
+	queue := e.queue.Queue("bench-memory-"+e.run, emq.WithRetention(jobs+1), emq.WithDedupRetention(benchDedupRetention))
 	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
 		return r, err
 	}
@@ -92,7 +153,7 @@ func (e *env) measureMemory(ctx context.Context, jobs int, progress func(string,
 		list := make([]emq.Job, n)
 		for i := range list {
 			account := e.accounts[(done+i)%len(e.accounts)]
-			if list[i], err = orderJob(account, fmt.Sprintf("mem-%s-%07d", e.run, done+i), orders.Buy, time.Hour); err != nil {
+			if list[i], err = orderJob(account, fmt.Sprintf("mem-%s-%07d", e.run, done+i), orders.Buy); err != nil {
 				return r, err
 			}
 			payloads += int64(len(list[i].Payload))
@@ -162,5 +223,89 @@ func (e *env) measureMemory(ctx context.Context, jobs int, progress func(string,
 	if err := queue.Purge(ctx); err != nil {
 		return r, err
 	}
-	return r, nil
+	progress("memory: dedup entries of %d order jobs and %d balance coherence jobs, finished…", jobs, jobs)
+	r.OrderDedup, r.CoherenceDedup, err = e.measureDedups(ctx, jobs, progress)
+	return r, err
+}
+
+// measureDedup admits jobs made by job onto a fresh queue under retention,
+// claiming and completing each batch as it goes on a queue that keeps one
+// finished record, so that what stays is the dedup windows (and a few keys
+// whose size does not grow with the jobs), and reads the used_memory delta
+// and the windows' MEMORY USAGE.
+func (e *env) measureDedup(ctx context.Context, name, kind string, retention time.Duration, jobs int, job func(i int) (emq.Job, error), progress func(string, ...any)) (dedupResult, error) {
+	r := dedupResult{Jobs: jobs, RetentionHours: retention.Hours(), HeldHours: emq.DedupHeld(retention).Hours()}
+	queue := e.queue.Queue(name, emq.WithRetention(1), emq.WithDedupRetention(retention))
+	if err := queue.Declare(ctx, kind); err != nil {
+		return r, err
+	}
+	before, err := usedMemory(ctx, e)
+	if err != nil {
+		return r, err
+	}
+	const batch = 1000
+	for done := 0; done < jobs; {
+		n := min(batch, jobs-done)
+		list := make([]emq.Job, n)
+		for i := range list {
+			if list[i], err = job(done + i); err != nil {
+				return r, err
+			}
+		}
+		_, errs := queue.AdmitMany(ctx, list)
+		if err := errors.Join(errs...); err != nil {
+			return r, err
+		}
+		for completed := 0; completed < n; {
+			claims, err := queue.Claim(ctx, n-completed, 10*time.Minute)
+			if err != nil {
+				return r, err
+			}
+			if len(claims) == 0 {
+				return r, fmt.Errorf("%s: queue empty after %d of %d completions", name, done+completed, jobs)
+			}
+			finished := make([]emq.Completion, len(claims))
+			for i, claim := range claims {
+				finished[i] = emq.Completion{ID: claim.ID, Token: claim.Token}
+			}
+			if err := errors.Join(queue.CompleteMany(ctx, finished)...); err != nil {
+				return r, err
+			}
+			completed += len(claims)
+		}
+		done += n
+		if done%50000 == 0 {
+			progress("memory: %s: %d of %d jobs admitted and completed…", name, done, jobs)
+		}
+	}
+	after, err := usedMemory(ctx, e)
+	if err != nil {
+		return r, err
+	}
+	usage, err := queue.MemoryUsage(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.BytesPerJob = float64(after-before) / float64(jobs)
+	r.UsagePerJob = float64(usage.Dedup) / float64(jobs)
+	r.PerJobPerHour = r.BytesPerJob * r.HeldHours / r.RetentionHours
+	return r, queue.Purge(ctx)
+}
+
+// measureDedups measures the dedup entries of order jobs under the orders'
+// default retention, and of balance coherence jobs (two assets per account,
+// versions rising) under the coherence queues'.
+func (e *env) measureDedups(ctx context.Context, jobs int, progress func(string, ...any)) (orderDedup, coherenceDedup dedupResult, err error) {
+	orderDedup, err = e.measureDedup(ctx, "bench-dedup-"+e.run, orders.KindPlace, emq.DefaultDedupRetention, jobs, func(i int) (emq.Job, error) {
+		return orderJob(e.accounts[i%len(e.accounts)], fmt.Sprintf("dedup-%s-%07d", e.run, i), orders.Buy)
+	}, progress)
+	if err != nil {
+		return orderDedup, coherenceDedup, err
+	}
+	coherenceDedup, err = e.measureDedup(ctx, coherence.Queue("bench-"+e.run), placement.KindBalanceCoherence, placement.CoherenceDedupRetention, jobs, func(i int) (emq.Job, error) {
+		account, asset := e.accounts[i%len(e.accounts)], [2]string{"USD", "BTC"}[i/len(e.accounts)%2]
+		name := orders.BalanceName(account, asset)
+		return placement.CoherenceJob(orders.OutboxEntry{Name: name, Payload: name + "@" + strconv.Itoa(10+i/(2*len(e.accounts)))}), nil
+	}, progress)
+	return orderDedup, coherenceDedup, err
 }

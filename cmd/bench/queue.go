@@ -84,7 +84,7 @@ func (e *env) compareQueues(ctx context.Context, c config, redisURL string, prog
 		return queueResult{}, errors.New("queue: the asynq comparison needs a single Redis server, not a cluster URL")
 	}
 	// The jobs carry what the product's queue carries: an order's payload.
-	sample, err := orderJob("bench-size", "size", orders.Buy, time.Hour)
+	sample, err := orderJob("bench-size", "size", orders.Buy)
 	if err != nil {
 		return queueResult{}, err
 	}
@@ -142,7 +142,7 @@ func (e *env) compareQueues(ctx context.Context, c config, redisURL string, prog
 // until every job is completed.
 func (e *env) emqPass(ctx context.Context, name string, r queueResult, progress func(string, ...any)) (queuePass, error) {
 	pass := queuePass{System: "emq"}
-	queue := e.queue.Queue(name)
+	queue := e.queue.Queue(name, emq.WithDedupRetention(benchDedupRetention))
 	defer func() {
 		if err := queue.Purge(context.WithoutCancel(ctx)); err != nil {
 			progress("queue: cleaning up %s: %v", name, err)
@@ -167,7 +167,7 @@ func (e *env) emqPass(ctx context.Context, name string, r queueResult, progress 
 				// Groups spread the jobs over fair lanes as the accounts
 				// spread orders.
 				group := "g" + strconv.FormatInt(i%benchAccounts, 10)
-				job := emq.Job{ID: id, Kind: kind, Group: group, Payload: payload, DedupRetention: time.Hour}
+				job := emq.Job{ID: id, Kind: kind, Group: group, Payload: payload}
 				if _, err := queue.Admit(ctx, job); err != nil {
 					errs[g] = err
 					return

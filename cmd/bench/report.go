@@ -87,6 +87,7 @@ func (r report) markdown() string {
 		fmt.Fprintf(&b, "| retained finished, MEMORY USAGE: finished hash share %.0f + done zset share %.0f | %.0f |\n",
 			m.UsageFinished, m.UsageDone, m.UsageFinished+m.UsageDone)
 		fmt.Fprintf(&b, "| order payload (JSON) | %.0f |\n", m.PayloadBytes)
+		b.WriteString(m.dedupMarkdown())
 	}
 	return b.String()
 }

@@ -157,7 +157,7 @@ func pgbenchClientsFor(handlers int) int {
 func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers, progress func(string, ...any)) error {
 	workerConfig := settlement.DefaultConfig()
 	workerConfig.Queue = orders.Queue + "-settle-" + e.run
-	queue := e.queue.Queue(workerConfig.Queue)
+	queue := e.queue.Queue(workerConfig.Queue, emq.WithDedupRetention(benchDedupRetention))
 	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
 		return err
 	}
@@ -223,7 +223,7 @@ func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n in
 			if (seq/len(e.accounts))%2 == 1 {
 				side = orders.Sell
 			}
-			job, err := orderJob(e.accounts[seq%len(e.accounts)], fmt.Sprintf("settle-%s-%d", e.run, seq), side, time.Hour)
+			job, err := orderJob(e.accounts[seq%len(e.accounts)], fmt.Sprintf("settle-%s-%d", e.run, seq), side)
 			if err != nil {
 				return nil, err
 			}

@@ -59,7 +59,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.TextVar(&c.logLevel, "log-level", env.Level("LOG_LEVEL", slog.LevelInfo), "debug, info, warn or error (LOG_LEVEL)")
 	flags.DurationVar(&c.logFlush, "log-flush-interval", env.Duration("LOG_FLUSH_INTERVAL", jsonlog.DefaultFlushInterval), "longest a log line waits to be written with the ones after it; 0 writes each line at once (LOG_FLUSH_INTERVAL)")
 	flags.BoolVar(&c.migrate, "migrate", env.Bool("MIGRATE", true), "apply database migrations at start (MIGRATE)")
-	flags.DurationVar(&c.dedupRetention, "dedup-retention", env.Duration("DEDUP_RETENTION", emq.DefaultDedupRetention), "how long a client_order_id is held (DEDUP_RETENTION)")
+	flags.DurationVar(&c.dedupRetention, "dedup-retention", env.Duration("DEDUP_RETENTION", emq.DefaultDedupRetention), "how long a client_order_id is held in Redis at least; stored with the orders queue, so the last gateway to start sets it for all (DEDUP_RETENTION)")
 	flags.DurationVar(&c.instrumentRefresh, "instrument-refresh", env.Duration("INSTRUMENT_REFRESH", 5*time.Second), "how often instruments are reread (INSTRUMENT_REFRESH)")
 	flags.DurationVar(&c.keyCacheTTL, "key-cache-ttl", env.Duration("KEY_CACHE_TTL", placement.DefaultKeyCacheTTL), "how long an API key's account is trusted from memory when no revocation broadcast arrives (KEY_CACHE_TTL)")
 	flags.DurationVar(&c.keyStaleIfError, "key-cache-stale-if-error", env.Duration("KEY_CACHE_STALE_IF_ERROR", placement.DefaultKeyStaleIfError), "how long after PostgreSQL last confirmed an API key its cached copy still answers while PostgreSQL is down (also how long a key revoked just before an outage may work on a gateway that missed the broadcast); 0 turns it off (KEY_CACHE_STALE_IF_ERROR)")
@@ -131,7 +131,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	book := postgres.NewOrders(postgres.NewHistory(db), postgres.NewSettler(db, relay, log))
-	placer := placement.NewPlacer(queueClient.Queue(orders.Queue), c.dedupRetention, placement.WithHistory(book))
+	placer := placement.NewPlacer(queueClient.Queue(orders.Queue, emq.WithDedupRetention(c.dedupRetention)), placement.WithHistory(book))
 	if err := placer.Declare(ctx); err != nil {
 		return err
 	}

@@ -13,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/logbuffer"
 	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
 )
 
@@ -57,7 +60,7 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"gateway"}, envOf(map[string]string{
 			"REDIS_URL": redisServer.URL(), "DATABASE_URL": database.URL, "GATEWAY_ADDR": addr,
-			"METRICS_ADDR": metricsAddr, "LOG_FLUSH_INTERVAL": "0",
+			"METRICS_ADDR": metricsAddr, "LOG_FLUSH_INTERVAL": "0", "DEDUP_RETENTION": "2h",
 		}), &out)
 	}()
 	ready := false
@@ -71,6 +74,18 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 	if !ready {
 		cancel()
 		t.Fatalf("gateway never became ready: %v\n%s", <-done, out.String())
+	}
+	// DEDUP_RETENTION is the orders queue's, stored with it.
+	queues, err := emq.Connect(ctx, redisServer.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if retention, err := queues.Queue(orders.Queue).DedupRetention(ctx); err != nil || retention != 2*time.Hour {
+		t.Errorf("orders queue's dedup retention = %v, %v; want DEDUP_RETENTION's 2h", retention, err)
+	}
+	balances := queues.Queue(coherence.Queue(placement.BalancesTable))
+	if retention, err := balances.DedupRetention(ctx); err != nil || retention != placement.CoherenceDedupRetention {
+		t.Errorf("balances coherence queue's dedup retention = %v, %v; want %v", retention, err, placement.CoherenceDedupRetention)
 	}
 	// Every reader is wired: an authenticated read of the fills answers.
 	accounts := postgres.NewAccounts(database.Pool(t))

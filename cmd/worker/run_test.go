@@ -219,7 +219,7 @@ func TestWorkerSettlesOrders(t *testing.T) {
 		t.Fatal(err)
 	}
 	queue := client.Queue(orders.Queue)
-	placer := placement.NewPlacer(queue, 0)
+	placer := placement.NewPlacer(queue)
 	place := func(account, clientOrderID string, side orders.Side, quantity string) orders.Order {
 		t.Helper()
 		placement, err := placer.Place(background, orders.PlaceCommand{
