@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,5 +179,67 @@ func TestUnsafeMovesAreNotSentAgain(t *testing.T) {
 				m.check(t, queue)
 			})
 		}
+	}
+}
+
+// TestWorkerRecoversFromALostReply: the worker is the caller of claim and
+// complete, and what the queue does about a lost reply makes it right. A
+// claim's jobs, leased to nobody, run once their lease runs out and the
+// reaper takes them back (the lost lease counts as an attempt); a lost
+// completion is sent again by the worker itself, whose second send is
+// refused as stale and then found to be its own.
+func TestWorkerRecoversFromALostReply(t *testing.T) {
+	tests := []struct {
+		name string
+		jobs int
+		// arm arms the fault and returns what it should have seen.
+		arm          func(proxy *testserver.Proxy, queue *emq.Queue) (*testserver.Fault, int)
+		wantAttempts int64
+	}{
+		{
+			name: "claim",
+			jobs: 3,
+			arm: func(proxy *testserver.Proxy, queue *emq.Queue) (*testserver.Fault, int) {
+				// Later claims name lane g too: the count says nothing.
+				return proxy.DropReply(queue.Key("lane:g")), 0
+			},
+			wantAttempts: 2,
+		},
+		{
+			name: "complete",
+			jobs: 1,
+			arm: func(proxy *testserver.Proxy, queue *emq.Queue) (*testserver.Fault, int) {
+				// The lost send, then the worker's own.
+				return proxy.DelayReply(sha(lua.Complete), 10*time.Second), 2
+			},
+			wantAttempts: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			queue, proxy, _ := proxiedQueue(t)
+			ids := admitPayloads(t, queue, "g", repeated("ok", tt.jobs)...)
+			fault, wantSeen := tt.arm(proxy, queue)
+			done := &completions{}
+			logger, logs := workerLogger(t)
+			startWorker(t, queue, payloadHandler(nil, nil), emq.WorkerOptions{
+				Lease: time.Second, Logger: logger, OnComplete: done.record,
+			})
+			eventually(t, 10*time.Second, "every job done", func() bool { return done.total() >= tt.jobs })
+			for _, id := range ids {
+				if n := done.of(id); n != 1 {
+					t.Errorf("%s completed %d times, want once", id, n)
+				}
+				if info := readJob(t, queue, id); info.State != emq.StateDone || info.Attempts != tt.wantAttempts {
+					t.Errorf("%s is %s after %d attempts, want done after %d", id, info.State, info.Attempts, tt.wantAttempts)
+				}
+			}
+			if n := fault.Seen(); wantSeen > 0 && n != wantSeen {
+				t.Errorf("the proxy saw %d sends, want %d", n, wantSeen)
+			}
+			if strings.Contains(logs.String(), "the queue refused the move") {
+				t.Error("the worker took its own lost move for another worker's")
+			}
+		})
 	}
 }
