@@ -5,6 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ordergate/ordergate/internal/scriptpipe"
 	"github.com/ordergate/ordergate/lua"
 )
 
@@ -35,5 +36,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 }
 
 // cacheFillScript runs EVALSHA first, EVAL when the server answers NOSCRIPT
-// (after a restart or SCRIPT FLUSH).
-var cacheFillScript = redis.NewScript(lua.CacheFill)
+// (after a restart or SCRIPT FLUSH). It is Repeatable: a second run of a fill
+// finds the versions it wrote and writes nothing, and what it answers, the
+// entries the hash holds, is the same (only Wrote says false).
+var cacheFillScript = scriptpipe.Repeatable(lua.CacheFill)

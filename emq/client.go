@@ -52,6 +52,12 @@ func WithLogger(log *slog.Logger) Option {
 // SET {emq}:version NX, then read it back. A server holding another version is
 // refused with a *VersionError. It warns when the server may evict keys, since
 // an evicting server silently loses jobs.
+//
+// rdb's retry options may be anything: go-redis sends reads and the moves
+// whose second run is harmless again after a lost reply, as rdb says, but
+// never a move whose second run would do harm (a claim, a completion, an
+// admission...: see emq/scripts.go), which fails instead with the lost
+// reply's error.
 func Connect(ctx context.Context, rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c := &Client{rdb: rdb, log: slog.Default(), admits: newCoalescer(rdb, admitScript), permits: newCoalescer(rdb, rateLimitScript)}
 	for _, opt := range opts {
@@ -144,6 +150,8 @@ func (c *Client) Close() error {
 // Open makes a go-redis client from a URL. redis://host:port/db (or rediss://)
 // is one server; a URL with addr= query parameters, as in
 // redis://host1:port1?addr=host2:port2&addr=host3:port3, is a Redis Cluster.
+// Retries (max_retries, a cluster's max_redirects) are the URL's or go-redis's
+// defaults: see Connect for what is sent again after a lost reply.
 func Open(rawURL string) (redis.UniversalClient, error) {
 	parsed, err := url.Parse(rawURL)
 	if err != nil {

@@ -23,7 +23,7 @@ var ErrClosed = errors.New("emq: client closed")
 // what it would learn from a direct run: the call may or may not have run.
 type coalescer struct {
 	rdb    redis.UniversalClient
-	script *redis.Script
+	script *scriptpipe.Script
 
 	start sync.Once
 	calls chan *coalescedCall
@@ -48,7 +48,7 @@ const (
 	coalescedMost = 128
 )
 
-func newCoalescer(rdb redis.UniversalClient, script *redis.Script) *coalescer {
+func newCoalescer(rdb redis.UniversalClient, script *scriptpipe.Script) *coalescer {
 	closing, cancel := context.WithCancel(context.Background())
 	return &coalescer{rdb: rdb, script: script, calls: make(chan *coalescedCall), closing: closing, cancel: cancel}
 }

@@ -1,14 +1,61 @@
-// Package scriptpipe runs many calls of one Redis script in one round trip,
-// EVALSHA first, for the queue (emq) and the cache fill (coherence).
+// Package scriptpipe runs the Redis scripts of the queue (emq) and the cache
+// fill (coherence), EVALSHA first: one call at a time, or many calls of one
+// script in one round trip.
+//
+// go-redis sends a command again when its reply does not come: after a read
+// timeout, a reset or closed connection, up to Options.MaxRetries times (3 by
+// default) on a Client and up to ClusterOptions.MaxRedirects times (3 by
+// default) on a ClusterClient, even with its MaxRetries at the cluster
+// default of -1; pipelines too. The server may well have run the command
+// whose reply was lost. So each script is declared with what a second run of
+// the same call does: Repeatable when it is harmless (go-redis may send it
+// again), Once when it is not (go-redis never sends it again once it may have
+// reached the server). A Once call whose reply is lost fails with the
+// transport's error, and whether the script ran is then unknown: the caller
+// decides what to do, knowing the script.
 package scriptpipe
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
+
+// Script is a Redis script and whether the client may send a call of it again.
+type Script struct {
+	src  string
+	hash string
+	once bool
+}
+
+// Repeatable declares a script whose second run of a call changes nothing the
+// first did not and answers as truly, so go-redis's own retries may send it
+// again after a lost reply.
+func Repeatable(src string) *Script { return newScript(src, false) }
+
+// Once declares a script whose second run of a call would do harm or answer
+// wrongly (refuse the first run's own success, say): go-redis never sends a
+// call of it again once it may have reached the server, neither alone nor in
+// a pipeline.
+func Once(src string) *Script { return newScript(src, true) }
+
+func newScript(src string, once bool) *Script {
+	sum := sha1.Sum([]byte(src))
+	return &Script{src: src, hash: hex.EncodeToString(sum[:]), once: once}
+}
+
+// Run runs one call of the script: EVALSHA, then EVAL when the server answers
+// NOSCRIPT (after a restart or SCRIPT FLUSH: the script did not run).
+func (s *Script) Run(ctx context.Context, rdb redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
+	cmd := s.process(ctx, rdb, "evalsha", s.hash, keys, args)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd = s.process(ctx, rdb, "eval", s.src, keys, args)
+	}
+	return cmd
+}
 
 // Call is one run of a script in a pipeline.
 type Call struct {
@@ -20,7 +67,7 @@ type Call struct {
 // cannot fall back call by call the way Script.Run does, so calls refused
 // with NOSCRIPT (which did not run) are sent again after loading the script.
 // Each command's own error is on its Cmd.
-func Run(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, calls []Call) ([]*redis.Cmd, error) {
+func Run(ctx context.Context, rdb redis.UniversalClient, script *Script, calls []Call) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, len(calls))
 	pending := make([]int, len(calls))
 	for i := range pending {
@@ -29,17 +76,17 @@ func Run(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, c
 	for round := 0; round < 2 && len(pending) > 0; round++ {
 		pipe := rdb.Pipeline()
 		for _, i := range pending {
-			cmds[i] = script.EvalSha(ctx, pipe, calls[i].Keys, calls[i].Args...)
+			cmds[i] = script.process(ctx, pipe, "evalsha", script.hash, calls[i].Keys, calls[i].Args)
 		}
 		_, _ = pipe.Exec(ctx) // errors are read per command below
 		var missing []int
 		for _, i := range pending {
-			if err := cmds[i].Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
 				missing = append(missing, i)
 			}
 		}
 		if len(missing) > 0 {
-			if err := script.Load(ctx, rdb).Err(); err != nil {
+			if err := rdb.ScriptLoad(ctx, script.src).Err(); err != nil {
 				return nil, fmt.Errorf("load script: %w", err)
 			}
 		}
@@ -47,3 +94,40 @@ func Run(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, c
 	}
 	return cmds, nil
 }
+
+// processor is a client or a pipeline.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// process sends EVALSHA or EVAL as go-redis's own Eval does (the keys from
+// the fourth argument on, for a cluster client to find the slot), marked
+// NoRetry when the script is Once.
+func (s *Script) process(ctx context.Context, rdb processor, name, payload string, keys []string, args []any) *redis.Cmd {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, name, payload, len(keys))
+	for _, key := range keys {
+		cmdArgs = append(cmdArgs, key)
+	}
+	cmdArgs = append(cmdArgs, args...)
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	if s.once {
+		_ = rdb.Process(ctx, onceCmd{cmd})
+	} else {
+		_ = rdb.Process(ctx, cmd)
+	}
+	return cmd
+}
+
+// onceCmd is a command go-redis must not send again once it may have reached
+// the server. go-redis asks every command (Cmder.NoRetry) before it sends one
+// again, on a Client (a command, a pipeline) and on a ClusterClient alike;
+// a redirect (MOVED, ASK), which says the command did not run, is still
+// followed. Everything else is the embedded Cmd's, which gets the reply.
+type onceCmd struct{ *redis.Cmd }
+
+// NoRetry is true: see onceCmd.
+func (onceCmd) NoRetry() bool { return true }
