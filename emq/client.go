@@ -35,6 +35,9 @@ type Client struct {
 	// dedup holds, by queue name, the queue's dedup settings as this client
 	// last read them (*dedupSettingsCell).
 	dedup sync.Map
+	// admitReplicas and admitReplicaTimeout: see WithAdmitReplicas.
+	admitReplicas       int
+	admitReplicaTimeout time.Duration
 	// skewAllowance is how far apart admitting processes' clocks may be;
 	// dedupSkewAllowance when zero. Tests shorten it.
 	skewAllowance time.Duration
@@ -42,6 +45,16 @@ type Client struct {
 
 // Option configures Connect.
 type Option func(*Client)
+
+// WithAdmitReplicas makes every Admit wait until replicas replicas hold
+// its writes (Redis WAIT, at most timeout) before it answers, and answer a
+// *NotReplicatedError when fewer did. The admission's writes are made on
+// the primary either way: what the wait buys is that an acknowledged
+// admission survives a failover to a replica that counted. AdmitMany does
+// not wait.
+func WithAdmitReplicas(replicas int, timeout time.Duration) Option {
+	return func(c *Client) { c.admitReplicas, c.admitReplicaTimeout = replicas, timeout }
+}
 
 // WithLogger sets the logger for start-up warnings; slog.Default otherwise.
 func WithLogger(log *slog.Logger) Option {
@@ -63,6 +76,7 @@ func Connect(ctx context.Context, rdb redis.UniversalClient, opts ...Option) (*C
 	for _, opt := range opts {
 		opt(c)
 	}
+	c.admits.replicas, c.admits.replicaTimeout = c.admitReplicas, c.admitReplicaTimeout
 	if err := c.fence(ctx); err != nil {
 		return nil, err
 	}

@@ -3,7 +3,9 @@ package emq
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/ordergate/ordergate/internal/scriptpipe"
 	"github.com/redis/go-redis/v9"
@@ -24,6 +26,11 @@ var ErrClosed = errors.New("emq: client closed")
 type coalescer struct {
 	rdb    redis.UniversalClient
 	script *scriptpipe.Script
+	// replicas, when above zero, is how many replicas must acknowledge a
+	// pipeline's writes (WAIT, within replicaTimeout) before its calls are
+	// answered; each call learns how many did.
+	replicas       int
+	replicaTimeout time.Duration
 
 	start sync.Once
 	calls chan *coalescedCall
@@ -34,9 +41,10 @@ type coalescer struct {
 }
 
 type coalescedCall struct {
-	call scriptpipe.Call
-	cmd  *redis.Cmd
-	done chan struct{}
+	call  scriptpipe.Call
+	cmd   *redis.Cmd
+	acked int
+	done  chan struct{}
 }
 
 const (
@@ -56,6 +64,13 @@ func newCoalescer(rdb redis.UniversalClient, script *scriptpipe.Script) *coalesc
 // run runs the script with keys and args, sharing the round trip with
 // whatever other calls are waiting.
 func (c *coalescer) run(ctx context.Context, keys []string, args ...any) *redis.Cmd {
+	cmd, _ := c.runAcked(ctx, keys, args...)
+	return cmd
+}
+
+// runAcked is run, and reports how many replicas acknowledged the call's
+// writes when the coalescer waits for them.
+func (c *coalescer) runAcked(ctx context.Context, keys []string, args ...any) (*redis.Cmd, int) {
 	c.start.Do(func() {
 		for range coalescedPipelines {
 			c.senders.Add(1)
@@ -71,15 +86,15 @@ func (c *coalescer) run(ctx context.Context, keys []string, args ...any) *redis.
 	select {
 	case c.calls <- call:
 	case <-ctx.Done():
-		return failed(ctx.Err())
+		return failed(ctx.Err()), 0
 	case <-c.closing.Done():
-		return failed(ErrClosed)
+		return failed(ErrClosed), 0
 	}
 	select {
 	case <-call.done:
-		return call.cmd
+		return call.cmd, call.acked
 	case <-ctx.Done():
-		return failed(ctx.Err())
+		return failed(ctx.Err()), 0
 	}
 }
 
@@ -111,17 +126,72 @@ func (c *coalescer) send() {
 		}
 		// The pipeline is everybody's: no one caller's context may cancel it.
 		// The client's read and write timeouts bound it.
-		cmds, err := scriptpipe.Run(context.WithoutCancel(c.closing), c.rdb, c.script, calls)
+		cmds, acked, err := c.runPipeline(context.WithoutCancel(c.closing), calls)
 		for i, call := range batch {
 			if err != nil {
 				call.cmd = redis.NewCmd(c.closing)
 				call.cmd.SetErr(err)
 			} else {
-				call.cmd = cmds[i]
+				call.cmd, call.acked = cmds[i], acked[i]
 			}
 			close(call.done)
 		}
 	}
+}
+
+// runPipeline runs the calls in one round trip, or, when the coalescer waits
+// for replicas, one per server their keys live on (WAIT counts the replicas
+// of the connection's own server).
+func (c *coalescer) runPipeline(ctx context.Context, calls []scriptpipe.Call) ([]*redis.Cmd, []int, error) {
+	if c.replicas <= 0 {
+		cmds, err := scriptpipe.Run(ctx, c.rdb, c.script, calls)
+		return cmds, make([]int, len(calls)), err
+	}
+	cluster, isCluster := c.rdb.(*redis.ClusterClient)
+	groups := map[redis.UniversalClient][]int{}
+	var order []redis.UniversalClient
+	for i, call := range calls {
+		var server redis.UniversalClient = c.rdb
+		if isCluster {
+			node, err := cluster.MasterForKey(ctx, call.Keys[0])
+			if err != nil {
+				return nil, nil, err
+			}
+			server = node
+		}
+		if _, seen := groups[server]; !seen {
+			order = append(order, server)
+		}
+		groups[server] = append(groups[server], i)
+	}
+	cmds, acked := make([]*redis.Cmd, len(calls)), make([]int, len(calls))
+	for _, server := range order {
+		indexes := groups[server]
+		group := make([]scriptpipe.Call, len(indexes))
+		for n, i := range indexes {
+			group[n] = calls[i]
+		}
+		replication := scriptpipe.Replication{Replicas: c.replicas, Timeout: c.replicaTimeout, Mark: replicationMark(group[0].Keys[0])}
+		groupCmds, groupAcked, err := scriptpipe.RunReplicated(ctx, server, c.script, group, replication)
+		if err != nil {
+			return nil, nil, err
+		}
+		for n, i := range indexes {
+			cmds[i], acked[i] = groupCmds[n], groupAcked[n]
+		}
+	}
+	return cmds, acked, nil
+}
+
+// replicationMark is the key a replicated pipeline writes last, in the
+// slot of key (its hash tag): emq:{q}:replicated.
+func replicationMark(key string) string {
+	open := strings.IndexByte(key, '{')
+	end := strings.IndexByte(key[open+1:], '}')
+	if open < 0 || end < 0 {
+		return "emq:replicated"
+	}
+	return "emq:" + key[open:open+1+end+1] + ":replicated"
 }
 
 // close stops the senders once their pipelines are answered; calls not yet

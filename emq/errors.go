@@ -90,3 +90,14 @@ func refusalOf(message string) *ScriptError {
 	}
 	return refusal
 }
+
+// NotReplicatedError: an admission was made on the primary, but fewer
+// replicas than WithAdmitReplicas asks acknowledged it in time. A failover
+// now may lose it. Admit returns it with the admission.
+type NotReplicatedError struct {
+	Acked, Wanted int
+}
+
+func (e *NotReplicatedError) Error() string {
+	return fmt.Sprintf("emq: admission acknowledged by %d of the %d replicas asked for", e.Acked, e.Wanted)
+}

@@ -196,9 +196,13 @@ func (q *Queue) admitAt(ctx context.Context, job Job, clock func() time.Time) (A
 		if err != nil {
 			return Admission{}, err
 		}
-		admission, err := q.admission(job, q.client.admits.run(ctx, keys, args...))
+		cmd, acked := q.client.admits.runAcked(ctx, keys, args...)
+		admission, err := q.admission(job, cmd)
 		if round < dedupRounds && q.learnedDedup(err) {
 			continue
+		}
+		if err == nil && acked < q.client.admitReplicas {
+			return admission, &NotReplicatedError{Acked: acked, Wanted: q.client.admitReplicas}
 		}
 		return admission, err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 )
 
@@ -88,6 +89,7 @@ func problemFor(err error) (Problem, error) {
 		conflict      *orders.ConflictError
 		notCancelable *orders.NotCancelableError
 		httpErr       *echo.HTTPError
+		notReplicated *emq.NotReplicatedError
 		problem       = func(kind problemKind, detail string) Problem {
 			return Problem{Type: "urn:ordergate:problem:" + kind.slug, Title: kind.title, Status: kind.status, Detail: detail}
 		}
@@ -122,6 +124,9 @@ func problemFor(err error) (Problem, error) {
 		return problem(kindNotFound, "no order with this id"), nil
 	case errors.Is(err, orders.ErrUnauthenticated):
 		return problem(kindUnauthorized, "the API key is unknown or revoked"), nil
+	case errors.As(err, &notReplicated):
+		return problem(kindUnavailable, fmt.Sprintf("the order was queued but only %d of the %d Redis replicas asked for hold it yet; retry with the same client_order_id (the retry answers with the order if it survived)",
+			notReplicated.Acked, notReplicated.Wanted)), err
 	case errors.Is(err, orders.ErrUnavailable):
 		return problem(kindUnavailable, "a dependency (Redis or PostgreSQL) did not answer in time; retry later"), err
 	case errors.As(err, &httpErr):

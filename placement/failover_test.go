@@ -2,6 +2,7 @@ package placement_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"strings"
@@ -137,5 +138,62 @@ func waitForReplication(t testing.TB, replica *redis.Client) {
 			t.Fatalf("the replica never synced: %v %s", err, info)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestAdmissionWaitsForReplicas: with WithAdmitReplicas(1), a placement is
+// answered once the replica holds it; once the replica stops following, a
+// placement is admitted on the primary but answered unavailable, naming
+// the replicas that held it, and its retry (a replay) is answered the same
+// until a replica holds it.
+func TestAdmissionWaitsForReplicas(t *testing.T) {
+	ctx := context.Background()
+	primary, replica := testserver.StartRedis(t), testserver.StartRedis(t)
+	replicaClient := replica.Client(t)
+	host, port, err := net.SplitHostPort(primary.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := replicaClient.ReplicaOf(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitForReplication(t, replicaClient)
+	client, err := emq.Connect(ctx, primary.Client(t), emq.WithAdmitReplicas(1, 300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := client.Queue(orders.Queue)
+	placer := placement.NewPlacer(queue)
+	if err := placer.Declare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	command := func(clientOrderID string) orders.PlaceCommand {
+		return orders.PlaceCommand{Account: "acct-1", ClientOrderID: clientOrderID, Symbol: "BTC-USD", Side: orders.Buy,
+			Type: orders.Limit, Quantity: decimal.MustParse("0.1"), Price: decimal.MustParse("50000")}
+	}
+	placed, err := placer.Place(ctx, command("replicated"))
+	if err != nil {
+		t.Fatalf("with the replica following: %v", err)
+	}
+	if got, err := replicaClient.HExists(ctx, "emq:{"+orders.Queue+"}:jobs", placed.Order.ID).Result(); err != nil || !got {
+		t.Errorf("the replica does not hold the acknowledged order (%v, %v)", got, err)
+	}
+
+	if err := replicaClient.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, attempt := range []string{"first", "retry"} {
+		began := time.Now()
+		_, err := placer.Place(ctx, command("unreplicated"))
+		var notReplicated *emq.NotReplicatedError
+		if !errors.Is(err, orders.ErrUnavailable) || !errors.As(err, &notReplicated) || notReplicated.Acked != 0 || notReplicated.Wanted != 1 {
+			t.Errorf("%s placement without a replica: %v; want unavailable, acknowledged by 0 of 1", attempt, err)
+		}
+		if took := time.Since(began); took < 250*time.Millisecond {
+			t.Errorf("%s placement answered after %v, before the wait's timeout", attempt, took)
+		}
+	}
+	if pending, err := queue.Pending(ctx); err != nil || pending != 2 {
+		t.Errorf("pending %d, %v; want both orders admitted on the primary, the retry once", pending, err)
 	}
 }

@@ -36,6 +36,8 @@ type config struct {
 	logFlush          time.Duration
 	migrate           bool
 	dedupRetention    time.Duration
+	waitReplicas      int
+	waitTimeout       time.Duration
 	instrumentRefresh time.Duration
 	keyCacheTTL       time.Duration
 	keyStaleIfError   time.Duration
@@ -59,6 +61,8 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.TextVar(&c.logLevel, "log-level", env.Level("LOG_LEVEL", slog.LevelInfo), "debug, info, warn or error (LOG_LEVEL)")
 	flags.DurationVar(&c.logFlush, "log-flush-interval", env.Duration("LOG_FLUSH_INTERVAL", jsonlog.DefaultFlushInterval), "longest a log line waits to be written with the ones after it; 0 writes each line at once (LOG_FLUSH_INTERVAL)")
 	flags.BoolVar(&c.migrate, "migrate", env.Bool("MIGRATE", true), "apply database migrations at start (MIGRATE)")
+	flags.IntVar(&c.waitReplicas, "admit-wait-replicas", env.Int("ADMIT_WAIT_REPLICAS", 0), "Redis replicas that must hold an admitted order before it is answered 202; 0 answers when the primary has it (ADMIT_WAIT_REPLICAS)")
+	flags.DurationVar(&c.waitTimeout, "admit-wait-timeout", env.Duration("ADMIT_WAIT_TIMEOUT", 100*time.Millisecond), "how long an admission waits for its replicas before it is answered 503 (ADMIT_WAIT_TIMEOUT)")
 	flags.DurationVar(&c.dedupRetention, "dedup-retention", env.Duration("DEDUP_RETENTION", emq.DefaultDedupRetention), "how long a client_order_id is held in Redis at least; stored with the orders queue, so the last gateway to start sets it for all (DEDUP_RETENTION)")
 	flags.DurationVar(&c.instrumentRefresh, "instrument-refresh", env.Duration("INSTRUMENT_REFRESH", 5*time.Second), "how often instruments are reread (INSTRUMENT_REFRESH)")
 	flags.DurationVar(&c.keyCacheTTL, "key-cache-ttl", env.Duration("KEY_CACHE_TTL", placement.DefaultKeyCacheTTL), "how long an API key's account is trusted from memory when no revocation broadcast arrives (KEY_CACHE_TTL)")
@@ -77,6 +81,10 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	switch {
 	case c.databaseURL == "":
 		return config{}, errors.New("DATABASE_URL (or -database-url) is required")
+	case c.waitReplicas < 0:
+		return config{}, errors.New("ADMIT_WAIT_REPLICAS (or -admit-wait-replicas) must be 0 or more")
+	case c.waitReplicas > 0 && c.waitTimeout <= 0:
+		return config{}, errors.New("ADMIT_WAIT_TIMEOUT (or -admit-wait-timeout) must be a positive duration when ADMIT_WAIT_REPLICAS is set")
 	case c.dedupRetention <= 0:
 		return config{}, errors.New("DEDUP_RETENTION (or -dedup-retention) must be a positive duration")
 	case c.instrumentRefresh <= 0:
@@ -117,7 +125,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer db.Close()
 
-	queueClient, err := emq.Dial(ctx, c.redisURL, emq.WithLogger(log))
+	queueClient, err := emq.Dial(ctx, c.redisURL, emq.WithLogger(log), emq.WithAdmitReplicas(c.waitReplicas, c.waitTimeout))
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -68,7 +69,32 @@ type Call struct {
 // with NOSCRIPT (which did not run) are sent again after loading the script.
 // Each command's own error is on its Cmd.
 func Run(ctx context.Context, rdb redis.UniversalClient, script *Script, calls []Call) ([]*redis.Cmd, error) {
+	cmds, _, err := run(ctx, rdb, script, calls, nil)
+	return cmds, err
+}
+
+// Replication asks a pipeline to be acknowledged by replicas: it ends with
+// a write to Mark (a key in the calls' slot, so the connection's replication
+// offset covers every write before it, including those of an earlier
+// connection that a call only found done, as a replay finds an admission)
+// and WAIT Replicas Timeout.
+type Replication struct {
+	Replicas int
+	Timeout  time.Duration
+	Mark     string
+}
+
+// RunReplicated is Run, each round of the pipeline ended as r asks;
+// acked[i] is how many replicas WAIT counted for call i's round. The calls
+// must all go to one server (on a cluster, send them to the node of their
+// slot).
+func RunReplicated(ctx context.Context, rdb redis.UniversalClient, script *Script, calls []Call, r Replication) (cmds []*redis.Cmd, acked []int, err error) {
+	return run(ctx, rdb, script, calls, &r)
+}
+
+func run(ctx context.Context, rdb redis.UniversalClient, script *Script, calls []Call, r *Replication) ([]*redis.Cmd, []int, error) {
 	cmds := make([]*redis.Cmd, len(calls))
+	acked := make([]int, len(calls))
 	pending := make([]int, len(calls))
 	for i := range pending {
 		pending[i] = i
@@ -78,21 +104,36 @@ func Run(ctx context.Context, rdb redis.UniversalClient, script *Script, calls [
 		for _, i := range pending {
 			cmds[i] = script.process(ctx, pipe, "evalsha", script.hash, calls[i].Keys, calls[i].Args)
 		}
+		var wait *redis.IntCmd
+		if r != nil {
+			// Both safe to send again: the mark is a plain SET, and a WAIT
+			// answers again for the same writes.
+			pipe.Set(ctx, r.Mark, "1", time.Minute)
+			wait = redis.NewIntCmd(ctx, "wait", r.Replicas, r.Timeout.Milliseconds())
+			_ = pipe.Process(ctx, wait)
+		}
 		_, _ = pipe.Exec(ctx) // errors are read per command below
 		var missing []int
 		for _, i := range pending {
 			if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
 				missing = append(missing, i)
+				continue
+			}
+			if wait != nil {
+				if wait.Err() != nil {
+					return nil, nil, fmt.Errorf("wait for replicas: %w", wait.Err())
+				}
+				acked[i] = int(wait.Val())
 			}
 		}
 		if len(missing) > 0 {
 			if err := rdb.ScriptLoad(ctx, script.src).Err(); err != nil {
-				return nil, fmt.Errorf("load script: %w", err)
+				return nil, nil, fmt.Errorf("load script: %w", err)
 			}
 		}
 		pending = missing
 	}
-	return cmds, nil
+	return cmds, acked, nil
 }
 
 // processor is a client or a pipeline.
