@@ -47,6 +47,9 @@ func (r report) markdown() string {
 		target("| p99 ≤ 10 ms at half the peak rate | p99 %.2f ms at %.0f/s | %s |",
 			r.HTTPOpen.P99Ms, r.HTTPOpen.PerSecond, verdict(r.HTTPOpen.P99Ms <= 10 && r.HTTPOpen.Errors == 0))
 	}
+	if r.Replication.Without.Orders > 0 {
+		b.WriteString(r.Replication.markdown())
+	}
 	if q := r.Queue; q.Jobs > 0 {
 		b.WriteString(q.markdown())
 		target("| emq claim+complete ≥ 2× asynq's processing rate | %.0f / %.0f jobs/s = %.2f× | %s |",

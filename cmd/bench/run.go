@@ -43,7 +43,7 @@ type config struct {
 }
 
 // phaseNames are the phases in the order a run takes them.
-var phaseNames = []string{"admission", "queue", "settlement", "matching", "memory", "recovery"}
+var phaseNames = []string{"admission", "replication", "queue", "settlement", "matching", "memory", "recovery"}
 
 func parseConfig(args []string, stdout io.Writer) (config, error) {
 	var c config
@@ -108,11 +108,12 @@ type report struct {
 	Sweep         []loadResult `json:"http_open_loop_sweep,omitempty"`
 	SweepDuration string       `json:"sweep_duration,omitempty"`
 
-	Queue      queueResult      `json:"queue"`
-	Settlement settlementResult `json:"settlement"`
-	Matching   matchingResult   `json:"matching"`
-	Memory     memoryResult     `json:"memory"`
-	Recovery   []recoveryResult `json:"recovery"`
+	Replication replicationResult `json:"replication"`
+	Queue       queueResult       `json:"queue"`
+	Settlement  settlementResult  `json:"settlement"`
+	Matching    matchingResult    `json:"matching"`
+	Memory      memoryResult      `json:"memory"`
+	Recovery    []recoveryResult  `json:"recovery"`
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -154,6 +155,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	r := report{Started: started.UTC(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Concurrency: c.concurrency, Duration: c.duration.String()}
 	phases := map[string]func() error{
 		"admission": func() error { return e.admission(ctx, c, &r, progress) },
+		"replication": func() (err error) {
+			r.Replication, err = e.replication(ctx, c, servers, progress)
+			return err
+		},
 		"queue": func() (err error) {
 			r.Queue, err = e.compareQueues(ctx, c, servers.redisURL, progress)
 			return err
