@@ -103,6 +103,10 @@ type Order struct {
 	CancelReason CancelReason `json:"cancel_reason,omitempty"`
 	// RejectReason is set only in status rejected.
 	RejectReason RejectReason `json:"reject_reason,omitempty"`
+	// DuplicateOf is set when another order of the account holds this
+	// one's client order id (reject reason duplicate_client_order_id, or
+	// canceled on the queue): the order that happened.
+	DuplicateOf string `json:"duplicate_of,omitempty"`
 	// FilledQuantity, RemainingQuantity and Fees (in the quote asset) are
 	// set once a worker took the order; AverageFillPrice once it filled.
 	FilledQuantity    *decimal.Decimal `json:"filled_quantity,omitempty"`

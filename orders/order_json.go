@@ -70,6 +70,10 @@ func (o Order) AppendJSON(dst []byte) ([]byte, error) {
 		dst = append(dst, `,"reject_reason":`...)
 		dst = appendJSONString(dst, string(o.RejectReason))
 	}
+	if o.DuplicateOf != "" {
+		dst = append(dst, `,"duplicate_of":`...)
+		dst = appendJSONString(dst, o.DuplicateOf)
+	}
 	for _, amount := range [...]struct {
 		field string
 		value *decimal.Decimal

@@ -100,6 +100,9 @@ func TestOrderJSONMatchesReflection(t *testing.T) {
 		{"rejected", with(func(o *Order) {
 			o.Status, o.RejectReason, o.FinishedAt = StatusRejected, "insufficient_funds", &wholeSecond
 		})},
+		{"a duplicate", with(func(o *Order) {
+			o.Status, o.RejectReason, o.DuplicateOf, o.FinishedAt = StatusRejected, ReasonDuplicateClientOrderID, "ORD_01J9ZQ4T5V6W7X8Y9Z0A1B2C3E", &wholeSecond
+		})},
 		{"canceled", with(func(o *Order) { o.Status, o.CanceledAt, o.FinishedAt = StatusCanceled, &created, &created })},
 		{"pointers to zero values", with(func(o *Order) {
 			o.Price, o.CanceledAt, o.AverageFillPrice, o.FilledQuantity, o.RemainingQuantity, o.Fees, o.FinishedAt = &zero, &zeroTime, &zero, &scaledZero, &zero, &zero, &zeroTime
@@ -130,6 +133,7 @@ func TestOrderJSONMatchesReflection(t *testing.T) {
 		}{"string " + strings.ToValidUTF8(s, "?"), with(func(o *Order) {
 			o.ID, o.ClientOrderID, o.Account, o.Symbol = s, "x"+s+"y", s+s, s
 			o.Side, o.Type, o.Status, o.RejectReason = Side(s), OrderType(s), Status(s), RejectReason(s)
+			o.DuplicateOf = s
 		})})
 	}
 	for _, tt := range tests {
@@ -232,6 +236,9 @@ func randomOrder(rng *rand.Rand) Order {
 	if rng.IntN(2) == 0 {
 		o.CancelReason = CancelReason(randomString(rng))
 	}
+	if rng.IntN(2) == 0 {
+		o.DuplicateOf = randomString(rng)
+	}
 	return o
 }
 
@@ -316,6 +323,9 @@ func FuzzOrderJSON(f *testing.F) {
 		at := time.Unix(seconds, nanos).In(time.FixedZone("", offset))
 		o := Order{ID: id, ClientOrderID: client, Account: account, Symbol: symbol, Side: Side(side), Type: OrderType(typ),
 			Quantity: qty, Status: Status(status), CreatedAt: at, RejectReason: RejectReason(reason)}
+		if set&(1<<6) != 0 {
+			o.DuplicateOf = reason
+		}
 		for i, p := range []**decimal.Decimal{&o.Price, &o.AverageFillPrice, &o.FilledQuantity, &o.Fees} {
 			if set&(1<<i) != 0 {
 				*p = optionalAmount

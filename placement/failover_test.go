@@ -74,8 +74,8 @@ func TestRetryAfterFailoverSettlesOnce(t *testing.T) {
 		t.Errorf("the first order: %+v, %v; want open", got, err)
 	}
 	got, err := history.Order(ctx, account, retry.ID)
-	if err != nil || got.Status != orders.StatusRejected || got.RejectReason != orders.ReasonDuplicateClientOrderID {
-		t.Errorf("the retry: %+v, %v; want rejected %s", got, err, orders.ReasonDuplicateClientOrderID)
+	if err != nil || got.Status != orders.StatusRejected || got.RejectReason != orders.ReasonDuplicateClientOrderID || got.DuplicateOf != first.ID {
+		t.Errorf("the retry: %+v, %v; want rejected %s, a duplicate of %s", got, err, orders.ReasonDuplicateClientOrderID, first.ID)
 	}
 	// One hold: 0.1 × 50000 + 20 bps.
 	var held string

@@ -164,12 +164,13 @@ func scanOrder(row pgx.Row) (orders.Order, error) {
 		side, typ, tif, status, quantity  string
 		filled, notional, remaining, fees string
 		price, reason, cancelReason       *string
+		duplicateOf                       *string
 		postOnly                          bool
 		created, finished                 time.Time
 		tickScale, lotScale, quoteScale   int
 	)
 	if err := row.Scan(&order.ID, &order.ClientOrderID, &order.Account, &order.Symbol, &side, &typ, &tif, &postOnly,
-		&quantity, &price, &status, &reason, &cancelReason, &filled, &notional, &remaining, &fees,
+		&quantity, &price, &status, &reason, &cancelReason, &duplicateOf, &filled, &notional, &remaining, &fees,
 		&created, &finished, &tickScale, &lotScale, &quoteScale); err != nil {
 		return orders.Order{}, fmt.Errorf("orders: read order row: %w", err)
 	}
@@ -190,6 +191,9 @@ func scanOrder(row pgx.Row) (orders.Order, error) {
 	}
 	if cancelReason != nil {
 		order.CancelReason = orders.CancelReason(*cancelReason)
+	}
+	if duplicateOf != nil {
+		order.DuplicateOf = *duplicateOf
 	}
 	amount := func(text string, scale int) (decimal.Decimal, error) {
 		d, err := decimal.Parse(text)

@@ -665,6 +665,12 @@ type Order struct {
 	// CreatedAt When the gateway admitted the order (RFC 3339, UTC).
 	CreatedAt time.Time `json:"created_at"`
 
+	// DuplicateOf The order that holds this order's `client_order_id`, when
+	// another does: set on an order rejected with
+	// `duplicate_client_order_id`, or canceled in the queue before a
+	// worker saw it. That order is the one that happened.
+	DuplicateOf *string `json:"duplicate_of,omitempty"`
+
 	// Fees An exact decimal number as a JSON string, so no precision is lost to
 	// floating point: digits with an optional fraction, no exponent, no
 	// sign, no leading zeros, at most 18 fractional digits.
@@ -712,7 +718,7 @@ type Order struct {
 	// RejectReason Why settlement refused the order; only `rejected` orders have it.
 	// `duplicate_client_order_id`: another order of the account holds
 	// its `client_order_id` (a retry admitted again after the queue
-	// lost its dedup window); that order is the one
+	// lost its dedup window); `duplicate_of` names that order, the one
 	// that happened, and this one moved nothing (see `placeOrder`).
 	// Clients must be ready for reasons they do not know: more may be
 	// added.
@@ -780,7 +786,7 @@ type OrderCancelReason string
 // OrderRejectReason Why settlement refused the order; only `rejected` orders have it.
 // `duplicate_client_order_id`: another order of the account holds
 // its `client_order_id` (a retry admitted again after the queue
-// lost its dedup window); that order is the one
+// lost its dedup window); `duplicate_of` names that order, the one
 // that happened, and this one moved nothing (see `placeOrder`).
 // Clients must be ready for reasons they do not know: more may be
 // added.
