@@ -2,6 +2,7 @@ package placement_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -66,48 +67,17 @@ func TestCancelOfAnOrderThatCameToRestMeanwhile(t *testing.T) {
 }
 
 // settledMeanwhile is a History whose first read finds no row while a worker
-// settles the order and completes its job: every later read finds it filled.
+// settles the order and meanwhile does to the queue what it is given: every
+// later read finds the order filled.
 type settledMeanwhile struct {
 	restingMeanwhile
+	meanwhile func(context.Context, *emq.Queue) error
 }
 
 func (h *settledMeanwhile) Order(ctx context.Context, account, id string) (orders.Order, error) {
 	h.reads++
 	if h.reads == 1 {
-		claims, _ := h.queue.Claim(ctx, 1, time.Minute)
-		_ = h.queue.Complete(ctx, claims[0].ID, claims[0].Token)
-		return orders.Order{}, orders.ErrNotFound
-	}
-	o := h.order
-	o.Status = orders.StatusFilled
-	return o, nil
-}
-
-// A GET whose first read finds no row while settlement commits and
-// completes the job answers the row (filled), not the queue's accepted.
-func TestGetOfAnOrderSettledMeanwhile(t *testing.T) {
-	bare, queue, _ := placerOnRedis(t)
-	const account = "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"
-	order := placeOrder(t, bare, account, "race")
-	history := &settledMeanwhile{restingMeanwhile{queue: queue, order: order}}
-	placer := placement.NewPlacer(queue, placement.WithHistory(history))
-	got, err := placer.Order(context.Background(), account, order.ID)
-	if err != nil || got.Status != orders.StatusFilled {
-		t.Fatalf("GET: %s, %v; want filled, as the row settled meanwhile says", got.Status, err)
-	}
-}
-
-// settledAndForgotten is a History whose first read finds no row while a
-// worker settles the order and the queue loses its record (trimmed, or a
-// failover): every later read finds it filled.
-type settledAndForgotten struct {
-	restingMeanwhile
-}
-
-func (h *settledAndForgotten) Order(ctx context.Context, account, id string) (orders.Order, error) {
-	h.reads++
-	if h.reads == 1 {
-		if err := h.queue.Purge(ctx); err != nil {
+		if err := h.meanwhile(ctx, h.queue); err != nil {
 			return orders.Order{}, err
 		}
 		return orders.Order{}, orders.ErrNotFound
@@ -117,13 +87,39 @@ func (h *settledAndForgotten) Order(ctx context.Context, account, id string) (or
 	return o, nil
 }
 
+// completing is a worker completing the order's job; forgetting, the queue
+// losing its record (trimmed, or a failover).
+func completing(ctx context.Context, queue *emq.Queue) error {
+	claims, err := queue.Claim(ctx, 1, time.Minute)
+	if err != nil || len(claims) != 1 {
+		return fmt.Errorf("claim: %v, %v", claims, err)
+	}
+	return queue.Complete(ctx, claims[0].ID, claims[0].Token)
+}
+
+func forgetting(ctx context.Context, queue *emq.Queue) error { return queue.Purge(ctx) }
+
+// A GET whose first read finds no row while settlement commits and
+// completes the job answers the row (filled), not the queue's accepted.
+func TestGetOfAnOrderSettledMeanwhile(t *testing.T) {
+	bare, queue, _ := placerOnRedis(t)
+	const account = "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"
+	order := placeOrder(t, bare, account, "race")
+	history := &settledMeanwhile{restingMeanwhile: restingMeanwhile{queue: queue, order: order}, meanwhile: completing}
+	placer := placement.NewPlacer(queue, placement.WithHistory(history))
+	got, err := placer.Order(context.Background(), account, order.ID)
+	if err != nil || got.Status != orders.StatusFilled {
+		t.Fatalf("GET: %s, %v; want filled, as the row settled meanwhile says", got.Status, err)
+	}
+}
+
 // A GET whose first read finds no row while the order settles and the queue
 // forgets it answers the row, not 404.
 func TestGetOfAnOrderSettledAndForgottenMeanwhile(t *testing.T) {
 	bare, queue, _ := placerOnRedis(t)
 	const account = "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"
 	order := placeOrder(t, bare, account, "race")
-	history := &settledAndForgotten{restingMeanwhile{queue: queue, order: order}}
+	history := &settledMeanwhile{restingMeanwhile: restingMeanwhile{queue: queue, order: order}, meanwhile: forgetting}
 	placer := placement.NewPlacer(queue, placement.WithHistory(history))
 	got, err := placer.Order(context.Background(), account, order.ID)
 	if err != nil || got.Status != orders.StatusFilled {

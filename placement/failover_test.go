@@ -34,16 +34,7 @@ func TestRetryAfterFailoverSettlesOnce(t *testing.T) {
 	if err := postgres.NewLedger(db).Deposit(ctx, account, "USD", "100000"); err != nil {
 		t.Fatal(err)
 	}
-	primary, replica := testserver.StartRedis(t), testserver.StartRedis(t)
-	replicaClient := replica.Client(t)
-	host, port, err := net.SplitHostPort(primary.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := replicaClient.ReplicaOf(ctx, host, port).Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitForReplication(t, replicaClient)
+	primary, replica, replicaClient := replicatedRedis(t)
 
 	placer, queue := ordersQueueOn(t, primary)
 	// The queue's declaration reaches the replica before replication is cut.
@@ -125,6 +116,23 @@ func placeAndSettle(t testing.TB, placer *placement.Placer, queue *emq.Queue, se
 	return placed.Order
 }
 
+// replicatedRedis starts a primary and a replica of it, in sync, and
+// returns a client of the replica.
+func replicatedRedis(t testing.TB) (primary, replica *testserver.Redis, replicaClient *redis.Client) {
+	t.Helper()
+	primary, replica = testserver.StartRedis(t), testserver.StartRedis(t)
+	replicaClient = replica.Client(t)
+	host, port, err := net.SplitHostPort(primary.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := replicaClient.ReplicaOf(context.Background(), host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitForReplication(t, replicaClient)
+	return primary, replica, replicaClient
+}
+
 // waitForReplication waits until the replica is in sync with its primary.
 func waitForReplication(t testing.TB, replica *redis.Client) {
 	t.Helper()
@@ -148,16 +156,7 @@ func waitForReplication(t testing.TB, replica *redis.Client) {
 // until a replica holds it.
 func TestAdmissionWaitsForReplicas(t *testing.T) {
 	ctx := context.Background()
-	primary, replica := testserver.StartRedis(t), testserver.StartRedis(t)
-	replicaClient := replica.Client(t)
-	host, port, err := net.SplitHostPort(primary.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := replicaClient.ReplicaOf(ctx, host, port).Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitForReplication(t, replicaClient)
+	primary, _, replicaClient := replicatedRedis(t)
 	client, err := emq.Connect(ctx, primary.Client(t), emq.WithAdmitReplicas(1, 300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -324,7 +324,13 @@ func ticking(name string, duration time.Duration, progress func(string, ...any))
 // admit script (EVALSHA), shaped as the gateway's: same payload size, the
 // account as lane, account:client_order_id as dedup key.
 func (e *env) ceilingAdmit(ctx context.Context) (func(context.Context) error, error) {
-	queue := e.queue.Queue("bench-ceiling-"+e.run, emq.WithDedupRetention(benchDedupRetention))
+	return e.admitOp(ctx, e.queue, "ceiling")
+}
+
+// admitOp returns an op admitting such order jobs through client, on a
+// queue of its own named for name.
+func (e *env) admitOp(ctx context.Context, client *emq.Client, name string) (func(context.Context) error, error) {
+	queue := client.Queue("bench-"+name+"-"+e.run, emq.WithDedupRetention(benchDedupRetention))
 	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
 		return nil, err
 	}
@@ -332,7 +338,7 @@ func (e *env) ceilingAdmit(ctx context.Context) (func(context.Context) error, er
 	return func(ctx context.Context) error {
 		n := seq.Add(1)
 		account := e.accounts[n%int64(len(e.accounts))]
-		job, err := orderJob(account, "ceil-"+e.run+"-"+strconv.FormatInt(n, 10), orders.Buy)
+		job, err := orderJob(account, name+"-"+e.run+"-"+strconv.FormatInt(n, 10), orders.Buy)
 		if err != nil {
 			return err
 		}

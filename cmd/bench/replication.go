@@ -10,13 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/orders"
 )
 
 // replicationResult is the admit script with one replica attached to the
@@ -73,29 +71,6 @@ func (e *env) replication(ctx context.Context, c config, s *servers, progress fu
 		return r, fmt.Errorf("replication: %d admissions were not acknowledged by the replica: %s", r.WithWait.Errors, r.WithWait.FirstError)
 	}
 	return r, nil
-}
-
-// admitOp returns an op admitting an order job through client's admit
-// path, shaped as the ceiling's (ceilingAdmit), on a queue of its own.
-func (e *env) admitOp(ctx context.Context, client *emq.Client, name string) (func(context.Context) error, error) {
-	queue := client.Queue("bench-"+name+"-"+e.run, emq.WithDedupRetention(benchDedupRetention))
-	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
-		return nil, err
-	}
-	var seq atomic.Int64
-	return func(ctx context.Context) error {
-		n := seq.Add(1)
-		account := e.accounts[n%int64(len(e.accounts))]
-		job, err := orderJob(account, name+"-"+e.run+"-"+strconv.FormatInt(n, 10), orders.Buy)
-		if err != nil {
-			return err
-		}
-		admission, err := queue.Admit(ctx, job)
-		if err == nil && admission.Duplicate {
-			err = errors.New("unexpected duplicate")
-		}
-		return err
-	}, nil
 }
 
 // startReplica starts a redis-server replicating the bench's, waits until
