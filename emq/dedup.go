@@ -192,8 +192,9 @@ func (q *Queue) dedupWindowKey(window, w int64) string {
 // when that may expire, and the other windows a live entry may be in.
 //
 // An entry must outlive span = ceil(R/W) windows after its own: an entry
-// written during w is found by every admission of the next R, since those
-// fall in w … w+span and each looks span windows back. Entries in later
+// written during w is found by every admission of the next R, since each
+// looks back to the window of its now - R - skew, which a writer's clock
+// behind ours by up to skew could have written in. Entries in later
 // windows exist only once some clock has passed w's end, so those are looked
 // in within the skew allowance of it. The hash may expire at the end of
 // w+span plus the allowance (the script keeps a later expiry another
@@ -227,7 +228,9 @@ func (q *Queue) settingWindows(s dedupSetting, at, skew int64, add func(string))
 	length := s.window
 	span := (s.retention + length - 1) / length
 	window := at / length
-	for w := window - span; w*length <= at+skew; w++ {
+	// Back to the window of at - R - skew: a key the first admitter wrote
+	// by a clock running behind ours by up to skew is still within its R.
+	for w := (at - s.retention - skew) / length; w*length <= at+skew; w++ {
 		add(q.dedupWindowKey(length, w))
 	}
 	return (window+span+1)*length + skew

@@ -64,8 +64,8 @@ func TestDedupWindows(t *testing.T) {
 		others   []string
 		expireAt int64
 	}{
-		{"start of a window", tenMinutes, minute, at(m5, 1000, 0),
-			window(m5, 1000), []string{window(m5, 998), window(m5, 999)}, expiry(m5, 1003)},
+		{"start of a window: back to the window of now - R - the allowance", tenMinutes, minute, at(m5, 1000, 0),
+			window(m5, 1000), []string{window(m5, 997), window(m5, 998), window(m5, 999)}, expiry(m5, 1003)},
 		{"middle of a window", tenMinutes, minute, at(m5, 1000, m5/2),
 			window(m5, 1000), []string{window(m5, 998), window(m5, 999)}, expiry(m5, 1003)},
 		{"just outside the skew allowance of its end", tenMinutes, minute, at(m5, 1000, m5-minute-time.Millisecond),
@@ -75,17 +75,18 @@ func TestDedupWindows(t *testing.T) {
 		{"no settings stored: 24 h in windows of 12 h", "", minute, at(h12, 40, time.Hour),
 			window(h12, 40), []string{window(h12, 38), window(h12, 39)}, expiry(h12, 43)},
 		{"a minute's retention has windows of a minute", "60000 60000", minute, at(minute, 5000, 0),
-			window(minute, 5000), []string{window(minute, 4999), window(minute, 5001)}, expiry(minute, 5002)},
+			window(minute, 5000), []string{window(minute, 4998), window(minute, 4999), window(minute, 5001)}, expiry(minute, 5002)},
 		{"windows shorter than the allowance: as many ahead as it reaches", "200 100", 250 * time.Millisecond, at(100*time.Millisecond, 70, 80*time.Millisecond),
-			window(100*time.Millisecond, 70), []string{window(100*time.Millisecond, 68), window(100*time.Millisecond, 69),
+			window(100*time.Millisecond, 70), []string{window(100*time.Millisecond, 66), window(100*time.Millisecond, 67),
+				window(100*time.Millisecond, 68), window(100*time.Millisecond, 69),
 				window(100*time.Millisecond, 71), window(100*time.Millisecond, 72), window(100*time.Millisecond, 73)},
 			70*100 + 300 + 250},
 		{"an earlier setting's windows until it runs out", tenMinutes + " 3600000 1800000 " + strconv.FormatInt(at(m5, 1000, time.Second).UnixMilli(), 10), minute, at(m5, 1000, 0),
-			window(m5, 1000), []string{window(m5, 998), window(m5, 999), window(30*minute, 164), window(30*minute, 165), window(30*minute, 166)}, expiry(m5, 1003)},
+			window(m5, 1000), []string{window(m5, 997), window(m5, 998), window(m5, 999), window(30*minute, 164), window(30*minute, 165), window(30*minute, 166)}, expiry(m5, 1003)},
 		{"not once it ran out", tenMinutes + " 3600000 1800000 " + strconv.FormatInt(at(m5, 1000, 0).UnixMilli(), 10), minute, at(m5, 1000, 0),
-			window(m5, 1000), []string{window(m5, 998), window(m5, 999)}, expiry(m5, 1003)},
+			window(m5, 1000), []string{window(m5, 997), window(m5, 998), window(m5, 999)}, expiry(m5, 1003)},
 		{"an earlier setting of the same window length adds the windows missing", "60000 60000 180000 60000 " + strconv.FormatInt(at(minute, 5000, time.Hour).UnixMilli(), 10), minute, at(minute, 5000, 0),
-			window(minute, 5000), []string{window(minute, 4999), window(minute, 5001), window(minute, 4997), window(minute, 4998)}, expiry(minute, 5002)},
+			window(minute, 5000), []string{window(minute, 4998), window(minute, 4999), window(minute, 5001), window(minute, 4996), window(minute, 4997)}, expiry(minute, 5002)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,7 +119,8 @@ func TestDedupAcrossWindows(t *testing.T) {
 		{"same window", base.Add(time.Minute), base.Add(2 * time.Minute), true},
 		{"two windows on, within the retention", base.Add(4 * time.Minute), base.Add(13 * time.Minute), true},
 		{"past the retention, in the window it ends in", base.Add(time.Minute), base.Add(12 * time.Minute), true},
-		{"past the retention and that window", base.Add(time.Minute), base.Add(15 * time.Minute), false},
+		{"past the retention, that window and the allowance", base.Add(time.Minute), base.Add(16 * time.Minute), false},
+		{"a retry by a clock ahead, near the end of the retention", base.Add(w - time.Millisecond), base.Add(w - time.Millisecond + r - time.Millisecond + 30*time.Second), true},
 		{"a clock ahead wrote to the next window", base.Add(w + 10*time.Second), base.Add(w - 20*time.Second), true},
 		{"a clock ahead by more than the allowance is missed", base.Add(w + 10*time.Second), base.Add(w - 2*time.Minute), false},
 		{"a clock behind wrote to the previous window", base.Add(w - 10*time.Second), base.Add(w + 20*time.Second), true},
