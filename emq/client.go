@@ -56,6 +56,33 @@ func WithAdmitReplicas(replicas int, timeout time.Duration) Option {
 	return func(c *Client) { c.admitReplicas, c.admitReplicaTimeout = replicas, timeout }
 }
 
+// checkAdmitReplicas refuses a wait the client cannot make: WAIT with a
+// zero timeout blocks for good, and a pipeline's reply is read within the
+// client's read timeout, so a WAIT as long would lose the admissions'
+// answers with it.
+func (c *Client) checkAdmitReplicas() error {
+	if c.admitReplicas <= 0 {
+		return nil
+	}
+	if c.admitReplicaTimeout < time.Millisecond {
+		return fmt.Errorf("emq: admit replicas: a wait of %v; want at least 1ms", c.admitReplicaTimeout)
+	}
+	var readTimeout time.Duration
+	switch rdb := c.rdb.(type) {
+	case *redis.Client:
+		readTimeout = rdb.Options().ReadTimeout
+	case *redis.ClusterClient:
+		readTimeout = rdb.Options().ReadTimeout
+	}
+	if readTimeout == 0 {
+		readTimeout = 3 * time.Second // go-redis's default
+	}
+	if readTimeout > 0 && c.admitReplicaTimeout >= readTimeout {
+		return fmt.Errorf("emq: admit replicas: a wait of %v, not shorter than the client's read timeout %v", c.admitReplicaTimeout, readTimeout)
+	}
+	return nil
+}
+
 // WithLogger sets the logger for start-up warnings; slog.Default otherwise.
 func WithLogger(log *slog.Logger) Option {
 	return func(c *Client) { c.log = log }
@@ -77,6 +104,9 @@ func Connect(ctx context.Context, rdb redis.UniversalClient, opts ...Option) (*C
 		opt(c)
 	}
 	c.admits.replicas, c.admits.replicaTimeout = c.admitReplicas, c.admitReplicaTimeout
+	if err := c.checkAdmitReplicas(); err != nil {
+		return nil, err
+	}
 	if err := c.fence(ctx); err != nil {
 		return nil, err
 	}

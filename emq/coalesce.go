@@ -165,6 +165,7 @@ func (c *coalescer) runPipeline(ctx context.Context, calls []scriptpipe.Call) ([
 		groups[server] = append(groups[server], i)
 	}
 	cmds, acked := make([]*redis.Cmd, len(calls)), make([]int, len(calls))
+	reload := false
 	for _, server := range order {
 		indexes := groups[server]
 		group := make([]scriptpipe.Call, len(indexes))
@@ -173,12 +174,24 @@ func (c *coalescer) runPipeline(ctx context.Context, calls []scriptpipe.Call) ([
 		}
 		replication := scriptpipe.Replication{Replicas: c.replicas, Timeout: c.replicaTimeout, Mark: replicationMark(group[0].Keys[0])}
 		groupCmds, groupAcked, err := scriptpipe.RunReplicated(ctx, server, c.script, group, replication)
-		if err != nil {
-			return nil, nil, err
-		}
 		for n, i := range indexes {
+			if err != nil {
+				// This server's failure is its calls' only: another
+				// server's admissions stand.
+				cmds[i] = redis.NewCmd(ctx)
+				cmds[i].SetErr(err)
+				continue
+			}
 			cmds[i], acked[i] = groupCmds[n], groupAcked[n]
+			if e := cmds[i].Err(); redis.HasErrorPrefix(e, "MOVED") || redis.HasErrorPrefix(e, "ASK") {
+				reload = true
+			}
 		}
+	}
+	if reload && isCluster {
+		// A node client does not follow redirects: the slot moved, the
+		// call did not run and fails; the next one goes where it is now.
+		cluster.ReloadState(ctx)
 	}
 	return cmds, acked, nil
 }

@@ -196,3 +196,34 @@ func TestAdmissionWaitsForReplicas(t *testing.T) {
 		t.Errorf("pending %d, %v; want both orders admitted on the primary, the retry once", pending, err)
 	}
 }
+
+// TestConflictWhileNotReplicatedIsAConflict: a different request under a
+// used client order id admits nothing, so a replica that stopped following
+// does not make it unavailable: it is a conflict.
+func TestConflictWhileNotReplicatedIsAConflict(t *testing.T) {
+	ctx := context.Background()
+	primary, _, replicaClient := replicatedRedis(t)
+	client, err := emq.Connect(ctx, primary.Client(t), emq.WithAdmitReplicas(1, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	placer := placement.NewPlacer(client.Queue(orders.Queue))
+	if err := placer.Declare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	command := func(quantity string) orders.PlaceCommand {
+		return orders.PlaceCommand{Account: "acct-1", ClientOrderID: "c-1", Symbol: "BTC-USD", Side: orders.Buy,
+			Type: orders.Limit, Quantity: decimal.MustParse(quantity), Price: decimal.MustParse("50000")}
+	}
+	if _, err := placer.Place(ctx, command("0.1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := replicaClient.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = placer.Place(ctx, command("0.2"))
+	var conflict *orders.ConflictError
+	if !errors.As(err, &conflict) {
+		t.Errorf("a different request under a used client order id = %v; want a *orders.ConflictError", err)
+	}
+}

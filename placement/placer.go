@@ -110,6 +110,12 @@ func (p *Placer) Place(ctx context.Context, cmd orders.PlaceCommand, opts ...Pla
 	if errors.Is(err, emq.ErrRateLimited) {
 		return Placement{}, err
 	}
+	var notReplicated *emq.NotReplicatedError
+	if errors.As(err, &notReplicated) && admission.Duplicate && admission.Fingerprint != job.Fingerprint {
+		// Another request under the id: this one admitted nothing, so how
+		// far the first has replicated is not its answer.
+		return Placement{Take: admission.Take}, &orders.ConflictError{ClientOrderID: cmd.ClientOrderID, OrderID: admission.ID}
+	}
 	if err != nil {
 		return Placement{}, fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
 	}

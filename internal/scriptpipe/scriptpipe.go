@@ -119,10 +119,9 @@ func run(ctx context.Context, rdb redis.UniversalClient, script *Script, calls [
 				missing = append(missing, i)
 				continue
 			}
-			if wait != nil {
-				if wait.Err() != nil {
-					return nil, nil, fmt.Errorf("wait for replicas: %w", wait.Err())
-				}
+			if wait != nil && wait.Err() == nil {
+				// A WAIT that failed (its reply lost, say) leaves the
+				// call's own answer standing, acknowledged by none.
 				acked[i] = int(wait.Val())
 			}
 		}
