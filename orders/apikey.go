@@ -16,3 +16,9 @@ func KeyHash(key string) (hash [sha256.Size]byte, ok bool) {
 	}
 	return sha256.Sum256([]byte(key)), true
 }
+
+// ActiveKey is an active API key as it is stored: its hash and its account.
+type ActiveKey struct {
+	Hash    [sha256.Size]byte
+	Account string
+}

@@ -103,6 +103,45 @@ type KeyLookup interface {
 	AccountOf(ctx context.Context, hash [sha256.Size]byte) (string, error)
 }
 
+// ActiveKeyLister lists the active API keys, newest first, at most most
+// (postgres.Accounts): what Preload loads.
+type ActiveKeyLister interface {
+	ActiveKeys(ctx context.Context, most int) ([]orders.ActiveKey, error)
+}
+
+// Preload loads the active keys (the newest maxCachedKeys) into the cache,
+// as answers PostgreSQL just gave, when the cache's KeyLookup can list them:
+// after a gateway starts, its customers' keys are recognized and answered
+// from memory from their first request, instead of each first request
+// taking a lookup permit (behind one proxy address, at that address's
+// rate). Follow revocations first: a revocation heard while the keys are
+// read drops the whole load, and the keys are then learned one lookup at
+// a time as before.
+func (c *KeyCache) Preload(ctx context.Context) (int, error) {
+	lister, ok := c.accounts.(ActiveKeyLister)
+	if !ok {
+		return 0, nil
+	}
+	c.mu.Lock()
+	revocations := c.revocations
+	c.mu.Unlock()
+	keys, err := lister.ActiveKeys(ctx, maxCachedKeys)
+	if err != nil {
+		return 0, err
+	}
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.revocations != revocations {
+		return 0, nil
+	}
+	// Oldest first, so the newest keys are the most recently used.
+	for i := len(keys) - 1; i >= 0; i-- {
+		c.put(keys[i].Hash, cachedKey{account: keys[i].Account, expires: now.Add(c.ttl), confirmed: now})
+	}
+	return len(keys), nil
+}
+
 // NewKeyCache caches accounts' answers for ttl (DefaultKeyCacheTTL when ≤ 0).
 func NewKeyCache(accounts KeyLookup, ttl time.Duration, opts ...KeyCacheOption) *KeyCache {
 	if ttl <= 0 {

@@ -243,3 +243,62 @@ func TestKeyCacheKeepsCustomersThroughAFloodOfMadeUpKeys(t *testing.T) {
 		t.Errorf("the first made-up key was still remembered")
 	}
 }
+
+// countingAccounts counts the lookups that reach postgres.Accounts, which
+// also lists the active keys.
+type countingAccounts struct {
+	*postgres.Accounts
+	n atomic.Int64
+}
+
+func (c *countingAccounts) AccountOf(ctx context.Context, hash [sha256.Size]byte) (string, error) {
+	c.n.Add(1)
+	return c.Accounts.AccountOf(ctx, hash)
+}
+
+// TestKeyCachePreloadsActiveKeys: after Preload the active keys are
+// recognized and answered without a lookup, and a revoked one is not
+// loaded.
+func TestKeyCachePreloadsActiveKeys(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	accounts := postgres.NewAccounts(db)
+	account, err := accounts.Create(ctx, "dave")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	var revokedID string
+	for i := range 3 {
+		keyID, key, err := accounts.IssueKey(ctx, account)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, key)
+		if i == 2 {
+			revokedID = keyID
+		}
+	}
+	if _, err := db.Exec(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1`, revokedID); err != nil {
+		t.Fatal(err)
+	}
+	counting := &countingAccounts{Accounts: accounts}
+	cache := placement.NewKeyCache(counting, time.Hour)
+	if loaded, err := cache.Preload(ctx); err != nil || loaded != 2 {
+		t.Fatalf("Preload = %d, %v; want the 2 active keys", loaded, err)
+	}
+	for _, key := range keys[:2] {
+		if !cache.Recognizes(key) {
+			t.Errorf("an active key is not recognized after Preload")
+		}
+		if got, err := cache.Authenticate(ctx, key); err != nil || got != account {
+			t.Errorf("authenticate = %q, %v", got, err)
+		}
+	}
+	if cache.Recognizes(keys[2]) {
+		t.Error("the revoked key was preloaded")
+	}
+	if n := counting.n.Load(); n != 0 {
+		t.Errorf("%d lookups for preloaded keys, want none", n)
+	}
+}

@@ -24,6 +24,8 @@ var (
 	apiKeyRevokeSQL string
 	//go:embed sql/api_key_account.sql
 	apiKeyAccountSQL string
+	//go:embed sql/api_keys_active.sql
+	apiKeysActiveSQL string
 )
 
 // Accounts keeps accounts and their API keys in PostgreSQL. A key is stored
@@ -98,4 +100,27 @@ func (a *Accounts) AccountOf(ctx context.Context, hash [sha256.Size]byte) (strin
 		return "", fmt.Errorf("%w: authenticate: %w", orders.ErrUnavailable, err)
 	}
 	return account, nil
+}
+
+// ActiveKeys lists the active API keys, newest first, at most most.
+func (a *Accounts) ActiveKeys(ctx context.Context, most int) ([]orders.ActiveKey, error) {
+	rows, err := a.db.Query(ctx, apiKeysActiveSQL, most)
+	if err != nil {
+		return nil, fmt.Errorf("%w: list active keys: %w", orders.ErrUnavailable, err)
+	}
+	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (orders.ActiveKey, error) {
+		var key orders.ActiveKey
+		var hash []byte
+		if err := row.Scan(&hash, &key.Account); err != nil {
+			return key, err
+		}
+		if copy(key.Hash[:], hash) != len(key.Hash) {
+			return key, fmt.Errorf("a key hash of %d bytes", len(hash))
+		}
+		return key, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: list active keys: %w", orders.ErrUnavailable, err)
+	}
+	return keys, nil
 }

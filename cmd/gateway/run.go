@@ -167,6 +167,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if _, err := keys.FollowRevocations(ctx, caches, coherence.WithBroadcastMetrics(metrics)); err != nil {
 		return err
 	}
+	// Customers' keys recognized from the first request on; a failure only
+	// leaves them to be learned one lookup at a time.
+	if loaded, err := keys.Preload(ctx); err != nil {
+		log.Warn("API keys not preloaded; each is learned at its first request", "err", err)
+	} else {
+		log.Info("API keys preloaded", "keys", loaded)
+	}
 	server := gateway.New(gateway.Deps{
 		Placer:      placer,
 		Instruments: instruments,
