@@ -99,30 +99,28 @@ func completing(ctx context.Context, queue *emq.Queue) error {
 
 func forgetting(ctx context.Context, queue *emq.Queue) error { return queue.Purge(ctx) }
 
-// A GET whose first read finds no row while settlement commits and
-// completes the job answers the row (filled), not the queue's accepted.
+// TestGetOfAnOrderSettledMeanwhile: a GET whose first read finds no row
+// while the order settles answers the row (filled), whether its job was
+// completed meanwhile (not the queue's accepted) or the queue forgot it
+// (not 404).
 func TestGetOfAnOrderSettledMeanwhile(t *testing.T) {
-	bare, queue, _ := placerOnRedis(t)
-	const account = "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"
-	order := placeOrder(t, bare, account, "race")
-	history := &settledMeanwhile{restingMeanwhile: restingMeanwhile{queue: queue, order: order}, meanwhile: completing}
-	placer := placement.NewPlacer(queue, placement.WithHistory(history))
-	got, err := placer.Order(context.Background(), account, order.ID)
-	if err != nil || got.Status != orders.StatusFilled {
-		t.Fatalf("GET: %s, %v; want filled, as the row settled meanwhile says", got.Status, err)
-	}
-}
-
-// A GET whose first read finds no row while the order settles and the queue
-// forgets it answers the row, not 404.
-func TestGetOfAnOrderSettledAndForgottenMeanwhile(t *testing.T) {
-	bare, queue, _ := placerOnRedis(t)
-	const account = "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"
-	order := placeOrder(t, bare, account, "race")
-	history := &settledMeanwhile{restingMeanwhile: restingMeanwhile{queue: queue, order: order}, meanwhile: forgetting}
-	placer := placement.NewPlacer(queue, placement.WithHistory(history))
-	got, err := placer.Order(context.Background(), account, order.ID)
-	if err != nil || got.Status != orders.StatusFilled {
-		t.Fatalf("GET: %s, %v; want filled, as the row settled meanwhile says", got.Status, err)
+	for _, tc := range []struct {
+		name      string
+		meanwhile func(context.Context, *emq.Queue) error
+	}{
+		{"its job completed", completing},
+		{"the queue forgot it", forgetting},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bare, queue, _ := placerOnRedis(t)
+			const account = "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"
+			order := placeOrder(t, bare, account, "race")
+			history := &settledMeanwhile{restingMeanwhile: restingMeanwhile{queue: queue, order: order}, meanwhile: tc.meanwhile}
+			placer := placement.NewPlacer(queue, placement.WithHistory(history))
+			got, err := placer.Order(context.Background(), account, order.ID)
+			if err != nil || got.Status != orders.StatusFilled {
+				t.Fatalf("GET: %s, %v; want filled, as the row settled meanwhile says", got.Status, err)
+			}
+		})
 	}
 }

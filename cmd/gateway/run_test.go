@@ -52,7 +52,7 @@ func TestGatewayRefusesAnotherProtocolVersion(t *testing.T) {
 func TestGatewayServesAndShutsDown(t *testing.T) {
 	redisServer := testserver.StartRedis(t)
 	database := testserver.Postgres(t)
-	addr, metricsAddr := freeAddr(t), freeAddr(t)
+	addr, metricsAddr := testserver.FreeAddr(t), testserver.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out logbuffer.Buffer
@@ -203,14 +203,4 @@ func get(t testing.TB, url string) (int, string) {
 		t.Fatal(err)
 	}
 	return res.StatusCode, string(body)
-}
-
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close()
-	return fmt.Sprint(listener.Addr())
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -137,16 +136,6 @@ func TestWorkerRefusesAnotherProtocolVersion(t *testing.T) {
 	}
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close()
-	return listener.Addr().String()
-}
-
 func get(t testing.TB, url string) (int, string) {
 	t.Helper()
 	res, err := http.Get(url)
@@ -175,7 +164,7 @@ func waitUntil(t testing.TB, timeout time.Duration, what string, condition func(
 func TestWorkerSettlesOrders(t *testing.T) {
 	redisServer := testserver.StartRedis(t)
 	database := testserver.Postgres(t)
-	metricsAddr := freeAddr(t)
+	metricsAddr := testserver.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out logbuffer.Buffer

@@ -3,11 +3,11 @@ package metricsserver
 import (
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -16,7 +16,7 @@ func TestServeAndStop(t *testing.T) {
 	counter := prometheus.NewCounter(prometheus.CounterOpts{Name: "things_total", Help: "Things."})
 	registry.MustRegister(counter)
 	counter.Add(3)
-	addr := freeAddr(t)
+	addr := testserver.FreeAddr(t)
 	stop, err := Serve(addr, registry, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -67,14 +67,4 @@ func get(t testing.TB, url string) (int, string) {
 		t.Fatal(err)
 	}
 	return res.StatusCode, string(body)
-}
-
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close()
-	return listener.Addr().String()
 }

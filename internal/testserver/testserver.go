@@ -76,6 +76,17 @@ func findBinary(name string, fallbackDirs ...string) (string, error) {
 	return "", fmt.Errorf("%s not found on PATH: %s", name, installHint)
 }
 
+// FreeAddr is an unused loopback address ("127.0.0.1:port") for a listener
+// a test starts itself; as with freePort, another process may take it first.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
 // freePort asks the kernel for an unused loopback port. Another process can
 // take it before the server binds it, which is why callers retry a start that
 // fails to bind.
