@@ -161,15 +161,10 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			return &requestError{kind: kindUnauthorized, detail: "send the API key as Authorization: Bearer <key>"}
 		}
 		key = strings.TrimSpace(key)
-		switch {
-		case s.keys == nil:
-			if err := s.limitLookup(c, lookup); err != nil {
-				return err
-			}
-		case !s.keys.Recognizes(key):
-			cost := noLookup
-			if s.keys.NeedsLookup(key) {
-				cost = lookup
+		if s.keys == nil || !s.keys.Recognizes(key) {
+			cost := lookup
+			if s.keys != nil && !s.keys.NeedsLookup(key) {
+				cost = noLookup
 			}
 			if err := s.limitLookup(c, cost); err != nil {
 				return err

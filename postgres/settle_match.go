@@ -105,7 +105,6 @@ type clientOrderKey struct{ account, clientOrderID string }
 // refused is still refused); nil is no bound. start is the available the
 // decision began from.
 type lockedBalance struct {
-	version          int64
 	available, held  *big.Rat
 	known            bool
 	entries          int64
@@ -318,11 +317,11 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 	conn := pooled.Conn()
 
 	ids := make([]string, n)
-	takerAccounts, takerSymbols := make([]string, n), make([]string, n)
+	takerAccounts, takerSymbols, clientIDs := make([]string, n), make([]string, n), make([]string, n)
 	var symbols []string
 	for i, req := range batch {
 		ids[i] = req.order.ID
-		takerAccounts[i], takerSymbols[i] = req.order.Account, req.order.Symbol
+		takerAccounts[i], takerSymbols[i], clientIDs[i] = req.order.Account, req.order.Symbol, req.order.ClientOrderID
 		if !slices.Contains(symbols, req.order.Symbol) {
 			symbols = append(symbols, req.order.Symbol)
 		}
@@ -373,22 +372,15 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 	if requests := firstReads(batch); len(requests) > 0 {
 		queueReads(first, requests, reads, &readErr)
 	}
-	clientIDs := make([]string, n)
-	for i, req := range batch {
-		clientIDs[i] = req.order.ClientOrderID
-	}
 	holders := make(map[clientOrderKey]string)
 	first.Queue(settleDuplicatesSQL, ids, takerAccounts, clientIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var id, holder string
-			if err := rows.Scan(&id, &holder); err != nil {
+			var pair clientOrderKey
+			var holder string
+			if err := rows.Scan(&pair.account, &pair.clientOrderID, &holder); err != nil {
 				return err
 			}
-			for _, req := range batch {
-				if req.order.ID == id {
-					holders[clientOrderKey{req.order.Account, req.order.ClientOrderID}] = holder
-				}
-			}
+			holders[pair] = holder
 		}
 		return rows.Err()
 	})
@@ -522,7 +514,7 @@ func decideBatch(ctx context.Context, tx sender, batch []*settleRequest, instrum
 		w.books[symbol] = book
 	}
 	for key, b := range balances {
-		w.balances[key] = &lockedBalance{version: b.version, available: new(big.Rat).Set(b.available),
+		w.balances[key] = &lockedBalance{available: new(big.Rat).Set(b.available),
 			held: new(big.Rat).Set(b.held), known: true, name: b.name, asset: b.asset, acc: b.acc,
 			start: b.available}
 	}
@@ -602,13 +594,15 @@ func sortedKeys(keys []balanceKey) (accounts, assets []string) {
 }
 
 // scanBalances reads balance rows (account, asset, version, available,
-// held) into into.
+// held) into into. The version is not kept: a batch's outbox rows read the
+// version a move reaches from the row itself (settle_outbox_reached.sql).
 func scanBalances(rows pgx.Rows, into map[balanceKey]*lockedBalance) error {
+	var version int64
 	for rows.Next() {
 		var key balanceKey
 		var available, held string
 		b := &lockedBalance{known: true}
-		if err := rows.Scan(&key.account, &key.asset, &b.version, &available, &held); err != nil {
+		if err := rows.Scan(&key.account, &key.asset, &version, &available, &held); err != nil {
 			return err
 		}
 		var okA, okH bool
