@@ -178,6 +178,11 @@ func (c *Client) FillManyIfNewer(ctx context.Context, key string, entries []Cach
 	if err != nil {
 		return nil, fmt.Errorf("coherence: fill %s: %w", key, err)
 	}
+	return parseFills(key, entries, reply)
+}
+
+// parseFills reads the cache fill script's reply for entries of the hash key.
+func parseFills(key string, entries []CacheEntry, reply []any) ([]CacheFill, error) {
 	if len(reply) != 2*len(entries) {
 		return nil, fmt.Errorf("coherence: fill %s: unexpected reply of %d values for %d entries", key, len(reply), len(entries))
 	}
@@ -211,10 +216,11 @@ func fillArgs(key string, entries []CacheEntry) ([]any, error) {
 }
 
 // FillHashesIfNewer fills several cache hashes in one round trip: each hash
-// as by FillManyIfNewer, in its own atomic step. A fill that finds a newer
-// version keeps it: that is the fill working, not failing. The error names
-// every hash whose fill failed; the others are filled.
-func (c *Client) FillHashesIfNewer(ctx context.Context, fills map[string][]CacheEntry) error {
+// as by FillManyIfNewer, in its own atomic step, and returns by key what each
+// entry's field holds afterwards. A fill that finds a newer version keeps it:
+// that is the fill working, not failing. The error names every hash whose
+// fill failed; the others are filled and answered.
+func (c *Client) FillHashesIfNewer(ctx context.Context, fills map[string][]CacheEntry) (map[string][]CacheFill, error) {
 	keys := make([]string, 0, len(fills))
 	calls := make([]scriptpipe.Call, 0, len(fills))
 	for key, entries := range fills {
@@ -223,25 +229,32 @@ func (c *Client) FillHashesIfNewer(ctx context.Context, fills map[string][]Cache
 		}
 		args, err := fillArgs(key, entries)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		keys = append(keys, key)
 		calls = append(calls, scriptpipe.Call{Keys: []string{key}, Args: args})
 	}
 	if len(calls) == 0 {
-		return nil
+		return nil, nil
 	}
 	cmds, err := scriptpipe.Run(ctx, c.rdb, cacheFillScript, calls)
 	if err != nil {
-		return fmt.Errorf("coherence: fill %d cache hashes: %w", len(calls), err)
+		return nil, fmt.Errorf("coherence: fill %d cache hashes: %w", len(calls), err)
 	}
+	filled := make(map[string][]CacheFill, len(keys))
 	var errs []error
 	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil {
-			errs = append(errs, fmt.Errorf("coherence: fill %s: %w", keys[i], err))
+		reply, err := cmd.Slice()
+		if err == nil {
+			filled[keys[i]], err = parseFills(keys[i], fills[keys[i]], reply)
+		} else {
+			err = fmt.Errorf("coherence: fill %s: %w", keys[i], err)
+		}
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return filled, errors.Join(errs...)
 }
 
 // ReadCache returns every field of the cache hash key by field name; an

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -460,12 +461,21 @@ func TestFillHashesIfNewerFillsEachHashConditionally(t *testing.T) {
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	err := client.FillHashesIfNewer(ctx, map[string][]coherence.CacheEntry{
+	filled, err := client.FillHashesIfNewer(ctx, map[string][]coherence.CacheEntry{
 		first:  {{Field: "BTC", Version: 6, Value: "0.4"}, {Field: "USD", Version: 2, Value: "10.00"}},
 		second: {{Field: "ETH", Version: 1, Value: "3"}},
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	wrote := map[string][]bool{}
+	for key, fills := range filled {
+		for _, fill := range fills {
+			wrote[key] = append(wrote[key], fill.Wrote)
+		}
+	}
+	if want := map[string][]bool{first: {false, true}, second: {true}}; !maps.EqualFunc(wrote, want, slices.Equal) {
+		t.Errorf("fills wrote %v, want %v", wrote, want)
 	}
 	for key, want := range map[string]map[string]string{
 		first:  {"BTC": "7 0.5", "USD": "2 10.00"},

@@ -51,7 +51,7 @@ func newBalanceFixture(t testing.TB, accounts int) *balanceFixture {
 		t.Fatal(err)
 	}
 	f.coherenceQueue = f.client.Queue(coherence.Queue(placement.BalancesTable))
-	f.consumer = placement.NewBalanceCoherence(postgres.NewAppliedVersions(f.db), f.caches, log)
+	f.consumer = placement.NewBalanceCoherence(postgres.NewBalances(f.db), f.caches, log)
 	return f
 }
 

@@ -44,6 +44,8 @@ var (
 	declare string
 	//go:embed cache_fill.lua
 	cacheFill string
+	//go:embed cache_server.lua
+	cacheServer string
 )
 
 // The scripts, one per state move, each with the shared helpers in front.
@@ -76,6 +78,9 @@ var (
 	// ones (package coherence runs it). It moves no job, so it goes without
 	// the helpers.
 	CacheFill = cacheFill
+	// CacheServer names the server holding a table's cache and says whether
+	// the cache was healed on it (package coherence runs it).
+	CacheServer = cacheServer
 )
 
 //go:embed ratelimit.lua

@@ -44,6 +44,9 @@ func TestScriptsDeclareTheirKeysAndArguments(t *testing.T) {
 			t.Errorf("%s: does not open with \"-- %s: <what it does>\"", entry.Name(), name)
 		}
 		for _, match := range literalKey.FindAllStringSubmatch(strings.Join(body, "\n"), -1) {
+			if strings.EqualFold(match[1], "INFO") {
+				continue // its argument is a section of the server's report
+			}
 			t.Errorf("%s: redis.call('%s', <literal>) names a key that is not in KEYS", entry.Name(), match[1])
 		}
 		if name == "lib" || name == "permit_bucket" || name == "clock" {

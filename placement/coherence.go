@@ -22,8 +22,11 @@ import (
 const CoherenceBatch = 64
 
 // BalanceCoherence consumes the balances coherence queue: each job says a
-// balance reached a version, and the one conditional step decides whether
-// anything is done.
+// balance reached a version, and the cache takes the balance's current row
+// from PostgreSQL by the conditional fill, which writes only a version newer
+// than the one it holds. The cache is the only record of what it applied: a
+// record elsewhere (PostgreSQL's outbox_applied, before) outlives a cache
+// that Redis loses, and then refuses the very refill that would heal it.
 //
 // Concurrent deliveries share that step. Each joins the deliveries waiting
 // for the applier, a goroutine that takes up to CoherenceBatch of them at a
@@ -34,7 +37,7 @@ const CoherenceBatch = 64
 // the error, and each comes again through the queue's retry; that is safe
 // because applying is idempotent.
 type BalanceCoherence struct {
-	db    AppliedVersions
+	db    BalanceRows
 	cache *coherence.Client
 	log   *slog.Logger
 
@@ -59,20 +62,17 @@ type coherenceDelivery struct {
 	done     chan struct{}
 }
 
-// AppliedVersions records which announced balance versions the cache has
-// applied (postgres.AppliedVersions).
-type AppliedVersions interface {
-	// ReadDue returns, by name, the announced versions newer than the
-	// applied one, each with the balance's current row (nil: no balance).
-	ReadDue(ctx context.Context, announced []orders.BalanceVersion) (map[string]*orders.Balance, error)
-	// Advance records versions as applied where they are newer, and
-	// returns the names it advanced.
-	Advance(ctx context.Context, applied []orders.BalanceVersion) (map[string]bool, error)
+// BalanceRows reads balances' current rows from their truth, PostgreSQL
+// (postgres.Balances).
+type BalanceRows interface {
+	// Current returns, by name, each named balance's current row (nil: no
+	// such balance).
+	Current(ctx context.Context, named []orders.BalanceVersion) (map[string]*orders.Balance, error)
 }
 
-// NewBalanceCoherence records applied versions in db and refreshes the
-// balance cache in cache's Redis (nil: only the applied versions).
-func NewBalanceCoherence(db AppliedVersions, cache *coherence.Client, log *slog.Logger) *BalanceCoherence {
+// NewBalanceCoherence refreshes the balance cache in cache's Redis from the
+// rows db reads.
+func NewBalanceCoherence(db BalanceRows, cache *coherence.Client, log *slog.Logger) *BalanceCoherence {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -90,22 +90,16 @@ func (c *BalanceCoherence) Handle(ctx context.Context, claim emq.Claim) error {
 	return err
 }
 
-// Apply acts on one "<name>@<version>" announcement only if the version is
-// newer than the last one applied for the name, and reports whether it was.
-// Acting means refreshing the cached balance from PostgreSQL with a
-// conditional fill and recording the version in outbox_applied. A
-// duplicate, or a version that arrives after a newer one, changes nothing.
-// Of deliveries of one name applied in the same batch only the highest
-// version acts (and reports so): the lower ones have nothing left to do.
+// Apply acts on one "<name>@<version>" announcement: it reads the balance's
+// current row and fills the cache with it if the cache holds an older
+// version, and reports whether the fill wrote. A duplicate, or a version
+// that arrives after a newer one was cached, writes nothing. Of deliveries
+// of one name applied in the same batch only the highest version is read
+// and filled (and reports so): the lower ones have nothing left to do.
 //
-// The cache is filled before the applied version is written: were the
-// version recorded first and the fill then lost, a retry would find the
-// version applied and the cache would keep the old balance until the next
-// change. The other way round, a fill whose write fails is harmless: it
-// wrote a committed balance, and the retry fills the same or a newer one.
-// Two appliers of one name may both fill for the same reason; the
-// conditional fill keeps the newer balance, and the write's version check
-// records the version once.
+// Two appliers of one name may both fill; the conditional fill keeps the
+// newer balance. A redelivery after Redis lost the cache fills again, as it
+// should: nothing outside the cache says it was applied.
 func (c *BalanceCoherence) Apply(ctx context.Context, payload string) (bool, error) {
 	name, version, err := parseOutboxPayload(payload)
 	if err != nil {
@@ -177,9 +171,8 @@ func (c *BalanceCoherence) applyBatch(batch []*coherenceDelivery) {
 	for _, delivery := range latest {
 		deliveries = append(deliveries, delivery)
 	}
-	// Every applier locks outbox_applied rows in name order, so two
-	// batches sharing names (the venue's balances are in nearly every
-	// one) wait for each other instead of deadlocking.
+	// Name order keeps the reads' and fills' order the same from run to
+	// run, which the tests of batching rely on.
 	slices.SortFunc(deliveries, func(a, b *coherenceDelivery) int { return strings.Compare(a.name, b.name) })
 
 	// Not the callers' contexts: the batch is theirs together, and one
@@ -200,47 +193,16 @@ func (c *BalanceCoherence) applyBatch(batch []*coherenceDelivery) {
 }
 
 // apply acts on deliveries, at most one per name, sorted by name, and
-// returns the names whose applied version it advanced.
+// returns the names whose cached balance it advanced.
 func (c *BalanceCoherence) apply(ctx context.Context, deliveries []*coherenceDelivery) (map[string]bool, error) {
 	if len(deliveries) == 0 {
 		return nil, nil
 	}
-	due, err := c.readDue(ctx, deliveries)
+	current, err := c.db.Current(ctx, versionsOf(deliveries))
 	if err != nil {
 		return nil, err
 	}
-	if len(due) == 0 {
-		return nil, nil
-	}
-	if c.cache != nil {
-		if err := c.fill(ctx, due); err != nil {
-			return nil, err
-		}
-	}
-	return c.advance(ctx, due)
-}
-
-// dueBalance is a delivery newer than its name's applied version, with the
-// balance as PostgreSQL holds it now (none when there is no such balance).
-type dueBalance struct {
-	delivery *coherenceDelivery
-	balance  *orders.Balance
-}
-
-// readDue returns the deliveries whose version is newer than their name's
-// applied one, each with its balance's current row, in the deliveries' order.
-func (c *BalanceCoherence) readDue(ctx context.Context, deliveries []*coherenceDelivery) ([]dueBalance, error) {
-	due, err := c.db.ReadDue(ctx, versionsOf(deliveries))
-	if err != nil {
-		return nil, err
-	}
-	var list []dueBalance
-	for _, delivery := range deliveries {
-		if balance, ok := due[delivery.name]; ok {
-			list = append(list, dueBalance{delivery: delivery, balance: balance})
-		}
-	}
-	return list, nil
+	return c.fill(ctx, deliveries, current)
 }
 
 func versionsOf(deliveries []*coherenceDelivery) []orders.BalanceVersion {
@@ -251,31 +213,37 @@ func versionsOf(deliveries []*coherenceDelivery) []orders.BalanceVersion {
 	return versions
 }
 
-// fill writes the due balances into the cache, each account's hash by one
-// conditional fill, every hash in one round trip.
-func (c *BalanceCoherence) fill(ctx context.Context, due []dueBalance) error {
+// fill writes the current balances into the cache, each account's hash by
+// one conditional fill, every hash in one round trip, and returns the names
+// whose field it wrote.
+func (c *BalanceCoherence) fill(ctx context.Context, deliveries []*coherenceDelivery, current map[string]*orders.Balance) (map[string]bool, error) {
 	fills := map[string][]coherence.CacheEntry{}
-	for _, entry := range due {
-		if entry.balance == nil {
+	names := map[string][]string{}
+	for _, delivery := range deliveries {
+		balance := current[delivery.name]
+		if balance == nil {
 			c.log.Warn("coherence job for a balance that does not exist; nothing to cache",
-				"name", entry.delivery.name, "version", entry.delivery.version)
+				"name", delivery.name, "version", delivery.version)
 			continue
 		}
-		key := BalanceCacheKey(entry.delivery.account)
-		fills[key] = append(fills[key], coherence.CacheEntry{Field: entry.balance.Asset, Version: entry.balance.Version, Value: cacheValue(*entry.balance)})
+		key := BalanceCacheKey(delivery.account)
+		fills[key] = append(fills[key], coherence.CacheEntry{Field: balance.Asset, Version: balance.Version, Value: cacheValue(*balance)})
+		names[key] = append(names[key], delivery.name)
 	}
-	if err := c.cache.FillHashesIfNewer(ctx, fills); err != nil {
-		return fmt.Errorf("refresh cached balances: %w", err)
+	if c.cache == nil || len(fills) == 0 {
+		return nil, nil
 	}
-	return nil
-}
-
-// advance records the due versions as applied, in the deliveries' (name)
-// order, and returns the names it advanced.
-func (c *BalanceCoherence) advance(ctx context.Context, due []dueBalance) (map[string]bool, error) {
-	deliveries := make([]*coherenceDelivery, len(due))
-	for i, entry := range due {
-		deliveries[i] = entry.delivery
+	filled, err := c.cache.FillHashesIfNewer(ctx, fills)
+	if err != nil {
+		return nil, fmt.Errorf("refresh cached balances: %w", err)
 	}
-	return c.db.Advance(ctx, versionsOf(deliveries))
+	advanced := map[string]bool{}
+	for key, results := range filled {
+		for i, result := range results {
+			if result.Wrote {
+				advanced[names[key][i]] = true
+			}
+		}
+	}
+	return advanced, nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
@@ -62,38 +63,6 @@ func (f *coherenceFixture) fundNames(t testing.TB, accounts int, assets []string
 
 func payloadOf(name string, version int64) string {
 	return name + "@" + strconv.FormatInt(version, 10)
-}
-
-// appliedRow is an outbox_applied row as a test compares it.
-type appliedRow struct {
-	Version   int64
-	AppliedAt time.Time
-}
-
-func (r appliedRow) equal(other appliedRow) bool {
-	return r.Version == other.Version && r.AppliedAt.Equal(other.AppliedAt)
-}
-
-func (f *coherenceFixture) appliedRows(t testing.TB) map[string]appliedRow {
-	t.Helper()
-	rows, err := f.db.Query(context.Background(), `SELECT name, version, applied_at FROM outbox_applied`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	applied := map[string]appliedRow{}
-	for rows.Next() {
-		var name string
-		var row appliedRow
-		if err := rows.Scan(&name, &row.Version, &row.AppliedAt); err != nil {
-			t.Fatal(err)
-		}
-		applied[name] = row
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return applied
 }
 
 // assertCacheCurrent checks that the cache holds each name's balance as
@@ -162,95 +131,115 @@ func TestConcurrentAppliesEndAtTheNewestVersion(t *testing.T) {
 			random := rand.New(rand.NewPCG(uint64(len(payloads)), 7))
 			random.Shuffle(len(payloads), func(i, j int) { payloads[i], payloads[j] = payloads[j], payloads[i] })
 
-			newestAdvanced := map[string]int{}
+			advanced := map[string]int{}
 			for _, result := range applyAll(ctx, f.consumer, payloads) {
 				if result.err != nil {
 					t.Fatalf("Apply(%s): %v", result.payload, result.err)
 				}
-				for _, name := range names {
-					if result.advanced && result.payload == payloadOf(name, int64(c.versions)) {
-						newestAdvanced[name]++
-					}
+				if result.advanced {
+					name, _, _ := strings.Cut(result.payload, "@")
+					advanced[name]++
 				}
 			}
-			applied := f.appliedRows(t)
+			// Every delivery fills the balance's current row, which stays
+			// the newest version throughout: the first fill of each name
+			// writes it, and every later one finds it cached.
 			for _, name := range names {
-				if got := applied[name].Version; got != int64(c.versions) {
-					t.Errorf("%s: applied version %d, want %d", name, got, c.versions)
-				}
-				// The applied version reached the newest once, so exactly
-				// one of its deliveries acted.
-				if newestAdvanced[name] != 1 {
-					t.Errorf("%s: %d deliveries of the newest version report they acted, want 1", name, newestAdvanced[name])
+				if advanced[name] != 1 {
+					t.Errorf("%s: %d deliveries report they wrote the cache, want 1", name, advanced[name])
 				}
 			}
 			f.assertCacheCurrent(t, names)
+			cached := testserver.Keys(t, f.rdb, placement.BalanceCacheKey("*"))
+			before := f.cacheContents(t, cached)
 
-			// Every delivery again, as a redelivering queue might: each is
-			// a duplicate or older than what was applied, and nothing moves.
+			// Every delivery again, as a redelivering queue might: each
+			// finds its balance cached at the newest version, and nothing
+			// moves.
 			random.Shuffle(len(payloads), func(i, j int) { payloads[i], payloads[j] = payloads[j], payloads[i] })
 			for _, result := range applyAll(ctx, f.consumer, payloads) {
 				if result.err != nil || result.advanced {
 					t.Errorf("redelivered %s: advanced = %v, %v; want false", result.payload, result.advanced, result.err)
 				}
 			}
-			if again := f.appliedRows(t); !maps.EqualFunc(again, applied, appliedRow.equal) {
-				t.Errorf("redeliveries changed outbox_applied:\n%v\nwant\n%v", again, applied)
+			if after := f.cacheContents(t, cached); !maps.Equal(after, before) {
+				t.Errorf("redeliveries changed the cache:\n%v\nwant\n%v", after, before)
 			}
-			f.assertCacheCurrent(t, names)
 		})
 	}
 }
 
-// applyGathered applies first and, once first's batch is held up by a lock
-// on outbox_applied (so the applier is busy), rest concurrently; rest
-// gathers behind it and is applied in batches when the lock goes.
-func (f *coherenceFixture) applyGathered(t testing.TB, first string, rest []string) (applyResult, []applyResult) {
+// gatedRows reads balances' current rows, and holds the first read until
+// open is closed, recording the size of every read: a read is a batch.
+type gatedRows struct {
+	placement.BalanceRows
+	entered chan struct{}
+	open    chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	sizes   []int
+}
+
+func newGatedRows(rows placement.BalanceRows) *gatedRows {
+	return &gatedRows{BalanceRows: rows, entered: make(chan struct{}), open: make(chan struct{})}
+}
+
+func (g *gatedRows) Current(ctx context.Context, named []orders.BalanceVersion) (map[string]*orders.Balance, error) {
+	g.mu.Lock()
+	g.sizes = append(g.sizes, len(named))
+	g.mu.Unlock()
+	g.once.Do(func() {
+		close(g.entered)
+		<-g.open
+	})
+	return g.BalanceRows.Current(ctx, named)
+}
+
+func (g *gatedRows) batchSizes() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.sizes)
+}
+
+// applyGathered applies first and, once first's batch is held at its read
+// (so the applier is busy), rest concurrently; rest gathers behind it and is
+// applied in batches when the read goes on. It returns the answers and the
+// consumer's batch sizes, first's batch first.
+func (f *coherenceFixture) applyGathered(t testing.TB, first string, rest []string) (applyResult, []applyResult, []int) {
 	t.Helper()
 	ctx := context.Background()
-	tx, err := f.db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `LOCK TABLE outbox_applied IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
+	rows := newGatedRows(postgres.NewBalances(f.db))
+	consumer := placement.NewBalanceCoherence(rows, f.caches, f.log)
 	firstDone := make(chan applyResult, 1)
 	go func() {
-		advanced, err := f.consumer.Apply(ctx, first)
+		advanced, err := consumer.Apply(ctx, first)
 		firstDone <- applyResult{payload: first, advanced: advanced, err: err}
 	}()
-	waitFor(t, 10*time.Second, "the first batch waits for the lock", func() bool {
-		var waiting int
-		if err := f.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		return waiting > 0
-	})
-	results := make(chan []applyResult, 1)
-	go func() { results <- applyAll(ctx, f.consumer, rest) }()
-	waitFor(t, 10*time.Second, "the rest gather behind the first batch", func() bool {
-		return placement.CoherenceWaiting(f.consumer) == len(rest)
-	})
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
+	select {
+	case <-rows.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first batch never read")
 	}
-	return <-firstDone, <-results
+	results := make(chan []applyResult, 1)
+	go func() { results <- applyAll(ctx, consumer, rest) }()
+	waitFor(t, 10*time.Second, "the rest gather behind the first batch", func() bool {
+		return placement.CoherenceWaiting(consumer) == len(rest)
+	})
+	close(rows.open)
+	return <-firstDone, <-results, rows.batchSizes()
 }
 
 func TestDeliveriesWaitingTogetherAreAppliedInBoundedBatches(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		accounts int
-		// batches is how many statements advance the gathered deliveries:
-		// a batch takes at most placement.CoherenceBatch.
-		batches int
+		// batches is how many reads apply the gathered deliveries: a
+		// batch takes at most placement.CoherenceBatch.
+		batches []int
 	}{
-		{name: "fewer than a batch takes", accounts: 5, batches: 1},
-		{name: "exactly a batch", accounts: placement.CoherenceBatch / 2, batches: 1},
-		{name: "more than a batch takes", accounts: placement.CoherenceBatch, batches: 2},
+		{name: "fewer than a batch takes", accounts: 5, batches: []int{10}},
+		{name: "exactly a batch", accounts: placement.CoherenceBatch / 2, batches: []int{placement.CoherenceBatch}},
+		{name: "more than a batch takes", accounts: placement.CoherenceBatch, batches: []int{placement.CoherenceBatch, placement.CoherenceBatch}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newCoherenceFixture(t)
@@ -260,7 +249,7 @@ func TestDeliveriesWaitingTogetherAreAppliedInBoundedBatches(t *testing.T) {
 			for i, name := range names {
 				rest[i] = payloadOf(name, 1)
 			}
-			first, results := f.applyGathered(t, payloadOf(blocker, 1), rest)
+			first, results, sizes := f.applyGathered(t, payloadOf(blocker, 1), rest)
 			if first.err != nil || !first.advanced {
 				t.Errorf("first delivery: advanced = %v, %v; want true", first.advanced, first.err)
 			}
@@ -269,27 +258,10 @@ func TestDeliveriesWaitingTogetherAreAppliedInBoundedBatches(t *testing.T) {
 					t.Errorf("Apply(%s): advanced = %v, %v; want true", result.payload, result.advanced, result.err)
 				}
 			}
-			// One statement stamps every row it advances with its
-			// transaction's time, so the distinct times count the batches.
-			applied := f.appliedRows(t)
-			sizes := map[time.Time]int{}
-			for _, name := range names {
-				row, ok := applied[name]
-				if !ok || row.Version != 1 {
-					t.Fatalf("%s: applied %+v, want version 1", name, row)
-				}
-				if row.AppliedAt.Equal(applied[blocker].AppliedAt) {
-					t.Errorf("%s was applied with the first delivery, which was in flight before it came", name)
-				}
-				sizes[row.AppliedAt]++
-			}
-			if len(sizes) != c.batches {
-				t.Errorf("%d deliveries applied in %d batches %v, want %d", len(names), len(sizes), sizes, c.batches)
-			}
-			for _, size := range sizes {
-				if size > placement.CoherenceBatch {
-					t.Errorf("a batch of %d, more than %d", size, placement.CoherenceBatch)
-				}
+			// The first delivery was in flight alone; the rest came after
+			// it and were taken in batches of at most CoherenceBatch.
+			if want := append([]int{1}, c.batches...); !slices.Equal(sizes, want) {
+				t.Errorf("batches of %v, want %v", sizes, want)
 			}
 			f.assertCacheCurrent(t, append(names, blocker))
 		})
@@ -307,19 +279,13 @@ func TestABatchThatCannotFillTheCacheAdvancesNothing(t *testing.T) {
 	}
 
 	f.redis.Stop(t)
-	first, results := f.applyGathered(t, payloadOf(blocker, 1), rest)
+	first, results, _ := f.applyGathered(t, payloadOf(blocker, 1), rest)
 	for _, result := range append(results, first) {
 		err := f.consumer.Handle(ctx, emq.Claim{ID: "JOB_X", Kind: placement.KindBalanceCoherence, Payload: []byte(result.payload), Token: 1})
 		if result.err == nil || result.advanced || errors.Is(err, emq.ErrPermanent) {
 			t.Errorf("Apply(%s) with Redis down = %v, %v; want an error to retry (Handle: %v)", result.payload, result.advanced, result.err, err)
 		}
 	}
-	// Nothing recorded, or the retries would find their versions applied
-	// and the cache would miss these changes for good.
-	if applied := f.appliedRows(t); len(applied) != 0 {
-		t.Errorf("outbox_applied after failed fills: %v, want nothing", applied)
-	}
-
 	f.redis.Restart(t)
 	// After a run of failed dials the client waits before dialing again;
 	// the queue's retries would wait longer still.
@@ -329,12 +295,6 @@ func TestABatchThatCannotFillTheCacheAdvancesNothing(t *testing.T) {
 	for _, result := range applyAll(ctx, f.consumer, append(rest, first.payload)) {
 		if result.err != nil {
 			t.Errorf("retry of %s: %v", result.payload, result.err)
-		}
-	}
-	applied := f.appliedRows(t)
-	for _, name := range names {
-		if applied[name].Version != 2 {
-			t.Errorf("%s: applied version %d after the retries, want 2", name, applied[name].Version)
 		}
 	}
 	f.assertCacheCurrent(t, append(names, blocker))
@@ -353,4 +313,56 @@ func TestACallerThatGaveUpIsLeftOutOfItsBatch(t *testing.T) {
 		t.Errorf("Apply after = %v, %v; want true", advanced, err)
 	}
 	f.assertCacheCurrent(t, []string{name})
+}
+
+// cacheContents is what the cache hashes keys hold, field by field.
+func (f *coherenceFixture) cacheContents(t testing.TB, keys []string) map[string]string {
+	t.Helper()
+	contents := map[string]string{}
+	for _, key := range keys {
+		fields, err := f.rdb.HGetAll(context.Background(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for field, value := range fields {
+			contents[key+" "+field] = value
+		}
+	}
+	return contents
+}
+
+// TestARedeliveryRefillsWhatRedisLost: Redis goes back to an older copy of
+// the cache (a replica promoted before it got the newest fill, a restart
+// that lost the AOF's tail), and the coherence job comes again: it refills
+// the newest version. Nothing outside the cache holds that the version was
+// applied, so nothing can refuse the refill.
+func TestARedeliveryRefillsWhatRedisLost(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	account := f.newAccount(t)
+	f.depositWithOutbox(t, account, "USD", "1.00")
+	if _, err := f.balances.Of(ctx, account); err != nil { // cached at version 1
+		t.Fatal(err)
+	}
+	key := placement.BalanceCacheKey(account)
+	older := f.cacheContents(t, []string{key})
+	v2 := f.depositWithOutbox(t, account, "USD", "1.00")
+	if advanced, err := f.consumer.Apply(ctx, v2.Payload); err != nil || !advanced {
+		t.Fatalf("Apply(%s) = %v, %v; want the cache advanced", v2.Payload, advanced, err)
+	}
+	// Redis loses the fill: the hash is back as it was at version 1.
+	for field, value := range older {
+		if err := f.rdb.HSet(ctx, key, strings.TrimPrefix(field, key+" "), value).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.cachedBalance(t, account, "USD"); got.Version != 1 {
+		t.Fatalf("the cache holds %+v after the loss, want version 1", got)
+	}
+	if advanced, err := f.consumer.Apply(ctx, v2.Payload); err != nil || !advanced {
+		t.Errorf("redelivered %s after the loss = %v, %v; want the cache refilled", v2.Payload, advanced, err)
+	}
+	if got := f.cachedBalance(t, account, "USD"); got.Version != 2 || got.Value != "2.00" {
+		t.Errorf("the cache holds %+v, want version 2 of 2.00", got)
+	}
 }

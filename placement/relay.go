@@ -64,7 +64,7 @@ const (
 // whole backoffs), so ten minutes covers the ordinary case fifty times over
 // and an outage as long as settlement's retries survive. Past it a second
 // carry admits a second job, which changes nothing: the consumer acts only
-// on a version newer than the one applied.
+// on a version newer than the one cached.
 //
 // Under the default of a day, every balance change's key stayed a day or
 // more: after make run's 150,000 orders, 42 MB, more than twice the orders'

@@ -19,8 +19,9 @@ const heldText = `round(b.held, greatest(scale(trim_scale(b.held)), a.scale))::t
 // them; each SQL file spells the expression out, so they must not drift.
 func TestCoherenceFormatsAvailableAsTheReadPath(t *testing.T) {
 	for file, statement := range map[string]string{
-		"sql/balance_read.sql":       balanceReadSQL,
-		"sql/coherence_read_due.sql": coherenceReadDueSQL,
+		"sql/balance_read.sql":          balanceReadSQL,
+		"sql/balance_read_named.sql":    balanceReadNamedSQL,
+		"sql/balance_read_accounts.sql": balanceReadAccountsSQL,
 	} {
 		if !strings.Contains(statement, availableText) {
 			t.Errorf("%s does not format available as availableText does:\n%s", file, availableText)

@@ -155,6 +155,7 @@ type Worker struct {
 	relay          *placement.OutboxRelay
 	coherence      *placement.BalanceCoherence
 	coherenceQueue *emq.Queue
+	healer         *placement.BalanceCacheHealer
 }
 
 // New declares the order kind on c.Queue and the coherence queues' kinds, and
@@ -177,6 +178,7 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	}
 	settler := postgres.NewSettler(deps.DB, relay, deps.Logger.With("queue", c.Queue)).
 		WithMetrics(postgres.NewSettlementMetrics(deps.Metrics))
+	balances, caches := postgres.NewBalances(deps.DB), coherence.New(deps.Queues.Redis(), coherence.WithLogger(deps.Logger))
 	return &Worker{
 		config:         c,
 		log:            deps.Logger,
@@ -184,17 +186,24 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 		orders:         queue,
 		settler:        settler,
 		relay:          relay,
-		coherence:      placement.NewBalanceCoherence(postgres.NewAppliedVersions(deps.DB), coherence.New(deps.Queues.Redis(), coherence.WithLogger(deps.Logger)), deps.Logger),
+		coherence:      placement.NewBalanceCoherence(balances, caches, deps.Logger),
 		coherenceQueue: deps.Queues.Queue(coherence.Queue(placement.BalancesTable)),
+		healer:         placement.NewBalanceCacheHealer(balances, caches, deps.Logger, placement.WithHealMetrics(deps.Metrics)),
 	}, nil
 }
 
 // Run settles orders until ctx ends, then drains. Beside settlement it
-// sweeps the outbox and works the balances' coherence queue; if that
+// sweeps the outbox, works the balances' coherence queue and heals the
+// balance cache after Redis loses writes; if the coherence queue's worker
 // fails, settlement stops too, so the process exits instead of settling
 // with cached balances that no longer catch up.
 func (w *Worker) Run(ctx context.Context) error {
-	return workBeside(ctx, []func(context.Context) error{w.sweep, w.applyCoherence}, w.settle)
+	return workBeside(ctx, []func(context.Context) error{w.sweep, w.applyCoherence, w.heal}, w.settle)
+}
+
+func (w *Worker) heal(ctx context.Context) error {
+	w.healer.Run(ctx)
+	return nil
 }
 
 func (w *Worker) settle(ctx context.Context) error {

@@ -362,7 +362,8 @@ type Balance struct {
 	Held Decimal `json:"held"`
 
 	// Version Rises by one with every change of this balance (of either part);
-	// never goes down.
+	// never goes down (see `GET /v1/balances` for the one exception, a
+	// loss of the cache's newest writes).
 	//
 	//
 	// Example: 7
@@ -1298,7 +1299,12 @@ type ClientInterface interface {
 	// (a balance that went back to zero stays listed), sorted by asset. Each balance carries its `version`, which rises by one with
 	// every change of that balance: a client never sees the version of a
 	// balance go down from one answer to the next, so a client that caches
-	// balances can keep the one with the higher version.
+	// balances can keep the one with the higher version. The one
+	// exception is a loss of the cache's newest writes (a Redis failover
+	// to a replica that lagged, a restart that lost its last writes): for
+	// about a second after it an answer may show an older version, until
+	// the cache is refilled from the ledger; keeping the higher version
+	// covers that too.
 	//
 	// Balances are served from a cache that settlement keeps current
 	// through a coherence queue, so a change may take a moment to show.
@@ -1517,7 +1523,12 @@ func (c *Client) GetReadiness(ctx context.Context, params *GetReadinessParams, r
 // (a balance that went back to zero stays listed), sorted by asset. Each balance carries its `version`, which rises by one with
 // every change of that balance: a client never sees the version of a
 // balance go down from one answer to the next, so a client that caches
-// balances can keep the one with the higher version.
+// balances can keep the one with the higher version. The one
+// exception is a loss of the cache's newest writes (a Redis failover
+// to a replica that lagged, a restart that lost its last writes): for
+// about a second after it an answer may show an older version, until
+// the cache is refilled from the ledger; keeping the higher version
+// covers that too.
 //
 // Balances are served from a cache that settlement keeps current
 // through a coherence queue, so a change may take a moment to show.
@@ -2515,7 +2526,12 @@ type ClientWithResponsesInterface interface {
 	// (a balance that went back to zero stays listed), sorted by asset. Each balance carries its `version`, which rises by one with
 	// every change of that balance: a client never sees the version of a
 	// balance go down from one answer to the next, so a client that caches
-	// balances can keep the one with the higher version.
+	// balances can keep the one with the higher version. The one
+	// exception is a loss of the cache's newest writes (a Redis failover
+	// to a replica that lagged, a restart that lost its last writes): for
+	// about a second after it an answer may show an older version, until
+	// the cache is refilled from the ledger; keeping the higher version
+	// covers that too.
 	//
 	// Balances are served from a cache that settlement keeps current
 	// through a coherence queue, so a change may take a moment to show.
@@ -4104,7 +4120,12 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, para
 // (a balance that went back to zero stays listed), sorted by asset. Each balance carries its `version`, which rises by one with
 // every change of that balance: a client never sees the version of a
 // balance go down from one answer to the next, so a client that caches
-// balances can keep the one with the higher version.
+// balances can keep the one with the higher version. The one
+// exception is a loss of the cache's newest writes (a Redis failover
+// to a replica that lagged, a restart that lost its last writes): for
+// about a second after it an answer may show an older version, until
+// the cache is refilled from the ledger; keeping the higher version
+// covers that too.
 //
 // Balances are served from a cache that settlement keeps current
 // through a coherence queue, so a change may take a moment to show.

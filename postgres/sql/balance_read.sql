@@ -1,7 +1,7 @@
 -- The balances of the account $1, or its balance of the asset $2 when $2 is
 -- not empty, as clients see them: asset, available, held, version.
 -- available and held are formatted alike, by the expression
--- coherence_read_due.sql uses too (availableText in coherence_sql_test.go
+-- balance_read_named.sql and balance_read_accounts.sql use too (availableText in coherence_sql_test.go
 -- holds the two to one spelling). A row at version 0 never moved:
 -- settlement inserts the rows an order would move before it locks them, and
 -- a rejected order leaves them so; it is no balance the account holds.
