@@ -56,6 +56,16 @@ func ParseEncryptionKey(text string) ([]byte, error) {
 	return nil, fmt.Errorf("signing: want %d bytes as %d hex digits or in base64", EncryptionKeyBytes, 2*EncryptionKeyBytes)
 }
 
+// ParseSealer is the Sealer under an encryption key written as
+// ParseEncryptionKey reads it (SIGNING_KEY_ENCRYPTION_KEY).
+func ParseSealer(text string) (*Sealer, error) {
+	key, err := ParseEncryptionKey(text)
+	if err != nil {
+		return nil, err
+	}
+	return NewSealer(key)
+}
+
 // Seal encrypts the secret of the API key with the id keyID.
 func (s *Sealer) Seal(secret, keyID string) ([]byte, error) {
 	nonce := make([]byte, s.aead.NonceSize(), s.aead.NonceSize()+len(secret)+s.aead.Overhead())

@@ -193,25 +193,32 @@ func (e ProblemCode) Valid() bool {
 
 // Defines values for ProblemType.
 const (
-	ProblemTypeIdempotencyConflict  ProblemType = "urn:ordergate:problem:idempotency-conflict"
-	ProblemTypeInternal             ProblemType = "urn:ordergate:problem:internal"
-	ProblemTypeInvalidQuery         ProblemType = "urn:ordergate:problem:invalid-query"
-	ProblemTypeMalformedRequest     ProblemType = "urn:ordergate:problem:malformed-request"
-	ProblemTypeMethodNotAllowed     ProblemType = "urn:ordergate:problem:method-not-allowed"
-	ProblemTypeNotFound             ProblemType = "urn:ordergate:problem:not-found"
-	ProblemTypeOrderNotCancelable   ProblemType = "urn:ordergate:problem:order-not-cancelable"
-	ProblemTypePayloadTooLarge      ProblemType = "urn:ordergate:problem:payload-too-large"
-	ProblemTypePriceOutOfBand       ProblemType = "urn:ordergate:problem:price-out-of-band"
-	ProblemTypeRateLimited          ProblemType = "urn:ordergate:problem:rate-limited"
-	ProblemTypeUnauthorized         ProblemType = "urn:ordergate:problem:unauthorized"
-	ProblemTypeUnavailable          ProblemType = "urn:ordergate:problem:unavailable"
-	ProblemTypeUnsupportedMediaType ProblemType = "urn:ordergate:problem:unsupported-media-type"
-	ProblemTypeValidation           ProblemType = "urn:ordergate:problem:validation"
+	ProblemTypeForbidden              ProblemType = "urn:ordergate:problem:forbidden"
+	ProblemTypeIdempotencyConflict    ProblemType = "urn:ordergate:problem:idempotency-conflict"
+	ProblemTypeInternal               ProblemType = "urn:ordergate:problem:internal"
+	ProblemTypeInvalidQuery           ProblemType = "urn:ordergate:problem:invalid-query"
+	ProblemTypeMalformedRequest       ProblemType = "urn:ordergate:problem:malformed-request"
+	ProblemTypeMethodNotAllowed       ProblemType = "urn:ordergate:problem:method-not-allowed"
+	ProblemTypeNotFound               ProblemType = "urn:ordergate:problem:not-found"
+	ProblemTypeOrderNotCancelable     ProblemType = "urn:ordergate:problem:order-not-cancelable"
+	ProblemTypePayloadTooLarge        ProblemType = "urn:ordergate:problem:payload-too-large"
+	ProblemTypePriceOutOfBand         ProblemType = "urn:ordergate:problem:price-out-of-band"
+	ProblemTypeRateLimited            ProblemType = "urn:ordergate:problem:rate-limited"
+	ProblemTypeSignatureInvalid       ProblemType = "urn:ordergate:problem:signature-invalid"
+	ProblemTypeSignatureOutsideWindow ProblemType = "urn:ordergate:problem:signature-outside-window"
+	ProblemTypeSignatureReplayed      ProblemType = "urn:ordergate:problem:signature-replayed"
+	ProblemTypeSignatureRequired      ProblemType = "urn:ordergate:problem:signature-required"
+	ProblemTypeUnauthorized           ProblemType = "urn:ordergate:problem:unauthorized"
+	ProblemTypeUnavailable            ProblemType = "urn:ordergate:problem:unavailable"
+	ProblemTypeUnsupportedMediaType   ProblemType = "urn:ordergate:problem:unsupported-media-type"
+	ProblemTypeValidation             ProblemType = "urn:ordergate:problem:validation"
 )
 
 // Valid indicates whether the value is a known member of the ProblemType enum.
 func (e ProblemType) Valid() bool {
 	switch e {
+	case ProblemTypeForbidden:
+		return true
 	case ProblemTypeIdempotencyConflict:
 		return true
 	case ProblemTypeInternal:
@@ -231,6 +238,14 @@ func (e ProblemType) Valid() bool {
 	case ProblemTypePriceOutOfBand:
 		return true
 	case ProblemTypeRateLimited:
+		return true
+	case ProblemTypeSignatureInvalid:
+		return true
+	case ProblemTypeSignatureOutsideWindow:
+		return true
+	case ProblemTypeSignatureReplayed:
+		return true
+	case ProblemTypeSignatureRequired:
 		return true
 	case ProblemTypeUnauthorized:
 		return true
@@ -977,6 +992,16 @@ type TimeInForce string
 
 // RequestID defines model for RequestId.
 type RequestID = string
+
+// Forbidden An error, as an RFC 9457 problem details object.
+//
+// `errors` names each refused part of the request. A field of the body
+// is named by `pointer`, an RFC 6901 JSON pointer into the body. A
+// query parameter (problem type `invalid-query`) has the empty
+// `pointer`, since a query has no body to point into, and a `reason`
+// that starts with `query parameter <name>`, such as
+// `query parameter limit must be an integer from 1 to 200`.
+type Forbidden = Problem
 
 // IdempotencyConflict An error, as an RFC 9457 problem details object.
 //
@@ -2837,6 +2862,11 @@ type ListBalancesResponse401Headers struct {
 	XRequestID      string
 }
 
+// ListBalancesResponse403Headers the declared response headers of an HTTP 403 response for ListBalances
+type ListBalancesResponse403Headers struct {
+	XRequestID string
+}
+
 // ListBalancesResponse429Headers the declared response headers of an HTTP 429 response for ListBalances
 type ListBalancesResponse429Headers struct {
 	RateLimitLimit     *int
@@ -2872,6 +2902,8 @@ type ListBalancesResponse struct {
 	ApplicationProblemJSON400 *Problem
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *TooManyRequests
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -2884,6 +2916,8 @@ type ListBalancesResponse struct {
 	Headers400 *ListBalancesResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListBalancesResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListBalancesResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListBalancesResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -2905,6 +2939,11 @@ func (r ListBalancesResponse) GetApplicationProblemJSON400() *Problem {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ListBalancesResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListBalancesResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -2973,6 +3012,11 @@ type ListFillsResponse401Headers struct {
 	XRequestID      string
 }
 
+// ListFillsResponse403Headers the declared response headers of an HTTP 403 response for ListFills
+type ListFillsResponse403Headers struct {
+	XRequestID string
+}
+
 // ListFillsResponse429Headers the declared response headers of an HTTP 429 response for ListFills
 type ListFillsResponse429Headers struct {
 	RateLimitLimit     *int
@@ -3008,6 +3052,8 @@ type ListFillsResponse struct {
 	ApplicationProblemJSON400 *Problem
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *TooManyRequests
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3020,6 +3066,8 @@ type ListFillsResponse struct {
 	Headers400 *ListFillsResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListFillsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListFillsResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListFillsResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -3041,6 +3089,11 @@ func (r ListFillsResponse) GetApplicationProblemJSON400() *Problem {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ListFillsResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListFillsResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -3300,6 +3353,11 @@ type CancelAllOrdersResponse401Headers struct {
 	XRequestID      string
 }
 
+// CancelAllOrdersResponse403Headers the declared response headers of an HTTP 403 response for CancelAllOrders
+type CancelAllOrdersResponse403Headers struct {
+	XRequestID string
+}
+
 // CancelAllOrdersResponse429Headers the declared response headers of an HTTP 429 response for CancelAllOrders
 type CancelAllOrdersResponse429Headers struct {
 	RateLimitLimit     *int
@@ -3335,6 +3393,8 @@ type CancelAllOrdersResponse struct {
 	ApplicationProblemJSON400 *Problem
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *TooManyRequests
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3347,6 +3407,8 @@ type CancelAllOrdersResponse struct {
 	Headers400 *CancelAllOrdersResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *CancelAllOrdersResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *CancelAllOrdersResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CancelAllOrdersResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -3368,6 +3430,11 @@ func (r CancelAllOrdersResponse) GetApplicationProblemJSON400() *Problem {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r CancelAllOrdersResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CancelAllOrdersResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -3436,6 +3503,11 @@ type ListOrdersResponse401Headers struct {
 	XRequestID      string
 }
 
+// ListOrdersResponse403Headers the declared response headers of an HTTP 403 response for ListOrders
+type ListOrdersResponse403Headers struct {
+	XRequestID string
+}
+
 // ListOrdersResponse429Headers the declared response headers of an HTTP 429 response for ListOrders
 type ListOrdersResponse429Headers struct {
 	RateLimitLimit     *int
@@ -3471,6 +3543,8 @@ type ListOrdersResponse struct {
 	ApplicationProblemJSON400 *Problem
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *TooManyRequests
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3483,6 +3557,8 @@ type ListOrdersResponse struct {
 	Headers400 *ListOrdersResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListOrdersResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListOrdersResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListOrdersResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -3504,6 +3580,11 @@ func (r ListOrdersResponse) GetApplicationProblemJSON400() *Problem {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ListOrdersResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListOrdersResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -3583,6 +3664,11 @@ type PlaceOrderResponse401Headers struct {
 	XRequestID      string
 }
 
+// PlaceOrderResponse403Headers the declared response headers of an HTTP 403 response for PlaceOrder
+type PlaceOrderResponse403Headers struct {
+	XRequestID string
+}
+
 // PlaceOrderResponse409Headers the declared response headers of an HTTP 409 response for PlaceOrder
 type PlaceOrderResponse409Headers struct {
 	RateLimitLimit     *int
@@ -3652,6 +3738,8 @@ type PlaceOrderResponse struct {
 	ApplicationProblemJSON400 *MalformedRequest
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationProblemJSON409 *IdempotencyConflict
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -3674,6 +3762,8 @@ type PlaceOrderResponse struct {
 	Headers400 *PlaceOrderResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *PlaceOrderResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *PlaceOrderResponse403Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *PlaceOrderResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
@@ -3708,6 +3798,11 @@ func (r PlaceOrderResponse) GetApplicationProblemJSON400() *MalformedRequest {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r PlaceOrderResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PlaceOrderResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -3788,6 +3883,11 @@ type CancelOrderResponse401Headers struct {
 	XRequestID      string
 }
 
+// CancelOrderResponse403Headers the declared response headers of an HTTP 403 response for CancelOrder
+type CancelOrderResponse403Headers struct {
+	XRequestID string
+}
+
 // CancelOrderResponse404Headers the declared response headers of an HTTP 404 response for CancelOrder
 type CancelOrderResponse404Headers struct {
 	RateLimitLimit     *int
@@ -3837,6 +3937,8 @@ type CancelOrderResponse struct {
 	JSON200 *Order
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
@@ -3851,6 +3953,8 @@ type CancelOrderResponse struct {
 	Headers200 *CancelOrderResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *CancelOrderResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *CancelOrderResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *CancelOrderResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -3871,6 +3975,11 @@ func (r CancelOrderResponse) GetJSON200() *Order {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r CancelOrderResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CancelOrderResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -3941,6 +4050,11 @@ type GetOrderResponse401Headers struct {
 	XRequestID      string
 }
 
+// GetOrderResponse403Headers the declared response headers of an HTTP 403 response for GetOrder
+type GetOrderResponse403Headers struct {
+	XRequestID string
+}
+
 // GetOrderResponse404Headers the declared response headers of an HTTP 404 response for GetOrder
 type GetOrderResponse404Headers struct {
 	RateLimitLimit     *int
@@ -3982,6 +4096,8 @@ type GetOrderResponse struct {
 	JSON200 *Order
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -3994,6 +4110,8 @@ type GetOrderResponse struct {
 	Headers200 *GetOrderResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetOrderResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetOrderResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetOrderResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -4012,6 +4130,11 @@ func (r GetOrderResponse) GetJSON200() *Order {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r GetOrderResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetOrderResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -4483,6 +4606,13 @@ func ParseListBalancesResponse(rsp *http.Response) (*ListBalancesResponse, error
 		}
 		response.ApplicationProblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4586,6 +4716,16 @@ func ParseListBalancesResponse(rsp *http.Response) (*ListBalancesResponse, error
 			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListBalancesResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListBalancesResponse429Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
@@ -4733,6 +4873,13 @@ func ParseListFillsResponse(rsp *http.Response) (*ListFillsResponse, error) {
 		}
 		response.ApplicationProblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4836,6 +4983,16 @@ func ParseListFillsResponse(rsp *http.Response) (*ListFillsResponse, error) {
 			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListFillsResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListFillsResponse429Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
@@ -5240,6 +5397,13 @@ func ParseCancelAllOrdersResponse(rsp *http.Response) (*CancelAllOrdersResponse,
 		}
 		response.ApplicationProblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5343,6 +5507,16 @@ func ParseCancelAllOrdersResponse(rsp *http.Response) (*CancelAllOrdersResponse,
 			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers CancelAllOrdersResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers CancelAllOrdersResponse429Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
@@ -5490,6 +5664,13 @@ func ParseListOrdersResponse(rsp *http.Response) (*ListOrdersResponse, error) {
 		}
 		response.ApplicationProblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5593,6 +5774,16 @@ func ParseListOrdersResponse(rsp *http.Response) (*ListOrdersResponse, error) {
 			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListOrdersResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListOrdersResponse429Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
@@ -5746,6 +5937,13 @@ func ParsePlaceOrderResponse(rsp *http.Response) (*PlaceOrderResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest IdempotencyConflict
@@ -5930,6 +6128,16 @@ func ParsePlaceOrderResponse(rsp *http.Response) (*PlaceOrderResponse, error) {
 			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers PlaceOrderResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 409:
 		var headers PlaceOrderResponse409Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
@@ -6194,6 +6402,13 @@ func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) 
 		}
 		response.ApplicationProblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6280,6 +6495,16 @@ func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) 
 			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers CancelOrderResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers CancelOrderResponse404Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
@@ -6482,6 +6707,13 @@ func ParseGetOrderResponse(rsp *http.Response) (*GetOrderResponse, error) {
 		}
 		response.ApplicationProblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6561,6 +6793,16 @@ func ParseGetOrderResponse(rsp *http.Response) (*GetOrderResponse, error) {
 			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetOrderResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers GetOrderResponse404Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
