@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +23,14 @@ import (
 func TestKeyCacheOpensSigningSecrets(t *testing.T) {
 	ctx := context.Background()
 	db := migratedPool(t)
-	sealer := newSealer(t, 1)
+	sealer, err := signing.ParseSealer(strings.Repeat("01", signing.EncryptionKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	another, err := signing.ParseSealer(strings.Repeat("02", signing.EncryptionKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
 	accounts := postgres.NewAccounts(db, postgres.SealSecretsWith(sealer))
 	account, err := accounts.Create(ctx, "erin")
 	if err != nil {
@@ -43,7 +51,7 @@ func TestKeyCacheOpensSigningSecrets(t *testing.T) {
 	}{
 		{"the encryption key it was sealed under", []placement.KeyCacheOption{placement.OpenSecretsWith(sealer)}, signed.SigningSecret},
 		{"no encryption key", nil, ""},
-		{"another encryption key", []placement.KeyCacheOption{placement.OpenSecretsWith(newSealer(t, 2))}, ""},
+		{"another encryption key", []placement.KeyCacheOption{placement.OpenSecretsWith(another)}, ""},
 	}
 	for _, tt := range tests {
 		for _, preload := range []bool{false, true} {
@@ -73,15 +81,6 @@ func TestKeyCacheOpensSigningSecrets(t *testing.T) {
 			})
 		}
 	}
-}
-
-func newSealer(t testing.TB, fill byte) *signing.Sealer {
-	t.Helper()
-	sealer, err := signing.NewSealer(bytes.Repeat([]byte{fill}, signing.EncryptionKeyBytes))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sealer
 }
 
 // TestSignaturesFirstUseOnce: a signature is used once per API key while
