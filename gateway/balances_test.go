@@ -60,7 +60,7 @@ func (f *balanceFixture) serve(t testing.TB, balances gateway.BalanceReader) str
 	t.Helper()
 	server := gateway.New(gateway.Deps{
 		Instruments: f.instruments,
-		Accounts:    postgres.NewAccounts(f.db),
+		Accounts:    placement.NewKeyCache(postgres.NewAccounts(f.db), 0),
 		Balances:    balances,
 		Logger:      slog.New(slog.NewJSONHandler(f.logs, nil)),
 	}, gateway.DefaultConfig())

@@ -160,6 +160,11 @@ func readJSONBody(r *http.Request, limit int64) ([]byte, error) {
 			return nil, &requestError{kind: kindMediaType, detail: fmt.Sprintf("Content-Type %q is not application/json", contentType)}
 		}
 	}
+	return readBody(r, limit)
+}
+
+// readBody reads a body of at most limit bytes.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
 	}

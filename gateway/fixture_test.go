@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -29,6 +30,7 @@ import (
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/signing"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
@@ -48,6 +50,10 @@ type fixture struct {
 	accounts    []string
 	keys        []string
 	keyIDs      []string
+	// sealer seals the signing secrets of the keys the fixture issues;
+	// secrets are those secrets, which no log line may hold.
+	sealer      *signing.Sealer
+	secrets     []string
 	instruments *placement.Instruments
 	http        *http.Client
 	logs        *logbuffer.Buffer
@@ -64,9 +70,9 @@ type countingLookup struct {
 	n atomic.Int64
 }
 
-func (l *countingLookup) AccountOf(ctx context.Context, hash [sha256.Size]byte) (string, error) {
+func (l *countingLookup) Key(ctx context.Context, hash [sha256.Size]byte) (orders.ActiveKey, error) {
 	l.n.Add(1)
-	return l.KeyLookup.AccountOf(ctx, hash)
+	return l.KeyLookup.Key(ctx, hash)
 }
 
 func newFixture(t testing.TB, accounts int) *fixture {
@@ -74,11 +80,17 @@ func newFixture(t testing.TB, accounts int) *fixture {
 	return newFixtureWith(t, accounts, gateway.DefaultConfig())
 }
 
-// newFixtureWith is newFixture with the gateway configured by config.
-func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture {
+// newFixtureWith is newFixture with the gateway configured by config, and
+// its key cache by keyOptions after the fixture's own (which open signing
+// secrets with the fixture's sealer).
+func newFixtureWith(t testing.TB, accounts int, config gateway.Config, keyOptions ...placement.KeyCacheOption) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	f := &fixture{redis: testserver.StartRedis(t), logs: &logbuffer.Buffer{}, metrics: prometheus.NewRegistry()}
+	var err error
+	if f.sealer, err = signing.NewSealer(bytes.Repeat([]byte{0x5E}, signing.EncryptionKeyBytes)); err != nil {
+		t.Fatal(err)
+	}
 	f.rdb = f.redis.Client(t)
 	database := testserver.Postgres(t)
 	if err := migrations.Up(database.URL); err != nil {
@@ -103,7 +115,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 	// As cmd/gateway wires it, but with an hour-long ttl: a revocation must
 	// reach the cache by its broadcast.
 	f.lookups = &countingLookup{KeyLookup: postgres.NewAccounts(f.db)}
-	keys := placement.NewKeyCache(f.lookups, time.Hour)
+	keys := placement.NewKeyCache(f.lookups, time.Hour, append([]placement.KeyCacheOption{placement.OpenSecretsWith(f.sealer)}, keyOptions...)...)
 	following, stopFollowing := context.WithCancel(ctx)
 	subscription, err := keys.FollowRevocations(following, f.caches)
 	if err != nil {
@@ -122,6 +134,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 		Placer:      placer,
 		Instruments: f.instruments,
 		Accounts:    keys,
+		Signatures:  placement.NewSignatures(f.rdb),
 		Balances:    placement.NewBalances(postgres.NewBalances(f.db), f.caches, log),
 		Depth:       postgres.NewBook(f.db),
 		Fills:       postgres.NewFills(f.db),
@@ -143,6 +156,11 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 				t.Errorf("an API key appears in the gateway's logs")
 			}
 		}
+		for _, secret := range f.secrets {
+			if strings.Contains(f.logs.String(), secret) {
+				t.Errorf("a signing secret appears in the gateway's logs")
+			}
+		}
 	})
 	return f
 }
@@ -150,18 +168,27 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config) *fixture 
 // newFixtureAccount adds a customer account with an API key and returns the key.
 func newFixtureAccount(t testing.TB, f *fixture) string {
 	t.Helper()
+	return newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes}).Key
+}
+
+// newFixtureKey adds a customer account with an API key issued for spec.
+func newFixtureKey(t testing.TB, f *fixture, spec orders.KeySpec) orders.IssuedKey {
+	t.Helper()
 	ctx := context.Background()
-	store := postgres.NewAccounts(f.db)
+	store := postgres.NewAccounts(f.db, postgres.SealSecretsWith(f.sealer))
 	account, err := store.Create(ctx, "trader")
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyID, key, err := store.IssueKey(ctx, account)
+	issued, err := store.IssueKeyFor(ctx, account, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.accounts, f.keys, f.keyIDs = append(f.accounts, account), append(f.keys, key), append(f.keyIDs, keyID)
-	return key
+	f.accounts, f.keys, f.keyIDs = append(f.accounts, account), append(f.keys, issued.Key), append(f.keyIDs, issued.ID)
+	if issued.SigningSecret != "" {
+		f.secrets = append(f.secrets, issued.SigningSecret)
+	}
+	return issued
 }
 
 type response struct {
@@ -182,9 +209,18 @@ func (r response) json(t testing.TB) map[string]any {
 // do sends a request with the key (none when empty) through the contract-checking client.
 func (f *fixture) do(t testing.TB, client *http.Client, method, path, key, contentType, body string) response {
 	t.Helper()
+	return f.doWith(t, client, method, path, key, contentType, body, nil)
+}
+
+// doWith is do with the header's fields added to the request's.
+func (f *fixture) doWith(t testing.TB, client *http.Client, method, path, key, contentType, body string, header http.Header) response {
+	t.Helper()
 	req, err := http.NewRequest(method, f.url+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for name, values := range header {
+		req.Header[name] = values
 	}
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/oklog/ulid/v2"
+
+	"github.com/ordergate/ordergate/orders"
 )
 
 const (
@@ -149,34 +151,46 @@ func (s *Server) deadline(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// authenticate takes "Authorization: Bearer <key>" and puts the key's account
-// on the context.
-func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		scheme, key, found := strings.Cut(c.Request().Header.Get("Authorization"), " ")
-		if !found || !strings.EqualFold(scheme, "Bearer") || key == "" {
-			if err := s.limitLookup(c, noLookup); err != nil {
+// authenticate takes "Authorization: Bearer <key>", checks the signature
+// of a request whose key requires signatures, refuses a key without the
+// scopes need, and puts the key's account on the context.
+func (s *Server) authenticate(need orders.Scopes) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			scheme, key, found := strings.Cut(c.Request().Header.Get("Authorization"), " ")
+			if !found || !strings.EqualFold(scheme, "Bearer") || key == "" {
+				if err := s.limitLookup(c, noLookup); err != nil {
+					return err
+				}
+				return &requestError{kind: kindUnauthorized, detail: "send the API key as Authorization: Bearer <key>"}
+			}
+			key = strings.TrimSpace(key)
+			if s.keys == nil || !s.keys.Recognizes(key) {
+				cost := lookup
+				if s.keys != nil && !s.keys.NeedsLookup(key) {
+					cost = noLookup
+				}
+				if err := s.limitLookup(c, cost); err != nil {
+					return err
+				}
+			}
+			caller, err := s.accounts.Authenticate(c.Request().Context(), key)
+			if err != nil {
 				return err
 			}
-			return &requestError{kind: kindUnauthorized, detail: "send the API key as Authorization: Bearer <key>"}
-		}
-		key = strings.TrimSpace(key)
-		if s.keys == nil || !s.keys.Recognizes(key) {
-			cost := lookup
-			if s.keys != nil && !s.keys.NeedsLookup(key) {
-				cost = noLookup
+			digest := keyDigest(key)
+			st := state(c)
+			st.account, st.bucket = caller.Account, keyBucketPrefix+digest
+			if caller.Signed {
+				if err := s.verifySignature(c, caller, digest); err != nil {
+					return err
+				}
 			}
-			if err := s.limitLookup(c, cost); err != nil {
+			if err := caller.Permits(need); err != nil {
 				return err
 			}
+			return next(c)
 		}
-		account, err := s.accounts.Authenticate(c.Request().Context(), key)
-		if err != nil {
-			return err
-		}
-		st := state(c)
-		st.account, st.bucket = account, keyBucket(key)
-		return next(c)
 	}
 }
 

@@ -44,20 +44,26 @@ type problemKind struct {
 }
 
 var (
-	kindMalformed        = problemKind{"malformed-request", "The request body is not a valid order document", http.StatusBadRequest}
-	kindValidation       = problemKind{"validation", "The order request has invalid fields", http.StatusUnprocessableEntity}
-	kindPriceOutOfBand   = problemKind{"price-out-of-band", "The limit price is outside the instrument's price band", http.StatusUnprocessableEntity}
-	kindInvalidQuery     = problemKind{"invalid-query", "The query parameters are invalid", http.StatusBadRequest}
-	kindUnauthorized     = problemKind{"unauthorized", "A valid API key is required", http.StatusUnauthorized}
-	kindNotFound         = problemKind{"not-found", "Not found", http.StatusNotFound}
-	kindConflict         = problemKind{"idempotency-conflict", "The client order id was used for a different order", http.StatusConflict}
-	kindNotCancelable    = problemKind{"order-not-cancelable", "The order can no longer be canceled", http.StatusConflict}
-	kindTooLarge         = problemKind{"payload-too-large", "The request body is too large", http.StatusRequestEntityTooLarge}
-	kindMediaType        = problemKind{"unsupported-media-type", "The request body must be application/json", http.StatusUnsupportedMediaType}
-	kindMethodNotAllowed = problemKind{"method-not-allowed", "The method is not allowed on this resource", http.StatusMethodNotAllowed}
-	kindRateLimited      = problemKind{"rate-limited", "Too many requests", http.StatusTooManyRequests}
-	kindUnavailable      = problemKind{"unavailable", "A dependency of the service is unavailable; retry later", http.StatusServiceUnavailable}
-	kindInternal         = problemKind{"internal", "Internal error", http.StatusInternalServerError}
+	kindMalformed      = problemKind{"malformed-request", "The request body is not a valid order document", http.StatusBadRequest}
+	kindValidation     = problemKind{"validation", "The order request has invalid fields", http.StatusUnprocessableEntity}
+	kindPriceOutOfBand = problemKind{"price-out-of-band", "The limit price is outside the instrument's price band", http.StatusUnprocessableEntity}
+	kindInvalidQuery   = problemKind{"invalid-query", "The query parameters are invalid", http.StatusBadRequest}
+	kindUnauthorized   = problemKind{"unauthorized", "A valid API key is required", http.StatusUnauthorized}
+	// The refusals of a key that requires signed requests.
+	kindSignatureRequired      = problemKind{"signature-required", "This API key requires signed requests", http.StatusUnauthorized}
+	kindSignatureInvalid       = problemKind{"signature-invalid", "The request signature is invalid", http.StatusUnauthorized}
+	kindSignatureOutsideWindow = problemKind{"signature-outside-window", "The request was signed too long before or after it arrived", http.StatusUnauthorized}
+	kindSignatureReplayed      = problemKind{"signature-replayed", "The signed request was received before", http.StatusUnauthorized}
+	kindForbidden              = problemKind{"forbidden", "The API key's scopes do not allow this request", http.StatusForbidden}
+	kindNotFound               = problemKind{"not-found", "Not found", http.StatusNotFound}
+	kindConflict               = problemKind{"idempotency-conflict", "The client order id was used for a different order", http.StatusConflict}
+	kindNotCancelable          = problemKind{"order-not-cancelable", "The order can no longer be canceled", http.StatusConflict}
+	kindTooLarge               = problemKind{"payload-too-large", "The request body is too large", http.StatusRequestEntityTooLarge}
+	kindMediaType              = problemKind{"unsupported-media-type", "The request body must be application/json", http.StatusUnsupportedMediaType}
+	kindMethodNotAllowed       = problemKind{"method-not-allowed", "The method is not allowed on this resource", http.StatusMethodNotAllowed}
+	kindRateLimited            = problemKind{"rate-limited", "Too many requests", http.StatusTooManyRequests}
+	kindUnavailable            = problemKind{"unavailable", "A dependency of the service is unavailable; retry later", http.StatusServiceUnavailable}
+	kindInternal               = problemKind{"internal", "Internal error", http.StatusInternalServerError}
 )
 
 // codePriceOutOfBand is the reject reason settlement writes for the same
@@ -88,6 +94,7 @@ func problemFor(err error) (Problem, error) {
 		outOfBand     *orders.PriceOutOfBandError
 		conflict      *orders.ConflictError
 		notCancelable *orders.NotCancelableError
+		missingScope  *orders.MissingScopeError
 		httpErr       *echo.HTTPError
 		notReplicated *emq.NotReplicatedError
 		problem       = func(kind problemKind, detail string) Problem {
@@ -124,6 +131,10 @@ func problemFor(err error) (Problem, error) {
 		return problem(kindNotFound, "no order with this id"), nil
 	case errors.Is(err, orders.ErrUnauthenticated):
 		return problem(kindUnauthorized, "the API key is unknown or revoked"), nil
+	case errors.As(err, &missingScope):
+		return problem(kindForbidden, fmt.Sprintf("this API key has scope %s; this request needs %s", missingScope.Have, missingScope.Need)), nil
+	case errors.Is(err, orders.ErrSigningUnavailable):
+		return problem(kindUnavailable, "this gateway cannot verify the API key's signatures now (the operator is told); retry later"), err
 	case errors.As(err, &notReplicated):
 		return problem(kindUnavailable, fmt.Sprintf("the order was queued but only %d of the %d Redis replicas asked for hold it yet; retry with the same client_order_id (the retry answers with the order if it survived)",
 			notReplicated.Acked, notReplicated.Wanted)), err

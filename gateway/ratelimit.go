@@ -20,13 +20,16 @@ const (
 	headerRateLimitReset     = "Ratelimit-Reset"
 )
 
-// keyBucket names an API key's rate-limit bucket: the first 128 bits of the key's
-// SHA-256 in hex, a prefix of the key_hash it is stored under, so an operator
-// can find the key behind a bucket. The key itself never reaches Redis or a
-// log.
-func keyBucket(key string) string {
+// keyBucketPrefix and the key's digest name an API key's rate-limit bucket.
+const keyBucketPrefix = "key:"
+
+// keyDigest is what an API key is named by in Redis, its rate-limit bucket
+// and its signatures' records: the first 128 bits of the key's SHA-256 in
+// hex, a prefix of the key_hash it is stored under, so an operator can find
+// the key behind a bucket. The key itself never reaches Redis or a log.
+func keyDigest(key string) string {
 	sum := sha256.Sum256([]byte(key))
-	return "key:" + hex.EncodeToString(sum[:16])
+	return hex.EncodeToString(sum[:16])
 }
 
 // rateLimit takes a permit from the authenticated key's bucket before the

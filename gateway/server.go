@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 )
 
@@ -37,11 +38,16 @@ type Config struct {
 	// RateLimitPerSecond is how many requests a second one API key may make
 	// sustained (the bucket's refill rate).
 	RateLimitPerSecond int
+	// SignatureWindow is how far from the gateway's clock, either way, a
+	// signed request's timestamp may be. Its signature is remembered twice
+	// as long, which covers every moment it is inside the window.
+	SignatureWindow time.Duration
 }
 
 // DefaultConfig is what the gateway runs with unless told otherwise.
 func DefaultConfig() Config {
-	return Config{BodyLimit: 16 << 10, RequestTimeout: 5 * time.Second, RateLimitBurst: 100, RateLimitPerSecond: 50}
+	return Config{BodyLimit: 16 << 10, RequestTimeout: 5 * time.Second, RateLimitBurst: 100, RateLimitPerSecond: 50,
+		SignatureWindow: 5 * time.Second}
 }
 
 // Validate reports a configuration the gateway would run badly with: a body
@@ -55,15 +61,26 @@ func (c Config) Validate() error {
 		return fmt.Errorf("body limit %d: want at least 1 byte", c.BodyLimit)
 	case c.RequestTimeout <= 0:
 		return fmt.Errorf("request timeout %s: want a positive duration", c.RequestTimeout)
+	case c.SignatureWindow <= 0:
+		return fmt.Errorf("signature window %s: want a positive duration", c.SignatureWindow)
 	case b < 0 || b > most || (b > 0 && (r < 1 || r > most)):
 		return fmt.Errorf("rate limit: burst %d and per-second %d must be whole numbers from 1 to %d (burst 0 turns the limit off)", b, r, most)
 	}
 	return nil
 }
 
-// Authenticator finds the account of an API key.
+// Authenticator finds what requests with an API key act as
+// (placement.KeyCache).
 type Authenticator interface {
-	Authenticate(ctx context.Context, key string) (account string, err error)
+	Authenticate(ctx context.Context, key string) (orders.Caller, error)
+}
+
+// SignatureRecord remembers the signatures of signed requests, so each is
+// accepted once (placement.Signatures).
+type SignatureRecord interface {
+	// FirstUse records the signature of the API key whose SHA-256 starts
+	// with digest for ttl, and reports whether it was not recorded yet.
+	FirstUse(ctx context.Context, digest string, signature []byte, ttl time.Duration) (bool, error)
 }
 
 // Probe is one readiness check.
@@ -77,7 +94,10 @@ type Deps struct {
 	Placer      *placement.Placer
 	Instruments *placement.Instruments
 	Accounts    Authenticator
-	Balances    BalanceReader
+	// Signatures remembers signed requests' signatures; without it, the
+	// requests of keys that require signatures are refused.
+	Signatures SignatureRecord
+	Balances   BalanceReader
 	// Depth reads instruments' books (postgres.Book).
 	Depth DepthReader
 	// Fills reads accounts' fills (postgres.Fills).
@@ -98,6 +118,7 @@ type Server struct {
 	placer      *placement.Placer
 	instruments *placement.Instruments
 	accounts    Authenticator
+	signatures  SignatureRecord
 	keys        KeyRecognizer
 	balances    BalanceReader
 	depth       DepthReader
@@ -134,6 +155,7 @@ func New(deps Deps, config Config) *Server {
 		placer:      deps.Placer,
 		instruments: deps.Instruments,
 		accounts:    deps.Accounts,
+		signatures:  deps.Signatures,
 		balances:    deps.Balances,
 		depth:       deps.Depth,
 		fills:       deps.Fills,
@@ -157,14 +179,16 @@ func New(deps Deps, config Config) *Server {
 	// limit runs after authentication: its buckets are per API key. A
 	// placement takes its permit in the admission (placeOrder). A request
 	// whose key may cost a lookup is limited before it (lookuplimit.go).
-	v1 := []echo.MiddlewareFunc{s.authenticate, s.rateLimit}
-	e.POST(placeOrderRoute, s.placeOrder, s.authenticate)
-	e.GET(placeOrderRoute, s.listOrders, v1...)
-	e.GET("/v1/orders/:id", s.getOrder, v1...)
-	e.DELETE("/v1/orders/:id", s.cancelOrder, v1...)
-	e.DELETE(placeOrderRoute, s.cancelAllOrders, v1...)
-	e.GET("/v1/balances", s.listBalances, v1...)
-	e.GET("/v1/fills", s.listFills, v1...)
+	// Reads need the key's read scope, places and cancels its trade scope.
+	read := []echo.MiddlewareFunc{s.authenticate(orders.ScopeRead), s.rateLimit}
+	trade := []echo.MiddlewareFunc{s.authenticate(orders.ScopeTrade), s.rateLimit}
+	e.POST(placeOrderRoute, s.placeOrder, trade[0])
+	e.GET(placeOrderRoute, s.listOrders, read...)
+	e.GET("/v1/orders/:id", s.getOrder, read...)
+	e.DELETE("/v1/orders/:id", s.cancelOrder, trade...)
+	e.DELETE(placeOrderRoute, s.cancelAllOrders, trade...)
+	e.GET("/v1/balances", s.listBalances, read...)
+	e.GET("/v1/fills", s.listFills, read...)
 	// Public market data: no API key. The instruments come from memory; the
 	// book is read from PostgreSQL, so it is limited per client address.
 	e.GET("/v1/instruments", s.listInstruments)

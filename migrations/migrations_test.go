@@ -172,3 +172,63 @@ func TestClientOrderIDGuardMarksEarlierDuplicates(t *testing.T) {
 		t.Error("a second holder of the pair was inserted")
 	}
 }
+
+// TestKeyScopesAndSigning: keys issued before migration 0009 keep what
+// they could do (every scope, no signing); going back down revokes the
+// keys that are narrower than that (a scope short, or signed), so a
+// downgrade never lets a key do more than it was issued for.
+func TestKeyScopesAndSigning(t *testing.T) {
+	ctx := context.Background()
+	database := testserver.Postgres(t)
+	db := database.Pool(t)
+	if err := migrations.UpTo(database.URL, 7); err != nil {
+		t.Fatal(err)
+	}
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := db.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec(`INSERT INTO accounts (id, name, kind) VALUES ('ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1', 'old', 'customer')`)
+	exec(`INSERT INTO api_keys (id, account_id, key_hash) VALUES ('KEY_01J9Z7W2X3Y4Z5A6B7C8D9E0F0', 'ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1', sha256('old'))`)
+	if err := migrations.Up(database.URL); err != nil {
+		t.Fatal(err)
+	}
+	var scopes []string
+	var sealed []byte
+	if err := db.QueryRow(ctx, `SELECT scopes, signing_secret_sealed FROM api_keys WHERE id = 'KEY_01J9Z7W2X3Y4Z5A6B7C8D9E0F0'`).Scan(&scopes, &sealed); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(scopes, ",") != "read,trade" || sealed != nil {
+		t.Errorf("a key from before: scopes %v, sealed secret %x; want read and trade, none", scopes, sealed)
+	}
+	keys := []struct {
+		id, scopes string
+		sealed     []byte
+		revoked    bool
+	}{
+		{"KEY_01J9Z7W2X3Y4Z5A6B7C8D9E0F2", "{read,trade}", nil, false},
+		{"KEY_01J9Z7W2X3Y4Z5A6B7C8D9E0F3", "{read}", nil, true},
+		{"KEY_01J9Z7W2X3Y4Z5A6B7C8D9E0F4", "{trade,read}", make([]byte, 60), true},
+	}
+	for _, key := range keys {
+		exec(`INSERT INTO api_keys (id, account_id, key_hash, scopes, signing_secret_sealed)
+			VALUES ($1, 'ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1', sha256(convert_to($1::text, 'UTF8')), $2, $3)`, key.id, key.scopes, key.sealed)
+	}
+	for _, refused := range []string{`{}`, `{read,write}`} {
+		if _, err := db.Exec(ctx, `INSERT INTO api_keys (id, account_id, key_hash, scopes)
+			VALUES ('KEY_01J9Z7W2X3Y4Z5A6B7C8D9E0F5', 'ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1', sha256('refused'), $1)`, refused); err == nil {
+			t.Errorf("a key with scopes %s was stored", refused)
+		}
+	}
+	if err := migrations.UpTo(database.URL, 7); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range keys {
+		var revoked bool
+		if err := db.QueryRow(ctx, `SELECT revoked_at IS NOT NULL FROM api_keys WHERE id = $1`, key.id).Scan(&revoked); err != nil || revoked != key.revoked {
+			t.Errorf("%s with scopes %s after going down: revoked %v, %v; want %v", key.id, key.scopes, revoked, err, key.revoked)
+		}
+	}
+}

@@ -70,7 +70,24 @@ var (
 	ErrNoAccount = errors.New("orders: no such account")
 	// ErrNoKey: no API key has the id, or it is revoked already.
 	ErrNoKey = errors.New("orders: no such active API key")
+	// ErrForbidden: the API key is valid but may not do what was asked
+	// (MissingScopeError is one).
+	ErrForbidden = errors.New("orders: the API key may not do this")
+	// ErrSigningUnavailable: the API key's requests must be signed, and
+	// this process cannot open the key's signing secret to verify them.
+	ErrSigningUnavailable = errors.New("orders: the API key's signing secret cannot be opened here")
 )
+
+// MissingScopeError: the API key lacks a scope the request needs.
+type MissingScopeError struct {
+	Need, Have Scopes
+}
+
+func (e *MissingScopeError) Error() string {
+	return fmt.Sprintf("orders: the API key has scope %s, the request needs %s", e.Have, e.Need)
+}
+
+func (e *MissingScopeError) Is(target error) bool { return target == ErrForbidden }
 
 // ErrInvalidQuery: a ListQuery out of its bounds. The gateway checks queries
 // before they get here, so this means a caller's bug, not a client's mistake.

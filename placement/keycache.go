@@ -13,6 +13,7 @@ import (
 
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/signing"
 )
 
 // APIKeysTable names API keys in coherence: a revocation goes by the
@@ -46,7 +47,9 @@ const maxCachedKeys = 100_000
 const maxUnknownKeys = 10_000
 
 // KeyCache answers Authenticate from memory for ttl after it asked
-// PostgreSQL, so a request does not cost a database round trip. A revoked
+// PostgreSQL, so a request does not cost a database round trip. It opens a
+// key's sealed signing secret as it takes the key in, so the secret is
+// held in clear only in memory. A revoked
 // key stops working at once on every gateway that hears the revocation
 // broadcast (FollowRevocations), and within ttl on one that does not. Keys
 // found unknown are remembered as well, so a client hammering with a revoked
@@ -62,7 +65,9 @@ const maxUnknownKeys = 10_000
 // working through the outage until the window ends rather than a ttl after
 // its revocation.
 type KeyCache struct {
-	accounts     KeyLookup
+	accounts KeyLookup
+	// sealer opens signing secrets; nil opens none.
+	sealer       *signing.Sealer
 	ttl          time.Duration
 	staleIfError time.Duration
 	now          func() time.Time
@@ -80,7 +85,7 @@ type KeyCache struct {
 }
 
 type cachedKey struct {
-	account string // empty: the key is unknown or revoked
+	caller orders.Caller // Account empty: the key is unknown or revoked
 	// expires is when the key is next looked up.
 	expires time.Time
 	// confirmed is when PostgreSQL last gave this answer.
@@ -97,10 +102,18 @@ func StaleIfError(window time.Duration) KeyCacheOption {
 	return func(c *KeyCache) { c.staleIfError = max(window, 0) }
 }
 
-// KeyLookup finds the account of an active API key by the key's hash
-// (postgres.Accounts).
+// OpenSecretsWith opens keys' sealed signing secrets with sealer. Without
+// it, or when a secret does not open with it, a key that requires
+// signatures is still recognized but has no secret (orders.Caller), and
+// the gateway refuses its requests.
+func OpenSecretsWith(sealer *signing.Sealer) KeyCacheOption {
+	return func(c *KeyCache) { c.sealer = sealer }
+}
+
+// KeyLookup finds an active API key by the key's hash (postgres.Accounts):
+// orders.ErrUnauthenticated when it is unknown or revoked.
 type KeyLookup interface {
-	AccountOf(ctx context.Context, hash [sha256.Size]byte) (string, error)
+	Key(ctx context.Context, hash [sha256.Size]byte) (orders.ActiveKey, error)
 }
 
 // ActiveKeyLister lists the active API keys, newest first, at most most
@@ -116,30 +129,49 @@ type ActiveKeyLister interface {
 // taking a lookup permit (behind one proxy address, at that address's
 // rate). Follow revocations first: a revocation heard while the keys are
 // read drops the whole load, and the keys are then learned one lookup at
-// a time as before.
-func (c *KeyCache) Preload(ctx context.Context) (int, error) {
+// a time as before. unverifiable counts the keys loaded that require
+// signatures whose secrets did not open (no or another encryption key).
+func (c *KeyCache) Preload(ctx context.Context) (loaded, unverifiable int, err error) {
 	lister, ok := c.accounts.(ActiveKeyLister)
 	if !ok {
-		return 0, nil
+		return 0, 0, nil
 	}
 	c.mu.Lock()
 	revocations := c.revocations
 	c.mu.Unlock()
 	keys, err := lister.ActiveKeys(ctx, maxCachedKeys)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
+	}
+	callers := make([]orders.Caller, len(keys))
+	for i, key := range keys {
+		callers[i] = c.callerOf(key)
+		if callers[i].Signed && callers[i].SigningSecret == "" {
+			unverifiable++
+		}
 	}
 	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.revocations != revocations {
-		return 0, nil
+		return 0, 0, nil
 	}
 	// Oldest first, so the newest keys are the most recently used.
 	for i := len(keys) - 1; i >= 0; i-- {
-		c.put(keys[i].Hash, cachedKey{account: keys[i].Account, expires: now.Add(c.ttl), confirmed: now})
+		c.put(keys[i].Hash, cachedKey{caller: callers[i], expires: now.Add(c.ttl), confirmed: now})
 	}
-	return len(keys), nil
+	return len(keys), unverifiable, nil
+}
+
+// callerOf is what requests with the key act as, its signing secret opened.
+func (c *KeyCache) callerOf(key orders.ActiveKey) orders.Caller {
+	caller := orders.Caller{Account: key.Account, Scopes: key.Scopes, Signed: key.SealedSecret != nil}
+	if caller.Signed && c.sealer != nil {
+		// A secret that does not open leaves SigningSecret empty, which
+		// refuses the key's requests rather than letting them in unsigned.
+		caller.SigningSecret, _ = c.sealer.Open(key.SealedSecret, key.ID)
+	}
+	return caller
 }
 
 // NewKeyCache caches accounts' answers for ttl (DefaultKeyCacheTTL when ≤ 0).
@@ -174,7 +206,7 @@ func (c *KeyCache) entry(hash [sha256.Size]byte) (cachedKey, bool) {
 // put stores an answer in the cache its kind goes to, and drops the key
 // from the other. The caller holds mu.
 func (c *KeyCache) put(hash [sha256.Size]byte, entry cachedKey) {
-	if entry.account == "" {
+	if entry.caller.Account == "" {
 		c.active.Remove(hash)
 		c.unknown.Add(hash, entry)
 		return
@@ -210,19 +242,16 @@ func (c *KeyCache) NeedsLookup(key string) bool {
 // PostgreSQL did not answer.
 func (c *KeyCache) StaleAnswers() uint64 { return c.staleAnswers.Load() }
 
-// Authenticate returns the account an active API key belongs to.
-func (c *KeyCache) Authenticate(ctx context.Context, key string) (string, error) {
+// Authenticate returns what requests with an active API key act as.
+func (c *KeyCache) Authenticate(ctx context.Context, key string) (orders.Caller, error) {
 	hash, ok := orders.KeyHash(key)
 	if !ok {
-		return "", orders.ErrUnauthenticated
+		return orders.Caller{}, orders.ErrUnauthenticated
 	}
 	now := c.now()
 	entry, found := c.entry(hash)
 	if found && now.Before(entry.expires) {
-		if entry.account == "" {
-			return "", orders.ErrUnauthenticated
-		}
-		return entry.account, nil
+		return entry.caller, entry.err()
 	}
 	c.mu.Lock()
 	revocations := c.revocations
@@ -234,21 +263,25 @@ func (c *KeyCache) Authenticate(ctx context.Context, key string) (string, error)
 		lookupCtx, cancel = context.WithTimeout(ctx, staleLookupTimeout)
 		defer cancel()
 	}
-	account, err := c.accounts.AccountOf(lookupCtx, hash)
+	active, err := c.accounts.Key(lookupCtx, hash)
 	if err != nil && !errors.Is(err, orders.ErrUnauthenticated) {
 		if stale && ctx.Err() == nil {
 			if answer, ok := c.answerStale(hash, revocations, now); ok {
-				return answer.account, answer.err()
+				return answer.caller, answer.err()
 			}
 		}
-		return "", err
+		return orders.Caller{}, err
+	}
+	var caller orders.Caller
+	if err == nil {
+		caller = c.callerOf(active)
 	}
 	c.mu.Lock()
 	if c.revocations == revocations {
-		c.put(hash, cachedKey{account: account, expires: now.Add(c.ttl), confirmed: now})
+		c.put(hash, cachedKey{caller: caller, expires: now.Add(c.ttl), confirmed: now})
 	}
 	c.mu.Unlock()
-	return account, err
+	return caller, err
 }
 
 // answerStale answers from the key's copy after a failed lookup, unless a
@@ -271,7 +304,7 @@ func (c *KeyCache) answerStale(hash [sha256.Size]byte, revocations uint64, now t
 }
 
 func (k cachedKey) err() error {
-	if k.account == "" {
+	if k.caller.Account == "" {
 		return orders.ErrUnauthenticated
 	}
 	return nil

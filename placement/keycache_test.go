@@ -49,15 +49,15 @@ func TestKeyCacheServesFromMemoryUntilRevoked(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, err := cache.Authenticate(ctx, key); err != nil || got != account {
-				t.Fatalf("authenticate = %q, %v; want %s", got, err, account)
+			if got, err := cache.Authenticate(ctx, key); err != nil || got.Account != account {
+				t.Fatalf("authenticate = %q, %v; want %s", got.Account, err, account)
 			}
 			// Revoked behind the cache's back: the copy still answers.
 			if _, err := db.Exec(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1`, keyID); err != nil {
 				t.Fatal(err)
 			}
-			if got, err := cache.Authenticate(ctx, key); err != nil || got != account {
-				t.Fatalf("cached authenticate = %q, %v; want %s from memory", got, err, account)
+			if got, err := cache.Authenticate(ctx, key); err != nil || got.Account != account {
+				t.Fatalf("cached authenticate = %q, %v; want %s from memory", got.Account, err, account)
 			}
 			if tt.broadcast {
 				if _, err := db.Exec(ctx, `UPDATE api_keys SET revoked_at = NULL WHERE id = $1`, keyID); err != nil {
@@ -128,8 +128,8 @@ func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
 			cache := placement.NewKeyCache(postgres.NewAccounts(lookups), ttl, placement.StaleIfError(tt.window))
 			followRevocations(t, cache, caches)
 			unknown := "ogk_" + strings.Repeat("x", 40)
-			if got, err := cache.Authenticate(ctx, key); err != nil || got != account {
-				t.Fatalf("authenticate = %q, %v; want %s", got, err, account)
+			if got, err := cache.Authenticate(ctx, key); err != nil || got.Account != account {
+				t.Fatalf("authenticate = %q, %v; want %s", got.Account, err, account)
 			}
 			if _, err := cache.Authenticate(ctx, unknown); !errors.Is(err, orders.ErrUnauthenticated) {
 				t.Fatalf("unknown key: %v, want ErrUnauthenticated", err)
@@ -149,10 +149,10 @@ func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
 			}
 			got, err := cache.Authenticate(ctx, key)
 			switch {
-			case tt.wantStale && (err != nil || got != account):
-				t.Fatalf("during the outage = %q, %v; want %s from the stale copy", got, err, account)
+			case tt.wantStale && (err != nil || got.Account != account):
+				t.Fatalf("during the outage = %q, %v; want %s from the stale copy", got.Account, err, account)
 			case !tt.wantStale && !errors.Is(err, tt.wantErrKey):
-				t.Fatalf("during the outage = %q, %v; want %v", got, err, tt.wantErrKey)
+				t.Fatalf("during the outage = %q, %v; want %v", got.Account, err, tt.wantErrKey)
 			}
 			if !tt.wantStale {
 				return
@@ -162,8 +162,8 @@ func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
 			}
 			before := cache.StaleAnswers()
 			for range 5 {
-				if got, err := cache.Authenticate(ctx, key); err != nil || got != account {
-					t.Fatalf("again during the outage = %q, %v", got, err)
+				if got, err := cache.Authenticate(ctx, key); err != nil || got.Account != account {
+					t.Fatalf("again during the outage = %q, %v", got.Account, err)
 				}
 			}
 			if after := cache.StaleAnswers(); after != before {
@@ -199,12 +199,12 @@ type mapLookup struct {
 	n        atomic.Int64
 }
 
-func (l *mapLookup) AccountOf(_ context.Context, hash [sha256.Size]byte) (string, error) {
+func (l *mapLookup) Key(_ context.Context, hash [sha256.Size]byte) (orders.ActiveKey, error) {
 	l.n.Add(1)
 	if account, ok := l.accounts[hash]; ok {
-		return account, nil
+		return orders.ActiveKey{Hash: hash, Account: account, Scopes: orders.AllScopes}, nil
 	}
-	return "", orders.ErrUnauthenticated
+	return orders.ActiveKey{}, orders.ErrUnauthenticated
 }
 
 // TestKeyCacheKeepsCustomersThroughAFloodOfMadeUpKeys: made-up keys,
@@ -219,8 +219,8 @@ func TestKeyCacheKeepsCustomersThroughAFloodOfMadeUpKeys(t *testing.T) {
 	if cache.Recognizes(customer) {
 		t.Fatal("the cache recognizes a key never looked up")
 	}
-	if got, err := cache.Authenticate(ctx, customer); err != nil || got != "ACC_CUSTOMER" {
-		t.Fatalf("authenticate = %q, %v", got, err)
+	if got, err := cache.Authenticate(ctx, customer); err != nil || got.Account != "ACC_CUSTOMER" {
+		t.Fatalf("authenticate = %q, %v", got.Account, err)
 	}
 	for i := range 250_000 {
 		if _, err := cache.Authenticate(ctx, fmt.Sprintf("%smade-up-%d", orders.APIKeyPrefix, i)); !errors.Is(err, orders.ErrUnauthenticated) {
@@ -231,8 +231,8 @@ func TestKeyCacheKeepsCustomersThroughAFloodOfMadeUpKeys(t *testing.T) {
 	if !cache.Recognizes(customer) || cache.Recognizes(orders.APIKeyPrefix+"made-up-249999") {
 		t.Errorf("after the flood the cache does not recognize the customer, or recognizes a made-up key")
 	}
-	if got, err := cache.Authenticate(ctx, customer); err != nil || got != "ACC_CUSTOMER" || lookup.n.Load() != looked {
-		t.Errorf("the customer after the flood: %q, %v, %d more lookups; want none", got, err, lookup.n.Load()-looked)
+	if got, err := cache.Authenticate(ctx, customer); err != nil || got.Account != "ACC_CUSTOMER" || lookup.n.Load() != looked {
+		t.Errorf("the customer after the flood: %q, %v, %d more lookups; want none", got.Account, err, lookup.n.Load()-looked)
 	}
 	// The most recent made-up key is still remembered unknown; the first
 	// was evicted and costs a lookup again.
@@ -251,9 +251,9 @@ type countingAccounts struct {
 	n atomic.Int64
 }
 
-func (c *countingAccounts) AccountOf(ctx context.Context, hash [sha256.Size]byte) (string, error) {
+func (c *countingAccounts) Key(ctx context.Context, hash [sha256.Size]byte) (orders.ActiveKey, error) {
 	c.n.Add(1)
-	return c.Accounts.AccountOf(ctx, hash)
+	return c.Accounts.Key(ctx, hash)
 }
 
 // TestKeyCachePreloadsActiveKeys: after Preload the active keys are
@@ -284,15 +284,15 @@ func TestKeyCachePreloadsActiveKeys(t *testing.T) {
 	}
 	counting := &countingAccounts{Accounts: accounts}
 	cache := placement.NewKeyCache(counting, time.Hour)
-	if loaded, err := cache.Preload(ctx); err != nil || loaded != 2 {
-		t.Fatalf("Preload = %d, %v; want the 2 active keys", loaded, err)
+	if loaded, unverifiable, err := cache.Preload(ctx); err != nil || loaded != 2 || unverifiable != 0 {
+		t.Fatalf("Preload = %d (%d unverifiable), %v; want the 2 active keys", loaded, unverifiable, err)
 	}
 	for _, key := range keys[:2] {
 		if !cache.Recognizes(key) {
 			t.Errorf("an active key is not recognized after Preload")
 		}
-		if got, err := cache.Authenticate(ctx, key); err != nil || got != account {
-			t.Errorf("authenticate = %q, %v", got, err)
+		if got, err := cache.Authenticate(ctx, key); err != nil || got.Account != account {
+			t.Errorf("authenticate = %q, %v", got.Account, err)
 		}
 	}
 	if cache.Recognizes(keys[2]) {

@@ -12,7 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/oklog/ulid/v2"
+
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/signing"
 )
 
 var (
@@ -22,21 +24,44 @@ var (
 	apiKeyIssueSQL string
 	//go:embed sql/api_key_revoke.sql
 	apiKeyRevokeSQL string
-	//go:embed sql/api_key_account.sql
-	apiKeyAccountSQL string
+	//go:embed sql/api_key_active.sql
+	apiKeyActiveSQL string
 	//go:embed sql/api_keys_active.sql
 	apiKeysActiveSQL string
 )
 
 // Accounts keeps accounts and their API keys in PostgreSQL. A key is stored
 // only as its SHA-256, so a database leak does not leak keys, and a key is
-// found by its hash, so no comparison of secrets runs in variable time.
+// found by its hash, so no comparison of secrets runs in variable time. A
+// key's signing secret is stored only sealed (signing.Sealer).
 type Accounts struct {
 	db *pgxpool.Pool
+	// sealer seals the signing secrets of keys issued Signed; nil issues
+	// none.
+	sealer *signing.Sealer
 }
 
+// AccountsOption configures Accounts.
+type AccountsOption func(*Accounts)
+
+// SealSecretsWith seals the signing secrets of keys issued with
+// KeySpec.Signed under sealer; without it such keys are refused.
+func SealSecretsWith(sealer *signing.Sealer) AccountsOption {
+	return func(a *Accounts) { a.sealer = sealer }
+}
+
+// ErrNoSealer: a key that requires signatures was asked of Accounts made
+// without SealSecretsWith.
+var ErrNoSealer = errors.New("postgres: a key that requires signatures needs an encryption key to seal its secret (SIGNING_KEY_ENCRYPTION_KEY)")
+
 // NewAccounts uses db.
-func NewAccounts(db *pgxpool.Pool) *Accounts { return &Accounts{db: db} }
+func NewAccounts(db *pgxpool.Pool, opts ...AccountsOption) *Accounts {
+	a := &Accounts{db: db}
+	for _, opt := range opts {
+		opt(a)
+	}
+	return a
+}
 
 // Create makes a customer account and returns its ACC id.
 func (a *Accounts) Create(ctx context.Context, name string) (string, error) {
@@ -47,24 +72,52 @@ func (a *Accounts) Create(ctx context.Context, name string) (string, error) {
 	return id, nil
 }
 
-// IssueKey makes a new API key for the account. The key itself is returned
-// once and never stored.
+// IssueKey makes a new API key for the account with every scope and no
+// signing, as most callers want: IssueKeyFor with orders.AllScopes.
 func (a *Accounts) IssueKey(ctx context.Context, account string) (keyID, key string, err error) {
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
-		return "", "", fmt.Errorf("orders: issue key: %w", err)
+	issued, err := a.IssueKeyFor(ctx, account, orders.KeySpec{Scopes: orders.AllScopes})
+	return issued.ID, issued.Key, err
+}
+
+// IssueKeyFor makes a new API key for the account as spec says. The key and
+// its signing secret are returned once: the key is stored as its hash, the
+// secret sealed.
+func (a *Accounts) IssueKeyFor(ctx context.Context, account string, spec orders.KeySpec) (orders.IssuedKey, error) {
+	if err := spec.Scopes.Check(); err != nil {
+		return orders.IssuedKey{}, fmt.Errorf("orders: issue key: %w", err)
 	}
-	key = orders.APIKeyPrefix + base64.RawURLEncoding.EncodeToString(secret)
-	keyID = "KEY_" + ulid.Make().String()
-	hash := sha256.Sum256([]byte(key))
-	tag, err := a.db.Exec(ctx, apiKeyIssueSQL, keyID, account, hash[:])
+	if spec.Signed && a.sealer == nil {
+		return orders.IssuedKey{}, ErrNoSealer
+	}
+	random := make([]byte, 32)
+	if _, err := rand.Read(random); err != nil {
+		return orders.IssuedKey{}, fmt.Errorf("orders: issue key: %w", err)
+	}
+	issued := orders.IssuedKey{
+		ID:     "KEY_" + ulid.Make().String(),
+		Key:    orders.APIKeyPrefix + base64.RawURLEncoding.EncodeToString(random),
+		Scopes: spec.Scopes,
+	}
+	var sealed []byte
+	if spec.Signed {
+		secret, err := signing.NewSecret()
+		if err != nil {
+			return orders.IssuedKey{}, fmt.Errorf("orders: issue key: %w", err)
+		}
+		if sealed, err = a.sealer.Seal(secret, issued.ID); err != nil {
+			return orders.IssuedKey{}, fmt.Errorf("orders: issue key: %w", err)
+		}
+		issued.SigningSecret = secret
+	}
+	hash := sha256.Sum256([]byte(issued.Key))
+	tag, err := a.db.Exec(ctx, apiKeyIssueSQL, issued.ID, account, hash[:], spec.Scopes.Names(), sealed)
 	if err != nil {
-		return "", "", fmt.Errorf("orders: issue key: %w", err)
+		return orders.IssuedKey{}, fmt.Errorf("orders: issue key: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return "", "", fmt.Errorf("%w: %s", orders.ErrNoAccount, account)
+		return orders.IssuedKey{}, fmt.Errorf("%w: %s", orders.ErrNoAccount, account)
 	}
-	return keyID, key, nil
+	return issued, nil
 }
 
 // RevokeKey revokes an API key by its KEY id and returns the key's hash,
@@ -80,26 +133,18 @@ func (a *Accounts) RevokeKey(ctx context.Context, keyID string) (hash []byte, er
 	return hash, nil
 }
 
-// Authenticate returns the account an active API key belongs to.
-func (a *Accounts) Authenticate(ctx context.Context, key string) (string, error) {
-	hash, ok := orders.KeyHash(key)
-	if !ok {
-		return "", orders.ErrUnauthenticated
-	}
-	return a.AccountOf(ctx, hash)
-}
-
-// AccountOf returns the account of the active API key with the hash.
-func (a *Accounts) AccountOf(ctx context.Context, hash [sha256.Size]byte) (string, error) {
-	var account string
-	err := a.db.QueryRow(ctx, apiKeyAccountSQL, hash[:]).Scan(&account)
+// Key returns the active API key with the hash (orders.ErrUnauthenticated
+// when it is unknown or revoked).
+func (a *Accounts) Key(ctx context.Context, hash [sha256.Size]byte) (orders.ActiveKey, error) {
+	key := orders.ActiveKey{Hash: hash}
+	err := scanKey(a.db.QueryRow(ctx, apiKeyActiveSQL, hash[:]), &key)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", orders.ErrUnauthenticated
+		return orders.ActiveKey{}, orders.ErrUnauthenticated
 	}
 	if err != nil {
-		return "", fmt.Errorf("%w: authenticate: %w", orders.ErrUnavailable, err)
+		return orders.ActiveKey{}, fmt.Errorf("%w: authenticate: %w", orders.ErrUnavailable, err)
 	}
-	return account, nil
+	return key, nil
 }
 
 // ActiveKeys lists the active API keys, newest first, at most most.
@@ -111,7 +156,7 @@ func (a *Accounts) ActiveKeys(ctx context.Context, most int) ([]orders.ActiveKey
 	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (orders.ActiveKey, error) {
 		var key orders.ActiveKey
 		var hash []byte
-		if err := row.Scan(&hash, &key.Account); err != nil {
+		if err := scanKey(row, &key, &hash); err != nil {
 			return key, err
 		}
 		if copy(key.Hash[:], hash) != len(key.Hash) {
@@ -123,4 +168,17 @@ func (a *Accounts) ActiveKeys(ctx context.Context, most int) ([]orders.ActiveKey
 		return nil, fmt.Errorf("%w: list active keys: %w", orders.ErrUnavailable, err)
 	}
 	return keys, nil
+}
+
+// scanKey reads a key's columns into key: first what leading names (the
+// hash, where a query returns it), then the id, account, scopes and sealed
+// secret.
+func scanKey(row pgx.Row, key *orders.ActiveKey, leading ...any) error {
+	var scopes []string
+	if err := row.Scan(append(leading, &key.ID, &key.Account, &scopes, &key.SealedSecret)...); err != nil {
+		return err
+	}
+	var err error
+	key.Scopes, err = orders.ParseScopes(scopes)
+	return err
 }

@@ -1,7 +1,9 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"os"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/signing"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
@@ -34,8 +37,15 @@ func TestKeysAuthenticateUntilRevoked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := accounts.Authenticate(ctx, key); err != nil || got != account {
-		t.Fatalf("authenticate = %q, %v", got, err)
+	authenticate := func(key string) (orders.ActiveKey, error) {
+		hash, ok := orders.KeyHash(key)
+		if !ok {
+			return orders.ActiveKey{}, orders.ErrUnauthenticated
+		}
+		return accounts.Key(ctx, hash)
+	}
+	if got, err := authenticate(key); err != nil || got.Account != account || got.ID != keyID || got.Scopes != orders.AllScopes || got.SealedSecret != nil {
+		t.Fatalf("authenticate = %+v, %v; want %s with every scope, unsigned", got, err, account)
 	}
 	var stored int
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM api_keys WHERE key_hash = convert_to($1, 'UTF8') OR id = $1`, key).Scan(&stored); err != nil || stored != 0 {
@@ -44,19 +54,97 @@ func TestKeysAuthenticateUntilRevoked(t *testing.T) {
 	if _, err := accounts.RevokeKey(ctx, keyID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := accounts.Authenticate(ctx, key); !errors.Is(err, orders.ErrUnauthenticated) {
+	if _, err := authenticate(key); !errors.Is(err, orders.ErrUnauthenticated) {
 		t.Errorf("revoked key: %v", err)
 	}
 	if _, err := accounts.RevokeKey(ctx, keyID); !errors.Is(err, orders.ErrNoKey) {
 		t.Errorf("second revoke: %v", err)
 	}
 	for _, bad := range []string{"", "ogk_", key + "x", strings.ToUpper(key)} {
-		if _, err := accounts.Authenticate(ctx, bad); !errors.Is(err, orders.ErrUnauthenticated) {
+		if _, err := authenticate(bad); !errors.Is(err, orders.ErrUnauthenticated) {
 			t.Errorf("key %q: %v", bad, err)
 		}
 	}
 	if _, _, err := accounts.IssueKey(ctx, orders.VenueAccount); !errors.Is(err, orders.ErrNoAccount) {
 		t.Errorf("a key for the venue account: %v", err)
+	}
+}
+
+// TestIssuedKeysKeepScopesAndSealedSecrets: a key is stored with the
+// scopes it was issued for, and a signed key's secret only sealed: the row
+// holds no trace of it, and it opens under the encryption key, for that key
+// alone.
+func TestIssuedKeysKeepScopesAndSealedSecrets(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	sealer, err := signing.NewSealer(bytes.Repeat([]byte{7}, signing.EncryptionKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	accounts := postgres.NewAccounts(db, postgres.SealSecretsWith(sealer))
+	account, err := accounts.Create(ctx, "dana")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		spec orders.KeySpec
+	}{
+		{"read only", orders.KeySpec{Scopes: orders.ScopeRead}},
+		{"trade only, signed", orders.KeySpec{Scopes: orders.ScopeTrade, Signed: true}},
+		{"both, signed", orders.KeySpec{Scopes: orders.AllScopes, Signed: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			issued, err := accounts.IssueKeyFor(ctx, account, tt.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.spec.Signed != strings.HasPrefix(issued.SigningSecret, signing.SecretPrefix) {
+				t.Fatalf("issued signing secret %q for %+v", issued.SigningSecret, tt.spec)
+			}
+			hash, _ := orders.KeyHash(issued.Key)
+			key, err := accounts.Key(ctx, hash)
+			if err != nil || key.ID != issued.ID || key.Scopes != tt.spec.Scopes || (key.SealedSecret != nil) != tt.spec.Signed {
+				t.Fatalf("stored %+v, %v; want %s with %s", key, err, issued.ID, tt.spec.Scopes)
+			}
+			var row string
+			if err := db.QueryRow(ctx, `SELECT row_to_json(k)::text || encode(coalesce(signing_secret_sealed, ''), 'escape') FROM api_keys k WHERE id = $1`,
+				issued.ID).Scan(&row); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(row, issued.ID) {
+				t.Fatalf("read the wrong row: %s", row)
+			}
+			if !tt.spec.Signed {
+				return
+			}
+			secretPart := strings.TrimPrefix(issued.SigningSecret, signing.SecretPrefix)
+			if strings.Contains(row, secretPart) || strings.Contains(row, hex.EncodeToString([]byte(secretPart))) {
+				t.Errorf("the signing secret is stored in clear: %s", row)
+			}
+			if opened, err := sealer.Open(key.SealedSecret, key.ID); err != nil || opened != issued.SigningSecret {
+				t.Errorf("the sealed secret opens to %q, %v; want the issued one", opened, err)
+			}
+		})
+	}
+	refusals := []struct {
+		name     string
+		accounts *postgres.Accounts
+		spec     orders.KeySpec
+		want     error
+	}{
+		{"no scope", accounts, orders.KeySpec{}, nil},
+		{"a scope that does not exist", accounts, orders.KeySpec{Scopes: 1 << 5}, nil},
+		{"signed without an encryption key", postgres.NewAccounts(db), orders.KeySpec{Scopes: orders.AllScopes, Signed: true}, postgres.ErrNoSealer},
+	}
+	for _, tt := range refusals {
+		t.Run(tt.name, func(t *testing.T) {
+			issued, err := tt.accounts.IssueKeyFor(ctx, account, tt.spec)
+			if err == nil || (tt.want != nil && !errors.Is(err, tt.want)) {
+				t.Errorf("issued %+v, %v; want refused (%v)", issued, err, tt.want)
+			}
+		})
 	}
 }
 

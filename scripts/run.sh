@@ -7,7 +7,8 @@
 # Ctrl-C stops everything this script started.
 #
 # Settings (environment): REDIS_URL, REDIS_PORT (6380), DATABASE_URL,
-# PG_PORT (5433), GATEWAY_ADDR (127.0.0.1:8080), GATEWAY_METRICS_ADDR
+# PG_PORT (5433), SIGNING_KEY_ENCRYPTION_KEY (one kept in
+# .state/signing.key), GATEWAY_ADDR (127.0.0.1:8080), GATEWAY_METRICS_ADDR
 # (127.0.0.1:9090) and WORKER_METRICS_ADDR (127.0.0.1:9091): each process's
 # METRICS_ADDR, named apart since both read the one variable (empty serves
 # no metrics).
@@ -207,6 +208,16 @@ go build -o bin/ ./cmd/gateway ./cmd/worker ./cmd/admin ./cmd/inspect ./cmd/mark
 log "migrating the database"
 bin/admin migrate
 
+# The key signing secrets are sealed under, for bin/admin issue-key -signed
+# and the gateway; kept with the data it seals.
+if [[ -z ${SIGNING_KEY_ENCRYPTION_KEY:-} ]]; then
+	if [[ ! -s $state_dir/signing.key ]]; then
+		(umask 077 && head -c 32 /dev/urandom | base64 >"$state_dir/signing.key")
+	fi
+	SIGNING_KEY_ENCRYPTION_KEY=$(<"$state_dir/signing.key")
+fi
+export SIGNING_KEY_ENCRYPTION_KEY
+
 demo_output=$(bin/admin demo)
 account_id=$(sed -n 's/^account=//p' <<<"$demo_output")
 api_key=$(sed -n 's/^api_key=//p' <<<"$demo_output")
@@ -256,6 +267,10 @@ Then look it up with the id from the answer, and see the balances it moved:
 
 curl -sS http://$GATEWAY_ADDR/v1/orders/<order_id> -H "Authorization: Bearer $api_key"
 curl -sS http://$GATEWAY_ADDR/v1/balances -H "Authorization: Bearer $api_key"
+
+A key whose requests must be signed (README, Using the API):
+
+DATABASE_URL='$DATABASE_URL' SIGNING_KEY_ENCRYPTION_KEY=\$(cat .state/signing.key) bin/admin issue-key -signed $account_id
 
 Press Ctrl-C to stop.
 EOF

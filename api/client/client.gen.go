@@ -193,25 +193,32 @@ func (e ProblemCode) Valid() bool {
 
 // Defines values for ProblemType.
 const (
-	ProblemTypeIdempotencyConflict  ProblemType = "urn:ordergate:problem:idempotency-conflict"
-	ProblemTypeInternal             ProblemType = "urn:ordergate:problem:internal"
-	ProblemTypeInvalidQuery         ProblemType = "urn:ordergate:problem:invalid-query"
-	ProblemTypeMalformedRequest     ProblemType = "urn:ordergate:problem:malformed-request"
-	ProblemTypeMethodNotAllowed     ProblemType = "urn:ordergate:problem:method-not-allowed"
-	ProblemTypeNotFound             ProblemType = "urn:ordergate:problem:not-found"
-	ProblemTypeOrderNotCancelable   ProblemType = "urn:ordergate:problem:order-not-cancelable"
-	ProblemTypePayloadTooLarge      ProblemType = "urn:ordergate:problem:payload-too-large"
-	ProblemTypePriceOutOfBand       ProblemType = "urn:ordergate:problem:price-out-of-band"
-	ProblemTypeRateLimited          ProblemType = "urn:ordergate:problem:rate-limited"
-	ProblemTypeUnauthorized         ProblemType = "urn:ordergate:problem:unauthorized"
-	ProblemTypeUnavailable          ProblemType = "urn:ordergate:problem:unavailable"
-	ProblemTypeUnsupportedMediaType ProblemType = "urn:ordergate:problem:unsupported-media-type"
-	ProblemTypeValidation           ProblemType = "urn:ordergate:problem:validation"
+	ProblemTypeForbidden              ProblemType = "urn:ordergate:problem:forbidden"
+	ProblemTypeIdempotencyConflict    ProblemType = "urn:ordergate:problem:idempotency-conflict"
+	ProblemTypeInternal               ProblemType = "urn:ordergate:problem:internal"
+	ProblemTypeInvalidQuery           ProblemType = "urn:ordergate:problem:invalid-query"
+	ProblemTypeMalformedRequest       ProblemType = "urn:ordergate:problem:malformed-request"
+	ProblemTypeMethodNotAllowed       ProblemType = "urn:ordergate:problem:method-not-allowed"
+	ProblemTypeNotFound               ProblemType = "urn:ordergate:problem:not-found"
+	ProblemTypeOrderNotCancelable     ProblemType = "urn:ordergate:problem:order-not-cancelable"
+	ProblemTypePayloadTooLarge        ProblemType = "urn:ordergate:problem:payload-too-large"
+	ProblemTypePriceOutOfBand         ProblemType = "urn:ordergate:problem:price-out-of-band"
+	ProblemTypeRateLimited            ProblemType = "urn:ordergate:problem:rate-limited"
+	ProblemTypeSignatureInvalid       ProblemType = "urn:ordergate:problem:signature-invalid"
+	ProblemTypeSignatureOutsideWindow ProblemType = "urn:ordergate:problem:signature-outside-window"
+	ProblemTypeSignatureReplayed      ProblemType = "urn:ordergate:problem:signature-replayed"
+	ProblemTypeSignatureRequired      ProblemType = "urn:ordergate:problem:signature-required"
+	ProblemTypeUnauthorized           ProblemType = "urn:ordergate:problem:unauthorized"
+	ProblemTypeUnavailable            ProblemType = "urn:ordergate:problem:unavailable"
+	ProblemTypeUnsupportedMediaType   ProblemType = "urn:ordergate:problem:unsupported-media-type"
+	ProblemTypeValidation             ProblemType = "urn:ordergate:problem:validation"
 )
 
 // Valid indicates whether the value is a known member of the ProblemType enum.
 func (e ProblemType) Valid() bool {
 	switch e {
+	case ProblemTypeForbidden:
+		return true
 	case ProblemTypeIdempotencyConflict:
 		return true
 	case ProblemTypeInternal:
@@ -231,6 +238,14 @@ func (e ProblemType) Valid() bool {
 	case ProblemTypePriceOutOfBand:
 		return true
 	case ProblemTypeRateLimited:
+		return true
+	case ProblemTypeSignatureInvalid:
+		return true
+	case ProblemTypeSignatureOutsideWindow:
+		return true
+	case ProblemTypeSignatureReplayed:
+		return true
+	case ProblemTypeSignatureRequired:
 		return true
 	case ProblemTypeUnauthorized:
 		return true
@@ -978,6 +993,16 @@ type TimeInForce string
 
 // RequestID defines model for RequestId.
 type RequestID = string
+
+// Forbidden An error, as an RFC 9457 problem details object.
+//
+// `errors` names each refused part of the request. A field of the body
+// is named by `pointer`, an RFC 6901 JSON pointer into the body. A
+// query parameter (problem type `invalid-query`) has the empty
+// `pointer`, since a query has no body to point into, and a `reason`
+// that starts with `query parameter <name>`, such as
+// `query parameter limit must be an integer from 1 to 200`.
+type Forbidden = Problem
 
 // IdempotencyConflict An error, as an RFC 9457 problem details object.
 //
@@ -2853,6 +2878,11 @@ type ListBalancesResponse401Headers struct {
 	XRequestID      string
 }
 
+// ListBalancesResponse403Headers the declared response headers of an HTTP 403 response for ListBalances
+type ListBalancesResponse403Headers struct {
+	XRequestID string
+}
+
 // ListBalancesResponse429Headers the declared response headers of an HTTP 429 response for ListBalances
 type ListBalancesResponse429Headers struct {
 	RateLimitLimit     *int
@@ -2888,6 +2918,8 @@ type ListBalancesResponse struct {
 	ApplicationProblemJSON400 *Problem
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *TooManyRequests
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -2900,6 +2932,8 @@ type ListBalancesResponse struct {
 	Headers400 *ListBalancesResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListBalancesResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListBalancesResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListBalancesResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -2921,6 +2955,11 @@ func (r ListBalancesResponse) GetApplicationProblemJSON400() *Problem {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ListBalancesResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListBalancesResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -2989,6 +3028,11 @@ type ListFillsResponse401Headers struct {
 	XRequestID      string
 }
 
+// ListFillsResponse403Headers the declared response headers of an HTTP 403 response for ListFills
+type ListFillsResponse403Headers struct {
+	XRequestID string
+}
+
 // ListFillsResponse429Headers the declared response headers of an HTTP 429 response for ListFills
 type ListFillsResponse429Headers struct {
 	RateLimitLimit     *int
@@ -3024,6 +3068,8 @@ type ListFillsResponse struct {
 	ApplicationProblemJSON400 *Problem
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *TooManyRequests
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3036,6 +3082,8 @@ type ListFillsResponse struct {
 	Headers400 *ListFillsResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListFillsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListFillsResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListFillsResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -3057,6 +3105,11 @@ func (r ListFillsResponse) GetApplicationProblemJSON400() *Problem {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ListFillsResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListFillsResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -3316,6 +3369,11 @@ type CancelAllOrdersResponse401Headers struct {
 	XRequestID      string
 }
 
+// CancelAllOrdersResponse403Headers the declared response headers of an HTTP 403 response for CancelAllOrders
+type CancelAllOrdersResponse403Headers struct {
+	XRequestID string
+}
+
 // CancelAllOrdersResponse429Headers the declared response headers of an HTTP 429 response for CancelAllOrders
 type CancelAllOrdersResponse429Headers struct {
 	RateLimitLimit     *int
@@ -3351,6 +3409,8 @@ type CancelAllOrdersResponse struct {
 	ApplicationProblemJSON400 *Problem
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *TooManyRequests
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3363,6 +3423,8 @@ type CancelAllOrdersResponse struct {
 	Headers400 *CancelAllOrdersResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *CancelAllOrdersResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *CancelAllOrdersResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CancelAllOrdersResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -3384,6 +3446,11 @@ func (r CancelAllOrdersResponse) GetApplicationProblemJSON400() *Problem {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r CancelAllOrdersResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CancelAllOrdersResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -3452,6 +3519,11 @@ type ListOrdersResponse401Headers struct {
 	XRequestID      string
 }
 
+// ListOrdersResponse403Headers the declared response headers of an HTTP 403 response for ListOrders
+type ListOrdersResponse403Headers struct {
+	XRequestID string
+}
+
 // ListOrdersResponse429Headers the declared response headers of an HTTP 429 response for ListOrders
 type ListOrdersResponse429Headers struct {
 	RateLimitLimit     *int
@@ -3487,6 +3559,8 @@ type ListOrdersResponse struct {
 	ApplicationProblemJSON400 *Problem
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationProblemJSON429 *TooManyRequests
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3499,6 +3573,8 @@ type ListOrdersResponse struct {
 	Headers400 *ListOrdersResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ListOrdersResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListOrdersResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListOrdersResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
@@ -3520,6 +3596,11 @@ func (r ListOrdersResponse) GetApplicationProblemJSON400() *Problem {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ListOrdersResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListOrdersResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -3599,6 +3680,11 @@ type PlaceOrderResponse401Headers struct {
 	XRequestID      string
 }
 
+// PlaceOrderResponse403Headers the declared response headers of an HTTP 403 response for PlaceOrder
+type PlaceOrderResponse403Headers struct {
+	XRequestID string
+}
+
 // PlaceOrderResponse409Headers the declared response headers of an HTTP 409 response for PlaceOrder
 type PlaceOrderResponse409Headers struct {
 	RateLimitLimit     *int
@@ -3668,6 +3754,8 @@ type PlaceOrderResponse struct {
 	ApplicationProblemJSON400 *MalformedRequest
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationProblemJSON409 *IdempotencyConflict
 	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -3690,6 +3778,8 @@ type PlaceOrderResponse struct {
 	Headers400 *PlaceOrderResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *PlaceOrderResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *PlaceOrderResponse403Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *PlaceOrderResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
@@ -3724,6 +3814,11 @@ func (r PlaceOrderResponse) GetApplicationProblemJSON400() *MalformedRequest {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r PlaceOrderResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PlaceOrderResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -3804,6 +3899,11 @@ type CancelOrderResponse401Headers struct {
 	XRequestID      string
 }
 
+// CancelOrderResponse403Headers the declared response headers of an HTTP 403 response for CancelOrder
+type CancelOrderResponse403Headers struct {
+	XRequestID string
+}
+
 // CancelOrderResponse404Headers the declared response headers of an HTTP 404 response for CancelOrder
 type CancelOrderResponse404Headers struct {
 	RateLimitLimit     *int
@@ -3853,6 +3953,8 @@ type CancelOrderResponse struct {
 	JSON200 *Order
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
@@ -3867,6 +3969,8 @@ type CancelOrderResponse struct {
 	Headers200 *CancelOrderResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *CancelOrderResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *CancelOrderResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *CancelOrderResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -3887,6 +3991,11 @@ func (r CancelOrderResponse) GetJSON200() *Order {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r CancelOrderResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CancelOrderResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -3957,6 +4066,11 @@ type GetOrderResponse401Headers struct {
 	XRequestID      string
 }
 
+// GetOrderResponse403Headers the declared response headers of an HTTP 403 response for GetOrder
+type GetOrderResponse403Headers struct {
+	XRequestID string
+}
+
 // GetOrderResponse404Headers the declared response headers of an HTTP 404 response for GetOrder
 type GetOrderResponse404Headers struct {
 	RateLimitLimit     *int
@@ -3998,6 +4112,8 @@ type GetOrderResponse struct {
 	JSON200 *Order
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationProblemJSON404 *NotFound
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -4010,6 +4126,8 @@ type GetOrderResponse struct {
 	Headers200 *GetOrderResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetOrderResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetOrderResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetOrderResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -4028,6 +4146,11 @@ func (r GetOrderResponse) GetJSON200() *Order {
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r GetOrderResponse) GetApplicationProblemJSON401() *Unauthorized {
 	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetOrderResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
 }
 
 // GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -4504,6 +4627,13 @@ func ParseListBalancesResponse(rsp *http.Response) (*ListBalancesResponse, error
 		}
 		response.ApplicationProblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4607,6 +4737,16 @@ func ParseListBalancesResponse(rsp *http.Response) (*ListBalancesResponse, error
 			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListBalancesResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListBalancesResponse429Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
@@ -4754,6 +4894,13 @@ func ParseListFillsResponse(rsp *http.Response) (*ListFillsResponse, error) {
 		}
 		response.ApplicationProblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4857,6 +5004,16 @@ func ParseListFillsResponse(rsp *http.Response) (*ListFillsResponse, error) {
 			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListFillsResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListFillsResponse429Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
@@ -5261,6 +5418,13 @@ func ParseCancelAllOrdersResponse(rsp *http.Response) (*CancelAllOrdersResponse,
 		}
 		response.ApplicationProblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5364,6 +5528,16 @@ func ParseCancelAllOrdersResponse(rsp *http.Response) (*CancelAllOrdersResponse,
 			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers CancelAllOrdersResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers CancelAllOrdersResponse429Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
@@ -5511,6 +5685,13 @@ func ParseListOrdersResponse(rsp *http.Response) (*ListOrdersResponse, error) {
 		}
 		response.ApplicationProblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5614,6 +5795,16 @@ func ParseListOrdersResponse(rsp *http.Response) (*ListOrdersResponse, error) {
 			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListOrdersResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListOrdersResponse429Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
@@ -5767,6 +5958,13 @@ func ParsePlaceOrderResponse(rsp *http.Response) (*PlaceOrderResponse, error) {
 			return nil, err
 		}
 		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest IdempotencyConflict
@@ -5951,6 +6149,16 @@ func ParsePlaceOrderResponse(rsp *http.Response) (*PlaceOrderResponse, error) {
 			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers PlaceOrderResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 409:
 		var headers PlaceOrderResponse409Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
@@ -6215,6 +6423,13 @@ func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) 
 		}
 		response.ApplicationProblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6301,6 +6516,16 @@ func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) 
 			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers CancelOrderResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers CancelOrderResponse404Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
@@ -6503,6 +6728,13 @@ func ParseGetOrderResponse(rsp *http.Response) (*GetOrderResponse, error) {
 		}
 		response.ApplicationProblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6582,6 +6814,16 @@ func ParseGetOrderResponse(rsp *http.Response) (*GetOrderResponse, error) {
 			headers.XRequestID = value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetOrderResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers GetOrderResponse404Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {

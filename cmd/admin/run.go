@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -13,7 +14,9 @@ import (
 	"github.com/ordergate/ordergate/control"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/migrations"
+	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/signing"
 )
 
 const usage = `usage: admin COMMAND [ARGS]   (DATABASE_URL names the database; REDIS_URL the queue server, for
@@ -22,7 +25,12 @@ const usage = `usage: admin COMMAND [ARGS]   (DATABASE_URL names the database; R
   migrate                          apply all schema migrations
   migrate-down                     revert all schema migrations (destroys data)
   create-account NAME              create a customer account; prints account=ACC_...
-  issue-key ACCOUNT                issue an API key; prints key_id=KEY_... and api_key=... (shown once)
+  issue-key [-scopes read,trade] [-signed] ACCOUNT
+                                   issue an API key that may read (GET routes), trade (place and
+                                   cancel) or both (the default); prints key_id=KEY_..., api_key=...
+                                   and scopes=...; with -signed its requests must be signed, and it
+                                   prints signing_secret=ogs_... too (needs SIGNING_KEY_ENCRYPTION_KEY,
+                                   the gateways' key, to seal it). Key and secret are shown once
   revoke-key KEY_ID                revoke an API key; gateways hear of it at once by a
                                    coherence broadcast (at the latest when their cached copy of
                                    the key expires: gateway -key-cache-ttl, 5s by default)
@@ -67,6 +75,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		fmt.Fprint(stdout, usage)
 		return fmt.Errorf("unknown command %q", command)
 	}
+	var spec orders.KeySpec
+	if command == "issue-key" {
+		var err error
+		if spec, rest, err = parseKeySpec(rest, stdout); err != nil {
+			return err
+		}
+	}
 	if len(rest) != count {
 		return fmt.Errorf("%s takes %d argument(s), got %d; see admin help", command, count, len(rest))
 	}
@@ -91,11 +106,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		fmt.Fprintf(stdout, "account=%s\n", id)
 	case "issue-key":
-		keyID, key, err := accounts.IssueKey(ctx, rest[0])
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "key_id=%s\napi_key=%s\n", keyID, key)
+		return issueKey(ctx, db, getenv("SIGNING_KEY_ENCRYPTION_KEY"), rest[0], spec, stdout)
 	case "revoke-key":
 		return revokeKey(ctx, db, getenv("REDIS_URL"), rest[0], stdout)
 	case "deposit":
@@ -114,6 +125,47 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return audit(ctx, db, stdout)
 	case "halt", "resume":
 		return setHalted(ctx, db, getenv("REDIS_URL"), strings.ToUpper(rest[0]), command == "halt", stdout)
+	}
+	return nil
+}
+
+// parseKeySpec reads issue-key's flags, and returns the arguments after them.
+func parseKeySpec(args []string, stdout io.Writer) (orders.KeySpec, []string, error) {
+	flags := flag.NewFlagSet("issue-key", flag.ContinueOnError)
+	flags.SetOutput(stdout)
+	scopes := flags.String("scopes", "read,trade", "what the key may do: read, trade, or read,trade")
+	signed := flags.Bool("signed", false, "every request with the key must be signed with the secret issued with it")
+	if err := flags.Parse(args); err != nil {
+		return orders.KeySpec{}, nil, err
+	}
+	parsed, err := orders.ParseScopes(strings.Split(*scopes, ","))
+	if err != nil {
+		return orders.KeySpec{}, nil, err
+	}
+	return orders.KeySpec{Scopes: parsed, Signed: *signed}, flags.Args(), nil
+}
+
+// issueKey issues a key for the account and prints it, and its signing
+// secret, this once: neither is stored as it is printed.
+func issueKey(ctx context.Context, db *pgxpool.Pool, encryptionKey, account string, spec orders.KeySpec, stdout io.Writer) error {
+	var opts []postgres.AccountsOption
+	if spec.Signed {
+		if encryptionKey == "" {
+			return errors.New("issue-key -signed needs SIGNING_KEY_ENCRYPTION_KEY, the key the gateways open signing secrets with")
+		}
+		sealer, err := signing.ParseSealer(encryptionKey)
+		if err != nil {
+			return fmt.Errorf("SIGNING_KEY_ENCRYPTION_KEY: %w", err)
+		}
+		opts = append(opts, postgres.SealSecretsWith(sealer))
+	}
+	issued, err := postgres.NewAccounts(db, opts...).IssueKeyFor(ctx, account, spec)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "key_id=%s\napi_key=%s\nscopes=%s\n", issued.ID, issued.Key, issued.Scopes)
+	if issued.SigningSecret != "" {
+		fmt.Fprintf(stdout, "signing_secret=%s\n", issued.SigningSecret)
 	}
 	return nil
 }

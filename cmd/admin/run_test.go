@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"os"
 	"regexp"
@@ -18,13 +19,14 @@ func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 // admin runs the command as main does and returns what it printed.
 func admin(t testing.TB, databaseURL string, args ...string) (string, error) {
 	t.Helper()
+	return adminWith(t, map[string]string{"DATABASE_URL": databaseURL}, args...)
+}
+
+// adminWith is admin with the environment env.
+func adminWith(t testing.TB, env map[string]string, args ...string) (string, error) {
+	t.Helper()
 	var out bytes.Buffer
-	err := run(context.Background(), append([]string{"admin"}, args...), func(name string) string {
-		if name == "DATABASE_URL" {
-			return databaseURL
-		}
-		return ""
-	}, &out)
+	err := run(context.Background(), append([]string{"admin"}, args...), func(name string) string { return env[name] }, &out)
 	return out.String(), err
 }
 
@@ -101,5 +103,56 @@ func TestUsageListsAudit(t *testing.T) {
 	}
 	if _, err := admin(t, "postgres://unused", "audit", "now"); err == nil || !strings.Contains(err.Error(), "audit takes 0 argument(s)") {
 		t.Errorf("audit with an argument = %v", err)
+	}
+}
+
+// TestIssueKeyPrintsTheSecretOnce: issue-key issues keys for the scopes
+// asked, and a signed one's secret is printed once and stored only sealed:
+// the row holds no trace of it. A signed key needs the encryption key.
+func TestIssueKeyPrintsTheSecretOnce(t *testing.T) {
+	database := testserver.Postgres(t)
+	mustAdmin(t, database.URL, "migrate")
+	account := strings.TrimPrefix(strings.TrimSpace(mustAdmin(t, database.URL, "create-account", "frank")), "account=")
+	db := database.Pool(t)
+	env := map[string]string{"DATABASE_URL": database.URL, "SIGNING_KEY_ENCRYPTION_KEY": strings.Repeat("0f", 32)}
+	printed := regexp.MustCompile(`^key_id=(KEY_\w{26})\napi_key=(ogk_\S+)\nscopes=(\S+)\n(?:signing_secret=(ogs_\S+)\n)?$`)
+	tests := []struct {
+		name       string
+		env        map[string]string
+		args       []string
+		wantScopes string
+		wantSigned bool
+		refused    string
+	}{
+		{"every scope by default", env, nil, "read,trade", false, ""},
+		{"read only", env, []string{"-scopes", "read"}, "read", false, ""},
+		{"trade only, signed", env, []string{"-scopes", "trade", "-signed"}, "trade", true, ""},
+		{"signed without the encryption key", map[string]string{"DATABASE_URL": database.URL}, []string{"-signed"}, "", false, "SIGNING_KEY_ENCRYPTION_KEY"},
+		{"a scope that does not exist", env, []string{"-scopes", "write"}, "", false, "unknown scope"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := adminWith(t, tt.env, append(append([]string{"issue-key"}, tt.args...), account)...)
+			if tt.refused != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.refused) {
+					t.Errorf("issue-key %v = %v, printed %q; want refused naming %s", tt.args, err, out, tt.refused)
+				}
+				return
+			}
+			m := printed.FindStringSubmatch(out)
+			if err != nil || m == nil || m[3] != tt.wantScopes || (m[4] != "") != tt.wantSigned {
+				t.Fatalf("issue-key %v = %v, printed %q", tt.args, err, out)
+			}
+			var row string
+			if err := db.QueryRow(context.Background(), `SELECT row_to_json(k)::text FROM api_keys k WHERE id = $1`, m[1]).Scan(&row); err != nil {
+				t.Fatal(err)
+			}
+			if secret := m[4]; secret != "" {
+				random := strings.TrimPrefix(secret, "ogs_")
+				if strings.Count(out, random) != 1 || strings.Contains(row, random) || strings.Contains(row, hex.EncodeToString([]byte(random))) {
+					t.Errorf("the secret is printed %d times, or stored in clear: %s", strings.Count(out, random), row)
+				}
+			}
+		})
 	}
 }

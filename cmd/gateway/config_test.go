@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,6 +153,45 @@ func TestMetricsAddrConfiguration(t *testing.T) {
 			}
 			if c.addr != "127.0.0.1:8080" {
 				t.Errorf("API address %q moved with the metrics'", c.addr)
+			}
+		})
+	}
+}
+
+// TestSigningConfiguration: the receive window comes from SIGNATURE_WINDOW
+// or its flag and must be positive; the encryption key only from
+// SIGNING_KEY_ENCRYPTION_KEY, 32 bytes in hex or base64, and one that does
+// not parse stops the gateway rather than leave signed keys unverifiable.
+func TestSigningConfiguration(t *testing.T) {
+	key := strings.Repeat("ab", 32)
+	tests := []struct {
+		name       string
+		args       []string
+		env        map[string]string
+		wantWindow time.Duration
+		wantSealer bool
+		refused    bool
+	}{
+		{"defaults", nil, nil, 5 * time.Second, false, false},
+		{"window from the environment", nil, map[string]string{"SIGNATURE_WINDOW": "2s"}, 2 * time.Second, false, false},
+		{"window flag over the environment", []string{"-signature-window", "10s"}, map[string]string{"SIGNATURE_WINDOW": "2s"}, 10 * time.Second, false, false},
+		{"no window", nil, map[string]string{"SIGNATURE_WINDOW": "0"}, 0, false, true},
+		{"a malformed window", nil, map[string]string{"SIGNATURE_WINDOW": "soon"}, 0, false, true},
+		{"encryption key in hex", nil, map[string]string{"SIGNING_KEY_ENCRYPTION_KEY": key}, 5 * time.Second, true, false},
+		{"encryption key in base64", nil, map[string]string{"SIGNING_KEY_ENCRYPTION_KEY": "q6urq6urq6urq6urq6urq6urq6urq6urq6urq6urq6s="}, 5 * time.Second, true, false},
+		{"encryption key too short", nil, map[string]string{"SIGNING_KEY_ENCRYPTION_KEY": key[:32]}, 0, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parseWith(tt.args, tt.env)
+			if tt.refused {
+				if err == nil {
+					t.Errorf("accepted %v, want refused", tt.env)
+				}
+				return
+			}
+			if err != nil || c.http.SignatureWindow != tt.wantWindow || (c.sealer != nil) != tt.wantSealer {
+				t.Errorf("window %s, sealer %v, %v; want %s, %v", c.http.SignatureWindow, c.sealer != nil, err, tt.wantWindow, tt.wantSealer)
 			}
 		})
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/signing"
 )
 
 type config struct {
@@ -42,7 +43,11 @@ type config struct {
 	keyCacheTTL       time.Duration
 	keyStaleIfError   time.Duration
 	shutdownTimeout   time.Duration
-	http              gateway.Config
+	// sealer opens the signing secrets of keys that require signatures;
+	// nil when SIGNING_KEY_ENCRYPTION_KEY is unset, and such keys' requests
+	// are then refused.
+	sealer *signing.Sealer
+	http   gateway.Config
 }
 
 // parseConfig reads flags, falling back to the environment. A variable that
@@ -72,6 +77,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.DurationVar(&c.http.RequestTimeout, "request-timeout", env.Duration("REQUEST_TIMEOUT", defaults.RequestTimeout), "time bound of one request (REQUEST_TIMEOUT)")
 	flags.IntVar(&c.http.RateLimitBurst, "rate-limit-burst", env.Int("RATE_LIMIT_BURST", defaults.RateLimitBurst), "requests one API key may make at once; 0 turns rate limiting off (RATE_LIMIT_BURST)")
 	flags.IntVar(&c.http.RateLimitPerSecond, "rate-limit-per-second", env.Int("RATE_LIMIT_PER_SECOND", defaults.RateLimitPerSecond), "requests a second one API key may make sustained (RATE_LIMIT_PER_SECOND)")
+	flags.DurationVar(&c.http.SignatureWindow, "signature-window", env.Duration("SIGNATURE_WINDOW", defaults.SignatureWindow), "how far from the gateway's clock, either way, a signed request's timestamp may be (SIGNATURE_WINDOW)")
 	if err := flags.Parse(args[1:]); err != nil {
 		return config{}, err
 	}
@@ -100,6 +106,14 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	}
 	if err := c.http.Validate(); err != nil {
 		return config{}, err
+	}
+	// From the environment only: a flag's value would show in the process
+	// list.
+	if text := getenv("SIGNING_KEY_ENCRYPTION_KEY"); text != "" {
+		var err error
+		if c.sealer, err = signing.ParseSealer(text); err != nil {
+			return config{}, fmt.Errorf("SIGNING_KEY_ENCRYPTION_KEY: %w", err)
+		}
 	}
 	return c, nil
 }
@@ -159,7 +173,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if _, err := instruments.FollowBroadcasts(ctx, caches, refreshFailed, coherence.WithBroadcastMetrics(metrics)); err != nil {
 		return err
 	}
-	keys := placement.NewKeyCache(postgres.NewAccounts(db), c.keyCacheTTL, placement.StaleIfError(c.keyStaleIfError))
+	keyOptions := []placement.KeyCacheOption{placement.StaleIfError(c.keyStaleIfError)}
+	if c.sealer != nil {
+		keyOptions = append(keyOptions, placement.OpenSecretsWith(c.sealer))
+	}
+	keys := placement.NewKeyCache(postgres.NewAccounts(db), c.keyCacheTTL, keyOptions...)
 	metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "api_key_stale_answers_total",
 		Help: "API key lookups answered from a cached copy because PostgreSQL did not answer.",
@@ -169,15 +187,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	// Customers' keys recognized from the first request on; a failure only
 	// leaves them to be learned one lookup at a time.
-	if loaded, err := keys.Preload(ctx); err != nil {
+	if loaded, unverifiable, err := keys.Preload(ctx); err != nil {
 		log.Warn("API keys not preloaded; each is learned at its first request", "err", err)
 	} else {
 		log.Info("API keys preloaded", "keys", loaded)
+		if unverifiable > 0 {
+			log.Error("API keys require signatures whose secrets do not open here: their requests are answered 503 until SIGNING_KEY_ENCRYPTION_KEY is the key they were sealed under",
+				"keys", unverifiable, "encryption_key_set", c.sealer != nil)
+		}
 	}
 	server := gateway.New(gateway.Deps{
 		Placer:      placer,
 		Instruments: instruments,
 		Accounts:    keys,
+		Signatures:  placement.NewSignatures(queueClient.Redis()),
 		Balances:    placement.NewBalances(postgres.NewBalances(db), caches, log),
 		Depth:       postgres.NewBook(db),
 		Fills:       postgres.NewFills(db),

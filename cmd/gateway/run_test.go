@@ -53,28 +53,12 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 	redisServer := testserver.StartRedis(t)
 	database := testserver.Postgres(t)
 	addr, metricsAddr := testserver.FreeAddr(t), testserver.FreeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out logbuffer.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"gateway"}, envOf(map[string]string{
-			"REDIS_URL": redisServer.URL(), "DATABASE_URL": database.URL, "GATEWAY_ADDR": addr,
-			"METRICS_ADDR": metricsAddr, "LOG_FLUSH_INTERVAL": "0", "DEDUP_RETENTION": "2h",
-		}), &out)
-	}()
-	ready := false
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !ready; time.Sleep(50 * time.Millisecond) {
-		res, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			ready = res.StatusCode == http.StatusOK
-		}
-	}
-	if !ready {
-		cancel()
-		t.Fatalf("gateway never became ready: %v\n%s", <-done, out.String())
-	}
+	ctx := context.Background()
+	gateway := runGateway(t, map[string]string{
+		"REDIS_URL": redisServer.URL(), "DATABASE_URL": database.URL, "GATEWAY_ADDR": addr,
+		"METRICS_ADDR": metricsAddr, "DEDUP_RETENTION": "2h",
+	})
+	out := gateway.out
 	// DEDUP_RETENTION is the orders queue's, stored with it.
 	queues, err := emq.Connect(ctx, redisServer.Client(t))
 	if err != nil {
@@ -148,7 +132,7 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 	if proceed, err := http.ReadResponse(answers, nil); err != nil || proceed.StatusCode != http.StatusContinue {
 		t.Fatalf("the placement's handler did not ask for its body: %v", err)
 	}
-	cancel()
+	gateway.cancel()
 	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(out.String(), `"msg":"gateway shutting down"`); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no shutdown logged:\n%s", out.String())
@@ -158,8 +142,8 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 		t.Errorf("GET /metrics during the drain: %d, want 200", status)
 	}
 	select {
-	case err := <-done:
-		t.Fatalf("run returned %v with a request in flight", err)
+	case <-gateway.stopped:
+		t.Fatalf("run returned %v with a request in flight", gateway.err)
 	default:
 	}
 	if _, err := io.WriteString(inFlight, order); err != nil {
@@ -174,9 +158,9 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 		t.Errorf("the placement in flight: %d, want 202", answer.StatusCode)
 	}
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("run: %v", err)
+	case <-gateway.stopped:
+		if gateway.err != nil {
+			t.Fatalf("run: %v", gateway.err)
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("gateway did not stop")
@@ -188,6 +172,47 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 		conn.Close()
 		t.Error("the metrics listener outlives run")
 	}
+}
+
+// runningGateway is a gateway run as main runs it.
+type runningGateway struct {
+	out *logbuffer.Buffer
+	// cancel is the signal to stop; stopped is closed when run returned
+	// err.
+	cancel  context.CancelFunc
+	stopped chan struct{}
+	err     error
+}
+
+// runGateway runs the gateway as main does, with env and
+// LOG_FLUSH_INTERVAL 0, and returns once /readyz answers 200 on its
+// GATEWAY_ADDR. Cleanup stops it.
+func runGateway(t testing.TB, env map[string]string) *runningGateway {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &runningGateway{out: &logbuffer.Buffer{}, cancel: cancel, stopped: make(chan struct{})}
+	env["LOG_FLUSH_INTERVAL"] = "0"
+	go func() {
+		defer close(g.stopped)
+		g.err = run(ctx, []string{"gateway"}, envOf(env), g.out)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-g.stopped
+	})
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		res, err := http.Get("http://" + env["GATEWAY_ADDR"] + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return g
+			}
+		}
+	}
+	cancel()
+	<-g.stopped
+	t.Fatalf("gateway never became ready: %v\n%s", g.err, g.out.String())
+	return nil
 }
 
 // get answers a plain GET's status and body, outside the API contract.

@@ -1,0 +1,68 @@
+package gateway_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/ordergate/ordergate/api"
+	"github.com/ordergate/ordergate/orders"
+)
+
+// TestScopesRefuseWhatTheKeyMayNotDo: every operation the contract marks
+// with the scope it needs (x-ordergate-scope) is refused 403 forbidden to
+// a key without that scope, and served to one with it: a read-only key
+// reads but neither places nor cancels, a trade-only key places and
+// cancels but reads nothing. A refused placement queues nothing.
+func TestScopesRefuseWhatTheKeyMayNotDo(t *testing.T) {
+	f := newFixture(t, 0)
+	readOnly := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.ScopeRead}).Key
+	tradeOnly := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.ScopeTrade}).Key
+	doc, err := openapi3.NewLoader().LoadFromData(api.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scoped := 0
+	for pattern, item := range doc.Paths.Map() {
+		for method, operation := range item.Operations() {
+			scope, ok := operation.Extensions["x-ordergate-scope"].(string)
+			if !ok {
+				continue
+			}
+			scoped++
+			path := strings.ReplaceAll(pattern, "{id}", "ORD_01J9Z8K3M4N5P6Q7R8S9T0V1W2")
+			contentType, body := "", ""
+			if method == http.MethodPost {
+				contentType, body = "application/json", limitOrder("scoped-"+scope)
+			}
+			keys := []struct {
+				name    string
+				key     string
+				allowed bool
+			}{
+				{"read-only key", readOnly, scope == "read"},
+				{"trade-only key", tradeOnly, scope == "trade"},
+			}
+			for _, k := range keys {
+				t.Run(method+" "+pattern+" with a "+k.name, func(t *testing.T) {
+					res := f.do(t, f.http, method, path, k.key, contentType, body)
+					forbidden := res.status == http.StatusForbidden && res.json(t)["type"] == "urn:ordergate:problem:forbidden"
+					if forbidden == k.allowed {
+						t.Errorf("%d %s; want it allowed: %v", res.status, res.body, k.allowed)
+					}
+					if forbidden && !strings.Contains(res.json(t)["detail"].(string), "needs "+scope) {
+						t.Errorf("the refusal does not name the scope %s: %s", scope, res.body)
+					}
+				})
+			}
+		}
+	}
+	if scoped != 7 {
+		t.Errorf("%d operations name their scope, want every authenticated one (7)", scoped)
+	}
+	if admitted := parseSamples(t, f.scrape(t))["orders_admitted_total"]; admitted != "1" {
+		t.Errorf("%s orders admitted, want only the trade-only key's", admitted)
+	}
+}

@@ -1,0 +1,84 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/signing"
+)
+
+// maxTimestampDigits bounds X-Ordergate-Timestamp: Unix milliseconds have
+// 13 digits until the year 2286.
+const maxTimestampDigits = 15
+
+// verifySignature lets through a request of a key that requires signatures
+// only when it carries a signature of its timestamp, method, target and
+// body under the key's secret (signing.Message), made within the window
+// of now either way, and not received before. The body is read for it, up
+// to the body limit, and put back for the handler.
+func (s *Server) verifySignature(c echo.Context, caller orders.Caller, digest string) error {
+	r := c.Request()
+	timestamp, signature := r.Header.Get(signing.HeaderTimestamp), r.Header.Get(signing.HeaderSignature)
+	if timestamp == "" || signature == "" {
+		return &requestError{kind: kindSignatureRequired, detail: fmt.Sprintf(
+			"this API key requires signed requests: send %s and %s (see the API description)", signing.HeaderTimestamp, signing.HeaderSignature)}
+	}
+	if caller.SigningSecret == "" || s.signatures == nil {
+		return orders.ErrSigningUnavailable
+	}
+	sum, ok := signing.ParseSignature(signature)
+	if !ok {
+		return &requestError{kind: kindSignatureInvalid, detail: signing.HeaderSignature + " must be the HMAC-SHA256 in 64 hex digits"}
+	}
+	signedAt, ok := parseTimestamp(timestamp)
+	if !ok {
+		return &requestError{kind: kindSignatureInvalid, detail: signing.HeaderTimestamp + " must be Unix milliseconds in decimal digits"}
+	}
+	window := s.config.SignatureWindow
+	if skew := time.Since(signedAt); skew > window || skew < -window {
+		return &requestError{kind: kindSignatureOutsideWindow, detail: fmt.Sprintf(
+			"the request was signed at %d, %s from the gateway's clock (%d); sign it within %s of the time it is sent, anew for each retry",
+			signedAt.UnixMilli(), skew.Round(time.Millisecond), time.Now().UnixMilli(), window)}
+	}
+	body, err := readBody(r, s.config.BodyLimit)
+	if err != nil {
+		return err
+	}
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	// RequestURI is the target as the request line sent it, which is
+	// what the client signed, not a form the server parsed and wrote anew.
+	if !hmac.Equal(sum, signing.Sum(caller.SigningSecret, signing.Message(timestamp, r.Method, r.RequestURI, body))) {
+		return &requestError{kind: kindSignatureInvalid, detail: "the signature does not match the request: sign the timestamp, method, path and query as sent, and body, joined by newlines, with the key's signing secret"}
+	}
+	// Twice the window covers every moment the timestamp is inside it.
+	first, err := s.signatures.FirstUse(r.Context(), digest, sum, 2*window)
+	if err != nil {
+		return err
+	}
+	if !first {
+		return &requestError{kind: kindSignatureReplayed, detail: "this signature was received before; sign each request, and each retry, anew with a fresh timestamp"}
+	}
+	return nil
+}
+
+// parseTimestamp reads Unix milliseconds written as decimal digits only:
+// no sign, no spaces, so the text signed is the one number.
+func parseTimestamp(text string) (time.Time, bool) {
+	if len(text) == 0 || len(text) > maxTimestampDigits {
+		return time.Time{}, false
+	}
+	var ms int64
+	for _, digit := range []byte(text) {
+		if digit < '0' || digit > '9' {
+			return time.Time{}, false
+		}
+		ms = ms*10 + int64(digit-'0')
+	}
+	return time.UnixMilli(ms), true
+}

@@ -1,0 +1,168 @@
+package gateway_test
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ordergate/ordergate/gateway"
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/signing"
+)
+
+// signature is what a test signs: with the secret, a timestamp (now moved
+// by at) and the request's method, target and body.
+type signature struct {
+	secret               string
+	at                   time.Duration
+	method, target, body string
+}
+
+// header is the signature headers for sig, signed now.
+func (sig signature) header() http.Header {
+	timestamp := strconv.FormatInt(time.Now().Add(sig.at).UnixMilli(), 10)
+	return http.Header{
+		signing.HeaderTimestamp: {timestamp},
+		signing.HeaderSignature: {signing.Sign(sig.secret, timestamp, sig.method, sig.target, []byte(sig.body))},
+	}
+}
+
+// TestSignedRequests: a key that requires signatures is served only with
+// a signature of exactly the request sent, made with its secret within the
+// window (5 s) of now either way; anything else is a 401 naming what is
+// wrong, and does nothing. The key's scopes still apply once it is signed.
+func TestSignedRequests(t *testing.T) {
+	f := newFixture(t, 0)
+	key := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes, Signed: true})
+	readOnly := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.ScopeRead, Signed: true})
+	other := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes, Signed: true})
+	secret := key.SigningSecret
+	place := func(id string) signature {
+		return signature{secret: secret, method: http.MethodPost, target: "/v1/orders", body: limitOrder(id)}
+	}
+	read := signature{secret: secret, method: http.MethodGet, target: "/v1/orders?limit=5"}
+	oversize := `{"client_order_id":"big","padding":"` + strings.Repeat("x", 17<<10) + `"}`
+	tests := []struct {
+		name               string
+		key                string
+		method, path, body string
+		sig                signature
+		header             func(http.Header)
+		status             int
+		slug               string
+	}{
+		{"a placement", key.Key, "POST", "/v1/orders", limitOrder("sig-1"), place("sig-1"), nil, 202, ""},
+		{"a read with a query", key.Key, "GET", "/v1/orders?limit=5", "", read, nil, 200, ""},
+		{"a cancel without a body", key.Key, "DELETE", "/v1/orders", "", signature{secret: secret, method: "DELETE", target: "/v1/orders"}, nil, 200, ""},
+		{"signed 4 s ago", key.Key, "GET", "/v1/orders?limit=5", "", signature{secret: secret, at: -4 * time.Second, method: "GET", target: "/v1/orders?limit=5"}, nil, 200, ""},
+		{"signed 4 s ahead", key.Key, "GET", "/v1/orders?limit=5", "", signature{secret: secret, at: 4 * time.Second, method: "GET", target: "/v1/orders?limit=5"}, nil, 200, ""},
+		{"another key's secret", key.Key, "GET", "/v1/orders?limit=5", "", signature{secret: other.SigningSecret, method: "GET", target: "/v1/orders?limit=5"}, nil, 401, "signature-invalid"},
+		{"the body changed", key.Key, "POST", "/v1/orders", limitOrder("sig-2"), place("sig-3"), nil, 401, "signature-invalid"},
+		{"the query changed", key.Key, "GET", "/v1/orders?limit=6", "", read, nil, 401, "signature-invalid"},
+		{"the path changed", key.Key, "GET", "/v1/fills?limit=5", "", read, nil, 401, "signature-invalid"},
+		{"the method changed", key.Key, "DELETE", "/v1/orders", "", signature{secret: secret, method: "GET", target: "/v1/orders"}, nil, 401, "signature-invalid"},
+		{"signed 6 s ago", key.Key, "GET", "/v1/orders?limit=5", "", signature{secret: secret, at: -6 * time.Second, method: "GET", target: "/v1/orders?limit=5"}, nil, 401, "signature-outside-window"},
+		{"signed 6 s ahead", key.Key, "GET", "/v1/orders?limit=5", "", signature{secret: secret, at: 6 * time.Second, method: "GET", target: "/v1/orders?limit=5"}, nil, 401, "signature-outside-window"},
+		{"a timestamp in seconds", key.Key, "GET", "/v1/orders?limit=5", "", read, func(h http.Header) {
+			ms, _ := strconv.ParseInt(h.Get(signing.HeaderTimestamp), 10, 64)
+			seconds := strconv.FormatInt(ms/1000, 10)
+			h.Set(signing.HeaderTimestamp, seconds)
+			h.Set(signing.HeaderSignature, signing.Sign(secret, seconds, "GET", "/v1/orders?limit=5", nil))
+		}, 401, "signature-outside-window"},
+		{"a timestamp with a sign", key.Key, "GET", "/v1/orders?limit=5", "", read, func(h http.Header) {
+			h.Set(signing.HeaderTimestamp, "+"+h.Get(signing.HeaderTimestamp))
+		}, 401, "signature-invalid"},
+		{"the signature in base64", key.Key, "GET", "/v1/orders?limit=5", "", read, func(h http.Header) {
+			h.Set(signing.HeaderSignature, "q83vEjRWeJCrze8SNFZ4kKvN7xI0VniQq83vEjRWeJA=")
+		}, 401, "signature-invalid"},
+		{"no signature headers", key.Key, "GET", "/v1/orders?limit=5", "", read, func(h http.Header) {
+			h.Del(signing.HeaderTimestamp)
+			h.Del(signing.HeaderSignature)
+		}, 401, "signature-required"},
+		{"a timestamp without a signature", key.Key, "GET", "/v1/orders?limit=5", "", read, func(h http.Header) {
+			h.Del(signing.HeaderSignature)
+		}, 401, "signature-required"},
+		{"a body over the limit", key.Key, "POST", "/v1/orders", oversize, signature{secret: secret, method: "POST", target: "/v1/orders", body: oversize}, nil, 413, "payload-too-large"},
+		{"signed, but without the scope", readOnly.Key, "POST", "/v1/orders", limitOrder("sig-4"), signature{secret: readOnly.SigningSecret, method: "POST", target: "/v1/orders", body: limitOrder("sig-4")}, nil, 403, "forbidden"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			header := tt.sig.header()
+			if tt.header != nil {
+				tt.header(header)
+			}
+			contentType := ""
+			if tt.body != "" {
+				contentType = "application/json"
+			}
+			res := f.doWith(t, f.http, tt.method, tt.path, tt.key, contentType, tt.body, header)
+			if res.status != tt.status {
+				t.Fatalf("%d %s, want %d %s", res.status, res.body, tt.status, tt.slug)
+			}
+			if tt.slug != "" && res.json(t)["type"] != "urn:ordergate:problem:"+tt.slug {
+				t.Errorf("problem %s, want %s", res.body, tt.slug)
+			}
+		})
+	}
+	if admitted := parseSamples(t, f.scrape(t))["orders_admitted_total"]; admitted != "1" {
+		t.Errorf("%s orders admitted, want only the one signed placement", admitted)
+	}
+}
+
+// TestSignedRequestIsAcceptedOnce: a signed request sent again within the
+// window is refused signature-replayed, even with its signature written in
+// capitals, and does nothing; the same request signed anew is served.
+func TestSignedRequestIsAcceptedOnce(t *testing.T) {
+	f := newFixture(t, 0)
+	key := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes, Signed: true})
+	body := limitOrder("once-1")
+	sig := signature{secret: key.SigningSecret, method: "POST", target: "/v1/orders", body: body}
+	header := sig.header()
+	capitals := header.Clone()
+	capitals.Set(signing.HeaderSignature, strings.ToUpper(header.Get(signing.HeaderSignature)))
+	steps := []struct {
+		name   string
+		header http.Header
+		status int
+		slug   string
+	}{
+		{"first", header, 202, ""},
+		{"sent again", header, 401, "signature-replayed"},
+		{"sent again in capitals", capitals, 401, "signature-replayed"},
+		// A second earlier: the steps' headers are all made in the same
+		// millisecond. The answer is the placement's idempotent replay.
+		{"signed anew", signature{secret: key.SigningSecret, at: -time.Second, method: "POST", target: "/v1/orders", body: body}.header(), 200, ""},
+	}
+	for _, step := range steps {
+		res := f.doWith(t, f.http, "POST", "/v1/orders", key.Key, "application/json", body, step.header)
+		if res.status != step.status || (step.slug != "" && res.json(t)["type"] != "urn:ordergate:problem:"+step.slug) {
+			t.Fatalf("%s: %d %s, want %d %s", step.name, res.status, res.body, step.status, step.slug)
+		}
+	}
+}
+
+// TestSignedKeyWithoutTheEncryptionKey: a gateway that cannot open a
+// key's signing secret refuses the key's requests, signed or not, with a
+// 503 and a log line, rather than serving them unverified; keys that need
+// no signature are served as before.
+func TestSignedKeyWithoutTheEncryptionKey(t *testing.T) {
+	f := newFixtureWith(t, 1, gateway.DefaultConfig(), placement.OpenSecretsWith(nil))
+	key := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes, Signed: true})
+	sig := signature{secret: key.SigningSecret, method: "GET", target: "/v1/balances"}
+	res := f.doWith(t, f.http, "GET", "/v1/balances", key.Key, "", "", sig.header())
+	if res.status != http.StatusServiceUnavailable || res.json(t)["type"] != "urn:ordergate:problem:unavailable" {
+		t.Errorf("signed request: %d %s, want a 503", res.status, res.body)
+	}
+	if !strings.Contains(f.logs.String(), orders.ErrSigningUnavailable.Error()) {
+		t.Errorf("no log line says why:\n%s", f.logs.String())
+	}
+	if res := f.do(t, f.http, "GET", "/v1/balances", key.Key, "", ""); res.status != http.StatusUnauthorized {
+		t.Errorf("unsigned request: %d %s, want 401 signature-required", res.status, res.body)
+	}
+	if res := f.do(t, f.http, "GET", "/v1/balances", f.keys[0], "", ""); res.status != http.StatusOK {
+		t.Errorf("a key without signing: %d %s, want 200", res.status, res.body)
+	}
+}

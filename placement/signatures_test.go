@@ -1,0 +1,123 @@
+package placement_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/signing"
+)
+
+// TestKeyCacheOpensSigningSecrets: a key that requires signatures comes
+// out of the cache with its secret opened, whether it was looked up or
+// preloaded, when the cache has the encryption key it was sealed under;
+// without it, or with another, the key is still known to require
+// signatures but has no secret, and Preload counts it.
+func TestKeyCacheOpensSigningSecrets(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	sealer, err := signing.ParseSealer(strings.Repeat("01", signing.EncryptionKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	another, err := signing.ParseSealer(strings.Repeat("02", signing.EncryptionKeyBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	accounts := postgres.NewAccounts(db, postgres.SealSecretsWith(sealer))
+	account, err := accounts.Create(ctx, "erin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed, err := accounts.IssueKeyFor(ctx, account, orders.KeySpec{Scopes: orders.ScopeTrade, Signed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsigned, err := accounts.IssueKeyFor(ctx, account, orders.KeySpec{Scopes: orders.ScopeRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		opts       []placement.KeyCacheOption
+		wantSecret string
+	}{
+		{"the encryption key it was sealed under", []placement.KeyCacheOption{placement.OpenSecretsWith(sealer)}, signed.SigningSecret},
+		{"no encryption key", nil, ""},
+		{"another encryption key", []placement.KeyCacheOption{placement.OpenSecretsWith(another)}, ""},
+	}
+	for _, tt := range tests {
+		for _, preload := range []bool{false, true} {
+			name := tt.name + ", looked up"
+			if preload {
+				name = tt.name + ", preloaded"
+			}
+			t.Run(name, func(t *testing.T) {
+				cache := placement.NewKeyCache(postgres.NewAccounts(db), time.Hour, tt.opts...)
+				if preload {
+					wantUnverifiable := 0
+					if tt.wantSecret == "" {
+						wantUnverifiable = 1
+					}
+					if loaded, unverifiable, err := cache.Preload(ctx); err != nil || loaded != 2 || unverifiable != wantUnverifiable {
+						t.Fatalf("Preload = %d (%d unverifiable), %v; want 2 (%d)", loaded, unverifiable, err, wantUnverifiable)
+					}
+				}
+				want := orders.Caller{Account: account, Scopes: orders.ScopeTrade, Signed: true, SigningSecret: tt.wantSecret}
+				if got, err := cache.Authenticate(ctx, signed.Key); err != nil || got != want {
+					t.Errorf("signed key = %+v, %v; want %+v", got, err, want)
+				}
+				want = orders.Caller{Account: account, Scopes: orders.ScopeRead}
+				if got, err := cache.Authenticate(ctx, unsigned.Key); err != nil || got != want {
+					t.Errorf("unsigned key = %+v, %v; want %+v", got, err, want)
+				}
+			})
+		}
+	}
+}
+
+// TestSignaturesFirstUseOnce: a signature is used once per API key while
+// its record lives, and again once the record expired; the same signature
+// of another key is apart.
+func TestSignaturesFirstUseOnce(t *testing.T) {
+	ctx := context.Background()
+	rdb := testserver.StartRedis(t).Client(t)
+	signatures := placement.NewSignatures(rdb)
+	signature := bytes.Repeat([]byte{0xAB}, 32)
+	const ttl = 300 * time.Millisecond
+	steps := []struct {
+		name   string
+		digest string
+		wait   time.Duration
+		first  bool
+	}{
+		{"first use", "aaaa", 0, true},
+		{"again", "aaaa", 0, false},
+		{"another key", "bbbb", 0, true},
+		{"after the record expired", "aaaa", ttl + 50*time.Millisecond, true},
+	}
+	for _, step := range steps {
+		time.Sleep(step.wait)
+		first, err := signatures.FirstUse(ctx, step.digest, signature, ttl)
+		if err != nil || first != step.first {
+			t.Fatalf("%s: FirstUse = %v, %v; want %v", step.name, first, err, step.first)
+		}
+	}
+	left, err := rdb.PTTL(ctx, placement.SignatureKey("aaaa", signature)).Result()
+	if err != nil || left <= 0 || left > ttl {
+		t.Errorf("the record expires in %s (%v), want within %s", left, err, ttl)
+	}
+	if err := rdb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := signatures.FirstUse(ctx, "cccc", signature, ttl); !errors.Is(err, orders.ErrUnavailable) {
+		t.Errorf("FirstUse without Redis = %v, want ErrUnavailable", err)
+	}
+}

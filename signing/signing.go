@@ -1,0 +1,81 @@
+// Package signing holds what a signed request is made of, for the gateway
+// that verifies it and the client that signs it alike: the headers, the
+// message a signature covers, the HMAC-SHA256 over it, the signing secrets
+// keys are issued with, and the sealing that keeps those secrets encrypted
+// at rest. It does no I/O.
+package signing
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"strings"
+)
+
+// The headers of a signed request.
+const (
+	// HeaderTimestamp carries when the request was signed, in Unix
+	// milliseconds as decimal digits.
+	HeaderTimestamp = "X-Ordergate-Timestamp"
+	// HeaderSignature carries the signature: HMAC-SHA256 of Message under
+	// the key's signing secret, as 64 hex digits.
+	HeaderSignature = "X-Ordergate-Signature"
+)
+
+// SecretPrefix starts every signing secret, so one is not taken for an API
+// key (orders.APIKeyPrefix) or the other way round.
+const SecretPrefix = "ogs_"
+
+// secretBytes is the random part of a signing secret.
+const secretBytes = 32
+
+// NewSecret draws a signing secret: SecretPrefix and 32 random bytes in
+// unpadded base64url. Its text, as printed, is the HMAC key, so a client
+// signs with the string it was given (openssl dgst -hmac "$SECRET").
+func NewSecret() (string, error) {
+	random := make([]byte, secretBytes)
+	if _, err := rand.Read(random); err != nil {
+		return "", err
+	}
+	return SecretPrefix + base64.RawURLEncoding.EncodeToString(random), nil
+}
+
+// Message is what a signature covers: the timestamp header's text, the
+// method, the request target (the path and query exactly as sent in the
+// request line, percent-encoding and all) and the body, joined by newlines;
+// nothing follows the body, which is empty for a request without one.
+func Message(timestamp, method, target string, body []byte) []byte {
+	message := make([]byte, 0, len(timestamp)+len(method)+len(target)+len(body)+3)
+	message = append(message, timestamp...)
+	message = append(message, '\n')
+	message = append(message, method...)
+	message = append(message, '\n')
+	message = append(message, target...)
+	message = append(message, '\n')
+	return append(message, body...)
+}
+
+// Sum is the HMAC-SHA256 of message under secret.
+func Sum(secret string, message []byte) []byte {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(message)
+	return mac.Sum(nil)
+}
+
+// Sign is the signature header's value for a request: Sum of its Message,
+// in lowercase hex.
+func Sign(secret, timestamp, method, target string, body []byte) string {
+	return hex.EncodeToString(Sum(secret, Message(timestamp, method, target, body)))
+}
+
+// ParseSignature reads a signature header's value: 64 hex digits, either
+// case. ok is false for anything else.
+func ParseSignature(text string) (sum []byte, ok bool) {
+	if len(text) != 2*sha256.Size || strings.TrimSpace(text) != text {
+		return nil, false
+	}
+	sum, err := hex.DecodeString(text)
+	return sum, err == nil
+}
