@@ -173,7 +173,7 @@ func TestClientOrderIDGuardMarksEarlierDuplicates(t *testing.T) {
 	}
 }
 
-// TestKeyScopesAndSigning: keys issued before migration 0009 keep what
+// TestKeyScopesAndSigning: keys issued before migration 0008 keep what
 // they could do (every scope, no signing); going back down revokes the
 // keys that are narrower than that (a scope short, or signed), so a
 // downgrade never lets a key do more than it was issued for.
