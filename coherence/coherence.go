@@ -265,6 +265,11 @@ func (c *Client) ReadCache(ctx context.Context, key string) (map[string]CacheEnt
 	if err != nil {
 		return nil, fmt.Errorf("coherence: read cache %s: %w", key, err)
 	}
+	return parseCacheHash(key, fields)
+}
+
+// parseCacheHash parses the fields of the cache hash key.
+func parseCacheHash(key string, fields map[string]string) (map[string]CacheEntry, error) {
 	entries := make(map[string]CacheEntry, len(fields))
 	for field, stored := range fields {
 		entry, err := ParseCacheValue(field, stored)

@@ -4,20 +4,34 @@
 -- one from putting an older version over a newer one.
 --
 -- KEYS[1] a cache hash  field -> "<version> <value>"
+-- KEYS[2] optional: the table's heal mark (cache_server.lua). Given, the
+--         fill is fenced: it writes only if the mark still holds ARGV[1],
+--         what the filler read beside the hash. A fill that read the truth
+--         before Redis lost writes must not land after a heal began.
 --
--- ARGV    field, version, value, repeated once per entry. A version is a
---         decimal integer without sign or leading zeros, compared exactly
---         (by length, then digit by digit), never as a float.
+-- ARGV    with KEYS[2]: first the mark expected ('' for none); then field,
+--         version, value, repeated once per entry. A version is a decimal
+--         integer without sign or leading zeros, compared exactly (by
+--         length, then digit by digit), never as a float.
 --
 -- Reply: per entry, in order, two values: 1 when the entry was written or 0
 --        when the field held the same or a newer version, then what the
 --        field holds now, "<version> <value>".
---   error "ECCARG ..."  an argument is malformed; nothing written
+--   error "ECCARG ..."    an argument is malformed; nothing written
+--   error "ECCFENCED ..." the heal mark changed; nothing written
 
-if #ARGV == 0 or #ARGV % 3 ~= 0 then
-  return redis.error_reply('ECCARG want field, version, value triples, got ' .. #ARGV .. ' arguments')
+local first = 1
+if KEYS[2] then
+  first = 2
+  if (redis.call('GET', KEYS[2]) or '') ~= ARGV[1] then
+    return redis.error_reply('ECCFENCED the heal mark changed since the read')
+  end
 end
-for i = 2, #ARGV, 3 do
+local entries = #ARGV - first + 1
+if entries <= 0 or entries % 3 ~= 0 then
+  return redis.error_reply('ECCARG want field, version, value triples, got ' .. entries .. ' arguments')
+end
+for i = first + 1, #ARGV, 3 do
   local version = ARGV[i]
   if not string.match(version, '^%d+$') or (#version > 1 and string.sub(version, 1, 1) == '0') then
     return redis.error_reply('ECCARG version "' .. version .. '" is not a canonical non-negative integer')
@@ -40,7 +54,7 @@ local function older(held, version)
 end
 
 local reply = {}
-for i = 1, #ARGV, 3 do
+for i = first, #ARGV, 3 do
   local field, version, value = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local held = redis.call('HGET', KEYS[1], field)
   local held_version = stored_version(held)

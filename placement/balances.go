@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -84,10 +85,12 @@ func NewBalances(db BalanceReader, cache *coherence.Client, log *slog.Logger) *B
 // Of returns the account's balances sorted by asset; none for an account
 // without any (or no such account).
 //
-// A hash marked complete is served as it is. Otherwise PostgreSQL is read
-// and the cache filled, and the answer is, per asset, the newer of what was
-// read and what the cache holds: the cache may have been refreshed past the
-// read meanwhile, and serving the read would then go back in time.
+// A hash marked complete is served as it is, unless a heal of the cache
+// runs (coherence.HealMark). Otherwise PostgreSQL is read and, outside a
+// heal, the cache filled, fenced by the heal mark read with the hash; the
+// answer is, per asset, the newer of what was read and what the cache
+// holds: the cache may have been refreshed past the read meanwhile, and
+// serving the read would then go back in time.
 //
 // Redis down (or the fill failing): orders.ErrUnavailable. Serving PostgreSQL
 // instead would show a version the cache does not hold yet, and the next
@@ -98,12 +101,14 @@ func (b *Balances) Of(ctx context.Context, account string) ([]orders.Balance, er
 		return b.fromDatabase(ctx, account)
 	}
 	key := BalanceCacheKey(account)
-	cached, err := b.cache.ReadCache(ctx, key)
+	cached, mark, err := b.cache.ReadCacheMarked(ctx, BalancesTable, key)
 	if err != nil {
 		b.warnCache("balance cache unreadable; answering unavailable", account, err)
 		return nil, fmt.Errorf("%w: balance cache: %w", orders.ErrUnavailable, err)
 	}
-	if _, complete := cached[completeField]; complete {
+	// While a heal runs the hash may be older than what readers saw before
+	// Redis lost writes: PostgreSQL answers until the heal ends.
+	if _, complete := cached[completeField]; complete && !mark.Healing() {
 		return balancesOf(cached), nil
 	}
 	read, err := b.fromDatabase(ctx, account)
@@ -114,8 +119,17 @@ func (b *Balances) Of(ctx context.Context, account string) ([]orders.Balance, er
 	for _, balance := range read {
 		entries = append(entries, coherence.CacheEntry{Field: balance.Asset, Version: balance.Version, Value: cacheValue(balance)})
 	}
+	if mark.Healing() {
+		return balancesOf(newerOf(cached, entries)), nil
+	}
 	entries = append(entries, coherence.CacheEntry{Field: completeField})
-	fills, err := b.cache.FillManyIfNewer(ctx, key, entries)
+	// Fenced by the heal mark read with the hash: what was read here may
+	// predate a loss of Redis writes, and must not fill a hash after a heal
+	// began, when nothing would refill it.
+	fills, err := b.cache.FillManyIfMarked(ctx, BalancesTable, key, mark, entries)
+	if errors.Is(err, coherence.ErrFenced) {
+		return balancesOf(newerOf(cached, entries)), nil
+	}
 	if err != nil {
 		b.warnCache("balance cache fill failed; answering unavailable", account, err)
 		return nil, fmt.Errorf("%w: balance cache: %w", orders.ErrUnavailable, err)
@@ -124,6 +138,17 @@ func (b *Balances) Of(ctx context.Context, account string) ([]orders.Balance, er
 		cached[fill.Held.Field] = fill.Held
 	}
 	return balancesOf(cached), nil
+}
+
+// newerOf adds to cached, field by field, the entries newer than what it
+// holds: the answer a reader that does not fill the cache gives.
+func newerOf(cached map[string]coherence.CacheEntry, entries []coherence.CacheEntry) map[string]coherence.CacheEntry {
+	for _, entry := range entries {
+		if held, ok := cached[entry.Field]; !ok || held.Version < entry.Version {
+			cached[entry.Field] = entry
+		}
+	}
+	return cached
 }
 
 func (b *Balances) fromDatabase(ctx context.Context, account string) ([]orders.Balance, error) {

@@ -1,10 +1,15 @@
 package placement
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
+
+	"github.com/oklog/ulid/v2"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -17,12 +22,10 @@ const (
 	// CacheHealInterval is how often a healer asks which server holds the
 	// balance cache: a loss is noticed within it.
 	CacheHealInterval = time.Second
-	// cacheHealStraggle is how long after the first pass of a heal the
-	// second one starts. A fill that read PostgreSQL before Redis lost its
-	// writes may reach the new server after the first pass went by its key
-	// (a coherence batch gives up after coherenceTimeout); the second pass
-	// refills what such a straggler put back.
-	cacheHealStraggle = coherenceTimeout
+	// cacheHealLease is how long a healer holds the heal to itself without
+	// renewing; it renews with every page. A healer that dies mid-heal
+	// leaves the heal to the next one after it.
+	cacheHealLease = 30 * time.Second
 )
 
 // AccountBalances reads accounts' balances from their truth, PostgreSQL
@@ -41,29 +44,37 @@ type AccountBalances interface {
 // next change.
 //
 // Every CacheHealInterval the healer asks which server holds the cache and
-// on which it was last healed (coherence.Client.CacheServer: Redis run ids,
-// new with every server process). When they differ it heals: it refills
-// every cached account's hash from PostgreSQL, waits for stragglers, refills
-// again, and marks the cache healed on that server. Every worker runs one;
-// heals are refills by the conditional fill, so two at once cost reads,
-// never correctness.
+// on which it was last healed (coherence.Client.CacheServer: the server's
+// run id and replication id, new with every process and every promotion).
+// When they differ it heals: it takes the heal's lease and marks the heal
+// begun, refills every cached account's hash from PostgreSQL, and marks the
+// cache healed on that server. While the mark says a heal runs, readers do
+// not trust whole hashes (they read PostgreSQL), and a reader's fill of
+// what it read before is fenced off, so nothing stale is put back behind the
+// heal. Every worker runs a healer; one at a time heals, by the lease.
 type BalanceCacheHealer struct {
 	db       AccountBalances
 	cache    *coherence.Client
 	log      *slog.Logger
 	interval time.Duration
-	straggle time.Duration
 	metrics  healMetrics
+	// token holds the heal's lease: this healer's own, so a heal it began
+	// and could not finish it takes up again at once.
+	token string
+
+	mu sync.Mutex
+	// reported is the server identity whose need of a heal was logged last:
+	// a heal that fails again and again is logged once.
+	reported string
 }
 
 // HealerOption configures NewBalanceCacheHealer.
 type HealerOption func(*BalanceCacheHealer)
 
-// WithHealTiming sets how often the healer checks the server and how long a
-// heal waits between its passes (CacheHealInterval and the coherence
-// batch timeout by default); tests shorten them.
-func WithHealTiming(interval, straggle time.Duration) HealerOption {
-	return func(h *BalanceCacheHealer) { h.interval, h.straggle = interval, straggle }
+// WithHealInterval sets how often the healer checks the server
+// (CacheHealInterval by default).
+func WithHealInterval(interval time.Duration) HealerOption {
+	return func(h *BalanceCacheHealer) { h.interval = interval }
 }
 
 // WithHealMetrics registers the healer's series on registerer.
@@ -76,7 +87,7 @@ func NewBalanceCacheHealer(db AccountBalances, cache *coherence.Client, log *slo
 	if log == nil {
 		log = slog.Default()
 	}
-	h := &BalanceCacheHealer{db: db, cache: cache, log: log, interval: CacheHealInterval, straggle: cacheHealStraggle}
+	h := &BalanceCacheHealer{db: db, cache: cache, log: log, interval: CacheHealInterval, token: ulid.Make().String()}
 	for _, opt := range opts {
 		opt(h)
 	}
@@ -107,50 +118,69 @@ func (h *BalanceCacheHealer) Run(ctx context.Context) {
 }
 
 // Heal heals the cache if the server holding it is not the one it was last
-// healed on, and reports whether it did. A heal that finds the server
-// changed again by its end leaves the cache unmarked, for the next one.
+// healed on, and reports whether it did. It does nothing while another
+// healer holds the heal, and a heal that finds the server changed by its end
+// leaves the cache unhealed, for the next one.
 func (h *BalanceCacheHealer) Heal(ctx context.Context) (bool, error) {
 	server, err := h.cache.CacheServer(ctx, BalancesTable)
 	if err != nil {
 		return false, err
 	}
 	if server.Healed() {
+		h.metrics.healed.Set(1)
 		return false, nil
 	}
-	start := time.Now()
-	h.log.Info("balance cache on a server it was not healed on; refilling it from PostgreSQL",
-		"server", server.RunID, "healed_on", server.HealedOn)
+	h.metrics.healed.Set(0)
+	begun, err := h.cache.BeginHeal(ctx, BalancesTable, server.Identity, h.token, cacheHealLease)
+	if err != nil || !begun {
+		return false, err
+	}
+	h.reportOnce(server)
 	h.metrics.heals.Inc()
-	refilled, err := h.refill(ctx)
+	start := time.Now()
+	refilled, err := h.refill(ctx, server.Identity)
+	if errors.Is(err, errHealTaken) {
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
-	firstPass := time.Since(start)
-	h.metrics.firstPass.Set(firstPass.Seconds())
-	select {
-	case <-ctx.Done():
-		return false, context.Cause(ctx)
-	case <-time.After(h.straggle):
-	}
-	again, err := h.refill(ctx)
+	healed, err := h.cache.EndHeal(ctx, BalancesTable, server.Identity, h.token)
 	if err != nil {
 		return false, err
 	}
-	marked, err := h.cache.MarkCacheHealed(ctx, BalancesTable, server.RunID)
-	if err != nil {
-		return false, err
-	}
-	h.log.Info("balance cache healed", "server", server.RunID, "marked", marked,
-		"refilled", refilled, "refilled_after_stragglers", again, "first_pass", firstPass)
-	return marked, nil
+	took := time.Since(start)
+	h.metrics.seconds.Set(took.Seconds())
+	h.log.Info("balance cache healed", "server", server.Identity, "marked", healed, "refilled", refilled, "took", took)
+	return healed, nil
 }
 
+// reportOnce logs that the cache needs a heal, once per server identity.
+func (h *BalanceCacheHealer) reportOnce(server coherence.CacheServer) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.reported == server.Identity {
+		return
+	}
+	h.reported = server.Identity
+	h.log.Info("balance cache on a server it was not healed on; refilling it from PostgreSQL",
+		"server", server.Identity, "mark", server.Mark)
+}
+
+// errHealTaken: the heal's lease went to another healer, or the server
+// changed, in the middle of a refill.
+var errHealTaken = errors.New("the balance cache heal was taken over or its server changed")
+
 // refill fills every cached account's hash with the account's balances as
-// PostgreSQL holds them, a scan page at a time, and returns how many fields
-// it wrote: the ones that were stale or missing.
-func (h *BalanceCacheHealer) refill(ctx context.Context) (int, error) {
+// PostgreSQL holds them, a scan page at a time, renewing the heal's lease
+// with each, and returns how many fields it wrote: the ones that were stale
+// or missing.
+func (h *BalanceCacheHealer) refill(ctx context.Context, identity string) (int, error) {
 	wrote := 0
-	err := h.cache.ScanCache(ctx, BalancesTable, func(accounts []string) error {
+	err := h.cache.ScanCache(ctx, BalancesTable, identity, func(accounts []string) error {
+		if held, err := h.cache.BeginHeal(ctx, BalancesTable, identity, h.token, cacheHealLease); err != nil || !held {
+			return cmp.Or(err, errHealTaken)
+		}
 		balances, err := h.db.OfAccounts(ctx, accounts)
 		if err != nil {
 			return err
@@ -182,24 +212,29 @@ func (h *BalanceCacheHealer) refill(ctx context.Context) (int, error) {
 
 // healMetrics are the healer's series.
 type healMetrics struct {
-	heals     prometheus.Counter
-	refilled  prometheus.Counter
-	firstPass prometheus.Gauge
+	heals    prometheus.Counter
+	refilled prometheus.Counter
+	seconds  prometheus.Gauge
+	healed   prometheus.Gauge
 }
 
 func newHealMetrics(registerer prometheus.Registerer) healMetrics {
 	return healMetrics{
 		heals: collectors.Register(registerer, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "balance_cache_heals_total",
-			Help: "Heals of the balance cache begun because the Redis server holding it was not the one it was last healed on.",
+			Help: "Heals of the balance cache this process began because the Redis server holding it was not the one it was last healed on.",
 		})),
 		refilled: collectors.Register(registerer, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "balance_cache_heal_refilled_total",
 			Help: "Cached balances a heal found stale or missing and refilled from PostgreSQL.",
 		})),
-		firstPass: collectors.Register(registerer, prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "balance_cache_heal_first_pass_seconds",
-			Help: "How long the last heal's first refill of the balance cache took: how long a loss stays visible once noticed.",
+		seconds: collectors.Register(registerer, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "balance_cache_heal_seconds",
+			Help: "How long this process's last heal of the balance cache took; readers of whole hashes read PostgreSQL meanwhile.",
+		})),
+		healed: collectors.Register(registerer, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "balance_cache_healed",
+			Help: "1 when the last check found the balance cache healed on the server holding it, 0 when it needed a heal.",
 		})),
 	}
 }

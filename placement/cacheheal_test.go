@@ -3,8 +3,10 @@ package placement_test
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/coherence"
+	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
@@ -46,7 +49,7 @@ func TestCachedBalancesHealAfterAFailover(t *testing.T) {
 	truth := postgres.NewBalances(db)
 	balances := placement.NewBalances(truth, caches, log)
 	consumer := placement.NewBalanceCoherence(truth, caches, log)
-	healer := placement.NewBalanceCacheHealer(truth, caches, log, placement.WithHealTiming(placement.CacheHealInterval, 200*time.Millisecond))
+	healer := placement.NewBalanceCacheHealer(truth, caches, log)
 
 	accounts := postgres.NewAccounts(db)
 	ledger := postgres.NewLedger(db)
@@ -189,3 +192,143 @@ func staleBalances(t testing.TB, caches *coherence.Client, truth *postgres.Balan
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// gatedReader holds the first read of balances from PostgreSQL until open
+// is closed, having read: a gateway request slowed between its read and its
+// fill.
+type gatedReader struct {
+	placement.BalanceReader
+	read, open chan struct{}
+	once       sync.Once
+}
+
+func (g *gatedReader) Of(ctx context.Context, account string) ([]orders.Balance, error) {
+	balances, err := g.BalanceReader.Of(ctx, account)
+	g.once.Do(func() {
+		close(g.read)
+		<-g.open
+	})
+	return balances, err
+}
+
+// TestAReadBeforeALossDoesNotFillAfterIt: a reader misses, reads PostgreSQL
+// at version 1 and is slowed; the balance moves to version 2 and is cached;
+// Redis restarts without its data and the cache is healed (nothing to
+// refill). The slow reader's fill, carrying the heal mark it read before the
+// loss, is fenced off: had it landed, its whole hash at version 1 would be
+// served for good, with nothing left to refill it.
+func TestAReadBeforeALossDoesNotFillAfterIt(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	db := migratedPool(t)
+	server := testserver.StartRedis(t)
+	caches := coherence.New(server.Client(t))
+	truth := postgres.NewBalances(db)
+	gate := &gatedReader{BalanceReader: truth, read: make(chan struct{}), open: make(chan struct{})}
+	slowReads := placement.NewBalances(gate, caches, log)
+	reads := placement.NewBalances(truth, caches, log)
+	consumer := placement.NewBalanceCoherence(truth, caches, log)
+	healer := placement.NewBalanceCacheHealer(truth, caches, log)
+	ledger := postgres.NewLedger(db)
+	account, err := postgres.NewAccounts(db).Create(ctx, "trader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deposit := func() int64 {
+		t.Helper()
+		if err := ledger.Deposit(ctx, account, "USD", "1"); err != nil {
+			t.Fatal(err)
+		}
+		current, err := truth.OfAccounts(ctx, []string{account})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := current[account][0].Version
+		if _, err := consumer.Apply(ctx, orders.BalanceName(account, "USD")+"@"+itoa(v)); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	deposit() // version 1, cached by the consumer: a hash that is not whole
+	if healed, err := healer.Heal(ctx); err != nil || !healed {
+		t.Fatalf("heal of the new server: %v, %v", healed, err)
+	}
+	slowDone := make(chan error, 1)
+	go func() { _, err := slowReads.Of(ctx, account); slowDone <- err }()
+	<-gate.read // read PostgreSQL at version 1
+	v2 := deposit()
+
+	server.Restart(t) // no persistence: everything lost, a new identity
+	waitFor(t, 10*time.Second, "a heal of the restarted server", func() bool {
+		healed, err := healer.Heal(ctx)
+		return err == nil && healed
+	})
+	close(gate.open)
+	if err := <-slowDone; err != nil {
+		t.Fatal(err)
+	}
+	list, err := reads.Of(ctx, account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Version != v2 {
+		t.Errorf("after the heal a reader is served %+v, want version %d as PostgreSQL holds it", list, v2)
+	}
+}
+
+// TestReadersDoNotTrustWholeHashesWhileAHealRuns: a whole hash older than
+// PostgreSQL (a promoted replica's) is served as it is until a heal begins;
+// from then on readers answer from PostgreSQL, and fill nothing, until the
+// heal ends.
+func TestReadersDoNotTrustWholeHashesWhileAHealRuns(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	db := migratedPool(t)
+	rdb := testserver.StartRedis(t).Client(t)
+	caches := coherence.New(rdb)
+	truth := postgres.NewBalances(db)
+	reads := placement.NewBalances(truth, caches, log)
+	ledger := postgres.NewLedger(db)
+	account, err := postgres.NewAccounts(db).Create(ctx, "trader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ledger.Deposit(ctx, account, "USD", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reads.Of(ctx, account); err != nil { // whole, at version 1
+		t.Fatal(err)
+	}
+	key := placement.BalanceCacheKey(account)
+	stale, err := rdb.HGetAll(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ledger.Deposit(ctx, account, "USD", "1"); err != nil {
+		t.Fatal(err)
+	}
+	served := func() int64 {
+		t.Helper()
+		list, err := reads.Of(ctx, account)
+		if err != nil || len(list) != 1 {
+			t.Fatalf("read: %v, %v", list, err)
+		}
+		return list[0].Version
+	}
+	if got := served(); got != 1 {
+		t.Fatalf("served version %d from the whole hash, want 1 (no coherence job ran)", got)
+	}
+	server, err := caches.CacheServer(ctx, placement.BalancesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if begun, err := caches.BeginHeal(ctx, placement.BalancesTable, server.Identity, "test", time.Minute); err != nil || !begun {
+		t.Fatal(begun, err)
+	}
+	if got := served(); got != 2 {
+		t.Errorf("served version %d while a heal runs, want PostgreSQL's 2", got)
+	}
+	if now, err := rdb.HGetAll(ctx, key).Result(); err != nil || !maps.Equal(now, stale) {
+		t.Errorf("the hash holds %v (%v) after a read while a heal runs, want it untouched: %v", now, err, stale)
+	}
+}
