@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -22,17 +24,24 @@ import (
 // The proxy does not parse RESP: a match is any byte string, found even
 // across reads. Choose one that only the command under test carries (a job
 // id, a script's SHA1 once the script is loaded, a key).
+//
+// Repoint moves a listener to another server, as a failover moves a
+// primary's address: the clients keep the address and reach the new server.
 type Proxy struct {
-	targets map[string]string // target address -> the proxy's listening address
-
 	mu      sync.Mutex
+	fronts  map[string]*front // by the target each fronts now
 	faults  []*Fault
 	longest int // length of the longest match armed, for matches across reads
 	conns   map[*proxiedConn]struct{}
 	closed  bool
 
-	listeners []net.Listener
-	wg        sync.WaitGroup
+	wg sync.WaitGroup
+}
+
+// front is one listener of a Proxy and the server it forwards to.
+type front struct {
+	listener net.Listener
+	target   string // guarded by Proxy.mu: Repoint changes it
 }
 
 // Fault is one armed fault of a Proxy.
@@ -58,30 +67,66 @@ func (f *Fault) Seen() int {
 // the connections still open.
 func StartProxy(t testing.TB, targets ...string) *Proxy {
 	t.Helper()
-	p := &Proxy{targets: make(map[string]string, len(targets)), conns: make(map[*proxiedConn]struct{})}
+	p := &Proxy{fronts: make(map[string]*front, len(targets)), conns: make(map[*proxiedConn]struct{})}
 	t.Cleanup(p.close)
 	for _, target := range targets {
 		listener, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatalf("testserver: proxy for %s: %v", target, err)
 		}
-		p.listeners = append(p.listeners, listener)
-		p.targets[target] = listener.Addr().String()
+		f := &front{listener: listener, target: target}
+		p.fronts[target] = f
 		p.wg.Add(1)
-		go p.accept(listener, target)
+		go p.accept(f)
 	}
 	return p
 }
 
-// Addr is the address the proxy listens on for target.
-func (p *Proxy) Addr(target string) string { return p.targets[target] }
+// Addr is the address the proxy listens on for target; empty when no
+// listener fronts target (any more).
+func (p *Proxy) Addr(target string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if f, ok := p.fronts[target]; ok {
+		return f.listener.Addr().String()
+	}
+	return ""
+}
+
+// Repoint makes the listener that fronts from forward to to instead, as a
+// failover moves a primary's address to its promoted replica: the
+// connections it has open are cut (their clients read the end of the
+// connection, as when the old server goes away), and the ones it accepts
+// from now on reach to. Addr(to) is then that listener's address, and from
+// is fronted no more, so a second Repoint(to, from) goes back. It fails when
+// no listener fronts from, or one fronts to already.
+func (p *Proxy) Repoint(from, to string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f, ok := p.fronts[from]
+	if !ok {
+		return fmt.Errorf("testserver: repoint %s: the proxy does not front it", from)
+	}
+	if _, taken := p.fronts[to]; taken {
+		return fmt.Errorf("testserver: repoint %s to %s: a listener fronts %s already", from, to, to)
+	}
+	delete(p.fronts, from)
+	f.target = to
+	p.fronts[to] = f
+	for conn := range p.conns {
+		if conn.front == f {
+			conn.close() // its goroutines forget it
+		}
+	}
+	return nil
+}
 
 // Dial connects to the proxy of the target addr, as a go-redis Dialer: a
 // cluster client told of the servers' own addresses then reaches every node
 // through the proxy. An address the proxy does not front is refused.
 func (p *Proxy) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	proxied, ok := p.targets[addr]
-	if !ok {
+	proxied := p.Addr(addr)
+	if proxied == "" {
 		return nil, fmt.Errorf("testserver: the proxy does not front %s", addr)
 	}
 	var dialer net.Dialer
@@ -122,31 +167,42 @@ func (p *Proxy) close() {
 	for conn := range p.conns {
 		conn.close()
 	}
+	fronts := slices.Collect(maps.Values(p.fronts))
 	p.mu.Unlock()
-	for _, listener := range p.listeners {
-		_ = listener.Close()
+	for _, f := range fronts {
+		_ = f.listener.Close()
 	}
 	p.wg.Wait()
 }
 
-func (p *Proxy) accept(listener net.Listener, target string) {
+func (p *Proxy) accept(f *front) {
 	defer p.wg.Done()
 	for {
-		client, err := listener.Accept()
+		client, err := f.listener.Accept()
 		if err != nil {
 			return // closed
 		}
+		p.mu.Lock()
+		target := f.target
+		p.mu.Unlock()
 		server, err := net.DialTimeout("tcp", target, 2*time.Second)
 		if err != nil {
 			_ = client.Close()
 			continue
 		}
-		conn := &proxiedConn{client: client.(*net.TCPConn), server: server, done: make(chan struct{})}
+		conn := &proxiedConn{front: f, client: client.(*net.TCPConn), server: server, done: make(chan struct{})}
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
 			conn.close()
 			return
+		}
+		if f.target != target {
+			// Repointed while this one dialed the old target: cut, as the
+			// repoint cut the others.
+			p.mu.Unlock()
+			conn.close()
+			continue
 		}
 		p.conns[conn] = struct{}{}
 		p.mu.Unlock()
@@ -158,6 +214,7 @@ func (p *Proxy) accept(listener net.Listener, target string) {
 
 // proxiedConn is one client connection and its connection to the server.
 type proxiedConn struct {
+	front  *front // the listener that accepted it
 	client *net.TCPConn
 	server net.Conn
 

@@ -136,3 +136,75 @@ func TestProxyDialsTheProxyOfTheTarget(t *testing.T) {
 		t.Error("the proxy dialed an address it does not front")
 	}
 }
+
+func TestProxyRepointMovesTheListenerToAnotherServer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	first, second := testserver.StartRedis(t), testserver.StartRedis(t)
+	for _, server := range []*testserver.Redis{first, second} {
+		if err := server.Client(t).Set(ctx, "who", server.Addr, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxy := testserver.StartProxy(t, first.Addr)
+	listening := proxy.Addr(first.Addr)
+	who := func() string {
+		t.Helper()
+		client := redis.NewClient(&redis.Options{Addr: listening, MaxRetries: -1})
+		defer client.Close()
+		got, err := client.Get(ctx, "who").Result()
+		if err != nil {
+			t.Fatalf("GET through the proxy: %v", err)
+		}
+		return got
+	}
+	if got := who(); got != first.Addr {
+		t.Fatalf("before the repoint the proxy reached %s, want %s", got, first.Addr)
+	}
+
+	// A connection open through the listener is cut by the repoint.
+	open, err := net.Dial("tcp", listening)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = open.Close() })
+	if _, err := open.Write([]byte("PING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	reply := make([]byte, 64)
+	if n, err := open.Read(reply); err != nil || string(reply[:n]) != "+PONG\r\n" {
+		t.Fatalf("PING through the proxy = %q, %v", reply[:n], err)
+	}
+
+	if err := proxy.Repoint(first.Addr, second.Addr); err != nil {
+		t.Fatalf("Repoint: %v", err)
+	}
+	_ = open.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := open.Read(reply); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("the connection open at the repoint read %q, %v; want it cut", reply[:n], err)
+	}
+	if got := proxy.Addr(second.Addr); got != listening {
+		t.Errorf("Addr(second) = %q, want the listener's %s", got, listening)
+	}
+	if got := proxy.Addr(first.Addr); got != "" {
+		t.Errorf("Addr(first) = %q after the repoint, want none", got)
+	}
+	if got := who(); got != second.Addr {
+		t.Errorf("after the repoint the proxy reached %s, want %s", got, second.Addr)
+	}
+
+	if err := proxy.Repoint(first.Addr, second.Addr); err == nil {
+		t.Error("repointed a target the proxy no longer fronts")
+	}
+	if err := proxy.Repoint(second.Addr, second.Addr); err == nil {
+		t.Error("repointed a listener to a target a listener fronts already")
+	}
+
+	// And back, as a second failover would.
+	if err := proxy.Repoint(second.Addr, first.Addr); err != nil {
+		t.Fatalf("Repoint back: %v", err)
+	}
+	if got := who(); got != first.Addr {
+		t.Errorf("after repointing back the proxy reached %s, want %s", got, first.Addr)
+	}
+}
