@@ -34,8 +34,9 @@ test:
 #   - every package whose tests start a Redis (found by grep, so a new one is
 #     not forgotten), each test on its own single server;
 #   - the emq and coherence suites on the shared 3-master cluster, as above;
-#   - one chaos run (seed 1, 500 orders, a schedule that kills Redis): Valkey
-#     restarted from its AOF (appendfsync always) under load.
+#   - one chaos run (seed 1, 500 orders, a schedule that kills Redis and
+#     fails it over twice): Valkey restarted from its AOF (appendfsync
+#     always) and its replica promoted, under load.
 # About 5 minutes on 2 cores.
 VALKEY_DIR := $(abspath ../shared/valkey)
 VALKEY_ENV := ORDERGATE_REDIS_SERVER='$(VALKEY_DIR)/valkey-server' ORDERGATE_REDIS_CLI='$(VALKEY_DIR)/valkey-cli'
@@ -105,9 +106,10 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzInstrumentCheck$$' -fuzztime $(FUZZTIME) ./orders/
 
 # The seeded chaos run (internal/chaos) on its own: gateway + 3 workers +
-# Redis (AOF, appendfsync always) + PostgreSQL as real processes, ORDERS
-# orders while a schedule drawn from SEED kills and stops workers and
-# restarts Redis and PostgreSQL; then the checker reads the books. `make test`
+# a Redis primary and replica (AOF, appendfsync always) + PostgreSQL as real
+# processes, ORDERS orders while a schedule drawn from SEED kills and stops
+# workers, restarts Redis and PostgreSQL and fails Redis over to its replica
+# and back; then the checker reads the books. `make test`
 # runs it too (seeds 1, 2, 3 and a random one, under -race). Every run prints
 # its seed; replay a failing schedule with
 #   make chaos SEED=1234 ORDERS=2000

@@ -1,15 +1,49 @@
 // Package chaos is a seeded chaos run of the whole system as real processes:
-// one gateway and three workers (built from cmd/gateway and cmd/worker),
-// Redis with `appendonly yes` and `appendfsync always`, and PostgreSQL. A
-// client places orders at a steady pace, retrying with the same
-// client_order_id and body on 503s and connection errors, while a schedule
-// drawn from the seed SIGKILLs and restarts workers, SIGSTOPs one worker past
-// its lease and resumes it, SIGKILLs and restarts Redis once and stops and
-// starts PostgreSQL once. A checker then reads the books: every acknowledged
-// order has exactly one row (final, or resting in the book), nothing is left
-// in the queue, no order held its funds twice, the orders traded, and
-// postgres.Audit (the book, trades, holds and fees as well as the ledger)
-// passes.
+// one gateway and three workers (built from cmd/gateway and cmd/worker), a
+// Redis primary and its replica, each with `appendonly yes` and
+// `appendfsync always`, and PostgreSQL. The processes reach the primary
+// through a proxy (testserver.Proxy), and the gateway answers 202 only once
+// the replica holds an admission (ADMIT_WAIT_REPLICAS=1). A client places
+// orders at a steady pace, retrying with the same client_order_id and body
+// on 5xx (the 503 of an admission no replica held in time among them),
+// connection errors and timeouts, while a schedule drawn from the seed
+// SIGKILLs and restarts workers, SIGSTOPs one worker past its lease and
+// resumes it, SIGKILLs the Redis primary and restarts it from its AOF once,
+// stops and starts PostgreSQL once, and fails Redis over twice, there and
+// back. A failover promotes the replica (REPLICAOF NO ONE) while the old
+// primary goes on taking writes alone for a moment, so it admits orders the
+// replica never sees (each answered 503, as no replica holds it) and workers
+// may settle them; then it repoints the proxy to the promoted replica,
+// cutting every connection, records the orders the old primary holds and
+// the promoted one does not (the admissions the failover lost), and makes
+// the old primary a replica of the new one.
+//
+// A client's retry of an order whose admission a failover lost is admitted
+// again under a new order id; if a worker had taken the lost one from the
+// old primary and settled it, settlement rejects whichever of the two comes
+// second (duplicate_client_order_id, duplicate_of naming the first). So the
+// checker asserts, once every acknowledged order is final:
+//
+//   - the client was acknowledged (202, or a 200 replay) for every order;
+//   - no acknowledged order is among the admissions a failover lost: the
+//     replica held each one, whatever failed;
+//   - every acknowledged order has exactly one row, final or resting in the
+//     book, of its client_order_id;
+//   - every client_order_id with rows is one the client placed, and
+//     exactly one of its orders holds it (duplicate_of empty); every other
+//     order of it is rejected, duplicate_client_order_id, with duplicate_of
+//     naming that holder; and each of its orders is the acknowledged one or
+//     an admission a failover lost (so without a failover a client_order_id
+//     has one order);
+//   - nothing is pending, active, delayed or dead in the queue;
+//   - no order held its funds twice, and every resting or filled order held
+//     them once;
+//   - the orders both traded and were rejected;
+//   - postgres.Audit passes: the book, trades, holds, fees and the ledger,
+//     and that no duplicate of a client_order_id moved money
+//     (client_order_id_settled_once);
+//   - after the run the replica follows the primary, and no process logged
+//     an API key.
 //
 // The same seed draws the same schedule and the same orders (the timing of
 // the processes is not replayed, so a failure may need a few runs):
@@ -22,10 +56,12 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -109,29 +145,39 @@ type FaultKind string
 const (
 	KillWorker    FaultKind = "sigkill-worker" // SIGKILL, then start a new process after Hold
 	StopWorker    FaultKind = "sigstop-worker" // SIGSTOP for Hold (past the lease), then SIGCONT
-	RestartRedis  FaultKind = "restart-redis"  // SIGKILL redis-server, start it again after Hold (AOF replay)
+	RestartRedis  FaultKind = "restart-redis"  // SIGKILL the Redis primary, start it again after Hold (AOF replay)
 	RestartPostgr FaultKind = "restart-postgres"
+	// FailoverRedis promotes the replica, leaves the old primary taking
+	// writes alone for Hold, then repoints the proxy and makes the old
+	// primary a replica of the new one (run.failover).
+	FailoverRedis FaultKind = "failover-redis"
 )
 
 // Fault is one entry of the schedule.
 type Fault struct {
 	At     time.Duration // offset from the start of placing
 	Kind   FaultKind
-	Worker int           // for worker faults
-	Hold   time.Duration // downtime, or how long the worker stays stopped
+	Worker int // for worker faults
+	// Hold is the downtime, how long the worker stays stopped, or how long
+	// the old primary takes writes alone after a failover's promotion.
+	Hold time.Duration
 }
 
 func (f Fault) String() string {
 	switch f.Kind {
 	case KillWorker, StopWorker:
 		return fmt.Sprintf("%s worker-%d hold %s", f.Kind, f.Worker+1, f.Hold.Round(time.Millisecond))
+	case FailoverRedis:
+		return fmt.Sprintf("%s, the old primary alone for %s", f.Kind, f.Hold.Round(time.Millisecond))
 	}
 	return fmt.Sprintf("%s hold %s", f.Kind, f.Hold.Round(time.Millisecond))
 }
 
 // Schedule draws the faults of a run from seed: three worker kills, one
-// SIGSTOP past the lease, one Redis restart and one PostgreSQL restart, at
-// random offsets within 10%–80% of the window, in time order.
+// SIGSTOP past the lease, one Redis restart, one PostgreSQL restart and two
+// Redis failovers (there and back), at random offsets within 10%–80% of the
+// window, in time order. The failovers are drawn last, so a seed draws the
+// other faults it drew before there were failovers.
 func Schedule(seed uint64, window, lease time.Duration, workers int) []Fault {
 	r := rand.New(rand.NewPCG(seed, 0xfa017))
 	at := func() time.Duration {
@@ -149,6 +195,9 @@ func Schedule(seed uint64, window, lease time.Duration, workers int) []Fault {
 		Fault{At: at(), Kind: RestartRedis, Hold: between(200*time.Millisecond, 1500*time.Millisecond)},
 		Fault{At: at(), Kind: RestartPostgr, Hold: between(200*time.Millisecond, 1500*time.Millisecond)},
 	)
+	for range 2 {
+		faults = append(faults, Fault{At: at(), Kind: FailoverRedis, Hold: between(200*time.Millisecond, time.Second)})
+	}
 	slices.SortStableFunc(faults, func(a, b Fault) int { return int(a.At - b.At) })
 	return faults
 }
@@ -161,7 +210,17 @@ type Summary struct {
 	Accepted      int // 202
 	Replayed      int // 200 Idempotent-Replayed
 	ClientRetries int
-	RetryStatuses map[string]int // why the client retried: status code or "conn"
+	// RetryStatuses counts why the client retried: a status code ("503
+	// not replicated" for an admission no replica held in time), "conn" or
+	// "timeout".
+	RetryStatuses map[string]int
+	// LostAdmissions counts the orders whose admission a failover lost
+	// (none acknowledged); LostSettled, those of them a worker had settled
+	// (taken from the old primary) before the loss. The client's retry of
+	// such an order was admitted again, and one of the two was rejected as
+	// the other's duplicate: AcknowledgedDuplicates counts the retries the
+	// client was acknowledged for that were.
+	LostAdmissions, LostSettled, AcknowledgedDuplicates int
 	// Statuses counts the orders rows by status.
 	Statuses map[string]int
 	// Trades is how many trades the market made; Traded how many orders
@@ -185,6 +244,8 @@ func (s Summary) String() string {
 		s.Seed, s.Orders, s.Acknowledged, s.Accepted, s.Replayed, s.Trades, s.Traded)
 	fmt.Fprintf(&b, "  statuses %v\n", s.Statuses)
 	fmt.Fprintf(&b, "  client retries=%d %v\n", s.ClientRetries, s.RetryStatuses)
+	fmt.Fprintf(&b, "  failovers lost %d unacknowledged admissions, %d of them settled first; acknowledged retries rejected as their duplicates: %d\n",
+		s.LostAdmissions, s.LostSettled, s.AcknowledgedDuplicates)
 	fmt.Fprintf(&b, "  faults injected=%d, worker processes restarted=%d\n", len(s.Faults), s.WorkerRestarts)
 	for _, f := range s.Faults {
 		fmt.Fprintf(&b, "    %s\n", f)
@@ -194,7 +255,7 @@ func (s Summary) String() string {
 	fmt.Fprintf(&b, "  gateway: orders_admitted_total=%.0f orders_replayed_total=%.0f\n", s.GatewayAdmitted, s.GatewayReplayed)
 	fmt.Fprintf(&b, "  placing took %s, drain took %s after the last acknowledgement\n", s.PlaceTime.Round(time.Millisecond), s.DrainTime.Round(time.Millisecond))
 	if len(s.CheckerProblems) == 0 {
-		b.WriteString("  checker: OK (one row per acknowledged order, queue empty, one hold per taken order, audit clean)\n")
+		b.WriteString("  checker: OK (one row per acknowledged order, one holder per client order, queue empty, one hold per taken order, audit clean)\n")
 	} else {
 		fmt.Fprintf(&b, "  checker: %d problem(s)\n", len(s.CheckerProblems))
 		for _, p := range s.CheckerProblems {
@@ -221,13 +282,20 @@ type workerSlot struct {
 var workerCounters = []string{"emq_jobs_reaped_total", "emq_stale_refusals_total", "emq_jobs_retried_total"}
 
 type run struct {
-	t     testing.TB
-	cfg   Config
-	dir   string
-	env   []string
-	redis *testserver.Redis
-	pg    *testserver.PostgresInstance
-	db    *pgxpool.Pool
+	t   testing.TB
+	cfg Config
+	dir string
+	env []string
+	// The processes reach the Redis primary through proxy, which a failover
+	// repoints to the replica; primary and replica swap then (only the
+	// test goroutine, which runs the faults on the servers, uses them).
+	proxy            *testserver.Proxy
+	primary, replica *testserver.Redis
+	// lost holds the orders whose admission a failover lost: the old
+	// primary admitted them and the promoted replica never held them.
+	lost map[string]bool
+	pg   *testserver.PostgresInstance
+	db   *pgxpool.Pool
 	// the test's own view of the queue
 	queue   *emq.Queue
 	slots   []*workerSlot
@@ -262,7 +330,7 @@ func Run(t testing.TB, cfg Config) Summary {
 	t.Helper()
 	cfg.defaults()
 	ctx := context.Background()
-	r := &run{t: t, cfg: cfg, dir: t.TempDir(), start: time.Now()}
+	r := &run{t: t, cfg: cfg, dir: t.TempDir(), start: time.Now(), lost: map[string]bool{}}
 	faults := Schedule(cfg.Seed, cfg.Window, cfg.Lease, cfg.Workers)
 	t.Logf("chaos: seed %d, %d orders over %s, %d workers (lease %s); replay with: make chaos SEED=%d ORDERS=%d",
 		cfg.Seed, cfg.Orders, cfg.Window, cfg.Workers, cfg.Lease, cfg.Seed, cfg.Orders)
@@ -270,8 +338,20 @@ func Run(t testing.TB, cfg Config) Summary {
 		t.Logf("chaos: scheduled at +%s: %s", f.At.Round(time.Millisecond), f)
 	}
 
-	// Servers.
-	r.redis = testserver.StartRedis(t, testserver.WithRedisConfig("appendonly", "yes"), testserver.WithRedisConfig("appendfsync", "always"))
+	// Servers. A replica syncs at once (no wait for other replicas to
+	// share a diskless sync, 5 s by default), so the admissions that wait
+	// for it after a restart or a failover are refused for a moment only.
+	redisConfig := []testserver.RedisOption{testserver.WithRedisConfig("appendonly", "yes"),
+		testserver.WithRedisConfig("appendfsync", "always"), testserver.WithRedisConfig("repl-diskless-sync-delay", "0")}
+	r.primary, r.replica = testserver.StartRedis(t, redisConfig...), testserver.StartRedis(t, redisConfig...)
+	if err := replicaOf(r.replica.Addr, r.primary.Addr); err != nil {
+		t.Fatalf("chaos: replica: %v", err)
+	}
+	if err := waitInSync(r.replica.Addr, 30*time.Second); err != nil {
+		t.Fatalf("chaos: %v", err)
+	}
+	r.proxy = testserver.StartProxy(t, r.primary.Addr)
+	redisURL := "redis://" + r.proxy.Addr(r.primary.Addr) + "/0"
 	database := testserver.Postgres(t)
 	r.pg = testserver.PostgresServer(t)
 	if err := migrations.Up(database.URL); err != nil {
@@ -279,13 +359,13 @@ func Run(t testing.TB, cfg Config) Summary {
 	}
 	r.db = database.Pool(t)
 	keys := fund(t, r.db, cfg.Accounts)
-	queueClient, err := emq.Dial(ctx, r.redis.URL())
+	queueClient, err := emq.Dial(ctx, redisURL)
 	if err != nil {
 		t.Fatalf("chaos: %v", err)
 	}
 	t.Cleanup(func() { _ = queueClient.Close() })
 	r.queue = queueClient.Queue(orders.Queue)
-	r.env = []string{"REDIS_URL=" + r.redis.URL(), "DATABASE_URL=" + database.URL, "MIGRATE=false"}
+	r.env = []string{"REDIS_URL=" + redisURL, "DATABASE_URL=" + database.URL, "MIGRATE=false"}
 
 	// Processes.
 	t.Cleanup(r.stopProcesses) // before the servers' cleanups (LIFO)
@@ -315,8 +395,8 @@ func Run(t testing.TB, cfg Config) Summary {
 		time.Sleep(time.Until(r.start.Add(f.At)))
 		injected = append(injected, fmt.Sprintf("+%s %s", time.Since(r.start).Round(time.Millisecond), f))
 		switch f.Kind {
-		case RestartRedis, RestartPostgr:
-			r.inject(f) // needs the test goroutine: testserver calls t.Fatal
+		case RestartRedis, RestartPostgr, FailoverRedis:
+			r.inject(f) // needs the test goroutine: testserver calls t.Fatal, and the servers swap
 		default:
 			faultsRunning.Go(func() { r.inject(f) })
 		}
@@ -394,7 +474,10 @@ func (r *run) startGateway() {
 		r.t.Fatalf("chaos: %v", err)
 	}
 	r.gwAddr, r.gwMetricsAddr = addr, metricsAddr
-	env := append(slices.Clone(r.env), "GATEWAY_ADDR="+addr, "METRICS_ADDR="+metricsAddr, "LOG_LEVEL=warn")
+	// An admission is answered 202 only once the replica holds it, so a
+	// failover loses no acknowledged order.
+	env := append(slices.Clone(r.env), "GATEWAY_ADDR="+addr, "METRICS_ADDR="+metricsAddr, "LOG_LEVEL=warn",
+		"ADMIT_WAIT_REPLICAS=1", "ADMIT_WAIT_TIMEOUT="+admitWaitTimeout.String())
 	r.gateway, err = startProcess("gateway", r.cfg.GatewayBinary, filepath.Join(r.dir, "gateway.log"), env)
 	if err != nil {
 		r.t.Fatalf("chaos: %v", err)
@@ -478,19 +561,21 @@ func (r *run) inject(f Fault) {
 		slot.stateMu.Unlock()
 		r.stopWorker(proc, f.Hold)
 	case RestartRedis:
-		pid, err := redisPID(r.redis.Addr)
+		pid, err := redisPID(r.primary.Addr)
 		if err != nil {
 			r.errorf("redis pid: %v", err)
 			return
 		}
-		r.logf("fault: SIGKILL redis-server (pid %d), down for %s", pid, f.Hold.Round(time.Millisecond))
+		r.logf("fault: SIGKILL the Redis primary %s (pid %d), down for %s", r.primary.Addr, pid, f.Hold.Round(time.Millisecond))
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			r.errorf("kill redis: %v", err)
 			return
 		}
 		time.Sleep(f.Hold)
-		r.redis.Restart(r.t) // replays the AOF
-		r.logf("fault: redis-server back")
+		r.primary.Restart(r.t) // replays the AOF; the replica syncs with it again
+		r.logf("fault: the Redis primary is back")
+	case FailoverRedis:
+		r.failover(f.Hold)
 	case RestartPostgr:
 		r.logf("fault: stop PostgreSQL, down for %s", f.Hold.Round(time.Millisecond))
 		r.pg.Stop(r.t)
@@ -710,6 +795,12 @@ func (r *run) check(ctx context.Context, c *client) Summary {
 	// do something wrong before the books are read.
 	time.Sleep(2 * r.cfg.Lease)
 
+	// The last failover's old primary follows the new one, so another
+	// failover would lose no acknowledged order.
+	if err := waitInSync(r.replica.Addr, 30*time.Second); err != nil {
+		r.errorf("after the run: %v", err)
+	}
+
 	stats, err := queue.Stats(ctx)
 	if err != nil {
 		r.errorf("queue stats: %v", err)
@@ -719,9 +810,9 @@ func (r *run) check(ctx context.Context, c *client) Summary {
 	}
 
 	// Every acknowledged order: exactly one row, final, of its client order.
-	type row struct{ account, clientOrderID, status string }
+	type row struct{ account, clientOrderID, status, rejectReason, duplicateOf string }
 	rows := map[string]row{}
-	perClientOrder := map[[2]string]int{}
+	pairs := map[[2]string][]string{} // (account, client order id) → its orders
 	result, err := r.db.Query(ctx, ordersReadSQL)
 	if err != nil {
 		r.t.Fatalf("chaos: read orders: %v", err)
@@ -729,16 +820,17 @@ func (r *run) check(ctx context.Context, c *client) Summary {
 	for result.Next() {
 		var id string
 		var o row
-		if err := result.Scan(&id, &o.account, &o.clientOrderID, &o.status); err != nil {
+		if err := result.Scan(&id, &o.account, &o.clientOrderID, &o.status, &o.rejectReason, &o.duplicateOf); err != nil {
 			r.t.Fatalf("chaos: read orders: %v", err)
 		}
 		rows[id] = o
-		perClientOrder[[2]string{o.account, o.clientOrderID}]++
+		key := [2]string{o.account, o.clientOrderID}
+		pairs[key] = append(pairs[key], id)
 	}
 	if err := result.Err(); err != nil {
 		r.t.Fatalf("chaos: read orders: %v", err)
 	}
-	missing := 0
+	missing, lostInFailover := 0, 0
 	for cid, a := range c.acked {
 		o, ok := rows[a.id]
 		switch {
@@ -751,17 +843,59 @@ func (r *run) check(ctx context.Context, c *client) Summary {
 			r.errorf("order %s: client_order_id %s, acknowledged as %s", a.id, o.clientOrderID, cid)
 		case !slices.Contains([]string{"open", "partially_filled", "filled", "canceled", "rejected"}, o.status):
 			r.errorf("order %s (%s): status %s, want one the orders table holds", a.id, cid, o.status)
+		case o.duplicateOf != "":
+			s.AcknowledgedDuplicates++
+		}
+		if r.lost[a.id] {
+			lostInFailover++
+			if lostInFailover <= 10 {
+				r.errorf("lost: %s (%s) acknowledged with %d at +%s was lost in a failover: the promoted replica never held it",
+					a.id, cid, a.status, a.at.Round(time.Millisecond))
+			}
 		}
 	}
+	s.LostAdmissions = len(r.lost)
 	if missing > 0 {
 		r.errorf("lost: %d acknowledged orders have no row in orders", missing)
 	}
-	if extra := len(rows) - (len(c.acked) - missing); extra != 0 {
-		r.errorf("orders holds %d rows, %d acknowledged orders are in it: %d rows nobody acknowledged", len(rows), len(c.acked)-missing, extra)
+	if lostInFailover > 0 {
+		r.errorf("lost: %d acknowledged orders were lost in a failover", lostInFailover)
 	}
-	for key, n := range perClientOrder {
-		if n > 1 {
-			r.errorf("double placement: account %s client_order_id %s has %d orders", key[0], key[1], n)
+
+	// Every client order: one order holds it, and any other is a refusal
+	// naming the holder that a failover explains (see the package comment).
+	placed := make(map[string]bool, len(c.bodies))
+	for _, req := range c.bodies {
+		placed[req.clientOrderID] = true
+	}
+	for key, ids := range pairs {
+		if !placed[key[1]] {
+			r.errorf("orders %v: client_order_id %s, which the client never placed", ids, key[1])
+			continue
+		}
+		var holders []string
+		for _, id := range ids {
+			if rows[id].duplicateOf == "" {
+				holders = append(holders, id)
+			}
+		}
+		if len(holders) != 1 {
+			r.errorf("client order %s of account %s: %d holders among its orders %v, want one", key[1], key[0], len(holders), ids)
+			continue
+		}
+		for _, id := range ids {
+			if id != holders[0] {
+				if o := rows[id]; o.status != "rejected" || o.rejectReason != orders.ReasonDuplicateClientOrderID || o.duplicateOf != holders[0] {
+					r.errorf("client order %s: order %s is %s (%s) a duplicate of %q; want rejected %s, a duplicate of its holder %s",
+						key[1], id, o.status, o.rejectReason, o.duplicateOf, orders.ReasonDuplicateClientOrderID, holders[0])
+				}
+			}
+			if r.lost[id] {
+				s.LostSettled++
+			} else if acked := c.acked[key[1]].id; id != acked {
+				r.errorf("double placement: client order %s has orders %v; %s is neither the one acknowledged (%q) nor an admission a failover lost",
+					key[1], ids, id, acked)
+			}
 		}
 	}
 
@@ -876,26 +1010,33 @@ func (c *client) placeAll() {
 }
 
 // place sends one order until it is acknowledged, replaying the same
-// client_order_id and body on 5xx and connection errors.
+// client_order_id and body on 5xx (a 503 not replicated among them),
+// connection errors and timeouts.
 func (c *client) place(req request) {
 	giveUp := time.Now().Add(2 * time.Minute)
 	backoff := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		status, id, replayed, err := c.post(req)
+		answer, err := c.post(req)
+		status := answer.status
 		why := ""
+		var netErr net.Error
 		switch {
+		case errors.As(err, &netErr) && netErr.Timeout():
+			why = "timeout"
 		case err != nil:
 			why = "conn"
-		case status == http.StatusAccepted || (status == http.StatusOK && replayed):
+		case status == http.StatusAccepted || (status == http.StatusOK && answer.replayed):
 			if status == http.StatusAccepted {
 				c.accepted.Add(1)
 			} else {
 				c.replayed.Add(1)
 			}
 			c.mu.Lock()
-			c.acked[req.clientOrderID] = ack{id: id, status: status, at: time.Since(c.r.start)}
+			c.acked[req.clientOrderID] = ack{id: answer.id, status: status, at: time.Since(c.r.start)}
 			c.mu.Unlock()
 			return
+		case answer.notReplicated:
+			why = "503 not replicated"
 		case status >= 500:
 			why = strconv.Itoa(status)
 		default:
@@ -915,33 +1056,51 @@ func (c *client) place(req request) {
 	}
 }
 
-func (c *client) post(req request) (status int, id string, replayed bool, err error) {
+// answer is what the gateway answered a placement.
+type answer struct {
+	status   int
+	id       string // the order's, on 202 or 200
+	replayed bool   // Idempotent-Replayed
+	// notReplicated: a 503 whose order was queued but held by no replica
+	// in time.
+	notReplicated bool
+}
+
+// post sends one placement.
+func (c *client) post(req request) (answer, error) {
 	httpReq, err := http.NewRequest(http.MethodPost, "http://"+c.r.gwAddr+"/v1/orders", bytes.NewReader([]byte(req.body)))
 	if err != nil {
-		return 0, "", false, err
+		return answer{}, err
 	}
 	httpReq.Header.Set("Authorization", "Bearer "+req.key)
 	httpReq.Header.Set("Content-Type", "application/json")
 	res, err := c.http.Do(httpReq)
 	if err != nil {
-		return 0, "", false, err
+		return answer{}, err
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
 	if err != nil {
-		return 0, "", false, err
+		return answer{}, err
 	}
 	if res.StatusCode == http.StatusAccepted || res.StatusCode == http.StatusOK {
 		var order struct {
 			ID string `json:"id"`
 		}
 		if err := json.Unmarshal(body, &order); err != nil || order.ID == "" {
-			return 0, "", false, fmt.Errorf("status %d with body %q: %v", res.StatusCode, body, err)
+			return answer{}, fmt.Errorf("status %d with body %q: %v", res.StatusCode, body, err)
 		}
-		return res.StatusCode, order.ID, res.Header.Get("Idempotent-Replayed") == "true", nil
+		return answer{status: res.StatusCode, id: order.ID, replayed: res.Header.Get("Idempotent-Replayed") == "true"}, nil
 	}
 	if res.StatusCode >= 500 && res.StatusCode != http.StatusServiceUnavailable {
 		c.r.logf("place %s: %d %s", req.clientOrderID, res.StatusCode, bytes.TrimSpace(body))
 	}
-	return res.StatusCode, "", false, nil
+	var problem struct {
+		Detail string `json:"detail"`
+	}
+	// Only the problem's detail tells the two 503s apart; counted, not asserted.
+	if res.StatusCode == http.StatusServiceUnavailable && json.Unmarshal(body, &problem) == nil && strings.Contains(problem.Detail, "replicas") {
+		return answer{status: res.StatusCode, notReplicated: true}, nil
+	}
+	return answer{status: res.StatusCode}, nil
 }

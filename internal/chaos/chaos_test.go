@@ -67,8 +67,8 @@ func TestChaos(t *testing.T) {
 func TestScheduleIsDrawnFromTheSeed(t *testing.T) {
 	a := Schedule(42, 20*time.Second, 2*time.Second, 3)
 	b := Schedule(42, 20*time.Second, 2*time.Second, 3)
-	if len(a) != 6 {
-		t.Fatalf("schedule has %d faults, want 6: %v", len(a), a)
+	if len(a) != 8 {
+		t.Fatalf("schedule has %d faults, want 8: %v", len(a), a)
 	}
 	kinds := map[FaultKind]int{}
 	for i := range a {
@@ -84,9 +84,12 @@ func TestScheduleIsDrawnFromTheSeed(t *testing.T) {
 		if a[i].Kind == StopWorker && a[i].Hold <= 2*time.Second {
 			t.Errorf("SIGSTOP for %s does not outlast the lease", a[i].Hold)
 		}
+		if a[i].Kind == FailoverRedis && (a[i].Hold < 200*time.Millisecond || a[i].Hold >= time.Second) {
+			t.Errorf("failover with the old primary alone for %s, want 200ms to 1s", a[i].Hold)
+		}
 		kinds[a[i].Kind]++
 	}
-	want := map[FaultKind]int{KillWorker: 3, StopWorker: 1, RestartRedis: 1, RestartPostgr: 1}
+	want := map[FaultKind]int{KillWorker: 3, StopWorker: 1, RestartRedis: 1, RestartPostgr: 1, FailoverRedis: 2}
 	for kind, n := range want {
 		if kinds[kind] != n {
 			t.Errorf("%d × %s, want %d", kinds[kind], kind, n)
