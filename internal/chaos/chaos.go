@@ -42,6 +42,9 @@
 //   - postgres.Audit passes: the book, trades, holds, fees and the ledger,
 //     and that no duplicate of a client_order_id moved money
 //     (client_order_id_settled_once);
+//   - every cached account is served its balances as PostgreSQL holds them
+//     within 15 s of the drain: through the Redis kill and the failovers,
+//     the coherence lane and the cache's heals leave nothing behind;
 //   - after the run the replica follows the primary, and no process logged
 //     an API key.
 //
@@ -77,11 +80,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/ordergen"
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
 )
 
@@ -294,8 +299,10 @@ type run struct {
 	// lost holds the orders whose admission a failover lost: the old
 	// primary admitted them and the promoted replica never held them.
 	lost map[string]bool
-	pg   *testserver.PostgresInstance
-	db   *pgxpool.Pool
+	// caches reads the balance cache for the checker.
+	caches *coherence.Client
+	pg     *testserver.PostgresInstance
+	db     *pgxpool.Pool
 	// the test's own view of the queue
 	queue   *emq.Queue
 	slots   []*workerSlot
@@ -365,6 +372,7 @@ func Run(t testing.TB, cfg Config) Summary {
 	}
 	t.Cleanup(func() { _ = queueClient.Close() })
 	r.queue = queueClient.Queue(orders.Queue)
+	r.caches = coherence.New(queueClient.Redis())
 	r.env = []string{"REDIS_URL=" + redisURL, "DATABASE_URL=" + database.URL, "MIGRATE=false"}
 
 	// Processes.
@@ -808,6 +816,7 @@ func (r *run) check(ctx context.Context, c *client) Summary {
 		r.errorf("queue not empty after the drain: pending %d active %d delayed %d dead %d",
 			stats.Pending, stats.Active, stats.Delayed, stats.Dead)
 	}
+	r.checkCachedBalances(ctx)
 
 	// Every acknowledged order: exactly one row, final, of its client order.
 	type row struct{ account, clientOrderID, status, rejectReason, duplicateOf string }
@@ -1103,4 +1112,58 @@ func (c *client) post(req request) (answer, error) {
 		return answer{status: res.StatusCode, notReplicated: true}, nil
 	}
 	return answer{status: res.StatusCode}, nil
+}
+
+// cachedBalancesDeadline bounds how long after the drain the balance cache
+// may take to equal PostgreSQL: the coherence queue's backlog, and a heal
+// after the last failover or restart.
+const cachedBalancesDeadline = 15 * time.Second
+
+// checkCachedBalances checks that a reader is served every cached account's
+// balances as PostgreSQL holds them once the coherence lane and the heals
+// have caught up: through Redis kills and failovers, no cached balance is
+// left behind (an account without a hash is read from PostgreSQL).
+func (r *run) checkCachedBalances(ctx context.Context) {
+	truth := postgres.NewBalances(r.db)
+	reader := placement.NewBalances(truth, r.caches, nil)
+	deadline := time.Now().Add(cachedBalancesDeadline)
+	for {
+		stale, err := r.staleCachedBalances(ctx, truth, reader)
+		if err == nil && len(stale) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.errorf("balance cache: %d accounts served otherwise than PostgreSQL holds them %s after the drain (%v), e.g. %v",
+				len(stale), cachedBalancesDeadline, err, stale[:min(len(stale), 3)])
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// staleCachedBalances lists the cached accounts whose balances a reader is
+// served otherwise than PostgreSQL holds them.
+func (r *run) staleCachedBalances(ctx context.Context, truth *postgres.Balances, reader *placement.Balances) ([]string, error) {
+	server, err := r.caches.CacheServer(ctx, placement.BalancesTable)
+	if err != nil {
+		return nil, err
+	}
+	var stale []string
+	err = r.caches.ScanCache(ctx, placement.BalancesTable, server.Identity, func(accounts []string) error {
+		current, err := truth.OfAccounts(ctx, accounts)
+		if err != nil {
+			return err
+		}
+		for _, account := range accounts {
+			served, err := reader.Of(ctx, account)
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(served, current[account]) {
+				stale = append(stale, fmt.Sprintf("%s: served %v, PostgreSQL %v", account, served, current[account]))
+			}
+		}
+		return nil
+	})
+	return stale, err
 }
