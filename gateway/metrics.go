@@ -50,7 +50,7 @@ func newMetrics(registry *prometheus.Registry) *metrics {
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orders_refused_total",
-			Help: "Order placements that admitted nothing, by HTTP status: 4xx the request was refused, 5xx the gateway could not admit it.",
+			Help: "Order placements answered with an error, by HTTP status: a 4xx admitted nothing; a 5xx may have admitted the order (a 503 not replicated, a lost reply), which the client's retry then finds as a replay.",
 		}, []string{"status"}),
 		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rate_limited_total",
