@@ -38,6 +38,8 @@ type Queue struct {
 	// heads are the groups at the head of the rotation as the last claim
 	// left it: the lanes the next claim names.
 	heads atomic.Pointer[[]string]
+	// logRetention is what each group's log keeps (log.go).
+	logRetention LogRetention
 }
 
 // QueueOption configures a Queue.
@@ -59,7 +61,8 @@ func (c *Client) Queue(name string, opts ...QueueOption) *Queue {
 	if name == "" || strings.ContainsAny(name, "{}") {
 		panic(fmt.Sprintf("emq: invalid queue name %q", name))
 	}
-	q := &Queue{client: c, name: name, prefix: "emq:{" + name + "}:", retention: DefaultRetention, dedup: c.dedupCell(name)}
+	q := &Queue{client: c, name: name, prefix: "emq:{" + name + "}:", retention: DefaultRetention, dedup: c.dedupCell(name),
+		logRetention: DefaultLogRetention}
 	for _, opt := range opts {
 		opt(q)
 	}
@@ -166,6 +169,10 @@ type Job struct {
 	// the job with a *RateLimitedError and writes nothing else. A duplicate
 	// spends its permit too.
 	RateLimit *RateLimit
+	// Log, when set, is appended to the group's log (log.go) in the same
+	// script run, if the job is admitted: a duplicate or a refusal appends
+	// nothing.
+	Log *LogEntry
 }
 
 // Admission is the outcome of Admit.
@@ -178,6 +185,9 @@ type Admission struct {
 	Duplicate bool
 	// Token is what the job's RateLimit took; nil when it had none.
 	Take *Take
+	// LogSequence is the sequence of the job's Log entry in its group's
+	// log; 0 when it had none or nothing was admitted.
+	LogSequence int64
 }
 
 // Admit runs the admit script: kind check, duplicate refusal, row write and
@@ -228,6 +238,12 @@ func (q *Queue) admitCall(job Job, now time.Time) ([]string, []any, error) {
 	if limit := job.RateLimit; limit != nil {
 		keys = append(keys, q.BucketKey(limit.Bucket))
 		args = append(args, limit.Limit.Capacity, limit.Limit.PerSecond)
+	} else if job.Log != nil {
+		args = append(args, "", "")
+	}
+	if entry := job.Log; entry != nil {
+		keys = append(keys, q.logKey(job.Group), q.logSequencesKey())
+		args = append(args, entry.ID, entry.Type, entry.Data, q.logRetention.Count, q.logRetention.Age.Milliseconds())
 	}
 	return keys, args, nil
 }
@@ -238,7 +254,10 @@ func (q *Queue) admission(job Job, cmd *redis.Cmd) (Admission, error) {
 	if err != nil {
 		return Admission{}, fmt.Errorf("emq: admit %s on %s: %w", job.ID, q.name, scriptError(err))
 	}
-	want := 3
+	want, takeAt := 3, 3
+	if job.Log != nil {
+		want, takeAt = 4, 4
+	}
 	if job.RateLimit != nil {
 		want += 4
 	}
@@ -251,8 +270,11 @@ func (q *Queue) admission(job Job, cmd *redis.Cmd) (Admission, error) {
 		return Admission{}, fmt.Errorf("emq: admit %s on %s: unexpected reply %v", job.ID, q.name, reply)
 	}
 	admission := Admission{ID: text[1], Fingerprint: text[2], Duplicate: outcome == "duplicate"}
+	if job.Log != nil {
+		admission.LogSequence, _ = reply[3].(int64)
+	}
 	if job.RateLimit != nil {
-		take, err := takeOf(reply[3:])
+		take, err := takeOf(reply[takeAt:])
 		if err != nil {
 			return Admission{}, fmt.Errorf("emq: admit %s on %s: %w", job.ID, q.name, err)
 		}

@@ -26,8 +26,11 @@
 -- KEYS[8]    emq:{q}:dedup               string the queue's dedup settings (see declare.lua)
 -- KEYS[9]    emq:{q}:dedup:<W>:<w>       hash   digest -> "<job id> <fingerprint>"; this admission's window
 -- KEYS[10..] emq:{q}:dedup:<W>:<...>     hash   the other windows to look in
--- KEYS[n]    emq:{q}:bucket:<name>       string with ARGV[9]: the last key, the rate-limit bucket
---                                               to take from first (see permit_bucket.lua)
+-- KEYS[n]    emq:{q}:bucket:<name>       string with ARGV[9]: the rate-limit bucket to take
+--                                               from first (see permit_bucket.lua); the last key,
+--                                               or the last but two with a log entry
+-- KEYS[n+1]  emq:{q}:log:<group>         stream with ARGV[11]: the group's log (see log_lib.lua)
+-- KEYS[n+2]  emq:{q}:logseq              hash   with ARGV[11]: group -> last sequence
 --
 -- ARGV[1] job id
 -- ARGV[2] kind
@@ -37,12 +40,18 @@
 -- ARGV[6] digest of the dedup key (raw bytes)
 -- ARGV[7] when window w may expire, in unix milliseconds (at the earliest)
 -- ARGV[8] the dedup settings the windows were computed from ('' for none stored)
--- ARGV[9] optional: the bucket's capacity; admission first takes a permit
---         from the bucket in the last key, and an empty bucket refuses the job
+-- ARGV[9] optional ('' for none): the bucket's capacity; admission first
+--         takes a permit from the bucket, and an empty bucket refuses the job
 -- ARGV[10] with ARGV[9]: the bucket's refill per second
+-- ARGV[11] optional ('' for none): the id of an entry the admission appends
+--         to its group's log, written only if the job is
+-- ARGV[12], ARGV[13] with ARGV[11]: the entry's type and data
+-- ARGV[14], ARGV[15] with ARGV[11]: the log's keep_count and keep_ms
 --
 -- Replies:
---   {"admitted", id, fingerprint}        the job was written and is pending
+--   {"admitted", id, fingerprint}        the job was written and is pending (and its
+--                                        log entry appended, whose sequence follows the
+--                                        three strings, before any permit take)
 --   {"duplicate", first id, fingerprint} the dedup key was taken; nothing written
 --   {"limited", "", ""}                  the bucket was empty; nothing written
 --   error "EMQKIND ..."                  the queue does not accept this kind; nothing written
@@ -68,18 +77,28 @@ end
 
 local at = now()
 local last_window = #KEYS
+local logged = ARGV[11] and ARGV[11] ~= ''
+if logged then
+  last_window = last_window - 2
+end
 local take
-if ARGV[9] then
+if ARGV[9] and ARGV[9] ~= '' then
   local err
-  last_window = #KEYS - 1
-  take, err = take_permit(KEYS[#KEYS], ARGV[9], ARGV[10], at)
+  take, err = take_permit(KEYS[last_window], ARGV[9], ARGV[10], at)
   if err then return err end
+  last_window = last_window - 1
 end
 
--- reply is the three strings, and the permit take when there was one.
+-- reply is the three strings, the log entry's sequence when the admission
+-- logs one (0 when it wrote nothing), and the permit take when there was one.
+local sequence = 0
 local function reply(outcome, first, stored)
-  if not take then return {outcome, first, stored} end
-  return {outcome, first, stored, take[1], take[2], take[3], take[4]}
+  local answer = {outcome, first, stored}
+  if logged then answer[#answer + 1] = sequence end
+  if take then
+    for i = 1, 4 do answer[#answer + 1] = take[i] end
+  end
+  return answer
 end
 
 if take and take[1] == 0 then
@@ -103,6 +122,10 @@ write(KEYS[2], id, {
   kind = kind, group = group, error = '', payload = payload,
 })
 enqueue(KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], id, group)
+if logged then
+  sequence = log_append(KEYS[#KEYS - 1], KEYS[#KEYS], group, ARGV[11], ARGV[12], ARGV[13], at,
+    tonumber(ARGV[14]), tonumber(ARGV[15]))
+end
 
 redis.call('HSET', KEYS[9], digest, id .. ' ' .. fingerprint)
 -- NX for a new window; GT keeps the latest expiry an admission asked for.

@@ -19,6 +19,9 @@ var lib = clock + libText
 //go:embed permit_bucket.lua
 var permitBucket string
 
+//go:embed log_lib.lua
+var logLib string
+
 var (
 	//go:embed admit.lua
 	admit string
@@ -46,13 +49,16 @@ var (
 	cacheFill string
 	//go:embed cache_server.lua
 	cacheServer string
+	//go:embed log_append.lua
+	logAppend string
 )
 
 // The scripts, one per state move, each with the shared helpers in front.
 var (
 	// Admit writes a new job and puts it in its group's fair lane, or refuses
-	// it; it may take a permit from a rate-limit bucket first.
-	Admit = lib + permitBucket + admit
+	// it; it may take a permit from a rate-limit bucket first, and append an
+	// entry to its group's log.
+	Admit = lib + permitBucket + logLib + admit
 	// Claim leases pending jobs in fair-lane order.
 	Claim = lib + claim
 	// Extend renews a lease.
@@ -81,6 +87,9 @@ var (
 	// CacheServer names the server holding a table's cache and says whether
 	// the cache was healed on it (package coherence runs it).
 	CacheServer = cacheServer
+	// LogAppend appends entries to a group's log once per source version.
+	// It moves no job, so it goes with the clock alone.
+	LogAppend = clock + logLib + logAppend
 )
 
 //go:embed ratelimit.lua

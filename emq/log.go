@@ -1,0 +1,219 @@
+package emq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ordergate/ordergate/internal/scriptpipe"
+	"github.com/ordergate/ordergate/lua"
+)
+
+// A group's log is an ordered, gapless record of what happened to the
+// group's jobs, in Redis beside the queue (lua/log_lib.lua): entry n has
+// sequence n, and a reader resumes after the last sequence it read. An
+// admission appends its entry in the same script that writes the job
+// (Job.Log); the queue's users append theirs with AppendLog, once per
+// source version. The queue gives the entries no meaning.
+
+// LogEntry is one entry to append: an id and a type the caller chooses, and
+// data, opaque to the queue.
+type LogEntry struct {
+	ID   string
+	Type string
+	Data []byte
+}
+
+// LogEvent is an entry as the log holds it.
+type LogEvent struct {
+	// Sequence is the entry's place in its group's log: 1, 2, ... without
+	// gaps.
+	Sequence int64
+	ID       string
+	Type     string
+	// At is the server's time when the entry was appended.
+	At   time.Time
+	Data []byte
+}
+
+// LogRetention is how much of each group's log a queue keeps: the newest
+// Count entries and every entry younger than Age, whichever is more.
+type LogRetention struct {
+	Count int
+	Age   time.Duration
+}
+
+// DefaultLogRetention keeps the newest 10,000 entries of a group and a day
+// of them.
+var DefaultLogRetention = LogRetention{Count: 10_000, Age: 24 * time.Hour}
+
+// WithLogRetention sets what the queue's logs keep (DefaultLogRetention
+// otherwise).
+func WithLogRetention(retention LogRetention) QueueOption {
+	return func(q *Queue) {
+		if retention.Count > 0 && retention.Age > 0 {
+			q.logRetention = retention
+		}
+	}
+}
+
+func (q *Queue) logKey(group string) string { return q.key("log:" + group) }
+func (q *Queue) logSequencesKey() string    { return q.key("logseq") }
+func (q *Queue) logSourcesKey() string      { return q.key("logsrc") }
+
+// logAppendScript is Once: a second run of an append without a source
+// would append its entries twice.
+var logAppendScript = scriptpipe.Once(lua.LogAppend)
+
+// LogAppended is the outcome of AppendLog.
+type LogAppended struct {
+	// First is the sequence of the first entry appended; 0 when none was
+	// (the source's version was appended already).
+	First int64
+	// Count is how many entries were appended.
+	Count int
+}
+
+// LogGapError: AppendLog refused a source's version because the versions
+// before it are not all appended; Held is the last one that is.
+type LogGapError struct {
+	Source string
+	Held   int64
+}
+
+func (e *LogGapError) Error() string {
+	return fmt.Sprintf("emq: log source %s: versions after %d are missing", e.Source, e.Held)
+}
+
+// LogSource names the writer of a batch of log entries and the batch's
+// version within it: 1, 2, ... A version is appended once, and only after
+// the one before it, unless Force says the ones missing are gone for good.
+type LogSource struct {
+	Name    string
+	Version int64
+	Force   bool
+}
+
+// AppendLog appends entries to group's log, in order, each with the
+// group's next sequence, in one step. With a source the batch is appended
+// at most once, after the source's batch before it: a duplicate appends
+// nothing, and a version past a gap is refused with *LogGapError, so the
+// caller appends the versions missing first. Without a source (Name "") it
+// appends the entries whatever came before.
+func (q *Queue) AppendLog(ctx context.Context, group string, source LogSource, entries []LogEntry) (LogAppended, error) {
+	if group == "" || len(entries) == 0 {
+		return LogAppended{}, fmt.Errorf("emq: append to log of %q: no group or no entries", group)
+	}
+	force := "0"
+	if source.Force {
+		force = "1"
+	}
+	args := make([]any, 0, 6+3*len(entries))
+	args = append(args, group, source.Name, source.Version, force, q.logRetention.Count, q.logRetention.Age.Milliseconds())
+	for _, entry := range entries {
+		args = append(args, entry.ID, entry.Type, entry.Data)
+	}
+	keys := []string{q.logKey(group), q.logSequencesKey(), q.logSourcesKey()}
+	reply, err := logAppendScript.Run(ctx, q.client.rdb, keys, args...).Int64Slice()
+	if err != nil {
+		if held, ok := strings.CutPrefix(err.Error(), "EMQLOGGAP "); ok {
+			n, _ := strconv.ParseInt(held, 10, 64)
+			return LogAppended{}, &LogGapError{Source: source.Name, Held: n}
+		}
+		return LogAppended{}, fmt.Errorf("emq: append to log of %s on %s: %w", group, q.name, scriptError(err))
+	}
+	if len(reply) != 3 {
+		return LogAppended{}, fmt.Errorf("emq: append to log of %s on %s: unexpected reply %v", group, q.name, reply)
+	}
+	return LogAppended{First: reply[0], Count: int(reply[1])}, nil
+}
+
+// LogBounds reports the first sequence group's log still holds and the
+// last one it was given (0, 0 for a log never written; first > last when
+// every entry was dropped).
+func (q *Queue) LogBounds(ctx context.Context, group string) (first, last int64, err error) {
+	pipe := q.client.rdb.Pipeline()
+	oldest := pipe.XRangeN(ctx, q.logKey(group), "-", "+", 1)
+	newest := pipe.HGet(ctx, q.logSequencesKey(), group)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, 0, fmt.Errorf("emq: bounds of log %s on %s: %w", group, q.name, err)
+	}
+	last, _ = strconv.ParseInt(newest.Val(), 10, 64)
+	if entries := oldest.Val(); len(entries) > 0 {
+		first = sequenceOf(entries[0].ID)
+	} else {
+		first = last + 1
+	}
+	return first, last, nil
+}
+
+// ReadLog returns up to count entries of group's log after sequence after,
+// oldest first.
+func (q *Queue) ReadLog(ctx context.Context, group string, after, count int64) ([]LogEvent, error) {
+	messages, err := q.client.rdb.XRangeN(ctx, q.logKey(group), strconv.FormatInt(after+1, 10)+"-0", "+", count).Result()
+	if err != nil {
+		return nil, fmt.Errorf("emq: read log %s on %s: %w", group, q.name, err)
+	}
+	return logEventsOf(messages), nil
+}
+
+// TailLogs waits up to block for entries of the groups' logs after the
+// sequence given for each, and returns, by group, up to count entries of
+// each that has some; none when block passed first. All logs of a queue
+// share its slot, so one call (XREAD) serves any number of groups.
+func (q *Queue) TailLogs(ctx context.Context, after map[string]int64, block time.Duration, count int64) (map[string][]LogEvent, error) {
+	if len(after) == 0 {
+		return nil, nil
+	}
+	streams := make([]string, len(after), 2*len(after))
+	groups := make(map[string]string, len(after))
+	i := 0
+	for group, sequence := range after {
+		key := q.logKey(group)
+		streams[i] = key
+		streams = append(streams, strconv.FormatInt(sequence, 10)+"-0")
+		groups[key] = group
+		i++
+	}
+	read, err := q.client.rdb.XRead(ctx, &redis.XReadArgs{Streams: streams, Count: count, Block: block}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("emq: tail logs on %s: %w", q.name, err)
+	}
+	events := make(map[string][]LogEvent, len(read))
+	for _, stream := range read {
+		events[groups[stream.Stream]] = logEventsOf(stream.Messages)
+	}
+	return events, nil
+}
+
+func logEventsOf(messages []redis.XMessage) []LogEvent {
+	events := make([]LogEvent, 0, len(messages))
+	for _, message := range messages {
+		event := LogEvent{Sequence: sequenceOf(message.ID)}
+		event.ID, _ = message.Values["id"].(string)
+		event.Type, _ = message.Values["type"].(string)
+		data, _ := message.Values["data"].(string)
+		event.Data = []byte(data)
+		if at, ok := message.Values["at"].(string); ok {
+			ms, _ := strconv.ParseInt(at, 10, 64)
+			event.At = time.UnixMilli(ms)
+		}
+		events = append(events, event)
+	}
+	return events
+}
+
+// sequenceOf reads the sequence of a log entry's stream ID, "<sequence>-0".
+func sequenceOf(id string) int64 {
+	sequence, _, _ := strings.Cut(id, "-")
+	n, _ := strconv.ParseInt(sequence, 10, 64)
+	return n
+}

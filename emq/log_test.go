@@ -1,0 +1,201 @@
+package emq_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/testserver"
+)
+
+// logged is what a test compares of a log's entries: "<sequence> <id>".
+func logged(events []emq.LogEvent) []string {
+	out := make([]string, len(events))
+	for i, event := range events {
+		out[i] = strconv.FormatInt(event.Sequence, 10) + " " + event.ID
+	}
+	return out
+}
+
+func readAll(t testing.TB, queue *emq.Queue, group string) []string {
+	t.Helper()
+	events, err := queue.ReadLog(context.Background(), group, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return logged(events)
+}
+
+// An admission appends its log entry in the same step, with the group's
+// next sequence; a duplicate or a rate-limited refusal appends nothing, and
+// AppendLog's entries share the sequence.
+func TestAdmissionsAndAppendsShareTheGroupsSequence(t *testing.T) {
+	ctx := context.Background()
+	queue, _ := newQueue(t)
+	withLog := func(id, dedup string) emq.Job {
+		j := job(id, "acct-a", dedup)
+		j.Log = &emq.LogEntry{ID: id + ".accepted", Type: "accepted", Data: []byte(`{"id":"` + id + `"}`)}
+		return j
+	}
+	limited := withLog("J3", "c3")
+	limited.RateLimit = &emq.RateLimit{Bucket: "b", Limit: emq.Rate{Capacity: 1, PerSecond: 1}}
+	steps := []struct {
+		name     string
+		admit    emq.Job
+		append   []emq.LogEntry
+		sequence int64
+	}{
+		{name: "admission", admit: withLog("J1", "c1"), sequence: 1},
+		{name: "duplicate", admit: withLog("J1b", "c1"), sequence: 0},
+		{name: "append", append: []emq.LogEntry{{ID: "x1", Type: "t"}, {ID: "x2", Type: "t"}}, sequence: 2},
+		{name: "admission with a permit", admit: limited, sequence: 4},
+	}
+	for _, step := range steps {
+		if step.append != nil {
+			appended, err := queue.AppendLog(ctx, "acct-a", emq.LogSource{}, step.append)
+			if err != nil || appended.First != step.sequence || appended.Count != len(step.append) {
+				t.Fatalf("%s: %+v, %v; want from %d", step.name, appended, err, step.sequence)
+			}
+			continue
+		}
+		admission, err := queue.Admit(ctx, step.admit)
+		if err != nil || admission.LogSequence != step.sequence {
+			t.Fatalf("%s: %+v, %v; want log sequence %d", step.name, admission, err, step.sequence)
+		}
+	}
+	limited.ID, limited.DedupKey, limited.Log.ID = "J4", "c4", "J4.accepted"
+	if _, err := queue.Admit(ctx, limited); !errors.Is(err, emq.ErrRateLimited) {
+		t.Fatalf("an admission past its bucket: %v, want rate limited", err)
+	}
+	want := []string{"1 J1.accepted", "2 x1", "3 x2", "4 J3.accepted"}
+	if got := readAll(t, queue, "acct-a"); !slices.Equal(got, want) {
+		t.Errorf("log holds %v, want %v", got, want)
+	}
+	if got := readAll(t, queue, "acct-b"); len(got) != 0 {
+		t.Errorf("another group's log holds %v", got)
+	}
+}
+
+// A source's versions are appended once each, in order: a redelivery
+// appends nothing, a version past a gap is refused naming the last one
+// appended, and Force appends past a gap the caller knows is for good.
+func TestASourceIsAppendedOnceAndInOrder(t *testing.T) {
+	ctx := context.Background()
+	queue, _ := newQueue(t)
+	entry := func(id string) []emq.LogEntry { return []emq.LogEntry{{ID: id, Type: "t", Data: []byte("d")}} }
+	steps := []struct {
+		name    string
+		source  emq.LogSource
+		id      string
+		first   int64
+		gapHeld int64 // > 0: want a *LogGapError with this Held
+	}{
+		{name: "version 1", source: emq.LogSource{Name: "s", Version: 1}, id: "s1", first: 1},
+		{name: "version 1 again", source: emq.LogSource{Name: "s", Version: 1}, id: "s1", first: 0},
+		{name: "version 3 before 2", source: emq.LogSource{Name: "s", Version: 3}, id: "s3", gapHeld: 1},
+		{name: "another source's first", source: emq.LogSource{Name: "t", Version: 1}, id: "t1", first: 2},
+		{name: "version 2", source: emq.LogSource{Name: "s", Version: 2}, id: "s2", first: 3},
+		{name: "version 3", source: emq.LogSource{Name: "s", Version: 3}, id: "s3", first: 4},
+		{name: "version 6 forced past a gap", source: emq.LogSource{Name: "s", Version: 6, Force: true}, id: "s6", first: 5},
+		{name: "version 5 after 6", source: emq.LogSource{Name: "s", Version: 5}, id: "s5", first: 0},
+	}
+	for _, step := range steps {
+		appended, err := queue.AppendLog(ctx, "acct", step.source, entry(step.id))
+		if step.gapHeld > 0 {
+			var gap *emq.LogGapError
+			if !errors.As(err, &gap) || gap.Held != step.gapHeld {
+				t.Fatalf("%s: %+v, %v; want a gap after %d", step.name, appended, err, step.gapHeld)
+			}
+			continue
+		}
+		if err != nil || appended.First != step.first {
+			t.Fatalf("%s: %+v, %v; want first %d", step.name, appended, err, step.first)
+		}
+	}
+	want := []string{"1 s1", "2 t1", "3 s2", "4 s3", "5 s6"}
+	if got := readAll(t, queue, "acct"); !slices.Equal(got, want) {
+		t.Errorf("log holds %v, want %v", got, want)
+	}
+}
+
+// A log keeps its newest entries up to the retention's count and every
+// entry younger than its age, and drops older ones as new ones come.
+func TestALogKeepsItsRetention(t *testing.T) {
+	ctx := context.Background()
+	client, err := emq.Connect(ctx, testserver.QueueRedis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := client.Queue("work", emq.WithLogRetention(emq.LogRetention{Count: 3, Age: 300 * time.Millisecond}))
+	appendOne := func(id string) {
+		t.Helper()
+		if _, err := queue.AppendLog(ctx, "g", emq.LogSource{}, []emq.LogEntry{{ID: id, Type: "t"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 6; i++ {
+		appendOne("young" + strconv.Itoa(i))
+	}
+	if first, last, err := queue.LogBounds(ctx, "g"); err != nil || first != 1 || last != 6 {
+		t.Fatalf("bounds %d..%d, %v; want 1..6: entries younger than the age stay", first, last, err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	for i := 7; i <= 9; i++ {
+		appendOne("late" + strconv.Itoa(i))
+	}
+	// Three appends dropped up to six old entries, two each; the count
+	// keeps the newest three.
+	first, last, err := queue.LogBounds(ctx, "g")
+	if err != nil || first != 7 || last != 9 {
+		t.Errorf("bounds %d..%d, %v; want 7..9", first, last, err)
+	}
+	if got := readAll(t, queue, "g"); !slices.Equal(got, []string{"7 late7", "8 late8", "9 late9"}) {
+		t.Errorf("log holds %v", got)
+	}
+}
+
+// TailLogs returns what several groups' logs gained after the sequences
+// given, in one call, and nothing once the block passes.
+func TestTailLogsReadsManyGroupsAtOnce(t *testing.T) {
+	ctx := context.Background()
+	queue, _ := newQueue(t)
+	for _, group := range []string{"a", "b"} {
+		if _, err := queue.AppendLog(ctx, group, emq.LogSource{}, []emq.LogEntry{{ID: group + "1", Type: "t"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events, err := queue.TailLogs(ctx, map[string]int64{"a": 0, "b": 1, "c": 0}, 100*time.Millisecond, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 1 || !slices.Equal(logged(events["a"]), []string{"1 a1"}) {
+		t.Errorf("tail = %v, want a's first entry alone", events)
+	}
+	done := make(chan map[string][]emq.LogEvent, 1)
+	go func() {
+		events, err := queue.TailLogs(ctx, map[string]int64{"a": 1, "b": 1}, 5*time.Second, 10)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- events
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if _, err := queue.AppendLog(ctx, "b", emq.LogSource{}, []emq.LogEntry{{ID: "b2", Type: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case events := <-done:
+		if !slices.Equal(logged(events["b"]), []string{"2 b2"}) {
+			t.Errorf("a blocked tail = %v, want b's second entry", events)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a blocked tail never returned")
+	}
+	if events, err := queue.TailLogs(ctx, map[string]int64{"a": 1}, 50*time.Millisecond, 10); err != nil || len(events) != 0 {
+		t.Errorf("a tail with nothing new = %v, %v; want nothing", events, err)
+	}
+}

@@ -1,0 +1,59 @@
+-- log_append: append entries to a group's log (see log_lib.lua), each with
+-- the group's next sequence, unless their source appended them already.
+--
+-- A source is a writer whose entries come in numbered batches, version 1,
+-- 2, ... per source (e.g. an outbox's rows): a batch is appended once, and
+-- only after the batch before it, so a redelivered batch never takes a
+-- second sequence and the log keeps the source's order. The hash
+-- emq:{q}:logsrc holds each source's last version appended.
+--
+-- KEYS[1] emq:{q}:log:<group>  stream the group's log
+-- KEYS[2] emq:{q}:logseq       hash   group -> last sequence
+-- KEYS[3] emq:{q}:logsrc       hash   source -> last version appended
+--
+-- ARGV[1] group
+-- ARGV[2] source; '' for none: the entries are appended whatever came before
+-- ARGV[3] the batch's version within its source (ignored without a source)
+-- ARGV[4] '1' to append even past a gap in the source's versions (the
+--         caller found the versions missing gone for good); else '0'
+-- ARGV[5] keep_count, ARGV[6] keep_ms: the log's retention (log_lib.lua)
+-- ARGV[7..] id, type, data, repeated once per entry, in order
+--
+-- Reply: {sequence of the first entry appended (0: none), entries appended,
+--        the source's last version appended after the call}
+--   error "EMQLOGGAP <held>"  the source's versions up to ARGV[3] - 1 are not
+--                             all appended (<held> is the last that is);
+--                             nothing written
+--   error "EMQARG ..."        an argument is malformed; nothing written
+
+local group, source, version, force = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
+local keep_count, keep_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
+if (#ARGV - 6) % 3 ~= 0 or not keep_count or not keep_ms then
+  return redis.error_reply('EMQARG want group, source, version, force, keep_count, keep_ms and id, type, data triples')
+end
+
+local held = 0
+if source ~= '' then
+  if not version or version < 1 then
+    return redis.error_reply('EMQARG version "' .. tostring(ARGV[3]) .. '" is not a positive integer')
+  end
+  held = tonumber(redis.call('HGET', KEYS[3], source) or '0')
+  if version <= held then
+    return {0, 0, held}
+  end
+  if version > held + 1 and not force then
+    return redis.error_reply('EMQLOGGAP ' .. held)
+  end
+end
+
+local at = now()
+local first = 0
+for i = 7, #ARGV, 3 do
+  local sequence = log_append(KEYS[1], KEYS[2], group, ARGV[i], ARGV[i + 1], ARGV[i + 2], at, keep_count, keep_ms)
+  if first == 0 then first = sequence end
+end
+if source ~= '' then
+  redis.call('HSET', KEYS[3], source, version)
+  held = version
+end
+return {first, (#ARGV - 6) / 3, held}

@@ -1,0 +1,35 @@
+-- log_lib: appending to a group's log, shared by admit.lua and
+-- log_append.lua (package lua prepends it), so an admission and its log
+-- entry are one atomic step.
+--
+-- A group's log is a stream, emq:{q}:log:<group>, one entry per event, its
+-- ID "<sequence>-0": the group's sequence, gapless from 1, counted in the
+-- hash emq:{q}:logseq (group -> last sequence) beside the logs. An entry
+-- holds the fields id, type, at (server ms) and data, all the caller's but
+-- at.
+--
+-- log_append(log, sequences, group, id, type, data, at, keep_count, keep_ms)
+--   appends one entry and returns its sequence. Past keep_count entries it
+--   drops the oldest ones older than keep_ms, at most two per append: a log
+--   keeps its newest keep_count entries and every entry younger than
+--   keep_ms, and shrinks back to that by two per append.
+
+local function log_entry_at(fields)
+  for i = 1, #fields, 2 do
+    if fields[i] == 'at' then return tonumber(fields[i + 1]) end
+  end
+  return nil
+end
+
+local function log_append(log, sequences, group, id, kind, data, at, keep_count, keep_ms)
+  local sequence = redis.call('HINCRBY', sequences, group, 1)
+  redis.call('XADD', log, sequence .. '-0', 'id', id, 'type', kind, 'at', at, 'data', data)
+  if redis.call('XLEN', log) > keep_count then
+    for _, entry in ipairs(redis.call('XRANGE', log, '-', '+', 'COUNT', 2)) do
+      local entry_at = log_entry_at(entry[2])
+      if not entry_at or entry_at >= at - keep_ms then break end
+      redis.call('XDEL', log, entry[1])
+    end
+  end
+  return sequence
+end
