@@ -1,0 +1,37 @@
+package orders
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// EventType names what an account's event announces.
+type EventType string
+
+// The event types. Each carries the resource it announces as the REST
+// routes show it: an Order for the order events, an Execution for a fill, a
+// Balance for a balance.
+const (
+	EventOrderAccepted        EventType = "order.accepted"
+	EventOrderOpen            EventType = "order.open"
+	EventOrderPartiallyFilled EventType = "order.partially_filled"
+	EventOrderFilled          EventType = "order.filled"
+	EventOrderCanceled        EventType = "order.canceled"
+	EventOrderRejected        EventType = "order.rejected"
+	EventFill                 EventType = "fill"
+	EventBalance              EventType = "balance"
+)
+
+// Event is one event of an account's stream as a client receives it.
+type Event struct {
+	// Sequence is the event's place in the account's stream: it rises by
+	// one with each event, so a client sees what it missed.
+	Sequence int64 `json:"sequence"`
+	// ID names the event; a redelivered event keeps it.
+	ID   string    `json:"id"`
+	Type EventType `json:"type"`
+	// Time is when the event entered the stream.
+	Time time.Time `json:"time"`
+	// Data is the resource, as its REST route shows it.
+	Data json.RawMessage `json:"data"`
+}
