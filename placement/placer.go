@@ -141,9 +141,9 @@ func (p *Placer) TakePermit(ctx context.Context, bucket string, limit emq.Rate) 
 }
 
 // PlaceJob is the pending order cmd makes, under a new ORD id, and the queue
-// job that admits it: exactly what Place admits, for callers that admit
-// orders themselves (in bulk, say). A client order id is held for the
-// queue's dedup retention.
+// job that admits it, with its order.accepted event for the account's log:
+// exactly what Place admits, for callers that admit orders themselves (in
+// bulk, say). A client order id is held for the queue's dedup retention.
 func PlaceJob(cmd orders.PlaceCommand) (orders.Order, emq.Job, error) {
 	order, err := orders.NewOrder(cmd)
 	if err != nil {
@@ -160,8 +160,14 @@ func PlaceJob(cmd orders.PlaceCommand) (orders.Order, emq.Job, error) {
 		Payload:     payload,
 		DedupKey:    cmd.Account + ":" + cmd.ClientOrderID,
 		Fingerprint: cmd.Fingerprint(),
+		// The account's order.accepted event, appended by the admission
+		// itself: it exists exactly when the order does.
+		Log: &emq.LogEntry{ID: AcceptedEventID(order.ID), Type: string(orders.EventOrderAccepted), Data: payload},
 	}, nil
 }
+
+// AcceptedEventID is the id of an order's order.accepted event.
+func AcceptedEventID(orderID string) string { return orderID + ":accepted" }
 
 // Order returns the account's order with the id. Another account's order is
 // ErrNotFound, exactly like a missing one, so ids leak nothing.
