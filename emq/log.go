@@ -106,29 +106,68 @@ type LogSource struct {
 // caller appends the versions missing first. Without a source (Name "") it
 // appends the entries whatever came before.
 func (q *Queue) AppendLog(ctx context.Context, group string, source LogSource, entries []LogEntry) (LogAppended, error) {
-	if group == "" || len(entries) == 0 {
-		return LogAppended{}, fmt.Errorf("emq: append to log of %q: no group or no entries", group)
+	appended, err := q.AppendLogs(ctx, []LogAppend{{Group: group, Source: source, Entries: entries}})
+	if err != nil {
+		return LogAppended{}, err
 	}
-	force := "0"
-	if source.Force {
-		force = "1"
+	return appended[0], nil
+}
+
+// LogAppend is one AppendLog of an AppendLogs.
+type LogAppend struct {
+	Group   string
+	Source  LogSource
+	Entries []LogEntry
+}
+
+// AppendLogs runs several appends, each as AppendLog, in one round trip,
+// and answers each. The error joins the appends' errors; an append that
+// failed answers zero, the others their outcome.
+func (q *Queue) AppendLogs(ctx context.Context, appends []LogAppend) ([]LogAppended, error) {
+	calls := make([]scriptpipe.Call, len(appends))
+	for i, append_ := range appends {
+		if append_.Group == "" || len(append_.Entries) == 0 {
+			return nil, fmt.Errorf("emq: append to log of %q: no group or no entries", append_.Group)
+		}
+		force := "0"
+		if append_.Source.Force {
+			force = "1"
+		}
+		args := make([]any, 0, 6+3*len(append_.Entries))
+		args = append(args, append_.Group, append_.Source.Name, append_.Source.Version, force,
+			q.logRetention.Count, q.logRetention.Age.Milliseconds())
+		for _, entry := range append_.Entries {
+			args = append(args, entry.ID, entry.Type, entry.Data)
+		}
+		calls[i] = scriptpipe.Call{Keys: []string{q.logKey(append_.Group), q.logSequencesKey(), q.logSourcesKey()}, Args: args}
 	}
-	args := make([]any, 0, 6+3*len(entries))
-	args = append(args, group, source.Name, source.Version, force, q.logRetention.Count, q.logRetention.Age.Milliseconds())
-	for _, entry := range entries {
-		args = append(args, entry.ID, entry.Type, entry.Data)
+	cmds, err := scriptpipe.Run(ctx, q.client.rdb, logAppendScript, calls)
+	if err != nil {
+		return nil, fmt.Errorf("emq: append to logs on %s: %w", q.name, err)
 	}
-	keys := []string{q.logKey(group), q.logSequencesKey(), q.logSourcesKey()}
-	reply, err := logAppendScript.Run(ctx, q.client.rdb, keys, args...).Int64Slice()
+	appended := make([]LogAppended, len(appends))
+	var errs []error
+	for i, cmd := range cmds {
+		appended[i], err = q.logAppended(appends[i], cmd)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return appended, errors.Join(errs...)
+}
+
+// logAppended reads the reply of one log_append run.
+func (q *Queue) logAppended(append_ LogAppend, cmd *redis.Cmd) (LogAppended, error) {
+	reply, err := cmd.Int64Slice()
 	if err != nil {
 		if held, ok := strings.CutPrefix(err.Error(), "EMQLOGGAP "); ok {
 			n, _ := strconv.ParseInt(held, 10, 64)
-			return LogAppended{}, &LogGapError{Source: source.Name, Held: n}
+			return LogAppended{}, &LogGapError{Source: append_.Source.Name, Held: n}
 		}
-		return LogAppended{}, fmt.Errorf("emq: append to log of %s on %s: %w", group, q.name, scriptError(err))
+		return LogAppended{}, fmt.Errorf("emq: append to log of %s on %s: %w", append_.Group, q.name, scriptError(err))
 	}
 	if len(reply) != 3 {
-		return LogAppended{}, fmt.Errorf("emq: append to log of %s on %s: unexpected reply %v", group, q.name, reply)
+		return LogAppended{}, fmt.Errorf("emq: append to log of %s on %s: unexpected reply %v", append_.Group, q.name, reply)
 	}
 	return LogAppended{First: reply[0], Count: int(reply[1])}, nil
 }

@@ -3,10 +3,12 @@ package placement
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -40,6 +42,9 @@ type BalanceCoherence struct {
 	db    BalanceRows
 	cache *coherence.Client
 	log   *slog.Logger
+	// events, when set, takes each refilled balance's balance event, for
+	// the account's log.
+	events EventLog
 
 	mu sync.Mutex
 	// waiting are the deliveries no batch has taken yet, oldest first.
@@ -70,13 +75,32 @@ type BalanceRows interface {
 	Current(ctx context.Context, named []orders.BalanceVersion) (map[string]*orders.Balance, error)
 }
 
+// EventLog appends to accounts' logs of events (the orders queue's,
+// emq.Queue.AppendLogs).
+type EventLog interface {
+	AppendLogs(ctx context.Context, appends []emq.LogAppend) ([]emq.LogAppended, error)
+}
+
+// CoherenceOption configures NewBalanceCoherence.
+type CoherenceOption func(*BalanceCoherence)
+
+// WithBalanceEvents makes the consumer append a balance event to the
+// account's log for each balance it refills, after the cache holds it.
+func WithBalanceEvents(events EventLog) CoherenceOption {
+	return func(c *BalanceCoherence) { c.events = events }
+}
+
 // NewBalanceCoherence refreshes the balance cache in cache's Redis from the
 // rows db reads.
-func NewBalanceCoherence(db BalanceRows, cache *coherence.Client, log *slog.Logger) *BalanceCoherence {
+func NewBalanceCoherence(db BalanceRows, cache *coherence.Client, log *slog.Logger, opts ...CoherenceOption) *BalanceCoherence {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &BalanceCoherence{db: db, cache: cache, log: log}
+	c := &BalanceCoherence{db: db, cache: cache, log: log}
+	for _, opt := range opts {
+		opt(c)
+	}
+	return c
 }
 
 // Handle is the emq.Handler of the balances coherence queue. A malformed
@@ -202,7 +226,50 @@ func (c *BalanceCoherence) apply(ctx context.Context, deliveries []*coherenceDel
 	if err != nil {
 		return nil, err
 	}
-	return c.fill(ctx, deliveries, current)
+	advanced, err := c.fill(ctx, deliveries, current)
+	if err != nil {
+		return nil, err
+	}
+	// After the fill: an event never runs ahead of what GET /v1/balances
+	// serves.
+	if err := c.announce(ctx, deliveries, current); err != nil {
+		return nil, err
+	}
+	return advanced, nil
+}
+
+// announce appends each current balance's balance event to its account's
+// log, once per version and never below one announced: the balance's name
+// is the event's source and its version the source's version, forced past
+// the versions the consumer skipped (it caches the current row, not every
+// version).
+func (c *BalanceCoherence) announce(ctx context.Context, deliveries []*coherenceDelivery, current map[string]*orders.Balance) error {
+	if c.events == nil {
+		return nil
+	}
+	appends := make([]emq.LogAppend, 0, len(deliveries))
+	for _, delivery := range deliveries {
+		balance := current[delivery.name]
+		if balance == nil {
+			continue
+		}
+		data, err := json.Marshal(balance)
+		if err != nil {
+			return fmt.Errorf("encode balance %s: %w", delivery.name, err)
+		}
+		appends = append(appends, emq.LogAppend{
+			Group:   delivery.account,
+			Source:  emq.LogSource{Name: delivery.name, Version: balance.Version, Force: true},
+			Entries: []emq.LogEntry{{ID: delivery.name + "@" + strconv.FormatInt(balance.Version, 10), Type: string(orders.EventBalance), Data: data}},
+		})
+	}
+	if len(appends) == 0 {
+		return nil
+	}
+	if _, err := c.events.AppendLogs(ctx, appends); err != nil {
+		return fmt.Errorf("append balance events: %w", err)
+	}
+	return nil
 }
 
 func versionsOf(deliveries []*coherenceDelivery) []orders.BalanceVersion {

@@ -2,6 +2,7 @@ package placement_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"math/rand/v2"
@@ -364,5 +365,49 @@ func TestARedeliveryRefillsWhatRedisLost(t *testing.T) {
 	}
 	if got := f.cachedBalance(t, account, "USD"); got.Version != 2 || got.Value != "2.00" {
 		t.Errorf("the cache holds %+v, want version 2 of 2.00", got)
+	}
+}
+
+// TestRefilledBalancesAreAnnouncedOncePerVersion: after the cache holds a
+// balance, its balance event is in the account's log, carrying the balance;
+// a redelivery, or an older version delivered late, announces nothing, and
+// a delivery behind the balance announces its current version.
+func TestRefilledBalancesAreAnnouncedOncePerVersion(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	events := f.client.Queue(orders.Queue)
+	consumer := placement.NewBalanceCoherence(postgres.NewBalances(f.db), f.caches, f.log, placement.WithBalanceEvents(events))
+	account := f.newAccount(t)
+	v1 := f.depositWithOutbox(t, account, "USD", "1.00")
+	v2 := f.depositWithOutbox(t, account, "USD", "1.00")
+	v3 := f.depositWithOutbox(t, account, "USD", "1.00")
+	for _, payload := range []string{v2.Payload, v2.Payload, v1.Payload, v3.Payload} {
+		if _, err := consumer.Apply(ctx, payload); err != nil {
+			t.Fatalf("Apply(%s): %v", payload, err)
+		}
+	}
+	logged, err := events.ReadLog(ctx, account, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(logged) != 1 || logged[0].Type != string(orders.EventBalance) {
+		t.Fatalf("the account's log holds %+v, want one balance event", logged)
+	}
+	var balance orders.Balance
+	if err := json.Unmarshal(logged[0].Data, &balance); err != nil {
+		t.Fatal(err)
+	}
+	if balance.Asset != "USD" || balance.Version != 3 || balance.Available != "3.00" {
+		t.Errorf("the event carries %+v, want USD at version 3, 3.00 available", balance)
+	}
+	if got := f.cachedBalance(t, account, "USD"); got.Version != 3 {
+		t.Errorf("the cache holds version %d, want 3 before the event", got.Version)
+	}
+	v4 := f.depositWithOutbox(t, account, "USD", "1.00")
+	if _, err := consumer.Apply(ctx, v4.Payload); err != nil {
+		t.Fatal(err)
+	}
+	if logged, err := events.ReadLog(ctx, account, 1, 10); err != nil || len(logged) != 1 || logged[0].Sequence != 2 {
+		t.Errorf("after version 4 the log gained %+v, %v; want one event, sequence 2", logged, err)
 	}
 }

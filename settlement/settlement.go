@@ -186,7 +186,7 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 		orders:         queue,
 		settler:        settler,
 		relay:          relay,
-		coherence:      placement.NewBalanceCoherence(balances, caches, deps.Logger),
+		coherence:      placement.NewBalanceCoherence(balances, caches, deps.Logger, placement.WithBalanceEvents(queue)),
 		coherenceQueue: deps.Queues.Queue(coherence.Queue(placement.BalancesTable)),
 		healer:         placement.NewBalanceCacheHealer(balances, caches, deps.Logger, placement.WithHealMetrics(deps.Metrics)),
 	}, nil
