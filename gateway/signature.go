@@ -52,8 +52,11 @@ func (s *Server) verifySignature(c echo.Context, caller orders.Caller, digest st
 	}
 	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	// RequestURI is the target as the request line sent it, which is
-	// what the client signed, not a form the server parsed and wrote anew.
-	if !hmac.Equal(sum, signing.Sum(caller.SigningSecret, signing.Message(timestamp, r.Method, r.RequestURI, body))) {
+	// what the client signed, not a form the server parsed and wrote anew;
+	// in absolute-form (through a forward proxy) the client signed its
+	// path and query.
+	target := signing.Target(r.RequestURI)
+	if !hmac.Equal(sum, signing.Sum(caller.SigningSecret, signing.Message(timestamp, r.Method, target, body))) {
 		return &requestError{kind: kindSignatureInvalid, detail: "the signature does not match the request: sign the timestamp, method, path and query as sent, and body, joined by newlines, with the key's signing secret"}
 	}
 	// Twice the window covers every moment the timestamp is inside it.

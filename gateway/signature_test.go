@@ -1,13 +1,18 @@
 package gateway_test
 
 import (
+	"context"
+	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ordergate/ordergate/api/client"
 	"github.com/ordergate/ordergate/gateway"
+	"github.com/ordergate/ordergate/internal/apitest"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/signing"
@@ -109,6 +114,40 @@ func TestSignedRequests(t *testing.T) {
 	}
 	if admitted := parseSamples(t, f.scrape(t))["orders_admitted_total"]; admitted != "1" {
 		t.Errorf("%s orders admitted, want only the one signed placement", admitted)
+	}
+}
+
+// TestSignedRequestThroughAForwardProxy: through an HTTP forward proxy the
+// Go client's transport writes the target in absolute-form
+// (http://host/path), which the gateway may receive as it is (here it is
+// the proxy itself); the signer signed the path and query, and so does the
+// gateway.
+func TestSignedRequestThroughAForwardProxy(t *testing.T) {
+	f := newFixture(t, 0)
+	key := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes, Signed: true})
+	proxy, err := url.Parse(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaProxy := &http.Client{Transport: apitest.Transport(t, &http.Transport{Proxy: http.ProxyURL(proxy)})}
+	for _, target := range []string{"/v1/balances", "/v1/orders?limit=5&status=open"} {
+		t.Run(target, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodGet, "http://gateway.example"+target, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := client.NewSigner(key.Key, key.SigningSecret).Edit(context.Background(), req); err != nil {
+				t.Fatal(err)
+			}
+			res, err := viaProxy.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			if body, _ := io.ReadAll(res.Body); res.StatusCode != http.StatusOK {
+				t.Errorf("signed GET through a forward proxy: %d %s", res.StatusCode, body)
+			}
+		})
 	}
 }
 

@@ -44,7 +44,7 @@ func NewSecret() (string, error) {
 
 // Message is what a signature covers: the timestamp header's text, the
 // method, the request target (the path and query exactly as sent in the
-// request line, percent-encoding and all) and the body, joined by newlines;
+// request line, percent-encoding and all: Target) and the body, joined by newlines;
 // nothing follows the body, which is empty for a request without one.
 func Message(timestamp, method, target string, body []byte) []byte {
 	message := make([]byte, 0, len(timestamp)+len(method)+len(target)+len(body)+3)
@@ -55,6 +55,32 @@ func Message(timestamp, method, target string, body []byte) []byte {
 	message = append(message, target...)
 	message = append(message, '\n')
 	return append(message, body...)
+}
+
+// Target is the request target a signature covers, given the target of
+// the request line as received (http.Request.RequestURI): an origin-form
+// target (/path?query) as it is; an absolute-form one
+// (http://host/path?query, what a client writes to a forward proxy, which
+// may pass it on) without its scheme and authority, so a signer through a
+// proxy signs what it would sign without one (url.URL.RequestURI).
+// Anything else is left as it is.
+func Target(requestURI string) string {
+	if strings.HasPrefix(requestURI, "/") {
+		return requestURI
+	}
+	_, rest, absolute := strings.Cut(requestURI, "://")
+	if !absolute {
+		return requestURI
+	}
+	// The authority ends at the path, the query or the end.
+	switch end := strings.IndexAny(rest, "/?"); {
+	case end < 0:
+		return "/"
+	case rest[end] == '?':
+		return "/" + rest[end:]
+	default:
+		return rest[end:]
+	}
 }
 
 // Sum is the HMAC-SHA256 of message under secret.

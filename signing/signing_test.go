@@ -33,6 +33,31 @@ func TestSignMatchesOpenSSL(t *testing.T) {
 	}
 }
 
+// TestTargetIsTheOriginForm: a target in absolute-form, as a forward proxy
+// receives it, is signed as the path and query a client without the proxy
+// sends; every other target as it is.
+func TestTargetIsTheOriginForm(t *testing.T) {
+	tests := []struct {
+		name, requestURI, want string
+	}{
+		{"origin-form", "/v1/orders?limit=5", "/v1/orders?limit=5"},
+		{"origin-form, escaped", "/v1/orders/ORD%5F1", "/v1/orders/ORD%5F1"},
+		{"absolute-form", "http://gateway.example/v1/orders?limit=5", "/v1/orders?limit=5"},
+		{"absolute-form with a port and user", "https://u:p@gateway.example:8443/v1/balances", "/v1/balances"},
+		{"absolute-form, escaped", "http://gateway.example/v1/orders/ORD%5F1?x=%2F", "/v1/orders/ORD%5F1?x=%2F"},
+		{"absolute-form without a path", "http://gateway.example?limit=5", "/?limit=5"},
+		{"absolute-form, the authority alone", "http://gateway.example", "/"},
+		{"asterisk-form", "*", "*"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := signing.Target(tt.requestURI); got != tt.want {
+				t.Errorf("Target(%q) = %q, want %q", tt.requestURI, got, tt.want)
+			}
+		})
+	}
+}
+
 func TestParseSignature(t *testing.T) {
 	sum := strings.Repeat("ab", 32)
 	tests := []struct {
