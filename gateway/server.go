@@ -39,8 +39,9 @@ type Config struct {
 	// sustained (the bucket's refill rate).
 	RateLimitPerSecond int
 	// SignatureWindow is how far from the gateway's clock, either way, a
-	// signed request's timestamp may be. Its signature is remembered twice
-	// as long, which covers every moment it is inside the window.
+	// signed request's timestamp may be. Its signature is remembered three
+	// times as long, which covers every moment it is inside the window of
+	// any gateway whose clock is within the window of this one's.
 	SignatureWindow time.Duration
 }
 

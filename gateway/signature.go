@@ -17,6 +17,14 @@ import (
 // 13 digits until the year 2286.
 const maxTimestampDigits = 15
 
+// replayRecordWindows is how many windows a signature is remembered for.
+// Two cover every moment its timestamp is inside one clock's window (from
+// a window before the timestamp to a window after it); the third covers
+// another gateway's clock up to a window behind the one that accepted it,
+// where the timestamp stays inside the window that much longer. With two,
+// a replay sent to a gateway d behind was accepted for d.
+const replayRecordWindows = 3
+
 // verifySignature lets through a request of a key that requires signatures
 // only when it carries a signature of its timestamp, method, target and
 // body under the key's secret (signing.Message), made within the window
@@ -59,8 +67,7 @@ func (s *Server) verifySignature(c echo.Context, caller orders.Caller, digest st
 	if !hmac.Equal(sum, signing.Sum(caller.SigningSecret, signing.Message(timestamp, r.Method, target, body))) {
 		return &requestError{kind: kindSignatureInvalid, detail: "the signature does not match the request: sign the timestamp, method, path and query as sent, and body, joined by newlines, with the key's signing secret"}
 	}
-	// Twice the window covers every moment the timestamp is inside it.
-	first, err := s.signatures.FirstUse(r.Context(), digest, sum, 2*window)
+	first, err := s.signatures.FirstUse(r.Context(), digest, sum, replayRecordWindows*window)
 	if err != nil {
 		return err
 	}

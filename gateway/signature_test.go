@@ -2,6 +2,8 @@ package gateway_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"net/http"
 	"net/url"
@@ -180,6 +182,37 @@ func TestSignedRequestIsAcceptedOnce(t *testing.T) {
 		if res.status != step.status || (step.slug != "" && res.json(t)["type"] != "urn:ordergate:problem:"+step.slug) {
 			t.Fatalf("%s: %d %s, want %d %s", step.name, res.status, res.body, step.status, step.slug)
 		}
+	}
+}
+
+// TestSignatureRecordOutlivesTheWindow: a signature is remembered for
+// three windows: two cover every moment its timestamp is inside this
+// gateway's window, the third a gateway whose clock is up to a window
+// behind, where it stays inside longer. A request signed ahead of the
+// clock is refused as a replay for as long as its timestamp is inside the
+// window, not only for a moment after it was first served.
+func TestSignatureRecordOutlivesTheWindow(t *testing.T) {
+	const window = time.Second
+	config := gateway.DefaultConfig()
+	config.SignatureWindow = window
+	f := newFixtureWith(t, 0, config)
+	key := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes, Signed: true})
+	header := signature{secret: key.SigningSecret, at: 900 * time.Millisecond, method: "GET", target: "/v1/balances"}.header()
+	if res := f.doWith(t, f.http, "GET", "/v1/balances", key.Key, "", "", header); res.status != http.StatusOK {
+		t.Fatalf("first: %d %s", res.status, res.body)
+	}
+	keyHash := sha256.Sum256([]byte(key.Key))
+	sum, err := hex.DecodeString(header.Get(signing.HeaderSignature))
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := placement.SignatureKey(hex.EncodeToString(keyHash[:16]), sum)
+	if left, err := f.rdb.PTTL(context.Background(), record).Result(); err != nil || left <= 2*window || left > 3*window {
+		t.Errorf("the signature is remembered for %s (%v), want three windows (%s)", left, err, 3*window)
+	}
+	time.Sleep(1500 * time.Millisecond) // the timestamp is inside the window for ~400 ms more
+	if res := f.doWith(t, f.http, "GET", "/v1/balances", key.Key, "", "", header); res.status != http.StatusUnauthorized || res.json(t)["type"] != "urn:ordergate:problem:signature-replayed" {
+		t.Errorf("sent again 1.5 s later, still inside the window: %d %s, want 401 signature-replayed", res.status, res.body)
 	}
 }
 
