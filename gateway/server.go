@@ -45,6 +45,12 @@ type Config struct {
 	SignatureWindow time.Duration
 }
 
+// MaxSignatureWindow bounds Config.SignatureWindow. A wider window is
+// longer for a request caught on the wire to be sent after its signer
+// meant it to go, or for a client's clock to go wrong unnoticed; a minute
+// covers clocks that are kept in time at all.
+const MaxSignatureWindow = time.Minute
+
 // DefaultConfig is what the gateway runs with unless told otherwise.
 func DefaultConfig() Config {
 	return Config{BodyLimit: 16 << 10, RequestTimeout: 5 * time.Second, RateLimitBurst: 100, RateLimitPerSecond: 50,
@@ -52,7 +58,8 @@ func DefaultConfig() Config {
 }
 
 // Validate reports a configuration the gateway would run badly with: a body
-// limit or a request timeout that refuses every request, or a rate limit
+// limit or a request timeout that refuses every request, a signature
+// window out of bounds, or a rate limit
 // whose bucket cannot refill (placements would answer 503 while reads went
 // through).
 func (c Config) Validate() error {
@@ -62,8 +69,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("body limit %d: want at least 1 byte", c.BodyLimit)
 	case c.RequestTimeout <= 0:
 		return fmt.Errorf("request timeout %s: want a positive duration", c.RequestTimeout)
-	case c.SignatureWindow <= 0:
-		return fmt.Errorf("signature window %s: want a positive duration", c.SignatureWindow)
+	case c.SignatureWindow <= 0 || c.SignatureWindow > MaxSignatureWindow:
+		return fmt.Errorf("signature window %s: want a positive duration of at most %s", c.SignatureWindow, MaxSignatureWindow)
 	case b < 0 || b > most || (b > 0 && (r < 1 || r > most)):
 		return fmt.Errorf("rate limit: burst %d and per-second %d must be whole numbers from 1 to %d (burst 0 turns the limit off)", b, r, most)
 	}
