@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/outage"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 )
@@ -140,6 +141,9 @@ type Server struct {
 	routes map[string]route
 	// limitText is RateLimit-Limit's value, the same on every answer.
 	limitText string
+	// unverifiableLogs keeps the requests of a signed key this gateway
+	// cannot verify from logging once each.
+	unverifiableLogs outage.Sparse
 }
 
 // placeOrderRoute is the route placements arrive on.

@@ -217,19 +217,22 @@ func TestSignatureRecordOutlivesTheWindow(t *testing.T) {
 }
 
 // TestSignedKeyWithoutTheEncryptionKey: a gateway that cannot open a
-// key's signing secret refuses the key's requests, signed or not, with a
-// 503 and a log line, rather than serving them unverified; keys that need
-// no signature are served as before.
+// key's signing secret refuses the key's signed requests with a 503 and a
+// log line (one for many requests), rather than serving them unverified;
+// an unsigned one is refused 401 signature-required first, as anywhere.
+// Keys that need no signature are served as before.
 func TestSignedKeyWithoutTheEncryptionKey(t *testing.T) {
 	f := newFixtureWith(t, 1, gateway.DefaultConfig(), placement.OpenSecretsWith(nil))
 	key := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes, Signed: true})
-	sig := signature{secret: key.SigningSecret, method: "GET", target: "/v1/balances"}
-	res := f.doWith(t, f.http, "GET", "/v1/balances", key.Key, "", "", sig.header())
-	if res.status != http.StatusServiceUnavailable || res.json(t)["type"] != "urn:ordergate:problem:unavailable" {
-		t.Errorf("signed request: %d %s, want a 503", res.status, res.body)
+	for i := range 3 {
+		sig := signature{secret: key.SigningSecret, at: time.Duration(-i) * time.Millisecond, method: "GET", target: "/v1/balances"}
+		res := f.doWith(t, f.http, "GET", "/v1/balances", key.Key, "", "", sig.header())
+		if res.status != http.StatusServiceUnavailable || res.json(t)["type"] != "urn:ordergate:problem:unavailable" {
+			t.Errorf("signed request %d: %d %s, want a 503", i, res.status, res.body)
+		}
 	}
-	if !strings.Contains(f.logs.String(), orders.ErrSigningUnavailable.Error()) {
-		t.Errorf("no log line says why:\n%s", f.logs.String())
+	if n := strings.Count(f.logs.String(), orders.ErrSigningUnavailable.Error()); n != 1 {
+		t.Errorf("3 requests logged why %d times, want once:\n%s", n, f.logs.String())
 	}
 	if res := f.do(t, f.http, "GET", "/v1/balances", key.Key, "", ""); res.status != http.StatusUnauthorized {
 		t.Errorf("unsigned request: %d %s, want 401 signature-required", res.status, res.body)

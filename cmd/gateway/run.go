@@ -194,7 +194,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	} else {
 		log.Info("API keys preloaded", "keys", loaded)
 		if unverifiable > 0 {
-			log.Error("API keys require signatures whose secrets do not open here: their requests are answered 503 until SIGNING_KEY_ENCRYPTION_KEY is the key they were sealed under",
+			log.Error("API keys require signatures whose secrets do not open here: their signed requests are answered 503 until SIGNING_KEY_ENCRYPTION_KEY is the key they were sealed under",
 				"keys", unverifiable, "encryption_key_set", c.sealer != nil)
 		}
 	}
