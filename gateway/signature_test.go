@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -239,5 +242,37 @@ func TestSignedKeyWithoutTheEncryptionKey(t *testing.T) {
 	}
 	if res := f.do(t, f.http, "GET", "/v1/balances", f.keys[0], "", ""); res.status != http.StatusOK {
 		t.Errorf("a key without signing: %d %s, want 200", res.status, res.body)
+	}
+}
+
+// TestREADMESignedCurl runs the README's signed placement, the lines from
+// BODY= to the curl as written there, against a gateway with a signed key
+// in KEY and its secret in SECRET: the example must place an order with
+// the tools it names (bash, date, perl, curl), skipped where one is
+// missing. curl's exchange cannot go through the contract check.
+func TestREADMESignedCurl(t *testing.T) {
+	for _, tool := range []string{"bash", "date", "perl", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s: %v", tool, err)
+		}
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, example, found := strings.Cut(string(readme), "\nBODY=")
+	example, _, closed := strings.Cut(example, "\n```")
+	if !found || !closed || !strings.Contains(example, signing.HeaderSignature) {
+		t.Fatal("the README has no signed example starting BODY=")
+	}
+	f := newFixture(t, 0)
+	key := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes, Signed: true})
+	script := "BODY=" + strings.ReplaceAll(example, "http://127.0.0.1:8080", f.url)
+	cmd := exec.Command("bash", "-euc", script)
+	cmd.Env = append(os.Environ(), "KEY="+key.Key, "SECRET="+key.SigningSecret)
+	out, err := cmd.CombinedOutput()
+	var order map[string]any
+	if err != nil || json.Unmarshal(out, &order) != nil || order["status"] != "pending" || order["client_order_id"] != "demo-5" {
+		t.Errorf("the README's signed curl: %v\n%s", err, out)
 	}
 }

@@ -10,9 +10,9 @@ import (
 	"github.com/ordergate/ordergate/signing"
 )
 
-// TestSignMatchesOpenSSL: the signatures docs/api.md and the README make
-// with printf and openssl dgst -sha256 -hmac, the values below, are the
-// ones Sign makes.
+// TestSignMatchesOpenSSL: the signatures docs/api.md makes with printf
+// and openssl dgst -sha256 -hmac, the values below, are the ones Sign
+// makes (the README's example runs in gateway's TestREADMESignedCurl).
 func TestSignMatchesOpenSSL(t *testing.T) {
 	tests := []struct {
 		name                 string
