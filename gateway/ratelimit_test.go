@@ -20,6 +20,7 @@ import (
 	"github.com/ordergate/ordergate/gateway"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/secret"
 )
 
 func limited(burst, perSecond int) gateway.Config {
@@ -222,9 +223,9 @@ func TestRateLimitBucketsArePerKey(t *testing.T) {
 // good requests are still served.
 func TestRefusalsOfAKnownKeyAreLimitedApart(t *testing.T) {
 	f := newFixtureWith(t, 0, limited(2, 1))
-	signedBalances := func(key orders.IssuedKey, secret string) response {
-		header := signature{secret: secret, method: "GET", target: "/v1/balances"}.header()
-		return f.doWith(t, f.http, "GET", "/v1/balances", key.Key, "", "", header)
+	signedBalances := func(key orders.IssuedKey, signingSecret secret.Text) response {
+		header := signature{secret: signingSecret, method: "GET", target: "/v1/balances"}.header()
+		return f.doWith(t, f.http, "GET", "/v1/balances", key.Key.Reveal(), "", "", header)
 	}
 	signed := orders.KeySpec{Scopes: orders.AllScopes, Signed: true}
 	tests := []struct {
@@ -235,12 +236,16 @@ func TestRefusalsOfAKnownKeyAreLimitedApart(t *testing.T) {
 		slug    string
 		good    func(key orders.IssuedKey) response
 	}{
-		{"bad signatures", signed, func(key orders.IssuedKey) response { return signedBalances(key, "ogs_not-the-secret") },
+		{"bad signatures", signed, func(key orders.IssuedKey) response { return signedBalances(key, secret.New("ogs_not-the-secret")) },
 			http.StatusUnauthorized, "signature-invalid", func(key orders.IssuedKey) response { return signedBalances(key, key.SigningSecret) }},
-		{"unsigned requests of a signed key", signed, func(key orders.IssuedKey) response { return f.do(t, f.http, "GET", "/v1/balances", key.Key, "", "") },
+		{"unsigned requests of a signed key", signed, func(key orders.IssuedKey) response {
+			return f.do(t, f.http, "GET", "/v1/balances", key.Key.Reveal(), "", "")
+		},
 			http.StatusUnauthorized, "signature-required", func(key orders.IssuedKey) response { return signedBalances(key, key.SigningSecret) }},
-		{"placements of a read-only key", orders.KeySpec{Scopes: orders.ScopeRead}, func(key orders.IssuedKey) response { return f.place(t, key.Key, limitOrder("forbidden")) },
-			http.StatusForbidden, "forbidden", func(key orders.IssuedKey) response { return f.do(t, f.http, "GET", "/v1/balances", key.Key, "", "") }},
+		{"placements of a read-only key", orders.KeySpec{Scopes: orders.ScopeRead}, func(key orders.IssuedKey) response { return f.place(t, key.Key.Reveal(), limitOrder("forbidden")) },
+			http.StatusForbidden, "forbidden", func(key orders.IssuedKey) response {
+				return f.do(t, f.http, "GET", "/v1/balances", key.Key.Reveal(), "", "")
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

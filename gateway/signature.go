@@ -37,7 +37,7 @@ func (s *Server) verifySignature(c echo.Context, caller orders.Caller, digest st
 		return &requestError{kind: kindSignatureRequired, detail: fmt.Sprintf(
 			"this API key requires signed requests: send %s and %s (see the API description)", signing.HeaderTimestamp, signing.HeaderSignature)}
 	}
-	if caller.SigningSecret == "" || s.signatures == nil {
+	if caller.SigningSecret.IsZero() || s.signatures == nil {
 		// Every request of the key meets it until the operator acts, so it
 		// is logged sparsely, not once per request.
 		if s.unverifiableLogs.Allow() {

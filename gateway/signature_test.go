@@ -20,13 +20,14 @@ import (
 	"github.com/ordergate/ordergate/internal/apitest"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/secret"
 	"github.com/ordergate/ordergate/signing"
 )
 
 // signature is what a test signs: with the secret, a timestamp (now moved
 // by at) and the request's method, target and body.
 type signature struct {
-	secret               string
+	secret               secret.Text
 	at                   time.Duration
 	method, target, body string
 }
@@ -49,11 +50,11 @@ func TestSignedRequests(t *testing.T) {
 	key := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes, Signed: true})
 	readOnly := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.ScopeRead, Signed: true})
 	other := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes, Signed: true})
-	secret := key.SigningSecret
+	apiKey, signingSecret := key.Key.Reveal(), key.SigningSecret
 	place := func(id string) signature {
-		return signature{secret: secret, method: http.MethodPost, target: "/v1/orders", body: limitOrder(id)}
+		return signature{secret: signingSecret, method: http.MethodPost, target: "/v1/orders", body: limitOrder(id)}
 	}
-	read := signature{secret: secret, method: http.MethodGet, target: "/v1/orders?limit=5"}
+	read := signature{secret: signingSecret, method: http.MethodGet, target: "/v1/orders?limit=5"}
 	oversize := `{"client_order_id":"big","padding":"` + strings.Repeat("x", 17<<10) + `"}`
 	tests := []struct {
 		name               string
@@ -64,39 +65,39 @@ func TestSignedRequests(t *testing.T) {
 		status             int
 		slug               string
 	}{
-		{"a placement", key.Key, "POST", "/v1/orders", limitOrder("sig-1"), place("sig-1"), nil, 202, ""},
-		{"a read with a query", key.Key, "GET", "/v1/orders?limit=5", "", read, nil, 200, ""},
-		{"a cancel without a body", key.Key, "DELETE", "/v1/orders", "", signature{secret: secret, method: "DELETE", target: "/v1/orders"}, nil, 200, ""},
-		{"signed 4 s ago", key.Key, "GET", "/v1/orders?limit=5", "", signature{secret: secret, at: -4 * time.Second, method: "GET", target: "/v1/orders?limit=5"}, nil, 200, ""},
-		{"signed 4 s ahead", key.Key, "GET", "/v1/orders?limit=5", "", signature{secret: secret, at: 4 * time.Second, method: "GET", target: "/v1/orders?limit=5"}, nil, 200, ""},
-		{"another key's secret", key.Key, "GET", "/v1/orders?limit=5", "", signature{secret: other.SigningSecret, method: "GET", target: "/v1/orders?limit=5"}, nil, 401, "signature-invalid"},
-		{"the body changed", key.Key, "POST", "/v1/orders", limitOrder("sig-2"), place("sig-3"), nil, 401, "signature-invalid"},
-		{"the query changed", key.Key, "GET", "/v1/orders?limit=6", "", read, nil, 401, "signature-invalid"},
-		{"the path changed", key.Key, "GET", "/v1/fills?limit=5", "", read, nil, 401, "signature-invalid"},
-		{"the method changed", key.Key, "DELETE", "/v1/orders", "", signature{secret: secret, method: "GET", target: "/v1/orders"}, nil, 401, "signature-invalid"},
-		{"signed 6 s ago", key.Key, "GET", "/v1/orders?limit=5", "", signature{secret: secret, at: -6 * time.Second, method: "GET", target: "/v1/orders?limit=5"}, nil, 401, "signature-outside-window"},
-		{"signed 6 s ahead", key.Key, "GET", "/v1/orders?limit=5", "", signature{secret: secret, at: 6 * time.Second, method: "GET", target: "/v1/orders?limit=5"}, nil, 401, "signature-outside-window"},
-		{"a timestamp in seconds", key.Key, "GET", "/v1/orders?limit=5", "", read, func(h http.Header) {
+		{"a placement", apiKey, "POST", "/v1/orders", limitOrder("sig-1"), place("sig-1"), nil, 202, ""},
+		{"a read with a query", apiKey, "GET", "/v1/orders?limit=5", "", read, nil, 200, ""},
+		{"a cancel without a body", apiKey, "DELETE", "/v1/orders", "", signature{secret: signingSecret, method: "DELETE", target: "/v1/orders"}, nil, 200, ""},
+		{"signed 4 s ago", apiKey, "GET", "/v1/orders?limit=5", "", signature{secret: signingSecret, at: -4 * time.Second, method: "GET", target: "/v1/orders?limit=5"}, nil, 200, ""},
+		{"signed 4 s ahead", apiKey, "GET", "/v1/orders?limit=5", "", signature{secret: signingSecret, at: 4 * time.Second, method: "GET", target: "/v1/orders?limit=5"}, nil, 200, ""},
+		{"another key's secret", apiKey, "GET", "/v1/orders?limit=5", "", signature{secret: other.SigningSecret, method: "GET", target: "/v1/orders?limit=5"}, nil, 401, "signature-invalid"},
+		{"the body changed", apiKey, "POST", "/v1/orders", limitOrder("sig-2"), place("sig-3"), nil, 401, "signature-invalid"},
+		{"the query changed", apiKey, "GET", "/v1/orders?limit=6", "", read, nil, 401, "signature-invalid"},
+		{"the path changed", apiKey, "GET", "/v1/fills?limit=5", "", read, nil, 401, "signature-invalid"},
+		{"the method changed", apiKey, "DELETE", "/v1/orders", "", signature{secret: signingSecret, method: "GET", target: "/v1/orders"}, nil, 401, "signature-invalid"},
+		{"signed 6 s ago", apiKey, "GET", "/v1/orders?limit=5", "", signature{secret: signingSecret, at: -6 * time.Second, method: "GET", target: "/v1/orders?limit=5"}, nil, 401, "signature-outside-window"},
+		{"signed 6 s ahead", apiKey, "GET", "/v1/orders?limit=5", "", signature{secret: signingSecret, at: 6 * time.Second, method: "GET", target: "/v1/orders?limit=5"}, nil, 401, "signature-outside-window"},
+		{"a timestamp in seconds", apiKey, "GET", "/v1/orders?limit=5", "", read, func(h http.Header) {
 			ms, _ := strconv.ParseInt(h.Get(signing.HeaderTimestamp), 10, 64)
 			seconds := strconv.FormatInt(ms/1000, 10)
 			h.Set(signing.HeaderTimestamp, seconds)
-			h.Set(signing.HeaderSignature, signing.Sign(secret, seconds, "GET", "/v1/orders?limit=5", nil))
+			h.Set(signing.HeaderSignature, signing.Sign(signingSecret, seconds, "GET", "/v1/orders?limit=5", nil))
 		}, 401, "signature-outside-window"},
-		{"a timestamp with a sign", key.Key, "GET", "/v1/orders?limit=5", "", read, func(h http.Header) {
+		{"a timestamp with a sign", apiKey, "GET", "/v1/orders?limit=5", "", read, func(h http.Header) {
 			h.Set(signing.HeaderTimestamp, "+"+h.Get(signing.HeaderTimestamp))
 		}, 401, "signature-invalid"},
-		{"the signature in base64", key.Key, "GET", "/v1/orders?limit=5", "", read, func(h http.Header) {
+		{"the signature in base64", apiKey, "GET", "/v1/orders?limit=5", "", read, func(h http.Header) {
 			h.Set(signing.HeaderSignature, "q83vEjRWeJCrze8SNFZ4kKvN7xI0VniQq83vEjRWeJA=")
 		}, 401, "signature-invalid"},
-		{"no signature headers", key.Key, "GET", "/v1/orders?limit=5", "", read, func(h http.Header) {
+		{"no signature headers", apiKey, "GET", "/v1/orders?limit=5", "", read, func(h http.Header) {
 			h.Del(signing.HeaderTimestamp)
 			h.Del(signing.HeaderSignature)
 		}, 401, "signature-required"},
-		{"a timestamp without a signature", key.Key, "GET", "/v1/orders?limit=5", "", read, func(h http.Header) {
+		{"a timestamp without a signature", apiKey, "GET", "/v1/orders?limit=5", "", read, func(h http.Header) {
 			h.Del(signing.HeaderSignature)
 		}, 401, "signature-required"},
-		{"a body over the limit", key.Key, "POST", "/v1/orders", oversize, signature{secret: secret, method: "POST", target: "/v1/orders", body: oversize}, nil, 413, "payload-too-large"},
-		{"signed, but without the scope", readOnly.Key, "POST", "/v1/orders", limitOrder("sig-4"), signature{secret: readOnly.SigningSecret, method: "POST", target: "/v1/orders", body: limitOrder("sig-4")}, nil, 403, "forbidden"},
+		{"a body over the limit", apiKey, "POST", "/v1/orders", oversize, signature{secret: signingSecret, method: "POST", target: "/v1/orders", body: oversize}, nil, 413, "payload-too-large"},
+		{"signed, but without the scope", readOnly.Key.Reveal(), "POST", "/v1/orders", limitOrder("sig-4"), signature{secret: readOnly.SigningSecret, method: "POST", target: "/v1/orders", body: limitOrder("sig-4")}, nil, 403, "forbidden"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -141,7 +142,7 @@ func TestSignedRequestThroughAForwardProxy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := client.NewSigner(key.Key, key.SigningSecret).Edit(context.Background(), req); err != nil {
+			if err := client.NewSigner(key.Key.Reveal(), key.SigningSecret.Reveal()).Edit(context.Background(), req); err != nil {
 				t.Fatal(err)
 			}
 			res, err := viaProxy.Do(req)
@@ -181,7 +182,7 @@ func TestSignedRequestIsAcceptedOnce(t *testing.T) {
 		{"signed anew", signature{secret: key.SigningSecret, at: -time.Second, method: "POST", target: "/v1/orders", body: body}.header(), 200, ""},
 	}
 	for _, step := range steps {
-		res := f.doWith(t, f.http, "POST", "/v1/orders", key.Key, "application/json", body, step.header)
+		res := f.doWith(t, f.http, "POST", "/v1/orders", key.Key.Reveal(), "application/json", body, step.header)
 		if res.status != step.status || (step.slug != "" && res.json(t)["type"] != "urn:ordergate:problem:"+step.slug) {
 			t.Fatalf("%s: %d %s, want %d %s", step.name, res.status, res.body, step.status, step.slug)
 		}
@@ -201,10 +202,10 @@ func TestSignatureRecordOutlivesTheWindow(t *testing.T) {
 	f := newFixtureWith(t, 0, config)
 	key := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes, Signed: true})
 	header := signature{secret: key.SigningSecret, at: 900 * time.Millisecond, method: "GET", target: "/v1/balances"}.header()
-	if res := f.doWith(t, f.http, "GET", "/v1/balances", key.Key, "", "", header); res.status != http.StatusOK {
+	if res := f.doWith(t, f.http, "GET", "/v1/balances", key.Key.Reveal(), "", "", header); res.status != http.StatusOK {
 		t.Fatalf("first: %d %s", res.status, res.body)
 	}
-	keyHash := sha256.Sum256([]byte(key.Key))
+	keyHash := sha256.Sum256([]byte(key.Key.Reveal()))
 	sum, err := hex.DecodeString(header.Get(signing.HeaderSignature))
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +215,7 @@ func TestSignatureRecordOutlivesTheWindow(t *testing.T) {
 		t.Errorf("the signature is remembered for %s (%v), want three windows (%s)", left, err, 3*window)
 	}
 	time.Sleep(1500 * time.Millisecond) // the timestamp is inside the window for ~400 ms more
-	if res := f.doWith(t, f.http, "GET", "/v1/balances", key.Key, "", "", header); res.status != http.StatusUnauthorized || res.json(t)["type"] != "urn:ordergate:problem:signature-replayed" {
+	if res := f.doWith(t, f.http, "GET", "/v1/balances", key.Key.Reveal(), "", "", header); res.status != http.StatusUnauthorized || res.json(t)["type"] != "urn:ordergate:problem:signature-replayed" {
 		t.Errorf("sent again 1.5 s later, still inside the window: %d %s, want 401 signature-replayed", res.status, res.body)
 	}
 }
@@ -229,7 +230,7 @@ func TestSignedKeyWithoutTheEncryptionKey(t *testing.T) {
 	key := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes, Signed: true})
 	for i := range 3 {
 		sig := signature{secret: key.SigningSecret, at: time.Duration(-i) * time.Millisecond, method: "GET", target: "/v1/balances"}
-		res := f.doWith(t, f.http, "GET", "/v1/balances", key.Key, "", "", sig.header())
+		res := f.doWith(t, f.http, "GET", "/v1/balances", key.Key.Reveal(), "", "", sig.header())
 		if res.status != http.StatusServiceUnavailable || res.json(t)["type"] != "urn:ordergate:problem:unavailable" {
 			t.Errorf("signed request %d: %d %s, want a 503", i, res.status, res.body)
 		}
@@ -237,7 +238,7 @@ func TestSignedKeyWithoutTheEncryptionKey(t *testing.T) {
 	if n := strings.Count(f.logs.String(), orders.ErrSigningUnavailable.Error()); n != 1 {
 		t.Errorf("3 requests logged why %d times, want once:\n%s", n, f.logs.String())
 	}
-	if res := f.do(t, f.http, "GET", "/v1/balances", key.Key, "", ""); res.status != http.StatusUnauthorized {
+	if res := f.do(t, f.http, "GET", "/v1/balances", key.Key.Reveal(), "", ""); res.status != http.StatusUnauthorized {
 		t.Errorf("unsigned request: %d %s, want 401 signature-required", res.status, res.body)
 	}
 	if res := f.do(t, f.http, "GET", "/v1/balances", f.keys[0], "", ""); res.status != http.StatusOK {
@@ -269,7 +270,7 @@ func TestREADMESignedCurl(t *testing.T) {
 	key := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes, Signed: true})
 	script := "BODY=" + strings.ReplaceAll(example, "http://127.0.0.1:8080", f.url)
 	cmd := exec.Command("bash", "-euc", script)
-	cmd.Env = append(os.Environ(), "KEY="+key.Key, "SECRET="+key.SigningSecret)
+	cmd.Env = append(os.Environ(), "KEY="+key.Key.Reveal(), "SECRET="+key.SigningSecret.Reveal())
 	out, err := cmd.CombinedOutput()
 	var order map[string]any
 	if err != nil || json.Unmarshal(out, &order) != nil || order["status"] != "pending" || order["client_order_id"] != "demo-5" {

@@ -14,6 +14,7 @@ import (
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/secret"
 	"github.com/ordergate/ordergate/signing"
 )
 
@@ -51,7 +52,7 @@ func TestKeyCacheOpensSigningSecrets(t *testing.T) {
 		opts       []placement.KeyCacheOption
 		wantSecret string
 	}{
-		{"the encryption key it was sealed under", []placement.KeyCacheOption{placement.OpenSecretsWith(sealer)}, signed.SigningSecret},
+		{"the encryption key it was sealed under", []placement.KeyCacheOption{placement.OpenSecretsWith(sealer)}, signed.SigningSecret.Reveal()},
 		{"no encryption key", nil, ""},
 		{"another encryption key", []placement.KeyCacheOption{placement.OpenSecretsWith(another)}, ""},
 	}
@@ -72,12 +73,15 @@ func TestKeyCacheOpensSigningSecrets(t *testing.T) {
 						t.Fatalf("Preload = %d (%d unverifiable), %v; want 2 (%d)", loaded, unverifiable, err, wantUnverifiable)
 					}
 				}
-				want := orders.Caller{Account: account, Scopes: orders.ScopeTrade, Signed: true, SigningSecret: tt.wantSecret}
-				if got, err := cache.Authenticate(ctx, signed.Key); err != nil || got != want {
-					t.Errorf("signed key = %+v, %v; want %+v", got, err, want)
+				got, err := cache.Authenticate(ctx, signed.Key.Reveal())
+				opened := got.SigningSecret.Reveal()
+				got.SigningSecret = secret.Text{}
+				want := orders.Caller{Account: account, Scopes: orders.ScopeTrade, Signed: true}
+				if err != nil || got != want || opened != tt.wantSecret {
+					t.Errorf("signed key = %+v with the issued secret %v, %v; want %+v with it %v", got, opened == signed.SigningSecret.Reveal(), err, want, tt.wantSecret != "")
 				}
 				want = orders.Caller{Account: account, Scopes: orders.ScopeRead}
-				if got, err := cache.Authenticate(ctx, unsigned.Key); err != nil || got != want {
+				if got, err := cache.Authenticate(ctx, unsigned.Key.Reveal()); err != nil || got != want {
 					t.Errorf("unsigned key = %+v, %v; want %+v", got, err, want)
 				}
 			})

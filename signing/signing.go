@@ -12,6 +12,8 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"strings"
+
+	"github.com/ordergate/ordergate/secret"
 )
 
 // The headers of a signed request.
@@ -34,12 +36,12 @@ const secretBytes = 32
 // NewSecret draws a signing secret: SecretPrefix and 32 random bytes in
 // unpadded base64url. Its text, as printed, is the HMAC key, so a client
 // signs with the string it was given (openssl dgst -hmac "$SECRET").
-func NewSecret() (string, error) {
+func NewSecret() (secret.Text, error) {
 	random := make([]byte, secretBytes)
 	if _, err := rand.Read(random); err != nil {
-		return "", err
+		return secret.Text{}, err
 	}
-	return SecretPrefix + base64.RawURLEncoding.EncodeToString(random), nil
+	return secret.New(SecretPrefix + base64.RawURLEncoding.EncodeToString(random)), nil
 }
 
 // Message is what a signature covers: the timestamp header's text, the
@@ -83,17 +85,17 @@ func Target(requestURI string) string {
 	}
 }
 
-// Sum is the HMAC-SHA256 of message under secret.
-func Sum(secret string, message []byte) []byte {
-	mac := hmac.New(sha256.New, []byte(secret))
+// Sum is the HMAC-SHA256 of message under the signing secret key.
+func Sum(key secret.Text, message []byte) []byte {
+	mac := hmac.New(sha256.New, []byte(key.Reveal()))
 	mac.Write(message)
 	return mac.Sum(nil)
 }
 
 // Sign is the signature header's value for a request: Sum of its Message,
 // in lowercase hex.
-func Sign(secret, timestamp, method, target string, body []byte) string {
-	return hex.EncodeToString(Sum(secret, Message(timestamp, method, target, body)))
+func Sign(key secret.Text, timestamp, method, target string, body []byte) string {
+	return hex.EncodeToString(Sum(key, Message(timestamp, method, target, body)))
 }
 
 // ParseSignature reads a signature header's value: 64 hex digits, either
