@@ -29,6 +29,9 @@ func TestConfigValidate(t *testing.T) {
 		{"no body", with(func(c *gateway.Config) { c.BodyLimit = 0 }), "body limit"},
 		{"no time", with(func(c *gateway.Config) { c.RequestTimeout = 0 }), "request timeout"},
 		{"negative time", with(func(c *gateway.Config) { c.RequestTimeout = -time.Second }), "request timeout"},
+		{"no signature window", with(func(c *gateway.Config) { c.SignatureWindow = 0 }), "signature window"},
+		{"a signature window of a minute", with(func(c *gateway.Config) { c.SignatureWindow = time.Minute }), ""},
+		{"a signature window over a minute", with(func(c *gateway.Config) { c.SignatureWindow = time.Minute + time.Millisecond }), "at most 1m0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -168,7 +168,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config, keyOption
 // newFixtureAccount adds a customer account with an API key and returns the key.
 func newFixtureAccount(t testing.TB, f *fixture) string {
 	t.Helper()
-	return newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes}).Key
+	return newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes}).Key.Reveal()
 }
 
 // newFixtureKey adds a customer account with an API key issued for spec.
@@ -184,9 +184,9 @@ func newFixtureKey(t testing.TB, f *fixture, spec orders.KeySpec) orders.IssuedK
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.accounts, f.keys, f.keyIDs = append(f.accounts, account), append(f.keys, issued.Key), append(f.keyIDs, issued.ID)
-	if issued.SigningSecret != "" {
-		f.secrets = append(f.secrets, issued.SigningSecret)
+	f.accounts, f.keys, f.keyIDs = append(f.accounts, account), append(f.keys, issued.Key.Reveal()), append(f.keyIDs, issued.ID)
+	if !issued.SigningSecret.IsZero() {
+		f.secrets = append(f.secrets, issued.SigningSecret.Reveal())
 	}
 	return issued
 }

@@ -3,7 +3,6 @@ package gateway
 import (
 	"fmt"
 	"net"
-	"strconv"
 
 	"github.com/labstack/echo/v4"
 
@@ -101,21 +100,15 @@ func (s *Server) limitLookup(c echo.Context, cost lookupCost) error {
 		buckets = buckets[:1]
 	}
 	for _, bucket := range buckets {
-		take, err := s.placer.TakePermit(c.Request().Context(), bucket.name, bucket.rate)
-		if err != nil {
-			s.metrics.rateLimitFailOpen.Inc()
-			s.logger(c).Warn("rate limiter unavailable; key lookup let through unlimited", "err", err)
+		take, ok := s.takeFrom(c, bucket.name, bucket.rate)
+		if !ok {
 			return nil
 		}
 		if take.Allowed {
 			continue
 		}
-		s.metrics.rateLimited.Inc()
-		retry := wholeSeconds(take.RetryAfter, 1)
-		c.Response().Header().Set("Retry-After", strconv.Itoa(retry))
-		return &requestError{kind: kindRateLimited, detail: fmt.Sprintf(
-			"requests without an API key this gateway recognizes are limited to %d at once and %d a second %s; retry after %d s",
-			bucket.rate.Capacity, bucket.rate.PerSecond, bucket.who, retry)}
+		return s.overLimit(c, take, fmt.Sprintf("requests without an API key this gateway recognizes are limited to %d at once and %d a second %s",
+			bucket.rate.Capacity, bucket.rate.PerSecond, bucket.who))
 	}
 	return nil
 }

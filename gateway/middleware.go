@@ -153,7 +153,8 @@ func (s *Server) deadline(next echo.HandlerFunc) echo.HandlerFunc {
 
 // authenticate takes "Authorization: Bearer <key>", checks the signature
 // of a request whose key requires signatures, refuses a key without the
-// scopes need, and puts the key's account on the context.
+// scopes need (those refusals limited apart: limitRefusal), and puts the
+// key's account on the context.
 func (s *Server) authenticate(need orders.Scopes) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -181,17 +182,23 @@ func (s *Server) authenticate(need orders.Scopes) echo.MiddlewareFunc {
 			digest := keyDigest(key)
 			st := state(c)
 			st.account, st.bucket = caller.Account, keyBucketPrefix+digest
-			if caller.Signed {
-				if err := s.verifySignature(c, caller, digest); err != nil {
-					return err
-				}
-			}
-			if err := caller.Permits(need); err != nil {
-				return err
+			if err := s.authorize(c, caller, digest, need); err != nil {
+				return s.limitRefusal(c, digest, err)
 			}
 			return next(c)
 		}
 	}
+}
+
+// authorize lets a found key's request through when its signature checks
+// out (for a key that requires one) and the key has the scopes need.
+func (s *Server) authorize(c echo.Context, caller orders.Caller, digest string, need orders.Scopes) error {
+	if caller.Signed {
+		if err := s.verifySignature(c, caller, digest); err != nil {
+			return err
+		}
+	}
+	return caller.Permits(need)
 }
 
 func account(c echo.Context) string { return state(c).account }

@@ -134,7 +134,8 @@ func problemFor(err error) (Problem, error) {
 	case errors.As(err, &missingScope):
 		return problem(kindForbidden, fmt.Sprintf("this API key has scope %s; this request needs %s", missingScope.Have, missingScope.Need)), nil
 	case errors.Is(err, orders.ErrSigningUnavailable):
-		return problem(kindUnavailable, "this gateway cannot verify the API key's signatures now (the operator is told); retry later"), err
+		// Logged where it is met, sparsely (verifySignature).
+		return problem(kindUnavailable, "this gateway cannot verify the API key's signatures now (the operator is told); retry later"), nil
 	case errors.As(err, &notReplicated):
 		return problem(kindUnavailable, fmt.Sprintf("the order was queued but only %d of the %d Redis replicas asked for hold it yet; retry with the same client_order_id (the retry answers with the order if it survived)",
 			notReplicated.Acked, notReplicated.Wanted)), err

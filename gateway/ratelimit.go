@@ -3,6 +3,7 @@ package gateway
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
 )
 
 // The rate limit headers (draft-ietf-httpapi-ratelimit-headers), in Go's
@@ -89,13 +91,78 @@ func (s *Server) takePermit(c echo.Context) error {
 	if !s.limiting() {
 		return nil
 	}
-	take, err := s.placer.TakePermit(c.Request().Context(), state(c).bucket, s.limit())
-	if err != nil {
-		s.metrics.rateLimitFailOpen.Inc()
-		s.logger(c).Warn("rate limiter unavailable; request let through unlimited", "err", err)
+	take, ok := s.takeFrom(c, state(c).bucket, s.limit())
+	if !ok {
 		return nil
 	}
 	return s.answerTake(c, take)
+}
+
+// takeFrom takes a permit for the request from the named bucket of rate.
+// ok is false when the limiter did not answer: the request then goes on
+// unlimited (takePermit says why), logged and counted.
+func (s *Server) takeFrom(c echo.Context, bucket string, rate emq.Rate) (take emq.Take, ok bool) {
+	take, err := s.placer.TakePermit(c.Request().Context(), bucket, rate)
+	if err != nil {
+		s.metrics.rateLimitFailOpen.Inc()
+		s.logger(c).Warn("rate limiter unavailable; request let through unlimited", "bucket", bucket, "err", err)
+		return emq.Take{}, false
+	}
+	return take, true
+}
+
+// overLimit is the 429 refusal of a request whose bucket was empty, with
+// its Retry-After; detail says which limit, and the refusal adds when to
+// retry.
+func (s *Server) overLimit(c echo.Context, take emq.Take, detail string) error {
+	s.metrics.rateLimited.Inc()
+	retry := wholeSeconds(take.RetryAfter, 1)
+	c.Response().Header().Set("Retry-After", strconv.Itoa(retry))
+	return &requestError{kind: kindRateLimited, detail: fmt.Sprintf("%s; retry after %d s", detail, retry)}
+}
+
+// refusedBucketPrefix and the key's digest name the bucket a key's
+// refused requests take from.
+const refusedBucketPrefix = "refused:"
+
+// limitRefusal charges the refusal of a request whose key was found (a
+// signature that does not check out, a scope the key lacks) to the key's
+// bucket of refusals, the size of its own, and answers 429 instead once
+// that bucket is empty: such requests never reach the key's own limit,
+// and would otherwise come as fast as a sender likes (one holding a
+// signed key's bearer key without its secret, or a read-only key posting
+// orders). The bucket is apart from the key's own, so whoever sends them
+// cannot spend the owner's requests. Any other error passes as it is.
+func (s *Server) limitRefusal(c echo.Context, digest string, refusal error) error {
+	if !s.limiting() || !keyRefusal(refusal) {
+		return refusal
+	}
+	take, ok := s.takeFrom(c, refusedBucketPrefix+digest, s.limit())
+	if !ok || take.Allowed {
+		return refusal
+	}
+	limit := s.limit()
+	problem, _ := problemFor(refusal)
+	return s.overLimit(c, take, fmt.Sprintf(
+		"this API key's refused requests (bad signatures, missing scopes) are limited to %d at once and %d a second, apart from its own limit; this one was refused as %s: %s",
+		limit.Capacity, limit.PerSecond, problem.Type, problem.Detail))
+}
+
+// keyRefusal is whether err refuses what a found key sent: its signature
+// or its scope, not a dependency's failure.
+func keyRefusal(err error) bool {
+	var request *requestError
+	var missingScope *orders.MissingScopeError
+	switch {
+	case errors.As(err, &missingScope):
+		return true
+	case errors.As(err, &request):
+		switch request.kind {
+		case kindSignatureRequired, kindSignatureInvalid, kindSignatureOutsideWindow, kindSignatureReplayed:
+			return true
+		}
+	}
+	return false
 }
 
 // answerTake puts take on the answer as the RateLimit-* headers and, when
@@ -111,12 +178,7 @@ func (s *Server) answerTake(c echo.Context, take emq.Take) error {
 	if take.Allowed {
 		return nil
 	}
-	s.metrics.rateLimited.Inc()
-	retry := wholeSeconds(take.RetryAfter, 1)
-	header.Set("Retry-After", strconv.Itoa(retry))
-	return &requestError{kind: kindRateLimited, detail: fmt.Sprintf(
-		"this API key may make %d requests at once and %d a second; retry after %d s",
-		limit.Capacity, limit.PerSecond, retry)}
+	return s.overLimit(c, take, fmt.Sprintf("this API key may make %d requests at once and %d a second", limit.Capacity, limit.PerSecond))
 }
 
 // wholeSeconds rounds d up to whole seconds, and to at least least.

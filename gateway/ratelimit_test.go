@@ -20,6 +20,7 @@ import (
 	"github.com/ordergate/ordergate/gateway"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/secret"
 )
 
 func limited(burst, perSecond int) gateway.Config {
@@ -211,6 +212,70 @@ func TestRateLimitBucketsArePerKey(t *testing.T) {
 				t.Errorf("bucket %q holds an API key", bucket)
 			}
 		}
+	}
+}
+
+// TestRefusalsOfAKnownKeyAreLimitedApart: requests of a known key refused
+// before its own limit (a signature that does not check out, a scope the
+// key lacks) take from a bucket of refusals of their own, the size of the
+// key's: past its burst they are answered 429 with Retry-After, naming
+// why they were refused. The key's own bucket is untouched, so its owner's
+// good requests are still served.
+func TestRefusalsOfAKnownKeyAreLimitedApart(t *testing.T) {
+	f := newFixtureWith(t, 0, limited(2, 1))
+	signedBalances := func(key orders.IssuedKey, signingSecret secret.Text) response {
+		header := signature{secret: signingSecret, method: "GET", target: "/v1/balances"}.header()
+		return f.doWith(t, f.http, "GET", "/v1/balances", key.Key.Reveal(), "", "", header)
+	}
+	signed := orders.KeySpec{Scopes: orders.AllScopes, Signed: true}
+	tests := []struct {
+		name    string
+		spec    orders.KeySpec
+		refused func(key orders.IssuedKey) response
+		status  int
+		slug    string
+		good    func(key orders.IssuedKey) response
+	}{
+		{"bad signatures", signed, func(key orders.IssuedKey) response { return signedBalances(key, secret.New("ogs_not-the-secret")) },
+			http.StatusUnauthorized, "signature-invalid", func(key orders.IssuedKey) response { return signedBalances(key, key.SigningSecret) }},
+		{"unsigned requests of a signed key", signed, func(key orders.IssuedKey) response {
+			return f.do(t, f.http, "GET", "/v1/balances", key.Key.Reveal(), "", "")
+		},
+			http.StatusUnauthorized, "signature-required", func(key orders.IssuedKey) response { return signedBalances(key, key.SigningSecret) }},
+		{"placements of a read-only key", orders.KeySpec{Scopes: orders.ScopeRead}, func(key orders.IssuedKey) response { return f.place(t, key.Key.Reveal(), limitOrder("forbidden")) },
+			http.StatusForbidden, "forbidden", func(key orders.IssuedKey) response {
+				return f.do(t, f.http, "GET", "/v1/balances", key.Key.Reveal(), "", "")
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := newFixtureKey(t, f, tt.spec)
+			seen := map[int]int{}
+			for i := range 10 {
+				res := tt.refused(key)
+				seen[res.status]++
+				switch res.status {
+				case tt.status: // within the burst, or the bucket refilled meanwhile
+				case http.StatusTooManyRequests:
+					problem := res.json(t)
+					if problem["type"] != "urn:ordergate:problem:rate-limited" || !strings.Contains(problem["detail"].(string), tt.slug) ||
+						headerInt(t, res, "Retry-After") < 1 {
+						t.Errorf("request %d: 429 %v %s, want rate-limited naming %s, with Retry-After", i, res.header, res.body, tt.slug)
+					}
+				default:
+					t.Fatalf("request %d: %d %s, want %d %s or 429", i, res.status, res.body, tt.status, tt.slug)
+				}
+				if i < 2 && res.status != tt.status {
+					t.Errorf("request %d of a burst of 2: %d, want %d %s", i, res.status, tt.status, tt.slug)
+				}
+			}
+			if seen[http.StatusTooManyRequests] == 0 {
+				t.Errorf("10 refusals with a burst of 2: %v, none rate limited", seen)
+			}
+			if res := tt.good(key); res.status != http.StatusOK || headerInt(t, res, "RateLimit-Remaining") != 1 {
+				t.Errorf("the owner's request after them: %d %v %s, want 200 from the key's own, full bucket", res.status, res.header, res.body)
+			}
+		})
 	}
 }
 

@@ -18,8 +18,8 @@ import (
 // cancels but reads nothing. A refused placement queues nothing.
 func TestScopesRefuseWhatTheKeyMayNotDo(t *testing.T) {
 	f := newFixture(t, 0)
-	readOnly := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.ScopeRead}).Key
-	tradeOnly := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.ScopeTrade}).Key
+	readOnly := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.ScopeRead}).Key.Reveal()
+	tradeOnly := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.ScopeTrade}).Key.Reveal()
 	doc, err := openapi3.NewLoader().LoadFromData(api.Spec)
 	if err != nil {
 		t.Fatal(err)

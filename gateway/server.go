@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/outage"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 )
@@ -39,10 +40,17 @@ type Config struct {
 	// sustained (the bucket's refill rate).
 	RateLimitPerSecond int
 	// SignatureWindow is how far from the gateway's clock, either way, a
-	// signed request's timestamp may be. Its signature is remembered twice
-	// as long, which covers every moment it is inside the window.
+	// signed request's timestamp may be. Its signature is remembered three
+	// times as long, which covers every moment it is inside the window of
+	// any gateway whose clock is within the window of this one's.
 	SignatureWindow time.Duration
 }
+
+// MaxSignatureWindow bounds Config.SignatureWindow. A wider window is
+// longer for a request caught on the wire to be sent after its signer
+// meant it to go, or for a client's clock to go wrong unnoticed; a minute
+// covers clocks that are kept in time at all.
+const MaxSignatureWindow = time.Minute
 
 // DefaultConfig is what the gateway runs with unless told otherwise.
 func DefaultConfig() Config {
@@ -51,7 +59,8 @@ func DefaultConfig() Config {
 }
 
 // Validate reports a configuration the gateway would run badly with: a body
-// limit or a request timeout that refuses every request, or a rate limit
+// limit or a request timeout that refuses every request, a signature
+// window out of bounds, or a rate limit
 // whose bucket cannot refill (placements would answer 503 while reads went
 // through).
 func (c Config) Validate() error {
@@ -61,8 +70,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("body limit %d: want at least 1 byte", c.BodyLimit)
 	case c.RequestTimeout <= 0:
 		return fmt.Errorf("request timeout %s: want a positive duration", c.RequestTimeout)
-	case c.SignatureWindow <= 0:
-		return fmt.Errorf("signature window %s: want a positive duration", c.SignatureWindow)
+	case c.SignatureWindow <= 0 || c.SignatureWindow > MaxSignatureWindow:
+		return fmt.Errorf("signature window %s: want a positive duration of at most %s", c.SignatureWindow, MaxSignatureWindow)
 	case b < 0 || b > most || (b > 0 && (r < 1 || r > most)):
 		return fmt.Errorf("rate limit: burst %d and per-second %d must be whole numbers from 1 to %d (burst 0 turns the limit off)", b, r, most)
 	}
@@ -132,6 +141,9 @@ type Server struct {
 	routes map[string]route
 	// limitText is RateLimit-Limit's value, the same on every answer.
 	limitText string
+	// unverifiableLogs keeps the requests of a signed key this gateway
+	// cannot verify from logging once each.
+	unverifiableLogs outage.Sparse
 }
 
 // placeOrderRoute is the route placements arrive on.

@@ -17,6 +17,14 @@ import (
 // 13 digits until the year 2286.
 const maxTimestampDigits = 15
 
+// replayRecordWindows is how many windows a signature is remembered for.
+// Two cover every moment its timestamp is inside one clock's window (from
+// a window before the timestamp to a window after it); the third covers
+// another gateway's clock up to a window behind the one that accepted it,
+// where the timestamp stays inside the window that much longer. With two,
+// a replay sent to a gateway d behind was accepted for d.
+const replayRecordWindows = 3
+
 // verifySignature lets through a request of a key that requires signatures
 // only when it carries a signature of its timestamp, method, target and
 // body under the key's secret (signing.Message), made within the window
@@ -29,7 +37,13 @@ func (s *Server) verifySignature(c echo.Context, caller orders.Caller, digest st
 		return &requestError{kind: kindSignatureRequired, detail: fmt.Sprintf(
 			"this API key requires signed requests: send %s and %s (see the API description)", signing.HeaderTimestamp, signing.HeaderSignature)}
 	}
-	if caller.SigningSecret == "" || s.signatures == nil {
+	if caller.SigningSecret.IsZero() || s.signatures == nil {
+		// Every request of the key meets it until the operator acts, so it
+		// is logged sparsely, not once per request.
+		if s.unverifiableLogs.Allow() {
+			s.logger(c).Error("a key that requires signatures cannot be verified on this gateway; its signed requests are answered 503 (logged at most every 10 s)",
+				"account", caller.Account, "err", orders.ErrSigningUnavailable)
+		}
 		return orders.ErrSigningUnavailable
 	}
 	sum, ok := signing.ParseSignature(signature)
@@ -52,12 +66,14 @@ func (s *Server) verifySignature(c echo.Context, caller orders.Caller, digest st
 	}
 	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	// RequestURI is the target as the request line sent it, which is
-	// what the client signed, not a form the server parsed and wrote anew.
-	if !hmac.Equal(sum, signing.Sum(caller.SigningSecret, signing.Message(timestamp, r.Method, r.RequestURI, body))) {
+	// what the client signed, not a form the server parsed and wrote anew;
+	// in absolute-form (through a forward proxy) the client signed its
+	// path and query.
+	target := signing.Target(r.RequestURI)
+	if !hmac.Equal(sum, signing.Sum(caller.SigningSecret, signing.Message(timestamp, r.Method, target, body))) {
 		return &requestError{kind: kindSignatureInvalid, detail: "the signature does not match the request: sign the timestamp, method, path and query as sent, and body, joined by newlines, with the key's signing secret"}
 	}
-	// Twice the window covers every moment the timestamp is inside it.
-	first, err := s.signatures.FirstUse(r.Context(), digest, sum, 2*window)
+	first, err := s.signatures.FirstUse(r.Context(), digest, sum, replayRecordWindows*window)
 	if err != nil {
 		return err
 	}

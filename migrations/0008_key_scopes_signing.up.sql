@@ -2,8 +2,10 @@
 --
 -- scopes: what the key may do, one or both of 'read' (the caller's orders,
 -- fills and balances) and 'trade' (place and cancel). Keys issued before
--- this migration could do both, and keep both; a new key states its own
--- (no default).
+-- this migration could do both, and keep both. The default stays: during
+-- a rolling upgrade a writer from before scopes (admin issue-key, admin
+-- demo) still inserts keys without naming them, and its keys do what its
+-- gateways let every key do; this release's writers always name them.
 --
 -- signing_secret_sealed: NULL for a key whose requests need no signature.
 -- Otherwise the key's signing secret sealed with AES-256-GCM under the
@@ -15,4 +17,3 @@ ALTER TABLE api_keys
         CHECK (cardinality(scopes) > 0 AND scopes <@ '{read,trade}'::TEXT[]),
     ADD COLUMN signing_secret_sealed BYTEA CHECK (length(signing_secret_sealed) > 28);
 
-ALTER TABLE api_keys ALTER COLUMN scopes DROP DEFAULT;

@@ -203,6 +203,13 @@ func TestKeyScopesAndSigning(t *testing.T) {
 	if strings.Join(scopes, ",") != "read,trade" || sealed != nil {
 		t.Errorf("a key from before: scopes %v, sealed secret %x; want read and trade, none", scopes, sealed)
 	}
+	// A writer from before scopes, during a rolling upgrade (its
+	// api_key_issue.sql), still issues keys: with both scopes.
+	exec(`INSERT INTO api_keys (id, account_id, key_hash)
+		SELECT 'KEY_01J9Z7W2X3Y4Z5A6B7C8D9E0F6', id, sha256('older writer') FROM accounts WHERE id = 'ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1' AND kind = 'customer'`)
+	if err := db.QueryRow(ctx, `SELECT scopes FROM api_keys WHERE id = 'KEY_01J9Z7W2X3Y4Z5A6B7C8D9E0F6'`).Scan(&scopes); err != nil || strings.Join(scopes, ",") != "read,trade" {
+		t.Errorf("a key an older writer issued: scopes %v, %v; want read and trade", scopes, err)
+	}
 	keys := []struct {
 		id, scopes string
 		sealed     []byte

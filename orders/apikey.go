@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"strings"
+
+	"github.com/ordergate/ordergate/secret"
 )
 
 // APIKeyPrefix starts every API key, so a string without it needs no lookup.
@@ -87,13 +89,15 @@ type KeySpec struct {
 }
 
 // IssuedKey is a new API key as its holder is given it, once: the key and
-// its signing secret are stored only as a hash and sealed.
+// its signing secret are stored only as a hash and sealed, and print as
+// [secret] (secret.Text) anywhere but where they are revealed to the
+// holder.
 type IssuedKey struct {
 	ID     string
-	Key    string
+	Key    secret.Text
 	Scopes Scopes
-	// SigningSecret is empty for a key whose requests need no signature.
-	SigningSecret string
+	// SigningSecret is zero for a key whose requests need no signature.
+	SigningSecret secret.Text
 }
 
 // ActiveKey is an active API key as it is stored: its hash, its KEY id, its
@@ -114,10 +118,10 @@ type Caller struct {
 	// Signed: the key's requests must carry a signature made with
 	// SigningSecret.
 	Signed bool
-	// SigningSecret is the key's secret, opened; empty when Signed but
+	// SigningSecret is the key's secret, opened; zero when Signed but
 	// this process could not open it (no encryption key, or another one
 	// than it was sealed under): such a key's requests cannot be verified.
-	SigningSecret string
+	SigningSecret secret.Text
 }
 
 // Permits refuses, with a *MissingScopeError, what the caller's key has

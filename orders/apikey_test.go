@@ -1,10 +1,15 @@
 package orders_test
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/secret"
 )
 
 func TestParseScopes(t *testing.T) {
@@ -52,5 +57,29 @@ func TestCallerPermits(t *testing.T) {
 		if tt.allowed != (err == nil) || (err != nil && (!errors.Is(err, orders.ErrForbidden) || !errors.As(err, &missing) || missing.Need != tt.need)) {
 			t.Errorf("%s needing %s: %v, want allowed %v", tt.has, tt.need, err, tt.allowed)
 		}
+	}
+}
+
+// TestKeysPrintWithoutTheirSecrets: an issued key and a caller print and
+// log whole, %#v and slog included, without the API key or the signing
+// secret.
+func TestKeysPrintWithoutTheirSecrets(t *testing.T) {
+	const apiKey, signingSecret = "ogk_the-api-key", "ogs_the-signing-secret"
+	issued := orders.IssuedKey{ID: "KEY_1", Key: secret.New(apiKey), Scopes: orders.AllScopes, SigningSecret: secret.New(signingSecret)}
+	caller := orders.Caller{Account: "ACC_1", Scopes: orders.AllScopes, Signed: true, SigningSecret: secret.New(signingSecret)}
+	var logs bytes.Buffer
+	slog.New(slog.NewTextHandler(&logs, nil)).Info("keys", "issued", issued, "caller", caller)
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("keys", "issued", issued, "caller", caller)
+	printed := []string{logs.String()}
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
+		printed = append(printed, fmt.Sprintf(verb, issued), fmt.Sprintf(verb, caller), fmt.Sprintf(verb, &caller))
+	}
+	for _, out := range printed {
+		if strings.Contains(out, "the-api-key") || strings.Contains(out, "the-signing-secret") {
+			t.Errorf("a secret shows: %s", out)
+		}
+	}
+	if issued.Key.Reveal() != apiKey || caller.SigningSecret.Reveal() != signingSecret {
+		t.Error("Reveal does not give the secrets back")
 	}
 }

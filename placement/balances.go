@@ -8,10 +8,9 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"github.com/ordergate/ordergate/coherence"
+	"github.com/ordergate/ordergate/internal/outage"
 	"github.com/ordergate/ordergate/orders"
 )
 
@@ -50,21 +49,14 @@ type Balances struct {
 	db    BalanceReader
 	cache *coherence.Client
 	log   *slog.Logger
-	// lastCacheWarning (UnixNano) keeps a Redis outage from logging once
-	// per request.
-	lastCacheWarning atomic.Int64
+	// cacheWarnings keeps a Redis outage from logging once per request.
+	cacheWarnings outage.Sparse
 }
 
-// cacheWarningEvery is the most often a cache failure is logged.
-const cacheWarningEvery = 10 * time.Second
-
 func (b *Balances) warnCache(message, account string, err error) {
-	now := time.Now().UnixNano()
-	last := b.lastCacheWarning.Load()
-	if now-last < int64(cacheWarningEvery) || !b.lastCacheWarning.CompareAndSwap(last, now) {
-		return
+	if b.cacheWarnings.Allow() {
+		b.log.Warn(message, "account", account, "err", err)
 	}
-	b.log.Warn(message, "account", account, "err", err)
 }
 
 // BalanceReader reads balances from their truth, PostgreSQL

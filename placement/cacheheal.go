@@ -15,6 +15,7 @@ import (
 
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/internal/collectors"
+	"github.com/ordergate/ordergate/internal/outage"
 	"github.com/ordergate/ordergate/orders"
 )
 
@@ -99,14 +100,13 @@ func NewBalanceCacheHealer(db AccountBalances, cache *coherence.Client, log *slo
 
 // Run checks, and heals when needed, every interval until ctx ends. A
 // failure (Redis or PostgreSQL down) is logged at most every
-// cacheWarningEvery and tried again at the next tick.
+// outage.LogEvery and tried again at the next tick.
 func (h *BalanceCacheHealer) Run(ctx context.Context) {
 	ticker := time.NewTicker(h.interval)
 	defer ticker.Stop()
-	var lastWarning time.Time
+	var warnings outage.Sparse
 	for {
-		if _, err := h.Heal(ctx); err != nil && ctx.Err() == nil && time.Since(lastWarning) >= cacheWarningEvery {
-			lastWarning = time.Now()
+		if _, err := h.Heal(ctx); err != nil && ctx.Err() == nil && warnings.Allow() {
 			h.log.Warn("balance cache heal failed; trying again", "err", err)
 		}
 		select {

@@ -146,7 +146,7 @@ func (c *KeyCache) Preload(ctx context.Context) (loaded, unverifiable int, err e
 	callers := make([]orders.Caller, len(keys))
 	for i, key := range keys {
 		callers[i] = c.callerOf(key)
-		if callers[i].Signed && callers[i].SigningSecret == "" {
+		if callers[i].Signed && callers[i].SigningSecret.IsZero() {
 			unverifiable++
 		}
 	}
@@ -167,7 +167,7 @@ func (c *KeyCache) Preload(ctx context.Context) (loaded, unverifiable int, err e
 func (c *KeyCache) callerOf(key orders.ActiveKey) orders.Caller {
 	caller := orders.Caller{Account: key.Account, Scopes: key.Scopes, Signed: key.SealedSecret != nil}
 	if caller.Signed && c.sealer != nil {
-		// A secret that does not open leaves SigningSecret empty, which
+		// A secret that does not open leaves SigningSecret zero, which
 		// refuses the key's requests rather than letting them in unsigned.
 		caller.SigningSecret, _ = c.sealer.Open(key.SealedSecret, key.ID)
 	}

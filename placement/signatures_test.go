@@ -8,10 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/secret"
 	"github.com/ordergate/ordergate/signing"
 )
 
@@ -49,7 +52,7 @@ func TestKeyCacheOpensSigningSecrets(t *testing.T) {
 		opts       []placement.KeyCacheOption
 		wantSecret string
 	}{
-		{"the encryption key it was sealed under", []placement.KeyCacheOption{placement.OpenSecretsWith(sealer)}, signed.SigningSecret},
+		{"the encryption key it was sealed under", []placement.KeyCacheOption{placement.OpenSecretsWith(sealer)}, signed.SigningSecret.Reveal()},
 		{"no encryption key", nil, ""},
 		{"another encryption key", []placement.KeyCacheOption{placement.OpenSecretsWith(another)}, ""},
 	}
@@ -70,12 +73,15 @@ func TestKeyCacheOpensSigningSecrets(t *testing.T) {
 						t.Fatalf("Preload = %d (%d unverifiable), %v; want 2 (%d)", loaded, unverifiable, err, wantUnverifiable)
 					}
 				}
-				want := orders.Caller{Account: account, Scopes: orders.ScopeTrade, Signed: true, SigningSecret: tt.wantSecret}
-				if got, err := cache.Authenticate(ctx, signed.Key); err != nil || got != want {
-					t.Errorf("signed key = %+v, %v; want %+v", got, err, want)
+				got, err := cache.Authenticate(ctx, signed.Key.Reveal())
+				opened := got.SigningSecret.Reveal()
+				got.SigningSecret = secret.Text{}
+				want := orders.Caller{Account: account, Scopes: orders.ScopeTrade, Signed: true}
+				if err != nil || got != want || opened != tt.wantSecret {
+					t.Errorf("signed key = %+v with the issued secret %v, %v; want %+v with it %v", got, opened == signed.SigningSecret.Reveal(), err, want, tt.wantSecret != "")
 				}
 				want = orders.Caller{Account: account, Scopes: orders.ScopeRead}
-				if got, err := cache.Authenticate(ctx, unsigned.Key); err != nil || got != want {
+				if got, err := cache.Authenticate(ctx, unsigned.Key.Reveal()); err != nil || got != want {
 					t.Errorf("unsigned key = %+v, %v; want %+v", got, err, want)
 				}
 			})
@@ -119,5 +125,43 @@ func TestSignaturesFirstUseOnce(t *testing.T) {
 	}
 	if _, err := signatures.FirstUse(ctx, "cccc", signature, ttl); !errors.Is(err, orders.ErrUnavailable) {
 		t.Errorf("FirstUse without Redis = %v, want ErrUnavailable", err)
+	}
+}
+
+// TestSignaturesResentSetIsStillTheFirstUse: when the reply to the SET is
+// lost (the connection dropped, or the reply later than the read timeout),
+// go-redis sends it again; the record the first send made holds this
+// call's token, so the call is still the first use, not a replay of
+// itself. Another call with the signature is a replay.
+func TestSignaturesResentSetIsStillTheFirstUse(t *testing.T) {
+	ctx := context.Background()
+	server := testserver.StartRedis(t)
+	proxy := testserver.StartProxy(t, server.Addr)
+	faults := []struct {
+		name string
+		arm  func(match string) *testserver.Fault
+	}{
+		{"reply dropped with its connection", proxy.DropReply},
+		{"reply delayed past the read timeout", func(match string) *testserver.Fault { return proxy.DelayReply(match, 10*time.Second) }},
+	}
+	for i, tt := range faults {
+		t.Run(tt.name, func(t *testing.T) {
+			// go-redis's default retries, as the gateway's client has them.
+			rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(server.Addr), ReadTimeout: 500 * time.Millisecond})
+			t.Cleanup(func() { _ = rdb.Close() })
+			signatures := placement.NewSignatures(rdb)
+			signature := bytes.Repeat([]byte{byte(i)}, 32)
+			fault := tt.arm(placement.SignatureKey("aaaa", signature))
+			first, err := signatures.FirstUse(ctx, "aaaa", signature, time.Minute)
+			if err != nil || !first {
+				t.Errorf("FirstUse with its reply lost = %v, %v; want the first use", first, err)
+			}
+			if n := fault.Seen(); n != 2 {
+				t.Errorf("the SET was sent %d times, want twice (sent again after the lost reply)", n)
+			}
+			if again, err := signatures.FirstUse(ctx, "aaaa", signature, time.Minute); err != nil || again {
+				t.Errorf("FirstUse again = %v, %v; want a replay", again, err)
+			}
+		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/secret"
 	"github.com/ordergate/ordergate/signing"
 )
 
@@ -76,7 +77,7 @@ func (a *Accounts) Create(ctx context.Context, name string) (string, error) {
 // signing, as most callers want: IssueKeyFor with orders.AllScopes.
 func (a *Accounts) IssueKey(ctx context.Context, account string) (keyID, key string, err error) {
 	issued, err := a.IssueKeyFor(ctx, account, orders.KeySpec{Scopes: orders.AllScopes})
-	return issued.ID, issued.Key, err
+	return issued.ID, issued.Key.Reveal(), err
 }
 
 // IssueKeyFor makes a new API key for the account as spec says. The key and
@@ -95,21 +96,21 @@ func (a *Accounts) IssueKeyFor(ctx context.Context, account string, spec orders.
 	}
 	issued := orders.IssuedKey{
 		ID:     "KEY_" + ulid.Make().String(),
-		Key:    orders.APIKeyPrefix + base64.RawURLEncoding.EncodeToString(random),
+		Key:    secret.New(orders.APIKeyPrefix + base64.RawURLEncoding.EncodeToString(random)),
 		Scopes: spec.Scopes,
 	}
 	var sealed []byte
 	if spec.Signed {
-		secret, err := signing.NewSecret()
+		signingSecret, err := signing.NewSecret()
 		if err != nil {
 			return orders.IssuedKey{}, fmt.Errorf("orders: issue key: %w", err)
 		}
-		if sealed, err = a.sealer.Seal(secret, issued.ID); err != nil {
+		if sealed, err = a.sealer.Seal(signingSecret, issued.ID); err != nil {
 			return orders.IssuedKey{}, fmt.Errorf("orders: issue key: %w", err)
 		}
-		issued.SigningSecret = secret
+		issued.SigningSecret = signingSecret
 	}
-	hash := sha256.Sum256([]byte(issued.Key))
+	hash := sha256.Sum256([]byte(issued.Key.Reveal()))
 	tag, err := a.db.Exec(ctx, apiKeyIssueSQL, issued.ID, account, hash[:], spec.Scopes.Names(), sealed)
 	if err != nil {
 		return orders.IssuedKey{}, fmt.Errorf("orders: issue key: %w", err)

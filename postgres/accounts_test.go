@@ -100,10 +100,10 @@ func TestIssuedKeysKeepScopesAndSealedSecrets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tt.spec.Signed != strings.HasPrefix(issued.SigningSecret, signing.SecretPrefix) {
-				t.Fatalf("issued signing secret %q for %+v", issued.SigningSecret, tt.spec)
+			if tt.spec.Signed != strings.HasPrefix(issued.SigningSecret.Reveal(), signing.SecretPrefix) {
+				t.Fatalf("issued signing secret %q for %+v", issued.SigningSecret.Reveal(), tt.spec)
 			}
-			hash, _ := orders.KeyHash(issued.Key)
+			hash, _ := orders.KeyHash(issued.Key.Reveal())
 			key, err := accounts.Key(ctx, hash)
 			if err != nil || key.ID != issued.ID || key.Scopes != tt.spec.Scopes || (key.SealedSecret != nil) != tt.spec.Signed {
 				t.Fatalf("stored %+v, %v; want %s with %s", key, err, issued.ID, tt.spec.Scopes)
@@ -119,12 +119,12 @@ func TestIssuedKeysKeepScopesAndSealedSecrets(t *testing.T) {
 			if !tt.spec.Signed {
 				return
 			}
-			secretPart := strings.TrimPrefix(issued.SigningSecret, signing.SecretPrefix)
+			secretPart := strings.TrimPrefix(issued.SigningSecret.Reveal(), signing.SecretPrefix)
 			if strings.Contains(row, secretPart) || strings.Contains(row, hex.EncodeToString([]byte(secretPart))) {
 				t.Errorf("the signing secret is stored in clear: %s", row)
 			}
-			if opened, err := sealer.Open(key.SealedSecret, key.ID); err != nil || opened != issued.SigningSecret {
-				t.Errorf("the sealed secret opens to %q, %v; want the issued one", opened, err)
+			if opened, err := sealer.Open(key.SealedSecret, key.ID); err != nil || opened.Reveal() != issued.SigningSecret.Reveal() {
+				t.Errorf("the sealed secret opens to another, %v; want the issued one", err)
 			}
 		})
 	}

@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+
+	"github.com/ordergate/ordergate/secret"
 )
 
 // EncryptionKeyBytes is the length of the key signing secrets are sealed
@@ -66,24 +68,25 @@ func ParseSealer(text string) (*Sealer, error) {
 	return NewSealer(key)
 }
 
-// Seal encrypts the secret of the API key with the id keyID.
-func (s *Sealer) Seal(secret, keyID string) ([]byte, error) {
-	nonce := make([]byte, s.aead.NonceSize(), s.aead.NonceSize()+len(secret)+s.aead.Overhead())
+// Seal encrypts the signing secret of the API key with the id keyID.
+func (s *Sealer) Seal(plain secret.Text, keyID string) ([]byte, error) {
+	text := plain.Reveal()
+	nonce := make([]byte, s.aead.NonceSize(), s.aead.NonceSize()+len(text)+s.aead.Overhead())
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, fmt.Errorf("signing: seal: %w", err)
 	}
-	return s.aead.Seal(nonce, nonce, []byte(secret), []byte(keyID)), nil
+	return s.aead.Seal(nonce, nonce, []byte(text), []byte(keyID)), nil
 }
 
 // Open decrypts what Seal made for the API key with the id keyID.
-func (s *Sealer) Open(sealed []byte, keyID string) (string, error) {
+func (s *Sealer) Open(sealed []byte, keyID string) (secret.Text, error) {
 	size := s.aead.NonceSize()
 	if len(sealed) < size+s.aead.Overhead() {
-		return "", ErrOpen
+		return secret.Text{}, ErrOpen
 	}
-	secret, err := s.aead.Open(nil, sealed[:size], sealed[size:], []byte(keyID))
+	plain, err := s.aead.Open(nil, sealed[:size], sealed[size:], []byte(keyID))
 	if err != nil {
-		return "", ErrOpen
+		return secret.Text{}, ErrOpen
 	}
-	return string(secret), nil
+	return secret.New(string(plain)), nil
 }

@@ -12,6 +12,8 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"strings"
+
+	"github.com/ordergate/ordergate/secret"
 )
 
 // The headers of a signed request.
@@ -34,17 +36,17 @@ const secretBytes = 32
 // NewSecret draws a signing secret: SecretPrefix and 32 random bytes in
 // unpadded base64url. Its text, as printed, is the HMAC key, so a client
 // signs with the string it was given (openssl dgst -hmac "$SECRET").
-func NewSecret() (string, error) {
+func NewSecret() (secret.Text, error) {
 	random := make([]byte, secretBytes)
 	if _, err := rand.Read(random); err != nil {
-		return "", err
+		return secret.Text{}, err
 	}
-	return SecretPrefix + base64.RawURLEncoding.EncodeToString(random), nil
+	return secret.New(SecretPrefix + base64.RawURLEncoding.EncodeToString(random)), nil
 }
 
 // Message is what a signature covers: the timestamp header's text, the
 // method, the request target (the path and query exactly as sent in the
-// request line, percent-encoding and all) and the body, joined by newlines;
+// request line, percent-encoding and all: Target) and the body, joined by newlines;
 // nothing follows the body, which is empty for a request without one.
 func Message(timestamp, method, target string, body []byte) []byte {
 	message := make([]byte, 0, len(timestamp)+len(method)+len(target)+len(body)+3)
@@ -57,17 +59,43 @@ func Message(timestamp, method, target string, body []byte) []byte {
 	return append(message, body...)
 }
 
-// Sum is the HMAC-SHA256 of message under secret.
-func Sum(secret string, message []byte) []byte {
-	mac := hmac.New(sha256.New, []byte(secret))
+// Target is the request target a signature covers, given the target of
+// the request line as received (http.Request.RequestURI): an origin-form
+// target (/path?query) as it is; an absolute-form one
+// (http://host/path?query, what a client writes to a forward proxy, which
+// may pass it on) without its scheme and authority, so a signer through a
+// proxy signs what it would sign without one (url.URL.RequestURI).
+// Anything else is left as it is.
+func Target(requestURI string) string {
+	if strings.HasPrefix(requestURI, "/") {
+		return requestURI
+	}
+	_, rest, absolute := strings.Cut(requestURI, "://")
+	if !absolute {
+		return requestURI
+	}
+	// The authority ends at the path, the query or the end.
+	switch end := strings.IndexAny(rest, "/?"); {
+	case end < 0:
+		return "/"
+	case rest[end] == '?':
+		return "/" + rest[end:]
+	default:
+		return rest[end:]
+	}
+}
+
+// Sum is the HMAC-SHA256 of message under the signing secret key.
+func Sum(key secret.Text, message []byte) []byte {
+	mac := hmac.New(sha256.New, []byte(key.Reveal()))
 	mac.Write(message)
 	return mac.Sum(nil)
 }
 
 // Sign is the signature header's value for a request: Sum of its Message,
 // in lowercase hex.
-func Sign(secret, timestamp, method, target string, body []byte) string {
-	return hex.EncodeToString(Sum(secret, Message(timestamp, method, target, body)))
+func Sign(key secret.Text, timestamp, method, target string, body []byte) string {
+	return hex.EncodeToString(Sum(key, Message(timestamp, method, target, body)))
 }
 
 // ParseSignature reads a signature header's value: 64 hex digits, either

@@ -7,12 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ordergate/ordergate/secret"
 	"github.com/ordergate/ordergate/signing"
 )
 
-// TestSignMatchesOpenSSL: the signatures docs/api.md and the README make
-// with printf and openssl dgst -sha256 -hmac, the values below, are the
-// ones Sign makes.
+// TestSignMatchesOpenSSL: the signatures docs/api.md makes with printf
+// and openssl dgst -sha256 -hmac, the values below, are the ones Sign
+// makes (the README's example runs in gateway's TestREADMESignedCurl).
 func TestSignMatchesOpenSSL(t *testing.T) {
 	tests := []struct {
 		name                 string
@@ -26,8 +27,33 @@ func TestSignMatchesOpenSSL(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := signing.Sign("ogs_test-secret", "1700000000000", tt.method, tt.target, []byte(tt.body)); got != tt.want {
+			if got := signing.Sign(secret.New("ogs_test-secret"), "1700000000000", tt.method, tt.target, []byte(tt.body)); got != tt.want {
 				t.Errorf("Sign = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestTargetIsTheOriginForm: a target in absolute-form, as a forward proxy
+// receives it, is signed as the path and query a client without the proxy
+// sends; every other target as it is.
+func TestTargetIsTheOriginForm(t *testing.T) {
+	tests := []struct {
+		name, requestURI, want string
+	}{
+		{"origin-form", "/v1/orders?limit=5", "/v1/orders?limit=5"},
+		{"origin-form, escaped", "/v1/orders/ORD%5F1", "/v1/orders/ORD%5F1"},
+		{"absolute-form", "http://gateway.example/v1/orders?limit=5", "/v1/orders?limit=5"},
+		{"absolute-form with a port and user", "https://u:p@gateway.example:8443/v1/balances", "/v1/balances"},
+		{"absolute-form, escaped", "http://gateway.example/v1/orders/ORD%5F1?x=%2F", "/v1/orders/ORD%5F1?x=%2F"},
+		{"absolute-form without a path", "http://gateway.example?limit=5", "/?limit=5"},
+		{"absolute-form, the authority alone", "http://gateway.example", "/"},
+		{"asterisk-form", "*", "*"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := signing.Target(tt.requestURI); got != tt.want {
+				t.Errorf("Target(%q) = %q, want %q", tt.requestURI, got, tt.want)
 			}
 		})
 	}
@@ -68,9 +94,9 @@ func TestNewSecretIsFreshAndPrefixed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	random, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(a, signing.SecretPrefix))
-	if !strings.HasPrefix(a, signing.SecretPrefix) || err != nil || len(random) != 32 || a == b {
-		t.Errorf("secrets %q and %q: want %s and 32 random bytes each", a, b, signing.SecretPrefix)
+	random, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(a.Reveal(), signing.SecretPrefix))
+	if !strings.HasPrefix(a.Reveal(), signing.SecretPrefix) || err != nil || len(random) != 32 || a.Reveal() == b.Reveal() {
+		t.Errorf("secrets %q and %q: want %s and 32 random bytes each", a.Reveal(), b.Reveal(), signing.SecretPrefix)
 	}
 }
 
@@ -111,21 +137,21 @@ func newSealer(t testing.TB, fill byte) *signing.Sealer {
 // trace of the secret, each sealing draws its own nonce, and it opens only
 // under the encryption key and for the API key it was sealed for, unchanged.
 func TestSealerOpensOnlyWhatItSealedForTheKey(t *testing.T) {
-	const secret, keyID = "ogs_the-secret-itself", "KEY_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"
+	const text, keyID = "ogs_the-secret-itself", "KEY_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"
 	sealer := newSealer(t, 1)
-	sealed, err := sealer.Seal(secret, keyID)
+	sealed, err := sealer.Seal(secret.New(text), keyID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := sealer.Seal(secret, keyID)
+	again, err := sealer.Seal(secret.New(text), keyID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if bytes.Contains(sealed, []byte("the-secret")) || bytes.Equal(sealed[:12], again[:12]) {
 		t.Fatalf("sealed %x and %x: want no clear text and a nonce each", sealed, again)
 	}
-	if got, err := sealer.Open(sealed, keyID); err != nil || got != secret {
-		t.Fatalf("Open = %q, %v; want %q", got, err, secret)
+	if got, err := sealer.Open(sealed, keyID); err != nil || got.Reveal() != text {
+		t.Fatalf("Open = %q, %v; want %q", got.Reveal(), err, text)
 	}
 	tampered := bytes.Clone(sealed)
 	tampered[len(tampered)-1] ^= 1
@@ -143,7 +169,7 @@ func TestSealerOpensOnlyWhatItSealedForTheKey(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if got, err := tt.sealer.Open(tt.sealed, tt.keyID); err == nil {
-				t.Errorf("opened %q, want ErrOpen", got)
+				t.Errorf("opened %q, want ErrOpen", got.Reveal())
 			}
 		})
 	}

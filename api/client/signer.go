@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ordergate/ordergate/secret"
 	"github.com/ordergate/ordergate/signing"
 )
 
@@ -20,8 +21,10 @@ import (
 // requests in one millisecond are not taken for a replay. A request is
 // signed as it is made: a retry made anew is signed anew.
 type Signer struct {
-	apiKey, secret string
-	now            func() time.Time
+	// apiKey and signingSecret print as [secret], so a Signer can be
+	// printed or logged whole.
+	apiKey, signingSecret secret.Text
+	now                   func() time.Time
 
 	mu sync.Mutex
 	// last is the last timestamp signed, Unix ms.
@@ -29,13 +32,13 @@ type Signer struct {
 }
 
 // NewSigner signs with the key's signing secret (ogs_..., as issued).
-func NewSigner(apiKey, secret string) *Signer {
-	return &Signer{apiKey: apiKey, secret: secret, now: time.Now}
+func NewSigner(apiKey, signingSecret string) *Signer {
+	return &Signer{apiKey: secret.New(apiKey), signingSecret: secret.New(signingSecret), now: time.Now}
 }
 
 // WithSigner signs every request of the client with the key's secret.
-func WithSigner(apiKey, secret string) ClientOption {
-	return WithRequestEditorFn(NewSigner(apiKey, secret).Edit)
+func WithSigner(apiKey, signingSecret string) ClientOption {
+	return WithRequestEditorFn(NewSigner(apiKey, signingSecret).Edit)
 }
 
 // Edit signs req; it is a RequestEditorFn.
@@ -53,10 +56,10 @@ func (s *Signer) Edit(_ context.Context, req *http.Request) error {
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
 	timestamp := strconv.FormatInt(s.timestamp(), 10)
-	req.Header.Set("Authorization", "Bearer "+s.apiKey)
+	req.Header.Set("Authorization", "Bearer "+s.apiKey.Reveal())
 	req.Header.Set(signing.HeaderTimestamp, timestamp)
 	// RequestURI is the target the transport writes in the request line.
-	req.Header.Set(signing.HeaderSignature, signing.Sign(s.secret, timestamp, req.Method, req.URL.RequestURI(), body))
+	req.Header.Set(signing.HeaderSignature, signing.Sign(s.signingSecret, timestamp, req.Method, req.URL.RequestURI(), body))
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ordergate/ordergate/secret"
 	"github.com/ordergate/ordergate/signing"
 )
 
@@ -40,7 +41,7 @@ func TestSignerSignsTheRequestAndKeepsItsBody(t *testing.T) {
 			}
 			timestamp := req.Header.Get(signing.HeaderTimestamp)
 			target := strings.TrimPrefix(tt.url, "http://gateway")
-			want := signing.Sign("ogs_secret", timestamp, tt.method, target, []byte(tt.body))
+			want := signing.Sign(secret.New("ogs_secret"), timestamp, tt.method, target, []byte(tt.body))
 			if timestamp != tt.wantTimestamp || req.Header.Get(signing.HeaderSignature) != want || req.Header.Get("Authorization") != "Bearer ogk_key" {
 				t.Errorf("headers %v; want timestamp %s, signature %s over %s", req.Header, tt.wantTimestamp, want, target)
 			}

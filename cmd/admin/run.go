@@ -163,9 +163,10 @@ func issueKey(ctx context.Context, db *pgxpool.Pool, encryptionKey, account stri
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "key_id=%s\napi_key=%s\nscopes=%s\n", issued.ID, issued.Key, issued.Scopes)
-	if issued.SigningSecret != "" {
-		fmt.Fprintf(stdout, "signing_secret=%s\n", issued.SigningSecret)
+	// Revealed this once, to the holder.
+	fmt.Fprintf(stdout, "key_id=%s\napi_key=%s\nscopes=%s\n", issued.ID, issued.Key.Reveal(), issued.Scopes)
+	if !issued.SigningSecret.IsZero() {
+		fmt.Fprintf(stdout, "signing_secret=%s\n", issued.SigningSecret.Reveal())
 	}
 	return nil
 }

@@ -159,7 +159,7 @@ func TestMetricsAddrConfiguration(t *testing.T) {
 }
 
 // TestSigningConfiguration: the receive window comes from SIGNATURE_WINDOW
-// or its flag and must be positive; the encryption key only from
+// or its flag and must be positive and at most a minute; the encryption key only from
 // SIGNING_KEY_ENCRYPTION_KEY, 32 bytes in hex or base64, and one that does
 // not parse stops the gateway rather than leave signed keys unverifiable.
 func TestSigningConfiguration(t *testing.T) {
@@ -176,6 +176,9 @@ func TestSigningConfiguration(t *testing.T) {
 		{"window from the environment", nil, map[string]string{"SIGNATURE_WINDOW": "2s"}, 2 * time.Second, false, false},
 		{"window flag over the environment", []string{"-signature-window", "10s"}, map[string]string{"SIGNATURE_WINDOW": "2s"}, 10 * time.Second, false, false},
 		{"no window", nil, map[string]string{"SIGNATURE_WINDOW": "0"}, 0, false, true},
+		{"a window of a minute", nil, map[string]string{"SIGNATURE_WINDOW": "1m"}, time.Minute, false, false},
+		{"a window over a minute", nil, map[string]string{"SIGNATURE_WINDOW": "61s"}, 0, false, true},
+		{"a window flag over a minute", []string{"-signature-window", "1h"}, nil, 0, false, true},
 		{"a malformed window", nil, map[string]string{"SIGNATURE_WINDOW": "soon"}, 0, false, true},
 		{"encryption key in hex", nil, map[string]string{"SIGNING_KEY_ENCRYPTION_KEY": key}, 5 * time.Second, true, false},
 		{"encryption key in base64", nil, map[string]string{"SIGNING_KEY_ENCRYPTION_KEY": "q6urq6urq6urq6urq6urq6urq6urq6urq6urq6urq6s="}, 5 * time.Second, true, false},
@@ -185,8 +188,8 @@ func TestSigningConfiguration(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := parseWith(tt.args, tt.env)
 			if tt.refused {
-				if err == nil {
-					t.Errorf("accepted %v, want refused", tt.env)
+				if err == nil || (tt.env["SIGNATURE_WINDOW"] != "" || len(tt.args) > 0) && !strings.Contains(err.Error(), "SIGNATURE_WINDOW") {
+					t.Errorf("%v %v: %v, want refused naming the variable", tt.args, tt.env, err)
 				}
 				return
 			}

@@ -103,6 +103,8 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		return config{}, errors.New("LOG_FLUSH_INTERVAL (or -log-flush-interval) must be a duration of 0 (each line at once) or more")
 	case c.shutdownTimeout < 0:
 		return config{}, errors.New("SHUTDOWN_TIMEOUT (or -shutdown-timeout) must be a duration of 0 (no wait) or more")
+	case c.http.SignatureWindow <= 0 || c.http.SignatureWindow > gateway.MaxSignatureWindow:
+		return config{}, fmt.Errorf("SIGNATURE_WINDOW (or -signature-window) must be a positive duration of at most %s", gateway.MaxSignatureWindow)
 	}
 	if err := c.http.Validate(); err != nil {
 		return config{}, err
@@ -192,7 +194,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	} else {
 		log.Info("API keys preloaded", "keys", loaded)
 		if unverifiable > 0 {
-			log.Error("API keys require signatures whose secrets do not open here: their requests are answered 503 until SIGNING_KEY_ENCRYPTION_KEY is the key they were sealed under",
+			log.Error("API keys require signatures whose secrets do not open here: their signed requests are answered 503 until SIGNING_KEY_ENCRYPTION_KEY is the key they were sealed under",
 				"keys", unverifiable, "encryption_key_set", c.sealer != nil)
 		}
 	}

@@ -66,7 +66,7 @@ func TestGoClientSignsForARealGateway(t *testing.T) {
 		return c
 	}
 	for _, key := range []orders.IssuedKey{preloaded, learned} {
-		signed := sdk(withKey["GATEWAY_ADDR"], client.WithSigner(key.Key, key.SigningSecret))
+		signed := sdk(withKey["GATEWAY_ADDR"], client.WithSigner(key.Key.Reveal(), key.SigningSecret.Reveal()))
 		price := "50000.00"
 		placed, err := signed.PlaceOrderWithResponse(ctx, nil, client.PlaceOrderRequest{
 			ClientOrderID: "signed-1", Symbol: "BTC-USD", Side: client.SideBuy, Type: client.OrderTypeLimit, Quantity: "0.01000", Price: &price,
@@ -89,10 +89,10 @@ func TestGoClientSignsForARealGateway(t *testing.T) {
 		want client.ProblemType
 	}{
 		{"unsigned", client.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
-			req.Header.Set("Authorization", "Bearer "+learned.Key)
+			req.Header.Set("Authorization", "Bearer "+learned.Key.Reveal())
 			return nil
 		}), client.ProblemTypeSignatureRequired},
-		{"another key's secret", client.WithSigner(learned.Key, preloaded.SigningSecret), client.ProblemTypeSignatureInvalid},
+		{"another key's secret", client.WithSigner(learned.Key.Reveal(), preloaded.SigningSecret.Reveal()), client.ProblemTypeSignatureInvalid},
 	}
 	for _, tt := range refusals {
 		res, err := sdk(withKey["GATEWAY_ADDR"], tt.opt).ListBalancesWithResponse(ctx, nil)
@@ -106,7 +106,7 @@ func TestGoClientSignsForARealGateway(t *testing.T) {
 	if !strings.Contains(without.out.String(), "API keys require signatures whose secrets do not open here") {
 		t.Errorf("a gateway without the encryption key logged nothing of it:\n%s", without.out.String())
 	}
-	res, err := sdk(withoutAddr, client.WithSigner(preloaded.Key, preloaded.SigningSecret)).ListBalancesWithResponse(ctx, nil)
+	res, err := sdk(withoutAddr, client.WithSigner(preloaded.Key.Reveal(), preloaded.SigningSecret.Reveal())).ListBalancesWithResponse(ctx, nil)
 	if err != nil || res.StatusCode() != http.StatusServiceUnavailable {
 		t.Errorf("a gateway without the encryption key: %v %d %s, want 503", err, res.StatusCode(), res.Body)
 	}

@@ -1,13 +1,15 @@
 // Package outage follows one loop's run of failed calls to a Redis server:
 // it rate-limits the loop's logs and grows its pause, so a server restart
 // neither floods the logs nor meets a stampede when it comes back. The
-// queue's loops (emq) and the coherence subscriptions share it.
+// queue's loops (emq) and the coherence subscriptions share it, and
+// request paths its sparse logs (Sparse).
 package outage
 
 import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +20,22 @@ const (
 	BackoffCeiling = 2 * time.Second
 	LogEvery       = 10 * time.Second
 )
+
+// Sparse lets a log line through at most once per LogEvery, whichever of
+// many goroutines meets its cause: a fault every request meets (a cache
+// that does not answer, a key that cannot be verified) is logged once in a
+// while, not once per request. Its zero value is ready.
+type Sparse struct {
+	last atomic.Int64 // UnixNano of the last line let through
+}
+
+// Allow reports whether a line may be logged now, and counts it as logged
+// when it may.
+func (s *Sparse) Allow() bool {
+	now := time.Now().UnixNano()
+	last := s.last.Load()
+	return now-last >= int64(LogEvery) && s.last.CompareAndSwap(last, now)
+}
 
 // Tracker follows one loop; its zero value with Loop set is ready.
 type Tracker struct {

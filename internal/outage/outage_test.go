@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -39,5 +41,31 @@ func TestBackoff(t *testing.T) {
 		if o.Failures() != 0 {
 			t.Errorf("after Recover: %d failures", o.Failures())
 		}
+	}
+}
+
+// Of many goroutines meeting a fault at once, one logs; then none until
+// LogEvery has passed.
+func TestSparseLetsOneLineThroughPerInterval(t *testing.T) {
+	var sparse Sparse
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			if sparse.Allow() {
+				allowed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := allowed.Load(); n != 1 {
+		t.Errorf("%d of 50 goroutines logged at once, want 1", n)
+	}
+	if sparse.Allow() {
+		t.Error("logged again at once, want nothing until LogEvery passed")
+	}
+	sparse.last.Add(-int64(LogEvery))
+	if !sparse.Allow() {
+		t.Error("nothing logged once LogEvery passed")
 	}
 }
