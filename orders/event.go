@@ -35,3 +35,28 @@ type Event struct {
 	// Data is the resource, as its REST route shows it.
 	Data json.RawMessage `json:"data"`
 }
+
+// EventDraft is an event before its account's stream numbers it.
+type EventDraft struct {
+	ID   string
+	Type EventType
+	// Data is the resource's JSON, as its REST route shows it.
+	Data json.RawMessage
+}
+
+// OrderEventType is the event announcing an order reached status.
+func OrderEventType(status Status) EventType {
+	switch status {
+	case StatusOpen:
+		return EventOrderOpen
+	case StatusPartiallyFilled:
+		return EventOrderPartiallyFilled
+	case StatusFilled:
+		return EventOrderFilled
+	case StatusCanceled:
+		return EventOrderCanceled
+	case StatusRejected:
+		return EventOrderRejected
+	}
+	return EventOrderAccepted
+}

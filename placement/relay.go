@@ -1,11 +1,13 @@
 package placement
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,6 +107,11 @@ type Outbox interface {
 	// it returns how many it took and how many it marked.
 	SweepBatch(ctx context.Context, age time.Duration, limit int,
 		carry func(context.Context, []orders.OutboxEntry) []orders.OutboxEntry) (taken, marked int, err error)
+	// EventRows returns the events rows of the source name with versions
+	// between after and before (both excluded), oldest first.
+	EventRows(ctx context.Context, name string, after, before int64) ([]orders.OutboxEntry, error)
+	// RenderEvents turns an events row into its account's events.
+	RenderEvents(entry orders.OutboxEntry) ([]orders.EventDraft, error)
 }
 
 // RelayOption configures a OutboxRelay.
@@ -306,9 +313,14 @@ func (r *OutboxRelay) KeepSweeping(ctx context.Context, interval time.Duration) 
 func (r *OutboxRelay) carry(ctx context.Context, entries []orders.OutboxEntry) ([]orders.OutboxEntry, error) {
 	carried := make([]orders.OutboxEntry, 0, len(entries))
 	jobs := map[string][]orders.OutboxEntry{}
+	var events []orders.OutboxEntry
 	var errs []error
 	for _, entry := range entries {
 		table, _ := outboxTableAndGroup(entry.Name)
+		if table == EventsTable {
+			events = append(events, entry)
+			continue
+		}
 		switch r.modes.Of(table) {
 		case coherence.ModeJob:
 			jobs[table] = append(jobs[table], entry)
@@ -332,7 +344,125 @@ func (r *OutboxRelay) carry(ctx context.Context, entries []orders.OutboxEntry) (
 			errs = append(errs, err)
 		}
 	}
+	if len(events) > 0 {
+		appended, err := r.appendEvents(ctx, events)
+		carried = append(carried, appended...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return carried, errors.Join(errs...)
+}
+
+// appendEvents appends the events rows' events to their accounts' logs,
+// each row once and in its source's order (emq.LogSource: the row's name
+// and version), in one round trip, and returns the rows appended (or found
+// appended already). A row whose source's earlier rows are not all in the
+// log yet (their relay is late, or was lost with Redis) has them appended
+// first, read from the outbox; rows gone from it are skipped for good.
+func (r *OutboxRelay) appendEvents(ctx context.Context, entries []orders.OutboxEntry) ([]orders.OutboxEntry, error) {
+	// A source's versions in order: one pipeline runs its calls in order.
+	slices.SortFunc(entries, func(a, b orders.OutboxEntry) int {
+		return cmp.Or(strings.Compare(a.Name, b.Name), cmp.Compare(a.Version, b.Version))
+	})
+	appends := make([]emq.LogAppend, 0, len(entries))
+	for _, entry := range entries {
+		append_, err := r.eventAppend(entry, false)
+		if err != nil {
+			return nil, err
+		}
+		if len(append_.Entries) > 0 {
+			appends = append(appends, append_)
+		}
+	}
+	log := r.client.Queue(orders.Queue)
+	_, err := log.AppendLogs(ctx, appends)
+	if err == nil {
+		return entries, nil
+	}
+	// Some failed: those past a gap are appended after their gaps, the
+	// others wait for the sweep.
+	carried := make([]orders.OutboxEntry, 0, len(entries))
+	var errs []error
+	for _, entry := range entries {
+		if err := r.appendEventsFrom(ctx, log, entry); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		carried = append(carried, entry)
+	}
+	return carried, errors.Join(errs...)
+}
+
+// appendEventsFrom appends entry's events after the rows of its source
+// missing before it.
+func (r *OutboxRelay) appendEventsFrom(ctx context.Context, log *emq.Queue, entry orders.OutboxEntry) error {
+	for range 3 {
+		append_, err := r.eventAppend(entry, false)
+		if err != nil {
+			return err
+		}
+		_, err = log.AppendLog(ctx, append_.Group, append_.Source, append_.Entries)
+		var gap *emq.LogGapError
+		if !errors.As(err, &gap) {
+			return err
+		}
+		missing, err := r.db.EventRows(ctx, entry.Name, gap.Held, entry.Version)
+		if err != nil {
+			return err
+		}
+		if int64(len(missing)) != entry.Version-gap.Held-1 {
+			r.log.Warn("events rows missing from the outbox; appending past them", "name", entry.Name,
+				"after", gap.Held, "version", entry.Version, "found", len(missing))
+		}
+		for i, row := range missing {
+			append_, err := r.eventAppend(row, i == 0 && row.Version != gap.Held+1)
+			if err != nil {
+				return err
+			}
+			if _, err := log.AppendLog(ctx, append_.Group, append_.Source, append_.Entries); err != nil {
+				return err
+			}
+		}
+		if len(missing) < int(entry.Version-gap.Held-1) {
+			append_, err := r.eventAppend(entry, true)
+			if err != nil {
+				return err
+			}
+			_, err = log.AppendLog(ctx, append_.Group, append_.Source, append_.Entries)
+			return err
+		}
+	}
+	return fmt.Errorf("relay events %s@%d: the source kept gaps", entry.Name, entry.Version)
+}
+
+// eventAppend is the log append of an events row: its account's group, its
+// source (name, version, forced past a gap when force), its events.
+func (r *OutboxRelay) eventAppend(entry orders.OutboxEntry, force bool) (emq.LogAppend, error) {
+	account, ok := eventsAccount(entry.Name)
+	if !ok {
+		return emq.LogAppend{}, fmt.Errorf("%w: %q names no account's events", ErrOutboxPayload, entry.Name)
+	}
+	drafts, err := r.db.RenderEvents(entry)
+	if err != nil {
+		return emq.LogAppend{}, err
+	}
+	logEntries := make([]emq.LogEntry, len(drafts))
+	for i, draft := range drafts {
+		logEntries[i] = emq.LogEntry{ID: draft.ID, Type: string(draft.Type), Data: draft.Data}
+	}
+	return emq.LogAppend{Group: account, Source: emq.LogSource{Name: entry.Name, Version: entry.Version, Force: force}, Entries: logEntries}, nil
+}
+
+// EventsTable names the outbox rows of accounts' events,
+// "events:<account>:<symbol>" (postgres.EventsTable).
+const EventsTable = "events"
+
+// eventsAccount is the account of an events row's name.
+func eventsAccount(name string) (string, bool) {
+	rest, found := strings.CutPrefix(name, EventsTable+":")
+	account, symbol, found2 := strings.Cut(rest, ":")
+	return account, found && found2 && account != "" && symbol != ""
 }
 
 // admit puts one job per entry on the table's coherence queue in one round

@@ -2,6 +2,7 @@ package placement_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/govalues/decimal"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -587,5 +589,55 @@ func TestCoherenceRetriesWhenTheCacheCannotBeRefreshed(t *testing.T) {
 	}
 	if got := f.cachedBalance(t, account, "USD"); got.Version != 1 {
 		t.Errorf("cache holds %+v after the retry, want version 1", got)
+	}
+}
+
+// TestEventsRowsAreAppendedOnceInOrder: an account's events rows reach its
+// log once each and in their source's order: a row relayed before the one
+// it follows has that one appended first, from the outbox, and a row
+// relayed again appends nothing.
+func TestEventsRowsAreAppendedOnceInOrder(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	account := f.newAccount(t)
+	if err := f.ledger.Deposit(ctx, account, "USD", "100000"); err != nil {
+		t.Fatal(err)
+	}
+	queue := f.client.Queue(orders.Queue)
+	placer := placement.NewPlacer(queue)
+	if err := placer.Declare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	settler := postgres.NewSettler(f.db, nil, f.log) // relays nothing itself
+	var placed []string
+	for _, clientOrderID := range []string{"first", "second"} {
+		order := placeAndSettle(t, placer, queue, settler, orders.PlaceCommand{Account: account, ClientOrderID: clientOrderID,
+			Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit, Quantity: decimal.MustParse("0.1"), Price: decimal.MustParse("45000")})
+		placed = append(placed, order.ID)
+	}
+	rows, err := postgres.NewOutbox(f.db).EventRows(ctx, "events:"+account+":BTC-USD", 0, 100)
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("events rows %v, %v; want two", rows, err)
+	}
+	f.relay.Relay(ctx, rows[1:]) // the second before the first
+	f.relay.Relay(ctx, rows)     // both again
+	events, err := queue.ReadLog(ctx, account, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i, event := range events {
+		if event.Sequence != int64(i+1) {
+			t.Fatalf("event %d has sequence %d", i+1, event.Sequence)
+		}
+		var order orders.Order
+		if err := json.Unmarshal(event.Data, &order); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, event.Type+" "+order.ID)
+	}
+	want := []string{"order.accepted " + placed[0], "order.accepted " + placed[1], "order.open " + placed[0], "order.open " + placed[1]}
+	if !slices.Equal(got, want) {
+		t.Errorf("the log holds %v, want %v", got, want)
 	}
 }

@@ -133,6 +133,16 @@ func (s *Settler) CancelResting(ctx context.Context, account, orderID string) (o
 			return unavailable(fmt.Errorf("read back %d rows", len(list)))
 		}
 		canceled = list[0]
+		// The cancel's order.canceled event, as settlement writes its own.
+		rows, err = tx.Query(ctx, settleEventsSQL, []string{orderID}, []string{})
+		if err != nil {
+			return unavailable(err)
+		}
+		events, err := pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
+		if err != nil {
+			return unavailable(err)
+		}
+		outbox = append(outbox, events...)
 		return nil
 	})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/govalues/decimal"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordergate/ordergate/orders"
@@ -62,36 +63,9 @@ func (f *Fills) List(ctx context.Context, account string, q orders.ExecutionQuer
 	defer rows.Close()
 	var list []orders.Execution
 	for rows.Next() {
-		var (
-			e                               orders.Execution
-			tradeID                         int64
-			liquidity, takerSide            string
-			price, quantity, fee            string
-			created                         time.Time
-			tickScale, lotScale, quoteScale int
-		)
-		if err := rows.Scan(&tradeID, &e.OrderID, &e.Symbol, &liquidity, &takerSide, &price, &quantity, &fee,
-			&created, &tickScale, &lotScale, &quoteScale, &e.FeeAsset); err != nil {
-			return orders.ExecutionPage{}, fmt.Errorf("%w: read fills: %w", orders.ErrUnavailable, err)
-		}
-		e.ID, e.Liquidity, e.CreatedAt = orders.FillID(tradeID), orders.Liquidity(liquidity), created.UTC()
-		e.Side = orders.Side(takerSide)
-		if e.Liquidity == orders.LiquidityMaker {
-			e.Side = e.Side.Opposite()
-		}
-		// On the instrument's grid, as an order's amounts (scanOrder).
-		for _, field := range []struct {
-			text  string
-			scale int
-			into  *decimal.Decimal
-		}{
-			{price, tickScale, &e.Price},
-			{quantity, lotScale, &e.Quantity},
-			{fee, quoteScale, &e.Fee},
-		} {
-			if *field.into, err = exactAmount(field.text, field.scale); err != nil {
-				return orders.ExecutionPage{}, fmt.Errorf("orders: fill %s: %w", e.ID, err)
-			}
+		e, err := scanExecution(rows)
+		if err != nil {
+			return orders.ExecutionPage{}, err
 		}
 		list = append(list, e)
 	}
@@ -104,4 +78,42 @@ func (f *Fills) List(ctx context.Context, account string, q orders.ExecutionQuer
 		page.Next = page.Executions[q.Limit-1].ID
 	}
 	return page, nil
+}
+
+// scanExecution reads one fill row of fills_list.sql's columns: the trade
+// from the account's side, on the instrument's grid as an order's amounts
+// (scanOrder).
+func scanExecution(row pgx.Row) (orders.Execution, error) {
+	var (
+		e                               orders.Execution
+		tradeID                         int64
+		liquidity, takerSide            string
+		price, quantity, fee            string
+		created                         time.Time
+		tickScale, lotScale, quoteScale int
+	)
+	if err := row.Scan(&tradeID, &e.OrderID, &e.Symbol, &liquidity, &takerSide, &price, &quantity, &fee,
+		&created, &tickScale, &lotScale, &quoteScale, &e.FeeAsset); err != nil {
+		return orders.Execution{}, fmt.Errorf("%w: read fills: %w", orders.ErrUnavailable, err)
+	}
+	e.ID, e.Liquidity, e.CreatedAt = orders.FillID(tradeID), orders.Liquidity(liquidity), created.UTC()
+	e.Side = orders.Side(takerSide)
+	if e.Liquidity == orders.LiquidityMaker {
+		e.Side = e.Side.Opposite()
+	}
+	for _, field := range []struct {
+		text  string
+		scale int
+		into  *decimal.Decimal
+	}{
+		{price, tickScale, &e.Price},
+		{quantity, lotScale, &e.Quantity},
+		{fee, quoteScale, &e.Fee},
+	} {
+		var err error
+		if *field.into, err = exactAmount(field.text, field.scale); err != nil {
+			return orders.Execution{}, fmt.Errorf("orders: fill %s: %w", e.ID, err)
+		}
+	}
+	return e, nil
 }

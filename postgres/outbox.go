@@ -84,3 +84,27 @@ func markRelayed(ctx context.Context, db outboxExecer, entries []orders.OutboxEn
 	}
 	return nil
 }
+
+//go:embed sql/outbox_event_rows.sql
+var outboxEventRowsSQL string
+
+// EventRows returns the events rows of the source name with versions after
+// after and before before, oldest first: the ones a relay must append
+// before a later one.
+func (j *Outbox) EventRows(ctx context.Context, name string, after, before int64) ([]orders.OutboxEntry, error) {
+	rows, err := j.db.Query(ctx, outboxEventRowsSQL, name, after, before)
+	if err != nil {
+		return nil, fmt.Errorf("orders: read events rows of %s: %w", name, err)
+	}
+	entries, err := pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
+	if err != nil {
+		return nil, fmt.Errorf("orders: read events rows of %s: %w", name, err)
+	}
+	return entries, nil
+}
+
+// RenderEvents turns an events row into the account's events (the
+// function RenderEvents).
+func (j *Outbox) RenderEvents(entry orders.OutboxEntry) ([]orders.EventDraft, error) {
+	return RenderEvents(entry)
+}

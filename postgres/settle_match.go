@@ -1087,6 +1087,22 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 			return err
 		})
 	}
+	// The batch's events, one outbox row per account and instrument, after
+	// every write they snapshot.
+	touched := make([]string, 0, len(w.takers)+len(w.makers))
+	takers := make([]string, 0, len(w.takers))
+	for _, row := range w.takers {
+		touched, takers = append(touched, row.order.ID), append(takers, row.order.ID)
+	}
+	for _, m := range w.makers {
+		touched = append(touched, m.id)
+	}
+	var events []orders.OutboxEntry
+	batch.Queue(settleEventsSQL, touched, takers).Query(func(rows pgx.Rows) error {
+		var err error
+		events, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
+		return err
+	})
 	batch.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() != commitSQL {
 			return fmt.Errorf("the commit answered %s", tag)
@@ -1096,7 +1112,7 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, err
 	}
-	return outbox, nil
+	return append(outbox, events...), nil
 }
 
 // ratText is r as exact decimal text for a NUMERIC parameter (nil: NULL).

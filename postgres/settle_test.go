@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -408,11 +409,19 @@ func TestCrossingOrdersTradeAtTheMakersPrice(t *testing.T) {
 		t.Errorf("last price %q, %v", last, err)
 	}
 	// One outbox row per moved balance, at its final version, relayed after
-	// the commit.
-	outbox := outboxAfter(t, m.db, outboxBefore)
+	// the commit, and one of events per account: its fill, then its order's
+	// new state.
+	all := outboxAfter(t, m.db, outboxBefore)
+	outbox, events := splitEvents(t, all)
 	versions := map[string]int64{}
 	for _, e := range outbox {
 		versions[e.Name] = e.Version
+	}
+	if want := map[string][]string{
+		"events:" + m.alice + ":BTC-USD": {"fill " + ask.ID, "order.partially_filled " + ask.ID},
+		"events:" + m.bob + ":BTC-USD":   {"fill " + bid.ID, "order.filled " + bid.ID},
+	}; !maps.EqualFunc(events, want, slices.Equal) {
+		t.Errorf("events %v, want %v", events, want)
 	}
 	if len(outbox) != len(want) {
 		t.Errorf("%d outbox rows, want %d: %v", len(outbox), len(want), outbox)
@@ -423,8 +432,8 @@ func TestCrossingOrdersTradeAtTheMakersPrice(t *testing.T) {
 		}
 	}
 	calls, committed := m.relay.Calls()
-	if len(calls) != 2 || !slices.Equal(calls[1], outbox) || !committed[1] {
-		t.Errorf("relayed %v (committed %v), want the last call to be %v after its commit", calls, committed, outbox)
+	if len(calls) != 2 || !slices.Equal(calls[1], all) || !committed[1] {
+		t.Errorf("relayed %v (committed %v), want the last call to be %v after its commit", calls, committed, all)
 	}
 	// The history reads the resting order with its fill.
 	shown, err := postgres.NewHistory(m.db).Order(context.Background(), m.alice, ask.ID)
@@ -509,8 +518,12 @@ func TestPartialFillThenCancelReleasesTheRemainder(t *testing.T) {
 		t.Errorf("the cancel's entries %v", last)
 	}
 	calls, _ := m.relay.Calls()
-	if last := calls[len(calls)-1]; len(last) != 1 || last[0].Name != orders.BalanceName(m.alice, "USD") || last[0].Version != after.version {
+	last, events := splitEvents(t, calls[len(calls)-1])
+	if len(last) != 1 || last[0].Name != orders.BalanceName(m.alice, "USD") || last[0].Version != after.version {
 		t.Errorf("the cancel relayed %v", last)
+	}
+	if want := map[string][]string{"events:" + m.alice + ":BTC-USD": {"order.canceled " + bid.ID}}; !maps.EqualFunc(events, want, slices.Equal) {
+		t.Errorf("the cancel's events %v, want %v", events, want)
 	}
 	var notCancelable *orders.NotCancelableError
 	if _, err := m.settler.CancelResting(ctx, m.alice, bid.ID); !errors.As(err, &notCancelable) ||
@@ -879,4 +892,37 @@ func TestInstrumentRatesGuardTheHolds(t *testing.T) {
 	if _, err := m.db.Exec(ctx, `UPDATE instruments SET maker_fee_bps = 5 WHERE symbol = 'ETH-USD'`); err != nil {
 		t.Fatalf("fee change on an empty book: %v", err)
 	}
+}
+
+// splitEvents splits outbox rows into the balances' rows and the events,
+// rendered, by row name, each "<type> <order id>".
+func splitEvents(t testing.TB, entries []orders.OutboxEntry) ([]orders.OutboxEntry, map[string][]string) {
+	t.Helper()
+	var rest []orders.OutboxEntry
+	events := map[string][]string{}
+	for _, entry := range entries {
+		if !strings.HasPrefix(entry.Name, postgres.EventsTable+":") {
+			rest = append(rest, entry)
+			continue
+		}
+		drafts, err := postgres.RenderEvents(entry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, draft := range drafts {
+			var resource struct {
+				ID      string `json:"id"`
+				OrderID string `json:"order_id"`
+			}
+			if err := json.Unmarshal(draft.Data, &resource); err != nil {
+				t.Fatal(err)
+			}
+			subject := resource.ID
+			if draft.Type == orders.EventFill {
+				subject = resource.OrderID
+			}
+			events[entry.Name] = append(events[entry.Name], string(draft.Type)+" "+subject)
+		}
+	}
+	return rest, events
 }

@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -284,6 +286,23 @@ func TestWorkerSettlesOrders(t *testing.T) {
 		}
 		return true
 	})
+	// Each account's log holds its events, in one gapless sequence: the
+	// admissions' order.accepted, settlement's fills and order states after
+	// them, and the balances the coherence consumer refilled.
+	for _, want := range []struct {
+		account string
+		events  []string // "<type> <order id>" (fills: the order filled), in order per order
+	}{
+		{seller, []string{"order.accepted " + ask.ID, "order.open " + ask.ID, "fill " + ask.ID, "order.filled " + ask.ID}},
+		{account, []string{"order.accepted " + affordable.ID, "fill " + affordable.ID, "order.filled " + affordable.ID,
+			"order.accepted " + unaffordable.ID, "order.rejected " + unaffordable.ID}},
+	} {
+		var got []string
+		waitUntil(t, 15*time.Second, "the events of "+want.account, func() bool {
+			got = accountEvents(t, queue, want.account)
+			return containsInOrder(got, want.events) && slices.ContainsFunc(got, func(e string) bool { return strings.HasPrefix(e, "balance ") })
+		})
+	}
 	if info, _ := queue.Job(background, broken); !strings.Contains(info.LastError, "malformed order payload") || info.Attempts != 1 {
 		t.Errorf("broken job: attempts %d, last error %q; want dead on its first attempt with the decode error", info.Attempts, info.LastError)
 	}
@@ -339,4 +358,61 @@ func TestWorkerSettlesOrders(t *testing.T) {
 	if status, _ := get(t, "http://"+metricsAddr+"/healthz"); status != 0 {
 		t.Errorf("/healthz still answers %d after the worker stopped", status)
 	}
+}
+
+// accountEvents reads an account's whole log as "<type> <order id>" (a
+// balance's asset for a balance), checking the sequence is gapless, no event
+// comes twice, and every event carries its resource.
+func accountEvents(t testing.TB, queue *emq.Queue, account string) []string {
+	t.Helper()
+	events, err := queue.ReadLog(context.Background(), account, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var list []string
+	for i, event := range events {
+		if event.Sequence != int64(i+1) || seen[event.ID] {
+			t.Fatalf("%s: event %d is %+v: a gap or a second %s", account, i+1, event, event.ID)
+		}
+		seen[event.ID] = true
+		var data map[string]any
+		if err := json.Unmarshal(event.Data, &data); err != nil {
+			t.Fatalf("%s: event %s carries %s: %v", account, event.ID, event.Data, err)
+		}
+		subject, _ := data["id"].(string)
+		switch orders.EventType(event.Type) {
+		case orders.EventFill:
+			subject, _ = data["order_id"].(string)
+		case orders.EventBalance:
+			subject, _ = data["asset"].(string)
+		default:
+			if status, _ := data["status"].(string); event.Type != string(orders.EventOrderAccepted) && orders.OrderEventType(orders.Status(status)) != orders.EventType(event.Type) {
+				t.Errorf("%s: event %s of type %s carries an order %s", account, event.ID, event.Type, status)
+			}
+		}
+		list = append(list, event.Type+" "+subject)
+	}
+	return list
+}
+
+// containsInOrder reports whether want's events are all in got, each
+// order's in want's order.
+func containsInOrder(got, want []string) bool {
+	at := -1
+	for _, w := range want {
+		i := slices.Index(got, w)
+		if i < 0 {
+			return false
+		}
+		if strings.HasPrefix(w, "order.accepted ") {
+			at = i
+			continue
+		}
+		if i < at {
+			return false
+		}
+		at = i
+	}
+	return true
 }

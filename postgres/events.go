@@ -1,0 +1,81 @@
+package postgres
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/ordergate/ordergate/orders"
+)
+
+//go:embed sql/settle_events.sql
+var settleEventsSQL string
+
+// EventsTable names the outbox rows of accounts' events:
+// "events:<account>:<symbol>", one per account and instrument a write
+// touched, at that source's next version (settle_events.sql).
+const EventsTable = "events"
+
+// eventSnapshot is an events row's payload: the account's orders and fills
+// as the write left them, each a row of the columns scanOrder and
+// scanExecution read.
+type eventSnapshot struct {
+	Orders []jsonRow `json:"orders"`
+	Fills  []jsonRow `json:"fills"`
+}
+
+// jsonRow is a row as a JSON array of its columns; Scan reads it as pgx
+// reads a row, so scanOrder and scanExecution read a snapshot as they read
+// a query.
+type jsonRow []json.RawMessage
+
+func (r jsonRow) Scan(dest ...any) error {
+	if len(dest) != len(r) {
+		return fmt.Errorf("a snapshot row of %d columns scanned into %d", len(r), len(dest))
+	}
+	for i, column := range r {
+		if err := json.Unmarshal(column, dest[i]); err != nil {
+			return fmt.Errorf("snapshot column %d: %w", i+1, err)
+		}
+	}
+	return nil
+}
+
+// RenderEvents turns an events row (name "events:<account>:<symbol>",
+// version, snapshot payload) into the account's events, as clients receive
+// them but for their sequence: its fills, then its orders' new states, each
+// as its REST route shows it. An event's id is stable across redeliveries:
+// a fill's is its id (an account is on one side of a trade), an order's
+// "<order id>:<source>@<version>".
+func RenderEvents(entry orders.OutboxEntry) ([]orders.EventDraft, error) {
+	var snapshot eventSnapshot
+	if err := json.Unmarshal([]byte(entry.Payload), &snapshot); err != nil {
+		return nil, fmt.Errorf("orders: events %s@%d: %w", entry.Name, entry.Version, err)
+	}
+	drafts := make([]orders.EventDraft, 0, len(snapshot.Orders)+len(snapshot.Fills))
+	for _, row := range snapshot.Fills {
+		fill, err := scanExecution(row)
+		if err != nil {
+			return nil, fmt.Errorf("orders: events %s@%d: %w", entry.Name, entry.Version, err)
+		}
+		data, err := json.Marshal(fill)
+		if err != nil {
+			return nil, err
+		}
+		drafts = append(drafts, orders.EventDraft{ID: fill.ID, Type: orders.EventFill, Data: data})
+	}
+	source := entry.Name + "@" + strconv.FormatInt(entry.Version, 10)
+	for _, row := range snapshot.Orders {
+		order, err := scanOrder(row)
+		if err != nil {
+			return nil, fmt.Errorf("orders: events %s@%d: %w", entry.Name, entry.Version, err)
+		}
+		data, err := json.Marshal(order)
+		if err != nil {
+			return nil, err
+		}
+		drafts = append(drafts, orders.EventDraft{ID: order.ID + ":" + source, Type: orders.OrderEventType(order.Status), Data: data})
+	}
+	return drafts, nil
+}

@@ -1,0 +1,55 @@
+-- The events of one write: per account and instrument of the orders $1
+-- (text[], every order the write touched) and of the trades of the takers
+-- $2 (text[]: a taker trades only in its own settlement, so these are the
+-- write's trades), one outbox row "events:<account>:<symbol>" at that
+-- source's next version (event_sources), whose payload is a snapshot, as
+-- the write leaves them, of the account's orders and fills there:
+--   {"orders": [order row, ...], "fills": [fill row, ...]}
+-- An order row is the columns of order_select.sql, in its order (scanOrder
+-- reads it; postgres/events.go holds the two to one list), a fill row the
+-- columns of fills_list.sql from the account's side (scanExecution).
+-- Runs after the write's statements, in its transaction. Returns the rows
+-- (id, name, version, payload) for the relay.
+WITH touched AS (
+    SELECT o.account_id AS account, o.symbol, o.id AS sort_key, json_build_array(
+    o.id, o.client_order_id, o.account_id, o.symbol, o.side, o.type, o.time_in_force, o.post_only,
+    trim_scale(o.quantity)::text, trim_scale(o.price)::text, o.status, o.reject_reason, o.cancel_reason, o.duplicate_of,
+    trim_scale(o.filled_quantity)::text, trim_scale(o.filled_notional)::text,
+    trim_scale(o.quantity - o.filled_quantity)::text, trim_scale(o.fees)::text,
+    o.created_at, o.finished_at, scale(trim_scale(i.tick_size)), scale(trim_scale(i.lot_size)), q.scale
+    ) AS snapshot
+    FROM orders o JOIN instruments i ON i.symbol = o.symbol JOIN assets q ON q.code = i.quote
+    WHERE o.id = ANY($1::text[])
+),
+fills AS (
+    SELECT side.account, t.symbol, t.id AS sort_key, json_build_array(
+        t.id, side.order_id, t.symbol, side.liquidity, t.taker_side,
+        trim_scale(t.price)::text, trim_scale(t.quantity)::text, trim_scale(side.fee)::text, t.created_at,
+        scale(trim_scale(i.tick_size)), scale(trim_scale(i.lot_size)), q.scale, i.quote) AS snapshot
+    FROM trades t
+    CROSS JOIN LATERAL (VALUES
+        (t.maker_account_id, t.maker_order_id, 'maker', t.maker_fee),
+        (t.taker_account_id, t.taker_order_id, 'taker', t.taker_fee)) AS side (account, order_id, liquidity, fee)
+    JOIN instruments i ON i.symbol = t.symbol JOIN assets q ON q.code = i.quote
+    WHERE t.taker_order_id = ANY($2::text[])
+),
+sources AS (
+    SELECT 'events:' || account || ':' || symbol AS name FROM touched
+    UNION
+    SELECT 'events:' || account || ':' || symbol FROM fills
+),
+bumped AS (
+    INSERT INTO event_sources (name, version)
+    SELECT name, 1 FROM sources ORDER BY name
+    ON CONFLICT (name) DO UPDATE SET version = event_sources.version + 1
+    RETURNING name, version
+)
+INSERT INTO outbox (name, version, payload)
+SELECT b.name, b.version, json_build_object(
+    'orders', coalesce((SELECT json_agg(o.snapshot ORDER BY o.sort_key) FROM touched o
+        WHERE 'events:' || o.account || ':' || o.symbol = b.name), '[]'),
+    'fills', coalesce((SELECT json_agg(f.snapshot ORDER BY f.sort_key) FROM fills f
+        WHERE 'events:' || f.account || ':' || f.symbol = b.name), '[]'))::text
+FROM bumped b
+ORDER BY b.name
+RETURNING id, name, version, payload
