@@ -112,20 +112,32 @@ func (h *History) List(ctx context.Context, account string, q orders.ListQuery) 
 // and returns the status the row holds afterwards: canceled, or the status
 // settlement recorded when it wrote the row first (a worker whose lease had
 // expired can settle an order the reaper had returned to pending). Writing
-// twice changes nothing.
+// twice changes nothing. The account's order.canceled event is written with
+// the row, for the outbox sweep to relay.
 func (h *History) RecordCanceled(ctx context.Context, order orders.Order) (orders.Status, error) {
 	var price *string
 	if order.Price != nil {
 		text := order.Price.String()
 		price = &text
 	}
-	tag, err := h.db.Exec(ctx, orderRecordCanceledSQL,
-		order.ID, order.Account, order.ClientOrderID, order.Symbol, string(order.Side), string(order.Type),
-		order.Quantity.String(), price, order.CreatedAt, order.CanceledAt, string(order.TimeInForce), order.PostOnly)
+	// The row and its order.canceled event in one transaction; the
+	// workers' outbox sweep relays the event (no relay runs here).
+	var inserted bool
+	err := pgx.BeginFunc(ctx, h.db, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, orderRecordCanceledSQL,
+			order.ID, order.Account, order.ClientOrderID, order.Symbol, string(order.Side), string(order.Type),
+			order.Quantity.String(), price, order.CreatedAt, order.CanceledAt, string(order.TimeInForce), order.PostOnly)
+		if err != nil || tag.RowsAffected() != 1 {
+			return err
+		}
+		inserted = true
+		_, err = tx.Exec(ctx, settleEventsSQL, []string{order.ID}, []string{})
+		return err
+	})
 	if err != nil {
 		return "", fmt.Errorf("%w: record cancel of %s: %w", orders.ErrUnavailable, order.ID, err)
 	}
-	if tag.RowsAffected() == 1 {
+	if inserted {
 		return orders.StatusCanceled, nil
 	}
 	var status string
