@@ -140,18 +140,27 @@ func (c *coalescer) send() {
 }
 
 // runPipeline runs the calls in one round trip, or, when the coalescer waits
-// for replicas, one per server their keys live on (WAIT counts the replicas
-// of the connection's own server).
+// for replicas, one per server their keys live on (runReplicated).
 func (c *coalescer) runPipeline(ctx context.Context, calls []scriptpipe.Call) ([]*redis.Cmd, []int, error) {
-	if c.replicas <= 0 {
-		cmds, err := scriptpipe.Run(ctx, c.rdb, c.script, calls)
+	return runReplicated(ctx, c.rdb, c.script, calls, c.replicas, c.replicaTimeout)
+}
+
+// runReplicated runs calls of script in one round trip and, with replicas
+// above zero, waits for that many replicas to hold their writes (WAIT, at
+// most timeout): one round trip per server the calls' keys live on, since
+// WAIT counts the replicas of the connection's own server. acked[i] is how
+// many replicas acknowledged call i.
+func runReplicated(ctx context.Context, rdb redis.UniversalClient, script *scriptpipe.Script, calls []scriptpipe.Call,
+	replicas int, timeout time.Duration) ([]*redis.Cmd, []int, error) {
+	if replicas <= 0 {
+		cmds, err := scriptpipe.Run(ctx, rdb, script, calls)
 		return cmds, make([]int, len(calls)), err
 	}
-	cluster, isCluster := c.rdb.(*redis.ClusterClient)
+	cluster, isCluster := rdb.(*redis.ClusterClient)
 	groups := map[redis.UniversalClient][]int{}
 	var order []redis.UniversalClient
 	for i, call := range calls {
-		var server redis.UniversalClient = c.rdb
+		var server redis.UniversalClient = rdb
 		if isCluster {
 			node, err := cluster.MasterForKey(ctx, call.Keys[0])
 			if err != nil {
@@ -172,8 +181,8 @@ func (c *coalescer) runPipeline(ctx context.Context, calls []scriptpipe.Call) ([
 		for n, i := range indexes {
 			group[n] = calls[i]
 		}
-		replication := scriptpipe.Replication{Replicas: c.replicas, Timeout: c.replicaTimeout, Mark: replicationMark(group[0].Keys[0])}
-		groupCmds, groupAcked, err := scriptpipe.RunReplicated(ctx, server, c.script, group, replication)
+		replication := scriptpipe.Replication{Replicas: replicas, Timeout: timeout, Mark: replicationMark(group[0].Keys[0])}
+		groupCmds, groupAcked, err := scriptpipe.RunReplicated(ctx, server, script, group, replication)
 		for n, i := range indexes {
 			if err != nil {
 				// This server's failure is its calls' only: another

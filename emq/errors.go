@@ -99,5 +99,5 @@ type NotReplicatedError struct {
 }
 
 func (e *NotReplicatedError) Error() string {
-	return fmt.Sprintf("emq: admission acknowledged by %d of the %d replicas asked for", e.Acked, e.Wanted)
+	return fmt.Sprintf("emq: written, but acknowledged by %d of the %d replicas asked for", e.Acked, e.Wanted)
 }

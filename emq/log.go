@@ -122,7 +122,11 @@ type LogAppend struct {
 
 // AppendLogs runs several appends, each as AppendLog, in one round trip,
 // and answers each. The error joins the appends' errors; an append that
-// failed answers zero, the others their outcome.
+// failed answers zero, the others their outcome. A client that waits for
+// replicas (WithAdmitReplicas) waits for them here too, and answers
+// *NotReplicatedError for an append they did not all hold in time: it was
+// made on the primary, and its retry, a duplicate of the source's version,
+// waits again.
 func (q *Queue) AppendLogs(ctx context.Context, appends []LogAppend) ([]LogAppended, error) {
 	calls := make([]scriptpipe.Call, len(appends))
 	for i, append_ := range appends {
@@ -141,7 +145,7 @@ func (q *Queue) AppendLogs(ctx context.Context, appends []LogAppend) ([]LogAppen
 		}
 		calls[i] = scriptpipe.Call{Keys: []string{q.logKey(append_.Group), q.logSequencesKey(), q.logSourcesKey()}, Args: args}
 	}
-	cmds, err := scriptpipe.Run(ctx, q.client.rdb, logAppendScript, calls)
+	cmds, acked, err := runReplicated(ctx, q.client.rdb, logAppendScript, calls, q.client.admitReplicas, q.client.admitReplicaTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("emq: append to logs on %s: %w", q.name, err)
 	}
@@ -149,6 +153,9 @@ func (q *Queue) AppendLogs(ctx context.Context, appends []LogAppend) ([]LogAppen
 	var errs []error
 	for i, cmd := range cmds {
 		appended[i], err = q.logAppended(appends[i], cmd)
+		if err == nil && acked[i] < q.client.admitReplicas {
+			err = &NotReplicatedError{Acked: acked[i], Wanted: q.client.admitReplicas}
+		}
 		if err != nil {
 			errs = append(errs, err)
 		}

@@ -199,3 +199,25 @@ func TestTailLogsReadsManyGroupsAtOnce(t *testing.T) {
 		t.Errorf("a tail with nothing new = %v, %v; want nothing", events, err)
 	}
 }
+
+// A client that waits for replicas waits for them on appends too: with none
+// following, the append is made on the primary and answered not replicated,
+// and its retry appends nothing twice and is answered the same.
+func TestAppendsWaitForReplicas(t *testing.T) {
+	ctx := context.Background()
+	client, err := emq.Connect(ctx, testserver.StartRedis(t).Client(t), emq.WithAdmitReplicas(1, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := client.Queue("work")
+	for attempt := range 2 {
+		_, err := queue.AppendLog(ctx, "g", emq.LogSource{Name: "s", Version: 1}, []emq.LogEntry{{ID: "e1", Type: "t"}})
+		var notReplicated *emq.NotReplicatedError
+		if !errors.As(err, &notReplicated) || notReplicated.Wanted != 1 || notReplicated.Acked != 0 {
+			t.Fatalf("attempt %d: %v, want not replicated (0 of 1)", attempt+1, err)
+		}
+	}
+	if got := readAll(t, queue, "g"); !slices.Equal(got, []string{"1 e1"}) {
+		t.Errorf("log holds %v, want the one entry", got)
+	}
+}

@@ -41,6 +41,13 @@ type Config struct {
 	// DrainTimeout is how long in-flight orders may take once the context
 	// ends before they are released to other workers.
 	DrainTimeout time.Duration
+	// WaitReplicas, when above zero, is how many Redis replicas must hold
+	// what the worker writes for clients (accounts' events, coherence jobs)
+	// before the outbox rows are marked relayed, waiting at most
+	// WaitTimeout (emq.WithAdmitReplicas); rows not held in time are
+	// relayed again by the sweep.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 }
 
 // DefaultConfig is what a worker deployed without flags runs with.
@@ -68,6 +75,7 @@ func DefaultConfig() Config {
 		Lease:        30 * time.Second,
 		Retry:        emq.RetryPolicy{MaxAttempts: 60, BaseDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second},
 		DrainTimeout: 10 * time.Second,
+		WaitTimeout:  500 * time.Millisecond,
 	}
 }
 
@@ -131,7 +139,11 @@ func Connect(ctx context.Context, databaseURL, redisURL string, c Config, log *s
 	if err != nil {
 		return Deps{}, fmt.Errorf("postgres: %w", err)
 	}
-	queues, err := emq.Dial(ctx, redisURL, emq.WithLogger(log))
+	options := []emq.Option{emq.WithLogger(log)}
+	if c.WaitReplicas > 0 {
+		options = append(options, emq.WithAdmitReplicas(c.WaitReplicas, c.WaitTimeout))
+	}
+	queues, err := emq.Dial(ctx, redisURL, options...)
 	if err != nil {
 		db.Close()
 		return Deps{}, err

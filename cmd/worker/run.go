@@ -79,6 +79,10 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 		"longest backoff between two attempts of an order (WORKER_RETRY_CAP)")
 	flags.DurationVar(&c.worker.DrainTimeout, "drain-timeout", env.Duration("WORKER_DRAIN_TIMEOUT", defaults.DrainTimeout),
 		"after a stop signal, how long in-flight orders may take before they are released to other workers (WORKER_DRAIN_TIMEOUT)")
+	flags.IntVar(&c.worker.WaitReplicas, "wait-replicas", env.Int("WORKER_WAIT_REPLICAS", 0),
+		"Redis replicas that must hold the events and coherence jobs the worker writes before their outbox rows count as relayed; 0 counts the primary alone (WORKER_WAIT_REPLICAS)")
+	flags.DurationVar(&c.worker.WaitTimeout, "wait-timeout", env.Duration("WORKER_WAIT_TIMEOUT", defaults.WaitTimeout),
+		"longest wait for those replicas; rows they do not hold by then are relayed again by the sweep (WORKER_WAIT_TIMEOUT)")
 	flags.StringVar(&c.metricsAddr, "metrics-addr", env.String("METRICS_ADDR", "127.0.0.1:9091"),
 		"where /metrics (Prometheus) and /healthz are served; empty serves neither (METRICS_ADDR)")
 	flags.TextVar(&c.logLevel, "log-level", env.Level("LOG_LEVEL", slog.LevelInfo), "debug, info, warn or error (LOG_LEVEL)")
@@ -108,6 +112,10 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 		return config{}, fmt.Errorf("retry cap %s: want at least the retry base %s", c.worker.Retry.MaxDelay, c.worker.Retry.BaseDelay)
 	case c.worker.DrainTimeout <= 0:
 		return config{}, fmt.Errorf("drain timeout %s: want more than 0", c.worker.DrainTimeout)
+	case c.worker.WaitReplicas < 0:
+		return config{}, errors.New("WORKER_WAIT_REPLICAS (or -wait-replicas) must be 0 or more")
+	case c.worker.WaitReplicas > 0 && c.worker.WaitTimeout <= 0:
+		return config{}, errors.New("WORKER_WAIT_TIMEOUT (or -wait-timeout) must be a positive duration when WORKER_WAIT_REPLICAS is set")
 	case c.logFlush < 0:
 		return config{}, fmt.Errorf("log flush interval %s: want 0 (each line at once) or more", c.logFlush)
 	}

@@ -41,7 +41,7 @@ func TestParseConfig(t *testing.T) {
 		worker: settlement.Config{
 			Queue: orders.Queue, Concurrency: 512, Lease: 30 * time.Second,
 			Retry:        emq.RetryPolicy{MaxAttempts: 60, BaseDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second},
-			DrainTimeout: 10 * time.Second,
+			DrainTimeout: 10 * time.Second, WaitTimeout: 500 * time.Millisecond,
 		},
 	}
 	tests := []struct {
@@ -76,6 +76,10 @@ func TestParseConfig(t *testing.T) {
 		{name: "unparsable duration", env: map[string]string{"WORKER_LEASE": "30"}, wantErr: `WORKER_LEASE="30"`},
 		{name: "unparsable integer", env: map[string]string{"WORKER_CONCURRENCY": "many"}, wantErr: `WORKER_CONCURRENCY="many"`},
 		{name: "unknown log level", env: map[string]string{"LOG_LEVEL": "loud"}, wantErr: `LOG_LEVEL="loud"`},
+		{name: "replicas waited for", env: map[string]string{"WORKER_WAIT_REPLICAS": "1", "WORKER_WAIT_TIMEOUT": "250ms"},
+			want: func(c *config) { c.worker.WaitReplicas, c.worker.WaitTimeout = 1, 250*time.Millisecond }},
+		{name: "negative replicas", env: map[string]string{"WORKER_WAIT_REPLICAS": "-1"}, wantErr: "WORKER_WAIT_REPLICAS"},
+		{name: "replicas without a timeout", env: map[string]string{"WORKER_WAIT_REPLICAS": "1", "WORKER_WAIT_TIMEOUT": "0s"}, wantErr: "WORKER_WAIT_TIMEOUT"},
 		{name: "no concurrency", args: []string{"-concurrency", "0"}, wantErr: "concurrency 0"},
 		{name: "lease too short", env: map[string]string{"WORKER_LEASE": "100ms"}, wantErr: "lease 100ms"},
 		{name: "no attempts", env: map[string]string{"WORKER_MAX_ATTEMPTS": "0"}, wantErr: "max attempts 0"},
