@@ -32,6 +32,9 @@ const (
 	// eventPage is how many events a subscription reads from its log at
 	// once while it catches up, and the tail loop from each log.
 	eventPage = 256
+	// lossCheckInterval is how often the tail loop looks for logs that
+	// went back (endLost).
+	lossCheckInterval = time.Second
 )
 
 // ErrSlowSubscriber ends a subscription whose reader fell a whole buffer
@@ -243,7 +246,7 @@ func (e *EventStreams) remove(s *Subscription) {
 // the account's subscriptions. It returns when no account is followed.
 func (e *EventStreams) tail() {
 	defer e.loops.Done()
-	retry := time.Duration(0)
+	retry, checked := time.Duration(0), time.Now()
 	for {
 		e.mu.Lock()
 		if e.closed || len(e.followed) == 0 {
@@ -270,8 +273,52 @@ func (e *EventStreams) tail() {
 			}
 			continue
 		}
+		if time.Since(checked) >= lossCheckInterval {
+			e.endLost(after)
+			checked = time.Now()
+		}
 		retry = 0
 		e.hand(read)
+	}
+}
+
+// endLost ends the subscriptions of the accounts whose log went back
+// below the loop's position. Redis that lost its newest writes (a
+// failover to a replica that lagged) gives the next events the sequences
+// of events already handed out, which the loop, reading after its
+// position, would never hand out: their clients' resume is answered 410
+// instead. The loop looks once a second, so a log that grows past its old
+// end within that is not caught (docs/api.md).
+func (e *EventStreams) endLost(positions map[string]int64) {
+	accounts := make([]string, 0, len(positions))
+	for account := range positions {
+		accounts = append(accounts, account)
+	}
+	lasts, err := e.queue.LastLogSequences(e.stop, accounts)
+	if err != nil {
+		return
+	}
+	firsts := map[string]int64{}
+	for name, last := range lasts {
+		if last < positions[name] {
+			if firsts[name], _, err = e.queue.LogBounds(e.stop, name); err != nil {
+				return
+			}
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for name, first := range firsts {
+		account := e.followed[name]
+		if account == nil || account.last <= lasts[name] {
+			continue
+		}
+		err := &EventsExpiredError{After: account.last, First: first, Last: lasts[name]}
+		e.log.Error("event streams: an account's log went back; its streams end", "account", name, "err", err)
+		for subscription := range account.subscriptions {
+			subscription.end(err)
+		}
+		delete(e.followed, name)
 	}
 }
 

@@ -151,7 +151,7 @@ func TestEventSubscribeRefusesPositionsTheLogNoLongerHolds(t *testing.T) {
 // full, and the account's other subscription gets every event meanwhile.
 func TestASlowSubscriptionIsEndedAndTheOthersGoOn(t *testing.T) {
 	queue := eventsQueue(t, emq.DefaultLogRetention)
-	streams := newEventStreams(t, queue, placement.WithEventBuffer(4))
+	streams := newEventStreams(t, queue, placement.WithEventBuffer(16))
 	ctx := context.Background()
 	slow, err := streams.SubscribeNew(ctx, "acct")
 	if err != nil {
@@ -167,9 +167,15 @@ func TestASlowSubscriptionIsEndedAndTheOthersGoOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fast.Close()
-	go appendEvents(t, queue, "acct", 20)
-	readUntil(t, fast, 20)
-	for range 5 {
+	// A few at a time, which the fast reader keeps up with.
+	go func() {
+		for range 100 {
+			appendEvents(t, queue, "acct", 1)
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	readUntil(t, fast, 100)
+	for range 17 {
 		if _, _, err = slow.Next(ctx, time.Second); err != nil {
 			break
 		}
@@ -197,5 +203,47 @@ func TestClosingEventStreamsEndsTheirSubscriptions(t *testing.T) {
 	}
 	if _, err := streams.SubscribeNew(ctx, "acct"); !errors.Is(err, placement.ErrEventStreamsClosed) {
 		t.Errorf("a subscribe after Close: %v", err)
+	}
+}
+
+// When Redis loses its newest writes (a failover to a replica that lagged)
+// the log goes back below what subscriptions got, and the events appended
+// next reuse those sequences: the subscriptions end as expired, rather
+// than wait past events that will never come.
+func TestEventSubscriptionsEndWhenTheLogLosesEvents(t *testing.T) {
+	ctx := context.Background()
+	rdb := testserver.StartRedis(t).Client(t)
+	client, err := emq.Connect(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := client.Queue(orders.Queue)
+	streams := newEventStreams(t, queue)
+	appendEvents(t, queue, "acct", 5)
+	subscription, err := streams.Subscribe(ctx, "acct", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer subscription.Close()
+	readUntil(t, subscription, 5)
+	// The log as a replica that missed the last three appends holds it.
+	if err := rdb.XDel(ctx, "emq:{orders}:log:acct", "3-0", "4-0", "5-0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, "XSETID", "emq:{orders}:log:acct", "2-0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, "emq:{orders}:logseq", "acct", 2).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The failover cuts the tail loop's connection.
+	if err := rdb.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	appendEvents(t, queue, "acct", 1)
+	_, ok, err := subscription.Next(ctx, 5*time.Second)
+	var expired *placement.EventsExpiredError
+	if !errors.As(err, &expired) || !expired.Ahead() || expired.After != 5 || expired.Last != 3 {
+		t.Errorf("after the loss: %v, %v; want expired after 5 with last 3", ok, err)
 	}
 }
