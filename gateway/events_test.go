@@ -72,17 +72,7 @@ func openEvents(t testing.TB, client *http.Client, url, key, query string, heade
 
 func requestEvents(t testing.TB, client *http.Client, url, key, query string, header http.Header) *http.Response {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url+"/v1/events"+query, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, values := range header {
-		req.Header[name] = values
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	res, err := client.Do(req)
+	res, err := client.Do(newRequest(t, http.MethodGet, url+"/v1/events"+query, key, header, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -240,16 +240,7 @@ func (f *fixture) do(t testing.TB, client *http.Client, method, path, key, conte
 // doWith is do with the header's fields added to the request's.
 func (f *fixture) doWith(t testing.TB, client *http.Client, method, path, key, contentType, body string, header http.Header) response {
 	t.Helper()
-	req, err := http.NewRequest(method, f.url+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, values := range header {
-		req.Header[name] = values
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
+	req := newRequest(t, method, f.url+path, key, header, strings.NewReader(body))
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
@@ -263,6 +254,23 @@ func (f *fixture) doWith(t testing.TB, client *http.Client, method, path, key, c
 		t.Fatal(err)
 	}
 	return response{status: res.StatusCode, header: res.Header, body: data}
+}
+
+// newRequest is a request with the key (none when empty) and the header's
+// fields.
+func newRequest(t testing.TB, method, url, key string, header http.Header, body io.Reader) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, values := range header {
+		req.Header[name] = values
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	return req
 }
 
 // scrape reads the gateway's series the way Prometheus does, in the text
