@@ -198,6 +198,24 @@ func (q *Queue) LogBounds(ctx context.Context, group string) (first, last int64,
 	return first, last, nil
 }
 
+// LastLogSequences reports, by group, the last sequence each group's log
+// was given (0 for a log never written), in one round trip.
+func (q *Queue) LastLogSequences(ctx context.Context, groups []string) (map[string]int64, error) {
+	if len(groups) == 0 {
+		return map[string]int64{}, nil
+	}
+	values, err := q.client.rdb.HMGet(ctx, q.logSequencesKey(), groups...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("emq: last sequences of %d logs on %s: %w", len(groups), q.name, err)
+	}
+	lasts := make(map[string]int64, len(groups))
+	for i, group := range groups {
+		text, _ := values[i].(string)
+		lasts[group], _ = strconv.ParseInt(text, 10, 64)
+	}
+	return lasts, nil
+}
+
 // ReadLog returns up to count entries of group's log after sequence after,
 // oldest first.
 func (q *Queue) ReadLog(ctx context.Context, group string, after, count int64) ([]LogEvent, error) {

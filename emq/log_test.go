@@ -221,3 +221,21 @@ func TestAppendsWaitForReplicas(t *testing.T) {
 		t.Errorf("log holds %v, want the one entry", got)
 	}
 }
+
+// LastLogSequences reads the last sequence of many groups' logs at once,
+// 0 for a log never written.
+func TestLastLogSequencesReadsManyGroupsAtOnce(t *testing.T) {
+	ctx := context.Background()
+	queue, _ := newQueue(t)
+	for group, count := range map[string]int{"a": 2, "b": 5} {
+		for range count {
+			if _, err := queue.AppendLog(ctx, group, emq.LogSource{}, []emq.LogEntry{{ID: group, Type: "t"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	lasts, err := queue.LastLogSequences(ctx, []string{"a", "b", "never"})
+	if err != nil || len(lasts) != 3 || lasts["a"] != 2 || lasts["b"] != 5 || lasts["never"] != 0 {
+		t.Errorf("last sequences %v, %v; want a 2, b 5, never 0", lasts, err)
+	}
+}

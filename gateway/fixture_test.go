@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,6 +63,9 @@ type fixture struct {
 	// metrics is the gateway's registry, which cmd/gateway serves on its
 	// own listener (scrape reads it).
 	metrics *prometheus.Registry
+	// deps and config are the gateway's, for startGateway.
+	deps   gateway.Deps
+	config gateway.Config
 }
 
 // countingLookup counts the API key lookups that reach PostgreSQL.
@@ -130,7 +134,8 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config, keyOption
 		newFixtureAccount(t, f)
 	}
 	log := slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	server := gateway.New(gateway.Deps{
+	f.config = config
+	f.deps = gateway.Deps{
 		Placer:      placer,
 		Instruments: f.instruments,
 		Accounts:    keys,
@@ -143,12 +148,9 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config, keyOption
 			{Name: "fence", Check: queueClient.Check},
 			{Name: "postgres", Check: f.db.Ping},
 		},
-		Logger:  log,
-		Metrics: f.metrics,
-	}, config)
-	httpServer := httptest.NewServer(server)
-	t.Cleanup(httpServer.Close)
-	f.url = httpServer.URL
+		Logger: log,
+	}
+	f.url, _ = f.startGateway(t, f.metrics)
 	f.http = apitest.Client(t)
 	t.Cleanup(func() {
 		for _, key := range f.keys {
@@ -163,6 +165,29 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config, keyOption
 		}
 	})
 	return f
+}
+
+// eventTailBlock is how long the tail loop of a test gateway's event
+// streams waits: short, so a stream's first events come soon.
+const eventTailBlock = 100 * time.Millisecond
+
+// startGateway starts a gateway on the fixture's stores, with metrics on
+// registry and its event streams configured by opts, and returns its URL
+// and what stops it as cmd/gateway does: its streams end, then the server.
+// The cleanup stops it, if the test did not.
+func (f *fixture) startGateway(t testing.TB, registry *prometheus.Registry, opts ...placement.EventStreamsOption) (string, func()) {
+	t.Helper()
+	deps := f.deps
+	deps.Metrics = registry
+	deps.Events = placement.NewEventStreams(f.queue, append([]placement.EventStreamsOption{
+		placement.WithEventTailBlock(eventTailBlock), placement.WithEventLogger(deps.Logger)}, opts...)...)
+	httpServer := httptest.NewServer(gateway.New(deps, f.config))
+	stop := sync.OnceFunc(func() {
+		deps.Events.Close()
+		httpServer.Close()
+	})
+	t.Cleanup(stop)
+	return httpServer.URL, stop
 }
 
 // newFixtureAccount adds a customer account with an API key and returns the key.
@@ -215,16 +240,7 @@ func (f *fixture) do(t testing.TB, client *http.Client, method, path, key, conte
 // doWith is do with the header's fields added to the request's.
 func (f *fixture) doWith(t testing.TB, client *http.Client, method, path, key, contentType, body string, header http.Header) response {
 	t.Helper()
-	req, err := http.NewRequest(method, f.url+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, values := range header {
-		req.Header[name] = values
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
+	req := newRequest(t, method, f.url+path, key, header, strings.NewReader(body))
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
@@ -240,13 +256,36 @@ func (f *fixture) doWith(t testing.TB, client *http.Client, method, path, key, c
 	return response{status: res.StatusCode, header: res.Header, body: data}
 }
 
+// newRequest is a request with the key (none when empty) and the header's
+// fields.
+func newRequest(t testing.TB, method, url, key string, header http.Header, body io.Reader) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, values := range header {
+		req.Header[name] = values
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	return req
+}
+
 // scrape reads the gateway's series the way Prometheus does, in the text
 // exposition format, as cmd/gateway serves them on its metrics listener.
 func (f *fixture) scrape(t testing.TB) []byte {
 	t.Helper()
+	return scrapeRegistry(t, f.metrics)
+}
+
+// scrapeRegistry reads a registry's series as scrape does.
+func scrapeRegistry(t testing.TB, registry *prometheus.Registry) []byte {
+	t.Helper()
 	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
 	recorder := httptest.NewRecorder()
-	promhttp.HandlerFor(f.metrics, promhttp.HandlerOpts{}).ServeHTTP(recorder, req)
+	promhttp.HandlerFor(registry, promhttp.HandlerOpts{}).ServeHTTP(recorder, req)
 	if recorder.Code != http.StatusOK || !strings.HasPrefix(recorder.Header().Get("Content-Type"), "text/plain") {
 		t.Fatalf("scrape: %d %q %s", recorder.Code, recorder.Header().Get("Content-Type"), recorder.Body)
 	}

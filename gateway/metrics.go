@@ -25,6 +25,11 @@ type metrics struct {
 	// let through because the limiter's store did not answer.
 	rateLimited       prometheus.Counter
 	rateLimitFailOpen prometheus.Counter
+	// streams are the event streams open, eventsSent the events they sent,
+	// slowStreams those dropped for reading too slowly.
+	streams     prometheus.Gauge
+	eventsSent  prometheus.Counter
+	slowStreams prometheus.Counter
 }
 
 // newMetrics registers the gateway's series on registry; one registry backs
@@ -60,8 +65,21 @@ func newMetrics(registry *prometheus.Registry) *metrics {
 			Name: "rate_limit_fail_open_total",
 			Help: "Requests let through unlimited because the rate limiter's store (Redis) did not answer.",
 		}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "event_streams_open",
+			Help: "Event streams (GET /v1/events) open now.",
+		}),
+		eventsSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "events_sent_total",
+			Help: "Events sent on event streams.",
+		}),
+		slowStreams: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "event_streams_slow_dropped_total",
+			Help: "Event streams ended because their client read more slowly than its events came, by a whole buffer.",
+		}),
 	}
-	registry.MustRegister(m.requests, m.duration, m.admitted, m.replayed, m.refused, m.rateLimited, m.rateLimitFailOpen)
+	registry.MustRegister(m.requests, m.duration, m.admitted, m.replayed, m.refused, m.rateLimited, m.rateLimitFailOpen,
+		m.streams, m.eventsSent, m.slowStreams)
 	return m
 }
 

@@ -30,6 +30,9 @@ type requestState struct {
 	// order is the order a placement admitted or replayed, for the access
 	// log line.
 	order string
+	// untimed is the request's context before deadline bounded it: a
+	// stream lives past the request timeout, which bounds its opening.
+	untimed context.Context
 	// log stamps the request id on every line; made on first use.
 	log *slog.Logger
 }
@@ -144,6 +147,7 @@ func (s *Server) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
 
 func (s *Server) deadline(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		state(c).untimed = c.Request().Context()
 		ctx, cancel := context.WithTimeout(c.Request().Context(), s.config.RequestTimeout)
 		defer cancel()
 		c.SetRequest(c.Request().WithContext(ctx))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
 )
 
 // Problem is an RFC 9457 problem details body.
@@ -23,8 +24,12 @@ type Problem struct {
 	// Code is set by the problem types that refuse what settlement would
 	// reject: the order's reject_reason, so a client handles both with one
 	// word (price-out-of-band: price_out_of_band).
-	Code   string       `json:"code,omitempty"`
-	Errors []FieldError `json:"errors,omitempty"`
+	Code string `json:"code,omitempty"`
+	// LastSequence is set by events-expired: the last event the stream
+	// gave, which a client resumes after once it has read the current
+	// state (0 is a stream that gave none).
+	LastSequence *int64       `json:"last_sequence,omitempty"`
+	Errors       []FieldError `json:"errors,omitempty"`
 }
 
 // FieldError names one refused part of a request by its JSON pointer
@@ -48,6 +53,7 @@ var (
 	kindValidation     = problemKind{"validation", "The order request has invalid fields", http.StatusUnprocessableEntity}
 	kindPriceOutOfBand = problemKind{"price-out-of-band", "The limit price is outside the instrument's price band", http.StatusUnprocessableEntity}
 	kindInvalidQuery   = problemKind{"invalid-query", "The query parameters are invalid", http.StatusBadRequest}
+	kindInvalidHeader  = problemKind{"invalid-header", "A request header is invalid", http.StatusBadRequest}
 	kindUnauthorized   = problemKind{"unauthorized", "A valid API key is required", http.StatusUnauthorized}
 	// The refusals of a key that requires signed requests.
 	kindSignatureRequired      = problemKind{"signature-required", "This API key requires signed requests", http.StatusUnauthorized}
@@ -58,6 +64,7 @@ var (
 	kindNotFound               = problemKind{"not-found", "Not found", http.StatusNotFound}
 	kindConflict               = problemKind{"idempotency-conflict", "The client order id was used for a different order", http.StatusConflict}
 	kindNotCancelable          = problemKind{"order-not-cancelable", "The order can no longer be canceled", http.StatusConflict}
+	kindEventsExpired          = problemKind{"events-expired", "The event stream no longer holds the events after this position", http.StatusGone}
 	kindTooLarge               = problemKind{"payload-too-large", "The request body is too large", http.StatusRequestEntityTooLarge}
 	kindMediaType              = problemKind{"unsupported-media-type", "The request body must be application/json", http.StatusUnsupportedMediaType}
 	kindMethodNotAllowed       = problemKind{"method-not-allowed", "The method is not allowed on this resource", http.StatusMethodNotAllowed}
@@ -81,6 +88,13 @@ func (e *requestError) Error() string {
 	return fmt.Sprintf("%s: %s", e.kind.slug, e.detail)
 }
 
+// invalidHeader refuses a request header as readQuery refuses a query
+// parameter: one error, the empty pointer, a reason naming the header.
+func invalidHeader(name, format string, args ...any) *requestError {
+	reason := "header " + name + " " + fmt.Sprintf(format, args...)
+	return &requestError{kind: kindInvalidHeader, detail: reason, fields: []FieldError{{Pointer: "", Reason: reason}}}
+}
+
 func malformed(pointer, format string, args ...any) *requestError {
 	reason := fmt.Sprintf(format, args...)
 	return &requestError{kind: kindMalformed, detail: reason, fields: []FieldError{{Pointer: pointer, Reason: reason}}}
@@ -97,6 +111,7 @@ func problemFor(err error) (Problem, error) {
 		missingScope  *orders.MissingScopeError
 		httpErr       *echo.HTTPError
 		notReplicated *emq.NotReplicatedError
+		expired       *placement.EventsExpiredError
 		problem       = func(kind problemKind, detail string) Problem {
 			return Problem{Type: "urn:ordergate:problem:" + kind.slug, Title: kind.title, Status: kind.status, Detail: detail}
 		}
@@ -125,6 +140,16 @@ func problemFor(err error) (Problem, error) {
 		return p, nil
 	case errors.As(err, &notCancelable):
 		return problem(kindNotCancelable, fmt.Sprintf("order %s is %s; only a pending or resting order can be canceled", notCancelable.OrderID, notCancelable.Status)), nil
+	case errors.As(err, &expired):
+		detail := fmt.Sprintf("the stream holds events %d to %d", expired.First, expired.Last)
+		if expired.Ahead() {
+			detail = fmt.Sprintf("the stream's last event is %d, before %d (its store lost its newest events)", expired.Last, expired.After)
+		}
+		p := problem(kindEventsExpired, detail+"; read the current state from the REST routes, then stream after last_sequence")
+		p.LastSequence = &expired.Last
+		return p, nil
+	case errors.Is(err, placement.ErrEventStreamsClosed):
+		return problem(kindUnavailable, "this gateway is shutting down; connect again"), nil
 	case errors.Is(err, orders.ErrUnknownInstrument):
 		return problem(kindNotFound, "no instrument with this symbol"), nil
 	case errors.Is(err, orders.ErrNotFound):

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -45,9 +46,21 @@ func TestScopesRefuseWhatTheKeyMayNotDo(t *testing.T) {
 				{"read-only key", readOnly, scope == "read"},
 				{"trade-only key", tradeOnly, scope == "trade"},
 			}
+			// A stream is answered by its status alone: its body never ends.
+			streams := operation.Responses.Status(http.StatusOK).Value.Content.Get("text/event-stream") != nil
 			for _, k := range keys {
 				t.Run(method+" "+pattern+" with a "+k.name, func(t *testing.T) {
-					res := f.do(t, f.http, method, path, k.key, contentType, body)
+					var res response
+					if streams {
+						opened := requestEvents(t, f.http, f.url, k.key, "", nil)
+						res = response{status: opened.StatusCode, header: opened.Header}
+						if opened.StatusCode != http.StatusOK {
+							res.body, _ = io.ReadAll(opened.Body)
+						}
+						opened.Body.Close()
+					} else {
+						res = f.do(t, f.http, method, path, k.key, contentType, body)
+					}
 					forbidden := res.status == http.StatusForbidden && res.json(t)["type"] == "urn:ordergate:problem:forbidden"
 					if forbidden == k.allowed {
 						t.Errorf("%d %s; want it allowed: %v", res.status, res.body, k.allowed)
@@ -59,8 +72,8 @@ func TestScopesRefuseWhatTheKeyMayNotDo(t *testing.T) {
 			}
 		}
 	}
-	if scoped != 7 {
-		t.Errorf("%d operations name their scope, want every authenticated one (7)", scoped)
+	if scoped != 8 {
+		t.Errorf("%d operations name their scope, want every authenticated one (8)", scoped)
 	}
 	if admitted := parseSamples(t, f.scrape(t))["orders_admitted_total"]; admitted != "1" {
 		t.Errorf("%s orders admitted, want only the trade-only key's", admitted)

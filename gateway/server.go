@@ -44,6 +44,9 @@ type Config struct {
 	// times as long, which covers every moment it is inside the window of
 	// any gateway whose clock is within the window of this one's.
 	SignatureWindow time.Duration
+	// EventHeartbeat is how long an event stream may be silent: a comment
+	// then tells the client, and any proxy between, that it is alive.
+	EventHeartbeat time.Duration
 }
 
 // MaxSignatureWindow bounds Config.SignatureWindow. A wider window is
@@ -55,7 +58,7 @@ const MaxSignatureWindow = time.Minute
 // DefaultConfig is what the gateway runs with unless told otherwise.
 func DefaultConfig() Config {
 	return Config{BodyLimit: 16 << 10, RequestTimeout: 5 * time.Second, RateLimitBurst: 100, RateLimitPerSecond: 50,
-		SignatureWindow: 5 * time.Second}
+		SignatureWindow: 5 * time.Second, EventHeartbeat: 15 * time.Second}
 }
 
 // Validate reports a configuration the gateway would run badly with: a body
@@ -72,6 +75,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("request timeout %s: want a positive duration", c.RequestTimeout)
 	case c.SignatureWindow <= 0 || c.SignatureWindow > MaxSignatureWindow:
 		return fmt.Errorf("signature window %s: want a positive duration of at most %s", c.SignatureWindow, MaxSignatureWindow)
+	case c.EventHeartbeat <= 0:
+		return fmt.Errorf("event heartbeat %s: want a positive duration", c.EventHeartbeat)
 	case b < 0 || b > most || (b > 0 && (r < 1 || r > most)):
 		return fmt.Errorf("rate limit: burst %d and per-second %d must be whole numbers from 1 to %d (burst 0 turns the limit off)", b, r, most)
 	}
@@ -110,7 +115,11 @@ type Deps struct {
 	// Depth reads instruments' books (postgres.Book).
 	Depth DepthReader
 	// Fills reads accounts' fills (postgres.Fills).
-	Fills  FillReader
+	Fills FillReader
+	// Events serves accounts' event streams; GET /v1/events is not served
+	// without it. Closing it ends the streams, which a server's Shutdown
+	// waits for: register its Close with http.Server.RegisterOnShutdown.
+	Events *placement.EventStreams
 	Probes []Probe
 	Logger *slog.Logger
 	// Metrics is where the gateway registers its series; a private registry
@@ -132,6 +141,7 @@ type Server struct {
 	balances    BalanceReader
 	depth       DepthReader
 	fills       FillReader
+	events      *placement.EventStreams
 	probes      []Probe
 	log         *slog.Logger
 	validate    *validator.Validate
@@ -171,6 +181,7 @@ func New(deps Deps, config Config) *Server {
 		balances:    deps.Balances,
 		depth:       deps.Depth,
 		fills:       deps.Fills,
+		events:      deps.Events,
 		probes:      deps.Probes,
 		log:         deps.Logger,
 		validate:    newValidator(),
@@ -201,6 +212,9 @@ func New(deps Deps, config Config) *Server {
 	e.DELETE(placeOrderRoute, s.cancelAllOrders, trade...)
 	e.GET("/v1/balances", s.listBalances, read...)
 	e.GET("/v1/fills", s.listFills, read...)
+	if s.events != nil {
+		e.GET(eventsRoute, s.streamEvents, read...)
+	}
 	// Public market data: no API key. The instruments come from memory; the
 	// book is read from PostgreSQL, so it is limited per client address.
 	e.GET("/v1/instruments", s.listInstruments)

@@ -268,6 +268,10 @@ Then look it up with the id from the answer, and see the balances it moved:
 curl -sS http://$GATEWAY_ADDR/v1/orders/<order_id> -H "Authorization: Bearer $api_key"
 curl -sS http://$GATEWAY_ADDR/v1/balances -H "Authorization: Bearer $api_key"
 
+Or follow the account's events as they happen (Server-Sent Events; Ctrl-C leaves):
+
+curl -sS -N http://$GATEWAY_ADDR/v1/events -H "Authorization: Bearer $api_key"
+
 A key whose requests must be signed (README, Using the API):
 
 DATABASE_URL='$DATABASE_URL' SIGNING_KEY_ENCRYPTION_KEY=\$(cat .state/signing.key) bin/admin issue-key -signed $account_id

@@ -17,6 +17,42 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for EventType.
+const (
+	EventTypeBalance              EventType = "balance"
+	EventTypeFill                 EventType = "fill"
+	EventTypeOrderAccepted        EventType = "order.accepted"
+	EventTypeOrderCanceled        EventType = "order.canceled"
+	EventTypeOrderFilled          EventType = "order.filled"
+	EventTypeOrderOpen            EventType = "order.open"
+	EventTypeOrderPartiallyFilled EventType = "order.partially_filled"
+	EventTypeOrderRejected        EventType = "order.rejected"
+)
+
+// Valid indicates whether the value is a known member of the EventType enum.
+func (e EventType) Valid() bool {
+	switch e {
+	case EventTypeBalance:
+		return true
+	case EventTypeFill:
+		return true
+	case EventTypeOrderAccepted:
+		return true
+	case EventTypeOrderCanceled:
+		return true
+	case EventTypeOrderFilled:
+		return true
+	case EventTypeOrderOpen:
+		return true
+	case EventTypeOrderPartiallyFilled:
+		return true
+	case EventTypeOrderRejected:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for FillLiquidity.
 const (
 	FillLiquidityMaker FillLiquidity = "maker"
@@ -193,9 +229,11 @@ func (e ProblemCode) Valid() bool {
 
 // Defines values for ProblemType.
 const (
+	ProblemTypeEventsExpired          ProblemType = "urn:ordergate:problem:events-expired"
 	ProblemTypeForbidden              ProblemType = "urn:ordergate:problem:forbidden"
 	ProblemTypeIdempotencyConflict    ProblemType = "urn:ordergate:problem:idempotency-conflict"
 	ProblemTypeInternal               ProblemType = "urn:ordergate:problem:internal"
+	ProblemTypeInvalidHeader          ProblemType = "urn:ordergate:problem:invalid-header"
 	ProblemTypeInvalidQuery           ProblemType = "urn:ordergate:problem:invalid-query"
 	ProblemTypeMalformedRequest       ProblemType = "urn:ordergate:problem:malformed-request"
 	ProblemTypeMethodNotAllowed       ProblemType = "urn:ordergate:problem:method-not-allowed"
@@ -217,11 +255,15 @@ const (
 // Valid indicates whether the value is a known member of the ProblemType enum.
 func (e ProblemType) Valid() bool {
 	switch e {
+	case ProblemTypeEventsExpired:
+		return true
 	case ProblemTypeForbidden:
 		return true
 	case ProblemTypeIdempotencyConflict:
 		return true
 	case ProblemTypeInternal:
+		return true
+	case ProblemTypeInvalidHeader:
 		return true
 	case ProblemTypeInvalidQuery:
 		return true
@@ -438,6 +480,62 @@ type ClientOrderID = string
 //
 // Example: 64250.50
 type Decimal = string
+
+// Event One event of the caller's stream (`streamEvents`): the `data` of
+// one Server-Sent Events message.
+type Event struct {
+	// Data The resource the event announces, by `type` (see `EventType`).
+	Data Event_Data `json:"data"`
+
+	// ID The event's id; a redelivered event keeps it.
+	//
+	// Example: ORD_01J9Z8K3M4N5P6Q7R8S9T0V1W2.accepted
+	ID string `json:"id"`
+
+	// Sequence The event's place in the account's stream: 1, 2, ... without
+	// gaps. It is the message's `id`, what `Last-Event-ID` and
+	// `after` take.
+	//
+	//
+	// Example: 42
+	Sequence int64 `json:"sequence"`
+
+	// Time When the event entered the stream (RFC 3339, UTC, milliseconds).
+	//
+	// Example: 2025-01-15T09:30:00.123Z
+	Time time.Time `json:"time"`
+
+	// Type What an event announces, and so what its `data` is:
+	//
+	// * `order.accepted`, `order.open`, `order.partially_filled`,
+	//   `order.filled`, `order.canceled`, `order.rejected`: the order
+	//   reached that status; `data` is the `Order` as `getOrder` shows it.
+	// * `fill`: one of the caller's orders traded; `data` is the `Fill`
+	//   as `listFills` shows it.
+	// * `balance`: a balance changed; `data` is the `Balance` as
+	//   `listBalances` shows it.
+	//
+	// Clients must ignore types they do not know: more may be added.
+	Type EventType `json:"type"`
+}
+
+// Event_Data The resource the event announces, by `type` (see `EventType`).
+type Event_Data struct {
+	union json.RawMessage
+}
+
+// EventType What an event announces, and so what its `data` is:
+//
+//   - `order.accepted`, `order.open`, `order.partially_filled`,
+//     `order.filled`, `order.canceled`, `order.rejected`: the order
+//     reached that status; `data` is the `Order` as `getOrder` shows it.
+//   - `fill`: one of the caller's orders traded; `data` is the `Fill`
+//     as `listFills` shows it.
+//   - `balance`: a balance changed; `data` is the `Balance` as
+//     `listBalances` shows it.
+//
+// Clients must ignore types they do not know: more may be added.
+type EventType string
 
 // FieldError One invalid field of the request body.
 type FieldError struct {
@@ -919,6 +1017,8 @@ type PlaceOrderRequest struct {
 // `pointer`, since a query has no body to point into, and a `reason`
 // that starts with `query parameter <name>`, such as
 // `query parameter limit must be an integer from 1 to 200`.
+// A request header (problem type `invalid-header`) likewise has the
+// empty `pointer`, and a `reason` that starts with `header <name>`.
 type Problem struct {
 	// Code Set by the problem types that refuse at the door what settlement
 	// would reject: the `reject_reason` the order would have had
@@ -934,6 +1034,10 @@ type Problem struct {
 
 	// Instance The request's path.
 	Instance *string `json:"instance,omitempty"`
+
+	// LastSequence Set by `events-expired`: the sequence of the last event the
+	// stream gave; stream after it once the current state is read.
+	LastSequence *int64 `json:"last_sequence,omitempty"`
 
 	// RequestID The request's `X-Request-Id`.
 	RequestID *string `json:"request_id,omitempty"`
@@ -1002,6 +1106,8 @@ type RequestID = string
 // `pointer`, since a query has no body to point into, and a `reason`
 // that starts with `query parameter <name>`, such as
 // `query parameter limit must be an integer from 1 to 200`.
+// A request header (problem type `invalid-header`) likewise has the
+// empty `pointer`, and a `reason` that starts with `header <name>`.
 type Forbidden = Problem
 
 // IdempotencyConflict An error, as an RFC 9457 problem details object.
@@ -1012,6 +1118,8 @@ type Forbidden = Problem
 // `pointer`, since a query has no body to point into, and a `reason`
 // that starts with `query parameter <name>`, such as
 // `query parameter limit must be an integer from 1 to 200`.
+// A request header (problem type `invalid-header`) likewise has the
+// empty `pointer`, and a `reason` that starts with `header <name>`.
 type IdempotencyConflict = Problem
 
 // Internal An error, as an RFC 9457 problem details object.
@@ -1022,6 +1130,8 @@ type IdempotencyConflict = Problem
 // `pointer`, since a query has no body to point into, and a `reason`
 // that starts with `query parameter <name>`, such as
 // `query parameter limit must be an integer from 1 to 200`.
+// A request header (problem type `invalid-header`) likewise has the
+// empty `pointer`, and a `reason` that starts with `header <name>`.
 type Internal = Problem
 
 // MalformedRequest An error, as an RFC 9457 problem details object.
@@ -1032,6 +1142,8 @@ type Internal = Problem
 // `pointer`, since a query has no body to point into, and a `reason`
 // that starts with `query parameter <name>`, such as
 // `query parameter limit must be an integer from 1 to 200`.
+// A request header (problem type `invalid-header`) likewise has the
+// empty `pointer`, and a `reason` that starts with `header <name>`.
 type MalformedRequest = Problem
 
 // NotCancelable An error, as an RFC 9457 problem details object.
@@ -1042,6 +1154,8 @@ type MalformedRequest = Problem
 // `pointer`, since a query has no body to point into, and a `reason`
 // that starts with `query parameter <name>`, such as
 // `query parameter limit must be an integer from 1 to 200`.
+// A request header (problem type `invalid-header`) likewise has the
+// empty `pointer`, and a `reason` that starts with `header <name>`.
 type NotCancelable = Problem
 
 // NotFound An error, as an RFC 9457 problem details object.
@@ -1052,6 +1166,8 @@ type NotCancelable = Problem
 // `pointer`, since a query has no body to point into, and a `reason`
 // that starts with `query parameter <name>`, such as
 // `query parameter limit must be an integer from 1 to 200`.
+// A request header (problem type `invalid-header`) likewise has the
+// empty `pointer`, and a `reason` that starts with `header <name>`.
 type NotFound = Problem
 
 // PayloadTooLarge An error, as an RFC 9457 problem details object.
@@ -1062,6 +1178,8 @@ type NotFound = Problem
 // `pointer`, since a query has no body to point into, and a `reason`
 // that starts with `query parameter <name>`, such as
 // `query parameter limit must be an integer from 1 to 200`.
+// A request header (problem type `invalid-header`) likewise has the
+// empty `pointer`, and a `reason` that starts with `header <name>`.
 type PayloadTooLarge = Problem
 
 // TooManyRequests An error, as an RFC 9457 problem details object.
@@ -1072,6 +1190,8 @@ type PayloadTooLarge = Problem
 // `pointer`, since a query has no body to point into, and a `reason`
 // that starts with `query parameter <name>`, such as
 // `query parameter limit must be an integer from 1 to 200`.
+// A request header (problem type `invalid-header`) likewise has the
+// empty `pointer`, and a `reason` that starts with `header <name>`.
 type TooManyRequests = Problem
 
 // Unauthorized An error, as an RFC 9457 problem details object.
@@ -1082,6 +1202,8 @@ type TooManyRequests = Problem
 // `pointer`, since a query has no body to point into, and a `reason`
 // that starts with `query parameter <name>`, such as
 // `query parameter limit must be an integer from 1 to 200`.
+// A request header (problem type `invalid-header`) likewise has the
+// empty `pointer`, and a `reason` that starts with `header <name>`.
 type Unauthorized = Problem
 
 // Unavailable An error, as an RFC 9457 problem details object.
@@ -1092,6 +1214,8 @@ type Unauthorized = Problem
 // `pointer`, since a query has no body to point into, and a `reason`
 // that starts with `query parameter <name>`, such as
 // `query parameter limit must be an integer from 1 to 200`.
+// A request header (problem type `invalid-header`) likewise has the
+// empty `pointer`, and a `reason` that starts with `header <name>`.
 type Unavailable = Problem
 
 // UnsupportedMediaType An error, as an RFC 9457 problem details object.
@@ -1102,6 +1226,8 @@ type Unavailable = Problem
 // `pointer`, since a query has no body to point into, and a `reason`
 // that starts with `query parameter <name>`, such as
 // `query parameter limit must be an integer from 1 to 200`.
+// A request header (problem type `invalid-header`) likewise has the
+// empty `pointer`, and a `reason` that starts with `header <name>`.
 type UnsupportedMediaType = Problem
 
 // ValidationFailed An error, as an RFC 9457 problem details object.
@@ -1112,6 +1238,8 @@ type UnsupportedMediaType = Problem
 // `pointer`, since a query has no body to point into, and a `reason`
 // that starts with `query parameter <name>`, such as
 // `query parameter limit must be an integer from 1 to 200`.
+// A request header (problem type `invalid-header`) likewise has the
+// empty `pointer`, and a `reason` that starts with `header <name>`.
 type ValidationFailed = Problem
 
 // GetHealthParams defines parameters for GetHealth.
@@ -1133,6 +1261,20 @@ type ListBalancesParams struct {
 	// XRequestID An id for this request, chosen by the client to correlate logs. It is
 	// echoed in the `X-Request-Id` response header and in problem bodies.
 	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
+}
+
+// StreamEventsParams defines parameters for StreamEvents.
+type StreamEventsParams struct {
+	// After Resume after this sequence; `0` replays every event held.
+	After *int64 `form:"after,omitempty" json:"after,omitempty"`
+
+	// XRequestID An id for this request, chosen by the client to correlate logs. It is
+	// echoed in the `X-Request-Id` response header and in problem bodies.
+	XRequestID *RequestID `json:"X-Request-Id,omitempty"`
+
+	// LastEventID Resume after this sequence: the `id` of the last message the
+	// client received. Wins over `after`. Empty is the same as absent.
+	LastEventID *string `json:"Last-Event-ID,omitempty"`
 }
 
 // ListFillsParams defines parameters for ListFills.
@@ -1224,6 +1366,94 @@ type GetOrderParams struct {
 
 // PlaceOrderJSONRequestBody defines body for PlaceOrder for application/json ContentType.
 type PlaceOrderJSONRequestBody = PlaceOrderRequest
+
+// AsOrder returns the union data inside the Event_Data as a Order
+func (t Event_Data) AsOrder() (Order, error) {
+	var body Order
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromOrder overwrites any union data inside the Event_Data as the provided Order
+func (t *Event_Data) FromOrder(v Order) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeOrder performs a merge with any union data inside the Event_Data, using the provided Order
+func (t *Event_Data) MergeOrder(v Order) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsFill returns the union data inside the Event_Data as a Fill
+func (t Event_Data) AsFill() (Fill, error) {
+	var body Fill
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromFill overwrites any union data inside the Event_Data as the provided Fill
+func (t *Event_Data) FromFill(v Fill) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeFill performs a merge with any union data inside the Event_Data, using the provided Fill
+func (t *Event_Data) MergeFill(v Fill) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsBalance returns the union data inside the Event_Data as a Balance
+func (t Event_Data) AsBalance() (Balance, error) {
+	var body Balance
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromBalance overwrites any union data inside the Event_Data as the provided Balance
+func (t *Event_Data) FromBalance(v Balance) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeBalance performs a merge with any union data inside the Event_Data, using the provided Balance
+func (t *Event_Data) MergeBalance(v Balance) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t Event_Data) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *Event_Data) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -1336,6 +1566,51 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/balances (the `ListBalances` operationId).
 	ListBalances(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StreamEvents Stream the caller's events (Server-Sent Events).
+	//
+	// Pushes what happens to the caller's orders, fills and balances as
+	// [Server-Sent Events](https://html.spec.whatwg.org/multipage/server-sent-events.html),
+	// instead of polling `getOrder`. Each message is
+	//
+	//     id: <sequence>
+	//     event: <type>
+	//     data: <the event, an `Event`, as JSON>
+	//
+	// and a blank line. `sequence` numbers the account's events 1, 2, ...
+	// without gaps, so a client sees at once whether it missed one.
+	// The stream opens with a message holding only `id: <sequence>`:
+	// the position it starts after, so a client (or a browser's
+	// `EventSource`) that reconnects before the first event still
+	// resumes there. Idle streams carry a comment line,
+	// `: heartbeat`, every 15 s; a client that hears nothing for longer
+	// should reconnect.
+	//
+	// **Where it starts.** With `Last-Event-ID` (the header a reconnecting
+	// `EventSource` sends) or `after`, right after that sequence: nothing
+	// lost, nothing twice, across dropped connections and gateway
+	// restarts. When both are given the header wins: it is what a
+	// reconnecting client saw last, while the query is the URL it first
+	// opened. `after=0` replays every event the stream still holds.
+	// Without either, the stream starts with the events that come from
+	// now on.
+	//
+	// **Retention.** The stream keeps each account's newest 10,000
+	// events and every event of the last 24 hours. A position whose next
+	// event is gone is answered `410` (`events-expired`), as is a
+	// position past the last event given (Redis lost its newest writes):
+	// read the current state from the REST routes, then stream after the
+	// problem's `last_sequence`.
+	//
+	// **Slow clients.** A client that reads more slowly than its events
+	// come, by a whole buffer (1,024 events), is disconnected rather than
+	// let it slow anyone else; it resumes with `Last-Event-ID`. Opening
+	// the stream takes a permit of the key's rate limit, as any request;
+	// the events it carries take none. A gateway that shuts down ends
+	// its streams, and clients resume on another.
+	//
+	// Corresponds with GET /v1/events (the `StreamEvents` operationId).
+	StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListFills List the caller's fills.
 	//
@@ -1561,6 +1836,61 @@ func (c *Client) GetReadiness(ctx context.Context, params *GetReadinessParams, r
 // Corresponds with GET /v1/balances (the `ListBalances` operationId).
 func (c *Client) ListBalances(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListBalancesRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StreamEvents Stream the caller's events (Server-Sent Events).
+//
+// Pushes what happens to the caller's orders, fills and balances as
+// [Server-Sent Events](https://html.spec.whatwg.org/multipage/server-sent-events.html),
+// instead of polling `getOrder`. Each message is
+//
+//	id: <sequence>
+//	event: <type>
+//	data: <the event, an `Event`, as JSON>
+//
+// and a blank line. `sequence` numbers the account's events 1, 2, ...
+// without gaps, so a client sees at once whether it missed one.
+// The stream opens with a message holding only `id: <sequence>`:
+// the position it starts after, so a client (or a browser's
+// `EventSource`) that reconnects before the first event still
+// resumes there. Idle streams carry a comment line,
+// `: heartbeat`, every 15 s; a client that hears nothing for longer
+// should reconnect.
+//
+// **Where it starts.** With `Last-Event-ID` (the header a reconnecting
+// `EventSource` sends) or `after`, right after that sequence: nothing
+// lost, nothing twice, across dropped connections and gateway
+// restarts. When both are given the header wins: it is what a
+// reconnecting client saw last, while the query is the URL it first
+// opened. `after=0` replays every event the stream still holds.
+// Without either, the stream starts with the events that come from
+// now on.
+//
+// **Retention.** The stream keeps each account's newest 10,000
+// events and every event of the last 24 hours. A position whose next
+// event is gone is answered `410` (`events-expired`), as is a
+// position past the last event given (Redis lost its newest writes):
+// read the current state from the REST routes, then stream after the
+// problem's `last_sequence`.
+//
+// **Slow clients.** A client that reads more slowly than its events
+// come, by a whole buffer (1,024 events), is disconnected rather than
+// let it slow anyone else; it resumes with `Last-Event-ID`. Opening
+// the stream takes a permit of the key's rate limit, as any request;
+// the events it carries take none. A gateway that shuts down ends
+// its streams, and clients resume on another.
+//
+// Corresponds with GET /v1/events (the `StreamEvents` operationId).
+func (c *Client) StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStreamEventsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1945,6 +2275,86 @@ func NewListBalancesRequest(server string, params *ListBalancesParams) (*http.Re
 			}
 
 			req.Header.Set("X-Request-Id", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewStreamEventsRequest constructs an http.Request for the StreamEvents method
+func NewStreamEventsRequest(server string, params *StreamEventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-Id", headerParam0)
+		}
+
+		if params.LastEventID != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam1)
 		}
 
 	}
@@ -2566,6 +2976,53 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/balances (the `ListBalances` operationId).
 	ListBalancesWithResponse(ctx context.Context, params *ListBalancesParams, reqEditors ...RequestEditorFn) (*ListBalancesResponse, error)
 
+	// StreamEventsWithResponse Stream the caller's events (Server-Sent Events).
+	//
+	// Pushes what happens to the caller's orders, fills and balances as
+	// [Server-Sent Events](https://html.spec.whatwg.org/multipage/server-sent-events.html),
+	// instead of polling `getOrder`. Each message is
+	//
+	//     id: <sequence>
+	//     event: <type>
+	//     data: <the event, an `Event`, as JSON>
+	//
+	// and a blank line. `sequence` numbers the account's events 1, 2, ...
+	// without gaps, so a client sees at once whether it missed one.
+	// The stream opens with a message holding only `id: <sequence>`:
+	// the position it starts after, so a client (or a browser's
+	// `EventSource`) that reconnects before the first event still
+	// resumes there. Idle streams carry a comment line,
+	// `: heartbeat`, every 15 s; a client that hears nothing for longer
+	// should reconnect.
+	//
+	// **Where it starts.** With `Last-Event-ID` (the header a reconnecting
+	// `EventSource` sends) or `after`, right after that sequence: nothing
+	// lost, nothing twice, across dropped connections and gateway
+	// restarts. When both are given the header wins: it is what a
+	// reconnecting client saw last, while the query is the URL it first
+	// opened. `after=0` replays every event the stream still holds.
+	// Without either, the stream starts with the events that come from
+	// now on.
+	//
+	// **Retention.** The stream keeps each account's newest 10,000
+	// events and every event of the last 24 hours. A position whose next
+	// event is gone is answered `410` (`events-expired`), as is a
+	// position past the last event given (Redis lost its newest writes):
+	// read the current state from the REST routes, then stream after the
+	// problem's `last_sequence`.
+	//
+	// **Slow clients.** A client that reads more slowly than its events
+	// come, by a whole buffer (1,024 events), is disconnected rather than
+	// let it slow anyone else; it resumes with `Last-Event-ID`. Opening
+	// the stream takes a permit of the key's rate limit, as any request;
+	// the events it carries take none. A gateway that shuts down ends
+	// its streams, and clients resume on another.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/events (the `StreamEvents` operationId).
+	StreamEventsWithResponse(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*StreamEventsResponse, error)
+
 	// ListFillsWithResponse List the caller's fills.
 	//
 	// Lists the caller's fills, newest first: every trade one of its
@@ -3000,6 +3457,168 @@ func (r ListBalancesResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListBalancesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// StreamEventsResponse200Headers the declared response headers of an HTTP 200 response for StreamEvents
+type StreamEventsResponse200Headers struct {
+	CacheControl       string
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	XAccelBuffering    string
+	XRequestID         string
+}
+
+// StreamEventsResponse400Headers the declared response headers of an HTTP 400 response for StreamEvents
+type StreamEventsResponse400Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	XRequestID         string
+}
+
+// StreamEventsResponse401Headers the declared response headers of an HTTP 401 response for StreamEvents
+type StreamEventsResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// StreamEventsResponse403Headers the declared response headers of an HTTP 403 response for StreamEvents
+type StreamEventsResponse403Headers struct {
+	XRequestID string
+}
+
+// StreamEventsResponse410Headers the declared response headers of an HTTP 410 response for StreamEvents
+type StreamEventsResponse410Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	XRequestID         string
+}
+
+// StreamEventsResponse429Headers the declared response headers of an HTTP 429 response for StreamEvents
+type StreamEventsResponse429Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         int
+	XRequestID         string
+}
+
+// StreamEventsResponse500Headers the declared response headers of an HTTP 500 response for StreamEvents
+type StreamEventsResponse500Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	XRequestID         string
+}
+
+// StreamEventsResponse503Headers the declared response headers of an HTTP 503 response for StreamEvents
+type StreamEventsResponse503Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         *int
+	XRequestID         string
+}
+
+type StreamEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *Problem
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationProblemJSON410 *Problem
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *Internal
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *StreamEventsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *StreamEventsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *StreamEventsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *StreamEventsResponse403Headers
+	// Headers410 the parsed response headers for an HTTP 410 response
+	Headers410 *StreamEventsResponse410Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *StreamEventsResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *StreamEventsResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *StreamEventsResponse503Headers
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationProblemJSON400() *Problem {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationProblemJSON410() *Problem {
+	return r.ApplicationProblemJSON410
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationProblemJSON500() *Internal {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationProblemJSON503() *Unavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r StreamEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StreamEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StreamEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StreamEventsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4264,6 +4883,59 @@ func (c *ClientWithResponses) ListBalancesWithResponse(ctx context.Context, para
 	return ParseListBalancesResponse(rsp)
 }
 
+// StreamEventsWithResponse Stream the caller's events (Server-Sent Events).
+//
+// Pushes what happens to the caller's orders, fills and balances as
+// [Server-Sent Events](https://html.spec.whatwg.org/multipage/server-sent-events.html),
+// instead of polling `getOrder`. Each message is
+//
+//	id: <sequence>
+//	event: <type>
+//	data: <the event, an `Event`, as JSON>
+//
+// and a blank line. `sequence` numbers the account's events 1, 2, ...
+// without gaps, so a client sees at once whether it missed one.
+// The stream opens with a message holding only `id: <sequence>`:
+// the position it starts after, so a client (or a browser's
+// `EventSource`) that reconnects before the first event still
+// resumes there. Idle streams carry a comment line,
+// `: heartbeat`, every 15 s; a client that hears nothing for longer
+// should reconnect.
+//
+// **Where it starts.** With `Last-Event-ID` (the header a reconnecting
+// `EventSource` sends) or `after`, right after that sequence: nothing
+// lost, nothing twice, across dropped connections and gateway
+// restarts. When both are given the header wins: it is what a
+// reconnecting client saw last, while the query is the URL it first
+// opened. `after=0` replays every event the stream still holds.
+// Without either, the stream starts with the events that come from
+// now on.
+//
+// **Retention.** The stream keeps each account's newest 10,000
+// events and every event of the last 24 hours. A position whose next
+// event is gone is answered `410` (`events-expired`), as is a
+// position past the last event given (Redis lost its newest writes):
+// read the current state from the REST routes, then stream after the
+// problem's `last_sequence`.
+//
+// **Slow clients.** A client that reads more slowly than its events
+// come, by a whole buffer (1,024 events), is disconnected rather than
+// let it slow anyone else; it resumes with `Last-Event-ID`. Opening
+// the stream takes a permit of the key's rate limit, as any request;
+// the events it carries take none. A gateway that shuts down ends
+// its streams, and clients resume on another.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/events (the `StreamEvents` operationId).
+func (c *ClientWithResponses) StreamEventsWithResponse(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*StreamEventsResponse, error) {
+	rsp, err := c.StreamEvents(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStreamEventsResponse(rsp)
+}
+
 // ListFillsWithResponse List the caller's fills.
 //
 // Lists the caller's fills, newest first: every trade one of its
@@ -4818,6 +5490,318 @@ func ParseListBalancesResponse(rsp *http.Response) (*ListBalancesResponse, error
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListBalancesResponse503Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseStreamEventsResponse parses an HTTP response from a StreamEventsWithResponse call
+func ParseStreamEventsResponse(rsp *http.Response) (*StreamEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StreamEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers StreamEventsResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Accel-Buffering"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Accel-Buffering", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XAccelBuffering = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers StreamEventsResponse400Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers StreamEventsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers StreamEventsResponse403Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 410:
+		var headers StreamEventsResponse410Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers410 = &headers
+	case rsp.StatusCode == 429:
+		var headers StreamEventsResponse429Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers StreamEventsResponse500Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers StreamEventsResponse503Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

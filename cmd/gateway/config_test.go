@@ -111,6 +111,9 @@ func TestConfigurationRefusesWhatItCannotRunWith(t *testing.T) {
 		{"log lines at once", nil, map[string]string{"LOG_FLUSH_INTERVAL": "0"}, false},
 		{"negative log flush interval", []string{"-log-flush-interval", "-1s"}, nil, true},
 		{"malformed log flush interval", nil, map[string]string{"LOG_FLUSH_INTERVAL": "often"}, true},
+		{"event heartbeat", nil, map[string]string{"EVENTS_HEARTBEAT": "5s"}, false},
+		{"zero event heartbeat", nil, map[string]string{"EVENTS_HEARTBEAT": "0s"}, true},
+		{"malformed event heartbeat", []string{"-events-heartbeat", "often"}, nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

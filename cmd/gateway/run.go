@@ -78,6 +78,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.IntVar(&c.http.RateLimitBurst, "rate-limit-burst", env.Int("RATE_LIMIT_BURST", defaults.RateLimitBurst), "requests one API key may make at once; 0 turns rate limiting off (RATE_LIMIT_BURST)")
 	flags.IntVar(&c.http.RateLimitPerSecond, "rate-limit-per-second", env.Int("RATE_LIMIT_PER_SECOND", defaults.RateLimitPerSecond), "requests a second one API key may make sustained (RATE_LIMIT_PER_SECOND)")
 	flags.DurationVar(&c.http.SignatureWindow, "signature-window", env.Duration("SIGNATURE_WINDOW", defaults.SignatureWindow), "how far from the gateway's clock, either way, a signed request's timestamp may be (SIGNATURE_WINDOW)")
+	flags.DurationVar(&c.http.EventHeartbeat, "events-heartbeat", env.Duration("EVENTS_HEARTBEAT", defaults.EventHeartbeat), "how long an event stream (GET /v1/events) may be silent before a heartbeat comment (EVENTS_HEARTBEAT)")
 	if err := flags.Parse(args[1:]); err != nil {
 		return config{}, err
 	}
@@ -155,7 +156,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	book := postgres.NewOrders(postgres.NewHistory(db), postgres.NewSettler(db, relay, log))
-	placer := placement.NewPlacer(queueClient.Queue(orders.Queue, emq.WithDedupRetention(c.dedupRetention)), placement.WithHistory(book))
+	ordersQueue := queueClient.Queue(orders.Queue, emq.WithDedupRetention(c.dedupRetention))
+	placer := placement.NewPlacer(ordersQueue, placement.WithHistory(book))
 	if err := placer.Declare(ctx); err != nil {
 		return err
 	}
@@ -198,6 +200,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 				"keys", unverifiable, "encryption_key_set", c.sealer != nil)
 		}
 	}
+	// The event streams' tail loop holds one connection of the pool while
+	// it waits (go-redis extends its read timeout by the block).
+	events := placement.NewEventStreams(ordersQueue, placement.WithEventLogger(log))
+	defer events.Close()
 	server := gateway.New(gateway.Deps{
 		Placer:      placer,
 		Instruments: instruments,
@@ -206,6 +212,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Balances:    placement.NewBalances(postgres.NewBalances(db), caches, log),
 		Depth:       postgres.NewBook(db),
 		Fills:       postgres.NewFills(db),
+		Events:      events,
 		Probes:      probes(queueClient, db),
 		Logger:      log,
 		Metrics:     metrics,
@@ -226,6 +233,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	httpServer := gateway.NewHTTPServer(c.addr, server, log)
+	// Streams never end by themselves: the shutdown ends them (their
+	// clients resume on another gateway), or its drain would wait for them.
+	httpServer.RegisterOnShutdown(events.Close)
 	served := make(chan error, 1)
 	go func() { served <- httpServer.Serve(listener) }()
 	log.Info("gateway listening", "addr", listener.Addr().String())

@@ -92,8 +92,21 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 	if fills.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != `{"fills":[]}` {
 		t.Errorf("GET /v1/fills: %d %s, want an empty list", fills.StatusCode, body)
 	}
+	// An event stream is open when the signal comes: the shutdown ends it
+	// rather than waits for it.
+	req, _ = http.NewRequest(http.MethodGet, "http://"+addr+"/v1/events", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	stream, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	streamed := bufio.NewReader(stream.Body)
+	if line, err := streamed.ReadString('\n'); stream.StatusCode != http.StatusOK || line != "id: 0\n" {
+		t.Fatalf("GET /v1/events: %d, first line %q, %v", stream.StatusCode, line, err)
+	}
 	status, metrics := get(t, "http://"+metricsAddr+"/metrics")
-	for _, series := range []string{"http_requests_total", "api_key_stale_answers_total", "go_goroutines", "process_open_fds"} {
+	for _, series := range []string{"http_requests_total", "api_key_stale_answers_total", "event_streams_open", "go_goroutines", "process_open_fds"} {
 		if status != http.StatusOK || !strings.Contains(metrics, "\n"+series) {
 			t.Errorf("GET /metrics on METRICS_ADDR: %d, no %s series", status, series)
 		}
@@ -167,6 +180,9 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), `"msg":"gateway stopped"`) {
 		t.Errorf("no clean stop logged:\n%s", out.String())
+	}
+	if rest, err := io.ReadAll(streamed); err != nil || strings.Contains(string(rest), "data:") {
+		t.Errorf("the event stream after the shutdown: %q, %v; want its end", rest, err)
 	}
 	if conn, err := net.Dial("tcp", metricsAddr); err == nil {
 		conn.Close()

@@ -48,14 +48,18 @@ func ValidateRequests() Option {
 //   - a declared response header is missing or does not match its schema;
 //   - the response's Content-Type is not one the spec declares for that
 //     status, or the body does not match its schema;
-//   - with ValidateRequests, the request does not match the spec.
+//   - with ValidateRequests, the request does not match the spec;
+//   - a message of an event stream (text/event-stream) whose data is not
+//     an Event of the spec, or whose id and event fields are not its
+//     sequence and type (checked as the caller reads the stream, which is
+//     handed back unread: see stream.go).
 //
 // The response is handed back to the caller unchanged either way, so a test
 // can go on to check behaviour. Authentication is left to the server: the
 // spec's security requirements are never checked.
 func Transport(t testing.TB, base http.RoundTripper, opts ...Option) http.RoundTripper {
 	t.Helper()
-	router, err := loadRouter()
+	spec, err := loadSpec()
 	if err != nil {
 		t.Fatalf("apitest: load api/openapi.yaml: %v", err)
 	}
@@ -70,7 +74,7 @@ func Transport(t testing.TB, base http.RoundTripper, opts ...Option) http.RoundT
 	for _, opt := range opts {
 		opt(&cfg)
 	}
-	return &transport{t: t, base: base, router: router, cfg: cfg}
+	return &transport{t: t, base: base, spec: spec, cfg: cfg}
 }
 
 // Client returns an http.Client whose every exchange is checked against the
@@ -80,15 +84,26 @@ func Client(t testing.TB, opts ...Option) *http.Client {
 	return &http.Client{Transport: Transport(t, nil, opts...)}
 }
 
-// loadRouter parses and validates the spec once per test binary: the router
+// spec is the contract as the checks read it.
+type spec struct {
+	router routers.Router
+	// event is the schema of an event stream message's data.
+	event *openapi3.Schema
+}
+
+// loadSpec parses and validates the spec once per test binary: the router
 // and document are only read afterwards, so every Transport can share them.
-var loadRouter = sync.OnceValues(func() (routers.Router, error) {
+var loadSpec = sync.OnceValues(func() (spec, error) {
 	doc, err := openapi3.NewLoader().LoadFromData(api.Spec)
 	if err != nil {
-		return nil, err
+		return spec{}, err
 	}
 	if err := doc.Validate(context.Background()); err != nil {
-		return nil, fmt.Errorf("invalid spec: %w", err)
+		return spec{}, fmt.Errorf("invalid spec: %w", err)
+	}
+	event := doc.Components.Schemas["Event"]
+	if event == nil || event.Value == nil {
+		return spec{}, errors.New("the spec has no Event schema")
 	}
 	// kin-openapi registers this decoder itself today; make sure problem
 	// bodies are decoded, not reported as an unsupported content type, if a
@@ -98,16 +113,17 @@ var loadRouter = sync.OnceValues(func() (routers.Router, error) {
 	}
 	// Test servers listen on random ports: match on the path alone.
 	doc.Servers = openapi3.Servers{{URL: "/"}}
-	return gorillamux.NewRouter(doc)
+	router, err := gorillamux.NewRouter(doc)
+	return spec{router: router, event: event.Value}, err
 })
 
 const problemJSON = "application/problem+json"
 
 type transport struct {
-	t      testing.TB
-	base   http.RoundTripper
-	router routers.Router
-	cfg    config
+	t    testing.TB
+	base http.RoundTripper
+	spec spec
+	cfg  config
 }
 
 func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -128,6 +144,13 @@ func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	if isEventStream(resp) {
+		for _, v := range tr.check(withBody(req, reqBody), resp, nil) {
+			tr.t.Errorf("apitest: %s %s -> %d breaks api/openapi.yaml: %v", req.Method, req.URL.RequestURI(), resp.StatusCode, v)
+		}
+		resp.Body = tr.checkStream(req, resp.Body)
+		return resp, nil
+	}
 	respBody, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	if err != nil {
@@ -144,7 +167,7 @@ func (tr *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // check returns every way in which the exchange breaks the spec.
 func (tr *transport) check(req *http.Request, resp *http.Response, respBody []byte) []error {
-	route, pathParams, err := tr.router.FindRoute(req)
+	route, pathParams, err := tr.spec.router.FindRoute(req)
 	if err != nil {
 		// Without an operation there is no response to check against.
 		return []error{fmt.Errorf("no such operation: %w", err)}
@@ -170,6 +193,8 @@ func (tr *transport) check(req *http.Request, resp *http.Response, respBody []by
 		}
 	}
 
+	// A stream's body is checked as it is read (stream.go).
+	opts.ExcludeResponseBody = respBody == nil
 	// ValidateResponse skips the body when the spec declares no content for
 	// the status; an undeclared body is still a contract break.
 	if r := route.Operation.Responses.Status(resp.StatusCode); r != nil && r.Value != nil &&

@@ -1,0 +1,194 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+)
+
+// eventsRoute streams the caller's events as Server-Sent Events.
+const eventsRoute = "/v1/events"
+
+// eventWriteTimeout bounds each write of a stream, as the HTTP server's
+// WriteTimeout bounds a whole answer: a client that reads nothing for that
+// long is disconnected.
+const eventWriteTimeout = 15 * time.Second
+
+// headerLastEventID is the resume position a reconnecting EventSource sends.
+const headerLastEventID = "Last-Event-Id"
+
+var sequencePattern = regexp.MustCompile(`^(0|[1-9][0-9]{0,18})$`)
+
+// streamPosition is where a stream starts: after a sequence, or, when not
+// resuming, after the last event so far.
+type streamPosition struct {
+	after  int64
+	resume bool
+}
+
+// streamPositionOf reads Last-Event-ID and ?after=, strictly; the header
+// wins when both are given, since a reconnecting client (EventSource) sends
+// it beside the URL it first opened.
+func streamPositionOf(c echo.Context) (streamPosition, error) {
+	var position streamPosition
+	read := func(value string, refuse func(string, ...any)) {
+		after, err := strconv.ParseInt(value, 10, 64)
+		if !sequencePattern.MatchString(value) || err != nil {
+			refuse("must be a sequence: a whole number from 0, without sign or leading zeros")
+			return
+		}
+		position = streamPosition{after: after, resume: true}
+	}
+	err := readQuery(c.QueryParams(), []string{"after"}, func(_, value string, refuse func(string, ...any)) {
+		read(value, refuse)
+	})
+	if err != nil {
+		return streamPosition{}, err
+	}
+	values := c.Request().Header.Values(headerLastEventID)
+	if len(values) > 1 {
+		return streamPosition{}, invalidHeader("Last-Event-ID", "is given %d times; give it at most once", len(values))
+	}
+	if len(values) == 1 && values[0] != "" {
+		read(values[0], func(format string, args ...any) { err = invalidHeader("Last-Event-ID", format, args...) })
+	}
+	return position, err
+}
+
+// streamEvents answers the caller's events as Server-Sent Events until the
+// client leaves, the gateway stops, the client falls behind its buffer, or
+// the stream's log fails it. Past the opening the answer is committed, so
+// its end is the only error a client sees: it resumes with Last-Event-ID.
+func (s *Server) streamEvents(c echo.Context) error {
+	position, err := streamPositionOf(c)
+	if err != nil {
+		return err
+	}
+	var subscription *placement.Subscription
+	if position.resume {
+		subscription, err = s.events.Subscribe(c.Request().Context(), account(c), position.after)
+	} else {
+		subscription, err = s.events.SubscribeNew(c.Request().Context(), account(c))
+	}
+	if err != nil {
+		return err
+	}
+	defer subscription.Close()
+	s.metrics.streams.Inc()
+	defer s.metrics.streams.Dec()
+
+	response := c.Response()
+	header := response.Header()
+	header.Set(echo.HeaderContentType, "text/event-stream")
+	header.Set(echo.HeaderCacheControl, "no-cache")
+	header.Set("X-Accel-Buffering", "no")
+	response.WriteHeader(http.StatusOK)
+	stream := &eventWriter{response: response, control: http.NewResponseController(response)}
+	// The position first, so a client that reconnects before any event
+	// resumes there.
+	message := strconv.AppendInt(append(make([]byte, 0, 1024), "id: "...), subscription.Position(), 10)
+	if err := stream.write(append(message, "\n\n"...)); err != nil {
+		return nil
+	}
+	ctx := state(c).untimed
+	for {
+		event, ok, err := subscription.Next(ctx, s.config.EventHeartbeat)
+		if err != nil {
+			s.endStream(c, err)
+			return nil
+		}
+		message = message[:0]
+		if ok {
+			message = appendEventMessage(message, event)
+		} else {
+			message = append(message, ": heartbeat\n\n"...)
+		}
+		if err := stream.write(message); err != nil {
+			s.logger(c).Debug("event stream write failed", "err", err)
+			return nil
+		}
+		if ok {
+			s.metrics.eventsSent.Inc()
+		}
+	}
+}
+
+// endStream logs why a stream ended, when the client did not end it.
+func (s *Server) endStream(c echo.Context, err error) {
+	var expired *placement.EventsExpiredError
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, placement.ErrEventStreamsClosed):
+	case errors.Is(err, placement.ErrSlowSubscriber):
+		s.metrics.slowStreams.Inc()
+		s.logger(c).Info("event stream dropped: the client reads more slowly than its events come", "account", account(c))
+	case errors.As(err, &expired):
+		s.logger(c).Warn("event stream ended: its log dropped events before they were sent", "account", account(c), "err", err)
+	default:
+		s.logger(c).Warn("event stream ended", "account", account(c), "err", err)
+	}
+}
+
+// eventWriter writes a stream's messages, each sent at once.
+type eventWriter struct {
+	response *echo.Response
+	control  *http.ResponseController
+}
+
+// write sends one message, with a write deadline of its own: the server's
+// WriteTimeout would otherwise end the stream.
+func (w *eventWriter) write(message []byte) error {
+	if err := w.control.SetWriteDeadline(time.Now().Add(eventWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	if _, err := w.response.Write(message); err != nil {
+		return err
+	}
+	return w.control.Flush()
+}
+
+// appendEventMessage appends one Server-Sent Events message: the event's
+// sequence as its id, its type as its event, and its JSON as its data, one
+// data field per line (a stored resource may hold line breaks, which the
+// client joins again with a line feed).
+func appendEventMessage(dst []byte, event orders.Event) []byte {
+	dst = append(dst, "id: "...)
+	dst = strconv.AppendInt(dst, event.Sequence, 10)
+	dst = append(dst, "\nevent: "...)
+	dst = append(dst, event.Type...)
+	dst = append(dst, "\ndata: "...)
+	start := len(dst)
+	dst = event.AppendJSON(dst)
+	if bytes.ContainsAny(dst[start:], "\r\n") {
+		envelope := bytes.Clone(dst[start:])
+		dst = dst[:start-len("\ndata: ")]
+		for more := true; more; {
+			var line []byte
+			line, envelope, more = cutLine(envelope)
+			dst = append(dst, "\ndata: "...)
+			dst = append(dst, line...)
+		}
+	}
+	return append(dst, "\n\n"...)
+}
+
+// cutLine cuts b at its first line break: CR, LF or CRLF, each of which
+// ends a line of an event stream.
+func cutLine(b []byte) (line, rest []byte, found bool) {
+	i := bytes.IndexAny(b, "\r\n")
+	if i < 0 {
+		return b, nil, false
+	}
+	if b[i] == '\r' && i+1 < len(b) && b[i+1] == '\n' {
+		return b[:i], b[i+2:], true
+	}
+	return b[:i], b[i+1:], true
+}

@@ -1,0 +1,518 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
+)
+
+// An account's events are the orders queue's log of the account's group
+// (emq/log.go). EventStreams serves them to the account's subscribers:
+// each subscription first reads what it missed page by page on its own,
+// then joins one tail loop per process, a single blocking read (TailLogs)
+// over the logs of every account with a subscriber, which hands each new
+// event to every subscription of its account. The handoff between the two
+// and the rest are in docs/api.md (The event stream).
+
+// The defaults of EventStreams.
+const (
+	// DefaultEventTailBlock is how long one read of the tail loop waits for
+	// new events. An account subscribed to for the first time joins the
+	// read after it, so its first events may wait that long.
+	DefaultEventTailBlock = 500 * time.Millisecond
+	// DefaultEventBuffer is how many events a subscription holds for its
+	// reader; past that it is ended (ErrSlowSubscriber).
+	DefaultEventBuffer = 1024
+	// eventPage is how many events a subscription reads from its log at
+	// once while it catches up, and the tail loop from each log.
+	eventPage = 256
+	// lossCheckInterval is how often the tail loop looks for logs that
+	// went back (endLost).
+	lossCheckInterval = time.Second
+)
+
+// ErrSlowSubscriber ends a subscription whose reader fell a whole buffer
+// behind the account's events: holding more for it would cost memory
+// without bound, and waiting for it would delay everyone else.
+var ErrSlowSubscriber = errors.New("placement: subscriber too slow, its events buffer is full")
+
+// ErrEventStreamsClosed ends the subscriptions of a process that stops,
+// and refuses new ones.
+var ErrEventStreamsClosed = errors.New("placement: event streams closed")
+
+// EventsExpiredError refuses a position in an account's stream the log
+// cannot resume from: events after it were dropped by the log's retention,
+// or it is past the last event ever given (Redis lost its newest writes).
+type EventsExpiredError struct {
+	// After is the position asked for, the last sequence the client had.
+	After int64
+	// First is the first sequence the log still holds; Last the last it gave.
+	First, Last int64
+}
+
+func (e *EventsExpiredError) Error() string {
+	if e.After > e.Last {
+		return fmt.Sprintf("placement: events after %d: the stream's last event is %d", e.After, e.Last)
+	}
+	return fmt.Sprintf("placement: events after %d: the stream holds %d to %d only", e.After, e.First, e.Last)
+}
+
+// Ahead reports whether the position is past the stream's last event.
+func (e *EventsExpiredError) Ahead() bool { return e.After > e.Last }
+
+// EventStreams hands out subscriptions to accounts' event streams; one per
+// process, whose tail loop serves all of them.
+type EventStreams struct {
+	queue  *emq.Queue
+	log    *slog.Logger
+	block  time.Duration
+	buffer int
+	// stop ends the tail loop's reads; loops counts the loops running.
+	stop  context.Context
+	cease context.CancelFunc
+	loops sync.WaitGroup
+
+	mu sync.Mutex
+	// followed holds the accounts with subscribers, each with the tail
+	// loop's position in its log.
+	followed map[string]*followedAccount
+	// tailing is true while a tail loop runs; it stops when no account is
+	// followed, and the next subscriber starts another.
+	tailing bool
+	closed  bool
+}
+
+// followedAccount is one account's log as the tail loop follows it.
+type followedAccount struct {
+	// last is the sequence of the last event the tail loop handed out.
+	last          int64
+	subscriptions map[*Subscription]struct{}
+}
+
+// EventStreamsOption configures EventStreams.
+type EventStreamsOption func(*EventStreams)
+
+// WithEventTailBlock sets how long one read of the tail loop waits
+// (DefaultEventTailBlock otherwise).
+func WithEventTailBlock(block time.Duration) EventStreamsOption {
+	return func(e *EventStreams) {
+		if block > 0 {
+			e.block = block
+		}
+	}
+}
+
+// WithEventBuffer sets how many events a subscription holds for its reader
+// (DefaultEventBuffer otherwise).
+func WithEventBuffer(events int) EventStreamsOption {
+	return func(e *EventStreams) {
+		if events > 0 {
+			e.buffer = events
+		}
+	}
+}
+
+// WithEventLogger sets where the tail loop reports failed reads;
+// slog.Default otherwise.
+func WithEventLogger(log *slog.Logger) EventStreamsOption {
+	return func(e *EventStreams) { e.log = log }
+}
+
+// NewEventStreams serves the account logs of the orders queue.
+func NewEventStreams(queue *emq.Queue, opts ...EventStreamsOption) *EventStreams {
+	e := &EventStreams{queue: queue, log: slog.Default(), block: DefaultEventTailBlock, buffer: DefaultEventBuffer,
+		followed: map[string]*followedAccount{}}
+	for _, opt := range opts {
+		opt(e)
+	}
+	e.stop, e.cease = context.WithCancel(context.Background())
+	return e
+}
+
+// Subscribe opens the account's stream after the event with sequence
+// after (0: from the first event the log holds); an *EventsExpiredError
+// when the log cannot resume there.
+func (e *EventStreams) Subscribe(ctx context.Context, account string, after int64) (*Subscription, error) {
+	first, last, err := e.bounds(ctx, account)
+	if err != nil {
+		return nil, err
+	}
+	if after > last || first > after+1 {
+		return nil, &EventsExpiredError{After: after, First: first, Last: last}
+	}
+	return e.subscription(account, after), nil
+}
+
+// SubscribeNew opens the account's stream after its last event: the
+// subscription gets the events that come from now on.
+func (e *EventStreams) SubscribeNew(ctx context.Context, account string) (*Subscription, error) {
+	_, last, err := e.bounds(ctx, account)
+	if err != nil {
+		return nil, err
+	}
+	return e.subscription(account, last), nil
+}
+
+func (e *EventStreams) bounds(ctx context.Context, account string) (first, last int64, err error) {
+	if e.isClosed() {
+		return 0, 0, ErrEventStreamsClosed
+	}
+	first, last, err = e.queue.LogBounds(ctx, account)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
+	}
+	return first, last, nil
+}
+
+func (e *EventStreams) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+func (e *EventStreams) subscription(account string, after int64) *Subscription {
+	return &Subscription{streams: e, account: account, last: after, events: make(chan *orders.Event, e.buffer), ended: make(chan struct{})}
+}
+
+// Close ends every subscription with ErrEventStreamsClosed, refuses new
+// ones, and returns once the tail loop has stopped.
+func (e *EventStreams) Close() {
+	e.mu.Lock()
+	if !e.closed {
+		e.closed = true
+		for _, account := range e.followed {
+			for subscription := range account.subscriptions {
+				subscription.end(ErrEventStreamsClosed)
+			}
+		}
+		clear(e.followed)
+		e.cease()
+	}
+	e.mu.Unlock()
+	e.loops.Wait()
+}
+
+// join makes the tail loop hand the account's new events to s, and returns
+// the loop's position in the account's log: s gets the events after it.
+func (e *EventStreams) join(s *Subscription) (int64, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return 0, ErrEventStreamsClosed
+	}
+	account := e.followed[s.account]
+	if account == nil {
+		// A log no one follows is followed from where s is.
+		account = &followedAccount{last: s.last, subscriptions: map[*Subscription]struct{}{}}
+		e.followed[s.account] = account
+	}
+	account.subscriptions[s] = struct{}{}
+	if !e.tailing {
+		e.tailing = true
+		e.loops.Add(1)
+		go e.tail()
+	}
+	return account.last, nil
+}
+
+// leave stops handing events to s.
+func (e *EventStreams) leave(s *Subscription) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.remove(s)
+}
+
+// remove takes s out of its account's subscribers, and the account out of
+// the followed when it was the last; e.mu is held.
+func (e *EventStreams) remove(s *Subscription) {
+	account := e.followed[s.account]
+	if account == nil {
+		return
+	}
+	delete(account.subscriptions, s)
+	if len(account.subscriptions) == 0 {
+		delete(e.followed, s.account)
+	}
+}
+
+// tail is the tail loop: one blocking read over the logs of every followed
+// account at a time, from the loop's position in each, whose events go to
+// the account's subscriptions. It returns when no account is followed.
+func (e *EventStreams) tail() {
+	defer e.loops.Done()
+	retry, checked := time.Duration(0), time.Now()
+	for {
+		e.mu.Lock()
+		if e.closed || len(e.followed) == 0 {
+			e.tailing = false
+			e.mu.Unlock()
+			return
+		}
+		after := make(map[string]int64, len(e.followed))
+		for name, account := range e.followed {
+			after[name] = account.last
+		}
+		e.mu.Unlock()
+
+		read, err := e.queue.TailLogs(e.stop, after, e.block, eventPage)
+		if err != nil {
+			if e.stop.Err() != nil {
+				continue
+			}
+			retry = min(max(2*retry, 50*time.Millisecond), 2*time.Second)
+			e.log.Warn("event streams: reading the account logs failed; retrying", "accounts", len(after), "retry_in", retry.String(), "err", err)
+			select {
+			case <-time.After(retry):
+			case <-e.stop.Done():
+			}
+			continue
+		}
+		if time.Since(checked) >= lossCheckInterval {
+			e.endLost(after)
+			checked = time.Now()
+		}
+		retry = 0
+		e.hand(read)
+	}
+}
+
+// endLost ends the subscriptions of the accounts whose log went back
+// below the loop's position. Redis that lost its newest writes (a
+// failover to a replica that lagged) gives the next events the sequences
+// of events already handed out, which the loop, reading after its
+// position, would never hand out: their clients' resume is answered 410
+// instead. The loop looks once a second, so a log that grows past its old
+// end within that is not caught (docs/api.md).
+func (e *EventStreams) endLost(positions map[string]int64) {
+	accounts := make([]string, 0, len(positions))
+	for account := range positions {
+		accounts = append(accounts, account)
+	}
+	lasts, err := e.queue.LastLogSequences(e.stop, accounts)
+	if err != nil {
+		return
+	}
+	firsts := map[string]int64{}
+	for name, last := range lasts {
+		if last < positions[name] {
+			if firsts[name], _, err = e.queue.LogBounds(e.stop, name); err != nil {
+				return
+			}
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for name, first := range firsts {
+		account := e.followed[name]
+		if account == nil || account.last <= lasts[name] {
+			continue
+		}
+		err := &EventsExpiredError{After: account.last, First: first, Last: lasts[name]}
+		e.log.Error("event streams: an account's log went back; its streams end", "account", name, "err", err)
+		for subscription := range account.subscriptions {
+			subscription.end(err)
+		}
+		delete(e.followed, name)
+	}
+}
+
+// hand gives the events read to the subscriptions of their accounts. An
+// account whose position moved since the read began (all its subscribers
+// left and a new one came) takes only the events that follow its position.
+// A subscription that has no room left is ended, so no reader waits for
+// another.
+func (e *EventStreams) hand(read map[string][]emq.LogEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for name, entries := range read {
+		account := e.followed[name]
+		for _, entry := range entries {
+			if account == nil || entry.Sequence > account.last+1 {
+				break
+			}
+			if entry.Sequence <= account.last {
+				continue
+			}
+			account.last = entry.Sequence
+			event := eventOf(entry)
+			shared := &event
+			for subscription := range account.subscriptions {
+				select {
+				case subscription.events <- shared:
+				default:
+					subscription.end(ErrSlowSubscriber)
+					e.remove(subscription)
+				}
+			}
+		}
+	}
+}
+
+func eventOf(entry emq.LogEvent) orders.Event {
+	return orders.Event{Sequence: entry.Sequence, ID: entry.ID, Type: orders.EventType(entry.Type), Time: entry.At, Data: entry.Data}
+}
+
+// Subscription is one reader's stream of an account's events. Its methods
+// are for one goroutine at a time.
+type Subscription struct {
+	streams *EventStreams
+	account string
+	// last is the sequence of the last event Next returned (or the
+	// position the subscription started after).
+	last int64
+	// read holds events read from the log that Next has not returned yet.
+	read []orders.Event
+	// stage is where the subscription is: catching up alone, filling the
+	// gap up to the tail loop's position when it joined, or following.
+	stage  subscriptionStage
+	fillTo int64
+	// events are what the tail loop hands over, shared by the account's
+	// subscriptions; ended is closed, with err set, when the subscription
+	// is ended for the reader.
+	events chan *orders.Event
+	ended  chan struct{}
+	err    error
+}
+
+type subscriptionStage int
+
+const (
+	catchingUp subscriptionStage = iota
+	joining
+	filling
+	following
+)
+
+// Position is the sequence of the last event Next returned, or, before
+// the first, the one the subscription started after.
+func (s *Subscription) Position() int64 { return s.last }
+
+// Next returns the account's next event. It returns false, and no error,
+// when none came within wait while the subscription follows the tail. An
+// error ends the subscription: ErrSlowSubscriber, ErrEventStreamsClosed,
+// the context's, an *EventsExpiredError when the log dropped events before
+// they were read, or orders.ErrUnavailable.
+func (s *Subscription) Next(ctx context.Context, wait time.Duration) (orders.Event, bool, error) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if len(s.read) > 0 {
+			event := s.read[0]
+			s.read = s.read[1:]
+			return s.deliver(ctx, event)
+		}
+		switch s.stage {
+		case catchingUp:
+			if s.streams.stop.Err() != nil {
+				return orders.Event{}, false, ErrEventStreamsClosed
+			}
+			// A page that is not full reached the end of the log; the
+			// events since then come from the tail loop, or from filling.
+			full, err := s.readLog(ctx, eventPage)
+			if err != nil {
+				return orders.Event{}, false, err
+			}
+			if !full {
+				s.stage = joining
+			}
+		case joining:
+			tail, err := s.streams.join(s)
+			if err != nil {
+				return orders.Event{}, false, err
+			}
+			// The tail loop handed out the events up to tail before s
+			// joined; s reads those it lacks itself.
+			s.stage, s.fillTo = filling, tail
+		case filling:
+			if s.last >= s.fillTo {
+				s.stage = following
+				continue
+			}
+			full, err := s.readLog(ctx, min(eventPage, s.fillTo-s.last))
+			if err != nil {
+				return orders.Event{}, false, err
+			}
+			if !full {
+				return orders.Event{}, false, s.gone(ctx)
+			}
+		case following:
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			}
+			select {
+			case event := <-s.events:
+				// Events s read itself while it joined come again from the
+				// tail loop: the sequence tells them.
+				if event.Sequence <= s.last {
+					continue
+				}
+				return s.deliver(ctx, *event)
+			case <-s.ended:
+				return orders.Event{}, false, s.err
+			case <-ctx.Done():
+				return orders.Event{}, false, ctx.Err()
+			case <-timer.C:
+				return orders.Event{}, false, nil
+			}
+		}
+	}
+}
+
+// readLog reads up to count events after s.last into s.read, and reports
+// whether it read count.
+func (s *Subscription) readLog(ctx context.Context, count int64) (bool, error) {
+	entries, err := s.streams.queue.ReadLog(ctx, s.account, s.last, count)
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
+	}
+	for _, entry := range entries {
+		s.read = append(s.read, eventOf(entry))
+	}
+	return int64(len(entries)) == count, nil
+}
+
+// deliver returns event if it is the one after the last returned: the log
+// has no gaps, so another means events were dropped before s read them.
+func (s *Subscription) deliver(ctx context.Context, event orders.Event) (orders.Event, bool, error) {
+	if event.Sequence != s.last+1 {
+		s.read = nil
+		return orders.Event{}, false, s.gone(ctx)
+	}
+	s.last = event.Sequence
+	return event, true, nil
+}
+
+// gone is the error of a subscription whose next events the log no longer
+// holds.
+func (s *Subscription) gone(ctx context.Context) error {
+	first, last, err := s.streams.queue.LogBounds(ctx, s.account)
+	if err != nil {
+		return fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
+	}
+	return &EventsExpiredError{After: s.last, First: first, Last: last}
+}
+
+// end ends s for its reader with err; the streams' mu is held.
+func (s *Subscription) end(err error) {
+	select {
+	case <-s.ended:
+	default:
+		s.err = err
+		close(s.ended)
+	}
+}
+
+// Close stops the subscription; its reader gets no more events.
+func (s *Subscription) Close() {
+	s.streams.leave(s)
+}

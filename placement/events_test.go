@@ -1,0 +1,249 @@
+package placement_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+)
+
+// eventsQueue is the orders queue on a Redis of its own, with its logs kept
+// as retention says.
+func eventsQueue(t testing.TB, retention emq.LogRetention) *emq.Queue {
+	t.Helper()
+	client, err := emq.Connect(context.Background(), testserver.StartRedis(t).Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client.Queue(orders.Queue, emq.WithLogRetention(retention))
+}
+
+func newEventStreams(t testing.TB, queue *emq.Queue, opts ...placement.EventStreamsOption) *placement.EventStreams {
+	t.Helper()
+	streams := placement.NewEventStreams(queue, append([]placement.EventStreamsOption{placement.WithEventTailBlock(100 * time.Millisecond)}, opts...)...)
+	t.Cleanup(streams.Close)
+	return streams
+}
+
+// appendEvents appends count events to the account's log, one per append.
+func appendEvents(t testing.TB, queue *emq.Queue, account string, count int) {
+	t.Helper()
+	for range count {
+		entry := emq.LogEntry{ID: "ev", Type: string(orders.EventBalance), Data: []byte(`{"asset":"USD"}`)}
+		if _, err := queue.AppendLog(context.Background(), account, emq.LogSource{}, []emq.LogEntry{entry}); err != nil {
+			t.Error(err)
+			return
+		}
+	}
+}
+
+// readUntil reads the subscription until the event with sequence last,
+// and fails unless each event is the one after the one before.
+func readUntil(t testing.TB, subscription *placement.Subscription, last int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	want := subscription.Position() + 1
+	for want <= last {
+		event, ok, err := subscription.Next(ctx, time.Second)
+		if err != nil {
+			t.Errorf("after %d: %v", want-1, err)
+			return
+		}
+		if !ok {
+			continue
+		}
+		if event.Sequence != want {
+			t.Errorf("got event %d, want %d", event.Sequence, want)
+			return
+		}
+		want++
+	}
+}
+
+// Subscriptions that join while events are appended, from the first event,
+// from one in the middle and from the end, each get every event after
+// their position once and in order: the catch-up hands over to the tail
+// loop without a gap or a repeat, also when several share an account.
+func TestEventSubscriptionsJoinTheTailWithoutGapOrRepeat(t *testing.T) {
+	queue := eventsQueue(t, emq.DefaultLogRetention)
+	streams := newEventStreams(t, queue)
+	const total = 1500
+	appendEvents(t, queue, "acct", 300)
+	appending := make(chan struct{})
+	go func() {
+		defer close(appending)
+		appendEvents(t, queue, "acct", total-300)
+	}()
+	var readers sync.WaitGroup
+	for i, after := range []int64{0, 0, 150, 299, -1, -1} {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			time.Sleep(time.Duration(i) * 20 * time.Millisecond)
+			var subscription *placement.Subscription
+			var err error
+			if after < 0 {
+				subscription, err = streams.SubscribeNew(context.Background(), "acct")
+			} else {
+				subscription, err = streams.Subscribe(context.Background(), "acct", after)
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer subscription.Close()
+			readUntil(t, subscription, total)
+		}()
+	}
+	readers.Wait()
+	<-appending
+}
+
+// A position the log cannot resume from is refused: one whose next event
+// the retention dropped, and one past the last event given.
+func TestEventSubscribeRefusesPositionsTheLogNoLongerHolds(t *testing.T) {
+	queue := eventsQueue(t, emq.LogRetention{Count: 3, Age: time.Millisecond})
+	streams := newEventStreams(t, queue)
+	appendEvents(t, queue, "acct", 5)
+	time.Sleep(5 * time.Millisecond)
+	appendEvents(t, queue, "acct", 5) // each append drops up to two old entries
+	first, last, err := queue.LogBounds(context.Background(), "acct")
+	if err != nil || first < 3 || last != 10 {
+		t.Fatalf("log holds %d to %d, %v; want some of the first five dropped", first, last, err)
+	}
+	for _, tt := range []struct {
+		after   int64
+		expired bool
+	}{
+		{after: 0, expired: true},
+		{after: first - 2, expired: true},
+		{after: first - 1},
+		{after: last},
+		{after: last + 1, expired: true},
+	} {
+		t.Run("after "+strconv.FormatInt(tt.after, 10), func(t *testing.T) {
+			subscription, err := streams.Subscribe(context.Background(), "acct", tt.after)
+			var expired *placement.EventsExpiredError
+			if tt.expired != errors.As(err, &expired) {
+				t.Fatalf("subscribe: %v; want expired: %v", err, tt.expired)
+			}
+			if tt.expired {
+				if expired.First != first || expired.Last != last || expired.Ahead() != (tt.after > last) {
+					t.Errorf("%+v", expired)
+				}
+				return
+			}
+			defer subscription.Close()
+			readUntil(t, subscription, last)
+		})
+	}
+}
+
+// A subscription whose reader stops reading is ended once its buffer is
+// full, and the account's other subscription gets every event meanwhile.
+func TestASlowSubscriptionIsEndedAndTheOthersGoOn(t *testing.T) {
+	queue := eventsQueue(t, emq.DefaultLogRetention)
+	streams := newEventStreams(t, queue, placement.WithEventBuffer(16))
+	ctx := context.Background()
+	slow, err := streams.SubscribeNew(ctx, "acct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	// The first Next joins the tail loop; then the reader stalls.
+	if _, ok, err := slow.Next(ctx, 10*time.Millisecond); ok || err != nil {
+		t.Fatalf("an empty stream's Next: %v, %v", ok, err)
+	}
+	fast, err := streams.SubscribeNew(ctx, "acct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	// A few at a time, which the fast reader keeps up with.
+	go func() {
+		for range 100 {
+			appendEvents(t, queue, "acct", 1)
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	readUntil(t, fast, 100)
+	for range 17 {
+		if _, _, err = slow.Next(ctx, time.Second); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, placement.ErrSlowSubscriber) {
+		t.Errorf("the slow subscription ended with %v, want ErrSlowSubscriber", err)
+	}
+}
+
+// Close ends the subscriptions and refuses new ones.
+func TestClosingEventStreamsEndsTheirSubscriptions(t *testing.T) {
+	queue := eventsQueue(t, emq.DefaultLogRetention)
+	streams := newEventStreams(t, queue)
+	ctx := context.Background()
+	subscription, err := streams.SubscribeNew(ctx, "acct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := subscription.Next(ctx, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	streams.Close()
+	if _, _, err := subscription.Next(ctx, time.Second); !errors.Is(err, placement.ErrEventStreamsClosed) {
+		t.Errorf("a subscription after Close: %v", err)
+	}
+	if _, err := streams.SubscribeNew(ctx, "acct"); !errors.Is(err, placement.ErrEventStreamsClosed) {
+		t.Errorf("a subscribe after Close: %v", err)
+	}
+}
+
+// When Redis loses its newest writes (a failover to a replica that lagged)
+// the log goes back below what subscriptions got, and the events appended
+// next reuse those sequences: the subscriptions end as expired, rather
+// than wait past events that will never come.
+func TestEventSubscriptionsEndWhenTheLogLosesEvents(t *testing.T) {
+	ctx := context.Background()
+	rdb := testserver.StartRedis(t).Client(t)
+	client, err := emq.Connect(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := client.Queue(orders.Queue)
+	streams := newEventStreams(t, queue)
+	appendEvents(t, queue, "acct", 5)
+	subscription, err := streams.Subscribe(ctx, "acct", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer subscription.Close()
+	readUntil(t, subscription, 5)
+	// The log as a replica that missed the last three appends holds it.
+	if err := rdb.XDel(ctx, "emq:{orders}:log:acct", "3-0", "4-0", "5-0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, "XSETID", "emq:{orders}:log:acct", "2-0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, "emq:{orders}:logseq", "acct", 2).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The failover cuts the tail loop's connection.
+	if err := rdb.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	appendEvents(t, queue, "acct", 1)
+	_, ok, err := subscription.Next(ctx, 5*time.Second)
+	var expired *placement.EventsExpiredError
+	if !errors.As(err, &expired) || !expired.Ahead() || expired.After != 5 || expired.Last != 3 {
+		t.Errorf("after the loss: %v, %v; want expired after 5 with last 3", ok, err)
+	}
+}
