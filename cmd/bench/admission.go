@@ -66,7 +66,8 @@ func (e *env) fundAccounts(ctx context.Context) error {
 // limiter on (its Redis call is part of every request) but set so high that
 // it never refuses. The returned stop shuts it down.
 func (e *env) startGateway(ctx context.Context) (url string, stop func(), err error) {
-	placer := placement.NewPlacer(e.queue.Queue(orders.Queue), placement.WithHistory(postgres.NewOrders(postgres.NewHistory(e.db), postgres.NewSettler(e.db, nil, nil))))
+	ordersQueue := e.queue.Queue(orders.Queue)
+	placer := placement.NewPlacer(ordersQueue, placement.WithHistory(postgres.NewOrders(postgres.NewHistory(e.db), postgres.NewSettler(e.db, nil, nil))))
 	if err := placer.Declare(ctx); err != nil {
 		return "", nil, err
 	}
@@ -76,11 +77,13 @@ func (e *env) startGateway(ctx context.Context) (url string, stop func(), err er
 	}
 	config := gateway.DefaultConfig()
 	config.RateLimitBurst, config.RateLimitPerSecond = 1_000_000, 1_000_000
+	events := placement.NewEventStreams(ordersQueue, placement.WithEventLogger(e.log))
 	server := gateway.New(gateway.Deps{
 		Placer:      placer,
 		Instruments: instruments,
 		Accounts:    placement.NewKeyCache(postgres.NewAccounts(e.db), 0),
 		Balances:    placement.NewBalances(postgres.NewBalances(e.db), coherence.New(e.queue.Redis(), coherence.WithLogger(e.log)), e.log),
+		Events:      events,
 		Logger:      e.log,
 		Metrics:     prometheus.NewRegistry(),
 	}, config)
@@ -94,6 +97,7 @@ func (e *env) startGateway(ctx context.Context) (url string, stop func(), err er
 	// Close, not Shutdown: nothing is in flight by then, and Shutdown would
 	// wait seconds for the load generator's never-used connections.
 	stop = func() {
+		events.Close()
 		_ = httpServer.Close()
 		<-served
 	}

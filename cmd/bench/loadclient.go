@@ -81,6 +81,12 @@ type loadConn struct {
 }
 
 func newOrderClient(rawURL string, keys []string, prefix string, conns int) *orderClient {
+	return newSidedOrderClient(rawURL, keys, prefix, conns, "buy")
+}
+
+// newSidedOrderClient is newOrderClient placing orders of side ("buy" or
+// "sell") at the same price, so two of them trade.
+func newSidedOrderClient(rawURL string, keys []string, prefix string, conns int, side string) *orderClient {
 	target, err := url.Parse(rawURL)
 	if err != nil || target.Scheme != "http" || target.Host == "" {
 		// The URL comes from startGateway; a bad one is a bug here.
@@ -92,7 +98,7 @@ func newOrderClient(rawURL string, keys []string, prefix string, conns int) *ord
 		path:     path,
 		timeout:  defaultRequestTimeout,
 		bodyHead: []byte(`{"client_order_id":"` + prefix),
-		bodyTail: []byte(`","symbol":"BTC-USD","side":"buy","type":"limit","quantity":"0.01000","price":"50000.00"}`),
+		bodyTail: []byte(`","symbol":"BTC-USD","side":"` + side + `","type":"limit","quantity":"0.01000","price":"50000.00"}`),
 		idle:     make(chan *loadConn, conns),
 	}
 	for _, key := range keys {

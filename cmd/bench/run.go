@@ -33,6 +33,9 @@ type config struct {
 	// queueJobs is how many jobs each pass of the queue phase enqueues and
 	// processes.
 	queueJobs int
+	// eventsRate is the events phase's admission rate; 0 is half the
+	// admission peak.
+	eventsRate float64
 	// settlement is the settlement phase's flags (settlement.go).
 	settlement settlementConfig
 	// matching is the matching phase's flags (matching.go).
@@ -43,7 +46,7 @@ type config struct {
 }
 
 // phaseNames are the phases in the order a run takes them.
-var phaseNames = []string{"admission", "replication", "queue", "settlement", "matching", "memory", "recovery"}
+var phaseNames = []string{"admission", "replication", "queue", "settlement", "matching", "memory", "recovery", "events"}
 
 func parseConfig(args []string, stdout io.Writer) (config, error) {
 	var c config
@@ -54,6 +57,7 @@ func parseConfig(args []string, stdout io.Writer) (config, error) {
 	flags.IntVar(&c.concurrency, "concurrency", 32, "closed-loop concurrency of the admission phases; the queue phase's enqueuers and workers")
 	flags.IntVar(&c.jobs, "jobs", 100_000, "order jobs admitted for the memory measurement")
 	flags.IntVar(&c.queueJobs, "queue-jobs", 40_000, "jobs per pass of the queue phase (emq against asynq)")
+	flags.Float64Var(&c.eventsRate, "events-rate", 0, "orders/s admitted while the events phase's streams are open; 0 is half the admission peak")
 	c.settlement.register(flags)
 	c.matching.register(flags)
 	flags.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the admission closed loop over HTTP (gateway and load generator; an extra run, not counted) to this file")
@@ -114,6 +118,7 @@ type report struct {
 	Matching    matchingResult    `json:"matching"`
 	Memory      memoryResult      `json:"memory"`
 	Recovery    []recoveryResult  `json:"recovery"`
+	Events      eventsResult      `json:"events"`
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -177,6 +182,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 				return fmt.Errorf("memory: %w", err)
 			}
 			return nil
+		},
+		"events": func() (err error) {
+			r.Events, err = e.events(ctx, c, servers, r.HTTPClosed.PerSecond, progress)
+			return err
 		},
 		"recovery": func() error {
 			for _, reap := range []struct {
