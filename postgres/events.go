@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/ordergate/ordergate/orders"
 )
@@ -35,11 +37,73 @@ func (r jsonRow) Scan(dest ...any) error {
 		return fmt.Errorf("a snapshot row of %d columns scanned into %d", len(r), len(dest))
 	}
 	for i, column := range r {
-		if err := json.Unmarshal(column, dest[i]); err != nil {
+		if err := scanColumn(column, dest[i]); err != nil {
 			return fmt.Errorf("snapshot column %d: %w", i+1, err)
 		}
 	}
 	return nil
+}
+
+// scanColumn reads one JSON value into dest: the types scanOrder and
+// scanExecution scan into directly, without reflection (the relay renders
+// every order a batch touched), anything else through encoding/json.
+func scanColumn(column json.RawMessage, dest any) error {
+	text := string(column)
+	null := text == "null"
+	switch d := dest.(type) {
+	case *string:
+		if null {
+			*d = ""
+			return nil
+		}
+		return unquote(text, d)
+	case **string:
+		if null {
+			*d = nil
+			return nil
+		}
+		var v string
+		if err := unquote(text, &v); err != nil {
+			return err
+		}
+		*d = &v
+		return nil
+	case *bool:
+		v, err := strconv.ParseBool(text)
+		*d = v
+		return err
+	case *int:
+		v, err := strconv.Atoi(text)
+		*d = v
+		return err
+	case *int64:
+		v, err := strconv.ParseInt(text, 10, 64)
+		*d = v
+		return err
+	case *time.Time:
+		if null {
+			*d = time.Time{}
+			return nil
+		}
+		var v string
+		if err := unquote(text, &v); err != nil {
+			return err
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		*d = t
+		return err
+	}
+	return json.Unmarshal(column, dest)
+}
+
+// unquote reads a JSON string: without escapes (ids, codes, decimals,
+// times) as it stands, otherwise by encoding/json.
+func unquote(text string, into *string) error {
+	if len(text) >= 2 && text[0] == '"' && text[len(text)-1] == '"' && !strings.ContainsAny(text[1:len(text)-1], "\\\"") {
+		*into = text[1 : len(text)-1]
+		return nil
+	}
+	return json.Unmarshal([]byte(text), into)
 }
 
 // RenderEvents turns an events row (name "events:<account>:<symbol>",

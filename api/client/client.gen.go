@@ -489,7 +489,7 @@ type Event struct {
 
 	// ID The event's id; a redelivered event keeps it.
 	//
-	// Example: ORD_01J9Z8K3M4N5P6Q7R8S9T0V1W2.accepted
+	// Example: ORD_01J9Z8K3M4N5P6Q7R8S9T0V1W2:accepted
 	ID string `json:"id"`
 
 	// Sequence The event's place in the account's stream: 1, 2, ... without

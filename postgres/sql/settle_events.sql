@@ -33,23 +33,24 @@ fills AS (
     JOIN instruments i ON i.symbol = t.symbol JOIN assets q ON q.code = i.quote
     WHERE t.taker_order_id = ANY($2::text[])
 ),
-sources AS (
-    SELECT 'events:' || account || ':' || symbol AS name FROM touched
-    UNION
-    SELECT 'events:' || account || ':' || symbol FROM fills
+orders_by_source AS (
+    SELECT 'events:' || account || ':' || symbol AS name, json_agg(snapshot ORDER BY sort_key) AS list
+    FROM touched GROUP BY 1
+),
+fills_by_source AS (
+    SELECT 'events:' || account || ':' || symbol AS name, json_agg(snapshot ORDER BY sort_key) AS list
+    FROM fills GROUP BY 1
 ),
 bumped AS (
     INSERT INTO event_sources (name, version)
-    SELECT name, 1 FROM sources ORDER BY name
+    SELECT name, 1 FROM (SELECT name FROM orders_by_source UNION SELECT name FROM fills_by_source) AS sources ORDER BY name
     ON CONFLICT (name) DO UPDATE SET version = event_sources.version + 1
     RETURNING name, version
 )
 INSERT INTO outbox (name, version, payload)
-SELECT b.name, b.version, json_build_object(
-    'orders', coalesce((SELECT json_agg(o.snapshot ORDER BY o.sort_key) FROM touched o
-        WHERE 'events:' || o.account || ':' || o.symbol = b.name), '[]'),
-    'fills', coalesce((SELECT json_agg(f.snapshot ORDER BY f.sort_key) FROM fills f
-        WHERE 'events:' || f.account || ':' || f.symbol = b.name), '[]'))::text
+SELECT b.name, b.version, json_build_object('orders', coalesce(o.list, '[]'), 'fills', coalesce(f.list, '[]'))::text
 FROM bumped b
+LEFT JOIN orders_by_source o ON o.name = b.name
+LEFT JOIN fills_by_source f ON f.name = b.name
 ORDER BY b.name
 RETURNING id, name, version, payload
