@@ -77,6 +77,9 @@ type LogAppended struct {
 	First int64
 	// Count is how many entries were appended.
 	Count int
+	// Err is the append's own failure (AppendLogs joins them all in its
+	// error too); nil when it was made.
+	Err error
 }
 
 // LogGapError: AppendLog refused a source's version because the versions
@@ -157,6 +160,7 @@ func (q *Queue) AppendLogs(ctx context.Context, appends []LogAppend) ([]LogAppen
 			err = &NotReplicatedError{Acked: acked[i], Wanted: q.client.admitReplicas}
 		}
 		if err != nil {
+			appended[i].Err = err
 			errs = append(errs, err)
 		}
 	}

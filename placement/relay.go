@@ -366,27 +366,39 @@ func (r *OutboxRelay) appendEvents(ctx context.Context, entries []orders.OutboxE
 		return cmp.Or(strings.Compare(a.Name, b.Name), cmp.Compare(a.Version, b.Version))
 	})
 	appends := make([]emq.LogAppend, 0, len(entries))
+	sent := make([]orders.OutboxEntry, 0, len(entries))
+	carried := make([]orders.OutboxEntry, 0, len(entries))
 	for _, entry := range entries {
 		append_, err := r.eventAppend(entry, false)
 		if err != nil {
 			return nil, err
 		}
-		if len(append_.Entries) > 0 {
-			appends = append(appends, append_)
+		if len(append_.Entries) == 0 {
+			carried = append(carried, entry)
+			continue
 		}
+		appends, sent = append(appends, append_), append(sent, entry)
 	}
 	log := r.client.Queue(orders.Queue)
-	_, err := log.AppendLogs(ctx, appends)
-	if err == nil {
-		return entries, nil
+	appended, err := log.AppendLogs(ctx, appends)
+	if appended == nil {
+		return carried, err
 	}
-	// Some failed: those past a gap are appended after their gaps, the
-	// others wait for the sweep.
-	carried := make([]orders.OutboxEntry, 0, len(entries))
+	// An append past a gap is made after the rows before it; any other
+	// failure waits for the sweep.
 	var errs []error
-	for _, entry := range entries {
-		if err := r.appendEventsFrom(ctx, log, entry); err != nil {
-			errs = append(errs, err)
+	for i, entry := range sent {
+		var gap *emq.LogGapError
+		switch failure := appended[i].Err; {
+		case failure == nil:
+		case errors.As(failure, &gap):
+			failure = r.appendEventsFrom(ctx, log, entry)
+			if failure != nil {
+				errs = append(errs, failure)
+				continue
+			}
+		default:
+			errs = append(errs, failure)
 			continue
 		}
 		carried = append(carried, entry)
