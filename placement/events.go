@@ -333,7 +333,19 @@ func (e *EventStreams) hand(read map[string][]emq.LogEvent) {
 	for name, entries := range read {
 		account := e.followed[name]
 		for _, entry := range entries {
-			if account == nil || entry.Sequence > account.last+1 {
+			if account == nil {
+				break
+			}
+			if entry.Sequence > account.last+1 {
+				// The log no longer holds the events in between (the
+				// retention dropped them while the loop lagged, or Redis lost
+				// them): reading on would find the same gap at every turn.
+				err := &EventsExpiredError{After: account.last, First: entry.Sequence, Last: entries[len(entries)-1].Sequence}
+				e.log.Error("event streams: an account's log lacks events after the loop's position; its streams end", "account", name, "err", err)
+				for subscription := range account.subscriptions {
+					subscription.end(err)
+				}
+				delete(e.followed, name)
 				break
 			}
 			if entry.Sequence <= account.last {

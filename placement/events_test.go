@@ -12,6 +12,7 @@ import (
 	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
+	"github.com/redis/go-redis/v9"
 )
 
 // eventsQueue is the orders queue on a Redis of its own, with its logs kept
@@ -245,5 +246,37 @@ func TestEventSubscriptionsEndWhenTheLogLosesEvents(t *testing.T) {
 	var expired *placement.EventsExpiredError
 	if !errors.As(err, &expired) || !expired.Ahead() || expired.After != 5 || expired.Last != 3 {
 		t.Errorf("after the loss: %v, %v; want expired after 5 with last 3", ok, err)
+	}
+}
+
+// TestEventSubscriptionsEndWhenTheLogLacksTheirNextEvent: the log holds
+// events after a subscription's position but not the one right after it
+// (deleted under the loop); the loop ends the account's subscriptions
+// instead of reading the same gap at every turn.
+func TestEventSubscriptionsEndWhenTheLogLacksTheirNextEvent(t *testing.T) {
+	ctx := context.Background()
+	rdb := testserver.StartRedis(t).Client(t)
+	client, err := emq.Connect(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := client.Queue(orders.Queue)
+	streams := newEventStreams(t, queue)
+	appendEvents(t, queue, "acct", 2)
+	subscription, err := streams.Subscribe(ctx, "acct", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer subscription.Close()
+	readUntil(t, subscription, 2)
+	// Event 4 lands, 3 never did.
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "emq:{orders}:log:acct", ID: "4-0",
+		Values: []string{"id", "ev", "type", string(orders.EventBalance), "at", "0", "data", "{}"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, ok, err := subscription.Next(ctx, 5*time.Second)
+	var expired *placement.EventsExpiredError
+	if !errors.As(err, &expired) || expired.After != 2 || expired.First != 4 {
+		t.Errorf("after the gap: %v, %v; want expired after 2, the log going on at 4", ok, err)
 	}
 }

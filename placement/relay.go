@@ -87,6 +87,8 @@ type OutboxRelay struct {
 	modes    coherence.Modes
 	log      *slog.Logger
 	sweepAge time.Duration
+	// eventsQueue is the queue whose logs take accounts' events.
+	eventsQueue string
 
 	mu sync.Mutex
 	// markers counts the KeepSweeping loops running; while there is one,
@@ -117,6 +119,13 @@ type Outbox interface {
 // RelayOption configures a OutboxRelay.
 type RelayOption func(*OutboxRelay)
 
+// WithEventsQueue names the queue whose logs take the accounts' events
+// (orders.Queue otherwise): the queue the orders were admitted on, whose
+// admissions append their order.accepted there.
+func WithEventsQueue(name string) RelayOption {
+	return func(r *OutboxRelay) { r.eventsQueue = name }
+}
+
 // WithSweepAge sets how old an unrelayed row must be before Sweep takes it
 // (DefaultSweepAge otherwise); zero takes every unrelayed row.
 func WithSweepAge(age time.Duration) RelayOption {
@@ -134,7 +143,7 @@ func NewOutboxRelay(db Outbox, client *emq.Client, modes coherence.Modes, log *s
 		log = slog.Default()
 	}
 	r := &OutboxRelay{db: db, client: client, caches: coherence.New(client.Redis(), coherence.WithLogger(log)),
-		modes: modes, log: log, sweepAge: DefaultSweepAge}
+		modes: modes, log: log, sweepAge: DefaultSweepAge, eventsQueue: orders.Queue}
 	for _, opt := range opts {
 		opt(r)
 	}
@@ -371,7 +380,11 @@ func (r *OutboxRelay) appendEvents(ctx context.Context, entries []orders.OutboxE
 	for _, entry := range entries {
 		append_, err := r.eventAppend(entry, false)
 		if err != nil {
-			return nil, err
+			// No retry renders it: it is marked relayed, its events left
+			// out, and the source's next row is forced past it.
+			r.log.Error("events row cannot be rendered; its events are left out", "name", entry.Name, "version", entry.Version, "err", err)
+			carried = append(carried, entry)
+			continue
 		}
 		if len(append_.Entries) == 0 {
 			carried = append(carried, entry)
@@ -379,7 +392,7 @@ func (r *OutboxRelay) appendEvents(ctx context.Context, entries []orders.OutboxE
 		}
 		appends, sent = append(appends, append_), append(sent, entry)
 	}
-	log := r.client.Queue(orders.Queue)
+	log := r.client.Queue(r.eventsQueue)
 	appended, err := log.AppendLogs(ctx, appends)
 	if appended == nil {
 		return carried, err
@@ -407,14 +420,12 @@ func (r *OutboxRelay) appendEvents(ctx context.Context, entries []orders.OutboxE
 }
 
 // appendEventsFrom appends entry's events after the rows of its source
-// missing before it.
+// missing before it, read from the outbox. A row gone from what the outbox
+// gives back (announced long ago and lost with Redis since, or one that
+// cannot be rendered) is skipped: the row after it is forced past it.
 func (r *OutboxRelay) appendEventsFrom(ctx context.Context, log *emq.Queue, entry orders.OutboxEntry) error {
 	for range 3 {
-		append_, err := r.eventAppend(entry, false)
-		if err != nil {
-			return err
-		}
-		_, err = log.AppendLog(ctx, append_.Group, append_.Source, append_.Entries)
+		err := r.appendRow(ctx, log, entry, false)
 		var gap *emq.LogGapError
 		if !errors.As(err, &gap) {
 			return err
@@ -423,29 +434,42 @@ func (r *OutboxRelay) appendEventsFrom(ctx context.Context, log *emq.Queue, entr
 		if err != nil {
 			return err
 		}
-		if int64(len(missing)) != entry.Version-gap.Held-1 {
-			r.log.Warn("events rows missing from the outbox; appending past them", "name", entry.Name,
-				"after", gap.Held, "version", entry.Version, "found", len(missing))
-		}
-		for i, row := range missing {
-			append_, err := r.eventAppend(row, i == 0 && row.Version != gap.Held+1)
+		next := gap.Held + 1
+		for _, row := range missing {
+			err := r.appendRow(ctx, log, row, row.Version != next)
+			if errors.Is(err, errEventsSkipped) {
+				continue
+			}
 			if err != nil {
 				return err
 			}
-			if _, err := log.AppendLog(ctx, append_.Group, append_.Source, append_.Entries); err != nil {
-				return err
-			}
+			next = row.Version + 1
 		}
-		if len(missing) < int(entry.Version-gap.Held-1) {
-			append_, err := r.eventAppend(entry, true)
-			if err != nil {
-				return err
-			}
-			_, err = log.AppendLog(ctx, append_.Group, append_.Source, append_.Entries)
-			return err
+		if next != entry.Version {
+			r.log.Warn("events rows missing from the outbox or unrenderable; appending past them", "name", entry.Name,
+				"after", gap.Held, "version", entry.Version)
+			return r.appendRow(ctx, log, entry, true)
 		}
 	}
 	return fmt.Errorf("relay events %s@%d: the source kept gaps", entry.Name, entry.Version)
+}
+
+// errEventsSkipped: an events row that cannot be rendered, or holds no
+// event, was left out of its account's log.
+var errEventsSkipped = errors.New("events row skipped")
+
+// appendRow appends one events row's events, forced past a gap when force.
+func (r *OutboxRelay) appendRow(ctx context.Context, log *emq.Queue, row orders.OutboxEntry, force bool) error {
+	append_, err := r.eventAppend(row, force)
+	if err != nil {
+		r.log.Error("events row cannot be rendered; its events are left out", "name", row.Name, "version", row.Version, "err", err)
+		return errEventsSkipped
+	}
+	if len(append_.Entries) == 0 {
+		return errEventsSkipped
+	}
+	_, err = log.AppendLog(ctx, append_.Group, append_.Source, append_.Entries)
+	return err
 }
 
 // eventAppend is the log append of an events row: its account's group, its

@@ -641,3 +641,97 @@ func TestEventsRowsAreAppendedOnceInOrder(t *testing.T) {
 		t.Errorf("the log holds %v, want %v", got, want)
 	}
 }
+
+// TestALogThatLostItsSourcesIsNotRefilledWithHistory: Redis loses the logs
+// (and what each source appended); the next events row of a source meets a
+// gap back to its start. The rows behind it that were announced long ago
+// are not announced again: only the new order's events are in the log.
+func TestALogThatLostItsSourcesIsNotRefilledWithHistory(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	account := f.newAccount(t)
+	if err := f.ledger.Deposit(ctx, account, "USD", "100000"); err != nil {
+		t.Fatal(err)
+	}
+	queue := f.client.Queue(orders.Queue)
+	placer := placement.NewPlacer(queue)
+	if err := placer.Declare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	settler := postgres.NewSettler(f.db, f.relay, f.log)
+	place := func(clientOrderID string) orders.Order {
+		return placeAndSettle(t, placer, queue, settler, orders.PlaceCommand{Account: account, ClientOrderID: clientOrderID,
+			Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit, Quantity: decimal.MustParse("0.1"), Price: decimal.MustParse("45000")})
+	}
+	place("old-1")
+	place("old-2")
+	if _, err := f.db.Exec(ctx, `UPDATE outbox SET relayed_at = now() - interval '1 hour' WHERE relayed_at IS NOT NULL`); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := placer.Declare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fresh := place("new")
+	got := logOf(t, queue, account)
+	if want := []string{"order.accepted " + fresh.ID, "order.open " + fresh.ID}; !slices.Equal(got, want) {
+		t.Errorf("after Redis lost the log, it holds %v, want %v", got, want)
+	}
+}
+
+// TestAnUnrenderableEventsRowHoldsNoOtherBack: one account's events row
+// cannot be rendered; it is left out, and the other account's row relayed
+// with it reaches its log.
+func TestAnUnrenderableEventsRowHoldsNoOtherBack(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t, placement.WithSweepAge(0))
+	queue := f.client.Queue(orders.Queue)
+	placer := placement.NewPlacer(queue)
+	if err := placer.Declare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	settler := postgres.NewSettler(f.db, nil, f.log) // relays nothing itself
+	var accounts, placed []string
+	for _, clientOrderID := range []string{"a", "b"} {
+		account := f.newAccount(t)
+		if err := f.ledger.Deposit(ctx, account, "USD", "100000"); err != nil {
+			t.Fatal(err)
+		}
+		accounts = append(accounts, account)
+		order := placeAndSettle(t, placer, queue, settler, orders.PlaceCommand{Account: account, ClientOrderID: clientOrderID,
+			Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit, Quantity: decimal.MustParse("0.1"), Price: decimal.MustParse("45000")})
+		placed = append(placed, order.ID)
+	}
+	if _, err := f.db.Exec(ctx, `UPDATE outbox SET payload = '{"orders":[[1]],"fills":[]}' WHERE name = $1`, "events:"+accounts[0]+":BTC-USD"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.relay.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := logOf(t, queue, accounts[1]), []string{"order.accepted " + placed[1], "order.open " + placed[1]}; !slices.Equal(got, want) {
+		t.Errorf("the other account's log holds %v, want %v", got, want)
+	}
+	if unrelayed := f.unrelayed(t); unrelayed != 0 {
+		t.Errorf("%d rows left unrelayed: the bad row would stay in every sweep", unrelayed)
+	}
+}
+
+// logOf reads an account's log as "<type> <order id>".
+func logOf(t testing.TB, queue *emq.Queue, account string) []string {
+	t.Helper()
+	events, err := queue.ReadLog(context.Background(), account, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, event := range events {
+		var order orders.Order
+		if err := json.Unmarshal(event.Data, &order); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, event.Type+" "+order.ID)
+	}
+	return got
+}

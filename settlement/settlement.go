@@ -184,7 +184,8 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
 		return nil, err
 	}
-	relay := placement.NewOutboxRelay(postgres.NewOutbox(deps.DB), deps.Queues, placement.CoherenceModes, deps.Logger)
+	relay := placement.NewOutboxRelay(postgres.NewOutbox(deps.DB), deps.Queues, placement.CoherenceModes, deps.Logger,
+		placement.WithEventsQueue(c.Queue))
 	if err := relay.Declare(ctx); err != nil {
 		return nil, err
 	}
