@@ -87,8 +87,8 @@ type OutboxRelay struct {
 	modes    coherence.Modes
 	log      *slog.Logger
 	sweepAge time.Duration
-	// eventsQueue is the queue whose logs take accounts' events.
-	eventsQueue string
+	// eventsLog is the queue whose logs take accounts' events.
+	eventsLog *emq.Queue
 
 	mu sync.Mutex
 	// markers counts the KeepSweeping loops running; while there is one,
@@ -119,11 +119,12 @@ type Outbox interface {
 // RelayOption configures a OutboxRelay.
 type RelayOption func(*OutboxRelay)
 
-// WithEventsQueue names the queue whose logs take the accounts' events
-// (orders.Queue otherwise): the queue the orders were admitted on, whose
-// admissions append their order.accepted there.
-func WithEventsQueue(name string) RelayOption {
-	return func(r *OutboxRelay) { r.eventsQueue = name }
+// WithEventsLog is the queue whose logs take the accounts' events
+// (orders.Queue at the default retention otherwise): the queue the orders
+// were admitted on, whose admissions append their order.accepted there,
+// with the log retention the gateways use.
+func WithEventsLog(queue *emq.Queue) RelayOption {
+	return func(r *OutboxRelay) { r.eventsLog = queue }
 }
 
 // WithSweepAge sets how old an unrelayed row must be before Sweep takes it
@@ -143,7 +144,7 @@ func NewOutboxRelay(db Outbox, client *emq.Client, modes coherence.Modes, log *s
 		log = slog.Default()
 	}
 	r := &OutboxRelay{db: db, client: client, caches: coherence.New(client.Redis(), coherence.WithLogger(log)),
-		modes: modes, log: log, sweepAge: DefaultSweepAge, eventsQueue: orders.Queue}
+		modes: modes, log: log, sweepAge: DefaultSweepAge, eventsLog: client.Queue(orders.Queue)}
 	for _, opt := range opts {
 		opt(r)
 	}
@@ -392,7 +393,7 @@ func (r *OutboxRelay) appendEvents(ctx context.Context, entries []orders.OutboxE
 		}
 		appends, sent = append(appends, append_), append(sent, entry)
 	}
-	log := r.client.Queue(r.eventsQueue)
+	log := r.eventsLog
 	appended, err := log.AppendLogs(ctx, appends)
 	if appended == nil {
 		return carried, err

@@ -48,6 +48,10 @@ type Config struct {
 	// relayed again by the sweep.
 	WaitReplicas int
 	WaitTimeout  time.Duration
+	// EventsRetention is what each account's log of events keeps: the
+	// worker appends settlement's and the balances' events with it, and
+	// the gateways must use the same (EVENTS_RETENTION_COUNT and _AGE).
+	EventsRetention emq.LogRetention
 }
 
 // DefaultConfig is what a worker deployed without flags runs with.
@@ -76,6 +80,8 @@ func DefaultConfig() Config {
 		Retry:        emq.RetryPolicy{MaxAttempts: 60, BaseDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second},
 		DrainTimeout: 10 * time.Second,
 		WaitTimeout:  500 * time.Millisecond,
+		// The accounts' logs keep what the gateways' stream promises.
+		EventsRetention: emq.DefaultLogRetention,
 	}
 }
 
@@ -180,12 +186,12 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	if deps.Metrics == nil {
 		deps.Metrics = prometheus.NewRegistry()
 	}
-	queue := deps.Queues.Queue(c.Queue)
+	queue := deps.Queues.Queue(c.Queue, emq.WithLogRetention(c.EventsRetention))
 	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
 		return nil, err
 	}
 	relay := placement.NewOutboxRelay(postgres.NewOutbox(deps.DB), deps.Queues, placement.CoherenceModes, deps.Logger,
-		placement.WithEventsQueue(c.Queue))
+		placement.WithEventsLog(queue))
 	if err := relay.Declare(ctx); err != nil {
 		return nil, err
 	}
