@@ -42,6 +42,10 @@
 //   - postgres.Audit passes: the book, trades, holds, fees and the ledger,
 //     and that no duplicate of a client_order_id moved money
 //     (client_order_id_settled_once);
+//   - every account's log of events is gapless with no event twice, holds
+//     every acknowledged order's order.accepted, and its events end each
+//     order at the state PostgreSQL holds (the workers wait for the replica
+//     on their appends, WORKER_WAIT_REPLICAS=1), within 20 s of the drain;
 //   - every cached account is served its balances as PostgreSQL holds them
 //     within 15 s of the drain: through the Redis kill and the failovers,
 //     the coherence lane and the cache's heals leave nothing behind;
@@ -511,6 +515,9 @@ func (r *run) startWorker(slot *workerSlot, within time.Duration) error {
 		env := append(slices.Clone(r.env),
 			"WORKER_LEASE="+r.cfg.Lease.String(), "WORKER_CONCURRENCY=8",
 			"WORKER_RETRY_BASE=50ms", "WORKER_RETRY_CAP=1s", "WORKER_DRAIN_TIMEOUT=2s",
+			// The events a worker appends count as relayed once the replica
+			// holds them, so a failover loses none (checkEvents).
+			"WORKER_WAIT_REPLICAS=1", "WORKER_WAIT_TIMEOUT="+admitWaitTimeout.String(),
 			"METRICS_ADDR="+addr, "LOG_LEVEL=info")
 		proc, err := startProcess(name, r.cfg.WorkerBinary, filepath.Join(r.dir, name+".log"), env)
 		if err != nil {
@@ -817,6 +824,7 @@ func (r *run) check(ctx context.Context, c *client) Summary {
 			stats.Pending, stats.Active, stats.Delayed, stats.Dead)
 	}
 	r.checkCachedBalances(ctx)
+	r.checkEvents(ctx, ids)
 
 	// Every acknowledged order: exactly one row, final, of its client order.
 	type row struct{ account, clientOrderID, status, rejectReason, duplicateOf string }
@@ -1166,4 +1174,99 @@ func (r *run) staleCachedBalances(ctx context.Context, truth *postgres.Balances,
 		return nil
 	})
 	return stale, err
+}
+
+// eventsDeadline bounds how long after the drain the accounts' logs may
+// take to hold every event: the relay's sweep carries what a killed worker
+// or an unreplicated append left behind.
+const eventsDeadline = 20 * time.Second
+
+// checkEvents checks the accounts' logs of events once the relay has caught
+// up: each gapless, no event twice, every acknowledged order's
+// order.accepted in its account's log, and the last state each order's
+// events announce the one PostgreSQL holds. With admissions and the
+// workers' appends waiting for the replica, neither the Redis kill nor the
+// failovers lose an acknowledged event.
+func (r *run) checkEvents(ctx context.Context, acknowledged []string) {
+	log := r.queue
+	deadline := time.Now().Add(eventsDeadline)
+	for {
+		problems, err := r.eventProblems(ctx, log, acknowledged)
+		if err == nil && len(problems) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.errorf("events: %d problems %s after the drain (%v), e.g. %v", len(problems), eventsDeadline, err, problems[:min(len(problems), 5)])
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// eventProblems lists what the accounts' logs get wrong now.
+func (r *run) eventProblems(ctx context.Context, log *emq.Queue, acknowledged []string) ([]string, error) {
+	rows, err := r.db.Query(ctx, ordersReadSQL)
+	if err != nil {
+		return nil, err
+	}
+	status, accountOf := map[string]string{}, map[string]string{}
+	for rows.Next() {
+		var id, account, clientOrderID, orderStatus, reason, duplicateOf string
+		if err := rows.Scan(&id, &account, &clientOrderID, &orderStatus, &reason, &duplicateOf); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		status[id], accountOf[id] = orderStatus, account
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	accounts := map[string]bool{}
+	for _, account := range accountOf {
+		accounts[account] = true
+	}
+	accepted, announced := map[string]bool{}, map[string]string{}
+	var problems []string
+	for account := range accounts {
+		events, err := log.ReadLog(ctx, account, 0, 1_000_000)
+		if err != nil {
+			return nil, err
+		}
+		seen := map[string]bool{}
+		for i, event := range events {
+			if i > 0 && event.Sequence != events[i-1].Sequence+1 {
+				problems = append(problems, fmt.Sprintf("%s: sequence %d after %d", account, event.Sequence, events[i-1].Sequence))
+			}
+			if seen[event.ID] {
+				problems = append(problems, fmt.Sprintf("%s: event %s twice", account, event.ID))
+			}
+			seen[event.ID] = true
+			var order struct {
+				ID     string `json:"id"`
+				Status string `json:"status"`
+			}
+			switch orders.EventType(event.Type) {
+			case orders.EventFill, orders.EventBalance:
+				continue
+			case orders.EventOrderAccepted:
+				if err := json.Unmarshal(event.Data, &order); err == nil {
+					accepted[order.ID] = true
+				}
+			default:
+				if err := json.Unmarshal(event.Data, &order); err == nil {
+					announced[order.ID] = order.Status
+				}
+			}
+		}
+	}
+	for _, id := range acknowledged {
+		if !accepted[id] {
+			problems = append(problems, fmt.Sprintf("%s: acknowledged, no order.accepted", id))
+		}
+		if want, settled := status[id]; settled && announced[id] != want {
+			problems = append(problems, fmt.Sprintf("%s: events end at %q, PostgreSQL holds %q", id, announced[id], want))
+		}
+	}
+	return problems, nil
 }
