@@ -245,14 +245,23 @@ func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n in
 func (e *env) runWorker(ctx context.Context, databaseURL, redisURL string, config settlement.Config) error {
 	deps, err := settlement.Connect(ctx, databaseURL, redisURL, config, e.log)
 	if err != nil {
-		return err
+		return stoppedOr(ctx, err)
 	}
 	defer deps.Close()
 	worker, err := settlement.New(ctx, deps, config)
 	if err != nil {
-		return err
+		return stoppedOr(ctx, err)
 	}
 	return worker.Run(ctx)
+}
+
+// stoppedOr is err, or nil when ctx ended first: a worker still starting
+// when a short run has drained already is stopped, not failed.
+func stoppedOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
 }
 
 // waitDrained waits until queue has no job pending, leased or waiting for a
