@@ -109,7 +109,7 @@ func (b *Balances) Of(ctx context.Context, account string) ([]orders.Balance, er
 	}
 	entries := make([]coherence.CacheEntry, 0, len(read)+1)
 	for _, balance := range read {
-		entries = append(entries, coherence.CacheEntry{Field: balance.Asset, Version: balance.Version, Value: cacheValue(balance)})
+		entries = append(entries, cacheEntry(balance))
 	}
 	if mark.Healing() {
 		return balancesOf(newerOf(cached, entries)), nil
@@ -169,6 +169,11 @@ func balancesOf(entries map[string]coherence.CacheEntry) []orders.Balance {
 	}
 	slices.SortFunc(balances, func(a, b orders.Balance) int { return strings.Compare(a.Asset, b.Asset) })
 	return balances
+}
+
+// cacheEntry is a balance as its account's cache hash holds it.
+func cacheEntry(balance orders.Balance) coherence.CacheEntry {
+	return coherence.CacheEntry{Field: balance.Asset, Version: balance.Version, Value: cacheValue(balance)}
 }
 
 // cacheValue is a balance's cached value after its version: "<available>

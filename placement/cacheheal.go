@@ -189,7 +189,7 @@ func (h *BalanceCacheHealer) refill(ctx context.Context, identity string) (int, 
 		for account, list := range balances {
 			entries := make([]coherence.CacheEntry, len(list))
 			for i, balance := range list {
-				entries[i] = coherence.CacheEntry{Field: balance.Asset, Version: balance.Version, Value: cacheValue(balance)}
+				entries[i] = cacheEntry(balance)
 			}
 			fills[BalanceCacheKey(account)] = entries
 		}

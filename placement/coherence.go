@@ -294,7 +294,7 @@ func (c *BalanceCoherence) fill(ctx context.Context, deliveries []*coherenceDeli
 			continue
 		}
 		key := BalanceCacheKey(delivery.account)
-		fills[key] = append(fills[key], coherence.CacheEntry{Field: balance.Asset, Version: balance.Version, Value: cacheValue(*balance)})
+		fills[key] = append(fills[key], cacheEntry(*balance))
 		names[key] = append(names[key], delivery.name)
 	}
 	if c.cache == nil || len(fills) == 0 {
