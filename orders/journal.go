@@ -1,10 +1,16 @@
 package orders
 
-import "context"
+import (
+	"context"
+	"strings"
+)
 
 // OutboxEntry is one row of the outbox: a balance changed to a new
-// version. Name is "balances:<account>:<asset>"; Payload is "<name>@<version>",
-// the message both coherence modes carry and the job mode's dedup key.
+// version, or a write's events of one account on one instrument. A
+// balance's Name is "balances:<account>:<asset>" (BalanceName) and its
+// Payload "<name>@<version>", the message both coherence modes carry and
+// the job mode's dedup key; an events row's Name is EventsName's, its
+// Payload the events' snapshot (postgres.RenderEvents).
 type OutboxEntry struct {
 	ID      int64
 	Name    string
@@ -14,6 +20,21 @@ type OutboxEntry struct {
 
 // BalanceName is the outbox name of one account's balance of one asset.
 func BalanceName(account, asset string) string { return "balances:" + account + ":" + asset }
+
+// EventsTable names the outbox rows of accounts' events: one per account
+// and instrument a write touched (EventsName), each a source of the
+// account's log of events.
+const EventsTable = "events"
+
+// EventsName is the outbox name of an account's events on one instrument.
+func EventsName(account, symbol string) string { return EventsTable + ":" + account + ":" + symbol }
+
+// EventsAccount is the account an EventsName names, and whether name is one.
+func EventsAccount(name string) (string, bool) {
+	rest, found := strings.CutPrefix(name, EventsTable+":")
+	account, symbol, found2 := strings.Cut(rest, ":")
+	return account, found && found2 && account != "" && symbol != ""
+}
 
 // Relayer hears of outbox entries right after the transaction that wrote
 // them commits, and carries them to the coherence queue. A crash before it

@@ -327,7 +327,7 @@ func (r *OutboxRelay) carry(ctx context.Context, entries []orders.OutboxEntry) (
 	var errs []error
 	for _, entry := range entries {
 		table, _ := outboxTableAndGroup(entry.Name)
-		if table == EventsTable {
+		if table == orders.EventsTable {
 			events = append(events, entry)
 			continue
 		}
@@ -476,7 +476,7 @@ func (r *OutboxRelay) appendRow(ctx context.Context, log *emq.Queue, row orders.
 // eventAppend is the log append of an events row: its account's group, its
 // source (name, version, forced past a gap when force), its events.
 func (r *OutboxRelay) eventAppend(entry orders.OutboxEntry, force bool) (emq.LogAppend, error) {
-	account, ok := eventsAccount(entry.Name)
+	account, ok := orders.EventsAccount(entry.Name)
 	if !ok {
 		return emq.LogAppend{}, fmt.Errorf("%w: %q names no account's events", ErrOutboxPayload, entry.Name)
 	}
@@ -489,17 +489,6 @@ func (r *OutboxRelay) eventAppend(entry orders.OutboxEntry, force bool) (emq.Log
 		logEntries[i] = emq.LogEntry{ID: draft.ID, Type: string(draft.Type), Data: draft.Data}
 	}
 	return emq.LogAppend{Group: account, Source: emq.LogSource{Name: entry.Name, Version: entry.Version, Force: force}, Entries: logEntries}, nil
-}
-
-// EventsTable names the outbox rows of accounts' events,
-// "events:<account>:<symbol>" (postgres.EventsTable).
-const EventsTable = "events"
-
-// eventsAccount is the account of an events row's name.
-func eventsAccount(name string) (string, bool) {
-	rest, found := strings.CutPrefix(name, EventsTable+":")
-	account, symbol, found2 := strings.Cut(rest, ":")
-	return account, found && found2 && account != "" && symbol != ""
 }
 
 // admit puts one job per entry on the table's coherence queue in one round

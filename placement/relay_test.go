@@ -599,23 +599,15 @@ func TestCoherenceRetriesWhenTheCacheCannotBeRefreshed(t *testing.T) {
 func TestEventsRowsAreAppendedOnceInOrder(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
-	account := f.newAccount(t)
-	if err := f.ledger.Deposit(ctx, account, "USD", "100000"); err != nil {
-		t.Fatal(err)
-	}
-	queue := f.client.Queue(orders.Queue)
-	placer := placement.NewPlacer(queue)
-	if err := placer.Declare(ctx); err != nil {
-		t.Fatal(err)
-	}
+	account := f.buyer(t)
+	queue, placer := f.ordersQueue(t)
 	settler := postgres.NewSettler(f.db, nil, f.log) // relays nothing itself
 	var placed []string
 	for _, clientOrderID := range []string{"first", "second"} {
-		order := placeAndSettle(t, placer, queue, settler, orders.PlaceCommand{Account: account, ClientOrderID: clientOrderID,
-			Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit, Quantity: decimal.MustParse("0.1"), Price: decimal.MustParse("45000")})
+		order := restingBuy(t, placer, queue, settler, account, clientOrderID)
 		placed = append(placed, order.ID)
 	}
-	rows, err := postgres.NewOutbox(f.db).EventRows(ctx, "events:"+account+":BTC-USD", 0, 100)
+	rows, err := postgres.NewOutbox(f.db).EventRows(ctx, orders.EventsName(account, "BTC-USD"), 0, 100)
 	if err != nil || len(rows) != 2 {
 		t.Fatalf("events rows %v, %v; want two", rows, err)
 	}
@@ -649,19 +641,11 @@ func TestEventsRowsAreAppendedOnceInOrder(t *testing.T) {
 func TestALogThatLostItsSourcesIsNotRefilledWithHistory(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
-	account := f.newAccount(t)
-	if err := f.ledger.Deposit(ctx, account, "USD", "100000"); err != nil {
-		t.Fatal(err)
-	}
-	queue := f.client.Queue(orders.Queue)
-	placer := placement.NewPlacer(queue)
-	if err := placer.Declare(ctx); err != nil {
-		t.Fatal(err)
-	}
+	account := f.buyer(t)
+	queue, placer := f.ordersQueue(t)
 	settler := postgres.NewSettler(f.db, f.relay, f.log)
 	place := func(clientOrderID string) orders.Order {
-		return placeAndSettle(t, placer, queue, settler, orders.PlaceCommand{Account: account, ClientOrderID: clientOrderID,
-			Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit, Quantity: decimal.MustParse("0.1"), Price: decimal.MustParse("45000")})
+		return restingBuy(t, placer, queue, settler, account, clientOrderID)
 	}
 	place("old-1")
 	place("old-2")
@@ -687,24 +671,16 @@ func TestALogThatLostItsSourcesIsNotRefilledWithHistory(t *testing.T) {
 func TestAnUnrenderableEventsRowHoldsNoOtherBack(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t, placement.WithSweepAge(0))
-	queue := f.client.Queue(orders.Queue)
-	placer := placement.NewPlacer(queue)
-	if err := placer.Declare(ctx); err != nil {
-		t.Fatal(err)
-	}
+	queue, placer := f.ordersQueue(t)
 	settler := postgres.NewSettler(f.db, nil, f.log) // relays nothing itself
 	var accounts, placed []string
 	for _, clientOrderID := range []string{"a", "b"} {
-		account := f.newAccount(t)
-		if err := f.ledger.Deposit(ctx, account, "USD", "100000"); err != nil {
-			t.Fatal(err)
-		}
+		account := f.buyer(t)
 		accounts = append(accounts, account)
-		order := placeAndSettle(t, placer, queue, settler, orders.PlaceCommand{Account: account, ClientOrderID: clientOrderID,
-			Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit, Quantity: decimal.MustParse("0.1"), Price: decimal.MustParse("45000")})
+		order := restingBuy(t, placer, queue, settler, account, clientOrderID)
 		placed = append(placed, order.ID)
 	}
-	if _, err := f.db.Exec(ctx, `UPDATE outbox SET payload = '{"orders":[[1]],"fills":[]}' WHERE name = $1`, "events:"+accounts[0]+":BTC-USD"); err != nil {
+	if _, err := f.db.Exec(ctx, `UPDATE outbox SET payload = '{"orders":[[1]],"fills":[]}' WHERE name = $1`, orders.EventsName(accounts[0], "BTC-USD")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.relay.Sweep(ctx); err != nil {
@@ -734,4 +710,33 @@ func logOf(t testing.TB, queue *emq.Queue, account string) []string {
 		got = append(got, event.Type+" "+order.ID)
 	}
 	return got
+}
+
+// buyer is a new account with USD to buy with.
+func (f *coherenceFixture) buyer(t testing.TB) string {
+	t.Helper()
+	account := f.newAccount(t)
+	if err := f.ledger.Deposit(context.Background(), account, "USD", "100000"); err != nil {
+		t.Fatal(err)
+	}
+	return account
+}
+
+// ordersQueue is the orders queue on f's Redis, declared, and a placer on it.
+func (f *coherenceFixture) ordersQueue(t testing.TB) (*emq.Queue, *placement.Placer) {
+	t.Helper()
+	queue := f.client.Queue(orders.Queue)
+	placer := placement.NewPlacer(queue)
+	if err := placer.Declare(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return queue, placer
+}
+
+// restingBuy places and settles a BTC-USD buy of account that rests in the
+// book, and returns it.
+func restingBuy(t testing.TB, placer *placement.Placer, queue *emq.Queue, settler *postgres.Settler, account, clientOrderID string) orders.Order {
+	t.Helper()
+	return placeAndSettle(t, placer, queue, settler, orders.PlaceCommand{Account: account, ClientOrderID: clientOrderID,
+		Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit, Quantity: decimal.MustParse("0.1"), Price: decimal.MustParse("45000")})
 }

@@ -14,11 +14,6 @@ import (
 //go:embed sql/settle_events.sql
 var settleEventsSQL string
 
-// EventsTable names the outbox rows of accounts' events:
-// "events:<account>:<symbol>", one per account and instrument a write
-// touched, at that source's next version (settle_events.sql).
-const EventsTable = "events"
-
 // eventSnapshot is an events row's payload: the account's orders and fills
 // as the write left them, each a row of the columns scanOrder and
 // scanExecution read.

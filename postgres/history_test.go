@@ -439,7 +439,7 @@ func TestRecordCanceledNeverOverwritesSettlement(t *testing.T) {
 		t.Errorf("the settled row became %+v, %v", got, err)
 	}
 	// One order.canceled event, written with the row the first time only.
-	rows, err := postgres.NewOutbox(db).EventRows(ctx, "events:"+account+":BTC-USD", 0, 100)
+	rows, err := postgres.NewOutbox(db).EventRows(ctx, orders.EventsName(account, "BTC-USD"), 0, 100)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("events rows %v, %v; want the cancel's one", rows, err)
 	}

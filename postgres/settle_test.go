@@ -418,8 +418,8 @@ func TestCrossingOrdersTradeAtTheMakersPrice(t *testing.T) {
 		versions[e.Name] = e.Version
 	}
 	if want := map[string][]string{
-		"events:" + m.alice + ":BTC-USD": {"fill " + ask.ID, "order.partially_filled " + ask.ID},
-		"events:" + m.bob + ":BTC-USD":   {"fill " + bid.ID, "order.filled " + bid.ID},
+		orders.EventsName(m.alice, "BTC-USD"): {"fill " + ask.ID, "order.partially_filled " + ask.ID},
+		orders.EventsName(m.bob, "BTC-USD"):   {"fill " + bid.ID, "order.filled " + bid.ID},
 	}; !maps.EqualFunc(events, want, slices.Equal) {
 		t.Errorf("events %v, want %v", events, want)
 	}
@@ -522,7 +522,7 @@ func TestPartialFillThenCancelReleasesTheRemainder(t *testing.T) {
 	if len(last) != 1 || last[0].Name != orders.BalanceName(m.alice, "USD") || last[0].Version != after.version {
 		t.Errorf("the cancel relayed %v", last)
 	}
-	if want := map[string][]string{"events:" + m.alice + ":BTC-USD": {"order.canceled " + bid.ID}}; !maps.EqualFunc(events, want, slices.Equal) {
+	if want := map[string][]string{orders.EventsName(m.alice, "BTC-USD"): {"order.canceled " + bid.ID}}; !maps.EqualFunc(events, want, slices.Equal) {
 		t.Errorf("the cancel's events %v, want %v", events, want)
 	}
 	var notCancelable *orders.NotCancelableError
@@ -901,7 +901,7 @@ func splitEvents(t testing.TB, entries []orders.OutboxEntry) ([]orders.OutboxEnt
 	var rest []orders.OutboxEntry
 	events := map[string][]string{}
 	for _, entry := range entries {
-		if !strings.HasPrefix(entry.Name, postgres.EventsTable+":") {
+		if !strings.HasPrefix(entry.Name, orders.EventsTable+":") {
 			rest = append(rest, entry)
 			continue
 		}

@@ -1,7 +1,8 @@
 -- The events of one write: per account and instrument of the orders $1
 -- (text[], every order the write touched) and of the trades of the takers
 -- $2 (text[]: a taker trades only in its own settlement, so these are the
--- write's trades), one outbox row "events:<account>:<symbol>" at that
+-- write's trades), one outbox row "events:<account>:<symbol>"
+-- (orders.EventsName) at that
 -- source's next version (event_sources), whose payload is a snapshot, as
 -- the write leaves them, of the account's orders and fills there:
 --   {"orders": [order row, ...], "fills": [fill row, ...]}
