@@ -65,6 +65,7 @@ func WithLogRetention(retention LogRetention) QueueOption {
 func (q *Queue) logKey(group string) string { return q.key("log:" + group) }
 func (q *Queue) logSequencesKey() string    { return q.key("logseq") }
 func (q *Queue) logSourcesKey() string      { return q.key("logsrc") }
+func (q *Queue) logChangesKey() string      { return q.key("logchanges") }
 
 // logAppendScript is Once: a second run of an append without a source
 // would append its entries twice.
@@ -146,7 +147,7 @@ func (q *Queue) AppendLogs(ctx context.Context, appends []LogAppend) ([]LogAppen
 		for _, entry := range append_.Entries {
 			args = append(args, entry.ID, entry.Type, entry.Data)
 		}
-		calls[i] = scriptpipe.Call{Keys: []string{q.logKey(append_.Group), q.logSequencesKey(), q.logSourcesKey()}, Args: args}
+		calls[i] = scriptpipe.Call{Keys: []string{q.logKey(append_.Group), q.logSequencesKey(), q.logSourcesKey(), q.logChangesKey()}, Args: args}
 	}
 	cmds, acked, err := runReplicated(ctx, q.client.rdb, logAppendScript, calls, q.client.admitReplicas, q.client.admitReplicaTimeout)
 	if err != nil {
@@ -230,13 +231,12 @@ func (q *Queue) ReadLog(ctx context.Context, group string, after, count int64) (
 	return logEventsOf(messages), nil
 }
 
-// TailLogs waits up to block for entries of the groups' logs after the
-// sequence given for each, and returns, by group, up to count entries of
-// each that has some; none when block passed first. All logs of a queue
-// share its slot, so one call (XREAD) serves any number of groups.
-func (q *Queue) TailLogs(ctx context.Context, after map[string]int64, block time.Duration, count int64) (map[string][]LogEvent, error) {
+// ReadLogs returns, by group, up to count entries of each group's log
+// after the sequence given for it, in one round trip without waiting;
+// groups whose logs hold nothing after it are left out.
+func (q *Queue) ReadLogs(ctx context.Context, after map[string]int64, count int64) (map[string][]LogEvent, error) {
 	if len(after) == 0 {
-		return nil, nil
+		return map[string][]LogEvent{}, nil
 	}
 	streams := make([]string, len(after), 2*len(after))
 	groups := make(map[string]string, len(after))
@@ -248,18 +248,69 @@ func (q *Queue) TailLogs(ctx context.Context, after map[string]int64, block time
 		groups[key] = group
 		i++
 	}
-	read, err := q.client.rdb.XRead(ctx, &redis.XReadArgs{Streams: streams, Count: count, Block: block}).Result()
+	// Block -1: no BLOCK argument, so XREAD answers at once.
+	read, err := q.client.rdb.XRead(ctx, &redis.XReadArgs{Streams: streams, Count: count, Block: -1}).Result()
 	if errors.Is(err, redis.Nil) {
-		return nil, nil
+		return map[string][]LogEvent{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("emq: tail logs on %s: %w", q.name, err)
+		return nil, fmt.Errorf("emq: read %d logs on %s: %w", len(after), q.name, err)
 	}
 	events := make(map[string][]LogEvent, len(read))
 	for _, stream := range read {
 		events[groups[stream.Stream]] = logEventsOf(stream.Messages)
 	}
 	return events, nil
+}
+
+// LogChange announces an append: group's log was given sequence Sequence.
+type LogChange struct {
+	Group    string
+	Sequence int64
+}
+
+// Every append to any of the queue's logs is announced on one change
+// stream (lua/log_lib.lua), so a reader that follows many logs waits on
+// that stream alone and reads only the logs that changed. The stream keeps
+// about the newest 100,000 announcements: a reader further behind misses
+// some, and must compare its positions with LastLogSequences now and then.
+
+// LogChangesPosition returns the change stream's current end, from which
+// WaitLogChanges reports the appends that follow.
+func (q *Queue) LogChangesPosition(ctx context.Context) (string, error) {
+	newest, err := q.client.rdb.XRevRangeN(ctx, q.logChangesKey(), "+", "-", 1).Result()
+	if err != nil {
+		return "", fmt.Errorf("emq: end of the log changes on %s: %w", q.name, err)
+	}
+	if len(newest) == 0 {
+		return "0-0", nil
+	}
+	return newest[0].ID, nil
+}
+
+// WaitLogChanges waits up to block for appends announced after position
+// and returns up to count of them, oldest first, with the position after
+// the last; none, and position, when block passed first.
+func (q *Queue) WaitLogChanges(ctx context.Context, position string, block time.Duration, count int64) ([]LogChange, string, error) {
+	read, err := q.client.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{q.logChangesKey(), position}, Count: count, Block: block}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, position, nil
+	}
+	if err != nil {
+		return nil, position, fmt.Errorf("emq: wait for log changes on %s: %w", q.name, err)
+	}
+	var changes []LogChange
+	for _, stream := range read {
+		for _, message := range stream.Messages {
+			change := LogChange{}
+			change.Group, _ = message.Values["g"].(string)
+			text, _ := message.Values["s"].(string)
+			change.Sequence, _ = strconv.ParseInt(text, 10, 64)
+			changes = append(changes, change)
+			position = message.ID
+		}
+	}
+	return changes, position, nil
 }
 
 func logEventsOf(messages []redis.XMessage) []LogEvent {

@@ -158,45 +158,65 @@ func TestALogKeepsItsRetention(t *testing.T) {
 	}
 }
 
-// TailLogs returns what several groups' logs gained after the sequences
-// given, in one call, and nothing once the block passes.
-func TestTailLogsReadsManyGroupsAtOnce(t *testing.T) {
+// ReadLogs returns what several groups' logs hold after the sequences
+// given, in one call; WaitLogChanges announces every append, the
+// admission's too, after a position, and waits for one when there is none.
+func TestLogChangesAnnounceAppendsAndReadLogsReadsThem(t *testing.T) {
 	ctx := context.Background()
 	queue, _ := newQueue(t)
+	start, err := queue.LogChangesPosition(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, group := range []string{"a", "b"} {
 		if _, err := queue.AppendLog(ctx, group, emq.LogSource{}, []emq.LogEntry{{ID: group + "1", Type: "t"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	events, err := queue.TailLogs(ctx, map[string]int64{"a": 0, "b": 1, "c": 0}, 100*time.Millisecond, 10)
+	admitted := job("j1", "a", "")
+	admitted.Log = &emq.LogEntry{ID: "a2", Type: "t"}
+	if _, err := queue.Admit(ctx, admitted); err != nil {
+		t.Fatal(err)
+	}
+	changes, position, err := queue.WaitLogChanges(ctx, start, 100*time.Millisecond, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(events) != 1 || !slices.Equal(logged(events["a"]), []string{"1 a1"}) {
-		t.Errorf("tail = %v, want a's first entry alone", events)
+	if want := []emq.LogChange{{Group: "a", Sequence: 1}, {Group: "b", Sequence: 1}, {Group: "a", Sequence: 2}}; !slices.Equal(changes, want) {
+		t.Errorf("changes = %v, want %v", changes, want)
 	}
-	done := make(chan map[string][]emq.LogEvent, 1)
+	if end, err := queue.LogChangesPosition(ctx); err != nil || end != position {
+		t.Errorf("the changes end at %q (%v), the wait answered position %q", end, err, position)
+	}
+	events, err := queue.ReadLogs(ctx, map[string]int64{"a": 0, "b": 1, "c": 0}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 1 || !slices.Equal(logged(events["a"]), []string{"1 a1", "2 a2"}) {
+		t.Errorf("read = %v, want a's two entries alone", events)
+	}
+	done := make(chan []emq.LogChange, 1)
 	go func() {
-		events, err := queue.TailLogs(ctx, map[string]int64{"a": 1, "b": 1}, 5*time.Second, 10)
+		changes, _, err := queue.WaitLogChanges(ctx, position, 5*time.Second, 10)
 		if err != nil {
 			t.Error(err)
 		}
-		done <- events
+		done <- changes
 	}()
 	time.Sleep(100 * time.Millisecond)
 	if _, err := queue.AppendLog(ctx, "b", emq.LogSource{}, []emq.LogEntry{{ID: "b2", Type: "t"}}); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case events := <-done:
-		if !slices.Equal(logged(events["b"]), []string{"2 b2"}) {
-			t.Errorf("a blocked tail = %v, want b's second entry", events)
+	case changes := <-done:
+		if want := []emq.LogChange{{Group: "b", Sequence: 2}}; !slices.Equal(changes, want) {
+			t.Errorf("a blocked wait = %v, want %v", changes, want)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("a blocked tail never returned")
+		t.Fatal("a blocked wait never returned")
 	}
-	if events, err := queue.TailLogs(ctx, map[string]int64{"a": 1}, 50*time.Millisecond, 10); err != nil || len(events) != 0 {
-		t.Errorf("a tail with nothing new = %v, %v; want nothing", events, err)
+	if changes, _, err := queue.WaitLogChanges(ctx, "$", 50*time.Millisecond, 10); err != nil || len(changes) != 0 {
+		t.Errorf("a wait with nothing new = %v, %v; want nothing", changes, err)
 	}
 }
 

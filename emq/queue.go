@@ -231,7 +231,7 @@ func (q *Queue) admitCall(job Job, now time.Time) ([]string, []any, error) {
 	}
 	settings := q.dedupSettings()
 	window, others, expireAt := q.dedupWindows(settings, now, q.client.skew())
-	keys := append(make([]string, 0, 10+len(others)), q.kindsKey(), q.jobsKey(), q.laneKey(job.Group),
+	keys := append(make([]string, 0, 13+len(others)), q.kindsKey(), q.jobsKey(), q.laneKey(job.Group),
 		q.rotationKey(), q.lanesKey(), q.tagsKey(), q.clockKey(), q.dedupKey(), window)
 	keys = append(keys, others...)
 	args := []any{job.ID, job.Kind, job.Group, job.Payload, job.Fingerprint, dedupDigest(dedup), expireAt, settings.text}
@@ -242,7 +242,7 @@ func (q *Queue) admitCall(job Job, now time.Time) ([]string, []any, error) {
 		args = append(args, "", "")
 	}
 	if entry := job.Log; entry != nil {
-		keys = append(keys, q.logKey(job.Group), q.logSequencesKey())
+		keys = append(keys, q.logKey(job.Group), q.logSequencesKey(), q.logChangesKey())
 		args = append(args, entry.ID, entry.Type, entry.Data, q.logRetention.Count, q.logRetention.Age.Milliseconds())
 	}
 	return keys, args, nil

@@ -28,9 +28,10 @@
 -- KEYS[10..] emq:{q}:dedup:<W>:<...>     hash   the other windows to look in
 -- KEYS[n]    emq:{q}:bucket:<name>       string with ARGV[9]: the rate-limit bucket to take
 --                                               from first (see permit_bucket.lua); the last key,
---                                               or the last but two with a log entry
+--                                               or the last but three with a log entry
 -- KEYS[n+1]  emq:{q}:log:<group>         stream with ARGV[11]: the group's log (see log_lib.lua)
 -- KEYS[n+2]  emq:{q}:logseq              hash   with ARGV[11]: group -> last sequence
+-- KEYS[n+3]  emq:{q}:logchanges          stream with ARGV[11]: every log append, announced
 --
 -- ARGV[1] job id
 -- ARGV[2] kind
@@ -79,7 +80,7 @@ local at = now()
 local last_window = #KEYS
 local logged = ARGV[11] and ARGV[11] ~= ''
 if logged then
-  last_window = last_window - 2
+  last_window = last_window - 3
 end
 local take
 if ARGV[9] and ARGV[9] ~= '' then
@@ -123,7 +124,7 @@ write(KEYS[2], id, {
 })
 enqueue(KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], id, group)
 if logged then
-  sequence = log_append(KEYS[#KEYS - 1], KEYS[#KEYS], group, ARGV[11], ARGV[12], ARGV[13], at,
+  sequence = log_append(KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS], group, ARGV[11], ARGV[12], ARGV[13], at,
     tonumber(ARGV[14]), tonumber(ARGV[15]))
 end
 

@@ -10,6 +10,7 @@
 -- KEYS[1] emq:{q}:log:<group>  stream the group's log
 -- KEYS[2] emq:{q}:logseq       hash   group -> last sequence
 -- KEYS[3] emq:{q}:logsrc       hash   source -> last version appended
+-- KEYS[4] emq:{q}:logchanges   stream every append, announced (log_lib.lua)
 --
 -- ARGV[1] group
 -- ARGV[2] source; '' for none: the entries are appended whatever came before
@@ -49,7 +50,7 @@ end
 local at = now()
 local first = 0
 for i = 7, #ARGV, 3 do
-  local sequence = log_append(KEYS[1], KEYS[2], group, ARGV[i], ARGV[i + 1], ARGV[i + 2], at, keep_count, keep_ms)
+  local sequence = log_append(KEYS[1], KEYS[2], KEYS[4], group, ARGV[i], ARGV[i + 1], ARGV[i + 2], at, keep_count, keep_ms)
   if first == 0 then first = sequence end
 end
 if source ~= '' then

@@ -8,11 +8,18 @@
 -- holds the fields id, type, at (server ms) and data, all the caller's but
 -- at.
 --
--- log_append(log, sequences, group, id, type, data, at, keep_count, keep_ms)
+-- Every append is also announced on the queue's change stream,
+-- emq:{q}:logchanges, an entry {g = group, s = sequence} under an ID the
+-- server picks, so a reader following many logs blocks on that one stream
+-- instead of on every log; it keeps about the newest log_changes_keep.
+--
+-- log_append(log, sequences, changes, group, id, type, data, at, keep_count, keep_ms)
 --   appends one entry and returns its sequence. Past keep_count entries it
 --   drops the oldest ones older than keep_ms, at most two per append: a log
 --   keeps its newest keep_count entries and every entry younger than
 --   keep_ms, and shrinks back to that by two per append.
+
+local log_changes_keep = 100000
 
 local function log_entry_at(fields)
   for i = 1, #fields, 2 do
@@ -21,9 +28,10 @@ local function log_entry_at(fields)
   return nil
 end
 
-local function log_append(log, sequences, group, id, kind, data, at, keep_count, keep_ms)
+local function log_append(log, sequences, changes, group, id, kind, data, at, keep_count, keep_ms)
   local sequence = redis.call('HINCRBY', sequences, group, 1)
   redis.call('XADD', log, sequence .. '-0', 'id', id, 'type', kind, 'at', at, 'data', data)
+  redis.call('XADD', changes, 'MAXLEN', '~', log_changes_keep, '*', 'g', group, 's', sequence)
   if redis.call('XLEN', log) > keep_count then
     for _, entry in ipairs(redis.call('XRANGE', log, '-', '+', 'COUNT', 2)) do
       local entry_at = log_entry_at(entry[2])

@@ -15,16 +15,16 @@ import (
 // An account's events are the orders queue's log of the account's group
 // (emq/log.go). EventStreams serves them to the account's subscribers:
 // each subscription first reads what it missed page by page on its own,
-// then joins one tail loop per process, a single blocking read (TailLogs)
-// over the logs of every account with a subscriber, which hands each new
-// event to every subscription of its account. The handoff between the two
+// then joins one tail loop per process, which waits on the queue's one
+// change stream (WaitLogChanges) and reads the logs of the accounts with a
+// subscriber that changed, handing each new event to every subscription of
+// its account. The handoff between the two
 // and the rest are in docs/api.md (The event stream).
 
 // The defaults of EventStreams.
 const (
-	// DefaultEventTailBlock is how long one read of the tail loop waits for
-	// new events. An account subscribed to for the first time joins the
-	// read after it, so its first events may wait that long.
+	// DefaultEventTailBlock is how long the tail loop waits on the change
+	// stream at once before it looks again.
 	DefaultEventTailBlock = 500 * time.Millisecond
 	// DefaultEventBuffer is how many events a subscription holds for its
 	// reader; past that it is ended (ErrSlowSubscriber).
@@ -32,8 +32,11 @@ const (
 	// eventPage is how many events a subscription reads from its log at
 	// once while it catches up, and the tail loop from each log.
 	eventPage = 256
-	// lossCheckInterval is how often the tail loop looks for logs that
-	// went back (endLost).
+	// changePage is how many announcements of appends the tail loop takes
+	// from the change stream at once.
+	changePage = 4096
+	// lossCheckInterval is how often the tail loop compares its positions
+	// with the logs' ends (reconcile).
 	lossCheckInterval = time.Second
 )
 
@@ -198,13 +201,13 @@ func (e *EventStreams) Close() {
 	e.loops.Wait()
 }
 
-// join makes the tail loop hand the account's new events to s, and returns
-// the loop's position in the account's log: s gets the events after it.
-func (e *EventStreams) join(s *Subscription) (int64, error) {
+// join makes the tail loop hand the account's new events to s: those
+// after the loop's position in the account's log.
+func (e *EventStreams) join(s *Subscription) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return 0, ErrEventStreamsClosed
+		return ErrEventStreamsClosed
 	}
 	account := e.followed[s.account]
 	if account == nil {
@@ -218,7 +221,7 @@ func (e *EventStreams) join(s *Subscription) (int64, error) {
 		e.loops.Add(1)
 		go e.tail()
 	}
-	return account.last, nil
+	return nil
 }
 
 // leave stops handing events to s.
@@ -241,12 +244,17 @@ func (e *EventStreams) remove(s *Subscription) {
 	}
 }
 
-// tail is the tail loop: one blocking read over the logs of every followed
-// account at a time, from the loop's position in each, whose events go to
-// the account's subscriptions. It returns when no account is followed.
+// tail is the tail loop: it waits on the queue's change stream, which
+// announces every append to any account's log, and reads the logs of the
+// followed accounts that changed after the loop's position in them, whose
+// events go to the account's subscriptions. Once a second, and after a
+// failed wait, it compares its positions with the logs' ends, for changes
+// it missed (the stream keeps the newest announcements only). It returns
+// when no account is followed.
 func (e *EventStreams) tail() {
 	defer e.loops.Done()
 	retry, checked := time.Duration(0), time.Now()
+	position, missed := "", false
 	for {
 		e.mu.Lock()
 		if e.closed || len(e.followed) == 0 {
@@ -254,55 +262,110 @@ func (e *EventStreams) tail() {
 			e.mu.Unlock()
 			return
 		}
-		after := make(map[string]int64, len(e.followed))
-		for name, account := range e.followed {
-			after[name] = account.last
-		}
 		e.mu.Unlock()
 
-		read, err := e.queue.TailLogs(e.stop, after, e.block, eventPage)
+		var changes []emq.LogChange
+		var err error
+		if position == "" {
+			// Whatever was appended before the position is read from the
+			// logs themselves, below.
+			position, err = e.queue.LogChangesPosition(e.stop)
+			missed = true
+		} else {
+			changes, position, err = e.queue.WaitLogChanges(e.stop, position, e.block, changePage)
+		}
 		if err != nil {
 			if e.stop.Err() != nil {
 				continue
 			}
+			missed = true
 			retry = min(max(2*retry, 50*time.Millisecond), 2*time.Second)
-			e.log.Warn("event streams: reading the account logs failed; retrying", "accounts", len(after), "retry_in", retry.String(), "err", err)
+			e.log.Warn("event streams: waiting for the account logs' changes failed; retrying", "retry_in", retry.String(), "err", err)
 			select {
 			case <-time.After(retry):
 			case <-e.stop.Done():
 			}
 			continue
 		}
-		if time.Since(checked) >= lossCheckInterval {
-			e.endLost(after)
-			checked = time.Now()
-		}
 		retry = 0
-		e.hand(read)
+		changed := e.changed(changes)
+		if missed || time.Since(checked) >= lossCheckInterval {
+			for name, position := range e.reconcile() {
+				changed[name] = position
+			}
+			checked, missed = time.Now(), false
+		}
+		e.readChanged(changed)
 	}
 }
 
-// endLost ends the subscriptions of the accounts whose log went back
-// below the loop's position. Redis that lost its newest writes (a
-// failover to a replica that lagged) gives the next events the sequences
-// of events already handed out, which the loop, reading after its
-// position, would never hand out: their clients' resume is answered 410
-// instead. The loop looks once a second, so a log that grows past its old
-// end within that is not caught (docs/api.md).
-func (e *EventStreams) endLost(positions map[string]int64) {
+// changed returns the loop's position in the log of each followed account
+// the changes announce events after it for.
+func (e *EventStreams) changed(changes []emq.LogChange) map[string]int64 {
+	changed := map[string]int64{}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, change := range changes {
+		if account := e.followed[change.Group]; account != nil && change.Sequence > account.last {
+			changed[change.Group] = account.last
+		}
+	}
+	return changed
+}
+
+// readChanged reads the logs of the accounts changed names, after the
+// position given for each, page by page, and hands out their events.
+func (e *EventStreams) readChanged(changed map[string]int64) {
+	for len(changed) > 0 {
+		read, err := e.queue.ReadLogs(e.stop, changed, eventPage)
+		if err != nil {
+			// The next reconcile finds them behind again.
+			e.log.Warn("event streams: reading the account logs failed", "accounts", len(changed), "err", err)
+			return
+		}
+		e.hand(read, changed)
+		next := map[string]int64{}
+		for name, entries := range read {
+			if len(entries) == eventPage {
+				next[name] = entries[len(entries)-1].Sequence
+			}
+		}
+		changed = next
+	}
+}
+
+// reconcile returns the loop's position in the log of each followed
+// account whose log holds events after it, and ends the subscriptions of
+// the accounts whose log went back below it. Redis that lost its newest
+// writes (a failover to a replica that lagged) gives the next events the
+// sequences of events already handed out, which the loop, reading after
+// its position, would never hand out: their clients' resume is answered
+// 410 instead. The loop looks once a second, so a log that grows past its
+// old end within that is not caught (docs/api.md).
+func (e *EventStreams) reconcile() map[string]int64 {
+	e.mu.Lock()
+	positions := make(map[string]int64, len(e.followed))
+	for name, account := range e.followed {
+		positions[name] = account.last
+	}
+	e.mu.Unlock()
 	accounts := make([]string, 0, len(positions))
 	for account := range positions {
 		accounts = append(accounts, account)
 	}
+	behind := map[string]int64{}
 	lasts, err := e.queue.LastLogSequences(e.stop, accounts)
 	if err != nil {
-		return
+		return behind
 	}
 	firsts := map[string]int64{}
 	for name, last := range lasts {
-		if last < positions[name] {
+		switch {
+		case last > positions[name]:
+			behind[name] = positions[name]
+		case last < positions[name]:
 			if firsts[name], _, err = e.queue.LogBounds(e.stop, name); err != nil {
-				return
+				return behind
 			}
 		}
 	}
@@ -320,18 +383,24 @@ func (e *EventStreams) endLost(positions map[string]int64) {
 		}
 		delete(e.followed, name)
 	}
+	return behind
 }
 
-// hand gives the events read to the subscriptions of their accounts. An
-// account whose position moved since the read began (all its subscribers
-// left and a new one came) takes only the events that follow its position.
-// A subscription that has no room left is ended, so no reader waits for
-// another.
-func (e *EventStreams) hand(read map[string][]emq.LogEvent) {
+// hand gives the events read, each log's after the position from gives
+// it, to the subscriptions of their accounts. An account whose position
+// moved since the read began (all its subscribers left and a new one came)
+// takes only the events that follow its position, and none when that is
+// behind the read's: its subscribers read the log to its end themselves,
+// and the next change reads on from there. A subscription that has no room
+// left is ended, so no reader waits for another.
+func (e *EventStreams) hand(read map[string][]emq.LogEvent, from map[string]int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for name, entries := range read {
 		account := e.followed[name]
+		if account != nil && account.last < from[name] {
+			continue
+		}
 		for _, entry := range entries {
 			if account == nil {
 				break
@@ -380,10 +449,9 @@ type Subscription struct {
 	last int64
 	// read holds events read from the log that Next has not returned yet.
 	read []orders.Event
-	// stage is where the subscription is: catching up alone, filling the
-	// gap up to the tail loop's position when it joined, or following.
-	stage  subscriptionStage
-	fillTo int64
+	// stage is where the subscription is: catching up alone, reading the
+	// log to its end once more after joining the tail loop, or following.
+	stage subscriptionStage
 	// events are what the tail loop hands over, shared by the account's
 	// subscriptions; ended is closed, with err set, when the subscription
 	// is ended for the reader.
@@ -438,24 +506,22 @@ func (s *Subscription) Next(ctx context.Context, wait time.Duration) (orders.Eve
 				s.stage = joining
 			}
 		case joining:
-			tail, err := s.streams.join(s)
-			if err != nil {
+			if err := s.streams.join(s); err != nil {
 				return orders.Event{}, false, err
 			}
-			// The tail loop handed out the events up to tail before s
-			// joined; s reads those it lacks itself.
-			s.stage, s.fillTo = filling, tail
+			s.stage = filling
 		case filling:
-			if s.last >= s.fillTo {
-				s.stage = following
-				continue
-			}
-			full, err := s.readLog(ctx, min(eventPage, s.fillTo-s.last))
+			// The tail loop hands s the events after its position in the
+			// log when s joined, which may be ahead of s (other subscribers
+			// follow the account) or behind the log's end (events came
+			// while s joined); s reads the log to its end once more, and
+			// then the loop's events follow on.
+			full, err := s.readLog(ctx, eventPage)
 			if err != nil {
 				return orders.Event{}, false, err
 			}
 			if !full {
-				return orders.Event{}, false, s.gone(ctx)
+				s.stage = following
 			}
 		case following:
 			if timer == nil {

@@ -277,9 +277,16 @@ func TestEventSubscriptionsEndWhenTheLogLacksTheirNextEvent(t *testing.T) {
 	}
 	defer subscription.Close()
 	readUntil(t, subscription, 2)
+	// Past its own reads: the subscription follows the loop.
+	if _, ok, err := subscription.Next(ctx, 100*time.Millisecond); ok || err != nil {
+		t.Fatalf("an idle stream answered %v, %v", ok, err)
+	}
 	// Event 4 lands, 3 never did.
 	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "emq:{orders}:log:acct", ID: "4-0",
 		Values: []string{"id", "ev", "type", string(orders.EventBalance), "at", "0", "data", "{}"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, "emq:{orders}:logseq", "acct", 4).Err(); err != nil {
 		t.Fatal(err)
 	}
 	_, ok, err := subscription.Next(ctx, 5*time.Second)

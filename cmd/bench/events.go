@@ -61,14 +61,20 @@ func (e *env) events(ctx context.Context, c config, s *servers, peak float64, pr
 		progress("events: skipped (REDIS_URL given: the phase empties the orders queue of the bench's Redis first)")
 		return r, nil
 	}
-	// The admission phase's orders wait on the orders queue; the worker
-	// would settle that backlog first.
-	if err := e.dropOrdersQueue(ctx); err != nil {
-		return r, err
-	}
 	progress("events: funding %d accounts, building and starting a gateway process…", eventStreams)
 	keys, err := e.streamAccounts(ctx)
 	if err != nil {
+		return r, err
+	}
+	if peak <= 0 && c.eventsRate <= 0 {
+		if peak, err = probePeak(ctx, s, keys, "p"+e.run+"-", progress); err != nil {
+			return r, err
+		}
+	}
+	// The admission phase's orders (or the probe's) wait on the orders
+	// queue; the worker would settle that backlog first, while the streams
+	// are timed.
+	if err := e.dropOrdersQueue(ctx); err != nil {
 		return r, err
 	}
 	base, gatewayPID, stopGateway, err := startGatewayProcess(ctx, s)
@@ -154,11 +160,6 @@ func (e *env) events(ctx context.Context, c config, s *servers, peak float64, pr
 		return r, err
 	}
 
-	if peak <= 0 {
-		probe := newOrderClient(url, keys, "p"+e.run+"-", 64)
-		peak = closedLoop(ctx, "events: admission peak probe", 64, 2*time.Second, progress, probe.place).PerSecond
-		probe.close()
-	}
 	rate := peak / 2
 	if c.eventsRate > 0 {
 		rate = c.eventsRate
@@ -201,6 +202,20 @@ func (e *env) events(ctx context.Context, c config, s *servers, peak float64, pr
 	progress("events: %d events to %d streams; commit to client p50 %.1f ms p99 %.1f ms; append to client p50 %.1f ms p99 %.1f ms",
 		r.Events, eventStreams, r.CommitP50Ms, r.CommitP99Ms, r.AppendP50Ms, r.AppendP99Ms)
 	return r, nil
+}
+
+// probePeak finds the admission peak of a gateway process with a short
+// closed loop, for a phase run without the admission phase; the gateway
+// is stopped after it.
+func probePeak(ctx context.Context, s *servers, keys []string, prefix string, progress func(string, ...any)) (float64, error) {
+	base, _, stop, err := startGatewayProcess(ctx, s)
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
+	probe := newOrderClient(base+"/v1/orders", keys, prefix, 64)
+	defer probe.close()
+	return closedLoop(ctx, "events: admission peak probe", 64, 2*time.Second, progress, probe.place).PerSecond, nil
 }
 
 // dropOrdersQueue deletes the orders queue's keys: what the admission phase
