@@ -158,7 +158,7 @@ func (s *servers) startPostgres(ctx context.Context) error {
 		return fmt.Errorf("initdb: %w: %s", err, out)
 	}
 	s.pgData = data
-	options := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s -c max_connections=200", port, home)
+	options := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s -c max_connections=200 -c track_commit_timestamp=on", port, home)
 	if out, err := asPostgres(ctx, filepath.Join(bin, "pg_ctl"), "--pgdata", data, "--log", filepath.Join(home, "postgres.log"),
 		"--options", options, "--wait", "--timeout", "60", "start").CombinedOutput(); err != nil {
 		return fmt.Errorf("pg_ctl start: %w: %s (log in %s)", err, out, filepath.Join(home, "postgres.log"))

@@ -30,6 +30,8 @@ var (
 	commitCountSQL string
 	//go:embed sql/trade_count.sql
 	tradeCountSQL string
+	//go:embed sql/order_commits.sql
+	orderCommitsSQL string
 )
 
 // settlementConfig is the settlement phase's part of the command line.
