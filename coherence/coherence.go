@@ -77,10 +77,10 @@ const (
 // ParseMode reads a mode's name.
 func ParseMode(name string) (Mode, error) {
 	switch mode := Mode(name); mode {
-	case ModeNone, ModeBroadcast, ModeJob:
+	case ModeNone, ModeBroadcast, ModeJob, ModeTracking:
 		return mode, nil
 	}
-	return "", fmt.Errorf("coherence: unknown coherence mode %q: want none, broadcast or job", name)
+	return "", fmt.Errorf("coherence: unknown coherence mode %q: want none, broadcast, job or tracking", name)
 }
 
 // Modes declares the mode of each table. A table not declared has mode none:

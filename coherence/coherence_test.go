@@ -62,7 +62,7 @@ func TestModes(t *testing.T) {
 		t.Errorf("Validate: %v", err)
 	}
 	for name, modes := range map[string]coherence.Modes{
-		"unknown mode":   {"balances": "tracking"},
+		"unknown mode":   {"balances": "pushing"},
 		"brace in table": {"bal{ances}": coherence.ModeJob},
 		"empty table":    {"": coherence.ModeJob},
 	} {
@@ -70,13 +70,13 @@ func TestModes(t *testing.T) {
 			t.Errorf("%s: Validate accepted %v", name, modes)
 		}
 	}
-	for _, name := range []string{"none", "broadcast", "job"} {
+	for _, name := range []string{"none", "broadcast", "job", "tracking"} {
 		if mode, err := coherence.ParseMode(name); err != nil || string(mode) != name {
 			t.Errorf("ParseMode(%q) = %q, %v", name, mode, err)
 		}
 	}
-	if _, err := coherence.ParseMode("tracking"); err == nil {
-		t.Error("ParseMode(tracking) accepted a mode that does not exist")
+	if _, err := coherence.ParseMode("pushing"); err == nil {
+		t.Error("ParseMode(pushing) accepted a mode that does not exist")
 	}
 }
 
