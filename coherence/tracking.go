@@ -47,6 +47,36 @@ func (c *Client) Touch(ctx context.Context, table, id string) error {
 	return nil
 }
 
+// Stamp reads the stamp of table's item id: 0 for one never touched. On
+// a client made on a Tracking's (New(tracking.Client())) it is answered
+// from the local copy until the stamp changes.
+func (c *Client) Stamp(ctx context.Context, table, id string) (int64, error) {
+	stamp, err := c.rdb.Get(ctx, StampKey(table, id)).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("coherence: stamp %s of %s: %w", id, table, err)
+	}
+	return stamp, nil
+}
+
+// ReadCacheTracked reads the cache hash key and table's heal mark as two
+// reads, each of which a client made on a Tracking's answers from the
+// local copy (a pipeline would go to Redis).
+func (c *Client) ReadCacheTracked(ctx context.Context, table, key string) (map[string]CacheEntry, HealMark, error) {
+	fields, err := c.rdb.HGetAll(ctx, key).Result()
+	if err != nil {
+		return nil, "", fmt.Errorf("coherence: read cache %s: %w", key, err)
+	}
+	mark, err := c.rdb.Get(ctx, healMarkKey(table)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, "", fmt.Errorf("coherence: read heal mark of %s: %w", table, err)
+	}
+	entries, err := parseCacheHash(key, fields)
+	return entries, HealMark(mark), err
+}
+
 // The defaults of Tracking.
 const (
 	// DefaultTrackingEntries bounds the local copy; past it the least

@@ -7,6 +7,7 @@ package control
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,11 +30,14 @@ func New(db *pgxpool.Pool, caches *coherence.Client) *Control {
 	return &Control{accounts: postgres.NewAccounts(db), instruments: postgres.NewInstruments(db), caches: caches}
 }
 
-// RevokeKey revokes an API key by its KEY id, then broadcasts the revocation
-// so gateways drop their cached copy of the key at once instead of when it
-// expires (placement.KeyCache). The broadcast is at-most-once: its failure is
-// returned but the revocation stands, and every gateway stops taking the key
-// within its cache's time to live.
+// RevokeKey revokes an API key by its KEY id, then tells the gateways so
+// they drop their cached copy of the key at once instead of when it
+// expires (placement.KeyCache): it raises the key's stamp, which Redis
+// invalidates in every gateway's local copy (the tracking mode), and
+// broadcasts the revocation for gateways that keep no local copy (on a
+// Redis Cluster). Both are told after PostgreSQL has the revocation: their
+// failure is returned but the revocation stands, and every gateway stops
+// taking the key within its cache's time to live.
 func (c *Control) RevokeKey(ctx context.Context, keyID string) error {
 	hash, err := c.accounts.RevokeKey(ctx, keyID)
 	if err != nil {
@@ -42,8 +46,10 @@ func (c *Control) RevokeKey(ctx context.Context, keyID string) error {
 	if c.caches == nil {
 		return nil
 	}
-	if err := c.caches.Broadcast(ctx, placement.APIKeysTable, hex.EncodeToString(hash)); err != nil {
-		return fmt.Errorf("control: %s is revoked, but the broadcast failed (gateways refuse it once their cached copy expires): %w", keyID, err)
+	hashHex := hex.EncodeToString(hash)
+	if err := errors.Join(c.caches.Touch(ctx, placement.APIKeysTable, hashHex),
+		c.caches.Broadcast(ctx, placement.APIKeysTable, hashHex)); err != nil {
+		return fmt.Errorf("control: %s is revoked, but the gateways were not all told (they refuse it once their cached copy expires): %w", keyID, err)
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/internal/outage"
 	"github.com/ordergate/ordergate/orders"
@@ -20,10 +22,14 @@ const BalancesTable = "balances"
 
 // CoherenceModes declares how each table's changes reach the caches.
 // Balances use the job mode: a stale balance costs money, so the message
-// must survive a crash and a lost one is not acceptable. Instruments use the
-// broadcast mode: a lost halt message costs one refresh interval, after
-// which every gateway rereads the table anyway.
-var CoherenceModes = coherence.Modes{BalancesTable: coherence.ModeJob, InstrumentsTable: coherence.ModeBroadcast}
+// must survive a crash and a lost one is not acceptable (a gateway's local
+// copy of the balance cache, WithLocalCopy, is then kept by tracking).
+// Instruments use the broadcast mode: a lost halt message costs one
+// refresh interval, after which every gateway rereads the table anyway.
+// API keys use the tracking mode: a revocation raises the key's stamp, and
+// every gateway's copy of it is invalidated (KeyCache.TrackRevocations).
+var CoherenceModes = coherence.Modes{BalancesTable: coherence.ModeJob, InstrumentsTable: coherence.ModeBroadcast,
+	APIKeysTable: coherence.ModeTracking}
 
 // The cache holds one hash per account, ecc:{balances}:<account>, field =
 // asset, value "<version> <available> <held>" (cacheValue), every write a
@@ -48,7 +54,12 @@ func BalanceCacheKey(account string) string { return coherence.CacheKey(Balances
 type Balances struct {
 	db    BalanceReader
 	cache *coherence.Client
-	log   *slog.Logger
+	// local, when set, reads the cache through the process's local copy
+	// (WithLocalCopy); served keeps, per account, the versions answered,
+	// so the copy never answers an older one.
+	local  *coherence.Client
+	served *lru.Cache[string, map[string]int64]
+	log    *slog.Logger
 	// cacheWarnings keeps a Redis outage from logging once per request.
 	cacheWarnings outage.Sparse
 }
@@ -74,6 +85,60 @@ func NewBalances(db BalanceReader, cache *coherence.Client, log *slog.Logger) *B
 	return &Balances{db: db, cache: cache, log: log}
 }
 
+// maxServedAccounts bounds the accounts whose answered versions the local
+// copy is held to; an account past it is read from Redis when its copy
+// answers.
+const maxServedAccounts = 100_000
+
+// WithLocalCopy reads the balance cache through local, a client made on a
+// coherence.Tracking: a complete hash is answered from the process's own
+// memory until Redis invalidates it. An answer from the copy older than
+// what this process answered before for the account (an invalidation
+// still on its way) is not given: the hash is read from Redis instead,
+// which never goes back.
+func (b *Balances) WithLocalCopy(local *coherence.Client) *Balances {
+	served, err := lru.New[string, map[string]int64](maxServedAccounts)
+	if err != nil {
+		panic(err)
+	}
+	b.local, b.served = local, served
+	return b
+}
+
+// fromLocalCopy answers from the local copy when it holds the account's
+// complete hash, outside a heal, no older than what was answered before.
+func (b *Balances) fromLocalCopy(ctx context.Context, account string) ([]orders.Balance, bool) {
+	cached, mark, err := b.local.ReadCacheTracked(ctx, BalancesTable, BalanceCacheKey(account))
+	if err != nil {
+		return nil, false
+	}
+	if _, complete := cached[completeField]; !complete || mark.Healing() {
+		return nil, false
+	}
+	if served, ok := b.served.Get(account); ok {
+		for asset, version := range served {
+			if entry, ok := cached[asset]; !ok || entry.Version < version {
+				return nil, false
+			}
+		}
+	}
+	return b.answer(account, cached), true
+}
+
+// answer is balancesOf, remembering the versions answered for the local
+// copy's check.
+func (b *Balances) answer(account string, entries map[string]coherence.CacheEntry) []orders.Balance {
+	balances := balancesOf(entries)
+	if b.served != nil {
+		versions := make(map[string]int64, len(balances))
+		for _, balance := range balances {
+			versions[balance.Asset] = balance.Version
+		}
+		b.served.Add(account, versions)
+	}
+	return balances
+}
+
 // Of returns the account's balances sorted by asset; none for an account
 // without any (or no such account).
 //
@@ -92,6 +157,11 @@ func (b *Balances) Of(ctx context.Context, account string) ([]orders.Balance, er
 	if b.cache == nil {
 		return b.fromDatabase(ctx, account)
 	}
+	if b.local != nil {
+		if balances, ok := b.fromLocalCopy(ctx, account); ok {
+			return balances, nil
+		}
+	}
 	key := BalanceCacheKey(account)
 	cached, mark, err := b.cache.ReadCacheMarked(ctx, BalancesTable, key)
 	if err != nil {
@@ -101,7 +171,7 @@ func (b *Balances) Of(ctx context.Context, account string) ([]orders.Balance, er
 	// While a heal runs the hash may be older than what readers saw before
 	// Redis lost writes: PostgreSQL answers until the heal ends.
 	if _, complete := cached[completeField]; complete && !mark.Healing() {
-		return balancesOf(cached), nil
+		return b.answer(account, cached), nil
 	}
 	read, err := b.fromDatabase(ctx, account)
 	if err != nil {
@@ -112,7 +182,7 @@ func (b *Balances) Of(ctx context.Context, account string) ([]orders.Balance, er
 		entries = append(entries, cacheEntry(balance))
 	}
 	if mark.Healing() {
-		return balancesOf(newerOf(cached, entries)), nil
+		return b.answer(account, newerOf(cached, entries)), nil
 	}
 	entries = append(entries, coherence.CacheEntry{Field: completeField})
 	// Fenced by the heal mark read with the hash: what was read here may
@@ -120,7 +190,7 @@ func (b *Balances) Of(ctx context.Context, account string) ([]orders.Balance, er
 	// began, when nothing would refill it.
 	fills, err := b.cache.FillManyIfMarked(ctx, BalancesTable, key, mark, entries)
 	if errors.Is(err, coherence.ErrFenced) {
-		return balancesOf(newerOf(cached, entries)), nil
+		return b.answer(account, newerOf(cached, entries)), nil
 	}
 	if err != nil {
 		b.warnCache("balance cache fill failed; answering unavailable", account, err)
@@ -129,7 +199,7 @@ func (b *Balances) Of(ctx context.Context, account string) ([]orders.Balance, er
 	for _, fill := range fills {
 		cached[fill.Held.Field] = fill.Held
 	}
-	return balancesOf(cached), nil
+	return b.answer(account, cached), nil
 }
 
 // newerOf adds to cached, field by field, the entries newer than what it

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
@@ -210,9 +211,38 @@ func TestBalancesOfOutages(t *testing.T) {
 // ever see a balance's version go down, and once the queue is drained the
 // cache holds the newest versions.
 func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
+	for _, local := range []bool{false, true} {
+		t.Run(map[bool]string{false: "reading Redis", true: "through the local copy"}[local], func(t *testing.T) {
+			f := newCoherenceFixture(t)
+			var tracking *coherence.Tracking
+			if local {
+				tracking = newTracking(t, f)
+				f.balances.WithLocalCopy(coherence.New(tracking.Client()))
+			}
+			readersNeverSeeABalanceGoBack(t, f)
+			if local {
+				if stats := tracking.Stats(); stats.Hits == 0 || stats.Invalidations == 0 {
+					t.Errorf("the local copy %+v: want reads answered from it and invalidated", stats)
+				}
+			}
+		})
+	}
+}
+
+// newTracking is a local copy of f's Redis.
+func newTracking(t testing.TB, f *coherenceFixture) *coherence.Tracking {
+	t.Helper()
+	tracking, err := coherence.NewTracking(&redis.Options{Addr: f.redis.Addr}, coherence.TrackingConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tracking.Close() })
+	return tracking
+}
+
+func readersNeverSeeABalanceGoBack(t *testing.T, f *coherenceFixture) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f := newCoherenceFixture(t)
 	assets := []string{"USD", "BTC", "ETH"}
 	accounts := make([]string, 6)
 	for i := range accounts {

@@ -82,6 +82,8 @@ type KeyCache struct {
 	// revocations counts the revocations heard: a lookup that raced one
 	// (read the key active, then heard it revoked) must not cache its answer.
 	revocations uint64
+	// stamps, when set, reads the keys' stamps (TrackRevocations).
+	stamps StampReader
 }
 
 type cachedKey struct {
@@ -90,7 +92,14 @@ type cachedKey struct {
 	expires time.Time
 	// confirmed is when PostgreSQL last gave this answer.
 	confirmed time.Time
+	// stamp is the key's stamp read before that answer; unknownStamp when
+	// it could not be read.
+	stamp int64
 }
+
+// unknownStamp is the stamp of an answer whose stamp could not be read: it
+// matches no stamp read later.
+const unknownStamp = -1
 
 // KeyCacheOption tunes a KeyCache.
 type KeyCacheOption func(*KeyCache)
@@ -100,6 +109,23 @@ type KeyCacheOption func(*KeyCache)
 // answers nothing stale.
 func StaleIfError(window time.Duration) KeyCacheOption {
 	return func(c *KeyCache) { c.staleIfError = max(window, 0) }
+}
+
+// StampReader reads an item's stamp (coherence.Client.Stamp): on a
+// client made on a coherence.Tracking, from the process's local copy until
+// the stamp changes.
+type StampReader interface {
+	Stamp(ctx context.Context, table, id string) (int64, error)
+}
+
+// TrackRevocations checks every answer from memory against the key's
+// stamp (coherence's tracking mode): a revocation raises it, Redis
+// invalidates this process's copy of it, and the next request with the key
+// finds it changed and asks PostgreSQL. Reading a stamp from the local
+// copy costs no round trip; while Redis does not answer, the stamps are
+// left out and the ttl and the broadcast bound a revoked key as before.
+func TrackRevocations(stamps StampReader) KeyCacheOption {
+	return func(c *KeyCache) { c.stamps = stamps }
 }
 
 // OpenSecretsWith opens keys' sealed signing secrets with sealer. Without
@@ -250,14 +276,21 @@ func (c *KeyCache) Authenticate(ctx context.Context, key string) (orders.Caller,
 	}
 	now := c.now()
 	entry, found := c.entry(hash)
-	if found && now.Before(entry.expires) {
+	// The stamp is read before PostgreSQL: a revocation that lands after
+	// the lookup raises it past what the answer is cached with.
+	stamp, tracked := c.stamp(ctx, hash)
+	if found && now.Before(entry.expires) && (!tracked || stamp == entry.stamp) {
 		return entry.caller, entry.err()
+	}
+	if !tracked {
+		stamp = unknownStamp
 	}
 	c.mu.Lock()
 	revocations := c.revocations
 	c.mu.Unlock()
 	lookupCtx := ctx
-	stale := found && now.Before(entry.confirmed.Add(c.staleIfError))
+	// A key whose stamp moved was revoked (or changed): no stale answer.
+	stale := found && now.Before(entry.confirmed.Add(c.staleIfError)) && (!tracked || stamp == entry.stamp)
 	if stale {
 		var cancel context.CancelFunc
 		lookupCtx, cancel = context.WithTimeout(ctx, staleLookupTimeout)
@@ -278,10 +311,20 @@ func (c *KeyCache) Authenticate(ctx context.Context, key string) (orders.Caller,
 	}
 	c.mu.Lock()
 	if c.revocations == revocations {
-		c.put(hash, cachedKey{caller: caller, expires: now.Add(c.ttl), confirmed: now})
+		c.put(hash, cachedKey{caller: caller, expires: now.Add(c.ttl), confirmed: now, stamp: stamp})
 	}
 	c.mu.Unlock()
 	return caller, err
+}
+
+// stamp reads the key's stamp; false without stamps or when it cannot be
+// read.
+func (c *KeyCache) stamp(ctx context.Context, hash [sha256.Size]byte) (int64, bool) {
+	if c.stamps == nil {
+		return 0, false
+	}
+	stamp, err := c.stamps.Stamp(ctx, APIKeysTable, hex.EncodeToString(hash[:]))
+	return stamp, err == nil
 }
 
 // answerStale answers from the key's copy after a failed lookup, unless a

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/control"
 	"github.com/ordergate/ordergate/internal/testserver"
@@ -300,5 +302,54 @@ func TestKeyCachePreloadsActiveKeys(t *testing.T) {
 	}
 	if n := counting.n.Load(); n != 0 {
 		t.Errorf("%d lookups for preloaded keys, want none", n)
+	}
+}
+
+// TestKeyCacheRefusesARevokedKeyOnTheNextRequest: with revocations tracked,
+// a key revoked through control is refused on the first request after its
+// stamp's invalidation reached the gateway's local copy, long before the
+// hour-long ttl, and without a broadcast being followed.
+func TestKeyCacheRefusesARevokedKeyOnTheNextRequest(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	srv := testserver.StartRedis(t)
+	tracking, err := coherence.NewTracking(&redis.Options{Addr: srv.Addr}, coherence.TrackingConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tracking.Close() })
+	accounts := &countingAccounts{Accounts: postgres.NewAccounts(db)}
+	cache := placement.NewKeyCache(accounts, time.Hour, placement.TrackRevocations(coherence.New(tracking.Client())))
+	account, err := postgres.NewAccounts(db).Create(ctx, "dave")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyID, key, err := postgres.NewAccounts(db).IssueKey(ctx, account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if got, err := cache.Authenticate(ctx, key); err != nil || got.Account != account {
+			t.Fatalf("authenticate = %q, %v; want %s", got.Account, err, account)
+		}
+	}
+	if lookups := accounts.n.Load(); lookups != 1 {
+		t.Errorf("%d lookups for three requests, want one: the stamp is read from the local copy", lookups)
+	}
+	if stats := tracking.Stats(); stats.Hits < 2 {
+		t.Errorf("stamp reads %+v, want the repeats answered from the local copy", stats)
+	}
+	if err := control.New(db, coherence.New(srv.Client(t))).RevokeKey(ctx, keyID); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Second)
+	for tracking.Stats().Invalidations == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the revocation's invalidation never arrived")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got, err := cache.Authenticate(ctx, key); !errors.Is(err, orders.ErrUnauthenticated) {
+		t.Errorf("after the invalidation: %q, %v; want the revoked key refused", got.Account, err)
 	}
 }

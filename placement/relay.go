@@ -340,6 +340,14 @@ func (r *OutboxRelay) carry(ctx context.Context, entries []orders.OutboxEntry) (
 				continue
 			}
 			carried = append(carried, entry)
+		case coherence.ModeTracking:
+			// The item's stamp: Redis invalidates every local copy of it.
+			_, item := outboxTableAndGroup(entry.Name)
+			if err := r.caches.Touch(ctx, table, item); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			carried = append(carried, entry)
 		default:
 			if _, declared := r.modes[table]; !declared {
 				r.log.Warn("outbox entry of a table that declares no coherence mode; marked relayed", "name", entry.Name)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ordergate/ordergate/coherence"
@@ -43,6 +44,8 @@ type config struct {
 	instrumentRefresh time.Duration
 	keyCacheTTL       time.Duration
 	keyStaleIfError   time.Duration
+	tracking          bool
+	trackingTTL       time.Duration
 	shutdownTimeout   time.Duration
 	// sealer opens the signing secrets of keys that require signatures;
 	// nil when SIGNING_KEY_ENCRYPTION_KEY is unset, and such keys' requests
@@ -73,6 +76,8 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.DurationVar(&c.instrumentRefresh, "instrument-refresh", env.Duration("INSTRUMENT_REFRESH", 5*time.Second), "how often instruments are reread (INSTRUMENT_REFRESH)")
 	flags.DurationVar(&c.keyCacheTTL, "key-cache-ttl", env.Duration("KEY_CACHE_TTL", placement.DefaultKeyCacheTTL), "how long an API key's account is trusted from memory when no revocation broadcast arrives (KEY_CACHE_TTL)")
 	flags.DurationVar(&c.keyStaleIfError, "key-cache-stale-if-error", env.Duration("KEY_CACHE_STALE_IF_ERROR", placement.DefaultKeyStaleIfError), "how long after PostgreSQL last confirmed an API key its cached copy still answers while PostgreSQL is down (also how long a key revoked just before an outage may work on a gateway that missed the broadcast); 0 turns it off (KEY_CACHE_STALE_IF_ERROR)")
+	flags.BoolVar(&c.tracking, "tracking", env.Bool("TRACKING", true), "keep a local copy of API key stamps and balances that Redis invalidates (the tracking coherence mode); refused on a Redis Cluster (TRACKING)")
+	flags.DurationVar(&c.trackingTTL, "tracking-ttl", env.Duration("TRACKING_TTL", coherence.DefaultTrackingTTL), "longest an entry of the local copy is served without a read from Redis, jittered down by up to a quarter (TRACKING_TTL)")
 	flags.DurationVar(&c.shutdownTimeout, "shutdown-timeout", env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second), "how long in-flight requests may take at shutdown (SHUTDOWN_TIMEOUT)")
 	flags.Int64Var(&c.http.BodyLimit, "body-limit", defaults.BodyLimit, "largest request body in bytes")
 	flags.DurationVar(&c.http.RequestTimeout, "request-timeout", env.Duration("REQUEST_TIMEOUT", defaults.RequestTimeout), "time bound of one request (REQUEST_TIMEOUT)")
@@ -188,6 +193,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if c.sealer != nil {
 		keyOptions = append(keyOptions, placement.OpenSecretsWith(c.sealer))
 	}
+	balances := placement.NewBalances(postgres.NewBalances(db), caches, log)
+	if local := trackedCaches(c, queueClient, metrics, log); local != nil {
+		defer local.Close()
+		tracked := coherence.New(local.Client(), coherence.WithLogger(log))
+		keyOptions = append(keyOptions, placement.TrackRevocations(tracked))
+		balances.WithLocalCopy(tracked)
+	}
 	keys := placement.NewKeyCache(postgres.NewAccounts(db), c.keyCacheTTL, keyOptions...)
 	metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "api_key_stale_answers_total",
@@ -216,7 +228,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Instruments: instruments,
 		Accounts:    keys,
 		Signatures:  placement.NewSignatures(queueClient.Redis()),
-		Balances:    placement.NewBalances(postgres.NewBalances(db), caches, log),
+		Balances:    balances,
 		Depth:       postgres.NewBook(db),
 		Fills:       postgres.NewFills(db),
 		Events:      events,
@@ -291,4 +303,24 @@ func probes(queue *emq.Client, db *pgxpool.Pool) []gateway.Probe {
 			return nil
 		}},
 	}
+}
+
+// trackedCaches is the gateway's local copy of what it reads from Redis
+// (the tracking coherence mode): nil when it is turned off, or refused
+// because REDIS_URL names a cluster, whose reads then go to Redis.
+func trackedCaches(c config, queueClient *emq.Client, metrics prometheus.Registerer, log *slog.Logger) *coherence.Tracking {
+	if !c.tracking {
+		return nil
+	}
+	single, ok := queueClient.Redis().(*redis.Client)
+	if !ok {
+		log.Info("no local copy of Redis reads: "+coherence.ErrTrackingRefused.Error(), "tracking", false)
+		return nil
+	}
+	local, err := coherence.NewTracking(single.Options(), coherence.TrackingConfig{TTL: c.trackingTTL, Metrics: metrics})
+	if err != nil {
+		log.Warn("no local copy of Redis reads", "err", err)
+		return nil
+	}
+	return local
 }
