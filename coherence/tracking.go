@@ -135,6 +135,9 @@ func NewTracking(options *redis.Options, config TrackingConfig) (*Tracking, erro
 	opts := *options
 	opts.Protocol = 3
 	opts.ClientSideCache = cache
+	// go-redis reads the drainer's period from here even beside a cache of
+	// its own.
+	opts.ClientSideCacheConfig = &redis.ClientSideCacheConfig{DrainInterval: trackingDrainInterval}
 	return &Tracking{rdb: redis.NewClient(&opts), cache: cache}, nil
 }
 

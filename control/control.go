@@ -55,9 +55,10 @@ func (c *Control) RevokeKey(ctx context.Context, keyID string) error {
 }
 
 // SetInstrumentHalted halts or resumes trading in an instrument, then
-// broadcasts the change so gateways reread their copy at once instead of at
-// their next refresh. The broadcast is at-most-once: its failure is returned
-// but the halt stands, and the periodic refresh delivers it.
+// raises the instruments' stamp (gateways with a local copy reread at their
+// next request) and broadcasts the change (those without reread at once)
+// instead of at their next refresh. Their failure is returned but the halt
+// stands, and the periodic refresh delivers it.
 func (c *Control) SetInstrumentHalted(ctx context.Context, symbol string, halted bool) error {
 	if err := c.instruments.SetHalted(ctx, symbol, halted); err != nil {
 		return err
@@ -65,7 +66,8 @@ func (c *Control) SetInstrumentHalted(ctx context.Context, symbol string, halted
 	if c.caches == nil {
 		return nil
 	}
-	if err := c.caches.Broadcast(ctx, placement.InstrumentsTable, placement.InstrumentsTable+":"+symbol); err != nil {
+	if err := errors.Join(c.caches.Touch(ctx, placement.InstrumentsTable, placement.InstrumentsStamp),
+		c.caches.Broadcast(ctx, placement.InstrumentsTable, placement.InstrumentsTable+":"+symbol)); err != nil {
 		state := "trading"
 		if halted {
 			state = "halted"

@@ -77,6 +77,7 @@ func (s *Server) placeCommandOf(c echo.Context) (orders.PlaceCommand, error) {
 	if err != nil {
 		return orders.PlaceCommand{}, err
 	}
+	s.freshInstruments(c)
 	return s.placeCommand(account(c), req)
 }
 
@@ -110,6 +111,7 @@ func (s *Server) cancelOrder(c echo.Context) error {
 // cancelAllOrders cancels every pending and resting order of the caller,
 // or of one instrument (?symbol=), and answers the orders it canceled.
 func (s *Server) cancelAllOrders(c echo.Context) error {
+	s.freshInstruments(c)
 	symbol, err := s.symbolQueryOf(c.QueryParams())
 	if err != nil {
 		return err

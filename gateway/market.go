@@ -40,12 +40,22 @@ type instrumentList struct {
 	Instruments []instrumentView `json:"instruments"`
 }
 
+// freshInstruments rereads the instruments when a change was announced
+// since the copy was loaded (placement.Instruments.Fresh); a reread that
+// fails leaves the copy, refreshed on its interval, to answer.
+func (s *Server) freshInstruments(c echo.Context) {
+	if err := s.instruments.Fresh(c.Request().Context()); err != nil && s.rereadWarnings.Allow() {
+		s.logger(c).Warn("instruments not reread after a change; the last copy answers", "err", err)
+	}
+}
+
 // listInstruments answers the gateway's copy of the instruments table: no
 // round trip, and as fresh as a halt is for placements.
 func (s *Server) listInstruments(c echo.Context) error {
 	if err := readQuery(c.QueryParams(), nil, nil); err != nil {
 		return err
 	}
+	s.freshInstruments(c)
 	all := s.instruments.All()
 	body := instrumentList{Instruments: make([]instrumentView, 0, len(all))}
 	for _, in := range all {
@@ -69,6 +79,7 @@ func (s *Server) getBook(c echo.Context) error {
 	if s.depth == nil {
 		return errNoDepthReader
 	}
+	s.freshInstruments(c)
 	in, err := s.instruments.Lookup(c.Param("symbol"))
 	if err != nil {
 		return err

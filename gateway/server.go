@@ -135,17 +135,20 @@ type Server struct {
 	config      Config
 	placer      *placement.Placer
 	instruments *placement.Instruments
-	accounts    Authenticator
-	signatures  SignatureRecord
-	keys        KeyRecognizer
-	balances    BalanceReader
-	depth       DepthReader
-	fills       FillReader
-	events      *placement.EventStreams
-	probes      []Probe
-	log         *slog.Logger
-	validate    *validator.Validate
-	metrics     *metrics
+	// rereadWarnings keeps a failing reread of the instruments from logging
+	// once per request.
+	rereadWarnings outage.Sparse
+	accounts       Authenticator
+	signatures     SignatureRecord
+	keys           KeyRecognizer
+	balances       BalanceReader
+	depth          DepthReader
+	fills          FillReader
+	events         *placement.EventStreams
+	probes         []Probe
+	log            *slog.Logger
+	validate       *validator.Validate
+	metrics        *metrics
 	// routes holds the registered route patterns and their methods, for the
 	// metrics' route label and the answer to any other method.
 	routes map[string]route

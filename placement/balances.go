@@ -24,11 +24,12 @@ const BalancesTable = "balances"
 // Balances use the job mode: a stale balance costs money, so the message
 // must survive a crash and a lost one is not acceptable (a gateway's local
 // copy of the balance cache, WithLocalCopy, is then kept by tracking).
-// Instruments use the broadcast mode: a lost halt message costs one
-// refresh interval, after which every gateway rereads the table anyway.
-// API keys use the tracking mode: a revocation raises the key's stamp, and
-// every gateway's copy of it is invalidated (KeyCache.TrackRevocations).
-var CoherenceModes = coherence.Modes{BalancesTable: coherence.ModeJob, InstrumentsTable: coherence.ModeBroadcast,
+// API keys and instruments use the tracking mode: a revocation or a halt
+// raises a stamp, every gateway's local copy of it is invalidated, and the
+// next request rereads (KeyCache.TrackRevocations, Instruments.Fresh). A
+// broadcast follows for gateways that keep no local copy (on a Redis
+// Cluster), whose copies expire within their ttl or refresh interval.
+var CoherenceModes = coherence.Modes{BalancesTable: coherence.ModeJob, InstrumentsTable: coherence.ModeTracking,
 	APIKeysTable: coherence.ModeTracking}
 
 // The cache holds one hash per account, ecc:{balances}:<account>, field =

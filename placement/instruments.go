@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,7 +18,18 @@ import (
 type Instruments struct {
 	db      InstrumentReader
 	current atomic.Pointer[map[string]orders.Instrument]
+	// stamps, when set, reads the table's stamp (TrackChanges); stamp is
+	// the one read before the copy was loaded, and renewing orders the
+	// loads Fresh makes.
+	stamps   StampReader
+	stamp    atomic.Int64
+	renewing sync.Mutex
 }
+
+// InstrumentsStamp is the id of the instruments table's one stamp
+// (coherence.StampKey): any change of an instrument (a halt, its band, its
+// fees) raises it.
+const InstrumentsStamp = "table"
 
 // InstrumentReader reads the instruments table (postgres.ReadInstruments).
 type InstrumentReader interface {
@@ -40,6 +52,40 @@ func (s *Instruments) Refresh(ctx context.Context) error {
 		return err
 	}
 	s.current.Store(&loaded)
+	return nil
+}
+
+// TrackChanges makes Fresh reread the table when its stamp moved: read
+// from the process's local copy (coherence's tracking mode), which Redis
+// invalidates when the stamp is raised, it costs no round trip.
+func (s *Instruments) TrackChanges(stamps StampReader) {
+	s.stamps = stamps
+	s.stamp.Store(-1) // loaded before any stamp was read
+}
+
+// Fresh rereads the table when a change was announced since the copy was
+// loaded (TrackChanges; nothing without it). While Redis does not answer
+// the copy stays, refreshed every interval (KeepFresh); a failed reread
+// is returned and the copy stays too.
+func (s *Instruments) Fresh(ctx context.Context) error {
+	if s.stamps == nil {
+		return nil
+	}
+	stamp, err := s.stamps.Stamp(ctx, InstrumentsTable, InstrumentsStamp)
+	if err != nil || stamp == s.stamp.Load() {
+		return nil
+	}
+	s.renewing.Lock()
+	defer s.renewing.Unlock()
+	if stamp == s.stamp.Load() {
+		return nil
+	}
+	// The stamp was read before the table: a change after the read raises
+	// it past what the copy is stored with.
+	if err := s.Refresh(ctx); err != nil {
+		return err
+	}
+	s.stamp.Store(stamp)
 	return nil
 }
 

@@ -82,6 +82,11 @@ func (r report) markdown() string {
 		target("| event stream p99 ≤ 20 ms, settlement commit to client, %d streams | %.1f ms (p50 %.1f ms) | %s |",
 			ev.Streams, ev.CommitP99Ms, ev.CommitP50Ms, verdict(ev.CommitP99Ms <= 20))
 	}
+	if tr := r.Tracking; tr.Invalidations > 0 {
+		b.WriteString(tr.markdown())
+		target("| invalidation p99 ≤ 5 ms, write to the key dropped from the local copy | %.2f ms (p50 %.2f ms) | %s |",
+			tr.InvalidationP99, tr.InvalidationP50, verdict(tr.InvalidationP99 <= 5))
+	}
 	if len(targets) > 0 {
 		b.WriteString("| target | measured | verdict |\n|---|---|---|\n")
 		b.WriteString(strings.Join(targets, "\n") + "\n")

@@ -46,7 +46,7 @@ type config struct {
 }
 
 // phaseNames are the phases in the order a run takes them.
-var phaseNames = []string{"admission", "replication", "queue", "settlement", "matching", "memory", "recovery", "events"}
+var phaseNames = []string{"admission", "replication", "queue", "settlement", "matching", "memory", "recovery", "events", "tracking"}
 
 func parseConfig(args []string, stdout io.Writer) (config, error) {
 	var c config
@@ -119,6 +119,7 @@ type report struct {
 	Memory      memoryResult      `json:"memory"`
 	Recovery    []recoveryResult  `json:"recovery"`
 	Events      eventsResult      `json:"events"`
+	Tracking    trackingResult    `json:"tracking"`
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -185,6 +186,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		},
 		"events": func() (err error) {
 			r.Events, err = e.events(ctx, c, servers, r.HTTPClosed.PerSecond, progress)
+			return err
+		},
+		"tracking": func() (err error) {
+			r.Tracking, err = e.tracking(ctx, c, servers, progress)
 			return err
 		},
 		"recovery": func() error {

@@ -198,6 +198,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		defer local.Close()
 		tracked := coherence.New(local.Client(), coherence.WithLogger(log))
 		keyOptions = append(keyOptions, placement.TrackRevocations(tracked))
+		instruments.TrackChanges(tracked)
 		balances.WithLocalCopy(tracked)
 	}
 	keys := placement.NewKeyCache(postgres.NewAccounts(db), c.keyCacheTTL, keyOptions...)
