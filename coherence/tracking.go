@@ -132,8 +132,19 @@ func NewTracking(options *redis.Options, config TrackingConfig) (*Tracking, erro
 	if err != nil {
 		return nil, err
 	}
+	// go-redis tracks only database 0 and a fixed identity: anything else
+	// would silently leave every read to Redis.
+	switch {
+	case options.DB != 0:
+		return nil, fmt.Errorf("coherence: tracking needs database 0, not %d", options.DB)
+	case options.CredentialsProvider != nil || options.CredentialsProviderContext != nil || options.StreamingCredentialsProvider != nil:
+		return nil, errors.New("coherence: tracking needs a fixed username and password, not a credentials provider")
+	}
 	opts := *options
 	opts.Protocol = 3
+	// Options taken from a client already in use carry its push processor
+	// (a void one under RESP2): the copy's client makes its own.
+	opts.PushNotificationProcessor = nil
 	opts.ClientSideCache = cache
 	// go-redis reads the drainer's period from here even beside a cache of
 	// its own.
@@ -180,10 +191,12 @@ type trackedCache struct {
 
 	invalidations, flushes, expired atomic.Uint64
 	// mu orders flushes with fills: a fill that began before a flush is
-	// not kept.
+	// not kept. fills holds each reservation's epoch, by cache key and
+	// token (a late answer to an older reservation of the key must not
+	// touch the current one's).
 	mu    sync.Mutex
 	epoch uint64
-	fills map[string]uint64
+	fills map[reservation]uint64
 
 	metrics *trackingMetrics
 }
@@ -203,7 +216,7 @@ func newTrackedCache(config TrackingConfig) (*trackedCache, error) {
 		ttl:          config.TTL,
 		deadlines:    deadlines,
 		onInvalidate: config.OnInvalidate,
-		fills:        map[string]uint64{},
+		fills:        map[reservation]uint64{},
 	}
 	if config.Metrics != nil {
 		c.metrics = newTrackingMetrics(config.Metrics, c)
@@ -225,11 +238,17 @@ func (c *trackedCache) Get(ctx context.Context, cacheKey string) ([]byte, bool) 
 	return value, true
 }
 
+// reservation is one fetch of a cache key.
+type reservation struct {
+	cacheKey string
+	token    uint64
+}
+
 func (c *trackedCache) Reserve(cacheKey string, redisKeys []string) (uint64, bool) {
 	token, fetch := c.local.Reserve(cacheKey, redisKeys)
 	if fetch {
 		c.mu.Lock()
-		c.fills[cacheKey] = c.epoch
+		c.fills[reservation{cacheKey, token}] = c.epoch
 		c.mu.Unlock()
 	}
 	return token, fetch
@@ -238,25 +257,24 @@ func (c *trackedCache) Reserve(cacheKey string, redisKeys []string) (uint64, boo
 func (c *trackedCache) FulfillOwned(cacheKey string, token, ownerConnID uint64, value []byte) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	began, ok := c.fills[cacheKey]
-	delete(c.fills, cacheKey)
+	fill := reservation{cacheKey, token}
+	began, ok := c.fills[fill]
+	delete(c.fills, fill)
 	if !ok || began != c.epoch {
 		// A flush came while it was read: what was read may predate an
 		// invalidation the flush stands for.
 		c.local.Cancel(cacheKey, token)
 		return false
 	}
-	if !c.local.FulfillOwned(cacheKey, token, ownerConnID, value) {
-		return false
-	}
+	// The deadline first: readers waiting for this fill are woken by it.
 	jitter := time.Duration(rand.Int64N(int64(c.ttl)/4 + 1))
 	c.deadlines.Add(cacheKey, time.Now().Add(c.ttl-jitter))
-	return true
+	return c.local.FulfillOwned(cacheKey, token, ownerConnID, value)
 }
 
 func (c *trackedCache) Cancel(cacheKey string, token uint64) bool {
 	c.mu.Lock()
-	delete(c.fills, cacheKey)
+	delete(c.fills, reservation{cacheKey, token})
 	c.mu.Unlock()
 	return c.local.Cancel(cacheKey, token)
 }

@@ -235,3 +235,39 @@ func TestTrackingEntriesExpire(t *testing.T) {
 		t.Errorf("%+v, want a hit before the expiry and a miss after it", stats)
 	}
 }
+
+// Options taken from a client already in use (as the gateway takes its
+// queue client's) make a working copy, RESP2 ones included; a database
+// other than 0, which go-redis does not track, is refused rather than
+// silently read from Redis every time.
+func TestTrackingFromAnotherClientsOptions(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	for _, query := range []string{"", "?protocol=2"} {
+		t.Run("url"+query, func(t *testing.T) {
+			ctx := context.Background()
+			options, err := redis.ParseURL("redis://" + srv.Addr + query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			used := redis.NewClient(options)
+			defer used.Close()
+			if err := used.Set(ctx, "k", "1", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			tracking, err := coherence.NewTracking(used.Options(), coherence.TrackingConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tracking.Close()
+			for range 3 {
+				get(t, tracking.Client(), "k")
+			}
+			if stats := tracking.Stats(); stats.Hits != 2 {
+				t.Errorf("%+v, want the repeats answered from the local copy", stats)
+			}
+		})
+	}
+	if _, err := coherence.NewTracking(&redis.Options{Addr: srv.Addr, DB: 1}, coherence.TrackingConfig{}); err == nil {
+		t.Error("a copy of database 1 was made")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
@@ -60,7 +61,9 @@ type Balances struct {
 	// so the copy never answers an older one.
 	local  *coherence.Client
 	served *lru.Cache[string, map[string]int64]
-	log    *slog.Logger
+	// serving orders the merges into served.
+	serving sync.Mutex
+	log     *slog.Logger
 	// cacheWarnings keeps a Redis outage from logging once per request.
 	cacheWarnings outage.Sparse
 }
@@ -87,8 +90,8 @@ func NewBalances(db BalanceReader, cache *coherence.Client, log *slog.Logger) *B
 }
 
 // maxServedAccounts bounds the accounts whose answered versions the local
-// copy is held to; an account past it is read from Redis when its copy
-// answers.
+// copy is held to; the copy does not answer for an account past it (nor
+// before the first answer for it), which is read from Redis instead.
 const maxServedAccounts = 100_000
 
 // WithLocalCopy reads the balance cache through local, a client made on a
@@ -116,27 +119,47 @@ func (b *Balances) fromLocalCopy(ctx context.Context, account string) ([]orders.
 	if _, complete := cached[completeField]; !complete || mark.Healing() {
 		return nil, false
 	}
-	if served, ok := b.served.Get(account); ok {
+	b.serving.Lock()
+	served, ok := b.served.Get(account)
+	if ok {
 		for asset, version := range served {
-			if entry, ok := cached[asset]; !ok || entry.Version < version {
-				return nil, false
+			if entry, held := cached[asset]; !held || entry.Version < version {
+				ok = false
+				break
 			}
 		}
+	}
+	b.serving.Unlock()
+	if !ok {
+		return nil, false
 	}
 	return b.answer(account, cached), true
 }
 
-// answer is balancesOf, remembering the versions answered for the local
-// copy's check.
+// answer is balancesOf, raising the versions answered for the account
+// that the local copy is held to.
 func (b *Balances) answer(account string, entries map[string]coherence.CacheEntry) []orders.Balance {
 	balances := balancesOf(entries)
-	if b.served != nil {
-		versions := make(map[string]int64, len(balances))
-		for _, balance := range balances {
-			versions[balance.Asset] = balance.Version
-		}
-		b.served.Add(account, versions)
+	if b.served == nil {
+		return balances
 	}
+	b.serving.Lock()
+	defer b.serving.Unlock()
+	served, known := b.served.Get(account)
+	if known && !slices.ContainsFunc(balances, func(balance orders.Balance) bool {
+		version, ok := served[balance.Asset]
+		return !ok || balance.Version > version
+	}) {
+		return balances // nothing newer: the common answer allocates nothing here
+	}
+	versions := make(map[string]int64, max(len(served), len(balances)))
+	for asset, version := range served {
+		versions[asset] = version
+	}
+	for _, balance := range balances {
+		versions[balance.Asset] = max(versions[balance.Asset], balance.Version)
+	}
+	b.served.Add(account, versions)
 	return balances
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -255,6 +256,8 @@ func (e *EventStreams) tail() {
 	defer e.loops.Done()
 	retry, checked := time.Duration(0), time.Now()
 	position, missed := "", false
+	// announced counts the changes the waits gave since the last reconcile.
+	announced := 0
 	for {
 		e.mu.Lock()
 		if e.closed || len(e.followed) == 0 {
@@ -288,12 +291,22 @@ func (e *EventStreams) tail() {
 			continue
 		}
 		retry = 0
+		announced += len(changes)
 		changed := e.changed(changes)
 		if missed || time.Since(checked) >= lossCheckInterval {
-			for name, position := range e.reconcile() {
+			waited := !missed
+			behind := e.reconcile()
+			for name, position := range behind {
 				changed[name] = position
 			}
-			checked, missed = time.Now(), false
+			if waited && len(behind) > 0 && announced == 0 {
+				// Logs grew while the loop waited a whole interval and the
+				// stream announced none of it: its IDs may have gone back
+				// below the position (a failover to a replica, a clock set
+				// back). Start again from its end.
+				position = ""
+			}
+			checked, missed, announced = time.Now(), false, 0
 		}
 		e.readChanged(changed)
 	}
@@ -320,16 +333,19 @@ func (e *EventStreams) readChanged(changed map[string]int64) {
 		read, err := e.queue.ReadLogs(e.stop, changed, eventPage)
 		if err != nil {
 			// The next reconcile finds them behind again.
-			e.log.Warn("event streams: reading the account logs failed", "accounts", len(changed), "err", err)
+			if e.stop.Err() == nil {
+				e.log.Warn("event streams: reading the account logs failed", "accounts", len(changed), "err", err)
+			}
 			return
 		}
-		e.hand(read, changed)
+		again := e.hand(read, changed)
 		next := map[string]int64{}
 		for name, entries := range read {
 			if len(entries) == eventPage {
 				next[name] = entries[len(entries)-1].Sequence
 			}
 		}
+		maps.Copy(next, again)
 		changed = next
 	}
 }
@@ -390,15 +406,18 @@ func (e *EventStreams) reconcile() map[string]int64 {
 // it, to the subscriptions of their accounts. An account whose position
 // moved since the read began (all its subscribers left and a new one came)
 // takes only the events that follow its position, and none when that is
-// behind the read's: its subscribers read the log to its end themselves,
-// and the next change reads on from there. A subscription that has no room
-// left is ended, so no reader waits for another.
-func (e *EventStreams) hand(read map[string][]emq.LogEvent, from map[string]int64) {
+// behind the read's: it is returned, with its position, to be read again
+// from there (the changes that announced those events are spent). A
+// subscription that has no room left is ended, so no reader waits for
+// another.
+func (e *EventStreams) hand(read map[string][]emq.LogEvent, from map[string]int64) (again map[string]int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	again = map[string]int64{}
 	for name, entries := range read {
 		account := e.followed[name]
 		if account != nil && account.last < from[name] {
+			again[name] = account.last
 			continue
 		}
 		for _, entry := range entries {
@@ -433,6 +452,7 @@ func (e *EventStreams) hand(read map[string][]emq.LogEvent, from map[string]int6
 			}
 		}
 	}
+	return again
 }
 
 func eventOf(entry emq.LogEvent) orders.Event {

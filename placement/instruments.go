@@ -18,13 +18,33 @@ import (
 type Instruments struct {
 	db      InstrumentReader
 	current atomic.Pointer[map[string]orders.Instrument]
+	// loads numbers the reads of the table as they begin; stored is the
+	// number of the read current holds, under storing: a read that began
+	// before the one stored is dropped, so a slow periodic refresh never
+	// puts back a table older than a reread Fresh made.
+	loads   atomic.Uint64
+	storing sync.Mutex
+	stored  uint64
+
 	// stamps, when set, reads the table's stamp (TrackChanges); stamp is
-	// the one read before the copy was loaded, and renewing orders the
-	// loads Fresh makes.
-	stamps   StampReader
-	stamp    atomic.Int64
-	renewing sync.Mutex
+	// the one read before the copy was loaded. renewing lets one request
+	// at a time reread; failedStamp and failedAt hold off rereading after
+	// one failed.
+	stamps      StampReader
+	stamp       atomic.Int64
+	renewing    sync.Mutex
+	failedStamp int64
+	failedAt    time.Time
 }
+
+// rereadTimeout bounds Fresh's reread of the table, and rereadBackoff is
+// how long it waits after a failed one before it tries the same stamp
+// again: meanwhile the copy answers, and settlement, which reads the
+// instruments itself, still refuses an order on a halted one.
+const (
+	rereadTimeout = time.Second
+	rereadBackoff = time.Second
+)
 
 // InstrumentsStamp is the id of the instruments table's one stamp
 // (coherence.StampKey): any change of an instrument (a halt, its band, its
@@ -47,11 +67,17 @@ func LoadInstruments(ctx context.Context, db InstrumentReader) (*Instruments, er
 
 // Refresh reads the table again.
 func (s *Instruments) Refresh(ctx context.Context) error {
+	load := s.loads.Add(1)
 	loaded, err := s.db.ReadInstruments(ctx)
 	if err != nil {
 		return err
 	}
-	s.current.Store(&loaded)
+	s.storing.Lock()
+	defer s.storing.Unlock()
+	if load > s.stored {
+		s.current.Store(&loaded)
+		s.stored = load
+	}
 	return nil
 }
 
@@ -64,9 +90,11 @@ func (s *Instruments) TrackChanges(stamps StampReader) {
 }
 
 // Fresh rereads the table when a change was announced since the copy was
-// loaded (TrackChanges; nothing without it). While Redis does not answer
-// the copy stays, refreshed every interval (KeepFresh); a failed reread
-// is returned and the copy stays too.
+// loaded (TrackChanges; nothing without it). One request rereads at a
+// time, for at most rereadTimeout; the others, and the requests within
+// rereadBackoff of a failed reread, are answered by the copy as it is.
+// While Redis does not answer the copy stays, refreshed every interval
+// (KeepFresh). A failed reread is returned, and the copy stays too.
 func (s *Instruments) Fresh(ctx context.Context) error {
 	if s.stamps == nil {
 		return nil
@@ -75,14 +103,19 @@ func (s *Instruments) Fresh(ctx context.Context) error {
 	if err != nil || stamp == s.stamp.Load() {
 		return nil
 	}
-	s.renewing.Lock()
-	defer s.renewing.Unlock()
-	if stamp == s.stamp.Load() {
+	if !s.renewing.TryLock() {
 		return nil
 	}
+	defer s.renewing.Unlock()
+	if stamp == s.stamp.Load() || (stamp == s.failedStamp && time.Since(s.failedAt) < rereadBackoff) {
+		return nil
+	}
+	rereadCtx, cancel := context.WithTimeout(ctx, rereadTimeout)
+	defer cancel()
 	// The stamp was read before the table: a change after the read raises
 	// it past what the copy is stored with.
-	if err := s.Refresh(ctx); err != nil {
+	if err := s.Refresh(rereadCtx); err != nil {
+		s.failedStamp, s.failedAt = stamp, time.Now()
 		return err
 	}
 	s.stamp.Store(stamp)

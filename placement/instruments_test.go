@@ -2,6 +2,7 @@ package placement_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,5 +118,100 @@ func TestHaltReachesGatewaysByTracking(t *testing.T) {
 		if in, err := instruments.Lookup("ETH-USD"); err != nil || in.Halted != halt {
 			t.Errorf("after the invalidation: halted %v, %v; want %v", in.Halted, err, halt)
 		}
+	}
+}
+
+// stallingInstruments answers the first read, then stalls every read
+// until its context ends (PostgreSQL hung, or its pool exhausted).
+type stallingInstruments struct{ reads atomic.Int64 }
+
+func (s *stallingInstruments) ReadInstruments(ctx context.Context) (map[string]orders.Instrument, error) {
+	if s.reads.Add(1) == 1 {
+		return map[string]orders.Instrument{"ETH-USD": {Symbol: "ETH-USD"}}, nil
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// fixedStamp answers one stamp for every item.
+type fixedStamp int64
+
+func (f fixedStamp) Stamp(context.Context, string, string) (int64, error) { return int64(f), nil }
+
+// TestFreshHoldsNoRequestWhilePostgresStalls: after the stamp moved, a
+// PostgreSQL that does not answer holds one reread at a time, for at most
+// its bound, and no request waits for another's: the copy answers them.
+func TestFreshHoldsNoRequestWhilePostgresStalls(t *testing.T) {
+	db := &stallingInstruments{}
+	instruments, err := placement.LoadInstruments(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	instruments.TrackChanges(fixedStamp(7)) // a halt raised the stamp
+	const deadline = 300 * time.Millisecond
+	var requests sync.WaitGroup
+	var slow atomic.Int64
+	for i := range 6 {
+		requests.Go(func() {
+			time.Sleep(time.Duration(i) * 50 * time.Millisecond) // requests keep coming
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			began := time.Now()
+			_ = instruments.Fresh(ctx)
+			if time.Since(began) > deadline/2 {
+				slow.Add(1)
+			}
+		})
+	}
+	requests.Wait()
+	if slow.Load() > 1 || db.reads.Load() > 2 {
+		t.Errorf("%d of 6 requests spent over half their deadline in Fresh, %d rereads of a stalled PostgreSQL; want one of each", slow.Load(), db.reads.Load()-1)
+	}
+}
+
+// steppedInstruments answers each read with the table as it was when the
+// read began, and holds the read numbered hold until release is closed.
+type steppedInstruments struct {
+	reads   atomic.Int64
+	halted  atomic.Bool
+	hold    int64
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (s *steppedInstruments) ReadInstruments(ctx context.Context) (map[string]orders.Instrument, error) {
+	read := s.reads.Add(1)
+	table := map[string]orders.Instrument{"ETH-USD": {Symbol: "ETH-USD", Halted: s.halted.Load()}}
+	if read == s.hold {
+		close(s.held)
+		<-s.release
+	}
+	return table, nil
+}
+
+// TestASlowRefreshNeverPutsBackAnOlderTable: a periodic refresh that read
+// the table before a halt and finishes after Fresh reread it is dropped,
+// so the halt stays in the copy.
+func TestASlowRefreshNeverPutsBackAnOlderTable(t *testing.T) {
+	ctx := context.Background()
+	db := &steppedInstruments{hold: 2, held: make(chan struct{}), release: make(chan struct{})}
+	instruments, err := placement.LoadInstruments(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	instruments.TrackChanges(fixedStamp(1))
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- instruments.Refresh(ctx) }() // the periodic refresh, read 2
+	<-db.held
+	db.halted.Store(true)
+	if err := instruments.Fresh(ctx); err != nil { // read 3, after the halt
+		t.Fatal(err)
+	}
+	close(db.release)
+	if err := <-refreshed; err != nil {
+		t.Fatal(err)
+	}
+	if in, err := instruments.Lookup("ETH-USD"); err != nil || !in.Halted {
+		t.Errorf("after the slow refresh: halted %v, %v; want the halt Fresh read", in.Halted, err)
 	}
 }
