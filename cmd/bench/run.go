@@ -46,7 +46,7 @@ type config struct {
 }
 
 // phaseNames are the phases in the order a run takes them.
-var phaseNames = []string{"admission", "replication", "queue", "settlement", "matching", "memory", "recovery", "events", "tracking"}
+var phaseNames = []string{"admission", "replication", "queue", "settlement", "matching", "memory", "recovery", "tracking", "events"}
 
 func parseConfig(args []string, stdout io.Writer) (config, error) {
 	var c config
