@@ -267,9 +267,20 @@ func (c *trackedCache) FulfillOwned(cacheKey string, token, ownerConnID uint64, 
 		return false
 	}
 	// The deadline first: readers waiting for this fill are woken by it.
+	// A fill go-redis refuses (its reservation was taken over) leaves the
+	// current entry's deadline as it was.
+	previous, had := c.deadlines.Peek(cacheKey)
 	jitter := time.Duration(rand.Int64N(int64(c.ttl)/4 + 1))
 	c.deadlines.Add(cacheKey, time.Now().Add(c.ttl-jitter))
-	return c.local.FulfillOwned(cacheKey, token, ownerConnID, value)
+	if c.local.FulfillOwned(cacheKey, token, ownerConnID, value) {
+		return true
+	}
+	if had {
+		c.deadlines.Add(cacheKey, previous)
+	} else {
+		c.deadlines.Remove(cacheKey)
+	}
+	return false
 }
 
 func (c *trackedCache) Cancel(cacheKey string, token uint64) bool {

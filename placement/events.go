@@ -302,8 +302,9 @@ func (e *EventStreams) tail() {
 			if waited && len(behind) > 0 && announced == 0 {
 				// Logs grew while the loop waited a whole interval and the
 				// stream announced none of it: its IDs may have gone back
-				// below the position (a failover to a replica, a clock set
-				// back). Start again from its end.
+				// below the position (a new primary whose clock is behind
+				// the old one's). Start again from its end; a false alarm
+				// costs one read of the end and a reconcile.
 				position = ""
 			}
 			checked, missed, announced = time.Now(), false, 0

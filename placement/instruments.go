@@ -110,7 +110,9 @@ func (s *Instruments) Fresh(ctx context.Context) error {
 	if stamp == s.stamp.Load() || (stamp == s.failedStamp && time.Since(s.failedAt) < rereadBackoff) {
 		return nil
 	}
-	rereadCtx, cancel := context.WithTimeout(ctx, rereadTimeout)
+	// Not the request's own deadline: a client that hangs up must not
+	// hold the reread off for everyone for rereadBackoff.
+	rereadCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rereadTimeout)
 	defer cancel()
 	// The stamp was read before the table: a change after the read raises
 	// it past what the copy is stored with.

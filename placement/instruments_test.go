@@ -215,3 +215,39 @@ func TestASlowRefreshNeverPutsBackAnOlderTable(t *testing.T) {
 		t.Errorf("after the slow refresh: halted %v, %v; want the halt Fresh read", in.Halted, err)
 	}
 }
+
+// ctxInstruments answers the table as it is now, failing a read whose
+// context has ended (as pgx does).
+type ctxInstruments struct{ halted atomic.Bool }
+
+func (c *ctxInstruments) ReadInstruments(ctx context.Context) (map[string]orders.Instrument, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return map[string]orders.Instrument{"ETH-USD": {Symbol: "ETH-USD", Halted: c.halted.Load()}}, nil
+}
+
+// TestACanceledRequestDoesNotHoldOffTheHalt: the reread Fresh makes for a
+// request whose client went away does not fail with that request's
+// context, so no back-off answers the next requests from the copy before
+// the halt.
+func TestACanceledRequestDoesNotHoldOffTheHalt(t *testing.T) {
+	db := &ctxInstruments{}
+	instruments, err := placement.LoadInstruments(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	instruments.TrackChanges(fixedStamp(0))
+	if err := instruments.Fresh(context.Background()); err != nil { // the copy is at stamp 0
+		t.Fatal(err)
+	}
+	db.halted.Store(true) // admin halt: PostgreSQL, then the stamp
+	instruments.TrackChanges(fixedStamp(1))
+	gone, cancel := context.WithCancel(context.Background())
+	cancel() // the first request after the halt: its client hung up
+	_ = instruments.Fresh(gone)
+	_ = instruments.Fresh(context.Background()) // the next request, PostgreSQL fine
+	if in, _ := instruments.Lookup("ETH-USD"); !in.Halted {
+		t.Error("a request after the halt was checked against the copy before it: a canceled request's failed reread held off the reread")
+	}
+}

@@ -419,8 +419,9 @@ type Balance struct {
 	Held Decimal `json:"held"`
 
 	// Version Rises by one with every change of this balance (of either part);
-	// never goes down (see `GET /v1/balances` for the one exception, a
-	// loss of the cache's newest writes).
+	// never goes down (see `GET /v1/balances` for the exceptions, a
+	// loss of the cache's newest writes and, for a moment, answers from
+	// different gateways).
 	//
 	//
 	// Example: 7
@@ -1559,7 +1560,12 @@ type ClientInterface interface {
 	// to a replica that lagged, a restart that lost its last writes): for
 	// about a second after it an answer may show an older version, until
 	// the cache is refilled from the ledger; keeping the higher version
-	// covers that too.
+	// covers that too. A gateway answers from its own copy of the cache,
+	// which Redis invalidates on every change: through one gateway the
+	// version never goes down, but a client whose requests reach several
+	// may, for the moment an invalidation takes (about a millisecond),
+	// see one gateway's newer version and then another's older one;
+	// keeping the higher version covers that as well.
 	//
 	// Balances are served from a cache that settlement keeps current
 	// through a coherence queue, so a change may take a moment to show.
@@ -1828,7 +1834,12 @@ func (c *Client) GetReadiness(ctx context.Context, params *GetReadinessParams, r
 // to a replica that lagged, a restart that lost its last writes): for
 // about a second after it an answer may show an older version, until
 // the cache is refilled from the ledger; keeping the higher version
-// covers that too.
+// covers that too. A gateway answers from its own copy of the cache,
+// which Redis invalidates on every change: through one gateway the
+// version never goes down, but a client whose requests reach several
+// may, for the moment an invalidation takes (about a millisecond),
+// see one gateway's newer version and then another's older one;
+// keeping the higher version covers that as well.
 //
 // Balances are served from a cache that settlement keeps current
 // through a coherence queue, so a change may take a moment to show.
@@ -2966,7 +2977,12 @@ type ClientWithResponsesInterface interface {
 	// to a replica that lagged, a restart that lost its last writes): for
 	// about a second after it an answer may show an older version, until
 	// the cache is refilled from the ledger; keeping the higher version
-	// covers that too.
+	// covers that too. A gateway answers from its own copy of the cache,
+	// which Redis invalidates on every change: through one gateway the
+	// version never goes down, but a client whose requests reach several
+	// may, for the moment an invalidation takes (about a millisecond),
+	// see one gateway's newer version and then another's older one;
+	// keeping the higher version covers that as well.
 	//
 	// Balances are served from a cache that settlement keeps current
 	// through a coherence queue, so a change may take a moment to show.
@@ -4867,7 +4883,12 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, para
 // to a replica that lagged, a restart that lost its last writes): for
 // about a second after it an answer may show an older version, until
 // the cache is refilled from the ledger; keeping the higher version
-// covers that too.
+// covers that too. A gateway answers from its own copy of the cache,
+// which Redis invalidates on every change: through one gateway the
+// version never goes down, but a client whose requests reach several
+// may, for the moment an invalidation takes (about a millisecond),
+// see one gateway's newer version and then another's older one;
+// keeping the higher version covers that as well.
 //
 // Balances are served from a cache that settlement keeps current
 // through a coherence queue, so a change may take a moment to show.
