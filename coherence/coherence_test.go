@@ -184,8 +184,9 @@ func TestReadCache(t *testing.T) {
 	}
 }
 
-// counterOf reads one labelled counter back from the registry, as a scrape
-// would see it.
+// counterOf reads one counter back from the registry, as a scrape would
+// see it: the series labelled with table, or the unlabelled one when
+// table is "".
 func counterOf(t testing.TB, registry *prometheus.Registry, name, table string) float64 {
 	t.Helper()
 	families, err := registry.Gather()
@@ -197,6 +198,9 @@ func counterOf(t testing.TB, registry *prometheus.Registry, name, table string) 
 			continue
 		}
 		for _, metric := range family.GetMetric() {
+			if table == "" && len(metric.GetLabel()) == 0 {
+				return metric.GetCounter().GetValue()
+			}
 			for _, label := range metric.GetLabel() {
 				if label.GetName() == "table" && label.GetValue() == table {
 					return metric.GetCounter().GetValue()

@@ -63,26 +63,9 @@ func TestTrackingServesTheLocalCopyUntilAWriteInvalidatesIt(t *testing.T) {
 	if stats := tracking.Stats(); stats.Invalidations != 1 || stats.Flushes != 0 {
 		t.Errorf("after the write: %+v, want one invalidation and no flush", stats)
 	}
-	if got := gathered(t, registry, "coherence_tracking_invalidations_total"); got != 1 {
+	if got := counterOf(t, registry, "coherence_tracking_invalidations_total", ""); got != 1 {
 		t.Errorf("coherence_tracking_invalidations_total = %v, want 1", got)
 	}
-}
-
-// gathered is the value of the registered metric name.
-func gathered(t testing.TB, registry *prometheus.Registry, name string) float64 {
-	t.Helper()
-	families, err := registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, family := range families {
-		if family.GetName() == name {
-			metric := family.GetMetric()[0]
-			return metric.GetCounter().GetValue() + metric.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
 }
 
 // trackingConnections are the ids of the clients with tracking on.
