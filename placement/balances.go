@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -119,48 +120,58 @@ func (b *Balances) fromLocalCopy(ctx context.Context, account string) ([]orders.
 	if _, complete := cached[completeField]; !complete || mark.Healing() {
 		return nil, false
 	}
-	b.serving.Lock()
-	served, ok := b.served.Get(account)
-	if ok {
-		for asset, version := range served {
-			if entry, held := cached[asset]; !held || entry.Version < version {
-				ok = false
-				break
-			}
-		}
-	}
-	b.serving.Unlock()
-	if !ok {
+	if !b.raiseFloor(account, cached, true) {
 		return nil, false
 	}
-	return b.answer(account, cached), true
+	return balancesOf(cached), true
 }
 
 // answer is balancesOf, raising the versions answered for the account
 // that the local copy is held to.
 func (b *Balances) answer(account string, entries map[string]coherence.CacheEntry) []orders.Balance {
-	balances := balancesOf(entries)
-	if b.served == nil {
-		return balances
+	if b.served != nil {
+		b.raiseFloor(account, entries, false)
 	}
+	return balancesOf(entries)
+}
+
+// raiseFloor raises the versions answered for the account to those of
+// entries, in one step. Entries fromCopy, the local copy's, are refused
+// (false, nothing raised) for an account not remembered, or when one is
+// older than what was answered for it.
+func (b *Balances) raiseFloor(account string, entries map[string]coherence.CacheEntry, fromCopy bool) bool {
 	b.serving.Lock()
 	defer b.serving.Unlock()
 	served, known := b.served.Get(account)
-	if known && !slices.ContainsFunc(balances, func(balance orders.Balance) bool {
-		version, ok := served[balance.Asset]
-		return !ok || balance.Version > version
-	}) {
-		return balances // nothing newer: the common answer allocates nothing here
+	if fromCopy {
+		if !known {
+			return false
+		}
+		for asset, version := range served {
+			if entry, held := entries[asset]; !held || entry.Version < version {
+				return false
+			}
+		}
 	}
-	versions := make(map[string]int64, max(len(served), len(balances)))
-	for asset, version := range served {
-		versions[asset] = version
+	newer := !known
+	for asset, entry := range entries {
+		if version, ok := served[asset]; asset != completeField && (!ok || entry.Version > version) {
+			newer = true
+			break
+		}
 	}
-	for _, balance := range balances {
-		versions[balance.Asset] = max(versions[balance.Asset], balance.Version)
+	if !newer {
+		return true // the common answer allocates nothing here
 	}
-	b.served.Add(account, versions)
-	return balances
+	raised := make(map[string]int64, max(len(served), len(entries)))
+	maps.Copy(raised, served)
+	for asset, entry := range entries {
+		if asset != completeField {
+			raised[asset] = max(raised[asset], entry.Version)
+		}
+	}
+	b.served.Add(account, raised)
+	return true
 }
 
 // Of returns the account's balances sorted by asset; none for an account
