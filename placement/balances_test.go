@@ -17,6 +17,7 @@ import (
 
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
@@ -216,7 +217,7 @@ func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
 			f := newCoherenceFixture(t)
 			var tracking *coherence.Tracking
 			if local {
-				tracking = newTracking(t, f)
+				tracking = newTracking(t, f.redis)
 				f.balances.WithLocalCopy(coherence.New(tracking.Client()))
 			}
 			readersNeverSeeABalanceGoBack(t, f)
@@ -229,10 +230,10 @@ func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
 	}
 }
 
-// newTracking is a local copy of f's Redis.
-func newTracking(t testing.TB, f *coherenceFixture) *coherence.Tracking {
+// newTracking is a local copy of srv's reads, closed at cleanup.
+func newTracking(t testing.TB, srv *testserver.Redis) *coherence.Tracking {
 	t.Helper()
-	tracking, err := coherence.NewTracking(&redis.Options{Addr: f.redis.Addr}, coherence.TrackingConfig{})
+	tracking, err := coherence.NewTracking(&redis.Options{Addr: srv.Addr}, coherence.TrackingConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

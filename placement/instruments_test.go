@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/control"
 	"github.com/ordergate/ordergate/internal/testserver"
@@ -81,11 +79,7 @@ func TestHaltReachesGatewaysByTracking(t *testing.T) {
 	ctx := context.Background()
 	db := migratedPool(t)
 	srv := testserver.StartRedis(t)
-	tracking, err := coherence.NewTracking(&redis.Options{Addr: srv.Addr}, coherence.TrackingConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tracking.Close() })
+	tracking := newTracking(t, srv)
 	reader := &countingInstruments{InstrumentReader: postgres.NewInstruments(db)}
 	instruments, err := placement.LoadInstruments(ctx, reader)
 	if err != nil {

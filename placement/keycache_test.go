@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/control"
 	"github.com/ordergate/ordergate/internal/testserver"
@@ -313,11 +311,7 @@ func TestKeyCacheRefusesARevokedKeyOnTheNextRequest(t *testing.T) {
 	ctx := context.Background()
 	db := migratedPool(t)
 	srv := testserver.StartRedis(t)
-	tracking, err := coherence.NewTracking(&redis.Options{Addr: srv.Addr}, coherence.TrackingConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tracking.Close() })
+	tracking := newTracking(t, srv)
 	accounts := &countingAccounts{Accounts: postgres.NewAccounts(db)}
 	cache := placement.NewKeyCache(accounts, time.Hour, placement.TrackRevocations(coherence.New(tracking.Client())))
 	account, err := postgres.NewAccounts(db).Create(ctx, "dave")
