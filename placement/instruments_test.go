@@ -99,13 +99,7 @@ func TestHaltReachesGatewaysByTracking(t *testing.T) {
 		if err := control.New(db, coherence.New(srv.Client(t))).SetInstrumentHalted(ctx, "ETH-USD", halt); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(time.Second)
-		for tracking.Stats().Invalidations == before {
-			if time.Now().After(deadline) {
-				t.Fatal("the halt's invalidation never arrived")
-			}
-			time.Sleep(time.Millisecond)
-		}
+		waitFor(t, time.Second, "the halt's invalidation arrives", func() bool { return tracking.Stats().Invalidations > before })
 		if err := instruments.Fresh(ctx); err != nil {
 			t.Fatal(err)
 		}

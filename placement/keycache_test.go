@@ -336,13 +336,7 @@ func TestKeyCacheRefusesARevokedKeyOnTheNextRequest(t *testing.T) {
 	if err := control.New(db, coherence.New(srv.Client(t))).RevokeKey(ctx, keyID); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Second)
-	for tracking.Stats().Invalidations == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the revocation's invalidation never arrived")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, time.Second, "the revocation's invalidation arrives", func() bool { return tracking.Stats().Invalidations > 0 })
 	if got, err := cache.Authenticate(ctx, key); !errors.Is(err, orders.ErrUnauthenticated) {
 		t.Errorf("after the invalidation: %q, %v; want the revoked key refused", got.Account, err)
 	}
