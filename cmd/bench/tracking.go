@@ -71,12 +71,10 @@ func (e *env) tracking(ctx context.Context, c config, s *servers, progress func(
 	local := placement.NewBalances(postgres.NewBalances(e.db), caches, e.log).WithLocalCopy(coherence.New(tracking.Client()))
 
 	length := max(c.duration/4, time.Second)
-	progress("tracking: balance reads, %d readers, %s straight from Redis…", c.concurrency, length)
-	if r.RedisPerSecond, err = e.readBalances(ctx, straight, c.concurrency, length); err != nil {
+	if r.RedisPerSecond, err = e.readBalances(ctx, "tracking: balance reads straight from Redis", straight, c.concurrency, length, progress); err != nil {
 		return r, err
 	}
-	progress("tracking: balance reads, %d readers, %s through the local copy…", c.concurrency, length)
-	if r.LocalPerSecond, err = e.readBalances(ctx, local, c.concurrency, length); err != nil {
+	if r.LocalPerSecond, err = e.readBalances(ctx, "tracking: balance reads through the local copy", local, c.concurrency, length, progress); err != nil {
 		return r, err
 	}
 	r.Ratio = r.LocalPerSecond / r.RedisPerSecond
@@ -115,33 +113,18 @@ func (e *env) tracking(ctx context.Context, c config, s *servers, progress func(
 	return r, nil
 }
 
-// readBalances reads the accounts' balances with readers goroutines for
-// length, and returns the reads a second.
-func (e *env) readBalances(ctx context.Context, balances *placement.Balances, readers int, length time.Duration) (float64, error) {
-	runCtx, cancel := context.WithTimeout(ctx, length)
-	defer cancel()
-	var reads atomic.Int64
-	var failed atomic.Value
-	var wg sync.WaitGroup
-	began := time.Now()
-	for i := range readers {
-		wg.Go(func() {
-			for n := i; runCtx.Err() == nil; n++ {
-				if _, err := balances.Of(runCtx, e.accounts[n%len(e.accounts)]); err != nil {
-					if runCtx.Err() == nil {
-						failed.Store(err)
-					}
-					return
-				}
-				reads.Add(1)
-			}
-		})
+// readBalances reads the accounts' balances in a closed loop of readers
+// for length, and returns the reads a second.
+func (e *env) readBalances(ctx context.Context, name string, balances *placement.Balances, readers int, length time.Duration, progress func(string, ...any)) (float64, error) {
+	var next atomic.Int64
+	read := closedLoop(ctx, name, readers, length, progress, func(ctx context.Context) error {
+		_, err := balances.Of(ctx, e.accounts[int(next.Add(1))%len(e.accounts)])
+		return err
+	})
+	if read.Errors > 0 {
+		return 0, fmt.Errorf("%s: %d reads failed, the first: %s", name, read.Errors, read.FirstError)
 	}
-	wg.Wait()
-	if err, ok := failed.Load().(error); ok {
-		return 0, err
-	}
-	return float64(reads.Load()) / time.Since(began).Seconds(), nil
+	return read.PerSecond, nil
 }
 
 // markdown is the phase's table.
