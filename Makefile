@@ -29,7 +29,7 @@ test:
 
 # The Redis-side suites again on Valkey, whose binaries are kept beside the
 # repository in ../shared/valkey/ (its README says why; a checkout without
-# ../shared skips this leg and says so). internal/testserver runs the binaries
+# ../shared skips this leg and says so). testkit/testserver runs the binaries
 # that ORDERGATE_REDIS_SERVER and ORDERGATE_REDIS_CLI name. Three runs:
 #   - every package whose tests start a Redis (found by grep, so a new one is
 #     not forgotten), each test on its own single server;
@@ -48,7 +48,7 @@ else
 	'$(VALKEY_DIR)/valkey-server' --version
 	$(VALKEY_ENV) go test -race -count=1 -timeout 15m $(VALKEY_PACKAGES)
 	$(VALKEY_ENV) EMQ_TEST_REDIS=cluster go test -race -count=1 -timeout 10m ./emq/... ./coherence/...
-	$(VALKEY_ENV) go test -race -count=1 -timeout 10m -run '^TestChaos$$' ./internal/chaos/ -args -seed=1 -orders=500
+	$(VALKEY_ENV) go test -race -count=1 -timeout 10m -run '^TestChaos$$' ./testkit/chaos/ -args -seed=1 -orders=500
 endif
 
 generate:
@@ -105,7 +105,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzParseAmount$$' -fuzztime $(FUZZTIME) ./orders/
 	go test -run '^$$' -fuzz '^FuzzInstrumentCheck$$' -fuzztime $(FUZZTIME) ./orders/
 
-# The seeded chaos run (internal/chaos) on its own: gateway + 3 workers +
+# The seeded chaos run (testkit/chaos) on its own: gateway + 3 workers +
 # a Redis primary and replica (AOF, appendfsync always) + PostgreSQL as real
 # processes, ORDERS orders while a schedule drawn from SEED kills and stops
 # workers, restarts Redis and PostgreSQL and fails Redis over to its replica
@@ -119,7 +119,7 @@ SEED ?= random
 ORDERS ?= 2000
 chaos:
 	bash scripts/deps.sh
-	go test -run '^TestChaos$$' -count=1 -v -timeout 60m ./internal/chaos/ -args -seed=$(SEED) -orders=$(ORDERS)
+	go test -run '^TestChaos$$' -count=1 -v -timeout 60m ./testkit/chaos/ -args -seed=$(SEED) -orders=$(ORDERS)
 
 # The benchmark (cmd/bench), all in one run on throwaway servers (or
 # REDIS_URL / DATABASE_URL): HTTP admission against the real gateway beside

@@ -1,6 +1,6 @@
 // Package api holds the HTTP contract of the gateway, openapi.yaml. The spec
 // is the source of truth: the generated client in api/client is derived from
-// it, and internal/apitest holds the server to it in tests.
+// it, and testkit/apitest holds the server to it in tests.
 package api
 
 import _ "embed"

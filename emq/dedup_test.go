@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 func TestParseDedupSettings(t *testing.T) {

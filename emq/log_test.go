@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // logged is what a test compares of a log's entries: "<sequence> <id>".

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestWorkerRidesOutAnOutage: while the server is down the loops back off and

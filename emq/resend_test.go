@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/lua"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // proxiedReadTimeout is the read timeout of the clients behind the proxy: a

@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/internal/logbuffer"
-	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/testkit/logbuffer"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // workerLogger returns a debug-level JSON logger whose lines the test prints

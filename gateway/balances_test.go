@@ -17,10 +17,10 @@ import (
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/gateway"
-	"github.com/ordergate/ordergate/internal/apitest"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/testkit/apitest"
 )
 
 // balanceFixture is the gateway fixture with the balance read side wired as

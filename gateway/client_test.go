@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/ordergate/ordergate/api/client"
-	"github.com/ordergate/ordergate/internal/apitest"
+	"github.com/ordergate/ordergate/testkit/apitest"
 )
 
 // TestGeneratedClientPlacesReadsAndCancelsAnOrder drives the gateway with the client

@@ -22,9 +22,9 @@ import (
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/gateway"
-	"github.com/ordergate/ordergate/internal/apitest"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/testkit/apitest"
 )
 
 // appendAccountEvents appends count balance events to the account's log,

@@ -15,10 +15,10 @@ import (
 
 	"github.com/ordergate/ordergate/api/client"
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/internal/apitest"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/settlement"
+	"github.com/ordergate/ordergate/testkit/apitest"
 )
 
 // startWorker settles the fixture's queue with the real settler until the

@@ -24,14 +24,14 @@ import (
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/gateway"
-	"github.com/ordergate/ordergate/internal/apitest"
-	"github.com/ordergate/ordergate/internal/logbuffer"
-	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/signing"
+	"github.com/ordergate/ordergate/testkit/apitest"
+	"github.com/ordergate/ordergate/testkit/logbuffer"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/ordergate/ordergate/api/client"
-	"github.com/ordergate/ordergate/internal/apitest"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/testkit/apitest"
 )
 
 // finalOrder is an orders row as settlement or a cancel leaves it: a BTC-USD

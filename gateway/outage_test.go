@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestPostgresOutageAnswers503 stops the shared PostgreSQL under a running

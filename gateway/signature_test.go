@@ -17,11 +17,11 @@ import (
 
 	"github.com/ordergate/ordergate/api/client"
 	"github.com/ordergate/ordergate/gateway"
-	"github.com/ordergate/ordergate/internal/apitest"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/secret"
 	"github.com/ordergate/ordergate/signing"
+	"github.com/ordergate/ordergate/testkit/apitest"
 )
 
 // signature is what a test signs: with the secret, a timestamp (now moved

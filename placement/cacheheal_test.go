@@ -14,10 +14,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/coherence"
-	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestCachedBalancesHealAfterAFailover: the balance cache is filled on a

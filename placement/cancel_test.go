@@ -9,9 +9,9 @@ import (
 	"github.com/govalues/decimal"
 
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // placerOnRedis is a Placer on a fresh Redis, and its queue for playing the

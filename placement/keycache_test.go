@@ -12,11 +12,11 @@ import (
 
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/control"
-	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestKeyCacheServesFromMemoryUntilRevoked: the cache answers without

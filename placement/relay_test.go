@@ -17,10 +17,10 @@ import (
 
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // coherenceFixture is the coherence job mode on a real Redis and a real

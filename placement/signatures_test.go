@@ -10,12 +10,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/secret"
 	"github.com/ordergate/ordergate/signing"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestKeyCacheOpensSigningSecrets: a key that requires signatures comes

@@ -12,10 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/signing"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }

@@ -19,10 +19,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/settlement"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // recordingRelay keeps what the settler relays, and whether each relayed

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the servers and tools that the tests (internal/testserver) and
+# Installs the servers and tools that the tests (testkit/testserver) and
 # `make run` need on a fresh Debian 12, because a new machine or CI starts
 # without them. Idempotent and silent when everything is already there.
 set -euo pipefail

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }

@@ -9,12 +9,12 @@ import (
 	"testing"
 
 	"github.com/ordergate/ordergate/api/client"
-	"github.com/ordergate/ordergate/internal/apitest"
-	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/signing"
+	"github.com/ordergate/ordergate/testkit/apitest"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestGoClientSignsForARealGateway: the Go client's signer (api/client)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }

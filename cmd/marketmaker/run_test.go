@@ -16,9 +16,9 @@ import (
 	"github.com/govalues/decimal"
 
 	"github.com/ordergate/ordergate/api/client"
-	"github.com/ordergate/ordergate/internal/apitest"
-	"github.com/ordergate/ordergate/internal/logbuffer"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/testkit/apitest"
+	"github.com/ordergate/ordergate/testkit/logbuffer"
 )
 
 const testKey = "test-mm-key"

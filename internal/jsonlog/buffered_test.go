@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordergate/ordergate/internal/logbuffer"
+	"github.com/ordergate/ordergate/testkit/logbuffer"
 )
 
 // syncBuffer is a logbuffer.Buffer that counts the writes it takes, read

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/testkit/testserver"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordergate/ordergate/internal/testserver"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // BuildBinaries compiles cmd/gateway and cmd/worker (without -race: they are

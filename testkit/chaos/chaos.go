@@ -86,12 +86,12 @@ import (
 
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/internal/ordergen"
-	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/testkit/ordergen"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // The checker's reads of the books.

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordergate/ordergate/internal/testserver"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }

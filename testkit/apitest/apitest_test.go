@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/ordergate/ordergate/internal/apitest"
+	"github.com/ordergate/ordergate/testkit/apitest"
 )
 
 // recorder is a testing.TB that records Errorf instead of failing, so a test
