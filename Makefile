@@ -81,8 +81,11 @@ lint: vet
 		exit 1; \
 	fi
 
+# Every command under cmd/ (gateway, worker, admin, inspect, bench,
+# marketmaker) as a binary in bin/ (git-ignored), where the README, the docs
+# and scripts/run.sh (which runs the same command) expect them.
 build:
-	go build ./...
+	go build -o bin/ ./cmd/...
 
 # Fuzzes the untrusted-input paths, each target for FUZZTIME (default 60s;
 # `make fuzz FUZZTIME=5m`, or a count such as 2000000x). With a duration, a

@@ -202,8 +202,11 @@ else
 	log "using DATABASE_URL=$DATABASE_URL"
 fi
 
-log "building bin/gateway bin/worker bin/admin bin/inspect bin/marketmaker"
-go build -o bin/ ./cmd/gateway ./cmd/worker ./cmd/admin ./cmd/inspect ./cmd/marketmaker
+# What `make build` runs: every command under cmd/, so bin/ holds the same
+# binaries whichever of the two wrote it (an up-to-date one is not linked
+# again).
+log "building bin/ (go build -o bin/ ./cmd/..., as make build)"
+go build -o bin/ ./cmd/...
 
 log "migrating the database"
 bin/admin migrate
