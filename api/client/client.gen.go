@@ -973,7 +973,8 @@ type PlaceOrderRequest struct {
 
 	// PostOnly The order must rest in the book: one that would trade on arrival
 	// is rejected (`post_only_would_take`) instead. Only on a `limit`
-	// `gtc` order.
+	// `gtc` order. Defaults to false: an order without it may trade on
+	// arrival.
 	PostOnly *bool `json:"post_only,omitempty"`
 
 	// Price An exact decimal number as a JSON string, so no precision is lost to
