@@ -23,8 +23,10 @@ const shutdownTimeout = 2 * time.Second
 
 // Serve serves GET /metrics (registry's series) and GET /healthz on addr
 // until the returned stop is called; an empty addr serves nothing. A port
-// that cannot be listened on is an error now, not a log line later. stop
-// waits up to 2 s for scrapes in flight.
+// that cannot be listened on is an error now, not a log line later. Once
+// listening it logs "metrics listening" with the address bound: given port
+// 0, the port chosen (scripts/run.sh reads it from there). stop waits up to
+// 2 s for scrapes in flight.
 func Serve(addr string, registry *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil

@@ -1,8 +1,11 @@
 package metricsserver
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -44,6 +47,28 @@ func TestServeAndStop(t *testing.T) {
 	stopped = true
 	if _, err := http.Get("http://" + addr + "/metrics"); err == nil {
 		t.Error("the listener still answers after stop")
+	}
+}
+
+// TestServeLogsThePortBound: given port 0, the log names the port the
+// kernel chose, not ":0", so whoever started the process (scripts/run.sh
+// reads its "metrics listening" line) can find the listener.
+func TestServeLogsThePortBound(t *testing.T) {
+	var out bytes.Buffer
+	stop, err := Serve("127.0.0.1:0", prometheus.NewRegistry(), slog.New(slog.NewJSONHandler(&out, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	var line struct{ Msg, Addr string }
+	if err := json.Unmarshal(out.Bytes(), &line); err != nil || line.Msg != "metrics listening" {
+		t.Fatalf("log %q (%v), want one metrics listening line", out.String(), err)
+	}
+	if _, port, err := net.SplitHostPort(line.Addr); err != nil || port == "0" {
+		t.Fatalf("logged addr %q, want the port bound", line.Addr)
+	}
+	if status, body := get(t, "http://"+line.Addr+"/healthz"); status != http.StatusOK || body != "ok\n" {
+		t.Errorf("GET /healthz on the logged %s: %d %q", line.Addr, status, body)
 	}
 }
 
