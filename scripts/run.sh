@@ -11,7 +11,9 @@
 # .state/signing.key), GATEWAY_ADDR (127.0.0.1:8080), GATEWAY_METRICS_ADDR
 # (127.0.0.1:9090) and WORKER_METRICS_ADDR (127.0.0.1:9091): each process's
 # METRICS_ADDR, named apart since both read the one variable (empty serves
-# no metrics).
+# no metrics). METRICS_ADDR itself is refused: it would name both. Port 0
+# (127.0.0.1:0) takes a free port; the summary prints the one bound, read
+# from the process's log.
 # shellcheck disable=SC2317 # functions called from traps and wait_for
 set -euo pipefail
 
@@ -116,6 +118,11 @@ wait_for() {
 		sleep 0.1
 	done
 }
+
+# Set, it would be ignored: each process is given its own METRICS_ADDR.
+if [[ -n ${METRICS_ADDR+set} ]]; then
+	die "METRICS_ADDR is not read by make run: the gateway and the worker each serve metrics; set GATEWAY_METRICS_ADDR and WORKER_METRICS_ADDR (and unset METRICS_ADDR)"
+fi
 
 bash scripts/deps.sh
 mkdir -p "$log_dir" bin
@@ -238,42 +245,71 @@ metrics_url() {
 	fi
 }
 
+# logged_addr LOG OFFSET MESSAGE: the "addr" of the first line MESSAGE
+# written to LOG past byte OFFSET (JSON lines: "msg":MESSAGE,"addr":...).
+logged_addr() {
+	local addr
+	addr=$(tail -c +"$(($2 + 1))" "$1" | sed -n "s/.*\"msg\":\"$3\".*\"addr\":\"\([^\"]*\)\".*/\1/p")
+	addr=${addr%%$'\n'*}
+	[[ -n $addr ]] && echo "$addr"
+}
+
+# bound_addr NAME PID LOG OFFSET MESSAGE ADDR: sets bound to where NAME
+# listens for ADDR: ADDR itself, or for port 0 (any free one) the address
+# NAME logged in its MESSAGE line once listening.
+bound_addr() {
+	local name=$1 pid=$2 logfile=$3 offset=$4 message=$5 addr=$6
+	bound=$addr
+	[[ $addr == *:0 ]] || return 0
+	wait_for "$name (its \"$message\" log line, at LOG_LEVEL info)" 30 "$pid" "$logfile" logged_addr "$logfile" "$offset" "$message"
+	bound=$(logged_addr "$logfile" "$offset" "$message")
+}
+
+# The logs are appended to: only what this run's processes write is read.
+gateway_log_start=$(stat -c %s "$log_dir/gateway.log" 2>/dev/null || echo 0)
+worker_log_start=$(stat -c %s "$log_dir/worker.log" 2>/dev/null || echo 0)
 log "starting gateway on $GATEWAY_ADDR and worker (logs in ${log_dir#"$repo_root"/})"
 METRICS_ADDR=$GATEWAY_METRICS_ADDR bin/gateway >>"$log_dir/gateway.log" 2>&1 &
 gateway_pid=$!
 METRICS_ADDR=$WORKER_METRICS_ADDR bin/worker >>"$log_dir/worker.log" 2>&1 &
 worker_pid=$!
-wait_for gateway 30 "$gateway_pid" "$log_dir/gateway.log" curl -fsS "http://$GATEWAY_ADDR/readyz"
+bound_addr gateway "$gateway_pid" "$log_dir/gateway.log" "$gateway_log_start" "gateway listening" "$GATEWAY_ADDR"
+gateway_addr=$bound
+wait_for gateway 30 "$gateway_pid" "$log_dir/gateway.log" curl -fsS "http://$gateway_addr/readyz"
+bound_addr gateway "$gateway_pid" "$log_dir/gateway.log" "$gateway_log_start" "metrics listening" "$GATEWAY_METRICS_ADDR"
+gateway_metrics_addr=$bound
+bound_addr worker "$worker_pid" "$log_dir/worker.log" "$worker_log_start" "metrics listening" "$WORKER_METRICS_ADDR"
+worker_metrics_addr=$bound
 
 # The venue provides no liquidity: the market maker's quotes are what the
 # demo account trades against. Its key goes to its environment only.
 log "starting marketmaker (account $mm_account_id)"
-MM_API_KEY=$mm_api_key GATEWAY_URL="http://$GATEWAY_ADDR" bin/marketmaker >>"$log_dir/marketmaker.log" 2>&1 &
+MM_API_KEY=$mm_api_key GATEWAY_URL="http://$gateway_addr" bin/marketmaker >>"$log_dir/marketmaker.log" 2>&1 &
 marketmaker_pid=$!
 
 cat <<EOF
 
-ordergate is running: gateway http://$GATEWAY_ADDR (pid $gateway_pid), worker (pid $worker_pid),
+ordergate is running: gateway http://$gateway_addr (pid $gateway_pid), worker (pid $worker_pid),
 marketmaker (pid $marketmaker_pid) quoting every instrument GET /v1/instruments lists, every 2 s
   REDIS_URL=$REDIS_URL
   DATABASE_URL=$DATABASE_URL
   demo account: $account_id
   market maker account: $mm_account_id
   logs: ${log_dir#"$repo_root"/}/gateway.log, ${log_dir#"$repo_root"/}/worker.log, ${log_dir#"$repo_root"/}/marketmaker.log
-  metrics: $(metrics_url gateway "$GATEWAY_METRICS_ADDR"), $(metrics_url worker "$WORKER_METRICS_ADDR")
+  metrics: $(metrics_url gateway "$gateway_metrics_addr"), $(metrics_url worker "$worker_metrics_addr")
 
 Buy 0.01 BTC from the market maker's quotes (a market order takes the best asks):
 
-curl -sS -X POST http://$GATEWAY_ADDR/v1/orders -H "Authorization: Bearer $api_key" -H 'Content-Type: application/json' -d '{"client_order_id":"demo-1","symbol":"BTC-USD","side":"buy","type":"market","quantity":"0.01000"}'
+curl -sS -X POST http://$gateway_addr/v1/orders -H "Authorization: Bearer $api_key" -H 'Content-Type: application/json' -d '{"client_order_id":"demo-1","symbol":"BTC-USD","side":"buy","type":"market","quantity":"0.01000"}'
 
 Then look it up with the id from the answer, and see the balances it moved:
 
-curl -sS http://$GATEWAY_ADDR/v1/orders/<order_id> -H "Authorization: Bearer $api_key"
-curl -sS http://$GATEWAY_ADDR/v1/balances -H "Authorization: Bearer $api_key"
+curl -sS http://$gateway_addr/v1/orders/<order_id> -H "Authorization: Bearer $api_key"
+curl -sS http://$gateway_addr/v1/balances -H "Authorization: Bearer $api_key"
 
 Or follow the account's events as they happen (Server-Sent Events; Ctrl-C leaves):
 
-curl -sS -N http://$GATEWAY_ADDR/v1/events -H "Authorization: Bearer $api_key"
+curl -sS -N http://$gateway_addr/v1/events -H "Authorization: Bearer $api_key"
 
 A key whose requests must be signed (README, Using the API):
 
