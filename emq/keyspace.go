@@ -9,6 +9,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// The keyspace: every key of queue q starts with keyPrefix(q), whose hash
+// tag {q} keeps them in one Redis Cluster slot (docs/protocol.md, the queue
+// keyspace). Code outside emq that reads a key directly, as the chaos run
+// does on a server it will not connect a queue to, names it by these
+// functions, never by spelling it.
+
+// keyPrefix is what every key of the queue starts with: "emq:{<queue>}:".
+func keyPrefix(queue string) string { return "emq:{" + queue + "}:" }
+
+// JobsKey is the hash of the queue's unfinished jobs' rows (job id → row).
+func JobsKey(queue string) string { return keyPrefix(queue) + "jobs" }
+
+// FinishedKey is the hash of the queue's finished jobs' rows, trimmed to
+// the queue's retention.
+func FinishedKey(queue string) string { return keyPrefix(queue) + "finished" }
+
 // MemoryUsage is what the queue's structures take on the server, in bytes as
 // MEMORY USAGE counts them (every nested value sampled).
 type MemoryUsage struct {

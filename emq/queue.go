@@ -61,7 +61,7 @@ func (c *Client) Queue(name string, opts ...QueueOption) *Queue {
 	if name == "" || strings.ContainsAny(name, "{}") {
 		panic(fmt.Sprintf("emq: invalid queue name %q", name))
 	}
-	q := &Queue{client: c, name: name, prefix: "emq:{" + name + "}:", retention: DefaultRetention, dedup: c.dedupCell(name),
+	q := &Queue{client: c, name: name, prefix: keyPrefix(name), retention: DefaultRetention, dedup: c.dedupCell(name),
 		logRetention: DefaultLogRetention}
 	for _, opt := range opts {
 		opt(q)
@@ -77,7 +77,7 @@ func (q *Queue) Name() string { return q.name }
 // Callers outside emq ask the queue what they need to know instead.
 func (q *Queue) key(suffix string) string { return q.prefix + suffix }
 
-func (q *Queue) jobsKey() string             { return q.key("jobs") }
+func (q *Queue) jobsKey() string             { return JobsKey(q.name) }
 func (q *Queue) laneKey(group string) string { return q.key("lane:" + group) }
 func (q *Queue) kindsKey() string            { return q.key("kinds") }
 func (q *Queue) frontKey() string            { return q.key("front") }
@@ -89,7 +89,7 @@ func (q *Queue) activeKey() string           { return q.key("active") }
 func (q *Queue) delayedKey() string          { return q.key("delayed") }
 func (q *Queue) deadKey() string             { return q.key("dead") }
 func (q *Queue) doneKey() string             { return q.key("done") }
-func (q *Queue) finishedKey() string         { return q.key("finished") }
+func (q *Queue) finishedKey() string         { return FinishedKey(q.name) }
 
 // Declare registers the job kinds the queue accepts; admission refuses others
 // with ErrKind. Declaring is additive and safe to repeat from every process.

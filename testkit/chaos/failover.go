@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 )
 
@@ -70,7 +71,7 @@ func (r *run) failover(behind time.Duration) {
 // (docs/protocol.md, the queue keyspace): unfinished ones in jobs, finished
 // ones in finished, trimmed to the last 10,000, so the orders a failover
 // lost, which are the newest, are there.
-var jobRowKeys = []string{"emq:{" + orders.Queue + "}:jobs", "emq:{" + orders.Queue + "}:finished"}
+var jobRowKeys = []string{emq.JobsKey(orders.Queue), emq.FinishedKey(orders.Queue)}
 
 // lostAdmissions returns the orders the old primary holds and the promoted
 // replica does not: what the old primary admitted after the replica stopped
