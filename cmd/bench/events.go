@@ -76,8 +76,8 @@ func (e *env) events(ctx context.Context, c config, s *servers, peak float64, pr
 	}
 	// The admission phase's orders (or the probe's) wait on the orders
 	// queue; the worker would settle that backlog first, while the streams
-	// are timed.
-	if err := e.dropOrdersQueue(ctx); err != nil {
+	// are timed. Purge drops every key of the queue, logs included.
+	if err := e.queue.Queue(orders.Queue).Purge(ctx); err != nil {
 		return r, err
 	}
 	base, gatewayPID, stopGateway, err := startGatewayProcess(ctx, s)
@@ -269,28 +269,6 @@ func probePeak(ctx context.Context, s *servers, keys []string, prefix string, pr
 	probe := newOrderClient(base+"/v1/orders", keys, prefix, 64)
 	defer probe.close()
 	return closedLoop(ctx, "events: admission peak probe", 64, 2*time.Second, progress, probe.place).PerSecond, nil
-}
-
-// dropOrdersQueue deletes the orders queue's keys: what the admission phase
-// left pending.
-func (e *env) dropOrdersQueue(ctx context.Context) error {
-	rdb := e.queue.Redis()
-	var cursor uint64
-	for {
-		keys, next, err := rdb.Scan(ctx, cursor, "emq:{"+orders.Queue+"}:*", 1000).Result()
-		if err != nil {
-			return err
-		}
-		if len(keys) > 0 {
-			if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
-				return err
-			}
-		}
-		if next == 0 {
-			return nil
-		}
-		cursor = next
-	}
 }
 
 // memoryNow is the resident memory of process pid and Redis's used memory.
