@@ -16,7 +16,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 )
@@ -37,24 +36,24 @@ func (s *Server) placeOrder(c echo.Context) error {
 	if s.limiting() {
 		opts = append(opts, placement.WithRateLimit(state(c).bucket, s.limit()))
 	}
-	placement, err := s.placer.Place(c.Request().Context(), cmd, opts...)
-	var limited *emq.RateLimitedError
+	placed, err := s.placer.Place(c.Request().Context(), cmd, opts...)
+	var limited *placement.RateLimitedError
 	if errors.As(err, &limited) {
 		return s.answerTake(c, limited.Take)
 	}
-	if placement.Take != nil {
+	if placed.Take != nil {
 		// Allowed (the take came before the outcome), so only the headers:
 		// on an admission and on a refusal that spent the permit alike.
-		_ = s.answerTake(c, *placement.Take)
+		_ = s.answerTake(c, *placed.Take)
 	}
 	if err != nil {
 		return err
 	}
-	order := placement.Order
+	order := placed.Order
 	state(c).order = order.ID
 	header := c.Response().Header()
 	header.Set(echo.HeaderLocation, "/v1/orders/"+order.ID)
-	if placement.Replayed {
+	if placed.Replayed {
 		header.Set("Idempotent-Replayed", "true")
 		return c.JSON(http.StatusOK, order)
 	}
@@ -64,7 +63,7 @@ func (s *Server) placeOrder(c echo.Context) error {
 	// The order's JSON was made once, for the queue job; it is the answer
 	// too, ended by a newline as c.JSON ends its answers. The job is
 	// admitted, so nothing reads the payload any more.
-	return c.JSONBlob(http.StatusAccepted, append(placement.JSON, '\n'))
+	return c.JSONBlob(http.StatusAccepted, append(placed.JSON, '\n'))
 }
 
 // placeCommandOf reads, decodes and checks the request's order.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/placement"
 )
 
 // A request with no API key, or with a key the gateway does not recognize
@@ -23,7 +23,7 @@ const lookupBucketAll = "lookup:*"
 // lookupAddressRate is the least one client address's lookups may go:
 // its bucket is an API key's, or this when that is smaller, so a client
 // starting a few keys at once is not refused for it.
-var lookupAddressRate = emq.Rate{Capacity: 20, PerSecond: 10}
+var lookupAddressRate = placement.Rate{Capacity: 20, PerSecond: 10}
 
 // lookupAllFactor is how many times one client address's rate all lookups
 // together may go.
@@ -85,12 +85,12 @@ func (s *Server) limitLookup(c echo.Context, cost lookupCost) error {
 		return nil
 	}
 	key := s.limit()
-	one := emq.Rate{Capacity: max(key.Capacity, lookupAddressRate.Capacity), PerSecond: max(key.PerSecond, lookupAddressRate.PerSecond)}
-	all := emq.Rate{Capacity: min(one.Capacity*lookupAllFactor, emq.MaxBucketSize),
-		PerSecond: min(one.PerSecond*lookupAllFactor, emq.MaxBucketSize)}
+	one := placement.Rate{Capacity: max(key.Capacity, lookupAddressRate.Capacity), PerSecond: max(key.PerSecond, lookupAddressRate.PerSecond)}
+	all := placement.Rate{Capacity: min(one.Capacity*lookupAllFactor, placement.MaxBucketSize),
+		PerSecond: min(one.PerSecond*lookupAllFactor, placement.MaxBucketSize)}
 	buckets := []struct {
 		name string
-		rate emq.Rate
+		rate placement.Rate
 		who  string
 	}{
 		{"lookup:" + clientNetwork(c), one, "from one client address"},

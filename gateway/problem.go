@@ -8,7 +8,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 )
@@ -110,7 +109,7 @@ func problemFor(err error) (Problem, error) {
 		notCancelable *orders.NotCancelableError
 		missingScope  *orders.MissingScopeError
 		httpErr       *echo.HTTPError
-		notReplicated *emq.NotReplicatedError
+		notReplicated *placement.NotReplicatedError
 		expired       *placement.EventsExpiredError
 		problem       = func(kind problemKind, detail string) Problem {
 			return Problem{Type: "urn:ordergate:problem:" + kind.slug, Title: kind.title, Status: kind.status, Detail: detail}

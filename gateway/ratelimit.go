@@ -10,8 +10,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
 )
 
 // The rate limit headers (draft-ietf-httpapi-ratelimit-headers), in Go's
@@ -74,8 +74,8 @@ func (s *Server) rateLimitByAddress(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) limiting() bool { return s.placer != nil && s.config.RateLimitBurst > 0 }
 
 // limit is the rate-limit bucket of every API key.
-func (s *Server) limit() emq.Rate {
-	return emq.Rate{Capacity: s.config.RateLimitBurst, PerSecond: s.config.RateLimitPerSecond}
+func (s *Server) limit() placement.Rate {
+	return placement.Rate{Capacity: s.config.RateLimitBurst, PerSecond: s.config.RateLimitPerSecond}
 }
 
 // takePermit takes a permit from the key's bucket of the orders queue, the
@@ -101,12 +101,12 @@ func (s *Server) takePermit(c echo.Context) error {
 // takeFrom takes a permit for the request from the named bucket of rate.
 // ok is false when the limiter did not answer: the request then goes on
 // unlimited (takePermit says why), logged and counted.
-func (s *Server) takeFrom(c echo.Context, bucket string, rate emq.Rate) (take emq.Take, ok bool) {
+func (s *Server) takeFrom(c echo.Context, bucket string, rate placement.Rate) (take placement.Take, ok bool) {
 	take, err := s.placer.TakePermit(c.Request().Context(), bucket, rate)
 	if err != nil {
 		s.metrics.rateLimitFailOpen.Inc()
 		s.logger(c).Warn("rate limiter unavailable; request let through unlimited", "bucket", bucket, "err", err)
-		return emq.Take{}, false
+		return placement.Take{}, false
 	}
 	return take, true
 }
@@ -114,7 +114,7 @@ func (s *Server) takeFrom(c echo.Context, bucket string, rate emq.Rate) (take em
 // overLimit is the 429 refusal of a request whose bucket was empty, with
 // its Retry-After; detail says which limit, and the refusal adds when to
 // retry.
-func (s *Server) overLimit(c echo.Context, take emq.Take, detail string) error {
+func (s *Server) overLimit(c echo.Context, take placement.Take, detail string) error {
 	s.metrics.rateLimited.Inc()
 	retry := wholeSeconds(take.RetryAfter, 1)
 	c.Response().Header().Set("Retry-After", strconv.Itoa(retry))
@@ -167,7 +167,7 @@ func keyRefusal(err error) bool {
 
 // answerTake puts take on the answer as the RateLimit-* headers and, when
 // the bucket was empty, returns the 429 refusal with its Retry-After.
-func (s *Server) answerTake(c echo.Context, take emq.Take) error {
+func (s *Server) answerTake(c echo.Context, take placement.Take) error {
 	limit := s.limit()
 	// Assigned in their canonical form: Header.Set would canonicalize
 	// "RateLimit-…" into a new string on every request.

@@ -18,7 +18,6 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/outage"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
@@ -67,7 +66,7 @@ func DefaultConfig() Config {
 // whose bucket cannot refill (placements would answer 503 while reads went
 // through).
 func (c Config) Validate() error {
-	const most = emq.MaxBucketSize
+	const most = placement.MaxBucketSize
 	switch b, r := c.RateLimitBurst, c.RateLimitPerSecond; {
 	case c.BodyLimit < 1:
 		return fmt.Errorf("body limit %d: want at least 1 byte", c.BodyLimit)

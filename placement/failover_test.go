@@ -174,7 +174,7 @@ func TestAdmissionWaitsForReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatalf("with the replica following: %v", err)
 	}
-	if got, err := replicaClient.HExists(ctx, "emq:{"+orders.Queue+"}:jobs", placed.Order.ID).Result(); err != nil || !got {
+	if got, err := replicaClient.HExists(ctx, emq.JobsKey(orders.Queue), placed.Order.ID).Result(); err != nil || !got {
 		t.Errorf("the replica does not hold the acknowledged order (%v, %v)", got, err)
 	}
 
@@ -187,6 +187,10 @@ func TestAdmissionWaitsForReplicas(t *testing.T) {
 		var notReplicated *emq.NotReplicatedError
 		if !errors.Is(err, orders.ErrUnavailable) || !errors.As(err, &notReplicated) || notReplicated.Acked != 0 || notReplicated.Wanted != 1 {
 			t.Errorf("%s placement without a replica: %v; want unavailable, acknowledged by 0 of 1", attempt, err)
+		}
+		var refused *placement.NotReplicatedError
+		if !errors.As(err, &refused) || refused.Acked != 0 || refused.Wanted != 1 {
+			t.Errorf("%s placement without a replica: %v; want a *placement.NotReplicatedError, acknowledged by 0 of 1", attempt, err)
 		}
 		if took := time.Since(began); took < 250*time.Millisecond {
 			t.Errorf("%s placement answered after %v, before the wait's timeout", attempt, took)

@@ -18,7 +18,7 @@ import (
 func TestPlaceWithRateLimit(t *testing.T) {
 	placer, queue, _ := placerOnRedis(t)
 	ctx := context.Background()
-	limit := placement.WithRateLimit("key-1", emq.Rate{Capacity: 3, PerSecond: 1})
+	limit := placement.WithRateLimit("key-1", placement.Rate{Capacity: 3, PerSecond: 1})
 	command := func(clientOrderID string) orders.PlaceCommand {
 		return orders.PlaceCommand{
 			Account: "acct-1", ClientOrderID: clientOrderID, Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit,
@@ -33,13 +33,17 @@ func TestPlaceWithRateLimit(t *testing.T) {
 	if err != nil || !replay.Replayed || replay.Order.ID != first.Order.ID || replay.Take == nil || replay.Take.Remaining != 1 {
 		t.Fatalf("replay: %+v, %v; want the first order with 1 permit left", replay, err)
 	}
-	if take, err := placer.TakePermit(ctx, "key-1", emq.Rate{Capacity: 3, PerSecond: 1}); err != nil || !take.Allowed || take.Remaining != 0 {
+	if take, err := placer.TakePermit(ctx, "key-1", placement.Rate{Capacity: 3, PerSecond: 1}); err != nil || !take.Allowed || take.Remaining != 0 {
 		t.Fatalf("take: %+v, %v; want the last permit", take, err)
 	}
 	_, err = placer.Place(ctx, command("c-2"), limit)
 	var limited *emq.RateLimitedError
 	if !errors.As(err, &limited) || errors.Is(err, orders.ErrUnavailable) || limited.Take.RetryAfter <= 0 {
 		t.Fatalf("placement past the burst: %v, want a *emq.RateLimitedError with a retry time, not ErrUnavailable", err)
+	}
+	var refused *placement.RateLimitedError
+	if !errors.As(err, &refused) || refused.Take != placement.Take(limited.Take) || refused.Bucket != limited.Bucket {
+		t.Fatalf("placement past the burst: %v, want a *placement.RateLimitedError with the queue's take", err)
 	}
 	if pending, err := queue.Pending(ctx); err != nil || pending != 1 {
 		t.Errorf("pending %d, %v; want only the first order", pending, err)

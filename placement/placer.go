@@ -75,10 +75,10 @@ type Placement struct {
 	Order orders.Order
 	// Replayed is true when the command repeated an order placed before.
 	Replayed bool
-	// Permit is what the placement's rate limit took; nil without one. It is
+	// Take is what the placement's rate limit took; nil without one. It is
 	// set on a refusal after the take too (a conflicting reuse of a client
 	// order id, say): the permit was spent.
-	Take *emq.Take
+	Take *Take
 	// JSON is the admitted order's JSON encoding, as the queue job carries
 	// it; nil on a replay.
 	JSON []byte
@@ -87,17 +87,25 @@ type Placement struct {
 // PlaceOption tunes one Place.
 type PlaceOption func(*emq.Job)
 
-// WithRateLimit makes the placement take a permit from the orders queue's
-// named bucket first, in the same script run as the admission: an empty
-// bucket refuses the order with an *emq.RateLimitedError and admits
-// nothing. A replay spends its permit too.
-func WithRateLimit(bucket string, limit emq.Rate) PlaceOption {
-	return func(job *emq.Job) { job.RateLimit = &emq.RateLimit{Bucket: bucket, Limit: limit} }
+// NotReplicatedError: the order was admitted on the Redis primary, but
+// fewer replicas than the queue asks for acknowledged it in time, so a
+// failover now may lose it. Place returns it wrapped in
+// orders.ErrUnavailable: a retry with the same client order id answers the
+// order if it survived. It wraps the queue's error.
+type NotReplicatedError struct {
+	Acked, Wanted int
+	queue         *emq.NotReplicatedError
 }
+
+func (e *NotReplicatedError) Error() string { return e.queue.Error() }
+
+func (e *NotReplicatedError) Unwrap() error { return e.queue }
 
 // Place mints an ORD id and admits the order in one script run. A command
 // whose client order id the account used before returns the first order as
-// a replay when it is the same request, or a *ConflictError when not.
+// a replay when it is the same request, or a *ConflictError when not. An
+// empty rate-limit bucket is a *RateLimitedError, an admission too few
+// replicas hold a *NotReplicatedError.
 func (p *Placer) Place(ctx context.Context, cmd orders.PlaceCommand, opts ...PlaceOption) (Placement, error) {
 	order, job, err := PlaceJob(cmd)
 	if err != nil {
@@ -107,37 +115,34 @@ func (p *Placer) Place(ctx context.Context, cmd orders.PlaceCommand, opts ...Pla
 		opt(&job)
 	}
 	admission, err := p.queue.Admit(ctx, job)
-	if errors.Is(err, emq.ErrRateLimited) {
-		return Placement{}, err
+	if limited := rateLimited(err); limited != nil {
+		return Placement{}, limited
 	}
+	take := takeOf(admission.Take)
 	var notReplicated *emq.NotReplicatedError
-	if errors.As(err, &notReplicated) && admission.Duplicate && admission.Fingerprint != job.Fingerprint {
-		// Another request under the id: this one admitted nothing, so how
-		// far the first has replicated is not its answer.
-		return Placement{Take: admission.Take}, &orders.ConflictError{ClientOrderID: cmd.ClientOrderID, OrderID: admission.ID}
+	if errors.As(err, &notReplicated) {
+		if admission.Duplicate && admission.Fingerprint != job.Fingerprint {
+			// Another request under the id: this one admitted nothing, so
+			// how far the first has replicated is not its answer.
+			return Placement{Take: take}, &orders.ConflictError{ClientOrderID: cmd.ClientOrderID, OrderID: admission.ID}
+		}
+		err = &NotReplicatedError{Acked: notReplicated.Acked, Wanted: notReplicated.Wanted, queue: notReplicated}
 	}
 	if err != nil {
 		return Placement{}, fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
 	}
 	if !admission.Duplicate {
-		return Placement{Order: order, Take: admission.Take, JSON: job.Payload}, nil
+		return Placement{Order: order, Take: take, JSON: job.Payload}, nil
 	}
 	// From here on the permit was spent: it goes back with the refusal too.
 	if admission.Fingerprint != job.Fingerprint {
-		return Placement{Take: admission.Take}, &orders.ConflictError{ClientOrderID: cmd.ClientOrderID, OrderID: admission.ID}
+		return Placement{Take: take}, &orders.ConflictError{ClientOrderID: cmd.ClientOrderID, OrderID: admission.ID}
 	}
 	first, err := p.Order(ctx, cmd.Account, admission.ID)
 	if err != nil {
-		return Placement{Take: admission.Take}, err
+		return Placement{Take: take}, err
 	}
-	return Placement{Order: first, Replayed: true, Take: admission.Take}, nil
-}
-
-// TakePermit takes a permit from the orders queue's named bucket: the bucket
-// Place takes from WithRateLimit, so requests that place nothing and
-// placements draw on one budget.
-func (p *Placer) TakePermit(ctx context.Context, bucket string, limit emq.Rate) (emq.Take, error) {
-	return p.queue.TakePermit(ctx, bucket, limit)
+	return Placement{Order: first, Replayed: true, Take: take}, nil
 }
 
 // PlaceJob is the pending order cmd makes, under a new ORD id, and the queue
