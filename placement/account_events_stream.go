@@ -14,7 +14,8 @@ import (
 )
 
 // An account's events are the orders queue's log of the account's group
-// (emq/log.go). EventStreams serves them to the account's subscribers:
+// (emq/log.go), appended by the writers in account_events_append.go.
+// EventStreams serves them to the account's subscribers:
 // each subscription first reads what it missed page by page on its own,
 // then joins one tail loop per process, which waits on the queue's one
 // change stream (WaitLogChanges) and reads the logs of the accounts with a

@@ -3,12 +3,10 @@ package placement
 import (
 	"context"
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -73,12 +71,6 @@ type BalanceRows interface {
 	// Current returns, by name, each named balance's current row (nil: no
 	// such balance).
 	Current(ctx context.Context, named []orders.BalanceVersion) (map[string]*orders.Balance, error)
-}
-
-// EventLog appends to accounts' logs of events (the orders queue's,
-// emq.Queue.AppendLogs).
-type EventLog interface {
-	AppendLogs(ctx context.Context, appends []emq.LogAppend) ([]emq.LogAppended, error)
 }
 
 // CoherenceOption configures NewBalanceCoherence.
@@ -236,40 +228,6 @@ func (c *BalanceCoherence) apply(ctx context.Context, deliveries []*coherenceDel
 		return nil, err
 	}
 	return advanced, nil
-}
-
-// announce appends each current balance's balance event to its account's
-// log, once per version and never below one announced: the balance's name
-// is the event's source and its version the source's version, forced past
-// the versions the consumer skipped (it caches the current row, not every
-// version).
-func (c *BalanceCoherence) announce(ctx context.Context, deliveries []*coherenceDelivery, current map[string]*orders.Balance) error {
-	if c.events == nil {
-		return nil
-	}
-	appends := make([]emq.LogAppend, 0, len(deliveries))
-	for _, delivery := range deliveries {
-		balance := current[delivery.name]
-		if balance == nil {
-			continue
-		}
-		data, err := json.Marshal(balance)
-		if err != nil {
-			return fmt.Errorf("encode balance %s: %w", delivery.name, err)
-		}
-		appends = append(appends, emq.LogAppend{
-			Group:   delivery.account,
-			Source:  emq.LogSource{Name: delivery.name, Version: balance.Version, Force: true},
-			Entries: []emq.LogEntry{{ID: delivery.name + "@" + strconv.FormatInt(balance.Version, 10), Type: string(orders.EventBalance), Data: data}},
-		})
-	}
-	if len(appends) == 0 {
-		return nil
-	}
-	if _, err := c.events.AppendLogs(ctx, appends); err != nil {
-		return fmt.Errorf("append balance events: %w", err)
-	}
-	return nil
 }
 
 func versionsOf(deliveries []*coherenceDelivery) []orders.BalanceVersion {

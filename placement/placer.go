@@ -165,14 +165,10 @@ func PlaceJob(cmd orders.PlaceCommand) (orders.Order, emq.Job, error) {
 		Payload:     payload,
 		DedupKey:    cmd.Account + ":" + cmd.ClientOrderID,
 		Fingerprint: cmd.Fingerprint(),
-		// The account's order.accepted event, appended by the admission
-		// itself: it exists exactly when the order does.
-		Log: &emq.LogEntry{ID: AcceptedEventID(order.ID), Type: string(orders.EventOrderAccepted), Data: payload},
+		// Appended by the admission itself (account_events_append.go).
+		Log: acceptedEvent(order, payload),
 	}, nil
 }
-
-// AcceptedEventID is the id of an order's order.accepted event.
-func AcceptedEventID(orderID string) string { return orderID + ":accepted" }
 
 // Order returns the account's order with the id. Another account's order is
 // ErrNotFound, exactly like a missing one, so ids leak nothing.

@@ -1,13 +1,11 @@
 package placement
 
 import (
-	"cmp"
 	"context"
 	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -370,133 +368,6 @@ func (r *OutboxRelay) carry(ctx context.Context, entries []orders.OutboxEntry) (
 		}
 	}
 	return carried, errors.Join(errs...)
-}
-
-// appendEvents appends the events rows' events to their accounts' logs,
-// each row once and in its source's order (emq.LogSource: the row's name
-// and version), in one round trip, and returns the rows appended (or found
-// appended already). A row whose source's earlier rows are not all in the
-// log yet (their relay is late, or was lost with Redis) has them appended
-// first, read from the outbox; rows gone from it are skipped for good.
-func (r *OutboxRelay) appendEvents(ctx context.Context, entries []orders.OutboxEntry) ([]orders.OutboxEntry, error) {
-	// A source's versions in order: one pipeline runs its calls in order.
-	slices.SortFunc(entries, func(a, b orders.OutboxEntry) int {
-		return cmp.Or(strings.Compare(a.Name, b.Name), cmp.Compare(a.Version, b.Version))
-	})
-	appends := make([]emq.LogAppend, 0, len(entries))
-	sent := make([]orders.OutboxEntry, 0, len(entries))
-	carried := make([]orders.OutboxEntry, 0, len(entries))
-	for _, entry := range entries {
-		append_, err := r.eventAppend(entry, false)
-		if err != nil {
-			// No retry renders it: it is marked relayed, its events left
-			// out, and the source's next row is forced past it.
-			r.log.Error("events row cannot be rendered; its events are left out", "name", entry.Name, "version", entry.Version, "err", err)
-			carried = append(carried, entry)
-			continue
-		}
-		if len(append_.Entries) == 0 {
-			carried = append(carried, entry)
-			continue
-		}
-		appends, sent = append(appends, append_), append(sent, entry)
-	}
-	log := r.eventsLog
-	appended, err := log.AppendLogs(ctx, appends)
-	if appended == nil {
-		return carried, err
-	}
-	// An append past a gap is made after the rows before it; any other
-	// failure waits for the sweep.
-	var errs []error
-	for i, entry := range sent {
-		var gap *emq.LogGapError
-		switch failure := appended[i].Err; {
-		case failure == nil:
-		case errors.As(failure, &gap):
-			failure = r.appendEventsFrom(ctx, log, entry)
-			if failure != nil {
-				errs = append(errs, failure)
-				continue
-			}
-		default:
-			errs = append(errs, failure)
-			continue
-		}
-		carried = append(carried, entry)
-	}
-	return carried, errors.Join(errs...)
-}
-
-// appendEventsFrom appends entry's events after the rows of its source
-// missing before it, read from the outbox. A row gone from what the outbox
-// gives back (announced long ago and lost with Redis since, or one that
-// cannot be rendered) is skipped: the row after it is forced past it.
-func (r *OutboxRelay) appendEventsFrom(ctx context.Context, log *emq.Queue, entry orders.OutboxEntry) error {
-	for range 3 {
-		err := r.appendRow(ctx, log, entry, false)
-		var gap *emq.LogGapError
-		if !errors.As(err, &gap) {
-			return err
-		}
-		missing, err := r.db.EventRows(ctx, entry.Name, gap.Held, entry.Version)
-		if err != nil {
-			return err
-		}
-		next := gap.Held + 1
-		for _, row := range missing {
-			err := r.appendRow(ctx, log, row, row.Version != next)
-			if errors.Is(err, errEventsSkipped) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			next = row.Version + 1
-		}
-		if next != entry.Version {
-			r.log.Warn("events rows missing from the outbox or unrenderable; appending past them", "name", entry.Name,
-				"after", gap.Held, "version", entry.Version)
-			return r.appendRow(ctx, log, entry, true)
-		}
-	}
-	return fmt.Errorf("relay events %s@%d: the source kept gaps", entry.Name, entry.Version)
-}
-
-// errEventsSkipped: an events row that cannot be rendered, or holds no
-// event, was left out of its account's log.
-var errEventsSkipped = errors.New("events row skipped")
-
-// appendRow appends one events row's events, forced past a gap when force.
-func (r *OutboxRelay) appendRow(ctx context.Context, log *emq.Queue, row orders.OutboxEntry, force bool) error {
-	append_, err := r.eventAppend(row, force)
-	if err != nil {
-		r.log.Error("events row cannot be rendered; its events are left out", "name", row.Name, "version", row.Version, "err", err)
-		return errEventsSkipped
-	}
-	if len(append_.Entries) == 0 {
-		return errEventsSkipped
-	}
-	_, err = log.AppendLog(ctx, append_.Group, append_.Source, append_.Entries)
-	return err
-}
-
-// eventAppend is the log append of an events row: its account's group, its
-// source (name, version, forced past a gap when force), its events.
-func (r *OutboxRelay) eventAppend(entry orders.OutboxEntry, force bool) (emq.LogAppend, error) {
-	account, ok := orders.EventsAccount(entry.Name)
-	if !ok {
-		return emq.LogAppend{}, fmt.Errorf("%w: %q names no account's events", ErrOutboxPayload, entry.Name)
-	}
-	drafts, err := r.db.RenderEvents(entry)
-	if err != nil {
-		return emq.LogAppend{}, err
-	}
-	logEntries := make([]emq.LogEntry, len(drafts))
-	for i, draft := range drafts {
-		logEntries[i] = emq.LogEntry{ID: draft.ID, Type: string(draft.Type), Data: draft.Data}
-	}
-	return emq.LogAppend{Group: account, Source: emq.LogSource{Name: entry.Name, Version: entry.Version, Force: force}, Entries: logEntries}, nil
 }
 
 // admit puts one job per entry on the table's coherence queue in one round

@@ -106,7 +106,10 @@ func unquote(text string, into *string) error {
 // them but for their sequence: its fills, then its orders' new states, each
 // as its REST route shows it. An event's id is stable across redeliveries:
 // a fill's is its id (an account is on one side of a trade), an order's
-// "<order id>:<source>@<version>".
+// "<order id>:<source>@<version>". The outbox relay appends them to the
+// account's log (placement/account_events_append.go). It stays beside the
+// SQL: a snapshot row is the columns settle_events.sql builds, read by the
+// scanners of the queries that read the same rows.
 func RenderEvents(entry orders.OutboxEntry) ([]orders.EventDraft, error) {
 	var snapshot eventSnapshot
 	if err := json.Unmarshal([]byte(entry.Payload), &snapshot); err != nil {
