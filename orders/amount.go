@@ -3,6 +3,7 @@ package orders
 import (
 	"errors"
 	"fmt"
+	"math/big"
 
 	"github.com/govalues/decimal"
 )
@@ -67,3 +68,75 @@ func ParseAmount(s string) (decimal.Decimal, error) {
 	}
 	return amount, nil
 }
+
+// ErrInexact: an exact result does not fit the decimal type (19 digits), and
+// money is never rounded silently. The caller decides what to do about it.
+var ErrInexact = errors.New("orders: result is not exactly representable")
+
+// ParseExact reads decimal text as PostgreSQL stores it (a NUMERIC's trimmed
+// text, a sign allowed), refusing text the decimal type would round. It is
+// for trusted text: a client's amount goes through ParseAmount.
+func ParseExact(text string) (decimal.Decimal, error) {
+	d, err := decimal.Parse(text)
+	if err != nil {
+		return decimal.Decimal{}, fmt.Errorf("orders: %q is not a decimal: %w", text, err)
+	}
+	exact, ok := new(big.Rat).SetString(text)
+	if !ok || Rational(d).Cmp(exact) != 0 {
+		return decimal.Decimal{}, fmt.Errorf("%w: %s does not fit the decimal type", ErrInexact, text)
+	}
+	return d, nil
+}
+
+// The decimal type rounds a result that needs more than 19 digits. These
+// wrappers compute the exact value as well and refuse a result that differs
+// with ErrInexact.
+
+// ExactAdd is a + b, or ErrInexact.
+func ExactAdd(a, b decimal.Decimal) (decimal.Decimal, error) {
+	got, err := a.Add(b)
+	return exactly(got, err, new(big.Rat).Add(Rational(a), Rational(b)), "+", a, b)
+}
+
+// ExactSub is a - b, or ErrInexact.
+func ExactSub(a, b decimal.Decimal) (decimal.Decimal, error) {
+	got, err := a.Sub(b)
+	return exactly(got, err, new(big.Rat).Sub(Rational(a), Rational(b)), "-", a, b)
+}
+
+func exactMul(a, b decimal.Decimal) (decimal.Decimal, error) {
+	got, err := a.Mul(b)
+	return exactly(got, err, new(big.Rat).Mul(Rational(a), Rational(b)), "×", a, b)
+}
+
+func exactQuo(a, b decimal.Decimal) (decimal.Decimal, error) {
+	got, err := a.Quo(b)
+	return exactly(got, err, new(big.Rat).Quo(Rational(a), Rational(b)), "/", a, b)
+}
+
+func exactly(got decimal.Decimal, err error, want *big.Rat, op string, a, b decimal.Decimal) (decimal.Decimal, error) {
+	if err != nil || Rational(got).Cmp(want) != 0 {
+		return decimal.Decimal{}, fmt.Errorf("%w: %s %s %s", ErrInexact, a, op, b)
+	}
+	return got, nil
+}
+
+// Rational is d's exact value: its coefficient over its power of ten
+// (parsing its text costs ten times as much, and settlement does it for
+// every amount it moves).
+func Rational(d decimal.Decimal) *big.Rat {
+	r := new(big.Rat).SetFrac(new(big.Int).SetUint64(d.Coef()), powersOfTen[d.Scale()])
+	if d.IsNeg() {
+		r.Neg(r)
+	}
+	return r
+}
+
+// powersOfTen[i] is 10^i, for every scale a decimal can have.
+var powersOfTen = func() [decimal.MaxScale + 1]*big.Int {
+	var p [decimal.MaxScale + 1]*big.Int
+	for i := range p {
+		p[i] = new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(i)), nil)
+	}
+	return p
+}()

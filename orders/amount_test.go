@@ -2,8 +2,11 @@ package orders
 
 import (
 	"errors"
+	"math/big"
 	"strings"
 	"testing"
+
+	"github.com/govalues/decimal"
 )
 
 func TestParseAmount(t *testing.T) {
@@ -52,5 +55,78 @@ func TestParseAmount(t *testing.T) {
 				t.Fatalf("ParseAmount(%q) = %v, %v; want %s", tt.in, got, err, tt.want)
 			}
 		})
+	}
+}
+
+func TestParseExact(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string // the value read; empty when refused
+		err  error  // what a refusal matches, if anything in particular
+	}{
+		{in: "1", want: "1"},
+		{in: "-0.5", want: "-0.5"},
+		{in: "0.000000000000000001", want: "0.000000000000000001"},
+		// NUMERIC(38,18)'s padding is dropped where the decimal type would
+		// need more digits: the value is the same.
+		{in: "50000.000000000000000000", want: "50000.00000000000000"},
+		{in: "1234567890.1234567891", err: ErrInexact},
+		{in: "1e21"},
+		{in: "abc"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseExact(tt.in)
+			switch {
+			case tt.want != "":
+				if err != nil || got.String() != tt.want {
+					t.Fatalf("ParseExact(%q) = %v, %v; want %s", tt.in, got, err, tt.want)
+				}
+			case err == nil || tt.err != nil && !errors.Is(err, tt.err):
+				t.Fatalf("ParseExact(%q) = %v, %v; want a refusal (%v)", tt.in, got, err, tt.err)
+			}
+		})
+	}
+}
+
+func TestExactArithmetic(t *testing.T) {
+	big19 := "9999999999999999999"
+	tests := []struct {
+		name string
+		op   func(a, b decimal.Decimal) (decimal.Decimal, error)
+		a, b string
+		want string // empty: ErrInexact
+	}{
+		{"add", ExactAdd, "0.1", "0.02", "0.12"},
+		{"add past 19 digits", ExactAdd, big19, "0.1", ""},
+		{"sub", ExactSub, "1", "0.000000000000000001", "0.999999999999999999"},
+		{"sub past 19 digits", ExactSub, big19, "0.1", ""},
+		{"sub below zero", ExactSub, "1", "3", "-2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.op(decimal.MustParse(tt.a), decimal.MustParse(tt.b))
+			if tt.want == "" {
+				if !errors.Is(err, ErrInexact) {
+					t.Fatalf("%s, %s = %v, %v; want ErrInexact", tt.a, tt.b, got, err)
+				}
+				return
+			}
+			if err != nil || got.String() != tt.want {
+				t.Fatalf("%s, %s = %v, %v; want %s", tt.a, tt.b, got, err, tt.want)
+			}
+			if Rational(got).Cmp(Rational(decimal.MustParse(tt.want))) != 0 {
+				t.Fatalf("Rational(%s) is not the value of %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRational(t *testing.T) {
+	for _, text := range []string{"0", "1", "-1.5", "0.0000000000000000001", "9999999999999999999", "-123.456"} {
+		want, _ := new(big.Rat).SetString(text)
+		if got := Rational(decimal.MustParse(text)); got.Cmp(want) != 0 {
+			t.Errorf("Rational(%s) = %s, want %s", text, got.RatString(), want.RatString())
+		}
 	}
 }

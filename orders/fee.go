@@ -1,16 +1,10 @@
 package orders
 
 import (
-	"errors"
 	"fmt"
-	"math/big"
 
 	"github.com/govalues/decimal"
 )
-
-// ErrInexact: an exact result does not fit the decimal type (19 digits), and
-// money is never rounded silently. The caller decides what to do about it.
-var ErrInexact = errors.New("orders: result is not exactly representable")
 
 // bpsPerUnit is how many basis points make the whole.
 var bpsPerUnit = decimal.MustNew(10000, 0)
@@ -58,50 +52,8 @@ func Hold(side Side, remaining, price, feeBps decimal.Decimal) (decimal.Decimal,
 		if err != nil {
 			return decimal.Decimal{}, err
 		}
-		return exactAdd(notional, fee)
+		return ExactAdd(notional, fee)
 	default:
 		return decimal.Decimal{}, fmt.Errorf("%w: hold for side %q", ErrMalformedMatch, side)
 	}
-}
-
-// The decimal type rounds a result that needs more than 19 digits. These
-// wrappers compute the exact value as well and refuse a result that differs.
-
-func exactMul(a, b decimal.Decimal) (decimal.Decimal, error) {
-	got, err := a.Mul(b)
-	return exactly(got, err, new(big.Rat).Mul(ratOf(a), ratOf(b)), "×", a, b)
-}
-
-func exactQuo(a, b decimal.Decimal) (decimal.Decimal, error) {
-	got, err := a.Quo(b)
-	return exactly(got, err, new(big.Rat).Quo(ratOf(a), ratOf(b)), "/", a, b)
-}
-
-func exactAdd(a, b decimal.Decimal) (decimal.Decimal, error) {
-	got, err := a.Add(b)
-	return exactly(got, err, new(big.Rat).Add(ratOf(a), ratOf(b)), "+", a, b)
-}
-
-func exactSub(a, b decimal.Decimal) (decimal.Decimal, error) {
-	got, err := a.Sub(b)
-	return exactly(got, err, new(big.Rat).Sub(ratOf(a), ratOf(b)), "-", a, b)
-}
-
-func exactly(got decimal.Decimal, err error, want *big.Rat, op string, a, b decimal.Decimal) (decimal.Decimal, error) {
-	if err != nil || ratOf(got).Cmp(want) != 0 {
-		return decimal.Decimal{}, fmt.Errorf("%w: %s %s %s", ErrInexact, a, op, b)
-	}
-	return got, nil
-}
-
-// ratOf is d's exact value.
-func ratOf(d decimal.Decimal) *big.Rat {
-	r := new(big.Rat).SetFrac(
-		new(big.Int).SetUint64(d.Coef()),
-		new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(d.Scale())), nil),
-	)
-	if d.IsNeg() {
-		r.Neg(r)
-	}
-	return r
 }

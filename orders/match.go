@@ -232,14 +232,14 @@ func Match(taker Taker, book Book) (MatchResult, error) {
 			break
 		}
 		quantity := result.Remaining.Min(maker.Remaining)
-		makerRemaining, err := exactSub(maker.Remaining, quantity)
+		makerRemaining, err := ExactSub(maker.Remaining, quantity)
 		if err != nil {
 			return MatchResult{}, err
 		}
-		if result.Remaining, err = exactSub(result.Remaining, quantity); err != nil {
+		if result.Remaining, err = ExactSub(result.Remaining, quantity); err != nil {
 			return MatchResult{}, err
 		}
-		if result.Filled, err = exactAdd(result.Filled, quantity); err != nil {
+		if result.Filled, err = ExactAdd(result.Filled, quantity); err != nil {
 			return MatchResult{}, err
 		}
 		result.Fills = append(result.Fills, Fill{
@@ -283,7 +283,7 @@ func fillsWhole(taker Taker, book Book, reaches func(decimal.Decimal) bool) (boo
 			return false, nil
 		}
 		var err error
-		if sum, err = exactAdd(sum, maker.Remaining); err != nil {
+		if sum, err = ExactAdd(sum, maker.Remaining); err != nil {
 			return false, err
 		}
 		if sum.Cmp(taker.Quantity) >= 0 {

@@ -63,14 +63,10 @@ func (b *Book) Levels(ctx context.Context, in orders.Instrument, depth int) (ord
 	return book, nil
 }
 
-// exactAmount parses a trimmed NUMERIC text and pads it to scale. The
-// decimal type rounds what it cannot hold; a stored amount is shown exactly
-// or not at all. Padding never rounds.
+// exactAmount parses a trimmed NUMERIC text and pads it to scale: a stored
+// amount is shown exactly or not at all. Padding never rounds.
 func exactAmount(text string, scale int) (decimal.Decimal, error) {
-	d, err := decimal.Parse(text)
-	if err == nil && d.String() != text {
-		err = fmt.Errorf("%s does not fit the decimal type", text)
-	}
+	d, err := orders.ParseExact(text)
 	if err != nil {
 		return decimal.Decimal{}, fmt.Errorf("stored amount: %w", err)
 	}

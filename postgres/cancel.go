@@ -68,7 +68,7 @@ func (s *Settler) CancelResting(ctx context.Context, account, orderID string) (o
 		if !orders.Status(status).Resting() {
 			return &orders.NotCancelableError{OrderID: orderID, Status: orders.Status(status)}
 		}
-		hold, err := parseExact(holdText)
+		hold, err := orders.ParseExact(holdText)
 		if err != nil {
 			return unavailable(err)
 		}

@@ -208,12 +208,8 @@ func scanOrder(row pgx.Row) (orders.Order, error) {
 		order.DuplicateOf = *duplicateOf
 	}
 	amount := func(text string, scale int) (decimal.Decimal, error) {
-		d, err := decimal.Parse(text)
-		// The decimal type rounds what it cannot hold; a stored amount is
-		// shown exactly or not at all.
-		if err == nil && d.String() != text {
-			err = fmt.Errorf("%s does not fit the decimal type", text)
-		}
+		// A stored amount is shown exactly or not at all.
+		d, err := orders.ParseExact(text)
 		if err != nil {
 			return decimal.Decimal{}, fmt.Errorf("orders: order %s: stored amount: %w", order.ID, err)
 		}

@@ -351,7 +351,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 				if field.text == "" {
 					continue
 				}
-				if *field.target, err = parseExact(field.text); err != nil {
+				if *field.target, err = orders.ParseExact(field.text); err != nil {
 					readErr = fmt.Errorf("instrument %s: %w", in.Symbol, err)
 				}
 			}
@@ -705,7 +705,7 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 
 	// The opposing side as the batch read it, and more of it if the taker
 	// can reach past that.
-	side := opposite(order.Side)
+	side := order.Side.Opposite()
 	var result orders.MatchResult
 	var byID map[string]*bookOrder
 	for {
@@ -743,7 +743,7 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 	if err != nil || hold.Scale() > ledgerScale {
 		return malformed("hold %s: %v", hold, err)
 	}
-	if !holdRow.funds(ratOf(hold)) {
+	if !holdRow.funds(orders.Rational(hold)) {
 		return reject(orders.ReasonInsufficientFunds)
 	}
 	if len(result.Fills) == 0 && result.Outcome == orders.OutcomeCanceled {
@@ -778,15 +778,15 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 		p.makerFee, errs[2] = orders.Fee(p.notional, in.MakerFeeBps)
 		if order.Side == orders.Buy {
 			var takerCost decimal.Decimal
-			takerCost, errs[3] = exactAdd(p.notional, p.takerFee)
-			consumed, errs[4] = exactAdd(consumed, takerCost)
+			takerCost, errs[3] = orders.ExactAdd(p.notional, p.takerFee)
+			consumed, errs[4] = orders.ExactAdd(consumed, takerCost)
 			p.makerGivesUp = fill.Quantity
 		} else {
-			consumed, errs[3] = exactAdd(consumed, fill.Quantity)
-			p.makerGivesUp, errs[4] = exactAdd(p.notional, p.makerFee)
+			consumed, errs[3] = orders.ExactAdd(consumed, fill.Quantity)
+			p.makerGivesUp, errs[4] = orders.ExactAdd(p.notional, p.makerFee)
 		}
-		notionalSum, errs[5] = exactAdd(notionalSum, p.notional)
-		feeSum, errs[6] = exactAdd(feeSum, p.takerFee)
+		notionalSum, errs[5] = orders.ExactAdd(notionalSum, p.notional)
+		feeSum, errs[6] = orders.ExactAdd(feeSum, p.takerFee)
 		if err := errors.Join(errs[:]...); err != nil {
 			return malformed("fill of %s at %s: %v", fill.Quantity, fill.Price, err)
 		}
@@ -797,7 +797,7 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 		}
 		plan[i] = p
 	}
-	left, err := exactSub(hold, consumed)
+	left, err := orders.ExactSub(hold, consumed)
 	if err != nil || left.IsNeg() {
 		return batchOutcome{}, fmt.Errorf("fills consume %s of a hold of %s", consumed, hold)
 	}
@@ -808,7 +808,7 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 			return malformed("hold %s of the remainder: %v", keep, err)
 		}
 	}
-	release, err := exactSub(left, keep)
+	release, err := orders.ExactSub(left, keep)
 	if err != nil || release.IsNeg() {
 		return batchOutcome{}, fmt.Errorf("the remainder needs %s of %s left held", keep, left)
 	}
@@ -816,21 +816,21 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 	// Apply: nothing below can fail for the order's sake.
 	base, quote := in.Base, in.Quote
 	holdTxn := w.txn(kindHold, order.ID)
-	w.move(holdTxn, order.Account, holdAsset, partAvailable, neg(hold))
+	w.move(holdTxn, order.Account, holdAsset, partAvailable, hold.Neg())
 	w.move(holdTxn, order.Account, holdAsset, partHeld, hold)
 	for _, p := range plan {
 		maker, fill := p.maker, p.fill
 		feesToVenue := mustAdd(p.takerFee, p.makerFee)
 		t := w.txn(kindTrade, order.ID)
 		if order.Side == orders.Buy {
-			w.move(t, order.Account, quote, partHeld, neg(mustAdd(p.notional, p.takerFee)))
+			w.move(t, order.Account, quote, partHeld, mustAdd(p.notional, p.takerFee).Neg())
 			w.move(t, order.Account, base, partAvailable, fill.Quantity)
-			w.move(t, maker.account, base, partHeld, neg(fill.Quantity))
+			w.move(t, maker.account, base, partHeld, fill.Quantity.Neg())
 			w.move(t, maker.account, quote, partAvailable, mustSub(p.notional, p.makerFee))
 		} else {
-			w.move(t, order.Account, base, partHeld, neg(fill.Quantity))
+			w.move(t, order.Account, base, partHeld, fill.Quantity.Neg())
 			w.move(t, order.Account, quote, partAvailable, mustSub(p.notional, p.takerFee))
-			w.move(t, maker.account, quote, partHeld, neg(mustAdd(p.notional, p.makerFee)))
+			w.move(t, maker.account, quote, partHeld, mustAdd(p.notional, p.makerFee).Neg())
 			w.move(t, maker.account, base, partAvailable, fill.Quantity)
 		}
 		w.move(t, orders.VenueAccount, quote, partAvailable, feesToVenue)
@@ -846,7 +846,7 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 	}
 	if release.IsPos() {
 		t := w.txn(kindRelease, order.ID)
-		w.move(t, order.Account, holdAsset, partHeld, neg(release))
+		w.move(t, order.Account, holdAsset, partHeld, release.Neg())
 		w.move(t, order.Account, holdAsset, partAvailable, release)
 	}
 
@@ -869,7 +869,7 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 func (w *batchWork) fillMaker(book *instrumentBook, maker *bookOrder, fill orders.Fill, notional, fee, givesUp decimal.Decimal) error {
 	var errs [3]error
 	maker.remaining = fill.MakerRemaining
-	maker.hold, errs[0] = exactSub(maker.hold, givesUp)
+	maker.hold, errs[0] = orders.ExactSub(maker.hold, givesUp)
 	if err := errors.Join(errs[:]...); err != nil || maker.hold.IsNeg() {
 		return fmt.Errorf("maker %s holds less than its fill consumes (%s): %v", maker.id, givesUp, err)
 	}
@@ -886,7 +886,7 @@ func (w *batchWork) fillMaker(book *instrumentBook, maker *bookOrder, fill order
 			asset = book.in.Quote
 		}
 		t := w.txn(kindRelease, maker.id)
-		w.move(t, maker.account, asset, partHeld, neg(release))
+		w.move(t, maker.account, asset, partHeld, release.Neg())
 		w.move(t, maker.account, asset, partAvailable, release)
 	}
 	if row := maker.taker; row != nil {
@@ -938,7 +938,7 @@ func (w *batchWork) move(t *ledgerTxn, account, asset, part string, amount decim
 	if part == partHeld {
 		target = b.held
 	}
-	target.Add(target, ratOf(amount))
+	target.Add(target, orders.Rational(amount))
 	b.entries++
 	t.entries = append(t.entries, ledgerEntry{account: account, asset: asset, part: part, amount: amount})
 }
@@ -1126,74 +1126,10 @@ func ratText(r *big.Rat) *string {
 	return &text
 }
 
-func opposite(side orders.Side) orders.Side {
-	if side == orders.Buy {
-		return orders.Sell
-	}
-	return orders.Buy
-}
-
-// parseExact reads trimmed NUMERIC text as a decimal, refusing one the
-// decimal type would round.
-func parseExact(text string) (decimal.Decimal, error) {
-	d, err := decimal.Parse(text)
-	if err == nil && ratOf(d).Cmp(mustRat(text)) != 0 {
-		err = fmt.Errorf("%s does not fit the decimal type", text)
-	}
-	return d, err
-}
-
-func mustRat(text string) *big.Rat {
-	r, ok := new(big.Rat).SetString(text)
-	if !ok {
-		return new(big.Rat)
-	}
-	return r
-}
-
-// ratOf is d's exact value: its coefficient over its power of ten (parsing
-// its text costs ten times as much, and a batch does it for every amount).
-func ratOf(d decimal.Decimal) *big.Rat {
-	r := new(big.Rat).SetFrac(new(big.Int).SetUint64(d.Coef()), powersOfTen[d.Scale()])
-	if d.IsNeg() {
-		r.Neg(r)
-	}
-	return r
-}
-
-// powersOfTen[i] is 10^i, for every scale a decimal can have.
-var powersOfTen = func() [decimal.MaxScale + 1]*big.Int {
-	var p [decimal.MaxScale + 1]*big.Int
-	for i := range p {
-		p[i] = new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(i)), nil)
-	}
-	return p
-}()
-
-func neg(d decimal.Decimal) decimal.Decimal { return d.Neg() }
-
-// exactAdd and exactSub refuse a result the decimal type would round.
-func exactAdd(a, b decimal.Decimal) (decimal.Decimal, error) {
-	got, err := a.Add(b)
-	return exactly(got, err, new(big.Rat).Add(ratOf(a), ratOf(b)))
-}
-
-func exactSub(a, b decimal.Decimal) (decimal.Decimal, error) {
-	got, err := a.Sub(b)
-	return exactly(got, err, new(big.Rat).Sub(ratOf(a), ratOf(b)))
-}
-
-func exactly(got decimal.Decimal, err error, want *big.Rat) (decimal.Decimal, error) {
-	if err == nil && ratOf(got).Cmp(want) != 0 {
-		err = fmt.Errorf("%w: %s is not exactly %s", orders.ErrInexact, got, want.RatString())
-	}
-	return got, err
-}
-
 // mustAdd and mustSub are for sums of amounts already checked to fit; a
 // failure is a bug.
 func mustAdd(a, b decimal.Decimal) decimal.Decimal {
-	got, err := exactAdd(a, b)
+	got, err := orders.ExactAdd(a, b)
 	if err != nil {
 		panic(fmt.Sprintf("postgres: settle: %s + %s: %v", a, b, err))
 	}
@@ -1201,7 +1137,7 @@ func mustAdd(a, b decimal.Decimal) decimal.Decimal {
 }
 
 func mustSub(a, b decimal.Decimal) decimal.Decimal {
-	got, err := exactSub(a, b)
+	got, err := orders.ExactSub(a, b)
 	if err != nil {
 		panic(fmt.Sprintf("postgres: settle: %s - %s: %v", a, b, err))
 	}

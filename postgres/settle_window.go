@@ -132,7 +132,7 @@ func (r *sideRead) apply(req windowRequest, rows []bookOrder, reached bool) erro
 	case req.bound == pastEveryAsk && req.key.side == orders.Sell || req.bound == pastEveryBid && req.key.side == orders.Buy:
 		r.all = true
 	default:
-		bound, err := parseExact(req.bound)
+		bound, err := orders.ParseExact(req.bound)
 		if err != nil {
 			return err
 		}
@@ -159,7 +159,7 @@ func firstReads(batch []*settleRequest) []windowRequest {
 		if order.Side != orders.Buy && order.Side != orders.Sell {
 			continue
 		}
-		key := sideKey{order.Symbol, opposite(order.Side)}
+		key := sideKey{order.Symbol, order.Side.Opposite()}
 		w := wants[key]
 		if w == nil {
 			w = &want{exact: true}
@@ -173,7 +173,7 @@ func firstReads(batch []*settleRequest) []windowRequest {
 			order.Side == orders.Sell && order.Price.Cmp(w.bound) < 0:
 			w.bound = *order.Price
 		}
-		sum, err := exactAdd(w.quantity, order.Quantity)
+		sum, err := orders.ExactAdd(w.quantity, order.Quantity)
 		if err != nil || !order.Quantity.IsPos() {
 			w.exact = false
 		}
@@ -226,9 +226,9 @@ func queueReads(b *pgx.Batch, requests []windowRequest, reads map[sideKey]*sideR
 			}
 			o.side = requests[i-1].key.side
 			var errs [3]error
-			o.price, errs[0] = parseExact(price)
-			o.remaining, errs[1] = parseExact(remaining)
-			o.hold, errs[2] = parseExact(hold)
+			o.price, errs[0] = orders.ParseExact(price)
+			o.remaining, errs[1] = orders.ParseExact(remaining)
+			o.hold, errs[2] = orders.ParseExact(hold)
 			if err := errors.Join(errs[:]...); err != nil {
 				*readErr = fmt.Errorf("resting order %s: %w", o.id, err)
 			}
