@@ -20,6 +20,14 @@ var (
 	cancelWriteSQL string
 	//go:embed sql/cancel_list.sql
 	cancelListSQL string
+	//go:embed sql/settle_draw.sql
+	settleDrawSQL string
+	//go:embed sql/settle_insert_transactions.sql
+	settleInsertTransactionsSQL string
+	//go:embed sql/settle_insert_entries.sql
+	settleInsertEntriesSQL string
+	//go:embed sql/settle_outbox.sql
+	settleOutboxSQL string
 )
 
 // CancelResting cancels a resting order of the account by its client, under

@@ -22,7 +22,7 @@ import (
 // Each instrument has its own queue, so a worker settles several
 // instruments at once and a batch never holds one instrument's lock while
 // it waits on another's. A lone order is a batch of one: settleTogether
-// (settle_match.go) is the one path.
+// (settle_transaction.go) is the one path.
 
 // maxSettleBatch bounds the orders one transaction settles: its locks, its
 // statement's arrays and the work a failed batch hands back to be redone

@@ -1,0 +1,222 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/govalues/decimal"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ordergate/ordergate/orders"
+)
+
+// The writes of a batch: one pipeline that inserts the orders, trades and
+// ledger, moves the balances, writes the outbox and commits.
+
+var (
+	//go:embed sql/settle_insert_orders.sql
+	settleInsertOrdersSQL string
+	//go:embed sql/settle_update_makers.sql
+	settleUpdateMakersSQL string
+	//go:embed sql/settle_move_balances.sql
+	settleMoveBalancesSQL string
+	//go:embed sql/settle_write_ledger.sql
+	settleWriteLedgerSQL string
+	//go:embed sql/settle_outbox_reached.sql
+	settleOutboxReachedSQL string
+	//go:embed sql/settle_last_price.sql
+	settleLastPriceSQL string
+)
+
+// write sends, in one round trip, the locks of the balance rows keys
+// (opening those known does not hold), when guarded the check that the
+// funds checks still come out the same on them (settle_guard.sql, after a
+// savepoint to go back to if not), everything the batch decided, and the
+// commit. It returns the outbox rows.
+func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, known map[balanceKey]*lockedBalance, guarded bool) ([]orders.OutboxEntry, error) {
+	batch := &pgx.Batch{}
+	if guarded {
+		batch.Queue(savepointSQL)
+	}
+	if len(keys) > 0 {
+		queueLock(batch, keys, known, nil)
+	}
+	if guarded {
+		var accounts, assets []string
+		var atLeast, below []*string
+		for key, b := range w.balances {
+			if b.atLeast == nil && b.below == nil {
+				continue
+			}
+			accounts, assets = append(accounts, key.account), append(assets, key.asset)
+			atLeast, below = append(atLeast, ratText(b.atLeast)), append(below, ratText(b.below))
+		}
+		if len(accounts) > 0 {
+			batch.Queue(settleGuardSQL, accounts, assets, atLeast, below)
+		}
+	}
+
+	var o struct {
+		ids, accounts, clientIDs, symbols, sides, types, tifs []string
+		postOnly, rests                                       []bool
+		quantities                                            []string
+		prices, statuses                                      []*string
+		rejects, cancels                                      []*string
+		filled, notionals, fees, holds                        []string
+		tokens                                                []int64
+		created                                               []time.Time
+		duplicateOf                                           []*string
+	}
+	for _, row := range w.takers {
+		order := row.order
+		o.ids = append(o.ids, order.ID)
+		o.accounts = append(o.accounts, order.Account)
+		o.clientIDs = append(o.clientIDs, order.ClientOrderID)
+		o.symbols = append(o.symbols, order.Symbol)
+		o.sides = append(o.sides, string(order.Side))
+		o.types = append(o.types, string(order.Type))
+		o.tifs = append(o.tifs, string(row.timeInForce))
+		o.postOnly = append(o.postOnly, order.PostOnly)
+		o.quantities = append(o.quantities, order.Quantity.String())
+		o.prices = append(o.prices, decimalText(order.Price))
+		status := string(row.status)
+		o.statuses = append(o.statuses, &status)
+		o.rejects = append(o.rejects, optionalText(string(row.rejectReason)))
+		o.cancels = append(o.cancels, optionalText(string(row.cancelReason)))
+		o.filled = append(o.filled, row.filled.String())
+		o.notionals = append(o.notionals, row.notional.String())
+		o.fees = append(o.fees, row.fees.String())
+		o.holds = append(o.holds, row.hold.String())
+		o.rests = append(o.rests, row.rests)
+		o.tokens = append(o.tokens, row.req.token)
+		o.created = append(o.created, order.CreatedAt)
+		o.duplicateOf = append(o.duplicateOf, optionalText(row.duplicateOf))
+	}
+	batch.Queue(settleInsertOrdersSQL, o.ids, o.accounts, o.clientIDs, o.symbols, o.sides, o.types, o.tifs,
+		o.postOnly, o.quantities, o.prices, o.statuses, o.rejects, o.cancels, o.filled, o.notionals, o.fees, o.holds,
+		o.rests, o.tokens, o.created, o.duplicateOf)
+
+	if len(w.makers) > 0 {
+		var ids, filled, notionals, fees, givenUp, statuses []string
+		for _, m := range w.makers {
+			ids = append(ids, m.id)
+			filled = append(filled, m.filled.String())
+			notionals = append(notionals, m.notional.String())
+			fees = append(fees, m.fees.String())
+			givenUp = append(givenUp, m.givenUp.String())
+			statuses = append(statuses, string(m.status))
+		}
+		batch.Queue(settleUpdateMakersSQL, ids, filled, notionals, fees, givenUp, statuses)
+	}
+
+	if len(w.txns) > 0 {
+		var kinds, orderIDs []string
+		var eTxns []int64
+		var eAccounts, eAssets, eAmounts, eParts []string
+		for _, t := range w.txns {
+			kinds, orderIDs = append(kinds, t.kind), append(orderIDs, t.orderID)
+			for _, e := range t.entries {
+				eTxns = append(eTxns, int64(t.position))
+				eAccounts, eAssets = append(eAccounts, e.account), append(eAssets, e.asset)
+				eAmounts, eParts = append(eAmounts, e.amount.String()), append(eParts, e.part)
+			}
+		}
+		var tTxns []int64
+		var symbols, makers, takers, makerAccounts, takerAccounts, sides, prices, quantities, makerFees, takerFees, makerRates, takerRates []string
+		for _, t := range w.trades {
+			tTxns = append(tTxns, int64(t.txn.position))
+			symbols, makers, takers = append(symbols, t.symbol), append(makers, t.maker), append(takers, t.taker)
+			makerAccounts, takerAccounts = append(makerAccounts, t.makerAccount), append(takerAccounts, t.takerAccount)
+			sides, prices = append(sides, string(t.takerSide)), append(prices, t.price.String())
+			quantities = append(quantities, t.quantity.String())
+			makerFees, takerFees = append(makerFees, t.makerFee.String()), append(takerFees, t.takerFee.String())
+			makerRates, takerRates = append(makerRates, t.makerFeeBps.String()), append(takerRates, t.takerFeeBps.String())
+		}
+		batch.Queue(settleWriteLedgerSQL, kinds, orderIDs, eTxns, eAccounts, eAssets, eAmounts, eParts,
+			tTxns, symbols, makers, takers, makerAccounts, takerAccounts, sides, prices, quantities,
+			makerFees, takerFees, makerRates, takerRates)
+		batch.Queue(settleMoveBalancesSQL, eAccounts, eAssets, eAmounts, eParts)
+	}
+	if len(w.trades) > 0 {
+		var traded, lastPrices []string
+		for symbol, book := range w.books {
+			if book.traded {
+				traded, lastPrices = append(traded, symbol), append(lastPrices, book.in.LastPrice.String())
+			}
+		}
+		batch.Queue(settleLastPriceSQL, traded, lastPrices)
+	}
+	// One outbox row per moved balance, at the version it reaches: the
+	// coherence consumer acts only on a version newer than the one it
+	// applied, and then reads the balance as it is, so the versions the
+	// batch passed through on the way need no row of their own.
+	var moved []*lockedBalance
+	for _, b := range w.balances {
+		if b.entries > 0 {
+			moved = append(moved, b)
+		}
+	}
+	var outbox []orders.OutboxEntry
+	if len(moved) > 0 {
+		slices.SortFunc(moved, func(a, b *lockedBalance) int {
+			return cmp.Or(strings.Compare(a.acc, b.acc), strings.Compare(a.asset, b.asset))
+		})
+		names, accounts, assets := make([]string, len(moved)), make([]string, len(moved)), make([]string, len(moved))
+		for i, b := range moved {
+			names[i], accounts[i], assets[i] = b.name, b.acc, b.asset
+		}
+		// Every moved row exists: its entries' foreign key says so.
+		batch.Queue(settleOutboxReachedSQL, names, accounts, assets).Query(func(rows pgx.Rows) error {
+			var err error
+			outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
+			return err
+		})
+	}
+	// The batch's events, one outbox row per account and instrument, after
+	// every write they snapshot.
+	touched := make([]string, 0, len(w.takers)+len(w.makers))
+	takers := make([]string, 0, len(w.takers))
+	for _, row := range w.takers {
+		touched, takers = append(touched, row.order.ID), append(takers, row.order.ID)
+	}
+	for _, m := range w.makers {
+		touched = append(touched, m.id)
+	}
+	var events []orders.OutboxEntry
+	batch.Queue(settleEventsSQL, touched, takers).Query(func(rows pgx.Rows) error {
+		var err error
+		events, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
+		return err
+	})
+	batch.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != commitSQL {
+			return fmt.Errorf("the commit answered %s", tag)
+		}
+		return nil
+	})
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, err
+	}
+	return append(outbox, events...), nil
+}
+
+func decimalText(d *decimal.Decimal) *string {
+	if d == nil {
+		return nil
+	}
+	text := d.String()
+	return &text
+}
+
+func optionalText(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
