@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -14,8 +13,9 @@ import (
 	"github.com/ordergate/ordergate/orders"
 )
 
-// A settlement batch is several orders of one instrument settled in one
-// PostgreSQL transaction. Orders of one instrument queue for its lock one
+// The settle queue groups concurrent Settle calls into batches, per
+// instrument. A settlement batch is several orders of one instrument settled
+// in one PostgreSQL transaction. Orders of one instrument queue for its lock one
 // after the other and each holds it through its commit; settling the orders
 // that queued meanwhile in one transaction pays that commit, and the outbox
 // rows of the balances they move, once per batch instead of once per order.
