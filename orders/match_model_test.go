@@ -191,7 +191,7 @@ func drawMatchCase(t *rapid.T) matchCase {
 		c.book = orders.Book{Resting: sorted[:reach], Complete: true}
 	case 2: // a page, maybe all of it, not known to be complete
 		c.book = orders.Book{Resting: sorted[:rapid.IntRange(0, len(sorted)).Draw(t, "page")]}
-	default: // a page cut at a cumulative quantity, as a window-sum query reads it
+	default: // a page cut at a cumulative quantity, as settlement reads a book page
 		var sum decimal.Decimal
 		end := 0
 		for end < len(sorted) && sum.Cmp(c.taker.Quantity) < 0 {

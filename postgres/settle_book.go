@@ -9,7 +9,7 @@ import (
 )
 
 // The book of an instrument as a batch holds it in memory: the resting
-// orders it read of it (settle_window.go) and the takers of the batch that
+// orders it read of it (settle_book_reads.go) and the takers of the batch that
 // came to rest.
 
 // bookOrder is a resting order of a book the batch holds: one read from the

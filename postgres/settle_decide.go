@@ -219,7 +219,7 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 	var result orders.MatchResult
 	var byID map[string]*bookOrder
 	for {
-		opposing, complete := w.window(book, side, worst)
+		opposing, complete := w.bookPage(book, side, worst)
 		resting := make([]orders.Resting, len(opposing))
 		byID = make(map[string]*bookOrder, len(opposing))
 		for i, o := range opposing {

@@ -24,12 +24,12 @@ func SettleTogether(ctx context.Context, s *Settler, placed []orders.Order) ([]e
 	return errs, nil
 }
 
-// SetWindowRows makes each read of a book return at most n orders until the
+// SetPageRows makes each read of a book return at most n orders until the
 // test ends, so that takers read the book page by page.
-func SetWindowRows(t interface{ Cleanup(func()) }, n int32) {
-	before := windowRows
-	windowRows = n
-	t.Cleanup(func() { windowRows = before })
+func SetPageRows(t interface{ Cleanup(func()) }, n int32) {
+	before := pageRows
+	pageRows = n
+	t.Cleanup(func() { pageRows = before })
 }
 
 // SetAfterFirstDecision makes f run between each batch's first decision

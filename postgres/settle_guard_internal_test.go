@@ -51,7 +51,7 @@ func TestGuardBoundsKeepTheDecision(t *testing.T) {
 					price: price, remaining: qty, hold: hold, sequence: seq})
 				seq++
 			}
-			// best first, as the window reads them
+			// best first, as a book page is read
 			rows := r.rows
 			for i := range rows {
 				for j := i + 1; j < len(rows); j++ {

@@ -50,7 +50,7 @@ const (
 // The first opens the transaction, locks the batch's instruments in symbol
 // order, finds the orders that have a row already (redeliveries: nothing
 // changes for them), and reads what its takers can reach of the books
-// (settle_window.go) and its takers' balance rows, unlocked. It decides each
+// (settle_book_reads.go) and its takers' balance rows, unlocked. It decides each
 // order in the batch's order against the books and balances as the orders
 // before it left them. The second locks, in (account, asset) order and in
 // one statement, every balance row the decision writes and the takers' rows

@@ -9,9 +9,9 @@
 -- limit), the resting orders best first, through the first one at which
 -- the side's remaining quantity reaches that quantity, at most the limit:
 -- i, id, account, price, remaining quantity, sequence and hold as trimmed
--- NUMERIC text, and whether the side's quantity reached the bound there. Both branches walk the orders_book index (bids backwards,
--- each price's orders sorted by sequence), so a read costs its window, not
--- the book.
+-- NUMERIC text, and whether the side's quantity reached the bound there.
+-- Both branches walk the orders_book index (bids backwards, each price's
+-- orders sorted by sequence), so a read costs its page, not the book.
 SELECT w.i, a.id, a.account_id, trim_scale(a.price)::text, trim_scale(a.remaining)::text, a.sequence,
     trim_scale(a.hold)::text, coalesce(a.cumulative >= w.quantity, false)
 FROM unnest($1::text[], $2::text[], $3::numeric[], $4::numeric[], $5::bigint[], $6::numeric[], $7::int[])

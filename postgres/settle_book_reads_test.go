@@ -22,7 +22,7 @@ func TestShortReadsDecideTheSame(t *testing.T) {
 	outcome := func(short bool) []string {
 		m := newMarket(t)
 		if short {
-			postgres.SetWindowRows(t, 2)
+			postgres.SetPageRows(t, 2)
 		}
 		accounts := []string{m.alice, m.bob, m.newCustomer(t), m.newCustomer(t)}
 		placed := randomOrders(rand.New(rand.NewPCG(3, 5)), accounts, n)
@@ -53,7 +53,7 @@ func TestShortReadsDecideTheSame(t *testing.T) {
 // orders at a time, so takers that came to rest in a batch stand past what
 // the batch read; the books must come out sound.
 func TestShortReadsInBatches(t *testing.T) {
-	postgres.SetWindowRows(t, 2)
+	postgres.SetPageRows(t, 2)
 	m := newMarket(t)
 	accounts := []string{m.alice, m.bob, m.newCustomer(t), m.newCustomer(t)}
 	placed := randomOrders(rand.New(rand.NewPCG(13, 17)), accounts, 300)

@@ -17,22 +17,22 @@ import (
 // A batch reads of each book only what its takers can reach: the opposing
 // side's best orders, up to the most aggressive taker's price and until
 // their quantity covers what the batch's takers could take
-// (settle_window.sql). When a taker needs more than the batch read (a
+// (settle_book_page.sql). When a taker needs more than the batch read (a
 // taker of the batch that came to rest stands past the end of what was
 // read, say), Match says so (orders.ErrIncompleteBook) and the next page is
 // read. Nothing here locks a balance: the instrument's lock, taken first,
 // keeps every other settler and cancel off the book.
 
 var (
-	//go:embed sql/settle_window.sql
-	settleWindowSQL string
+	//go:embed sql/settle_book_page.sql
+	settleBookPageSQL string
 	//go:embed sql/settle_takers.sql
 	settleTakersSQL string
 )
 
-// windowRows bounds the orders one read of a side returns (a variable so
+// pageRows bounds the orders one read of a side returns (a variable so
 // that tests can make every read short).
-var windowRows int32 = 256
+var pageRows int32 = 256
 
 // Prices past every order of a side, as the bounds of a read: NUMERIC(38,18)
 // stays below 10^20.
@@ -58,8 +58,8 @@ type sideRead struct {
 	sequence int64
 }
 
-// windowRequest is one read of settle_window.sql.
-type windowRequest struct {
+// pageRequest is one read of settle_book_page.sql.
+type pageRequest struct {
 	key        sideKey
 	bound      string
 	afterPrice string
@@ -108,8 +108,8 @@ func (r *sideRead) covers(side orders.Side, worst decimal.Decimal) bool {
 }
 
 // next is the read of the side that follows what was read, up to bound.
-func (r *sideRead) next(key sideKey, bound string, quantity *string) windowRequest {
-	req := windowRequest{key: key, bound: bound, quantity: quantity, limit: windowRows}
+func (r *sideRead) next(key sideKey, bound string, quantity *string) pageRequest {
+	req := pageRequest{key: key, bound: bound, quantity: quantity, limit: pageRows}
 	switch {
 	case r.read:
 		req.afterPrice, req.afterSeq = r.price.String(), r.sequence
@@ -123,7 +123,7 @@ func (r *sideRead) next(key sideKey, bound string, quantity *string) windowReque
 
 // apply takes in what one read returned; reached: the last row's is where
 // the side's quantity reached the read's bound.
-func (r *sideRead) apply(req windowRequest, rows []bookOrder, reached bool) error {
+func (r *sideRead) apply(req pageRequest, rows []bookOrder, reached bool) error {
 	r.rows = append(r.rows, rows...)
 	switch {
 	case len(rows) == int(req.limit) || reached:
@@ -145,7 +145,7 @@ func (r *sideRead) apply(req windowRequest, rows []bookOrder, reached bool) erro
 // instrument and side, up to the most aggressive price of the takers
 // meeting it (past every order when one of them is a market order) and
 // through the quantity they could take together.
-func firstReads(batch []*settleRequest) []windowRequest {
+func firstReads(batch []*settleRequest) []pageRequest {
 	type want struct {
 		bound    decimal.Decimal
 		pastAll  bool
@@ -179,7 +179,7 @@ func firstReads(batch []*settleRequest) []windowRequest {
 		}
 		w.quantity = sum
 	}
-	reads := make([]windowRequest, 0, len(keys))
+	reads := make([]pageRequest, 0, len(keys))
 	for _, key := range keys {
 		w := wants[key]
 		bound := pastEveryAsk
@@ -201,7 +201,7 @@ func firstReads(batch []*settleRequest) []windowRequest {
 
 // queueReads queues the reads on b; each answer is applied to its side in
 // reads, and a value that does not parse to *readErr.
-func queueReads(b *pgx.Batch, requests []windowRequest, reads map[sideKey]*sideRead, readErr *error) {
+func queueReads(b *pgx.Batch, requests []pageRequest, reads map[sideKey]*sideRead, readErr *error) {
 	n := len(requests)
 	symbols, sides, bounds, afterPrices := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	afterSeqs, limits := make([]int64, n), make([]int32, n)
@@ -210,7 +210,7 @@ func queueReads(b *pgx.Batch, requests []windowRequest, reads map[sideKey]*sideR
 		symbols[i], sides[i], bounds[i] = req.key.symbol, string(req.key.side), req.bound
 		afterPrices[i], afterSeqs[i], quantities[i], limits[i] = req.afterPrice, req.afterSeq, req.quantity, req.limit
 	}
-	b.Queue(settleWindowSQL, symbols, sides, bounds, afterPrices, afterSeqs, quantities, limits).Query(func(rows pgx.Rows) error {
+	b.Queue(settleBookPageSQL, symbols, sides, bounds, afterPrices, afterSeqs, quantities, limits).Query(func(rows pgx.Rows) error {
 		got := make([][]bookOrder, n)
 		reached := make([]bool, n)
 		for rows.Next() {
@@ -222,7 +222,7 @@ func queueReads(b *pgx.Batch, requests []windowRequest, reads map[sideKey]*sideR
 				return err
 			}
 			if i < 1 || int(i) > n {
-				return fmt.Errorf("a window read answered request %d of %d", i, n)
+				return fmt.Errorf("a book page read answered request %d of %d", i, n)
 			}
 			o.side = requests[i-1].key.side
 			var errs [3]error
@@ -252,10 +252,10 @@ func queueReads(b *pgx.Batch, requests []windowRequest, reads map[sideKey]*sideR
 	})
 }
 
-// window is what Match may be given of the side for a taker limited to
+// bookPage is what Match may be given of the side for a taker limited to
 // worst: the orders of the book whose predecessors were all read, and
 // whether they are every order the taker can reach.
-func (w *batchWork) window(book *instrumentBook, side orders.Side, worst decimal.Decimal) ([]*bookOrder, bool) {
+func (w *batchWork) bookPage(book *instrumentBook, side orders.Side, worst decimal.Decimal) ([]*bookOrder, bool) {
 	r := w.reads[sideKey{book.in.Symbol, side}]
 	if r == nil {
 		r = &sideRead{}
@@ -285,7 +285,7 @@ func (w *batchWork) readMore(book *instrumentBook, side orders.Side, worst, quan
 	req := r.next(key, worst.String(), &text)
 	var readErr error
 	b := &pgx.Batch{}
-	queueReads(b, []windowRequest{req}, w.reads, &readErr)
+	queueReads(b, []pageRequest{req}, w.reads, &readErr)
 	if err := w.tx.SendBatch(w.ctx, b).Close(); err != nil {
 		return fmt.Errorf("read the book of %s: %w", key.symbol, err)
 	}
