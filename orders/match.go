@@ -96,6 +96,9 @@ type Resting struct {
 	// Sequence orders resting orders of one price by arrival: lower is
 	// earlier and so first.
 	Sequence int64
+	// Hold is what the order holds for its remaining quantity: Decide takes
+	// a fill's cost out of it; Match does not look at it.
+	Hold decimal.Decimal
 }
 
 // Book is the opposing side of the book as the caller read it.
