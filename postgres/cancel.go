@@ -111,13 +111,19 @@ func (s *Settler) CancelResting(ctx context.Context, account, orderID string) (o
 			if len(ids) != 1 {
 				return unavailable(fmt.Errorf("drew %d transaction ids, want 1", len(ids)))
 			}
-			accounts, assets := []string{account, account}, []string{asset, asset}
-			amounts, parts := []string{hold.Neg().String(), hold.String()}, []string{partHeld, partAvailable}
+			release := orders.Release(orderID, account, asset, hold)
+			var transactions []int64
+			var accounts, assets, amounts, parts []string
+			for _, m := range release.Moves {
+				transactions = append(transactions, ids[0])
+				accounts, assets = append(accounts, m.Account), append(assets, m.Asset)
+				amounts, parts = append(amounts, m.Amount.String()), append(parts, string(m.Part))
+			}
 			name := orders.BalanceName(account, asset)
-			version += 2
+			version += int64(len(release.Moves))
 			batch := &pgx.Batch{}
-			batch.Queue(settleInsertTransactionsSQL, ids, []string{kindRelease}, []string{orderID})
-			batch.Queue(settleInsertEntriesSQL, []int64{ids[0], ids[0]}, accounts, assets, amounts, parts)
+			batch.Queue(settleInsertTransactionsSQL, ids, []string{string(release.Kind)}, []string{release.OrderID})
+			batch.Queue(settleInsertEntriesSQL, transactions, accounts, assets, amounts, parts)
 			batch.Queue(settleMoveBalancesSQL, accounts, assets, amounts, parts)
 			batch.Queue(settleOutboxSQL, []string{name}, []int64{version}, []string{fmt.Sprintf("%s@%d", name, version)}).
 				Query(func(rows pgx.Rows) error {

@@ -153,12 +153,12 @@ func scanBalances(rows pgx.Rows, into map[balanceKey]*lockedBalance) error {
 }
 
 // ratText is r as exact decimal text for a NUMERIC parameter (nil: NULL).
-// Every bound is a sum of decimals of at most ledgerScale places, so its
+// Every bound is a sum of decimals of at most orders.LedgerScale places, so its
 // decimal expansion ends there.
 func ratText(r *big.Rat) *string {
 	if r == nil {
 		return nil
 	}
-	text := r.FloatString(ledgerScale)
+	text := r.FloatString(orders.LedgerScale)
 	return &text
 }

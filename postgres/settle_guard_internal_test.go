@@ -170,9 +170,9 @@ func describe(w *batchWork, out []batchOutcome) string {
 		s += fmt.Sprintf("taker %s %s %s %s %s %s %s %v\n", r.order.ID, r.status, r.rejectReason, r.cancelReason, r.filled, r.notional, r.hold, r.rests)
 	}
 	for _, t := range w.txns {
-		s += fmt.Sprintf("txn %d %s %s", t.position, t.kind, t.orderID)
-		for _, e := range t.entries {
-			s += fmt.Sprintf(" [%s %s %s %s]", e.account, e.asset, e.part, e.amount)
+		s += fmt.Sprintf("txn %d %s %s", t.position, t.Kind, t.OrderID)
+		for _, m := range t.Moves {
+			s += fmt.Sprintf(" [%s %s %s %s]", m.Account, m.Asset, m.Part, m.Amount)
 		}
 		s += "\n"
 	}

@@ -8,32 +8,8 @@ import (
 	"github.com/ordergate/ordergate/orders"
 )
 
-// The ledger transactions a batch decided, in memory, and the balance rows
-// each of their entries moves.
-
-// The parts of a balance a ledger entry names.
-const (
-	partAvailable = "available"
-	partHeld      = "held"
-)
-
-// Kinds of the ledger transactions settlement and cancels write.
-const (
-	kindHold    = "hold"
-	kindRelease = "release"
-	kindTrade   = "trade"
-)
-
-// ledgerScale is the decimals a NUMERIC(38,18) column holds: an amount with
-// more would be rounded by the insert, and money is never rounded silently.
-const ledgerScale = 18
-
-// ledgerEntry is one entry of a ledger transaction: amount into (or, below
-// zero, out of) the part of the account's balance of the asset.
-type ledgerEntry struct {
-	account, asset, part string
-	amount               decimal.Decimal
-}
+// The ledger transactions a batch decided (orders.Decide's, in decision
+// order), in memory, and the balance rows their moves change.
 
 // ledgerTxn is a ledger transaction the batch decided, in decision order.
 type ledgerTxn struct {
@@ -41,9 +17,7 @@ type ledgerTxn struct {
 	// decision order, which names it until settle_write_ledger.sql draws
 	// its id.
 	position int
-	kind     string
-	orderID  string
-	entries  []ledgerEntry
+	orders.Transaction
 }
 
 // tradeRow is the trades row of one fill, with its trade transaction.
@@ -55,32 +29,26 @@ type tradeRow struct {
 	txn                                              *ledgerTxn
 }
 
-// txn starts a ledger transaction of the kind for the order.
-func (w *batchWork) txn(kind, orderID string) *ledgerTxn {
-	t := &ledgerTxn{position: len(w.txns) + 1, kind: kind, orderID: orderID}
-	w.txns = append(w.txns, t)
-	return t
-}
-
-// move adds one entry to t and applies it to the balance. A zero amount is
-// no entry (the ledger refuses those). settleTogether locks every balance
-// moved before it writes.
-func (w *batchWork) move(t *ledgerTxn, account, asset, part string, amount decimal.Decimal) {
-	if amount.IsZero() {
-		return
+// record adds a transaction a decision made to the batch's and applies
+// its moves to the balance rows. settleTogether locks every balance moved
+// before it writes.
+func (w *batchWork) record(t orders.Transaction) *ledgerTxn {
+	recorded := &ledgerTxn{position: len(w.txns) + 1, Transaction: t}
+	w.txns = append(w.txns, recorded)
+	for _, m := range t.Moves {
+		key := balanceKey{m.Account, m.Asset}
+		b := w.balances[key]
+		if b == nil {
+			b = &lockedBalance{available: new(big.Rat), held: new(big.Rat), name: orders.BalanceName(m.Account, m.Asset),
+				asset: m.Asset, acc: m.Account}
+			w.balances[key] = b
+		}
+		target := b.available
+		if m.Part == orders.PartHeld {
+			target = b.held
+		}
+		target.Add(target, orders.Rational(m.Amount))
+		b.entries++
 	}
-	key := balanceKey{account, asset}
-	b := w.balances[key]
-	if b == nil {
-		b = &lockedBalance{available: new(big.Rat), held: new(big.Rat), name: orders.BalanceName(account, asset),
-			asset: asset, acc: account}
-		w.balances[key] = b
-	}
-	target := b.available
-	if part == partHeld {
-		target = b.held
-	}
-	target.Add(target, orders.Rational(amount))
-	b.entries++
-	t.entries = append(t.entries, ledgerEntry{account: account, asset: asset, part: part, amount: amount})
+	return recorded
 }

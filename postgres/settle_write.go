@@ -120,11 +120,11 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		var eTxns []int64
 		var eAccounts, eAssets, eAmounts, eParts []string
 		for _, t := range w.txns {
-			kinds, orderIDs = append(kinds, t.kind), append(orderIDs, t.orderID)
-			for _, e := range t.entries {
+			kinds, orderIDs = append(kinds, string(t.Kind)), append(orderIDs, t.OrderID)
+			for _, m := range t.Moves {
 				eTxns = append(eTxns, int64(t.position))
-				eAccounts, eAssets = append(eAccounts, e.account), append(eAssets, e.asset)
-				eAmounts, eParts = append(eAmounts, e.amount.String()), append(eParts, e.part)
+				eAccounts, eAssets = append(eAccounts, m.Account), append(eAssets, m.Asset)
+				eAmounts, eParts = append(eAmounts, m.Amount.String()), append(eParts, string(m.Part))
 			}
 		}
 		var tTxns []int64
