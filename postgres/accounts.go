@@ -68,7 +68,7 @@ func NewAccounts(db *pgxpool.Pool, opts ...AccountsOption) *Accounts {
 func (a *Accounts) Create(ctx context.Context, name string) (string, error) {
 	id := "ACC_" + ulid.Make().String()
 	if _, err := a.db.Exec(ctx, accountCreateSQL, id, name); err != nil {
-		return "", fmt.Errorf("orders: create account: %w", err)
+		return "", fmt.Errorf("postgres: create account: %w", err)
 	}
 	return id, nil
 }
@@ -85,14 +85,14 @@ func (a *Accounts) IssueKey(ctx context.Context, account string) (keyID, key str
 // secret sealed.
 func (a *Accounts) IssueKeyFor(ctx context.Context, account string, spec orders.KeySpec) (orders.IssuedKey, error) {
 	if err := spec.Scopes.Check(); err != nil {
-		return orders.IssuedKey{}, fmt.Errorf("orders: issue key: %w", err)
+		return orders.IssuedKey{}, fmt.Errorf("postgres: issue key: %w", err)
 	}
 	if spec.Signed && a.sealer == nil {
 		return orders.IssuedKey{}, ErrNoSealer
 	}
 	random := make([]byte, 32)
 	if _, err := rand.Read(random); err != nil {
-		return orders.IssuedKey{}, fmt.Errorf("orders: issue key: %w", err)
+		return orders.IssuedKey{}, fmt.Errorf("postgres: issue key: %w", err)
 	}
 	issued := orders.IssuedKey{
 		ID:     "KEY_" + ulid.Make().String(),
@@ -103,17 +103,17 @@ func (a *Accounts) IssueKeyFor(ctx context.Context, account string, spec orders.
 	if spec.Signed {
 		signingSecret, err := signing.NewSecret()
 		if err != nil {
-			return orders.IssuedKey{}, fmt.Errorf("orders: issue key: %w", err)
+			return orders.IssuedKey{}, fmt.Errorf("postgres: issue key: %w", err)
 		}
 		if sealed, err = a.sealer.Seal(signingSecret, issued.ID); err != nil {
-			return orders.IssuedKey{}, fmt.Errorf("orders: issue key: %w", err)
+			return orders.IssuedKey{}, fmt.Errorf("postgres: issue key: %w", err)
 		}
 		issued.SigningSecret = signingSecret
 	}
 	hash := sha256.Sum256([]byte(issued.Key.Reveal()))
 	tag, err := a.db.Exec(ctx, apiKeyIssueSQL, issued.ID, account, hash[:], spec.Scopes.Names(), sealed)
 	if err != nil {
-		return orders.IssuedKey{}, fmt.Errorf("orders: issue key: %w", err)
+		return orders.IssuedKey{}, fmt.Errorf("postgres: issue key: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
 		return orders.IssuedKey{}, fmt.Errorf("%w: %s", orders.ErrNoAccount, account)
@@ -129,7 +129,7 @@ func (a *Accounts) RevokeKey(ctx context.Context, keyID string) (hash []byte, er
 		return nil, fmt.Errorf("%w: %s", orders.ErrNoKey, keyID)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("orders: revoke key: %w", err)
+		return nil, fmt.Errorf("postgres: revoke key: %w", err)
 	}
 	return hash, nil
 }

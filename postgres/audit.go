@@ -180,19 +180,19 @@ func RunAudit(ctx context.Context, db *pgxpool.Pool) (AuditReport, error) {
 	var report AuditReport
 	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, auditCountSQL).Scan(&report.Balances, &report.Transactions, &report.Orders); err != nil {
-			return fmt.Errorf("orders: audit: count: %w", err)
+			return fmt.Errorf("postgres: audit: count: %w", err)
 		}
 		for _, check := range auditChecks {
 			rows, err := tx.Query(ctx, check.query)
 			if err != nil {
-				return fmt.Errorf("orders: audit %s: %w", check.name, err)
+				return fmt.Errorf("postgres: audit %s: %w", check.name, err)
 			}
 			found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Violation, error) {
 				v := Violation{Check: check.name}
 				return v, row.Scan(&v.Subject, &v.Detail)
 			})
 			if err != nil {
-				return fmt.Errorf("orders: audit %s: %w", check.name, err)
+				return fmt.Errorf("postgres: audit %s: %w", check.name, err)
 			}
 			report.Violations = append(report.Violations, found...)
 		}

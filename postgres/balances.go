@@ -26,7 +26,7 @@ var balanceReadSQL string
 func readBalanceRows(ctx context.Context, db balanceQuerier, account, asset string) ([]orders.Balance, error) {
 	rows, err := db.Query(ctx, balanceReadSQL, account, asset)
 	if err != nil {
-		return nil, fmt.Errorf("orders: read balances of %s: %w", account, err)
+		return nil, fmt.Errorf("postgres: read balances of %s: %w", account, err)
 	}
 	balances, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (orders.Balance, error) {
 		var balance orders.Balance
@@ -34,7 +34,7 @@ func readBalanceRows(ctx context.Context, db balanceQuerier, account, asset stri
 		return balance, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("orders: read balances of %s: %w", account, err)
+		return nil, fmt.Errorf("postgres: read balances of %s: %w", account, err)
 	}
 	return balances, nil
 }
@@ -74,7 +74,7 @@ func (b *Balances) Current(ctx context.Context, named []orders.BalanceVersion) (
 	}
 	rows, err := b.db.Query(ctx, balanceReadNamedSQL, names, accounts, assets)
 	if err != nil {
-		return nil, fmt.Errorf("orders: read balances to refresh: %w", err)
+		return nil, fmt.Errorf("postgres: read balances to refresh: %w", err)
 	}
 	defer rows.Close()
 	current := make(map[string]*orders.Balance, len(named))
@@ -85,7 +85,7 @@ func (b *Balances) Current(ctx context.Context, named []orders.BalanceVersion) (
 			available, held *string
 		)
 		if err := rows.Scan(&name, &version, &available, &held); err != nil {
-			return nil, fmt.Errorf("orders: read balances to refresh: %w", err)
+			return nil, fmt.Errorf("postgres: read balances to refresh: %w", err)
 		}
 		current[name] = nil
 		if version != nil && available != nil && held != nil {
@@ -93,7 +93,7 @@ func (b *Balances) Current(ctx context.Context, named []orders.BalanceVersion) (
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("orders: read balances to refresh: %w", err)
+		return nil, fmt.Errorf("postgres: read balances to refresh: %w", err)
 	}
 	return current, nil
 }
@@ -103,7 +103,7 @@ func (b *Balances) Current(ctx context.Context, named []orders.BalanceVersion) (
 func (b *Balances) OfAccounts(ctx context.Context, accounts []string) (map[string][]orders.Balance, error) {
 	rows, err := b.db.Query(ctx, balanceReadAccountsSQL, accounts)
 	if err != nil {
-		return nil, fmt.Errorf("orders: read balances of %d accounts: %w", len(accounts), err)
+		return nil, fmt.Errorf("postgres: read balances of %d accounts: %w", len(accounts), err)
 	}
 	defer rows.Close()
 	balances := make(map[string][]orders.Balance, len(accounts))
@@ -113,12 +113,12 @@ func (b *Balances) OfAccounts(ctx context.Context, accounts []string) (map[strin
 			balance orders.Balance
 		)
 		if err := rows.Scan(&account, &balance.Asset, &balance.Available, &balance.Held, &balance.Version); err != nil {
-			return nil, fmt.Errorf("orders: read balances of %d accounts: %w", len(accounts), err)
+			return nil, fmt.Errorf("postgres: read balances of %d accounts: %w", len(accounts), err)
 		}
 		balances[account] = append(balances[account], balance)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("orders: read balances of %d accounts: %w", len(accounts), err)
+		return nil, fmt.Errorf("postgres: read balances of %d accounts: %w", len(accounts), err)
 	}
 	return balances, nil
 }

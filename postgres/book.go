@@ -46,10 +46,10 @@ func (b *Book) Levels(ctx context.Context, in orders.Instrument, depth int) (ord
 		}
 		level := orders.DepthLevel{Orders: count}
 		if level.Price, err = exactAmount(price, in.TickSize.Scale()); err != nil {
-			return book, fmt.Errorf("orders: book of %s: %w", in.Symbol, err)
+			return book, fmt.Errorf("postgres: book of %s: %w", in.Symbol, err)
 		}
 		if level.Quantity, err = exactAmount(quantity, in.LotSize.Scale()); err != nil {
-			return book, fmt.Errorf("orders: book of %s: %w", in.Symbol, err)
+			return book, fmt.Errorf("postgres: book of %s: %w", in.Symbol, err)
 		}
 		if orders.Side(side) == orders.Buy {
 			book.Bids = append(book.Bids, level)

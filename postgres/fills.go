@@ -112,7 +112,7 @@ func scanExecution(row pgx.Row) (orders.Execution, error) {
 	} {
 		var err error
 		if *field.into, err = exactAmount(field.text, field.scale); err != nil {
-			return orders.Execution{}, fmt.Errorf("orders: fill %s: %w", e.ID, err)
+			return orders.Execution{}, fmt.Errorf("postgres: fill %s: %w", e.ID, err)
 		}
 	}
 	return e, nil

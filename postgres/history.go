@@ -184,12 +184,12 @@ func scanOrder(row pgx.Row) (orders.Order, error) {
 	if err := row.Scan(&order.ID, &order.ClientOrderID, &order.Account, &order.Symbol, &side, &typ, &tif, &postOnly,
 		&quantity, &price, &status, &reason, &cancelReason, &duplicateOf, &filled, &notional, &remaining, &fees,
 		&created, &finished, &tickScale, &lotScale, &quoteScale); err != nil {
-		return orders.Order{}, fmt.Errorf("orders: read order row: %w", err)
+		return orders.Order{}, fmt.Errorf("postgres: read order row: %w", err)
 	}
 	order.Side, order.Type, order.Status = orders.Side(side), orders.OrderType(typ), orders.Status(status)
 	order.TimeInForce, order.PostOnly = orders.TimeInForce(tif), postOnly
 	if !order.Status.Final() && !order.Status.Resting() {
-		return orders.Order{}, fmt.Errorf("orders: order %s has status %q in the orders table", order.ID, status)
+		return orders.Order{}, fmt.Errorf("postgres: order %s has status %q in the orders table", order.ID, status)
 	}
 	order.CreatedAt, finished = created.UTC(), finished.UTC()
 	if order.Status.Final() {
@@ -211,7 +211,7 @@ func scanOrder(row pgx.Row) (orders.Order, error) {
 		// A stored amount is shown exactly or not at all.
 		d, err := orders.ParseExact(text)
 		if err != nil {
-			return decimal.Decimal{}, fmt.Errorf("orders: order %s: stored amount: %w", order.ID, err)
+			return decimal.Decimal{}, fmt.Errorf("postgres: order %s: stored amount: %w", order.ID, err)
 		}
 		return d.Pad(scale), nil
 	}
@@ -245,7 +245,7 @@ func scanOrder(row pgx.Row) (orders.Order, error) {
 	if filledQuantity.IsPos() {
 		average, err := filledNotional.Quo(filledQuantity)
 		if err != nil {
-			return orders.Order{}, fmt.Errorf("orders: order %s: average fill price: %w", order.ID, err)
+			return orders.Order{}, fmt.Errorf("postgres: order %s: average fill price: %w", order.ID, err)
 		}
 		average = average.Trim(0).Pad(tickScale)
 		order.AverageFillPrice = &average

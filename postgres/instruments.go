@@ -30,7 +30,7 @@ func NewInstruments(db *pgxpool.Pool) *Instruments { return &Instruments{db: db}
 func (s *Instruments) ReadInstruments(ctx context.Context) (map[string]orders.Instrument, error) {
 	rows, err := s.db.Query(ctx, instrumentsReadSQL)
 	if err != nil {
-		return nil, fmt.Errorf("orders: load instruments: %w", err)
+		return nil, fmt.Errorf("postgres: load instruments: %w", err)
 	}
 	defer rows.Close()
 	loaded := make(map[string]orders.Instrument)
@@ -39,7 +39,7 @@ func (s *Instruments) ReadInstruments(ctx context.Context) (map[string]orders.In
 		var tick, lot, minNotional, reference, last, makerFee, takerFee, band, status string
 		if err := rows.Scan(&in.Symbol, &in.Base, &in.Quote, &tick, &lot, &minNotional, &reference,
 			&last, &makerFee, &takerFee, &band, &status); err != nil {
-			return nil, fmt.Errorf("orders: load instruments: %w", err)
+			return nil, fmt.Errorf("postgres: load instruments: %w", err)
 		}
 		// NUMERIC(38,18) renders with 18 decimals; trimming restores the grid's own scale.
 		for _, field := range []struct {
@@ -52,7 +52,7 @@ func (s *Instruments) ReadInstruments(ctx context.Context) (map[string]orders.In
 			}
 			value, err := decimal.Parse(field.text)
 			if err != nil {
-				return nil, fmt.Errorf("orders: instrument %s: %w", in.Symbol, err)
+				return nil, fmt.Errorf("postgres: instrument %s: %w", in.Symbol, err)
 			}
 			*field.target = value.Trim(0)
 		}
@@ -60,7 +60,7 @@ func (s *Instruments) ReadInstruments(ctx context.Context) (map[string]orders.In
 		loaded[in.Symbol] = in
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("orders: load instruments: %w", err)
+		return nil, fmt.Errorf("postgres: load instruments: %w", err)
 	}
 	return loaded, nil
 }
@@ -73,7 +73,7 @@ func (s *Instruments) SetHalted(ctx context.Context, symbol string, halted bool)
 	}
 	tag, err := s.db.Exec(ctx, instrumentSetStatusSQL, symbol, status)
 	if err != nil {
-		return fmt.Errorf("orders: set %s %s: %w", symbol, status, err)
+		return fmt.Errorf("postgres: set %s %s: %w", symbol, status, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("%w: %s", orders.ErrUnknownInstrument, symbol)

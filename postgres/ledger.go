@@ -52,10 +52,10 @@ func (l *Ledger) Withdraw(ctx context.Context, account, asset, amount string) er
 func (l *Ledger) transfer(ctx context.Context, kind, from, to, asset, amountText string) error {
 	amount, err := orders.ParseAmount(amountText)
 	if err != nil {
-		return fmt.Errorf("orders: %s amount %q: %w", kind, amountText, err)
+		return fmt.Errorf("postgres: %s amount %q: %w", kind, amountText, err)
 	}
 	if !amount.IsPos() {
-		return fmt.Errorf("orders: %s amount must be greater than zero", kind)
+		return fmt.Errorf("postgres: %s amount must be greater than zero", kind)
 	}
 	// Money moves between the external world and an account inside: a
 	// transfer of the external account to itself would post two entries on
@@ -69,7 +69,7 @@ func (l *Ledger) transfer(ctx context.Context, kind, from, to, asset, amountText
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("%w: %s", orders.ErrAsset, asset)
 			}
-			return fmt.Errorf("orders: %s: %w", kind, err)
+			return fmt.Errorf("postgres: %s: %w", kind, err)
 		}
 		if amount.Scale() > scale {
 			return fmt.Errorf("%w: %s allows %d decimals", orders.ErrAsset, asset, scale)
@@ -80,12 +80,12 @@ func (l *Ledger) transfer(ctx context.Context, kind, from, to, asset, amountText
 		for _, account := range []string{min(from, to), max(from, to)} {
 			tag, err := tx.Exec(ctx, ledgerOpenBalanceSQL, account, asset)
 			if err != nil {
-				return fmt.Errorf("orders: %s: open balance: %w", kind, err)
+				return fmt.Errorf("postgres: %s: open balance: %w", kind, err)
 			}
 			var exists bool
 			if tag.RowsAffected() == 0 {
 				if err := tx.QueryRow(ctx, ledgerAccountExistsSQL, account).Scan(&exists); err != nil {
-					return fmt.Errorf("orders: %s: %w", kind, err)
+					return fmt.Errorf("postgres: %s: %w", kind, err)
 				}
 				if !exists {
 					return fmt.Errorf("%w: %s", orders.ErrNoAccount, account)
@@ -95,24 +95,24 @@ func (l *Ledger) transfer(ctx context.Context, kind, from, to, asset, amountText
 		var fromAvailable string
 		rows, err := tx.Query(ctx, ledgerLockBalancesSQL, asset, from, to)
 		if err != nil {
-			return fmt.Errorf("orders: %s: lock balances: %w", kind, err)
+			return fmt.Errorf("postgres: %s: lock balances: %w", kind, err)
 		}
 		for rows.Next() {
 			var id, available string
 			if err := rows.Scan(&id, &available); err != nil {
-				return fmt.Errorf("orders: %s: lock balances: %w", kind, err)
+				return fmt.Errorf("postgres: %s: lock balances: %w", kind, err)
 			}
 			if id == from {
 				fromAvailable = available
 			}
 		}
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("orders: %s: lock balances: %w", kind, err)
+			return fmt.Errorf("postgres: %s: lock balances: %w", kind, err)
 		}
 		if from != orders.ExternalAccount {
 			var enough bool
 			if err := tx.QueryRow(ctx, ledgerHasFundsSQL, fromAvailable, amount.String()).Scan(&enough); err != nil {
-				return fmt.Errorf("orders: %s: %w", kind, err)
+				return fmt.Errorf("postgres: %s: %w", kind, err)
 			}
 			if !enough {
 				return fmt.Errorf("%w: %s has %s %s", orders.ErrFunds, from, fromAvailable, asset)
@@ -120,14 +120,14 @@ func (l *Ledger) transfer(ctx context.Context, kind, from, to, asset, amountText
 		}
 		var transaction int64
 		if err := tx.QueryRow(ctx, ledgerInsertTransactionSQL, kind).Scan(&transaction); err != nil {
-			return fmt.Errorf("orders: %s: %w", kind, err)
+			return fmt.Errorf("postgres: %s: %w", kind, err)
 		}
 		if _, err := tx.Exec(ctx, ledgerInsertEntriesSQL, transaction, from, to, asset, amount.String()); err != nil {
-			return fmt.Errorf("orders: %s: %w", kind, err)
+			return fmt.Errorf("postgres: %s: %w", kind, err)
 		}
 		if _, err := tx.Exec(ctx, ledgerMoveBalancesSQL, asset, from, to, amount.String(),
 			orders.BalanceName(from, asset), orders.BalanceName(to, asset)); err != nil {
-			return fmt.Errorf("orders: %s: %w", kind, err)
+			return fmt.Errorf("postgres: %s: %w", kind, err)
 		}
 		return nil
 	})

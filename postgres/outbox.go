@@ -58,7 +58,7 @@ func (j *Outbox) SweepBatch(ctx context.Context, age time.Duration, limit int,
 		return nil
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("orders: sweep outbox: %w", err)
+		return 0, 0, fmt.Errorf("postgres: sweep outbox: %w", err)
 	}
 	return taken, marked, nil
 }
@@ -80,7 +80,7 @@ func markRelayed(ctx context.Context, db outboxExecer, entries []orders.OutboxEn
 		names[i], versions[i] = entry.Name, entry.Version
 	}
 	if _, err := db.Exec(ctx, outboxMarkRelayedSQL, names, versions); err != nil {
-		return fmt.Errorf("orders: mark outbox rows relayed: %w", err)
+		return fmt.Errorf("postgres: mark outbox rows relayed: %w", err)
 	}
 	return nil
 }
@@ -94,11 +94,11 @@ var outboxEventRowsSQL string
 func (j *Outbox) EventRows(ctx context.Context, name string, after, before int64) ([]orders.OutboxEntry, error) {
 	rows, err := j.db.Query(ctx, outboxEventRowsSQL, name, after, before)
 	if err != nil {
-		return nil, fmt.Errorf("orders: read events rows of %s: %w", name, err)
+		return nil, fmt.Errorf("postgres: read events rows of %s: %w", name, err)
 	}
 	entries, err := pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
 	if err != nil {
-		return nil, fmt.Errorf("orders: read events rows of %s: %w", name, err)
+		return nil, fmt.Errorf("postgres: read events rows of %s: %w", name, err)
 	}
 	return entries, nil
 }

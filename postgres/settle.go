@@ -126,7 +126,7 @@ func (s *Settler) settleJoined(ctx context.Context, order orders.Order, token in
 	case <-req.done:
 	case <-settleCtx.Done():
 		if s.queue.withdraw(req) {
-			return settlement{}, fmt.Errorf("orders: settle %s: waiting for a batch: %w", order.ID, context.Cause(settleCtx))
+			return settlement{}, fmt.Errorf("postgres: settle %s: waiting for a batch: %w", order.ID, context.Cause(settleCtx))
 		}
 		// A batch holds the order: its outcome is what happened to it.
 		<-req.done
@@ -179,7 +179,7 @@ func classify(order orders.Order, err error) error {
 			return unsettleable(fmt.Errorf("%w: order %s: %w", orders.ErrMalformedOrder, order.ID, err))
 		}
 	}
-	return fmt.Errorf("orders: settle %s: %w", order.ID, err)
+	return fmt.Errorf("postgres: settle %s: %w", order.ID, err)
 }
 
 // releaseAfterTx hands the connection back with no transaction open: a

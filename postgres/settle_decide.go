@@ -146,7 +146,7 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 		return batchOutcome{err: unsettleable(fmt.Errorf("%w: %s (order %s)", orders.ErrNoAccount, order.Account, order.ID))}, nil
 	}
 	if err := req.ctx.Err(); err != nil {
-		return batchOutcome{err: fmt.Errorf("orders: settle %s: %w", order.ID, context.Cause(req.ctx))}, nil
+		return batchOutcome{err: fmt.Errorf("postgres: settle %s: %w", order.ID, context.Cause(req.ctx))}, nil
 	}
 
 	// The opposing side as the batch read it, and more of it if the taker

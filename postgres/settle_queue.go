@@ -199,7 +199,7 @@ func (s *Settler) settleBatch(batch []*settleRequest) {
 		}
 	default:
 		for _, req := range batch {
-			req.err = fmt.Errorf("orders: settle %s in a batch of %d: %w", req.order.ID, len(batch), err)
+			req.err = fmt.Errorf("postgres: settle %s in a batch of %d: %w", req.order.ID, len(batch), err)
 		}
 	}
 }

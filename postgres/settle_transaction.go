@@ -80,7 +80,7 @@ const (
 func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([]batchOutcome, error) {
 	n := len(batch)
 	fail := func(err error) ([]batchOutcome, error) {
-		return nil, fmt.Errorf("orders: settle a batch of %d: %w", n, err)
+		return nil, fmt.Errorf("postgres: settle a batch of %d: %w", n, err)
 	}
 	select {
 	case s.connections <- struct{}{}:
