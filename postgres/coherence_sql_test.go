@@ -15,8 +15,9 @@ const availableText = `round(b.available, greatest(scale(trim_scale(b.available)
 // heldText is availableText for the held part.
 const heldText = `round(b.held, greatest(scale(trim_scale(b.held)), a.scale))::text`
 
-// The coherence lane caches balances formatted as the read path formats
-// them; each SQL file spells the expression out, so they must not drift.
+// The balance cache (filled by the coherence consumer in job mode, and by
+// the heal) holds balances formatted as the read path formats them; each
+// SQL file spells the expression out, so they must not drift.
 func TestCoherenceFormatsAvailableAsTheReadPath(t *testing.T) {
 	for file, statement := range map[string]string{
 		"sql/balance_read.sql":          balanceReadSQL,

@@ -1,6 +1,6 @@
--- The current rows of named balances, for the coherence lane's refills: one
--- row per name, with the balance's version, available and held amounts, all
--- NULL when there is no such balance. The amounts are formatted as
+-- The current rows of named balances, for the cache fills of the coherence
+-- consumer (job mode): one row per name, with the balance's version,
+-- available and held amounts, all NULL when there is no such balance. The amounts are formatted as
 -- balance_read.sql formats them (availableText in coherence_sql_test.go
 -- holds the spellings to one).
 -- $1..$3 are parallel arrays: name, account, asset.
