@@ -3,8 +3,11 @@ package migrations_test
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/testkit/testserver"
@@ -93,6 +96,48 @@ func TestLedgerRefusesUnbalancedAndRewrittenEntries(t *testing.T) {
 		if _, err := db.Exec(ctx, rewrite); err == nil {
 			t.Errorf("%s accepted on an append-only ledger", rewrite)
 		}
+	}
+}
+
+// TestJournalViewsGo: migration 0004 kept the outbox's old names as views
+// for workers of the release before it; 0010 drops them, and its down
+// migration brings them back as 0004 made them.
+func TestJournalViewsGo(t *testing.T) {
+	database := testserver.Postgres(t)
+	db := database.Pool(t)
+	views := func() []string {
+		t.Helper()
+		rows, err := db.Query(context.Background(),
+			`SELECT table_name FROM information_schema.views WHERE table_schema = 'public' AND table_name LIKE 'journal%' ORDER BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	steps := []struct {
+		version uint
+		want    []string
+	}{
+		{9, []string{"journal_applied", "journal_outbox"}},
+		{10, nil},
+		{9, []string{"journal_applied", "journal_outbox"}},
+	}
+	for _, step := range steps {
+		if err := migrations.UpTo(database.URL, step.version); err != nil {
+			t.Fatalf("to %d: %v", step.version, err)
+		}
+		if got := views(); !slices.Equal(got, step.want) {
+			t.Errorf("at version %d the views are %v, want %v", step.version, got, step.want)
+		}
+	}
+	// Written through again, as 0004's were: an insert lands in outbox.
+	if _, err := db.Exec(context.Background(),
+		`INSERT INTO journal_outbox (name, version, payload) VALUES ('balances:x:USD', 1, 'balances:x:USD@1')`); err != nil {
+		t.Fatalf("writing through the restored view: %v", err)
 	}
 }
 
