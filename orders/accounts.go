@@ -1,8 +1,11 @@
 package orders
 
-// The two accounts every ledger transaction that is not a trade touches.
+// The exchange's own two accounts; neither places orders.
 const (
-	// VenueAccount holds the liquidity orders settle against.
+	// VenueAccount is the exchange's: it collects every trade's fees, the
+	// maker's and the taker's, in the quote asset. It provides no
+	// liquidity (orders settled before the market settled against it, and
+	// keep those transactions).
 	VenueAccount = "ACC_0000000000000000000000000V"
 	// ExternalAccount is the world outside the exchange: deposits come from it,
 	// withdrawals go to it. It is the one account allowed below zero.
