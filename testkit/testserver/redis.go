@@ -323,22 +323,55 @@ func (r *Redis) Restart(t testing.TB) {
 	}
 }
 
-// RedisCluster is a three-master Redis Cluster (no replicas): one owned by a
-// test (StartRedisCluster) or the one shared by a test binary
-// (SharedRedisCluster).
+// RedisCluster is a three-master Redis Cluster, with no replicas unless
+// WithReplicas asks for them: one owned by a test (StartRedisCluster) or the
+// one shared by a test binary (SharedRedisCluster).
 type RedisCluster struct {
+	// Addrs are every node's addresses, replicas included: the seeds a
+	// cluster client starts from.
 	Addrs []string
 	nodes []*Redis
+	// config is how StartRedisCluster was asked to build the cluster.
+	config clusterConfig
 }
 
-// StartRedisCluster starts three cluster-enabled masters on free ports, joins
-// them with `redis-cli --cluster create` (or the cli RedisCLIEnv names),
-// waits until every node reports cluster_state:ok, and stops them all at
+// ClusterOption changes the cluster StartRedisCluster builds.
+type ClusterOption func(*clusterConfig)
+
+type clusterConfig struct {
+	replicas    int
+	nodeTimeout time.Duration
+}
+
+// WithReplicas gives each of the three masters n replicas (3 × (1 + n) nodes).
+// StartRedisCluster returns once every replica's link to its master is up,
+// so a master may be killed at once and its replica promoted (see
+// RedisCluster.Kill and WaitForPromotion).
+func WithReplicas(n int) ClusterOption {
+	return func(c *clusterConfig) { c.replicas = n }
+}
+
+// WithNodeTimeout sets every node's cluster-node-timeout (15 s by default):
+// how long a master may be unreachable before the others count it failed
+// and its replica asks to be promoted, which then takes about as long again
+// (a random delay of 0.5–1 s, the vote). With 1 s, a killed master's replica
+// is promoted 2–4 s after the kill.
+func WithNodeTimeout(d time.Duration) ClusterOption {
+	return func(c *clusterConfig) { c.nodeTimeout = d }
+}
+
+// StartRedisCluster starts three cluster-enabled masters (and their replicas,
+// WithReplicas) on free ports, joins them with `redis-cli --cluster create`
+// (or the cli RedisCLIEnv names), waits until every node reports
+// cluster_state:ok and every replica's link is up, and stops them all at
 // t.Cleanup.
-func StartRedisCluster(t testing.TB) *RedisCluster {
+func StartRedisCluster(t testing.TB, opts ...ClusterOption) *RedisCluster {
 	t.Helper()
 	dir := t.TempDir()
 	cluster := &RedisCluster{}
+	for _, opt := range opts {
+		opt(&cluster.config)
+	}
 	// Registered after t.TempDir so it runs before the directory is removed.
 	t.Cleanup(func() {
 		if err := cluster.stop(); err != nil {
@@ -359,12 +392,23 @@ func (c *RedisCluster) start(dir string) error {
 		return err
 	}
 	const masters = 3
-	for i := range masters {
+	var nodeOpts []RedisOption
+	nodeOpts = append(nodeOpts, clusterNode())
+	if c.config.replicas > 0 {
+		// A master waits 5 s by default before a diskless full sync, for
+		// more replicas to share it: the replicas of a test's cluster all
+		// ask at once, or not at all.
+		nodeOpts = append(nodeOpts, WithRedisConfig("repl-diskless-sync-delay", "0"))
+	}
+	if c.config.nodeTimeout > 0 {
+		nodeOpts = append(nodeOpts, WithRedisConfig("cluster-node-timeout", fmt.Sprint(c.config.nodeTimeout.Milliseconds())))
+	}
+	for i := range masters * (1 + c.config.replicas) {
 		nodeDir := filepath.Join(dir, fmt.Sprintf("node%d", i))
 		if err := os.Mkdir(nodeDir, 0o755); err != nil {
 			return fmt.Errorf("create node dir: %w", err)
 		}
-		node, err := newRedis(nodeDir, clusterNode())
+		node, err := newRedis(nodeDir, nodeOpts...)
 		if err != nil {
 			return err
 		}
@@ -376,7 +420,7 @@ func (c *RedisCluster) start(dir string) error {
 	}
 
 	args := append([]string{"--cluster", "create"}, c.Addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", fmt.Sprint(c.config.replicas), "--cluster-yes")
 	err = runToCompletion(filepath.Base(cli)+" --cluster create", processSpec{
 		path:    cli,
 		args:    args,
@@ -386,7 +430,10 @@ func (c *RedisCluster) start(dir string) error {
 	if err != nil {
 		return err
 	}
-	return c.waitUntilOK(30 * time.Second)
+	if err := c.waitUntilOK(30 * time.Second); err != nil {
+		return err
+	}
+	return c.waitForReplicas(30 * time.Second)
 }
 
 // stop stops every node that was started.

@@ -166,6 +166,68 @@ func TestRedisCluster(t *testing.T) {
 	}
 }
 
+// TestRedisClusterFailsOverToAReplica: with a replica per master and a
+// short node timeout, a killed master's replica is promoted within seconds,
+// and the cluster serves its slots from the promoted replica.
+func TestRedisClusterFailsOverToAReplica(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failover takes seconds")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	started := time.Now()
+	cluster := testserver.StartRedisCluster(t, testserver.WithReplicas(1), testserver.WithNodeTimeout(time.Second))
+	t.Logf("started in %v", time.Since(started).Round(time.Millisecond))
+	if len(cluster.Addrs) != 6 {
+		t.Fatalf("got %d node addresses, want 6", len(cluster.Addrs))
+	}
+	masters := map[string]bool{}
+	for _, key := range []string{"{a}:order", "{b}:order", "{c}:order"} {
+		master, replicas := cluster.MasterOf(t, key)
+		masters[master.Addr] = true
+		if len(replicas) != 1 || replicas[0].Addr == master.Addr {
+			t.Fatalf("%s: master %s, replicas %v; want one other node", key, master.Addr, replicas)
+		}
+		for node, want := range map[*testserver.Redis]string{master: "master", replicas[0]: "slave"} {
+			if role, err := node.Role(ctx); err != nil || role != want {
+				t.Errorf("%s: ROLE of %s = %q, %v; want %q", key, node.Addr, role, err, want)
+			}
+		}
+	}
+	if len(masters) != 3 {
+		t.Fatalf("the keys of three slots are served by %d masters, want 3", len(masters))
+	}
+
+	master, replicas := cluster.MasterOf(t, "{a}:order")
+	if err := master.Client(t).Set(ctx, "{a}:order", "before", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := master.Client(t).Do(ctx, "WAIT", 1, 1000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	master.Kill(t)
+	master.Kill(t) // idempotent
+	promoted, at := cluster.WaitForPromotion(t, replicas, 30*time.Second)
+	t.Logf("%s promoted %v after the kill", promoted.Addr, at.Sub(killed).Round(time.Millisecond))
+	if promoted != replicas[0] {
+		t.Errorf("promoted %s, want the replica %s", promoted.Addr, replicas[0].Addr)
+	}
+	// The other nodes hear of the promotion by gossip, within moments.
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		now, _ := cluster.MasterOf(t, "{a}:order")
+		if now == promoted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("2s after the promotion CLUSTER SLOTS still names %s, want %s", now.Addr, promoted.Addr)
+		}
+	}
+	if got, err := promoted.Client(t).Get(ctx, "{a}:order").Result(); err != nil || got != "before" {
+		t.Errorf("GET on the promoted replica = %q, %v; want the value written before the kill", got, err)
+	}
+}
+
 // The tests that set ORDERGATE_REDIS_SERVER or ORDERGATE_REDIS_CLI are not
 // parallel: t.Setenv forbids it.
 
