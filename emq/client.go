@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,6 +42,9 @@ type Client struct {
 	// skewAllowance is how far apart admitting processes' clocks may be;
 	// dedupSkewAllowance when zero. Tests shorten it.
 	skewAllowance time.Duration
+	// reload asks a cluster client to reload its map of the cluster after
+	// a failure that says the map may be stale; nil on a single server.
+	reload *clusterReload
 }
 
 // Option configures Connect.
@@ -98,12 +102,21 @@ func WithLogger(log *slog.Logger) Option {
 // never a move whose second run would do harm (a claim, a completion, an
 // admission...: see emq/scripts.go), which fails instead with the lost
 // reply's error.
+//
+// On a Redis Cluster, Connect makes rdb reload its map of the cluster when a
+// call fails in a way that says the map may be stale (see clusterReload), so
+// that a promoted replica is reached within moments of its promotion rather
+// than at go-redis's next periodic reload, up to a minute later.
 func Connect(ctx context.Context, rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	c := &Client{rdb: rdb, log: slog.Default(), admits: newCoalescer(rdb, admitScript), permits: newCoalescer(rdb, rateLimitScript)}
 	for _, opt := range opts {
 		opt(c)
 	}
 	c.admits.replicas, c.admits.replicaTimeout = c.admitReplicas, c.admitReplicaTimeout
+	if cluster, ok := rdb.(*redis.ClusterClient); ok {
+		c.reload = reloadOnTrouble(cluster)
+		c.admits.reload = c.reload
+	}
 	if err := c.checkAdmitReplicas(); err != nil {
 		return nil, err
 	}
@@ -188,7 +201,116 @@ func (c *Client) Check(ctx context.Context) error {
 func (c *Client) Close() error {
 	c.admits.close()
 	c.permits.close()
+	if c.reload != nil {
+		watchedClusters.Delete(c.reload.cluster)
+	}
 	return c.rdb.Close()
+}
+
+// A cluster client (go-redis v9.23, osscluster.go) routes each command by
+// its map of the cluster, which it reloads every
+// ClusterOptions.ClusterStateReloadInterval (60 s by default) and at once
+// only on a MOVED or READONLY reply. When a master dies, its connections
+// fail (refused, reset) with no reply at all, so the client goes on
+// sending to the dead node, even after the cluster promoted its replica,
+// until the next periodic reload: 44-60 s of errors for every call to the
+// dead master's slots (issue 23; go-redis's own issue #3979, open with a
+// fix proposed in #3990). go-redis offers no option for it; a shorter
+// ClusterStateReloadInterval only shortens the wait, at a CLUSTER SLOTS per
+// interval per process at all times.
+//
+// So Connect adds a hook to the cluster client, seen by every call through
+// it (the queue's, and coherence's, which shares the client), that asks for
+// a reload (ClusterClient.ReloadState) when a call fails without a reply
+// or with a reply saying the map is stale, at most once per reloadEvery.
+// ReloadState reloads in the background, and go-redis runs one reload at a
+// time, at most every 200 ms, once more after it if asked meanwhile: the
+// failing calls keep asking while the master is dead and until the reload
+// that follows the promotion, which names the promoted replica. The calls
+// that wait for replicas go to a node's own client, which the hook does not
+// see; runReplicated asks for their reloads itself.
+type clusterReload struct {
+	cluster *redis.ClusterClient
+	last    atomic.Int64 // UnixNano of the last reload asked for
+}
+
+// reloadEvery bounds how often one cluster client is asked to reload: a
+// flood of failures costs one CLUSTER SLOTS per interval at most, and a
+// promotion is noticed within about an interval of go-redis's own 200 ms.
+const reloadEvery = 100 * time.Millisecond
+
+// watchedClusters holds the clusterReload of each cluster client Connect
+// hooked, so a client connected twice is hooked once.
+var watchedClusters sync.Map // *redis.ClusterClient → *clusterReload
+
+// reloadOnTrouble hooks cluster, once, and returns its clusterReload.
+func reloadOnTrouble(cluster *redis.ClusterClient) *clusterReload {
+	r := &clusterReload{cluster: cluster}
+	if known, loaded := watchedClusters.LoadOrStore(cluster, r); loaded {
+		return known.(*clusterReload)
+	}
+	cluster.AddHook(r)
+	return r
+}
+
+// after asks for a reload when err says the map may be stale.
+func (r *clusterReload) after(err error) {
+	if r == nil || !mapMayBeStale(err) {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := r.last.Load()
+	if now-last < int64(reloadEvery) || !r.last.CompareAndSwap(last, now) {
+		return
+	}
+	r.cluster.ReloadState(context.Background())
+}
+
+// mapMayBeStale: the call failed without a reply (the node refused the
+// connection, reset it, did not answer in time: it may be dead, and its
+// slots served elsewhere by now), or the node answered that it no longer
+// serves the slot (MOVED; READONLY from a master turned replica) or that
+// the cluster is down (CLUSTERDOWN, while a failed master's slots wait for
+// a promotion). A reply of any other kind (a script's refusal, redis.Nil)
+// says the node serves the slot, and the caller's own cancellation, or the
+// client's closing, says nothing of the cluster.
+func mapMayBeStale(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return true
+	}
+	_, moved := redis.IsMovedError(err)
+	return moved || redis.IsReadOnlyError(err) || redis.IsClusterDownError(err)
+}
+
+// DialHook is go-redis's.
+func (r *clusterReload) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook asks for a reload after a command that failed so.
+func (r *clusterReload) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		r.after(err)
+		return err
+	}
+}
+
+// ProcessPipelineHook asks for a reload after a pipeline any command of
+// which failed so: each command has its own error.
+func (r *clusterReload) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if mapMayBeStale(cmd.Err()) {
+				r.after(cmd.Err())
+				break
+			}
+		}
+		return err
+	}
 }
 
 // Open makes a go-redis client from a URL. redis://host:port/db (or rediss://)

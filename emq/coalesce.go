@@ -31,6 +31,9 @@ type coalescer struct {
 	// answered; each call learns how many did.
 	replicas       int
 	replicaTimeout time.Duration
+	// reload is the cluster client's (see clusterReload); nil on a single
+	// server.
+	reload *clusterReload
 
 	start sync.Once
 	calls chan *coalescedCall
@@ -142,7 +145,7 @@ func (c *coalescer) send() {
 // runPipeline runs the calls in one round trip, or, when the coalescer waits
 // for replicas, one per server their keys live on (runReplicated).
 func (c *coalescer) runPipeline(ctx context.Context, calls []scriptpipe.Call) ([]*redis.Cmd, []int, error) {
-	return runReplicated(ctx, c.rdb, c.script, calls, c.replicas, c.replicaTimeout)
+	return runReplicated(ctx, c.rdb, c.reload, c.script, calls, c.replicas, c.replicaTimeout)
 }
 
 // runReplicated runs calls of script in one round trip and, with replicas
@@ -150,7 +153,11 @@ func (c *coalescer) runPipeline(ctx context.Context, calls []scriptpipe.Call) ([
 // most timeout): one round trip per server the calls' keys live on, since
 // WAIT counts the replicas of the connection's own server. acked[i] is how
 // many replicas acknowledged call i.
-func runReplicated(ctx context.Context, rdb redis.UniversalClient, script *scriptpipe.Script, calls []scriptpipe.Call,
+//
+// On a cluster each round trip goes to a node's own client, which reloads
+// no map: a call that failed without a reply asks reload for a new map,
+// since its node may be dead and its replica promoted.
+func runReplicated(ctx context.Context, rdb redis.UniversalClient, reload *clusterReload, script *scriptpipe.Script, calls []scriptpipe.Call,
 	replicas int, timeout time.Duration) ([]*redis.Cmd, []int, error) {
 	if replicas <= 0 {
 		cmds, err := scriptpipe.Run(ctx, rdb, script, calls)
@@ -164,6 +171,7 @@ func runReplicated(ctx context.Context, rdb redis.UniversalClient, script *scrip
 		if isCluster {
 			node, err := cluster.MasterForKey(ctx, call.Keys[0])
 			if err != nil {
+				reload.after(err)
 				return nil, nil, err
 			}
 			server = node
@@ -174,7 +182,7 @@ func runReplicated(ctx context.Context, rdb redis.UniversalClient, script *scrip
 		groups[server] = append(groups[server], i)
 	}
 	cmds, acked := make([]*redis.Cmd, len(calls)), make([]int, len(calls))
-	reload := false
+	moved := false
 	for _, server := range order {
 		indexes := groups[server]
 		group := make([]scriptpipe.Call, len(indexes))
@@ -189,15 +197,18 @@ func runReplicated(ctx context.Context, rdb redis.UniversalClient, script *scrip
 				// server's admissions stand.
 				cmds[i] = redis.NewCmd(ctx)
 				cmds[i].SetErr(err)
+				reload.after(err)
 				continue
 			}
 			cmds[i], acked[i] = groupCmds[n], groupAcked[n]
 			if e := cmds[i].Err(); redis.HasErrorPrefix(e, "MOVED") || redis.HasErrorPrefix(e, "ASK") {
-				reload = true
+				moved = true
+			} else {
+				reload.after(e)
 			}
 		}
 	}
-	if reload && isCluster {
+	if moved && isCluster {
 		// A node client does not follow redirects: the slot moved, the
 		// call did not run and fails; the next one goes where it is now.
 		cluster.ReloadState(ctx)

@@ -149,7 +149,7 @@ func (q *Queue) AppendLogs(ctx context.Context, appends []LogAppend) ([]LogAppen
 		}
 		calls[i] = scriptpipe.Call{Keys: []string{q.logKey(append_.Group), q.logSequencesKey(), q.logSourcesKey(), q.logChangesKey()}, Args: args}
 	}
-	cmds, acked, err := runReplicated(ctx, q.client.rdb, logAppendScript, calls, q.client.admitReplicas, q.client.admitReplicaTimeout)
+	cmds, acked, err := runReplicated(ctx, q.client.rdb, q.client.reload, logAppendScript, calls, q.client.admitReplicas, q.client.admitReplicaTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("emq: append to logs on %s: %w", q.name, err)
 	}
