@@ -148,15 +148,27 @@ func (c *coalescer) runPipeline(ctx context.Context, calls []scriptpipe.Call) ([
 	return runReplicated(ctx, c.rdb, c.reload, c.script, calls, c.replicas, c.replicaTimeout)
 }
 
+// redirectsFollowed is how many times runReplicated sends a call again to
+// the node a MOVED reply names: once is what a failover takes, twice covers
+// a slot that moved again meanwhile.
+const redirectsFollowed = 2
+
 // runReplicated runs calls of script in one round trip and, with replicas
 // above zero, waits for that many replicas to hold their writes (WAIT, at
 // most timeout): one round trip per server the calls' keys live on, since
 // WAIT counts the replicas of the connection's own server. acked[i] is how
 // many replicas acknowledged call i.
 //
-// On a cluster each round trip goes to a node's own client, which reloads
-// no map: a call that failed without a reply asks reload for a new map,
-// since its node may be dead and its replica promoted.
+// On a cluster each round trip goes to a node's own client, which follows
+// no redirect and reloads no map: so runReplicated does both. A call
+// answered MOVED did not run; it is sent again, with its WAIT, to the node
+// the reply names, at most redirectsFollowed times, as the cluster client
+// would send it. An ASK (a slot being migrated) is not followed: it would
+// take ASKING, and all of the script's keys on the importing node, which
+// answers TRYAGAIN otherwise, as it does on the cluster client's path. The
+// call fails; once the migration ends the node answers MOVED instead.
+// A call that failed without a reply asks reload for a new map, since its
+// node may be dead and its replica promoted.
 func runReplicated(ctx context.Context, rdb redis.UniversalClient, reload *clusterReload, script *scriptpipe.Script, calls []scriptpipe.Call,
 	replicas int, timeout time.Duration) ([]*redis.Cmd, []int, error) {
 	if replicas <= 0 {
@@ -164,25 +176,70 @@ func runReplicated(ctx context.Context, rdb redis.UniversalClient, reload *clust
 		return cmds, make([]int, len(calls)), err
 	}
 	cluster, isCluster := rdb.(*redis.ClusterClient)
-	groups := map[redis.UniversalClient][]int{}
-	var order []redis.UniversalClient
+	servers := make([]redis.UniversalClient, len(calls))
 	for i, call := range calls {
-		var server redis.UniversalClient = rdb
+		servers[i] = rdb
 		if isCluster {
 			node, err := cluster.MasterForKey(ctx, call.Keys[0])
 			if err != nil {
 				reload.after(err)
 				return nil, nil, err
 			}
-			server = node
+			servers[i] = node
 		}
+	}
+	cmds, acked := make([]*redis.Cmd, len(calls)), make([]int, len(calls))
+	todo := make([]int, len(calls))
+	for i := range todo {
+		todo[i] = i
+	}
+	for redirects := 0; ; redirects++ {
+		sendReplicated(ctx, script, calls, todo, servers, cmds, acked, replicas, timeout)
+		moved := map[int]string{}
+		for _, i := range todo {
+			err := cmds[i].Err()
+			if addr, ok := redis.IsMovedError(err); ok && isCluster {
+				moved[i] = addr
+				continue
+			}
+			reload.after(err)
+		}
+		if len(moved) == 0 {
+			return cmds, acked, nil
+		}
+		// The map is stale: go-redis reloads it itself on the MOVED its
+		// own calls meet, not on a node client's.
+		cluster.ReloadState(ctx)
+		if redirects == redirectsFollowed {
+			return cmds, acked, nil
+		}
+		nodes := nodesOf(ctx, cluster)
+		todo = todo[:0]
+		for i, addr := range moved {
+			if node, ok := nodes[addr]; ok {
+				servers[i] = node
+				todo = append(todo, i)
+			}
+		}
+		if len(todo) == 0 {
+			return cmds, acked, nil
+		}
+	}
+}
+
+// sendReplicated sends the calls numbered todo, each to its server, one
+// round trip per server, and fills in their cmds and acked.
+func sendReplicated(ctx context.Context, script *scriptpipe.Script, calls []scriptpipe.Call, todo []int, servers []redis.UniversalClient,
+	cmds []*redis.Cmd, acked []int, replicas int, timeout time.Duration) {
+	groups := map[redis.UniversalClient][]int{}
+	var order []redis.UniversalClient
+	for _, i := range todo {
+		server := servers[i]
 		if _, seen := groups[server]; !seen {
 			order = append(order, server)
 		}
 		groups[server] = append(groups[server], i)
 	}
-	cmds, acked := make([]*redis.Cmd, len(calls)), make([]int, len(calls))
-	moved := false
 	for _, server := range order {
 		indexes := groups[server]
 		group := make([]scriptpipe.Call, len(indexes))
@@ -195,25 +252,29 @@ func runReplicated(ctx context.Context, rdb redis.UniversalClient, reload *clust
 			if err != nil {
 				// This server's failure is its calls' only: another
 				// server's admissions stand.
-				cmds[i] = redis.NewCmd(ctx)
+				cmds[i], acked[i] = redis.NewCmd(ctx), 0
 				cmds[i].SetErr(err)
-				reload.after(err)
 				continue
 			}
 			cmds[i], acked[i] = groupCmds[n], groupAcked[n]
-			if e := cmds[i].Err(); redis.HasErrorPrefix(e, "MOVED") || redis.HasErrorPrefix(e, "ASK") {
-				moved = true
-			} else {
-				reload.after(e)
-			}
 		}
 	}
-	if moved && isCluster {
-		// A node client does not follow redirects: the slot moved, the
-		// call did not run and fails; the next one goes where it is now.
-		cluster.ReloadState(ctx)
-	}
-	return cmds, acked, nil
+}
+
+// nodesOf returns the cluster's nodes by address. ForEachShard reloads the
+// map before it visits the nodes (go-redis v9.23: state.ReloadOrGet), so a
+// node a MOVED names is found even when the map did not know it yet; should
+// the reload fail, the nodes are those of the map held.
+func nodesOf(ctx context.Context, cluster *redis.ClusterClient) map[string]*redis.Client {
+	var mu sync.Mutex
+	nodes := map[string]*redis.Client{}
+	_ = cluster.ForEachShard(ctx, func(_ context.Context, node *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		nodes[node.Options().Addr] = node
+		return nil
+	})
+	return nodes
 }
 
 // replicationMark is the key a replicated pipeline writes last, in the

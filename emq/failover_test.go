@@ -2,6 +2,7 @@ package emq_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -179,5 +180,70 @@ func testFailover(t *testing.T, replicas int, opts ...emq.Option) {
 		}
 		t.Logf("%s: first success %v after the promotion, last error %v after it (%d errors in all, the last %v)",
 			loop.name, firstSuccess.Sub(promotedAt).Round(time.Millisecond), lastError.Sub(promotedAt).Round(time.Millisecond), errs, lastErr)
+	}
+}
+
+// TestWaitingAdmissionsFollowAPlannedFailover: after a planned failover
+// (CLUSTER FAILOVER on the replica) the node the admissions (and a
+// worker's appends to a log) waiting for replicas were sent to answers
+// MOVED, which says the script did not run; the call follows the redirect,
+// as every other call does, instead of failing.
+func TestWaitingAdmissionsFollowAPlannedFailover(t *testing.T) {
+	if testserver.ClusterMode() {
+		t.Skip("starts a cluster of its own; the single-server leg runs it")
+	}
+	ctx := context.Background()
+	cluster := testserver.StartRedisCluster(t, testserver.WithReplicas(1))
+	// A gateway admitting and a worker appending to a log, each with its
+	// map of the cluster loaded before the failover.
+	dial := func() *emq.Queue {
+		client, err := emq.Dial(ctx, clusterURL(cluster), emq.WithLogger(slog.New(slog.DiscardHandler)), emq.WithAdmitReplicas(1, 500*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = client.Close() })
+		queue := client.Queue("planned")
+		if err := queue.Declare(ctx, "test.job"); err != nil {
+			t.Fatal(err)
+		}
+		return queue
+	}
+	queue, worker := dial(), dial()
+	if _, err := queue.Admit(ctx, job("J1", "g", "")); err != nil {
+		t.Fatalf("admit before the failover: %v", err)
+	}
+	entry := []emq.LogEntry{{ID: "E", Type: "test.event", Data: []byte("e")}}
+	if _, err := worker.AppendLog(ctx, "g", emq.LogSource{}, entry); err != nil {
+		t.Fatalf("append before the failover: %v", err)
+	}
+
+	old, replicas := cluster.MasterOf(t, queue.Key("jobs"))
+	if err := replicas[0].Client(t).Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+		t.Fatal(err)
+	}
+	promoted, _ := cluster.WaitForPromotion(t, replicas, 10*time.Second)
+	oldClient := old.Client(t)
+	eventually(t, 10*time.Second, "the old master follows the promoted replica", func() bool {
+		info, err := oldClient.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up")
+	})
+
+	if _, err := worker.AppendLog(ctx, "g", emq.LogSource{}, entry); err != nil {
+		t.Errorf("append after the failover: %v; want it sent where the slot moved", err)
+	}
+	for i := 2; i <= 4; i++ {
+		id := fmt.Sprintf("J%d", i)
+		if _, err := queue.Admit(ctx, job(id, "g", "")); err != nil {
+			var notReplicated *emq.NotReplicatedError
+			if errors.As(err, &notReplicated) {
+				t.Errorf("admit %s after the failover: %v (not held by a replica, though the old master follows the new one)", id, err)
+				continue
+			}
+			t.Errorf("admit %s after the failover: %v; want it sent where the slot moved", id, err)
+			continue
+		}
+		if held, err := promoted.Client(t).HExists(ctx, queue.Key("jobs"), id).Result(); err != nil || !held {
+			t.Errorf("%s admitted, but the promoted replica holds no row of it (%v)", id, err)
+		}
 	}
 }
