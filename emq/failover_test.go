@@ -189,6 +189,9 @@ func testFailover(t *testing.T, replicas int, opts ...emq.Option) {
 // MOVED, which says the script did not run; the call follows the redirect,
 // as every other call does, instead of failing.
 func TestWaitingAdmissionsFollowAPlannedFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster with replicas and fails a master over")
+	}
 	if testserver.ClusterMode() {
 		t.Skip("starts a cluster of its own; the single-server leg runs it")
 	}
