@@ -210,14 +210,14 @@ func (c *Client) Close() error {
 // A cluster client (go-redis v9.23, osscluster.go) routes each command by
 // its map of the cluster, which it reloads every
 // ClusterOptions.ClusterStateReloadInterval (60 s by default) and at once
-// only on a MOVED or READONLY reply. When a master dies, its connections
-// fail (refused, reset) with no reply at all, so the client goes on
-// sending to the dead node, even after the cluster promoted its replica,
-// until the next periodic reload: 44-60 s of errors for every call to the
-// dead master's slots (issue 23; go-redis's own issue #3979, open with a
-// fix proposed in #3990). go-redis offers no option for it; a shorter
-// ClusterStateReloadInterval only shortens the wait, at a CLUSTER SLOTS per
-// interval per process at all times.
+// only on a redirect (MOVED, ASK) or a READONLY reply. When a master dies,
+// its connections fail (refused, reset) with no reply at all, so the
+// client goes on sending to the dead node, even after the cluster promoted
+// its replica, until the next periodic reload: 44-60 s of errors for every
+// call to the dead master's slots (issue 23; go-redis's own issue #3979,
+// open with a fix proposed in #3990). go-redis offers no option for it; a
+// shorter ClusterStateReloadInterval only shortens the wait, at a CLUSTER
+// SLOTS per interval per process at all times.
 //
 // So Connect adds a hook to the cluster client, seen by every call through
 // it (the queue's, and coherence's, which shares the client), that asks for
@@ -286,7 +286,7 @@ func mapMayBeStale(err error) bool {
 	return moved || redis.IsReadOnlyError(err) || redis.IsClusterDownError(err)
 }
 
-// DialHook is go-redis's.
+// DialHook changes nothing.
 func (r *clusterReload) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 // ProcessHook asks for a reload after a command that failed so.
