@@ -65,21 +65,21 @@ func (c *Client) CacheServer(ctx context.Context, table string) (CacheServer, er
 	return server, err
 }
 
-// BeginHeal takes (or renews) the lease of table's healer for token and
+// BeginHeal takes (or renews) the lease of table's healer for holder and
 // marks a heal of the cache on identity begun, and reports whether it did:
 // not when another healer holds the lease or another server holds the cache
 // by now. A healer renews it before the lease runs out, or another takes
 // over.
-func (c *Client) BeginHeal(ctx context.Context, table, identity, token string, lease time.Duration) (bool, error) {
-	_, done, err := runCacheServer(ctx, c.rdb, table, "begin", identity, token, strconv.FormatInt(lease.Milliseconds(), 10))
+func (c *Client) BeginHeal(ctx context.Context, table, identity, holder string, lease time.Duration) (bool, error) {
+	_, done, err := runCacheServer(ctx, c.rdb, table, "begin", identity, holder, strconv.FormatInt(lease.Milliseconds(), 10))
 	return done, err
 }
 
-// EndHeal gives up token's lease and marks table's cache healed on
+// EndHeal gives up holder's lease and marks table's cache healed on
 // identity, and reports whether it did: not when another server holds the
 // cache by now, or another heal began since (it needs healing in turn).
-func (c *Client) EndHeal(ctx context.Context, table, identity, token string) (bool, error) {
-	_, done, err := runCacheServer(ctx, c.rdb, table, "end", identity, token)
+func (c *Client) EndHeal(ctx context.Context, table, identity, holder string) (bool, error) {
+	_, done, err := runCacheServer(ctx, c.rdb, table, "end", identity, holder)
 	return done, err
 }
 

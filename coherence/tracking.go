@@ -192,8 +192,8 @@ type trackedCache struct {
 	invalidations, flushes, expired atomic.Uint64
 	// mu orders flushes with fills: a fill that began before a flush is
 	// not kept. fills holds each reservation's epoch, by cache key and
-	// token (a late answer to an older reservation of the key must not
-	// touch the current one's).
+	// the reservation's number go-redis hands out (a late answer to an
+	// older reservation of the key must not touch the current one's).
 	mu    sync.Mutex
 	epoch uint64
 	fills map[reservation]uint64
@@ -241,29 +241,29 @@ func (c *trackedCache) Get(ctx context.Context, cacheKey string) ([]byte, bool) 
 // reservation is one fetch of a cache key.
 type reservation struct {
 	cacheKey string
-	token    uint64
+	number   uint64
 }
 
 func (c *trackedCache) Reserve(cacheKey string, redisKeys []string) (uint64, bool) {
-	token, fetch := c.local.Reserve(cacheKey, redisKeys)
+	number, fetch := c.local.Reserve(cacheKey, redisKeys)
 	if fetch {
 		c.mu.Lock()
-		c.fills[reservation{cacheKey, token}] = c.epoch
+		c.fills[reservation{cacheKey, number}] = c.epoch
 		c.mu.Unlock()
 	}
-	return token, fetch
+	return number, fetch
 }
 
-func (c *trackedCache) FulfillOwned(cacheKey string, token, ownerConnID uint64, value []byte) bool {
+func (c *trackedCache) FulfillOwned(cacheKey string, number, ownerConnID uint64, value []byte) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fill := reservation{cacheKey, token}
+	fill := reservation{cacheKey, number}
 	began, ok := c.fills[fill]
 	delete(c.fills, fill)
 	if !ok || began != c.epoch {
 		// A flush came while it was read: what was read may predate an
 		// invalidation the flush stands for.
-		c.local.Cancel(cacheKey, token)
+		c.local.Cancel(cacheKey, number)
 		return false
 	}
 	// The deadline first: readers waiting for this fill are woken by it.
@@ -272,7 +272,7 @@ func (c *trackedCache) FulfillOwned(cacheKey string, token, ownerConnID uint64, 
 	previous, had := c.deadlines.Peek(cacheKey)
 	jitter := time.Duration(rand.Int64N(int64(c.ttl)/4 + 1))
 	c.deadlines.Add(cacheKey, time.Now().Add(c.ttl-jitter))
-	if c.local.FulfillOwned(cacheKey, token, ownerConnID, value) {
+	if c.local.FulfillOwned(cacheKey, number, ownerConnID, value) {
 		return true
 	}
 	if had {
@@ -283,11 +283,11 @@ func (c *trackedCache) FulfillOwned(cacheKey string, token, ownerConnID uint64, 
 	return false
 }
 
-func (c *trackedCache) Cancel(cacheKey string, token uint64) bool {
+func (c *trackedCache) Cancel(cacheKey string, number uint64) bool {
 	c.mu.Lock()
-	delete(c.fills, reservation{cacheKey, token})
+	delete(c.fills, reservation{cacheKey, number})
 	c.mu.Unlock()
-	return c.local.Cancel(cacheKey, token)
+	return c.local.Cancel(cacheKey, number)
 }
 
 func (c *trackedCache) DeleteByRedisKey(redisKey string) int {

@@ -11,18 +11,18 @@
 -- KEYS[1] the table's heal mark: the identity the cache was last healed on,
 --         or "healing:<identity>" while a heal of it runs (readers then
 --         neither trust nor fill whole hashes)
--- KEYS[2] the table's heal lease: the token of the healer at work, expiring
+-- KEYS[2] the table's heal lease: the holder (an id) of the healer at work, expiring
 --
 -- ARGV[1] the move:
 --           "read"  nothing else
 --           "begin" take or renew the lease and mark the heal begun, if
 --                   this server is still the identity ARGV[2] and no other
---                   token holds the lease
+--                   holder holds the lease
 --           "end"   mark the cache healed on ARGV[2], if this server is
 --                   still that identity and the mark still says its heal
 --                   runs; the lease is given up either way
 -- ARGV[2] begin, end: the identity the caller heals (from a read)
--- ARGV[3] begin, end: the caller's token
+-- ARGV[3] begin, end: the caller's holder id
 -- ARGV[4] begin: the lease in milliseconds
 --
 -- Reply: {this server's identity, the mark after the call (false: none),

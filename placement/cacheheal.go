@@ -59,9 +59,9 @@ type BalanceCacheHealer struct {
 	log      *slog.Logger
 	interval time.Duration
 	metrics  healMetrics
-	// token holds the heal's lease: this healer's own, so a heal it began
+	// holder holds the heal's lease: this healer's own, so a heal it began
 	// and could not finish it takes up again at once.
-	token string
+	holder string
 
 	mu sync.Mutex
 	// reported is the server identity whose need of a heal was logged last:
@@ -88,7 +88,7 @@ func NewBalanceCacheHealer(db AccountBalances, cache *coherence.Client, log *slo
 	if log == nil {
 		log = slog.Default()
 	}
-	h := &BalanceCacheHealer{db: db, cache: cache, log: log, interval: CacheHealInterval, token: ulid.Make().String()}
+	h := &BalanceCacheHealer{db: db, cache: cache, log: log, interval: CacheHealInterval, holder: ulid.Make().String()}
 	for _, opt := range opts {
 		opt(h)
 	}
@@ -131,7 +131,7 @@ func (h *BalanceCacheHealer) Heal(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	h.metrics.healed.Set(0)
-	begun, err := h.cache.BeginHeal(ctx, BalancesTable, server.Identity, h.token, cacheHealLease)
+	begun, err := h.cache.BeginHeal(ctx, BalancesTable, server.Identity, h.holder, cacheHealLease)
 	if err != nil || !begun {
 		return false, err
 	}
@@ -145,7 +145,7 @@ func (h *BalanceCacheHealer) Heal(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	healed, err := h.cache.EndHeal(ctx, BalancesTable, server.Identity, h.token)
+	healed, err := h.cache.EndHeal(ctx, BalancesTable, server.Identity, h.holder)
 	if err != nil {
 		return false, err
 	}
@@ -178,7 +178,7 @@ var errHealTaken = errors.New("the balance cache heal was taken over or its serv
 func (h *BalanceCacheHealer) refill(ctx context.Context, identity string) (int, error) {
 	wrote := 0
 	err := h.cache.ScanCache(ctx, BalancesTable, identity, func(accounts []string) error {
-		if held, err := h.cache.BeginHeal(ctx, BalancesTable, identity, h.token, cacheHealLease); err != nil || !held {
+		if held, err := h.cache.BeginHeal(ctx, BalancesTable, identity, h.holder, cacheHealLease); err != nil || !held {
 			return cmp.Or(err, errHealTaken)
 		}
 		balances, err := h.db.OfAccounts(ctx, accounts)

@@ -263,7 +263,7 @@ var (
 	headerContentLength    = []byte("Content-Length")
 	headerTransferEncoding = []byte("Transfer-Encoding")
 	headerConnection       = []byte("Connection")
-	tokenClose             = []byte("close")
+	itemClose              = []byte("close")
 )
 
 // readHead reads an HTTP/1.x status line and headers, returning the status
@@ -310,7 +310,7 @@ func readHead(r *bufio.Reader) (code int, keepAlive bool, length int, err error)
 		case bytes.EqualFold(name, headerTransferEncoding):
 			return 0, false, 0, errChunked
 		case bytes.EqualFold(name, headerConnection):
-			if hasToken(value, tokenClose) {
+			if hasItem(value, itemClose) {
 				keepAlive = false
 			}
 		}
@@ -338,12 +338,12 @@ func parseDecimal(b []byte) (int, bool) {
 	return n, true
 }
 
-// hasToken tells whether a comma-separated header value holds token.
-func hasToken(value, token []byte) bool {
+// hasItem tells whether a comma-separated header value lists item.
+func hasItem(value, item []byte) bool {
 	for len(value) > 0 {
-		var item []byte
-		item, value, _ = bytes.Cut(value, []byte(","))
-		if bytes.EqualFold(bytes.TrimSpace(item), token) {
+		var part []byte
+		part, value, _ = bytes.Cut(value, []byte(","))
+		if bytes.EqualFold(bytes.TrimSpace(part), item) {
 			return true
 		}
 	}

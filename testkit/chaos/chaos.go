@@ -48,7 +48,7 @@
 //     on their appends, WORKER_WAIT_REPLICAS=1), within 20 s of the drain;
 //   - every cached account is served its balances as PostgreSQL holds them
 //     within 15 s of the drain: through the Redis kill and the failovers,
-//     the coherence lane and the cache's heals leave nothing behind;
+//     the coherence job mode and the cache's heals leave nothing behind;
 //   - after the run the replica follows the primary, and no process logged
 //     an API key.
 //
@@ -1128,7 +1128,7 @@ func (c *client) post(req request) (answer, error) {
 const cachedBalancesDeadline = 15 * time.Second
 
 // checkCachedBalances checks that a reader is served every cached account's
-// balances as PostgreSQL holds them once the coherence lane and the heals
+// balances as PostgreSQL holds them once the coherence job mode and the heals
 // have caught up: through Redis kills and failovers, no cached balance is
 // left behind (an account without a hash is read from PostgreSQL).
 func (r *run) checkCachedBalances(ctx context.Context) {
