@@ -2,7 +2,6 @@ package placement
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"

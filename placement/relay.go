@@ -2,7 +2,6 @@ package placement
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -100,7 +99,7 @@ type OutboxRelay struct {
 
 // Outbox is the outbox the relay carries rows of (postgres.Outbox).
 type Outbox interface {
-	// MarkRelayed stamps the rows of entries relayed.
+	// MarkRelayed marks the rows of entries relayed.
 	MarkRelayed(ctx context.Context, entries []orders.OutboxEntry) error
 	// SweepBatch takes up to limit unrelayed rows older than age, hands
 	// them to carry and marks the ones it returns, in one transaction;

@@ -29,7 +29,7 @@ type Outbox struct {
 // NewOutbox uses db.
 func NewOutbox(db *pgxpool.Pool) *Outbox { return &Outbox{db: db} }
 
-// MarkRelayed stamps the rows of entries relayed.
+// MarkRelayed marks the rows of entries relayed.
 func (j *Outbox) MarkRelayed(ctx context.Context, entries []orders.OutboxEntry) error {
 	return markRelayed(ctx, j.db, entries)
 }
@@ -68,7 +68,7 @@ type outboxExecer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// markRelayed stamps the rows of entries, found by their unique name and
+// markRelayed marks the rows of entries, found by their unique name and
 // version, so an entry handed over without its row id is marked too.
 func markRelayed(ctx context.Context, db outboxExecer, entries []orders.OutboxEntry) error {
 	if len(entries) == 0 {
