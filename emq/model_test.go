@@ -17,6 +17,7 @@ import (
 // modelJob is a job as the pure Go model of the queue sees it.
 type modelJob struct {
 	group    string
+	label    string // the payload's member "s"; empty: none
 	state    string
 	attempts int64
 	forgiven int64
@@ -89,10 +90,11 @@ func TestQueueAgreesWithModel(t *testing.T) {
 			"admit": func(rt *rapid.T) {
 				id := fmt.Sprintf("J%03d", len(model.order))
 				group := rapid.SampledFrom([]string{"a", "b", "c"}).Draw(rt, "group")
-				if _, err := queue.Admit(ctx, job(id, group, "")); err != nil {
+				label := rapid.SampledFrom([]string{"x", "y", ""}).Draw(rt, "label")
+				if _, err := queue.Admit(ctx, labeled(id, group, label)); err != nil {
 					rt.Fatal(err)
 				}
-				model.jobs[id] = &modelJob{group: group, state: emq.StatePending}
+				model.jobs[id] = &modelJob{group: group, label: label, state: emq.StatePending}
 				model.order = append(model.order, id)
 			},
 			"claim": func(rt *rapid.T) {
@@ -167,6 +169,33 @@ func TestQueueAgreesWithModel(t *testing.T) {
 					}
 				}
 			},
+			"cancel group": func(rt *rapid.T) {
+				group := rapid.SampledFrom([]string{"a", "b", "c"}).Draw(rt, "group")
+				var only *emq.PayloadMember
+				if rapid.Bool().Draw(rt, "filtered") {
+					only = &emq.PayloadMember{Name: "s", Value: rapid.SampledFrom([]string{"x", "y", ""}).Draw(rt, "value")}
+				}
+				canceled, err := queue.CancelGroupIn(ctx, group, only, rapid.IntRange(1, 4).Draw(rt, "per run"), nil)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				var got, want []string
+				for _, job := range canceled {
+					got = append(got, job.ID)
+				}
+				for _, id := range model.order {
+					job := model.jobs[id]
+					waiting := job.state == emq.StatePending || job.state == emq.StateDelayed
+					if job.group == group && waiting && (only == nil || (job.label == only.Value && job.label != "")) {
+						want = append(want, id)
+						job.state = emq.StateCanceled
+					}
+				}
+				slices.Sort(got)
+				if !slices.Equal(got, want) {
+					rt.Fatalf("cancel group %s (%v) withdrew %v, model %v", group, only, got, want)
+				}
+			},
 			"lease runs out": func(rt *rapid.T) {
 				var active []string
 				for _, id := range model.order {
@@ -223,12 +252,12 @@ func TestQueueAgreesWithModel(t *testing.T) {
 					}
 				}
 			},
-			"": func(rt *rapid.T) { checkAgainstModel(rt, ctx, queue, model) },
+			"": func(rt *rapid.T) { checkAgainstModel(rt, ctx, rdb, queue, model) },
 		})
 	})
 }
 
-func checkAgainstModel(rt *rapid.T, ctx context.Context, queue *emq.Queue, model *queueModel) {
+func checkAgainstModel(rt *rapid.T, ctx context.Context, rdb redis.UniversalClient, queue *emq.Queue, model *queueModel) {
 	stats, err := queue.Stats(ctx)
 	if err != nil {
 		rt.Fatal(err)
@@ -265,6 +294,7 @@ func checkAgainstModel(rt *rapid.T, ctx context.Context, queue *emq.Queue, model
 	if len(lanes) != len(wantLanes) {
 		rt.Fatalf("lanes %v, model %v", lanes, wantLanes)
 	}
+	checkLaneBookkeeping(rt, rdb, queue)
 }
 
 // flush empties the server (every master of a cluster).

@@ -155,7 +155,8 @@ type Job struct {
 	Kind string
 	// Group is the job's fair lane: groups are served in rotation.
 	Group string
-	// Payload is opaque to the queue.
+	// Payload is opaque to the queue; only CancelGroup, when asked to,
+	// reads it as a JSON object to match one member.
 	Payload []byte
 	// DedupKey refuses a second job under the same key for the queue's
 	// dedup retention (WithDedupRetention); empty means the job id itself.

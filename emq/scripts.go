@@ -33,6 +33,9 @@ var (
 	// first run's own move left the job canceled or pending.
 	cancelScript  = scriptpipe.Once(lua.Cancel)
 	requeueScript = scriptpipe.Once(lua.Requeue)
+	// A second run of cancel_all withdraws nothing the first run withdrew,
+	// so the jobs that run answered would be lost to the caller.
+	cancelAllScript = scriptpipe.Once(lua.CancelAll)
 	// A second run of declare writes the same kinds and settings again;
 	// a retention it changed is already the stored one, so it changes
 	// nothing more.

@@ -19,7 +19,8 @@
 --                           finish time, deletes its row, and trims both to retention
 -- record_finished(jobs, id, job, state, done, finished, at)
 --                           finish without the trim, at a given time: for a script finishing
---                           several jobs, which trims once (trim_finished) at its end
+--                           several jobs, which trims once (trim_finished) at its end; returns
+--                           the finished row
 -- trim_finished(done, finished, retention)
 --                           drops the oldest finished records past retention
 --
@@ -125,9 +126,11 @@ end
 local function record_finished(jobs, id, job, state, done, finished, at)
   job.state = state
   job.finished = at
-  redis.call('HSET', finished, id, encode(job))
+  local row = encode(job)
+  redis.call('HSET', finished, id, row)
   redis.call('HDEL', jobs, id)
   redis.call('ZADD', done, at, id)
+  return row
 end
 
 local function trim_finished(done, finished, retention)

@@ -41,6 +41,8 @@ var (
 	reap string
 	//go:embed cancel.lua
 	cancel string
+	//go:embed cancel_all.lua
+	cancelAll string
 	//go:embed requeue.lua
 	requeue string
 	//go:embed declare.lua
@@ -75,6 +77,9 @@ var (
 	Reap = lib + reap
 	// Cancel withdraws a job no worker holds.
 	Cancel = lib + cancel
+	// CancelAll withdraws every job of a group no worker holds, a bounded
+	// number of entries per call.
+	CancelAll = lib + cancelAll
 	// Requeue revives a dead job.
 	Requeue = lib + requeue
 	// Declare registers a queue's job kinds and sets its dedup retention.
