@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -28,7 +29,96 @@ var (
 	settleInsertEntriesSQL string
 	//go:embed sql/settle_outbox.sql
 	settleOutboxSQL string
+	//go:embed sql/cancel_record_all.sql
+	cancelRecordAllSQL string
 )
+
+// RecordAllCanceled writes the canceled rows of orders the queue canceled
+// before any worker took them, with their order.canceled events, as
+// RecordCanceled writes one, and returns the rows of those now canceled as
+// History.Order reads them, in the order given. An order whose row
+// settlement wrote first (a worker whose lease ran out settled it) is left
+// out: that row is what happened to it. The call is one transaction of
+// three statements whatever the number of orders (the caller bounds it): on
+// an error no row is written, and the error wraps orders.ErrUnavailable.
+func (h *History) RecordAllCanceled(ctx context.Context, list []orders.Order) ([]orders.Order, error) {
+	if len(list) == 0 {
+		return nil, nil
+	}
+	n := len(list)
+	ids, accounts, clientIDs, symbols := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	sides, types, quantities, prices := make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
+	created, canceledAt := make([]time.Time, n), make([]*time.Time, n)
+	tifs, postOnly := make([]string, n), make([]bool, n)
+	for i, order := range list {
+		ids[i], accounts[i], clientIDs[i], symbols[i] = order.ID, order.Account, order.ClientOrderID, order.Symbol
+		sides[i], types[i], quantities[i] = string(order.Side), string(order.Type), order.Quantity.String()
+		if order.Price != nil {
+			text := order.Price.String()
+			prices[i] = &text
+		}
+		created[i], canceledAt[i] = order.CreatedAt, order.CanceledAt
+		tifs[i], postOnly[i] = string(order.TimeInForce), order.PostOnly
+	}
+	unavailable := func(err error) error {
+		return fmt.Errorf("%w: record the cancel of %d orders of %s: %w", orders.ErrUnavailable, n, list[0].Account, err)
+	}
+	var canceled []orders.Order
+	err := pgx.BeginFunc(ctx, h.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, cancelRecordAllSQL, ids, accounts, clientIDs, symbols, sides, types, quantities, prices,
+			created, canceledAt, tifs, postOnly)
+		if err != nil {
+			return err
+		}
+		var inserted, stillCanceled []string
+		var (
+			id, status string
+			isNew      bool
+		)
+		_, err = pgx.ForEachRow(rows, []any{&id, &status, &isNew}, func() error {
+			if isNew {
+				inserted = append(inserted, id)
+			}
+			if orders.Status(status) == orders.StatusCanceled {
+				stillCanceled = append(stillCanceled, id)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(inserted) > 0 {
+			if _, err := tx.Exec(ctx, settleEventsSQL, inserted, []string{}); err != nil {
+				return err
+			}
+		}
+		if len(stillCanceled) == 0 {
+			return nil
+		}
+		rows, err = tx.Query(ctx, orderSelectSQL+` WHERE o.id = ANY($1)`, stillCanceled)
+		if err != nil {
+			return err
+		}
+		read, err := collectOrders(rows)
+		if err != nil {
+			return err
+		}
+		byID := make(map[string]orders.Order, len(read))
+		for _, order := range read {
+			byID[order.ID] = order
+		}
+		for _, id := range ids {
+			if order, ok := byID[id]; ok {
+				canceled = append(canceled, order)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return canceled, nil
+}
 
 // CancelResting cancels a resting order of the account by its client, under
 // its instrument's lock (the lock settlement matches under, so a quantity is
