@@ -497,6 +497,34 @@ func TestCancelGroupIsNotSentAgain(t *testing.T) {
 	}
 }
 
+// TestCancelGroupLeavesARowItCannotRead: a job whose row is in no format
+// the script reads stays where it is (claim reports it) instead of failing
+// the run after it withdrew others; a failure between runs returns what the
+// runs before withdrew.
+func TestCancelGroupLeavesARowItCannotRead(t *testing.T) {
+	queue, rdb := newQueue(t)
+	ctx := context.Background()
+	ids := admitN(t, queue, "g", 4)
+	if err := rdb.HSet(ctx, emq.JobsKey(queue.Name()), ids[1], "not a row").Err(); err != nil {
+		t.Fatal(err)
+	}
+	stop := errors.New("stop")
+	canceled, err := queue.CancelGroupIn(ctx, "g", nil, 1, func(string) error { return stop })
+	if !errors.Is(err, stop) || len(canceled) != 1 || canceled[0].ID != ids[0] {
+		t.Fatalf("first run: %d jobs, %v; want %s and the failure", len(canceled), err, ids[0])
+	}
+	canceled, err = queue.CancelGroup(ctx, "g", nil)
+	if err != nil || len(canceled) != 2 || canceled[0].ID != ids[2] || canceled[1].ID != ids[3] {
+		t.Fatalf("cancel group: %v, %v; want %s and %s", canceled, err, ids[2], ids[3])
+	}
+	if lane, err := rdb.LRange(ctx, queue.Key("lane:g"), 0, -1).Result(); err != nil || !slices.Equal(lane, ids[1:2]) {
+		t.Errorf("lane g = %v, %v; want the unreadable job alone", lane, err)
+	}
+	if depth, err := queue.LaneDepth(ctx, "g"); err != nil || depth != 1 {
+		t.Errorf("lane depth %d, %v; want 1", depth, err)
+	}
+}
+
 // TestCancelGroupRefusesWhatIsNoCall: no group, a member without a name.
 func TestCancelGroupRefusesWhatIsNoCall(t *testing.T) {
 	queue, _ := newQueue(t)

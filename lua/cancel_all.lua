@@ -71,6 +71,15 @@ local function matches(job)
   return ok and type(doc) == 'table' and doc[member] == value
 end
 
+-- The job's row, or nil when it has none or one in a format this script
+-- cannot read: such a job is left where it is (claim reports it), rather
+-- than the run failing after it withdrew others, which it could not answer.
+local function job_of(id)
+  local ok, job = pcall(read, KEYS[1], id)
+  if ok then return job end
+  return nil
+end
+
 local function withdraw(id, job)
   reply[#reply + 1] = id
   reply[#reply + 1] = record_finished(KEYS[1], id, job, 'canceled', KEYS[6], KEYS[7], at)
@@ -92,7 +101,7 @@ local function scan_delayed()
   budget = budget - looked
   for i = 1, #entries, 2 do
     local id = entries[i]
-    local job = read(KEYS[1], id)
+    local job = job_of(id)
     if job and job.state == 'delayed' and matches(job) then
       redis.call('ZREM', KEYS[5], id)
       withdraw(id, job)
@@ -120,7 +129,7 @@ local function scan_list(list, lane)
   local kept, gone, head = 0, 0, start == 0
   local from_head = 0
   for i, id in ipairs(entries) do
-    local job = read(KEYS[1], id)
+    local job = job_of(id)
     if job and job.state == 'pending' and matches(job) then
       redis.call('LSET', list, start + i - 1, withdrawn_mark)
       withdraw(id, job)
