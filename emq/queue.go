@@ -361,20 +361,6 @@ func (q *Queue) LaneDepth(ctx context.Context, group string) (int64, error) {
 	return depth, nil
 }
 
-// LaneJobs lists the ids of a group's pending jobs in its lane, oldest
-// first, at most limit of them. Jobs waiting out a retry backoff are in no
-// lane and not listed.
-func (q *Queue) LaneJobs(ctx context.Context, group string, limit int) ([]string, error) {
-	if limit < 1 {
-		return nil, nil
-	}
-	ids, err := q.client.rdb.LRange(ctx, q.laneKey(group), 0, int64(limit-1)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("emq: lane jobs of %s on %s: %w", group, q.name, err)
-	}
-	return ids, nil
-}
-
 // Pending is the number of pending jobs across all lanes.
 func (q *Queue) Pending(ctx context.Context) (int64, error) {
 	depths, err := q.LaneDepths(ctx)

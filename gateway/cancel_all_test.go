@@ -2,11 +2,22 @@ package gateway_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/govalues/decimal"
+
+	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/settlement"
 )
 
 // insertRestingOrder writes a resting row as settlement leaves one (open,
@@ -96,4 +107,240 @@ func TestCancelAllOrders(t *testing.T) {
 			t.Errorf("no key: %d %s", res.status, res.body)
 		}
 	})
+}
+
+// admitOrder admits an order of the account onto the queue as the gateway
+// does, without the HTTP round trip, and returns its id.
+func (f *fixture) admitOrder(t testing.TB, account, clientOrderID, symbol string, side orders.Side, quantity, price string) string {
+	t.Helper()
+	_, job, err := placement.PlaceJob(orders.PlaceCommand{
+		Account: account, ClientOrderID: clientOrderID, Symbol: symbol, Side: side, Type: orders.Limit,
+		Quantity: decimal.MustParse(quantity), Price: decimal.MustParse(price),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.queue.Admit(context.Background(), job); err != nil {
+		t.Fatalf("admit %s: %v", clientOrderID, err)
+	}
+	return job.ID
+}
+
+// settleAll runs a settlement worker until every order the queue holds has
+// its row, then stops it.
+func (f *fixture) settleAll(t testing.TB, ids []string) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	quiet := slog.New(slog.DiscardHandler)
+	done := make(chan error, 1)
+	go func() {
+		done <- f.queue.Work(ctx, settlement.Settle(postgres.NewSettler(f.db, nil, quiet)), emq.WorkerOptions{
+			Concurrency: 8, Lease: 10 * time.Second, Logger: quiet,
+		})
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for rows := 0; rows < len(ids); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d orders settled within a minute", rows, len(ids))
+		}
+		if err := f.db.QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE id = ANY($1)`, ids).Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("worker: %v", err)
+	}
+}
+
+// TestCancelAllCancelsEveryWaitingOrder (issue 23): 5,000 pending orders of
+// the caller in every place the queue keeps them (its lane, delayed for a
+// retry, handed back to the front list by a stopping worker, and some a
+// worker holds), resting orders with their holds, and another account's
+// orders. DELETE /v1/orders?symbol= then DELETE /v1/orders cancel every
+// order of the caller that no worker holds, each once, answer them all,
+// leave the held ones and the other account's alone, release every hold and
+// leave the lanes consistent.
+func TestCancelAllCancelsEveryWaitingOrder(t *testing.T) {
+	total := 5000
+	if testing.Short() {
+		total = 1500
+	}
+	ctx := context.Background()
+	f := newFixture(t, 2)
+	key, account, other := f.keys[0], f.accounts[0], f.accounts[1]
+	ledger := postgres.NewLedger(f.db)
+	for _, acc := range f.accounts {
+		for asset, amount := range map[string]string{"USD": "1000000", "BTC": "100", "ETH": "1000"} {
+			if err := ledger.Deposit(ctx, acc, asset, amount); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	symbols := []string{"BTC-USD", "ETH-USD"}
+	// Buys below and sells above the reference price: they rest.
+	prices := map[string][2]string{"BTC-USD": {"49000.00", "51000.00"}, "ETH-USD": {"2900.00", "3100.00"}}
+	quantity := map[string]string{"BTC-USD": "0.01000", "ETH-USD": "0.100"}
+	order := func(acc, name string, i int) string {
+		symbol, side := symbols[i%2], []orders.Side{orders.Buy, orders.Sell}[i/2%2]
+		return f.admitOrder(t, acc, fmt.Sprintf("%s-%05d", name, i), symbol, side, quantity[symbol], prices[symbol][i/2%2])
+	}
+	symbolOf := func(i int) string { return symbols[i%2] }
+
+	expected := map[string]map[string]bool{"BTC-USD": {}, "ETH-USD": {}}
+	// Resting orders, with their holds, settled by a worker.
+	var resting, othersResting []string
+	for i := range 40 {
+		resting = append(resting, order(account, "rest", i))
+		expected[symbolOf(i)][resting[i]] = true
+	}
+	for i := range 10 {
+		othersResting = append(othersResting, order(other, "their-rest", i))
+	}
+	f.settleAll(t, append(slices.Clone(resting), othersResting...))
+
+	// Then the pending ones: those a worker moves are admitted and claimed
+	// before the rest, so the claim takes exactly them.
+	delayed, front, active := total/10, total/10, total/50
+	moved := map[string]string{}
+	for i := range delayed + front + active {
+		id := order(account, "moved", i)
+		switch {
+		case i < delayed:
+			moved[id] = emq.StateDelayed
+		case i < delayed+front:
+			moved[id] = "front"
+		default:
+			moved[id] = emq.StateActive
+		}
+		if moved[id] != emq.StateActive {
+			expected[symbolOf(i)][id] = true
+		}
+	}
+	claims, err := f.queue.Claim(ctx, len(moved), time.Hour)
+	if err != nil || len(claims) != len(moved) {
+		t.Fatalf("claim: %d, %v", len(claims), err)
+	}
+	later := emq.RetryPolicy{MaxAttempts: 10, BaseDelay: time.Hour, MaxDelay: time.Hour}
+	for _, c := range claims {
+		switch moved[c.ID] {
+		case emq.StateDelayed:
+			_, err = f.queue.Retry(ctx, c.ID, c.Token, errors.New("database down"), later)
+		case "front":
+			err = f.queue.Release(ctx, c.ID, c.Token)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range total - len(moved) {
+		expected[symbolOf(i)][order(account, "lane", i)] = true
+	}
+	var othersPending []string
+	for i := range 50 {
+		othersPending = append(othersPending, order(other, "theirs", i))
+	}
+
+	cancelAll := func(query string) map[string]bool {
+		t.Helper()
+		res := f.do(t, f.http, http.MethodDelete, "/v1/orders"+query, key, "", "")
+		if res.status != http.StatusOK {
+			t.Fatalf("DELETE /v1/orders%s: %d %.500s", query, res.status, res.body)
+		}
+		ids := map[string]bool{}
+		for _, order := range res.json(t)["orders"].([]any) {
+			o := order.(map[string]any)
+			id := o["id"].(string)
+			if o["status"] != "canceled" || o["account_id"] != account || ids[id] {
+				t.Errorf("answered %v (again: %v), want the caller's canceled order once", o, ids[id])
+			}
+			ids[id] = true
+		}
+		return ids
+	}
+	for _, step := range []struct{ query, symbol string }{{"?symbol=BTC-USD", "BTC-USD"}, {"", "ETH-USD"}} {
+		start := time.Now()
+		got := cancelAll(step.query)
+		t.Logf("DELETE /v1/orders%s: %d orders in %v", step.query, len(got), time.Since(start))
+		if want := expected[step.symbol]; !maps.Equal(got, want) {
+			t.Errorf("DELETE /v1/orders%s canceled %d orders, want %d: %d missing, %d not expected",
+				step.query, len(got), len(want), len(difference(want, got)), len(difference(got, want)))
+		}
+	}
+	if got := cancelAll(""); len(got) != 0 {
+		t.Errorf("a third call canceled %d orders, want none", len(got))
+	}
+
+	// Every order canceled has its canceled row; nothing else of the
+	// caller's is canceled, and the other account's are as they were.
+	var all []string
+	for _, ids := range expected {
+		for id := range ids {
+			all = append(all, id)
+		}
+	}
+	var rows int
+	if err := f.db.QueryRow(ctx, `SELECT count(*) FROM orders WHERE id = ANY($1) AND status = 'canceled' AND hold = 0`, all).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != len(all) {
+		t.Errorf("%d canceled rows, want %d", rows, len(all))
+	}
+	for id, where := range moved {
+		info, err := f.queue.Job(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]string{true: emq.StateActive, false: emq.StateCanceled}[where == emq.StateActive]; info.State != want {
+			t.Errorf("%s (%s) is %s, want %s", id, where, info.State, want)
+		}
+	}
+	for _, id := range othersPending {
+		if info, err := f.queue.Job(ctx, id); err != nil || info.State != emq.StatePending {
+			t.Errorf("another account's order %s is %s, %v; want pending", id, info.State, err)
+		}
+	}
+	var open int
+	if err := f.db.QueryRow(ctx, `SELECT count(*) FROM orders WHERE id = ANY($1) AND status = 'open'`, othersResting).Scan(&open); err != nil || open != len(othersResting) {
+		t.Errorf("%d of the other account's %d resting orders open, %v", open, len(othersResting), err)
+	}
+	var held string
+	if err := f.db.QueryRow(ctx, `SELECT trim_scale(coalesce(sum(held), 0))::text FROM balances WHERE account_id = $1`, account).Scan(&held); err != nil || held != "0" {
+		t.Errorf("the caller still holds %s, %v", held, err)
+	}
+	violations, err := postgres.Audit(ctx, f.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range violations {
+		t.Errorf("audit: %+v", v)
+	}
+
+	// The queue holds nothing of the caller's but what workers hold, and its
+	// lanes agree with that.
+	if depth, err := f.queue.LaneDepth(ctx, account); err != nil || depth != 0 {
+		t.Errorf("the caller's lane count is %d, %v; want 0", depth, err)
+	}
+	stats, err := f.queue.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.Pending != int64(len(othersPending)) || stats.Delayed != 0 || stats.Active != int64(active) || stats.Lanes != 1 {
+		t.Errorf("queue stats %+v; want %d pending in one lane (the other account's), none delayed, %d active", stats, len(othersPending), active)
+	}
+	claims, err = f.queue.Claim(ctx, 1000, time.Hour)
+	if err != nil || len(claims) != len(othersPending) {
+		t.Errorf("claimed %d after, %v; want the other account's %d", len(claims), err, len(othersPending))
+	}
+}
+
+// difference lists the keys of a that b lacks.
+func difference(a, b map[string]bool) []string {
+	var ids []string
+	for id := range a {
+		if !b[id] {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }

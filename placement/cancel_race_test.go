@@ -41,6 +41,10 @@ func (h *restingMeanwhile) RecordCanceled(context.Context, orders.Order) (orders
 	return orders.StatusCanceled, nil
 }
 
+func (h *restingMeanwhile) RecordAllCanceled(_ context.Context, list []orders.Order) ([]orders.Order, error) {
+	return list, nil
+}
+
 func (h *restingMeanwhile) CancelResting(ctx context.Context, account, id string) (orders.Order, error) {
 	h.bookCanceled = true
 	o := h.order

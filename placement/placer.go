@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
@@ -20,6 +21,10 @@ type History interface {
 	// RecordCanceled writes the canceled row of an order and returns the
 	// status the row holds afterwards.
 	RecordCanceled(ctx context.Context, order orders.Order) (orders.Status, error)
+	// RecordAllCanceled writes the canceled rows of orders in one
+	// transaction and returns the rows of those now canceled, leaving out
+	// any whose row settlement wrote first; on an error it wrote none.
+	RecordAllCanceled(ctx context.Context, list []orders.Order) ([]orders.Order, error)
 	// CancelResting cancels the account's resting order with the id under
 	// its instrument's lock, releasing its hold, and returns it canceled: a
 	// *NotCancelableError when it is no longer resting (filled meanwhile),
@@ -345,54 +350,121 @@ func (p *Placer) Cancel(ctx context.Context, account, id string) (orders.Order, 
 	return canceled, nil
 }
 
-// MaxCancelAll is the most pending orders one CancelAll cancels on the
-// queue; a client with more calls again.
-const MaxCancelAll = 1000
+// symbolMember is the member of an order's queue payload (its JSON, the
+// json tag of orders.Order.Symbol) that CancelAll matches a symbol on.
+const symbolMember = "symbol"
+
+// recordBatch is the most canceled rows CancelAll writes in one
+// transaction: about as many orders as a settlement batch writes, so the
+// order.canceled event each transaction appends stays as large as theirs.
+const recordBatch = 500
+
+// recordTimeout bounds the writing of one batch of canceled rows. It runs on
+// even when the request's context ends (its client went away): the orders
+// are withdrawn from the queue already, and only their rows make the
+// cancels final.
+const recordTimeout = 10 * time.Second
+
+// PartialCancelError: CancelAll failed after canceling some orders. It wraps
+// the failure (orders.ErrUnavailable when Redis or PostgreSQL did not
+// answer); a second call cancels what is left.
+type PartialCancelError struct {
+	// Canceled are the orders canceled, each in status canceled.
+	Canceled []orders.Order
+	// Unconfirmed are orders withdrawn from the queue whose canceled rows
+	// could not be written: until a row exists, a worker whose lease ran out
+	// may still settle one (Cancel answers unavailable for the same reason).
+	// GET tells what became of each, and writes its row.
+	Unconfirmed []orders.Order
+	Err         error
+}
+
+func (e *PartialCancelError) Error() string {
+	return fmt.Sprintf("placement: cancel all: %d orders canceled and %d unconfirmed before it failed: %v", len(e.Canceled), len(e.Unconfirmed), e.Err)
+}
+
+func (e *PartialCancelError) Unwrap() error { return e.Err }
 
 // CancelAll cancels every pending order of the account on the queue and
 // every resting one in the book (only the symbol's, unless symbol is empty),
-// and returns the orders it canceled. A pending order a worker takes
-// meanwhile is left out (it is no longer pending); it rests or finishes,
-// and a second call cancels it if it rests. Pending orders come first, so
-// none of them can come to rest after the book was swept.
+// and returns the orders it canceled, each once.
+//
+// Pending means wherever the queue keeps the order: in the account's lane,
+// waiting out a retry backoff, or handed back to the front list by a
+// stopping worker; emq.Queue.CancelGroup withdraws them in a few runs of one
+// script, each bounded. Their canceled rows are then written in batches,
+// each one transaction, and the resting orders are canceled in the book.
+// Pending orders come first, so none of them can come to rest after the book
+// was swept. An order a worker holds meanwhile is left out (it is no longer
+// pending); it rests or finishes, and a second call cancels it if it rests.
+//
+// A failure midway returns a *PartialCancelError carrying what was
+// canceled until then, unless nothing was.
 func (p *Placer) CancelAll(ctx context.Context, account, symbol string) ([]orders.Order, error) {
 	if p.history == nil {
 		return nil, errors.New("orders: canceling all orders needs a Placer with a History")
 	}
-	ids, err := p.queue.LaneJobs(ctx, account, MaxCancelAll)
+	var only *emq.PayloadMember
+	if symbol != "" {
+		only = &emq.PayloadMember{Name: symbolMember, Value: symbol}
+	}
+	jobs, err := p.queue.CancelGroup(ctx, account, only)
+	var failures []error
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
+		failures = append(failures, fmt.Errorf("%w: %w", orders.ErrUnavailable, err))
+	}
+	withdrawn := make([]orders.Order, 0, len(jobs))
+	var unconfirmed []orders.Order
+	for _, job := range jobs {
+		order, err := orderOf(job)
+		if err != nil {
+			// Canceled in the queue, but no order can be recorded from it.
+			failures = append(failures, err)
+			unconfirmed = append(unconfirmed, orders.Order{ID: job.ID, Account: account, Status: orders.StatusCanceled})
+			continue
+		}
+		withdrawn = append(withdrawn, order)
 	}
 	canceled := []orders.Order{}
-	for _, id := range ids {
-		order, err := p.queued(ctx, account, id)
-		if errors.Is(err, orders.ErrNotFound) {
+	recorded := true
+	for start := 0; start < len(withdrawn); start += recordBatch {
+		batch := withdrawn[start:min(start+recordBatch, len(withdrawn))]
+		if !recorded {
+			unconfirmed = append(unconfirmed, batch...)
 			continue
+		}
+		record, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+		rows, err := p.history.RecordAllCanceled(record, batch)
+		cancel()
+		if err != nil {
+			// PostgreSQL failed: the rest are not written either, nor the
+			// book swept.
+			recorded = false
+			unconfirmed = append(unconfirmed, batch...)
+			failures = append(failures, err)
+			continue
+		}
+		for _, row := range rows {
+			canceled = append(canceled, withDefaults(row))
+		}
+	}
+	if recorded {
+		resting, err := p.history.CancelAllResting(ctx, account, symbol)
+		for _, order := range resting {
+			canceled = append(canceled, withDefaults(order))
 		}
 		if err != nil {
-			return nil, err
+			failures = append(failures, err)
 		}
-		if order.Status != orders.StatusPending || (symbol != "" && order.Symbol != symbol) {
-			continue
-		}
-		order, err = p.Cancel(ctx, account, id)
-		var notCancelable *orders.NotCancelableError
-		switch {
-		case errors.As(err, &notCancelable), errors.Is(err, orders.ErrNotFound):
-			continue // taken by a worker meanwhile, or trimmed
-		case err != nil:
-			return nil, err
-		}
-		canceled = append(canceled, order)
 	}
-	resting, err := p.history.CancelAllResting(ctx, account, symbol)
-	if err != nil {
+	if len(failures) == 0 {
+		return canceled, nil
+	}
+	err = errors.Join(failures...)
+	if len(canceled) == 0 && len(unconfirmed) == 0 {
 		return nil, err
 	}
-	for _, order := range resting {
-		canceled = append(canceled, withDefaults(order))
-	}
-	return canceled, nil
+	return nil, &PartialCancelError{Canceled: canceled, Unconfirmed: unconfirmed, Err: err}
 }
 
 // notCancelable turns the queue's refusal into the order status that caused

@@ -1674,9 +1674,11 @@ type ClientInterface interface {
 	// `symbol`, only that instrument's. Answers the orders it canceled,
 	// each in status `canceled` (an empty list when there were none).
 	//
-	// An order a worker takes while the call runs is left out: it is no
-	// longer `pending`, and a second call cancels it if it came to rest.
-	// At most 1,000 `pending` orders are canceled per call.
+	// `pending` means wherever the queue keeps the order: in line,
+	// waiting out a retry backoff, or handed back by a stopping worker.
+	// Each order is answered once. An order a worker takes while the call
+	// runs is left out: it is no longer `pending`, and a second call
+	// cancels it if it came to rest.
 	//
 	// Corresponds with DELETE /v1/orders (the `CancelAllOrders` operationId).
 	CancelAllOrders(ctx context.Context, params *CancelAllOrdersParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1998,9 +2000,11 @@ func (c *Client) GetBook(ctx context.Context, symbol Symbol, params *GetBookPara
 // `symbol`, only that instrument's. Answers the orders it canceled,
 // each in status `canceled` (an empty list when there were none).
 //
-// An order a worker takes while the call runs is left out: it is no
-// longer `pending`, and a second call cancels it if it came to rest.
-// At most 1,000 `pending` orders are canceled per call.
+// `pending` means wherever the queue keeps the order: in line,
+// waiting out a retry backoff, or handed back by a stopping worker.
+// Each order is answered once. An order a worker takes while the call
+// runs is left out: it is no longer `pending`, and a second call
+// cancels it if it came to rest.
 //
 // Corresponds with DELETE /v1/orders (the `CancelAllOrders` operationId).
 func (c *Client) CancelAllOrders(ctx context.Context, params *CancelAllOrdersParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3101,9 +3105,11 @@ type ClientWithResponsesInterface interface {
 	// `symbol`, only that instrument's. Answers the orders it canceled,
 	// each in status `canceled` (an empty list when there were none).
 	//
-	// An order a worker takes while the call runs is left out: it is no
-	// longer `pending`, and a second call cancels it if it came to rest.
-	// At most 1,000 `pending` orders are canceled per call.
+	// `pending` means wherever the queue keeps the order: in line,
+	// waiting out a retry backoff, or handed back by a stopping worker.
+	// Each order is answered once. An order a worker takes while the call
+	// runs is left out: it is no longer `pending`, and a second call
+	// cancels it if it came to rest.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5037,9 +5043,11 @@ func (c *ClientWithResponses) GetBookWithResponse(ctx context.Context, symbol Sy
 // `symbol`, only that instrument's. Answers the orders it canceled,
 // each in status `canceled` (an empty list when there were none).
 //
-// An order a worker takes while the call runs is left out: it is no
-// longer `pending`, and a second call cancels it if it came to rest.
-// At most 1,000 `pending` orders are canceled per call.
+// `pending` means wherever the queue keeps the order: in line,
+// waiting out a retry backoff, or handed back by a stopping worker.
+// Each order is answered once. An order a worker takes while the call
+// runs is left out: it is no longer `pending`, and a second call
+// cancels it if it came to rest.
 //
 // Returns a wrapper object for the known response body format(s).
 //
