@@ -344,3 +344,84 @@ func difference(a, b map[string]bool) []string {
 	}
 	return ids
 }
+
+// TestCancelAllThatFailsMidwayAnswersWhatItCanceled: when PostgreSQL
+// refuses the canceled rows of the second batch, DELETE /v1/orders answers
+// 503 with the first batch's orders in canceled and the second's ids in
+// unconfirmed, and leaves the book alone; a GET of an unconfirmed order
+// records its cancel, and a second DELETE cancels the rest.
+func TestCancelAllThatFailsMidwayAnswersWhatItCanceled(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, 1)
+	key, account := f.keys[0], f.accounts[0]
+	if err := postgres.NewLedger(f.db).Deposit(ctx, account, "USD", "100000"); err != nil {
+		t.Fatal(err)
+	}
+	resting := f.admitOrder(t, account, "rest", "BTC-USD", orders.Buy, "0.01000", "49000.00")
+	f.settleAll(t, []string{resting})
+	var pending []string
+	for i := range 600 {
+		name := fmt.Sprintf("ok-%03d", i)
+		if i == 550 {
+			name = "boom-550"
+		}
+		pending = append(pending, f.admitOrder(t, account, name, "BTC-USD", orders.Buy, "0.01000", "50000.00"))
+	}
+	if _, err := f.db.Exec(ctx, `ALTER TABLE orders ADD CONSTRAINT boom CHECK (client_order_id NOT LIKE 'boom%')`); err != nil {
+		t.Fatal(err)
+	}
+
+	res := f.do(t, f.http, http.MethodDelete, "/v1/orders", key, "", "")
+	problem := res.json(t)
+	if res.status != http.StatusServiceUnavailable || problem["type"] != "urn:ordergate:problem:unavailable" {
+		t.Fatalf("DELETE /v1/orders: %d %.300s; want 503 unavailable", res.status, res.body)
+	}
+	t.Logf("detail: %s", problem["detail"])
+	var canceled, unconfirmed []string
+	for _, order := range problem["canceled"].([]any) {
+		o := order.(map[string]any)
+		if o["status"] != "canceled" {
+			t.Errorf("canceled lists %v", o)
+		}
+		canceled = append(canceled, o["id"].(string))
+	}
+	for _, id := range problem["unconfirmed"].([]any) {
+		unconfirmed = append(unconfirmed, id.(string))
+	}
+	if !slices.Equal(canceled, pending[:500]) || !slices.Equal(unconfirmed, pending[500:]) {
+		t.Errorf("canceled %d, unconfirmed %d; want the first 500 and the other 100 pending orders", len(canceled), len(unconfirmed))
+	}
+	var rows int
+	if err := f.db.QueryRow(ctx, `SELECT count(*) FROM orders WHERE id = ANY($1) AND status = 'canceled'`, pending).Scan(&rows); err != nil || rows != 500 {
+		t.Errorf("%d canceled rows, %v; want the first batch's 500", rows, err)
+	}
+	if status := f.get(t, key, resting).json(t)["status"]; status != "open" {
+		t.Errorf("the resting order is %v; the book is swept only once the pending orders are recorded", status)
+	}
+
+	if _, err := f.db.Exec(ctx, `ALTER TABLE orders DROP CONSTRAINT boom`); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range unconfirmed {
+		if status := f.get(t, key, id).json(t)["status"]; status != "canceled" {
+			t.Errorf("unconfirmed %s is %v, want canceled", id, status)
+		}
+	}
+	res = f.do(t, f.http, http.MethodDelete, "/v1/orders", key, "", "")
+	if res.status != http.StatusOK {
+		t.Fatalf("DELETE /v1/orders again: %d %.300s", res.status, res.body)
+	}
+	if list := res.json(t)["orders"].([]any); len(list) != 1 || list[0].(map[string]any)["id"] != resting {
+		t.Errorf("the second DELETE canceled %v; want the resting order", list)
+	}
+	if err := f.db.QueryRow(ctx, `SELECT count(*) FROM orders WHERE id = ANY($1) AND status = 'canceled'`, pending).Scan(&rows); err != nil || rows != len(pending) {
+		t.Errorf("%d canceled rows, %v; want %d", rows, err, len(pending))
+	}
+	violations, err := postgres.Audit(ctx, f.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range violations {
+		t.Errorf("audit: %+v", v)
+	}
+}

@@ -108,7 +108,9 @@ func (s *Server) cancelOrder(c echo.Context) error {
 }
 
 // cancelAllOrders cancels every pending and resting order of the caller,
-// or of one instrument (?symbol=), and answers the orders it canceled.
+// or of one instrument (?symbol=), and answers the orders it canceled. A
+// failure midway is a *placement.PartialCancelError, which problemFor
+// answers with the orders canceled until then.
 func (s *Server) cancelAllOrders(c echo.Context) error {
 	s.freshInstruments(c)
 	symbol, err := s.symbolQueryOf(c.QueryParams())

@@ -27,8 +27,13 @@ type Problem struct {
 	// LastSequence is set by events-expired: the last event the stream
 	// gave, which a client resumes after once it has read the current
 	// state (0 is a stream that gave none).
-	LastSequence *int64       `json:"last_sequence,omitempty"`
-	Errors       []FieldError `json:"errors,omitempty"`
+	LastSequence *int64 `json:"last_sequence,omitempty"`
+	// Canceled and Unconfirmed are set when DELETE /v1/orders failed
+	// midway: the orders it canceled, and the ids of those it withdrew from
+	// the queue whose cancel is not recorded yet.
+	Canceled    []orders.Order `json:"canceled,omitempty"`
+	Unconfirmed []string       `json:"unconfirmed,omitempty"`
+	Errors      []FieldError   `json:"errors,omitempty"`
 }
 
 // FieldError names one refused part of a request by its JSON pointer
@@ -111,11 +116,24 @@ func problemFor(err error) (Problem, error) {
 		httpErr       *echo.HTTPError
 		notReplicated *placement.NotReplicatedError
 		expired       *placement.EventsExpiredError
+		partial       *placement.PartialCancelError
 		problem       = func(kind problemKind, detail string) Problem {
 			return Problem{Type: "urn:ordergate:problem:" + kind.slug, Title: kind.title, Status: kind.status, Detail: detail}
 		}
 	)
 	switch {
+	case errors.As(err, &partial):
+		p, internal := problemFor(partial.Err)
+		p.Detail += fmt.Sprintf("; before that, this call canceled %d orders (in canceled)", len(partial.Canceled))
+		if len(partial.Unconfirmed) > 0 {
+			p.Detail += fmt.Sprintf(" and withdrew %d from the queue without recording their cancel (in unconfirmed: GET each to learn what became of it)", len(partial.Unconfirmed))
+		}
+		p.Detail += "; others may still be open: call again"
+		p.Canceled = partial.Canceled
+		for _, order := range partial.Unconfirmed {
+			p.Unconfirmed = append(p.Unconfirmed, order.ID)
+		}
+		return p, internal
 	case errors.As(err, &request):
 		p := problem(request.kind, request.detail)
 		p.Errors = request.fields

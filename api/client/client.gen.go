@@ -1022,6 +1022,10 @@ type PlaceOrderRequest struct {
 // A request header (problem type `invalid-header`) likewise has the
 // empty `pointer`, and a `reason` that starts with `header <name>`.
 type Problem struct {
+	// Canceled Set by `cancelAllOrders` when it failed midway: the orders it
+	// canceled until then, each in status `canceled`.
+	Canceled *[]Order `json:"canceled,omitempty"`
+
 	// Code Set by the problem types that refuse at the door what settlement
 	// would reject: the `reject_reason` the order would have had
 	// (`price-out-of-band`: `price_out_of_band`).
@@ -1052,6 +1056,12 @@ type Problem struct {
 
 	// Type What kind of problem this is; the value to branch on.
 	Type ProblemType `json:"type"`
+
+	// Unconfirmed Set by `cancelAllOrders` when it failed midway: the orders it
+	// withdrew from the queue whose cancel could not be recorded.
+	// Until it is, a worker may still have settled one; `getOrder`
+	// tells what became of each (and records the cancel).
+	Unconfirmed *[]OrderID `json:"unconfirmed,omitempty"`
 }
 
 // ProblemCode Set by the problem types that refuse at the door what settlement
@@ -1680,6 +1690,12 @@ type ClientInterface interface {
 	// runs is left out: it is no longer `pending`, and a second call
 	// cancels it if it came to rest.
 	//
+	// When a dependency fails midway the answer is `503` with the orders
+	// canceled until then in the problem's `canceled`, and in
+	// `unconfirmed` the ids of orders withdrawn from the queue whose
+	// cancel could not be recorded (`getOrder` tells what became of each);
+	// a second call cancels the rest.
+	//
 	// Corresponds with DELETE /v1/orders (the `CancelAllOrders` operationId).
 	CancelAllOrders(ctx context.Context, params *CancelAllOrdersParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -2005,6 +2021,12 @@ func (c *Client) GetBook(ctx context.Context, symbol Symbol, params *GetBookPara
 // Each order is answered once. An order a worker takes while the call
 // runs is left out: it is no longer `pending`, and a second call
 // cancels it if it came to rest.
+//
+// When a dependency fails midway the answer is `503` with the orders
+// canceled until then in the problem's `canceled`, and in
+// `unconfirmed` the ids of orders withdrawn from the queue whose
+// cancel could not be recorded (`getOrder` tells what became of each);
+// a second call cancels the rest.
 //
 // Corresponds with DELETE /v1/orders (the `CancelAllOrders` operationId).
 func (c *Client) CancelAllOrders(ctx context.Context, params *CancelAllOrdersParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3110,6 +3132,12 @@ type ClientWithResponsesInterface interface {
 	// Each order is answered once. An order a worker takes while the call
 	// runs is left out: it is no longer `pending`, and a second call
 	// cancels it if it came to rest.
+	//
+	// When a dependency fails midway the answer is `503` with the orders
+	// canceled until then in the problem's `canceled`, and in
+	// `unconfirmed` the ids of orders withdrawn from the queue whose
+	// cancel could not be recorded (`getOrder` tells what became of each);
+	// a second call cancels the rest.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5048,6 +5076,12 @@ func (c *ClientWithResponses) GetBookWithResponse(ctx context.Context, symbol Sy
 // Each order is answered once. An order a worker takes while the call
 // runs is left out: it is no longer `pending`, and a second call
 // cancels it if it came to rest.
+//
+// When a dependency fails midway the answer is `503` with the orders
+// canceled until then in the problem's `canceled`, and in
+// `unconfirmed` the ids of orders withdrawn from the queue whose
+// cancel could not be recorded (`getOrder` tells what became of each);
+// a second call cancels the rest.
 //
 // Returns a wrapper object for the known response body format(s).
 //
