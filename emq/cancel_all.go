@@ -16,10 +16,10 @@ type PayloadMember struct {
 }
 
 // cancelGroupEntries is the most entries of the delayed set, the front list
-// and a lane that one run of the cancel_all script looks at: about 2 ms of
-// the server's time when every entry is an order withdrawn
-// (BenchmarkCancelGroup). A run's time grows faster than its entries (5,000
-// in one run took 100 to 230 ms, 40 times 250 of them 2 ms each).
+// and a lane that one run of the cancel_all script looks at: 2.5 to 4.3 ms
+// of the server's time when every entry is an order withdrawn, measured by
+// BenchmarkCancelGroup on 2 busy cores, where 5,000 in one run took 100 to
+// 230 ms (docs/protocol.md).
 const cancelGroupEntries = 250
 
 // CancelGroup withdraws every job of the group that no worker holds, wherever
