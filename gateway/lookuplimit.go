@@ -52,23 +52,24 @@ const (
 	lookup
 )
 
-// clientAddress is the request's connection's address, without the port.
-func clientAddress(c echo.Context) string {
-	host, _, err := net.SplitHostPort(c.Request().RemoteAddr)
+// limitAddress is the address a client's limits key on, every one of
+// them (the lookups', the public routes', the event streams' caps): the
+// connection's IPv4 address, or the /64 of its IPv6 one, since one host is
+// handed a whole /64 and could otherwise take a new bucket with every
+// address in it. An IPv4 address mapped into IPv6 (::ffff:a.b.c.d) is its
+// IPv4 address. Behind a proxy it is the proxy's.
+func limitAddress(c echo.Context) string {
+	remote := c.Request().RemoteAddr
+	host, _, err := net.SplitHostPort(remote)
 	if err != nil {
-		return c.Request().RemoteAddr
+		host = remote
 	}
-	return host
-}
-
-// clientNetwork is what a client's limit is keyed by: its IPv4 address, or
-// the /64 of its IPv6 one, since one host is handed a whole /64 and could
-// otherwise take a new bucket with every address in it.
-func clientNetwork(c echo.Context) string {
-	host := clientAddress(c)
 	ip := net.ParseIP(host)
-	if ip == nil || ip.To4() != nil {
+	switch {
+	case ip == nil:
 		return host
+	case ip.To4() != nil:
+		return ip.To4().String()
 	}
 	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
@@ -93,7 +94,7 @@ func (s *Server) limitLookup(c echo.Context, cost lookupCost) error {
 		rate placement.Rate
 		who  string
 	}{
-		{"lookup:" + clientNetwork(c), one, "from one client address"},
+		{"lookup:" + limitAddress(c), one, "from one client address"},
 		{lookupBucketAll, all, "from all clients together"},
 	}
 	if cost == noLookup {

@@ -50,8 +50,12 @@ func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// addressBucketPrefix and limitAddress name a client address's bucket.
+const addressBucketPrefix = "addr:"
+
 // rateLimitByAddress limits a public route, which has no API key, by the
-// client's address: each address has a bucket of the same size as a key's.
+// client's address (limitAddress: an IPv6 client by its /64): each address
+// has a bucket of the same size as a key's.
 // The address is the connection's, never a header a client can write, so
 // behind a proxy every client shares the proxy's bucket (a proxy limits its
 // own clients).
@@ -60,7 +64,7 @@ func (s *Server) rateLimitByAddress(next echo.HandlerFunc) echo.HandlerFunc {
 		return next
 	}
 	return func(c echo.Context) error {
-		state(c).bucket = "addr:" + clientAddress(c)
+		state(c).bucket = addressBucketPrefix + limitAddress(c)
 		if err := s.takePermit(c); err != nil {
 			return err
 		}
