@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-playground/validator/v10"
+	"github.com/labstack/echo/v4"
 
 	"github.com/ordergate/ordergate/orders"
 )
@@ -161,6 +162,15 @@ func readJSONBody(r *http.Request, limit int64) ([]byte, error) {
 		}
 	}
 	return readBody(r, limit)
+}
+
+// requestBody reads the request's body with read (readBody, readJSONBody)
+// up to the body limit, then starts the request timeout again
+// (restartDeadline), read or refused.
+func (s *Server) requestBody(c echo.Context, read func(*http.Request, int64) ([]byte, error)) ([]byte, error) {
+	body, err := read(c.Request(), s.config.BodyLimit)
+	s.restartDeadline(c)
+	return body, err
 }
 
 // readBody reads a body of at most limit bytes.

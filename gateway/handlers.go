@@ -32,6 +32,11 @@ func (s *Server) placeOrder(c echo.Context) error {
 		}
 		return err
 	}
+	if err := c.Request().Context().Err(); err != nil {
+		// Nothing is sent with an ended context: the admission might reach
+		// Redis all the same, while its answer would be 503.
+		return fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
+	}
 	var opts []placement.PlaceOption
 	if s.limiting() {
 		opts = append(opts, placement.WithRateLimit(state(c).bucket, s.limit()))
@@ -68,7 +73,7 @@ func (s *Server) placeOrder(c echo.Context) error {
 
 // placeCommandOf reads, decodes and checks the request's order.
 func (s *Server) placeCommandOf(c echo.Context) (orders.PlaceCommand, error) {
-	body, err := readJSONBody(c.Request(), s.config.BodyLimit)
+	body, err := s.requestBody(c, readJSONBody)
 	if err != nil {
 		return orders.PlaceCommand{}, err
 	}

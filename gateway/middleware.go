@@ -33,6 +33,8 @@ type requestState struct {
 	// untimed is the request's context before deadline bounded it: a
 	// stream lives past the request timeout, which bounds its opening.
 	untimed context.Context
+	// stopTimer ends the request's current deadline (restartDeadline).
+	stopTimer context.CancelFunc
 	// log stamps the request id on every line; made on first use.
 	log *slog.Logger
 }
@@ -145,14 +147,38 @@ func (s *Server) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// deadline bounds the request's work by the request timeout.
 func (s *Server) deadline(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		state(c).untimed = c.Request().Context()
-		ctx, cancel := context.WithTimeout(c.Request().Context(), s.config.RequestTimeout)
-		defer cancel()
-		c.SetRequest(c.Request().WithContext(ctx))
+		st := state(c)
+		st.untimed = c.Request().Context()
+		s.startDeadline(c, st)
+		defer func() { st.stopTimer() }()
 		return next(c)
 	}
+}
+
+// startDeadline gives the request the request timeout from now.
+func (s *Server) startDeadline(c echo.Context, st *requestState) {
+	ctx, cancel := context.WithTimeout(st.untimed, s.config.RequestTimeout)
+	st.stopTimer = cancel
+	c.SetRequest(c.Request().WithContext(ctx))
+}
+
+// restartDeadline gives the request the whole request timeout again once
+// its body has arrived: the timeout bounds the gateway's work, not the
+// client's sending (the server's ReadTimeout bounds that). A body that
+// came whole only after the first deadline passed would otherwise be
+// worked on with a context already ended: an admission sent with it may
+// still reach Redis while the answer is 503, and a permit taken with it
+// fails as if the limiter were down.
+func (s *Server) restartDeadline(c echo.Context) {
+	st := state(c)
+	if st.stopTimer == nil {
+		return
+	}
+	st.stopTimer()
+	s.startDeadline(c, st)
 }
 
 // authenticate takes "Authorization: Bearer <key>", checks the signature

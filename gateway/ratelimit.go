@@ -106,7 +106,14 @@ func (s *Server) takePermit(c echo.Context) error {
 // ok is false when the limiter did not answer: the request then goes on
 // unlimited (takePermit says why), logged and counted.
 func (s *Server) takeFrom(c echo.Context, bucket string, rate placement.Rate) (take placement.Take, ok bool) {
-	take, err := s.placer.TakePermit(c.Request().Context(), bucket, rate)
+	ctx := c.Request().Context()
+	take, err := s.placer.TakePermit(ctx, bucket, rate)
+	if err != nil && ctx.Err() != nil {
+		// The request's own deadline (or its client's leaving) ended the
+		// take, not the limiter: nothing to count as its outage. What the
+		// request does next fails on the same context.
+		return placement.Take{}, false
+	}
 	if err != nil {
 		s.metrics.rateLimitFailOpen.Inc()
 		s.logger(c).Warn("rate limiter unavailable; request let through unlimited", "bucket", bucket, "err", err)

@@ -60,10 +60,11 @@ func (s *Server) verifySignature(c echo.Context, caller orders.Caller, digest st
 			"the request was signed at %d, %s from the gateway's clock (%d); sign it within %s of the time it is sent, anew for each retry",
 			signedAt.UnixMilli(), skew.Round(time.Millisecond), time.Now().UnixMilli(), window)}
 	}
-	body, err := readBody(r, s.config.BodyLimit)
+	body, err := s.requestBody(c, readBody)
 	if err != nil {
 		return err
 	}
+	r = c.Request()
 	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	// RequestURI is the target as the request line sent it, which is
 	// what the client signed, not a form the server parsed and wrote anew;
