@@ -137,7 +137,8 @@ func (s *Server) overLimit(c echo.Context, take placement.Take, detail string) e
 const refusedBucketPrefix = "refused:"
 
 // limitRefusal charges the refusal of a request whose key was found (a
-// signature that does not check out, a scope the key lacks) to the key's
+// signature that does not check out, a body over the limit or unreadable
+// while it is read for the signature, a scope the key lacks) to the key's
 // bucket of refusals, the size of its own, and answers 429 instead once
 // that bucket is empty: such requests never reach the key's own limit,
 // and would otherwise come as fast as a sender likes (one holding a
@@ -155,25 +156,18 @@ func (s *Server) limitRefusal(c echo.Context, digest string, refusal error) erro
 	limit := s.limit()
 	problem, _ := problemFor(refusal)
 	return s.overLimit(c, take, fmt.Sprintf(
-		"this API key's refused requests (bad signatures, missing scopes) are limited to %d at once and %d a second, apart from its own limit; this one was refused as %s: %s",
+		"this API key's refused requests (bad signatures, over-size bodies, missing scopes) are limited to %d at once and %d a second, apart from its own limit; this one was refused as %s: %s",
 		limit.Capacity, limit.PerSecond, problem.Type, problem.Detail))
 }
 
-// keyRefusal is whether err refuses what a found key sent: its signature
-// or its scope, not a dependency's failure.
+// keyRefusal is whether err refuses what a found key sent (its signature,
+// its body as read for the signature, its scope), not a dependency's
+// failure: every such refusal is the gateway's own requestError, or a
+// missing scope.
 func keyRefusal(err error) bool {
 	var request *requestError
 	var missingScope *orders.MissingScopeError
-	switch {
-	case errors.As(err, &missingScope):
-		return true
-	case errors.As(err, &request):
-		switch request.kind {
-		case kindSignatureRequired, kindSignatureInvalid, kindSignatureOutsideWindow, kindSignatureReplayed:
-			return true
-		}
-	}
-	return false
+	return errors.As(err, &missingScope) || errors.As(err, &request)
 }
 
 // answerTake puts take on the answer as the RateLimit-* headers and, when

@@ -216,8 +216,8 @@ func TestRateLimitBucketsArePerKey(t *testing.T) {
 }
 
 // TestRefusalsOfAKnownKeyAreLimitedApart: requests of a known key refused
-// before its own limit (a signature that does not check out, a scope the
-// key lacks) take from a bucket of refusals of their own, the size of the
+// before its own limit (a signature that does not check out, a body over
+// the limit read for the signature, a scope the key lacks) take from a bucket of refusals of their own, the size of the
 // key's: past its burst they are answered 429 with Retry-After, naming
 // why they were refused. The key's own bucket is untouched, so its owner's
 // good requests are still served.
@@ -242,6 +242,12 @@ func TestRefusalsOfAKnownKeyAreLimitedApart(t *testing.T) {
 			return f.do(t, f.http, "GET", "/v1/balances", key.Key.Reveal(), "", "")
 		},
 			http.StatusUnauthorized, "signature-required", func(key orders.IssuedKey) response { return signedBalances(key, key.SigningSecret) }},
+		{"over-size bodies of a signed key, sent with its bearer key alone", signed, func(key orders.IssuedKey) response {
+			body := strings.Repeat("x", int(gateway.DefaultConfig().BodyLimit)+1)
+			header := signature{secret: secret.New("ogs_not-the-secret"), method: "POST", target: "/v1/orders", body: body}.header()
+			return f.doWith(t, f.http, "POST", "/v1/orders", key.Key.Reveal(), "application/json", body, header)
+		},
+			http.StatusRequestEntityTooLarge, "payload-too-large", func(key orders.IssuedKey) response { return signedBalances(key, key.SigningSecret) }},
 		{"placements of a read-only key", orders.KeySpec{Scopes: orders.ScopeRead}, func(key orders.IssuedKey) response { return f.place(t, key.Key.Reveal(), limitOrder("forbidden")) },
 			http.StatusForbidden, "forbidden", func(key orders.IssuedKey) response {
 				return f.do(t, f.http, "GET", "/v1/balances", key.Key.Reveal(), "", "")
