@@ -53,6 +53,9 @@ func TestPerAddressLimitsGroupIPv6By64(t *testing.T) {
 		name, path string
 	}{
 		{"the book", "/v1/instruments/BTC-USD/book"},
+		{"the instruments", "/v1/instruments"},
+		{"readiness", "/readyz"},
+		{"liveness", "/healthz"},
 	}
 	clients := []struct {
 		name                     string

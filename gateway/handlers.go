@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -281,9 +282,67 @@ type readiness struct {
 	Checks map[string]string `json:"checks"`
 }
 
-// readiness runs every probe at once, each bounded, and names the ones down.
+// readinessMaxAge is how long a readiness answer is served again before
+// the probes run anew: /readyz is public, and each run of the probes costs
+// Redis a PING and a fence check and PostgreSQL a ping.
+const readinessMaxAge = 250 * time.Millisecond
+
+// readinessTimeout bounds one run of the probes.
+const readinessTimeout = 2 * time.Second
+
+// readinessCache holds the last answer of the probes, so that /readyz runs
+// them at most once per readinessMaxAge however often it is asked, and
+// requests that come while a run is under way wait for that one.
+type readinessCache struct {
+	mu     sync.Mutex
+	answer readiness
+	at     time.Time
+	// running is closed when the run under way ends; nil when none is.
+	running chan struct{}
+}
+
+// readiness answers the probes' last answer, run anew when it is older
+// than readinessMaxAge.
 func (s *Server) readiness(c echo.Context) error {
-	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	answer := s.ready.get(func() readiness { return s.probe(c) })
+	if answer.Status != "ready" {
+		return c.JSON(http.StatusServiceUnavailable, answer)
+	}
+	return c.JSON(http.StatusOK, answer)
+}
+
+// get returns the cached answer while it is fresh; otherwise it waits for
+// the run under way (readinessTimeout bounds it), or runs the probes
+// itself.
+func (r *readinessCache) get(run func() readiness) readiness {
+	for {
+		r.mu.Lock()
+		if !r.at.IsZero() && time.Since(r.at) < readinessMaxAge {
+			answer := r.answer
+			r.mu.Unlock()
+			return answer
+		}
+		if running := r.running; running != nil {
+			r.mu.Unlock()
+			<-running
+			continue
+		}
+		running := make(chan struct{})
+		r.running = running
+		r.mu.Unlock()
+		answer := run()
+		r.mu.Lock()
+		r.answer, r.at, r.running = answer, time.Now(), nil
+		r.mu.Unlock()
+		close(running)
+		return answer
+	}
+}
+
+// probe runs every probe at once, each bounded, and names the ones down.
+// The run is everyone's: the requesting client's leaving does not cut it.
+func (s *Server) probe(c echo.Context) readiness {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), readinessTimeout)
 	defer cancel()
 	type result struct {
 		name string
@@ -303,8 +362,5 @@ func (s *Server) readiness(c echo.Context) error {
 			s.logger(c).Warn("not ready", "check", r.name, "err", r.err)
 		}
 	}
-	if answer.Status != "ready" {
-		return c.JSON(http.StatusServiceUnavailable, answer)
-	}
-	return c.JSON(http.StatusOK, answer)
+	return answer
 }

@@ -84,10 +84,11 @@ func TestGetBook(t *testing.T) {
 	}
 }
 
-// The public book reads PostgreSQL, so it is limited per client address:
-// past the burst an address gets 429 problems, which the spec describes,
-// while the instruments (served from memory) stay unlimited.
-func TestPublicBookIsLimitedPerAddress(t *testing.T) {
+// The public routes need no API key, so they are limited per client
+// address, one bucket for them all: past the burst an address gets 429
+// problems, which the spec describes, on every one of them, the
+// instruments (served from memory) and the probes included.
+func TestPublicRoutesAreLimitedPerAddress(t *testing.T) {
 	f := newFixtureWith(t, 1, limited(2, 1))
 	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
 		res := f.do(t, f.http, http.MethodGet, "/v1/instruments/BTC-USD/book", "", "", "")
@@ -98,7 +99,10 @@ func TestPublicBookIsLimitedPerAddress(t *testing.T) {
 			t.Errorf("request %d: RateLimit-Limit %q, want 2", i, res.header.Get("RateLimit-Limit"))
 		}
 	}
-	if res := f.do(t, f.http, http.MethodGet, "/v1/instruments", "", "", ""); res.status != http.StatusOK {
-		t.Errorf("instruments: %d %s", res.status, res.body)
+	for _, path := range []string{"/v1/instruments", "/readyz", "/healthz"} {
+		res := f.do(t, f.http, http.MethodGet, path, "", "", "")
+		if res.status != http.StatusTooManyRequests || res.json(t)["type"] != "urn:ordergate:problem:rate-limited" {
+			t.Errorf("%s once the address's bucket is spent: %d %s, want 429 rate-limited", path, res.status, res.body)
+		}
 	}
 }

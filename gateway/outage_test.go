@@ -47,7 +47,7 @@ func TestPostgresOutageAnswers503(t *testing.T) {
 			t.Errorf("%s during the outage: Content-Type %q, want a problem", call.name, res.header.Get("Content-Type"))
 		}
 	}
-	ready := f.do(t, f.http, http.MethodGet, "/readyz", "", "", "")
+	ready := f.readyWithin(t, http.StatusServiceUnavailable)
 	checks, _ := ready.json(t)["checks"].(map[string]any)
 	if ready.status != http.StatusServiceUnavailable || checks["postgres"] == "ok" || checks["redis"] != "ok" {
 		t.Errorf("readyz during the outage: %d %s", ready.status, ready.body)

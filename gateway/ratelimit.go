@@ -55,7 +55,9 @@ const addressBucketPrefix = "addr:"
 
 // rateLimitByAddress limits a public route, which has no API key, by the
 // client's address (limitAddress: an IPv6 client by its /64): each address
-// has a bucket of the same size as a key's.
+// has a bucket of the same size as a key's, shared by the public routes
+// (the instruments, the book, /healthz and /readyz): even one served from
+// memory costs a request's work and its access log line.
 // The address is the connection's, never a header a client can write, so
 // behind a proxy every client shares the proxy's bucket (a proxy limits its
 // own clients).
@@ -64,9 +66,13 @@ func (s *Server) rateLimitByAddress(next echo.HandlerFunc) echo.HandlerFunc {
 		return next
 	}
 	return func(c echo.Context) error {
-		state(c).bucket = addressBucketPrefix + limitAddress(c)
-		if err := s.takePermit(c); err != nil {
-			return err
+		take, ok := s.takeFrom(c, addressBucketPrefix+limitAddress(c), s.limit())
+		if ok {
+			limit := s.limit()
+			if err := s.answerTakeAs(c, take, fmt.Sprintf("requests without an API key (the instruments, the book, /healthz, /readyz) may come %d at once and %d a second from one client address",
+				limit.Capacity, limit.PerSecond)); err != nil {
+				return err
+			}
 		}
 		return next(c)
 	}
@@ -174,6 +180,11 @@ func keyRefusal(err error) bool {
 // the bucket was empty, returns the 429 refusal with its Retry-After.
 func (s *Server) answerTake(c echo.Context, take placement.Take) error {
 	limit := s.limit()
+	return s.answerTakeAs(c, take, fmt.Sprintf("this API key may make %d requests at once and %d a second", limit.Capacity, limit.PerSecond))
+}
+
+// answerTakeAs is answerTake, detail naming the limit in a refusal.
+func (s *Server) answerTakeAs(c echo.Context, take placement.Take, detail string) error {
 	// Assigned in their canonical form: Header.Set would canonicalize
 	// "RateLimit-…" into a new string on every request.
 	header := c.Response().Header()
@@ -183,7 +194,7 @@ func (s *Server) answerTake(c echo.Context, take placement.Take) error {
 	if take.Allowed {
 		return nil
 	}
-	return s.overLimit(c, take, fmt.Sprintf("this API key may make %d requests at once and %d a second", limit.Capacity, limit.PerSecond))
+	return s.overLimit(c, take, detail)
 }
 
 // wholeSeconds rounds d up to whole seconds, and to at least least.

@@ -156,6 +156,8 @@ type Server struct {
 	// unverifiableLogs keeps the requests of a signed key this gateway
 	// cannot verify from logging once each.
 	unverifiableLogs outage.Sparse
+	// ready holds the readiness probes' last answer.
+	ready readinessCache
 }
 
 // placeOrderRoute is the route placements arrive on.
@@ -197,8 +199,10 @@ func New(deps Deps, config Config) *Server {
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.measure, s.observe, s.recoverPanics, s.refuseOtherMethods, s.deadline)
 
-	e.GET("/healthz", s.health)
-	e.GET("/readyz", s.readiness)
+	// The public routes have no API key: they are limited per client
+	// address, one bucket for all of them (rateLimitByAddress).
+	e.GET("/healthz", s.health, s.rateLimitByAddress)
+	e.GET("/readyz", s.readiness, s.rateLimitByAddress)
 	// Authentication and the rate limit are per route: group middleware would
 	// answer a wrong method on a known path with 404 instead of 405. The
 	// limit runs after authentication: its buckets are per API key. A
@@ -218,8 +222,8 @@ func New(deps Deps, config Config) *Server {
 		e.GET(eventsRoute, s.streamEvents, read...)
 	}
 	// Public market data: no API key. The instruments come from memory; the
-	// book is read from PostgreSQL, so it is limited per client address.
-	e.GET("/v1/instruments", s.listInstruments)
+	// book is read from PostgreSQL.
+	e.GET("/v1/instruments", s.listInstruments, s.rateLimitByAddress)
 	e.GET("/v1/instruments/:symbol/book", s.getBook, s.rateLimitByAddress)
 	for _, r := range e.Routes() {
 		methods := s.routes[r.Path].methods

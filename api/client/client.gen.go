@@ -1545,7 +1545,8 @@ type ClientInterface interface {
 	//
 	// Answers `200` while the process can serve HTTP. It checks no
 	// dependency, so an orchestrator restarts the gateway only when the
-	// gateway itself is stuck.
+	// gateway itself is stuck. Rate limited per client address, as the
+	// other public routes (`429`).
 	//
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealth(ctx context.Context, params *GetHealthParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1555,7 +1556,9 @@ type ClientInterface interface {
 	// Answers `200` when every dependency that order placement needs is
 	// usable and `503` otherwise, so a load balancer stops sending orders to
 	// a gateway that would only answer `503`. The body names the failing
-	// check either way.
+	// check either way. The checks run at most every 250 ms, however
+	// many ask: an answer may be that old. Rate limited per client
+	// address, as the other public routes (`429`).
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, params *GetReadinessParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1658,9 +1661,11 @@ type ClientInterface interface {
 	//
 	// Every instrument with its grids, fees, price band, status and
 	// reference price (the last trade's, or the seeded one before the
-	// first trade), sorted by symbol. Public: no API key, no rate limit.
-	// Read from the gateway's copy of the instruments table, refreshed
-	// on every change broadcast and every few seconds.
+	// first trade), sorted by symbol. Public: no API key; rate limited
+	// per client address (the connection's IPv4 address or IPv6 /64),
+	// with a bucket the size of an API key's that the public routes
+	// share. Read from the gateway's copy of the instruments table,
+	// refreshed on every change broadcast and every few seconds.
 	//
 	// Corresponds with GET /v1/instruments (the `ListInstruments` operationId).
 	ListInstruments(ctx context.Context, params *ListInstrumentsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1671,7 +1676,8 @@ type ClientInterface interface {
 	// descending, asks ascending, at most `depth` levels a side; each
 	// level's `quantity` is the remaining quantity of its orders summed.
 	// Public: no API key; rate limited per client address (the
-	// connection's), with a bucket the size of an API key's.
+	// connection's IPv4 address or IPv6 /64), with a bucket the size of
+	// an API key's that the public routes share.
 	//
 	// Corresponds with GET /v1/instruments/{symbol}/book (the `GetBook` operationId).
 	GetBook(ctx context.Context, symbol Symbol, params *GetBookParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1807,7 +1813,8 @@ type ClientInterface interface {
 //
 // Answers `200` while the process can serve HTTP. It checks no
 // dependency, so an orchestrator restarts the gateway only when the
-// gateway itself is stuck.
+// gateway itself is stuck. Rate limited per client address, as the
+// other public routes (`429`).
 //
 // Corresponds with GET /healthz (the `GetHealth` operationId).
 func (c *Client) GetHealth(ctx context.Context, params *GetHealthParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1827,7 +1834,9 @@ func (c *Client) GetHealth(ctx context.Context, params *GetHealthParams, reqEdit
 // Answers `200` when every dependency that order placement needs is
 // usable and `503` otherwise, so a load balancer stops sending orders to
 // a gateway that would only answer `503`. The body names the failing
-// check either way.
+// check either way. The checks run at most every 250 ms, however
+// many ask: an answer may be that old. Rate limited per client
+// address, as the other public routes (`429`).
 //
 // Corresponds with GET /readyz (the `GetReadiness` operationId).
 func (c *Client) GetReadiness(ctx context.Context, params *GetReadinessParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1970,9 +1979,11 @@ func (c *Client) ListFills(ctx context.Context, params *ListFillsParams, reqEdit
 //
 // Every instrument with its grids, fees, price band, status and
 // reference price (the last trade's, or the seeded one before the
-// first trade), sorted by symbol. Public: no API key, no rate limit.
-// Read from the gateway's copy of the instruments table, refreshed
-// on every change broadcast and every few seconds.
+// first trade), sorted by symbol. Public: no API key; rate limited
+// per client address (the connection's IPv4 address or IPv6 /64),
+// with a bucket the size of an API key's that the public routes
+// share. Read from the gateway's copy of the instruments table,
+// refreshed on every change broadcast and every few seconds.
 //
 // Corresponds with GET /v1/instruments (the `ListInstruments` operationId).
 func (c *Client) ListInstruments(ctx context.Context, params *ListInstrumentsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1993,7 +2004,8 @@ func (c *Client) ListInstruments(ctx context.Context, params *ListInstrumentsPar
 // descending, asks ascending, at most `depth` levels a side; each
 // level's `quantity` is the remaining quantity of its orders summed.
 // Public: no API key; rate limited per client address (the
-// connection's), with a bucket the size of an API key's.
+// connection's IPv4 address or IPv6 /64), with a bucket the size of
+// an API key's that the public routes share.
 //
 // Corresponds with GET /v1/instruments/{symbol}/book (the `GetBook` operationId).
 func (c *Client) GetBook(ctx context.Context, symbol Symbol, params *GetBookParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2974,7 +2986,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// Answers `200` while the process can serve HTTP. It checks no
 	// dependency, so an orchestrator restarts the gateway only when the
-	// gateway itself is stuck.
+	// gateway itself is stuck. Rate limited per client address, as the
+	// other public routes (`429`).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2986,7 +2999,9 @@ type ClientWithResponsesInterface interface {
 	// Answers `200` when every dependency that order placement needs is
 	// usable and `503` otherwise, so a load balancer stops sending orders to
 	// a gateway that would only answer `503`. The body names the failing
-	// check either way.
+	// check either way. The checks run at most every 250 ms, however
+	// many ask: an answer may be that old. Rate limited per client
+	// address, as the other public routes (`429`).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3097,9 +3112,11 @@ type ClientWithResponsesInterface interface {
 	//
 	// Every instrument with its grids, fees, price band, status and
 	// reference price (the last trade's, or the seeded one before the
-	// first trade), sorted by symbol. Public: no API key, no rate limit.
-	// Read from the gateway's copy of the instruments table, refreshed
-	// on every change broadcast and every few seconds.
+	// first trade), sorted by symbol. Public: no API key; rate limited
+	// per client address (the connection's IPv4 address or IPv6 /64),
+	// with a bucket the size of an API key's that the public routes
+	// share. Read from the gateway's copy of the instruments table,
+	// refreshed on every change broadcast and every few seconds.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3112,7 +3129,8 @@ type ClientWithResponsesInterface interface {
 	// descending, asks ascending, at most `depth` levels a side; each
 	// level's `quantity` is the remaining quantity of its orders summed.
 	// Public: no API key; rate limited per client address (the
-	// connection's), with a bucket the size of an API key's.
+	// connection's IPv4 address or IPv6 /64), with a bucket the size of
+	// an API key's that the public routes share.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3259,18 +3277,36 @@ type GetHealthResponse200Headers struct {
 	XRequestID string
 }
 
+// GetHealthResponse429Headers the declared response headers of an HTTP 429 response for GetHealth
+type GetHealthResponse429Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         int
+	XRequestID         string
+}
+
 type GetHealthResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Health
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetHealthResponse200Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetHealthResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetHealthResponse) GetJSON200() *Health {
 	return r.JSON200
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetHealthResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
 }
 
 // GetBody returns the raw response body bytes
@@ -3307,6 +3343,15 @@ type GetReadinessResponse200Headers struct {
 	XRequestID string
 }
 
+// GetReadinessResponse429Headers the declared response headers of an HTTP 429 response for GetReadiness
+type GetReadinessResponse429Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         int
+	XRequestID         string
+}
+
 // GetReadinessResponse503Headers the declared response headers of an HTTP 503 response for GetReadiness
 type GetReadinessResponse503Headers struct {
 	XRequestID string
@@ -3317,10 +3362,14 @@ type GetReadinessResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Readiness
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *Readiness
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetReadinessResponse200Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetReadinessResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetReadinessResponse503Headers
 }
@@ -3328,6 +3377,11 @@ type GetReadinessResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetReadinessResponse) GetJSON200() *Readiness {
 	return r.JSON200
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetReadinessResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
@@ -3836,6 +3890,15 @@ type ListInstrumentsResponse400Headers struct {
 	XRequestID string
 }
 
+// ListInstrumentsResponse429Headers the declared response headers of an HTTP 429 response for ListInstruments
+type ListInstrumentsResponse429Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	RetryAfter         int
+	XRequestID         string
+}
+
 type ListInstrumentsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3843,10 +3906,14 @@ type ListInstrumentsResponse struct {
 	JSON200 *InstrumentList
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *Problem
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *TooManyRequests
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ListInstrumentsResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *ListInstrumentsResponse400Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListInstrumentsResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -3857,6 +3924,11 @@ func (r ListInstrumentsResponse) GetJSON200() *InstrumentList {
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
 func (r ListInstrumentsResponse) GetApplicationProblemJSON400() *Problem {
 	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListInstrumentsResponse) GetApplicationProblemJSON429() *TooManyRequests {
+	return r.ApplicationProblemJSON429
 }
 
 // GetBody returns the raw response body bytes
@@ -4876,7 +4948,8 @@ func (r GetOrderResponse) ContentType() string {
 //
 // Answers `200` while the process can serve HTTP. It checks no
 // dependency, so an orchestrator restarts the gateway only when the
-// gateway itself is stuck.
+// gateway itself is stuck. Rate limited per client address, as the
+// other public routes (`429`).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -4894,7 +4967,9 @@ func (c *ClientWithResponses) GetHealthWithResponse(ctx context.Context, params 
 // Answers `200` when every dependency that order placement needs is
 // usable and `503` otherwise, so a load balancer stops sending orders to
 // a gateway that would only answer `503`. The body names the failing
-// check either way.
+// check either way. The checks run at most every 250 ms, however
+// many ask: an answer may be that old. Rate limited per client
+// address, as the other public routes (`429`).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5029,9 +5104,11 @@ func (c *ClientWithResponses) ListFillsWithResponse(ctx context.Context, params 
 //
 // Every instrument with its grids, fees, price band, status and
 // reference price (the last trade's, or the seeded one before the
-// first trade), sorted by symbol. Public: no API key, no rate limit.
-// Read from the gateway's copy of the instruments table, refreshed
-// on every change broadcast and every few seconds.
+// first trade), sorted by symbol. Public: no API key; rate limited
+// per client address (the connection's IPv4 address or IPv6 /64),
+// with a bucket the size of an API key's that the public routes
+// share. Read from the gateway's copy of the instruments table,
+// refreshed on every change broadcast and every few seconds.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5050,7 +5127,8 @@ func (c *ClientWithResponses) ListInstrumentsWithResponse(ctx context.Context, p
 // descending, asks ascending, at most `depth` levels a side; each
 // level's `quantity` is the remaining quantity of its orders summed.
 // Public: no API key; rate limited per client address (the
-// connection's), with a bucket the size of an API key's.
+// connection's IPv4 address or IPv6 /64), with a bucket the size of
+// an API key's that the public routes share.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5254,6 +5332,13 @@ func ParseGetHealthResponse(rsp *http.Response) (*GetHealthResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
 	}
 
 	switch {
@@ -5267,6 +5352,44 @@ func ParseGetHealthResponse(rsp *http.Response) (*GetHealthResponse, error) {
 			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetHealthResponse429Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -5293,6 +5416,13 @@ func ParseGetReadinessResponse(rsp *http.Response) (*GetReadinessResponse, error
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Readiness
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5313,6 +5443,44 @@ func ParseGetReadinessResponse(rsp *http.Response) (*GetReadinessResponse, error
 			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetReadinessResponse429Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetReadinessResponse503Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -6202,6 +6370,13 @@ func ParseListInstrumentsResponse(rsp *http.Response) (*ListInstrumentsResponse,
 		}
 		response.ApplicationProblemJSON400 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
 	}
 
 	switch {
@@ -6225,6 +6400,44 @@ func ParseListInstrumentsResponse(rsp *http.Response) (*ListInstrumentsResponse,
 			headers.XRequestID = value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListInstrumentsResponse429Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
