@@ -30,6 +30,9 @@ type metrics struct {
 	streams     prometheus.Gauge
 	eventsSent  prometheus.Counter
 	slowStreams prometheus.Counter
+	// refusalsUnlogged counts the refusals left out of the access log
+	// (refusalLog).
+	refusalsUnlogged prometheus.Counter
 }
 
 // newMetrics registers the gateway's series on registry; one registry backs
@@ -77,9 +80,13 @@ func newMetrics(registry *prometheus.Registry) *metrics {
 			Name: "event_streams_slow_dropped_total",
 			Help: "Event streams ended because their client read more slowly than its events came, by a whole buffer.",
 		}),
+		refusalsUnlogged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "access_log_refusals_unlogged_total",
+			Help: "Refused requests (4xx) without an access log line: each client address's first refusal in a second is logged, the rest of that second counted here and summarized in one line (refusals not logged).",
+		}),
 	}
 	registry.MustRegister(m.requests, m.duration, m.admitted, m.replayed, m.refused, m.rateLimited, m.rateLimitFailOpen,
-		m.streams, m.eventsSent, m.slowStreams)
+		m.streams, m.eventsSent, m.slowStreams, m.refusalsUnlogged)
 	return m
 }
 

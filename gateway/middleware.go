@@ -54,8 +54,9 @@ const maxRequestID = 128
 
 // observe gives every request an id (the caller's X-Request-Id when it is
 // well-formed) that every log line about it carries, and one access log
-// line, which names the order a placement admitted. Headers are never
-// logged: they carry API keys.
+// line, which names the order a placement admitted; a refusal's line only
+// when it is its client's first in a second (refusalLog). Headers are
+// never logged: they carry API keys.
 func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
@@ -78,6 +79,9 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		ctx := c.Request().Context()
 		if !s.log.Enabled(ctx, level) {
 			return nil
+		}
+		if status >= 400 && status < 500 && !s.refusals.admit(limitAddress(c), status, start) {
+			return nil // counted, and summarized once its client's second is over
 		}
 		// Straight to the handler: Logger.LogAttrs would walk the stack for
 		// a source position the line does not carry.

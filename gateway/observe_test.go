@@ -4,21 +4,19 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // accessLines are the gateway's access log lines written past offset, decoded.
 func accessLines(t testing.TB, f *fixture, offset int) []map[string]any {
 	t.Helper()
 	var lines []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(f.logs.String()[offset:]), "\n") {
-		var decoded map[string]any
-		if err := json.Unmarshal([]byte(line), &decoded); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if decoded["msg"] == "request" {
-			lines = append(lines, decoded)
+	for _, line := range logLines(t, f, offset) {
+		if line["msg"] == "request" {
+			lines = append(lines, line)
 		}
 	}
 	return lines
@@ -96,4 +94,68 @@ func TestRequestIDsAndAccessLog(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRepeatedRefusalsAreLoggedSparsely: a client's refusals are logged
+// at most once a second each (its first of the second), the rest counted
+// in access_log_refusals_unlogged_total and summarized in one line once
+// its second is over; answers that are not refusals keep a line each.
+func TestRepeatedRefusalsAreLoggedSparsely(t *testing.T) {
+	f := newFixture(t, 0)
+	offset := len(f.logs.String())
+	const sent = 60
+	start := time.Now()
+	for i := range sent {
+		if res := f.do(t, f.http, http.MethodGet, "/v1/balances", "", "", ""); res.status != http.StatusUnauthorized {
+			t.Fatalf("request %d without a key: %d %s", i, res.status, res.body)
+		}
+	}
+	elapsed := time.Since(start)
+	logged := len(accessLines(t, f, offset))
+	if most := 1 + int(elapsed/time.Second); logged < 1 || logged > most {
+		t.Errorf("%d refusals in %v: %d access lines, want 1 to %d", sent, elapsed, logged, most)
+	}
+	unlogged, _ := strconv.Atoi(parseSamples(t, f.scrape(t))["access_log_refusals_unlogged_total"])
+	if logged+unlogged != sent {
+		t.Errorf("%d refusals: %d logged and %d counted unlogged", sent, logged, unlogged)
+	}
+	summarized := 0
+	for deadline := time.Now().Add(5 * time.Second); summarized < unlogged && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		summarized = 0
+		for _, line := range logLines(t, f, offset) {
+			if line["msg"] == "refusals not logged" {
+				statuses, _ := line["statuses"].(map[string]any)
+				if line["client"] != "127.0.0.1" || statuses["401"] != line["count"] {
+					t.Fatalf("summary %v, want client 127.0.0.1 and its 401s", line)
+				}
+				summarized += int(line["count"].(float64))
+			}
+		}
+	}
+	if summarized != unlogged {
+		t.Errorf("summaries count %d refusals, want the %d unlogged", summarized, unlogged)
+	}
+	before := len(accessLines(t, f, offset))
+	for range 3 {
+		if res := f.do(t, f.http, http.MethodGet, "/v1/instruments", "", "", ""); res.status != http.StatusOK {
+			t.Fatalf("instruments: %d %s", res.status, res.body)
+		}
+	}
+	if got := len(accessLines(t, f, offset)) - before; got != 3 {
+		t.Errorf("3 answers that refuse nothing: %d access lines, want 3", got)
+	}
+}
+
+// logLines are the gateway's log lines written past offset, decoded.
+func logLines(t testing.TB, f *fixture, offset int) []map[string]any {
+	t.Helper()
+	var lines []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(f.logs.String()[offset:]), "\n") {
+		var decoded map[string]any
+		if err := json.Unmarshal([]byte(line), &decoded); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		lines = append(lines, decoded)
+	}
+	return lines
 }

@@ -158,6 +158,8 @@ type Server struct {
 	unverifiableLogs outage.Sparse
 	// ready holds the readiness probes' last answer.
 	ready readinessCache
+	// refusals decides which refusals have an access log line.
+	refusals *refusalLog
 }
 
 // placeOrderRoute is the route placements arrive on.
@@ -193,6 +195,7 @@ func New(deps Deps, config Config) *Server {
 		routes:      map[string]route{},
 		limitText:   strconv.Itoa(config.RateLimitBurst),
 	}
+	s.refusals = newRefusalLog(s.log, s.metrics.refusalsUnlogged.Inc)
 	s.keys, _ = deps.Accounts.(KeyRecognizer)
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
