@@ -61,6 +61,9 @@ func (s *Server) placeOrder(c echo.Context) error {
 	header.Set(echo.HeaderLocation, "/v1/orders/"+order.ID)
 	if placed.Replayed {
 		header.Set("Idempotent-Replayed", "true")
+		if !reads(c) {
+			order = asPlaced(cmd, order.ID)
+		}
 		return c.JSON(http.StatusOK, order)
 	}
 	if c.Request().URL.RawQuery != "" {
@@ -70,6 +73,21 @@ func (s *Server) placeOrder(c echo.Context) error {
 	// too, ended by a newline as c.JSON ends its answers. The job is
 	// admitted, so nothing reads the payload any more.
 	return c.JSONBlob(http.StatusAccepted, append(placed.JSON, '\n'))
+}
+
+// asPlaced is the order with the id as its placement answered it, from
+// what the request asked (the replay's request is the first one's): status
+// pending, nothing filled. It is a replay's answer to a key without the
+// read scope, which may place the order but not read what became of it.
+func asPlaced(cmd orders.PlaceCommand, id string) orders.Order {
+	order, err := orders.NewOrder(cmd)
+	if err != nil {
+		// The command was admitted: it is valid.
+		return orders.Order{ID: id, ClientOrderID: cmd.ClientOrderID, Account: cmd.Account, Status: orders.StatusPending}
+	}
+	order.ID = id
+	order.CreatedAt, _ = orders.ParseOrderID(id)
+	return order
 }
 
 // placeCommandOf reads, decodes and checks the request's order.
@@ -105,6 +123,11 @@ func (s *Server) cancelOrder(c echo.Context) error {
 		s.logger(c).Error("order canceled in the queue but its orders row was not written; answering unavailable",
 			"order_id", unrecorded.Order.ID, "account", unrecorded.Order.Account, "err", unrecorded.Err)
 		return fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
+	}
+	var notCancelable *orders.NotCancelableError
+	if errors.As(err, &notCancelable) && !reads(c) {
+		// Its status is the order's state, which the key may not read.
+		return &orders.NotCancelableError{OrderID: notCancelable.OrderID}
 	}
 	if err != nil {
 		return err

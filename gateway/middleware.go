@@ -25,8 +25,9 @@ const (
 // kept in one value under contextRequest rather than an entry each.
 type requestState struct {
 	// account and bucket are the API key's account and rate-limit bucket, once
-	// authenticate has found them.
+	// authenticate has found them, and scopes the key's scopes.
 	account, bucket string
+	scopes          orders.Scopes
 	// order is the order a placement admitted or replayed, for the access
 	// log line.
 	order string
@@ -215,7 +216,7 @@ func (s *Server) authenticate(need orders.Scopes) echo.MiddlewareFunc {
 			}
 			digest := keyDigest(key)
 			st := state(c)
-			st.account, st.bucket = caller.Account, keyBucketPrefix+digest
+			st.account, st.bucket, st.scopes = caller.Account, keyBucketPrefix+digest, caller.Scopes
 			if err := s.authorize(c, caller, digest, need); err != nil {
 				return s.limitRefusal(c, digest, err)
 			}
@@ -236,3 +237,7 @@ func (s *Server) authorize(c echo.Context, caller orders.Caller, digest string, 
 }
 
 func account(c echo.Context) string { return state(c).account }
+
+// reads reports whether the request's key may read (its read scope): a
+// key that may not is told what it asked for, never an order's state.
+func reads(c echo.Context) bool { return state(c).scopes&orders.ScopeRead != 0 }

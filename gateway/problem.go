@@ -155,6 +155,9 @@ func problemFor(err error) (Problem, error) {
 		p := problem(kindConflict, fmt.Sprintf("client_order_id %q is held by order %s, placed with a different request; use a new client_order_id", conflict.ClientOrderID, conflict.OrderID))
 		p.Errors = []FieldError{{Pointer: "/client_order_id", Reason: "already used for a different order"}}
 		return p, nil
+	case errors.As(err, &notCancelable) && notCancelable.Status == "":
+		// A key without the read scope is not told the order's status.
+		return problem(kindNotCancelable, fmt.Sprintf("order %s is neither pending nor resting; only a pending or resting order can be canceled", notCancelable.OrderID)), nil
 	case errors.As(err, &notCancelable):
 		return problem(kindNotCancelable, fmt.Sprintf("order %s is %s; only a pending or resting order can be canceled", notCancelable.OrderID, notCancelable.Status)), nil
 	case errors.As(err, &expired):

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -77,5 +78,54 @@ func TestScopesRefuseWhatTheKeyMayNotDo(t *testing.T) {
 	}
 	if admitted := parseSamples(t, f.scrape(t))["orders_admitted_total"]; admitted != "1" {
 		t.Errorf("%s orders admitted, want only the trade-only key's", admitted)
+	}
+}
+
+// TestATradeOnlyKeyIsToldWhatItAskedNotWhatBecameOfIt: a key without the
+// read scope may place and cancel but not read an order's state. Its
+// identical re-POST is answered 200 Idempotent-Replayed with the order as
+// its placement was answered (the id and what was asked, status pending),
+// and its cancel of an order no longer cancelable 409 without the status;
+// a key that reads gets both as they are now.
+func TestATradeOnlyKeyIsToldWhatItAskedNotWhatBecameOfIt(t *testing.T) {
+	f := newFixture(t, 0)
+	for _, tt := range []struct {
+		name   string
+		scopes orders.Scopes
+		reads  bool
+	}{
+		{"trade-only key", orders.ScopeTrade, false},
+		{"key that reads and trades", orders.AllScopes, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			key := newFixtureKey(t, f, orders.KeySpec{Scopes: tt.scopes}).Key.Reveal()
+			placed := f.place(t, key, limitOrder("told"))
+			if placed.status != http.StatusAccepted {
+				t.Fatalf("place: %d %s", placed.status, placed.body)
+			}
+			id := placed.json(t)["id"].(string)
+			if res := f.cancel(t, key, id); res.status != http.StatusOK {
+				t.Fatalf("cancel: %d %s", res.status, res.body)
+			}
+			replay := f.place(t, key, limitOrder("told"))
+			if replay.status != http.StatusOK || replay.header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("replay: %d %v %s", replay.status, replay.header, replay.body)
+			}
+			if tt.reads {
+				if got := replay.json(t); got["id"] != id || got["status"] != "canceled" || got["canceled_at"] == nil {
+					t.Errorf("replay %s, want order %s as it is now, canceled", replay.body, id)
+				}
+			} else if got, want := replay.json(t), placed.json(t); !reflect.DeepEqual(got, want) {
+				t.Errorf("replay %s, want the order as placed, as the 202 answered it: %s", replay.body, placed.body)
+			}
+			again := f.cancel(t, key, id)
+			if again.status != http.StatusConflict || again.json(t)["type"] != "urn:ordergate:problem:order-not-cancelable" {
+				t.Fatalf("cancel again: %d %s, want 409 order-not-cancelable", again.status, again.body)
+			}
+			detail := again.json(t)["detail"].(string)
+			if names := strings.Contains(detail, "canceled;"); names != tt.reads || !strings.Contains(detail, id) {
+				t.Errorf("409 detail %q: names the order %s, and its status: %v, want %v", detail, id, names, tt.reads)
+			}
+		})
 	}
 }
