@@ -43,4 +43,10 @@ var (
 
 	// A second run takes a second permit, and may refuse for want of it.
 	rateLimitScript = scriptpipe.Once(lua.RateLimit)
+
+	// A second run of a seat take finds the holder seated by the first
+	// and renews its seat: the same answer. A second run of a renewal
+	// renews the same seats a moment later.
+	seatTakeScript  = scriptpipe.Repeatable(lua.SeatTake)
+	seatRenewScript = scriptpipe.Repeatable(lua.SeatRenew)
 )

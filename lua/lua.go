@@ -103,3 +103,21 @@ var rateLimit string
 // RateLimit takes a permit from a rate-limit bucket, or refuses. It moves no job,
 // so it goes without the job helpers.
 var RateLimit = clock + permitBucket + rateLimit
+
+var (
+	//go:embed seat_take.lua
+	seatTake string
+	//go:embed seat_renew.lua
+	seatRenew string
+)
+
+// Seat sets cap what holders keep open at once across processes (each
+// seat expires unless its holder renews it). They move no job, so they go
+// with the clock alone.
+var (
+	// SeatTake takes a seat in every set given, or in none.
+	SeatTake = clock + seatTake
+	// SeatRenew puts seats' expiry a ttl from now, seating their holders
+	// again where their sets lost them.
+	SeatRenew = clock + seatRenew
+)
