@@ -32,6 +32,10 @@ func TestConfigValidate(t *testing.T) {
 		{"no signature window", with(func(c *gateway.Config) { c.SignatureWindow = 0 }), "signature window"},
 		{"a signature window of a minute", with(func(c *gateway.Config) { c.SignatureWindow = time.Minute }), ""},
 		{"a signature window over a minute", with(func(c *gateway.Config) { c.SignatureWindow = time.Minute + time.Millisecond }), "at most 1m0s"},
+		{"event streams uncapped", with(func(c *gateway.Config) { c.EventStreamsPerKey, c.EventStreamsPerAddress = 0, 0 }), ""},
+		{"negative streams per key", with(func(c *gateway.Config) { c.EventStreamsPerKey = -1 }), "event streams"},
+		{"negative streams per address", with(func(c *gateway.Config) { c.EventStreamsPerAddress = -1 }), "event streams"},
+		{"too many streams per key", with(func(c *gateway.Config) { c.EventStreamsPerKey = 1_000_001 }), "event streams"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -65,14 +65,31 @@ func streamPositionOf(c echo.Context) (streamPosition, error) {
 }
 
 // streamEvents answers the caller's events as Server-Sent Events until the
-// client leaves, the gateway stops, the client falls behind its buffer, or
-// the stream's log fails it. Past the opening the answer is committed, so
-// its end is the only error a client sees: it resumes with Last-Event-ID.
+// client leaves, the gateway stops, the client falls behind its buffer,
+// the stream's log fails it, or its key is revoked or loses the read
+// scope (streams.go). Past the opening the answer is committed, so its
+// end is the only error a client sees: it resumes with Last-Event-ID. A
+// stream first takes its seats, which cap the streams open per key and
+// per client address.
 func (s *Server) streamEvents(c echo.Context) error {
 	position, err := streamPositionOf(c)
 	if err != nil {
 		return err
 	}
+	st := state(c)
+	// A fresh id, never the client's request id: two streams under one
+	// holder would hold one seat.
+	seat := placement.StreamSeat{ID: newRequestID(), Key: st.digest, Address: limitAddress(c)}
+	if err := s.openSeats(c, seat); err != nil {
+		return err
+	}
+	ctx, end := context.WithCancelCause(st.untimed)
+	defer end(nil)
+	response := c.Response()
+	open := &openStream{seat: seat, end: end, control: http.NewResponseController(response)}
+	s.streams.join(st.key, open)
+	defer s.streams.leave(open)
+
 	var subscription *placement.Subscription
 	if position.resume {
 		subscription, err = s.events.Subscribe(c.Request().Context(), account(c), position.after)
@@ -86,23 +103,27 @@ func (s *Server) streamEvents(c echo.Context) error {
 	s.metrics.streams.Inc()
 	defer s.metrics.streams.Dec()
 
-	response := c.Response()
 	header := response.Header()
 	header.Set(echo.HeaderContentType, "text/event-stream")
 	header.Set(echo.HeaderCacheControl, "no-cache")
 	header.Set("X-Accel-Buffering", "no")
 	response.WriteHeader(http.StatusOK)
-	stream := &eventWriter{response: response, control: http.NewResponseController(response)}
+	stream := &eventWriter{response: response, control: open.control}
 	// The position first, so a client that reconnects before any event
 	// resumes there.
 	message := strconv.AppendInt(append(make([]byte, 0, 1024), "id: "...), subscription.Position(), 10)
 	if err := stream.write(append(message, "\n\n"...)); err != nil {
 		return nil
 	}
-	ctx := state(c).untimed
 	for {
 		event, ok, err := subscription.Next(ctx, s.config.EventHeartbeat)
 		if err != nil {
+			var why *streamEnd
+			if errors.As(context.Cause(ctx), &why) {
+				s.logger(c).Info("event stream ended: "+why.detail, "account", account(c))
+				_ = stream.write(appendEndComment(message[:0], why))
+				return nil
+			}
 			s.endStream(c, err)
 			return nil
 		}
@@ -120,6 +141,17 @@ func (s *Server) streamEvents(c echo.Context) error {
 			s.metrics.eventsSent.Inc()
 		}
 	}
+}
+
+// appendEndComment appends the comment that ends a stream the gateway
+// ended for its key: ": ended <problem slug>: <why>", the slug being the
+// problem a request with the key now gets.
+func appendEndComment(dst []byte, why *streamEnd) []byte {
+	dst = append(dst, ": ended "...)
+	dst = append(dst, why.kind.slug...)
+	dst = append(dst, ": "...)
+	dst = append(dst, why.detail...)
+	return append(dst, "\n\n"...)
 }
 
 // endStream logs why a stream ended, when the client did not end it.

@@ -439,7 +439,10 @@ func TestAThousandEventStreamsShareAFewRedisConnections(t *testing.T) {
 	if testing.Short() {
 		accounts, perAccount = 10, 10
 	}
-	f := newFixture(t, accounts)
+	// Every stream holds its seats: the caps sized to let them all open.
+	config := gateway.DefaultConfig()
+	config.EventStreamsPerKey, config.EventStreamsPerAddress = perAccount, accounts*perAccount
+	f := newFixtureWith(t, accounts, config)
 	// A transport of its own: the default one would keep 1,000
 	// connections apart only by chance.
 	transport := &http.Transport{MaxIdleConnsPerHost: -1}

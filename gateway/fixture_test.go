@@ -143,6 +143,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config, keyOption
 		Balances:    placement.NewBalances(postgres.NewBalances(f.db), f.caches, log),
 		Depth:       postgres.NewBook(f.db),
 		Fills:       postgres.NewFills(f.db),
+		StreamSeats: placement.NewStreamSeats(f.queue),
 		Probes: []gateway.Probe{
 			{Name: "redis", Check: func(ctx context.Context) error { return f.rdb.Ping(ctx).Err() }},
 			{Name: "fence", Check: queueClient.Check},

@@ -33,6 +33,11 @@ type metrics struct {
 	// refusalsUnlogged counts the refusals left out of the access log
 	// (refusalLog).
 	refusalsUnlogged prometheus.Counter
+	// streamsEnded counts the streams ended for their key (revoked, or
+	// without the read scope), by the problem a request would now get;
+	// streamsRefused those refused for a cap, by cap.
+	streamsEnded   *prometheus.CounterVec
+	streamsRefused *prometheus.CounterVec
 }
 
 // newMetrics registers the gateway's series on registry; one registry backs
@@ -84,9 +89,17 @@ func newMetrics(registry *prometheus.Registry) *metrics {
 			Name: "access_log_refusals_unlogged_total",
 			Help: "Refused requests (4xx) without an access log line: each client address's first refusal in a second is logged, the rest of that second counted here and summarized in one line (refusals not logged).",
 		}),
+		streamsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "event_streams_key_ended_total",
+			Help: "Event streams ended because their API key was revoked (problem unauthorized) or lost the read scope (forbidden).",
+		}, []string{"problem"}),
+		streamsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "event_streams_refused_total",
+			Help: "Event streams refused 429 too-many-streams, by the cap they met (key, address).",
+		}, []string{"cap"}),
 	}
 	registry.MustRegister(m.requests, m.duration, m.admitted, m.replayed, m.refused, m.rateLimited, m.rateLimitFailOpen,
-		m.streams, m.eventsSent, m.slowStreams, m.refusalsUnlogged)
+		m.streams, m.eventsSent, m.slowStreams, m.refusalsUnlogged, m.streamsEnded, m.streamsRefused)
 	return m
 }
 

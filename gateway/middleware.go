@@ -28,6 +28,9 @@ type requestState struct {
 	// authenticate has found them, and scopes the key's scopes.
 	account, bucket string
 	scopes          orders.Scopes
+	// key is the API key as sent, digest its digest (keyDigest): what an
+	// event stream's key is checked and capped by.
+	key, digest string
 	// order is the order a placement admitted or replayed, for the access
 	// log line.
 	order string
@@ -217,6 +220,7 @@ func (s *Server) authenticate(need orders.Scopes) echo.MiddlewareFunc {
 			digest := keyDigest(key)
 			st := state(c)
 			st.account, st.bucket, st.scopes = caller.Account, keyBucketPrefix+digest, caller.Scopes
+			st.key, st.digest = key, digest
 			if err := s.authorize(c, caller, digest, need); err != nil {
 				return s.limitRefusal(c, digest, err)
 			}

@@ -73,6 +73,7 @@ var (
 	kindMediaType              = problemKind{"unsupported-media-type", "The request body must be application/json", http.StatusUnsupportedMediaType}
 	kindMethodNotAllowed       = problemKind{"method-not-allowed", "The method is not allowed on this resource", http.StatusMethodNotAllowed}
 	kindRateLimited            = problemKind{"rate-limited", "Too many requests", http.StatusTooManyRequests}
+	kindTooManyStreams         = problemKind{"too-many-streams", "Too many event streams are open", http.StatusTooManyRequests}
 	kindUnavailable            = problemKind{"unavailable", "A dependency of the service is unavailable; retry later", http.StatusServiceUnavailable}
 	kindInternal               = problemKind{"internal", "Internal error", http.StatusInternalServerError}
 )
@@ -117,6 +118,7 @@ func problemFor(err error) (Problem, error) {
 		notReplicated *placement.NotReplicatedError
 		expired       *placement.EventsExpiredError
 		partial       *placement.PartialCancelError
+		tooMany       *placement.TooManyStreamsError
 		problem       = func(kind problemKind, detail string) Problem {
 			return Problem{Type: "urn:ordergate:problem:" + kind.slug, Title: kind.title, Status: kind.status, Detail: detail}
 		}
@@ -168,6 +170,12 @@ func problemFor(err error) (Problem, error) {
 		p := problem(kindEventsExpired, detail+"; read the current state from the REST routes, then stream after last_sequence")
 		p.LastSequence = &expired.Last
 		return p, nil
+	case errors.As(err, &tooMany):
+		who := "this API key has"
+		if tooMany.Per == placement.PerAddress {
+			who = "this client address has"
+		}
+		return problem(kindTooManyStreams, fmt.Sprintf("%s %d event streams open, the most it may have; close one first (a stream that ended frees its place at once)", who, tooMany.Most)), nil
 	case errors.Is(err, placement.ErrEventStreamsClosed):
 		return problem(kindUnavailable, "this gateway is shutting down; connect again"), nil
 	case errors.Is(err, orders.ErrUnknownInstrument):

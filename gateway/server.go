@@ -46,6 +46,10 @@ type Config struct {
 	// EventHeartbeat is how long an event stream may be silent: a comment
 	// then tells the client, and any proxy between, that it is alive.
 	EventHeartbeat time.Duration
+	// EventStreamsPerKey and EventStreamsPerAddress cap the event streams
+	// open at once per API key and per client address, across the
+	// gateways on one Redis (Deps.StreamSeats); 0 leaves one uncapped.
+	EventStreamsPerKey, EventStreamsPerAddress int
 }
 
 // MaxSignatureWindow bounds Config.SignatureWindow. A wider window is
@@ -54,10 +58,19 @@ type Config struct {
 // covers clocks that are kept in time at all.
 const MaxSignatureWindow = time.Minute
 
+// The default caps of the event streams open at once: a client needs one
+// stream per key, a few while it reconnects; an address may hold several
+// clients (a few keys each, or a small office behind one address).
+const (
+	DefaultEventStreamsPerKey     = 8
+	DefaultEventStreamsPerAddress = 32
+)
+
 // DefaultConfig is what the gateway runs with unless told otherwise.
 func DefaultConfig() Config {
 	return Config{BodyLimit: 16 << 10, RequestTimeout: 5 * time.Second, RateLimitBurst: 100, RateLimitPerSecond: 50,
-		SignatureWindow: 5 * time.Second, EventHeartbeat: 15 * time.Second}
+		SignatureWindow: 5 * time.Second, EventHeartbeat: 15 * time.Second,
+		EventStreamsPerKey: DefaultEventStreamsPerKey, EventStreamsPerAddress: DefaultEventStreamsPerAddress}
 }
 
 // Validate reports a configuration the gateway would run badly with: a body
@@ -76,6 +89,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("signature window %s: want a positive duration of at most %s", c.SignatureWindow, MaxSignatureWindow)
 	case c.EventHeartbeat <= 0:
 		return fmt.Errorf("event heartbeat %s: want a positive duration", c.EventHeartbeat)
+	case c.EventStreamsPerKey < 0 || c.EventStreamsPerKey > placement.MaxStreamsPerLimit ||
+		c.EventStreamsPerAddress < 0 || c.EventStreamsPerAddress > placement.MaxStreamsPerLimit:
+		return fmt.Errorf("event streams per key %d and per address %d: want whole numbers from 0 (no cap) to %d",
+			c.EventStreamsPerKey, c.EventStreamsPerAddress, placement.MaxStreamsPerLimit)
 	case b < 0 || b > most || (b > 0 && (r < 1 || r > most)):
 		return fmt.Errorf("rate limit: burst %d and per-second %d must be whole numbers from 1 to %d (burst 0 turns the limit off)", b, r, most)
 	}
@@ -119,8 +136,12 @@ type Deps struct {
 	// without it. Closing it ends the streams, which a server's Shutdown
 	// waits for: register its Close with http.Server.RegisterOnShutdown.
 	Events *placement.EventStreams
-	Probes []Probe
-	Logger *slog.Logger
+	// StreamSeats caps the event streams open per API key and per client
+	// address (Config.EventStreamsPerKey, EventStreamsPerAddress) across
+	// gateways; without it nothing is capped.
+	StreamSeats *placement.StreamSeats
+	Probes      []Probe
+	Logger      *slog.Logger
 	// Metrics is where the gateway registers its series; a private registry
 	// when nil. One registry backs one Server. The gateway does not serve
 	// it: /metrics belongs on a listener of its own, off the public network
@@ -144,10 +165,13 @@ type Server struct {
 	depth          DepthReader
 	fills          FillReader
 	events         *placement.EventStreams
-	probes         []Probe
-	log            *slog.Logger
-	validate       *validator.Validate
-	metrics        *metrics
+	streamSeats    *placement.StreamSeats
+	// streams follows the open event streams, by API key.
+	streams  streamRegistry
+	probes   []Probe
+	log      *slog.Logger
+	validate *validator.Validate
+	metrics  *metrics
 	// routes holds the registered route patterns and their methods, for the
 	// metrics' route label and the answer to any other method.
 	routes map[string]route
@@ -188,6 +212,7 @@ func New(deps Deps, config Config) *Server {
 		depth:       deps.Depth,
 		fills:       deps.Fills,
 		events:      deps.Events,
+		streamSeats: deps.StreamSeats,
 		probes:      deps.Probes,
 		log:         deps.Logger,
 		validate:    newValidator(),
@@ -196,6 +221,7 @@ func New(deps Deps, config Config) *Server {
 		limitText:   strconv.Itoa(config.RateLimitBurst),
 	}
 	s.refusals = newRefusalLog(s.log, s.metrics.refusalsUnlogged.Inc)
+	s.streams.server = s
 	s.keys, _ = deps.Accounts.(KeyRecognizer)
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true

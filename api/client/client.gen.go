@@ -246,6 +246,7 @@ const (
 	ProblemTypeSignatureOutsideWindow ProblemType = "urn:ordergate:problem:signature-outside-window"
 	ProblemTypeSignatureReplayed      ProblemType = "urn:ordergate:problem:signature-replayed"
 	ProblemTypeSignatureRequired      ProblemType = "urn:ordergate:problem:signature-required"
+	ProblemTypeTooManyStreams         ProblemType = "urn:ordergate:problem:too-many-streams"
 	ProblemTypeUnauthorized           ProblemType = "urn:ordergate:problem:unauthorized"
 	ProblemTypeUnavailable            ProblemType = "urn:ordergate:problem:unavailable"
 	ProblemTypeUnsupportedMediaType   ProblemType = "urn:ordergate:problem:unsupported-media-type"
@@ -288,6 +289,8 @@ func (e ProblemType) Valid() bool {
 	case ProblemTypeSignatureReplayed:
 		return true
 	case ProblemTypeSignatureRequired:
+		return true
+	case ProblemTypeTooManyStreams:
 		return true
 	case ProblemTypeUnauthorized:
 		return true
@@ -1629,6 +1632,21 @@ type ClientInterface interface {
 	// the events it carries take none. A gateway that shuts down ends
 	// its streams, and clients resume on another.
 	//
+	// **How many.** An API key may have 8 streams open at once, and a
+	// client address (its IPv4 address, or its IPv6 /64) 32, across
+	// every gateway (the operator may set other caps). Past either, the
+	// stream is refused `429` with problem type
+	// `urn:ordergate:problem:too-many-streams`, `detail` naming the cap,
+	// and `Retry-After`; a stream that ended frees its place at once.
+	//
+	// **The key's power.** The key is checked while the stream is open,
+	// not only when it opens: within a second of the key being revoked,
+	// or losing the `read` scope, the stream ends with a last comment
+	// `: ended <problem>: <why>` (`: ended unauthorized: the API key was
+	// revoked`, `: ended forbidden: the API key no longer has the read
+	// scope`), `<problem>` being the problem type a request with the
+	// key now gets. A client that reconnects gets that answer.
+	//
 	// Corresponds with GET /v1/events (the `StreamEvents` operationId).
 	StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -1926,6 +1944,21 @@ func (c *Client) ListBalances(ctx context.Context, params *ListBalancesParams, r
 // the stream takes a permit of the key's rate limit, as any request;
 // the events it carries take none. A gateway that shuts down ends
 // its streams, and clients resume on another.
+//
+// **How many.** An API key may have 8 streams open at once, and a
+// client address (its IPv4 address, or its IPv6 /64) 32, across
+// every gateway (the operator may set other caps). Past either, the
+// stream is refused `429` with problem type
+// `urn:ordergate:problem:too-many-streams`, `detail` naming the cap,
+// and `Retry-After`; a stream that ended frees its place at once.
+//
+// **The key's power.** The key is checked while the stream is open,
+// not only when it opens: within a second of the key being revoked,
+// or losing the `read` scope, the stream ends with a last comment
+// `: ended <problem>: <why>` (`: ended unauthorized: the API key was
+// revoked`, `: ended forbidden: the API key no longer has the read
+// scope`), `<problem>` being the problem type a request with the
+// key now gets. A client that reconnects gets that answer.
 //
 // Corresponds with GET /v1/events (the `StreamEvents` operationId).
 func (c *Client) StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3076,6 +3109,21 @@ type ClientWithResponsesInterface interface {
 	// the events it carries take none. A gateway that shuts down ends
 	// its streams, and clients resume on another.
 	//
+	// **How many.** An API key may have 8 streams open at once, and a
+	// client address (its IPv4 address, or its IPv6 /64) 32, across
+	// every gateway (the operator may set other caps). Past either, the
+	// stream is refused `429` with problem type
+	// `urn:ordergate:problem:too-many-streams`, `detail` naming the cap,
+	// and `Retry-After`; a stream that ended frees its place at once.
+	//
+	// **The key's power.** The key is checked while the stream is open,
+	// not only when it opens: within a second of the key being revoked,
+	// or losing the `read` scope, the stream ends with a last comment
+	// `: ended <problem>: <why>` (`: ended unauthorized: the API key was
+	// revoked`, `: ended forbidden: the API key no longer has the read
+	// scope`), `<problem>` being the problem type a request with the
+	// key now gets. A client that reconnects gets that answer.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/events (the `StreamEvents` operationId).
@@ -3643,7 +3691,7 @@ type StreamEventsResponse struct {
 	// ApplicationProblemJSON410 the response for an HTTP 410 `application/problem+json` response
 	ApplicationProblemJSON410 *Problem
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationProblemJSON429 *TooManyRequests
+	ApplicationProblemJSON429 *Problem
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationProblemJSON500 *Internal
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -3687,7 +3735,7 @@ func (r StreamEventsResponse) GetApplicationProblemJSON410() *Problem {
 }
 
 // GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
-func (r StreamEventsResponse) GetApplicationProblemJSON429() *TooManyRequests {
+func (r StreamEventsResponse) GetApplicationProblemJSON429() *Problem {
 	return r.ApplicationProblemJSON429
 }
 
@@ -5056,6 +5104,21 @@ func (c *ClientWithResponses) ListBalancesWithResponse(ctx context.Context, para
 // the events it carries take none. A gateway that shuts down ends
 // its streams, and clients resume on another.
 //
+// **How many.** An API key may have 8 streams open at once, and a
+// client address (its IPv4 address, or its IPv6 /64) 32, across
+// every gateway (the operator may set other caps). Past either, the
+// stream is refused `429` with problem type
+// `urn:ordergate:problem:too-many-streams`, `detail` naming the cap,
+// and `Retry-After`; a stream that ended frees its place at once.
+//
+// **The key's power.** The key is checked while the stream is open,
+// not only when it opens: within a second of the key being revoked,
+// or losing the `read` scope, the stream ends with a last comment
+// `: ended <problem>: <why>` (`: ended unauthorized: the API key was
+// revoked`, `: ended forbidden: the API key no longer has the read
+// scope`), `<problem>` being the problem type a request with the
+// key now gets. A client that reconnects gets that answer.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/events (the `StreamEvents` operationId).
@@ -5806,7 +5869,7 @@ func ParseStreamEventsResponse(rsp *http.Response) (*StreamEventsResponse, error
 		response.ApplicationProblemJSON410 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest TooManyRequests
+		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

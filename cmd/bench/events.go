@@ -331,7 +331,9 @@ func startGatewayProcess(ctx context.Context, s *servers) (base string, pid int,
 	}
 	cmd := exec.Command(binary)
 	cmd.Env = append(os.Environ(), "GATEWAY_ADDR="+addr, "METRICS_ADDR=", "REDIS_URL="+s.redisURL, "DATABASE_URL="+s.databaseURL,
-		"MIGRATE=false", "RATE_LIMIT_BURST=1000000", "RATE_LIMIT_PER_SECOND=1000000", "LOG_LEVEL=warn")
+		"MIGRATE=false", "RATE_LIMIT_BURST=1000000", "RATE_LIMIT_PER_SECOND=1000000", "LOG_LEVEL=warn",
+		// Its streams all come from one address, one per key.
+		"EVENTS_STREAMS_PER_ADDRESS=0")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		logFile.Close()

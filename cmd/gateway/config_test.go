@@ -49,6 +49,38 @@ func TestRateLimitConfiguration(t *testing.T) {
 	}
 }
 
+func TestEventStreamCapsConfiguration(t *testing.T) {
+	tests := []struct {
+		name            string
+		args            []string
+		env             map[string]string
+		perKey, perAddr int
+		refused         bool
+	}{
+		{"defaults", nil, nil, 8, 32, false},
+		{"from the environment", nil, map[string]string{"EVENTS_STREAMS_PER_KEY": "2", "EVENTS_STREAMS_PER_ADDRESS": "5"}, 2, 5, false},
+		{"uncapped", nil, map[string]string{"EVENTS_STREAMS_PER_KEY": "0", "EVENTS_STREAMS_PER_ADDRESS": "0"}, 0, 0, false},
+		{"flags over the environment", []string{"-events-streams-per-key", "3", "-events-streams-per-address", "9"},
+			map[string]string{"EVENTS_STREAMS_PER_KEY": "2"}, 3, 9, false},
+		{"malformed", nil, map[string]string{"EVENTS_STREAMS_PER_KEY": "a few"}, 0, 0, true},
+		{"negative", nil, map[string]string{"EVENTS_STREAMS_PER_ADDRESS": "-1"}, 0, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := parseWith(tt.args, tt.env)
+			if tt.refused {
+				if err == nil {
+					t.Errorf("accepted %v, want refused", tt.env)
+				}
+				return
+			}
+			if err != nil || c.http.EventStreamsPerKey != tt.perKey || c.http.EventStreamsPerAddress != tt.perAddr {
+				t.Errorf("per key %d, per address %d, %v; want %d, %d", c.http.EventStreamsPerKey, c.http.EventStreamsPerAddress, err, tt.perKey, tt.perAddr)
+			}
+		})
+	}
+}
+
 func TestKeyCacheStaleIfErrorConfiguration(t *testing.T) {
 	tests := []struct {
 		name    string

@@ -89,6 +89,10 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.DurationVar(&c.eventsRetention.Age, "events-retention-age", env.Duration("EVENTS_RETENTION_AGE", emq.DefaultLogRetention.Age),
 		"and every event younger than this; set it as on the workers (EVENTS_RETENTION_AGE)")
 	flags.DurationVar(&c.http.EventHeartbeat, "events-heartbeat", env.Duration("EVENTS_HEARTBEAT", defaults.EventHeartbeat), "how long an event stream (GET /v1/events) may be silent before a heartbeat comment (EVENTS_HEARTBEAT)")
+	flags.IntVar(&c.http.EventStreamsPerKey, "events-streams-per-key", env.Int("EVENTS_STREAMS_PER_KEY", defaults.EventStreamsPerKey),
+		"event streams one API key may have open at once, across the gateways on one Redis; 0 is no cap (EVENTS_STREAMS_PER_KEY)")
+	flags.IntVar(&c.http.EventStreamsPerAddress, "events-streams-per-address", env.Int("EVENTS_STREAMS_PER_ADDRESS", defaults.EventStreamsPerAddress),
+		"event streams one client address (IPv4, or IPv6 /64) may have open at once, across the gateways on one Redis; 0 is no cap (EVENTS_STREAMS_PER_ADDRESS)")
 	if err := flags.Parse(args[1:]); err != nil {
 		return config{}, err
 	}
@@ -233,6 +237,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Depth:       postgres.NewBook(db),
 		Fills:       postgres.NewFills(db),
 		Events:      events,
+		StreamSeats: placement.NewStreamSeats(ordersQueue),
 		Probes:      probes(queueClient, db),
 		Logger:      log,
 		Metrics:     metrics,

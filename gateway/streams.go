@@ -1,0 +1,276 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/ordergate/ordergate/internal/outage"
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+)
+
+// An event stream is authorized when it opens, and lives for hours. So the
+// gateway keeps its open streams by API key, and a loop re-checks each key
+// with a stream every streamCheckInterval, through the very lookup a
+// request's authentication makes (the key cache: its local copy answers
+// from memory, and a revocation raises the key's stamp, which drops the
+// copy on every gateway). A key found revoked, or without the read scope,
+// has its streams ended at once, each with a last comment saying why. The
+// same loop renews the streams' seats (placement.StreamSeats), which cap
+// the streams open per key and per client address across gateways.
+
+// streamCheckInterval is how often the keys of open streams are checked:
+// a revoked key's streams end within about this long of the revocation
+// reaching the key cache.
+const streamCheckInterval = 500 * time.Millisecond
+
+// streamCheckTimeout bounds one round of checks: keys not checked within
+// it (PostgreSQL hanging) keep their streams until the next round.
+const streamCheckTimeout = 2 * time.Second
+
+// streamEndGrace is how long an ended stream has to write its last
+// comment and return before its connection's write deadline is put in the
+// past, which ends a write its client does not read.
+const streamEndGrace = 250 * time.Millisecond
+
+// streamSeatTimeout bounds leaving a stream's seats as it ends.
+const streamSeatTimeout = time.Second
+
+// streamEnd is why the gateway ended a stream: the problem a request with
+// the key would now get, named in the stream's last comment.
+type streamEnd struct {
+	kind   problemKind
+	detail string
+}
+
+func (e *streamEnd) Error() string { return e.kind.slug + ": " + e.detail }
+
+var (
+	endRevoked   = &streamEnd{kind: kindUnauthorized, detail: "the API key was revoked"}
+	endForbidden = &streamEnd{kind: kindForbidden, detail: "the API key no longer has the read scope"}
+)
+
+// openStream is one stream the registry follows.
+type openStream struct {
+	seat placement.StreamSeat
+	// end ends the stream's reads with a cause; control reaches its
+	// connection's write deadline while it is registered.
+	end     context.CancelCauseFunc
+	control *http.ResponseController
+	// ended is set, under the registry's mu, once the registry ended it.
+	ended bool
+}
+
+// streamRegistry follows the gateway's open streams by API key.
+type streamRegistry struct {
+	server *Server
+
+	mu sync.Mutex
+	// keys holds each key's open streams, by the key's digest; a key is
+	// dropped with its last stream.
+	keys map[string]*keyStreams
+	// checking is true while the loop runs; it stops when no stream is open.
+	checking bool
+	// renewed is when the seats were last renewed.
+	renewed time.Time
+
+	// seatsMu keeps a renewal, which seats again the streams it names,
+	// from falling between a stream leaving the registry and leaving its
+	// seats: renewals hold it, leaves share it.
+	seatsMu sync.RWMutex
+	// failures keeps a failing check or renewal from logging every round.
+	failures outage.Sparse
+}
+
+type keyStreams struct {
+	// key is the API key as sent, for the check's lookup.
+	key     string
+	streams map[*openStream]struct{}
+}
+
+// join follows stream, whose key is key, and starts the loop if it is not
+// running.
+func (r *streamRegistry) join(key string, stream *openStream) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.keys == nil {
+		r.keys = map[string]*keyStreams{}
+	}
+	k := r.keys[stream.seat.Key]
+	if k == nil {
+		k = &keyStreams{key: key, streams: map[*openStream]struct{}{}}
+		r.keys[stream.seat.Key] = k
+	}
+	k.streams[stream] = struct{}{}
+	if !r.checking {
+		r.checking = true
+		r.renewed = time.Now()
+		go r.check()
+	}
+}
+
+// leave stops following stream and frees its seats. After it returns the
+// registry no longer touches the stream's connection.
+func (r *streamRegistry) leave(stream *openStream) {
+	r.seatsMu.RLock()
+	defer r.seatsMu.RUnlock()
+	r.mu.Lock()
+	if k := r.keys[stream.seat.Key]; k != nil {
+		delete(k.streams, stream)
+		if len(k.streams) == 0 {
+			delete(r.keys, stream.seat.Key)
+		}
+	}
+	r.mu.Unlock()
+	r.server.closeSeats(stream.seat)
+}
+
+// check is the loop: every streamCheckInterval it checks each key with an
+// open stream, ends the streams of those revoked or without the read
+// scope, and renews the seats when due. It returns once no stream is open.
+func (r *streamRegistry) check() {
+	ticker := time.NewTicker(streamCheckInterval)
+	defer ticker.Stop()
+	for range ticker.C {
+		r.mu.Lock()
+		if len(r.keys) == 0 {
+			r.checking = false
+			r.mu.Unlock()
+			return
+		}
+		keys := make(map[string]string, len(r.keys))
+		for digest, k := range r.keys {
+			keys[digest] = k.key
+		}
+		renew := time.Since(r.renewed) >= placement.StreamSeatRenewal
+		if renew {
+			r.renewed = time.Now()
+		}
+		r.mu.Unlock()
+		r.checkKeys(keys)
+		if renew {
+			r.renewSeats()
+		}
+	}
+}
+
+// checkKeys looks each key up as a request's authentication does and ends
+// the streams of a key revoked or without the read scope. A lookup that
+// fails (PostgreSQL down past the key cache's stale window) ends nothing:
+// a key cannot be revoked while PostgreSQL is down.
+func (r *streamRegistry) checkKeys(keys map[string]string) {
+	ctx, cancel := context.WithTimeout(context.Background(), streamCheckTimeout)
+	defer cancel()
+	for digest, key := range keys {
+		caller, err := r.server.accounts.Authenticate(ctx, key)
+		var end *streamEnd
+		switch {
+		case errors.Is(err, orders.ErrUnauthenticated):
+			end = endRevoked
+		case err != nil:
+			if r.failures.Allow() {
+				r.server.log.Warn("event streams: an API key could not be checked; its streams go on (logged at most every 10 s)", "err", err)
+			}
+			continue
+		case caller.Permits(orders.ScopeRead) != nil:
+			end = endForbidden
+		default:
+			continue
+		}
+		r.end(digest, end)
+	}
+}
+
+// end ends every stream of the key with the digest, for why.
+func (r *streamRegistry) end(digest string, why *streamEnd) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := r.keys[digest]
+	if k == nil {
+		return
+	}
+	for stream := range k.streams {
+		if stream.ended {
+			continue // ended by an earlier round, and not gone yet
+		}
+		stream.ended = true
+		stream.end(why)
+		r.server.metrics.streamsEnded.WithLabelValues(why.kind.slug).Inc()
+		// A stream blocked writing to a client that reads nothing would
+		// not see its end before the write's own deadline: put that in
+		// the past, if the stream is still open once it had time to end.
+		time.AfterFunc(streamEndGrace, func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if k := r.keys[digest]; k != nil {
+				if _, open := k.streams[stream]; open {
+					_ = stream.control.SetWriteDeadline(time.Now())
+				}
+			}
+		})
+	}
+}
+
+// renewSeats renews the seats of every open stream.
+func (r *streamRegistry) renewSeats() {
+	if r.server.streamSeats == nil {
+		return
+	}
+	r.seatsMu.Lock()
+	defer r.seatsMu.Unlock()
+	r.mu.Lock()
+	var seats []placement.StreamSeat
+	for _, k := range r.keys {
+		for stream := range k.streams {
+			seats = append(seats, stream.seat)
+		}
+	}
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), streamCheckTimeout)
+	defer cancel()
+	if err := r.server.streamSeats.Renew(ctx, seats, r.server.streamLimit()); err != nil && r.failures.Allow() {
+		r.server.log.Warn("event streams: their seats were not renewed; a seat not renewed for 15 s expires (logged at most every 10 s)", "streams", len(seats), "err", err)
+	}
+}
+
+// streamLimit is the caps of a key's and an address's open streams.
+func (s *Server) streamLimit() placement.StreamLimit {
+	return placement.StreamLimit{PerKey: s.config.EventStreamsPerKey, PerAddress: s.config.EventStreamsPerAddress}
+}
+
+// openSeats takes the stream's seats; a cap met is a too-many-streams
+// refusal, counted.
+func (s *Server) openSeats(c echo.Context, seat placement.StreamSeat) error {
+	if s.streamSeats == nil {
+		return nil
+	}
+	err := s.streamSeats.Open(c.Request().Context(), seat, s.streamLimit())
+	var refused *placement.TooManyStreamsError
+	if errors.As(err, &refused) {
+		s.metrics.streamsRefused.WithLabelValues(string(refused.Per)).Inc()
+		c.Response().Header().Set("Retry-After", retryAfterTooManyStreams)
+	}
+	return err
+}
+
+// retryAfterTooManyStreams is when a stream refused for its caps may try
+// again: a seat left by a stream that ended is free at once, one left by
+// a gateway that stopped within a renewal or so.
+const retryAfterTooManyStreams = "5"
+
+// closeSeats frees a stream's seats as it ends, whatever ended it.
+func (s *Server) closeSeats(seat placement.StreamSeat) {
+	if s.streamSeats == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), streamSeatTimeout)
+	defer cancel()
+	if err := s.streamSeats.Close(ctx, seat, s.streamLimit()); err != nil {
+		s.log.Warn("event stream: its seats were not left; they expire unrenewed", "err", err)
+	}
+}

@@ -1,0 +1,206 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ordergate/ordergate/control"
+	"github.com/ordergate/ordergate/gateway"
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+)
+
+// streamLines reads an open stream's lines as they come, with when each
+// came; the channel closes when the stream ends.
+type streamLine struct {
+	text string
+	at   time.Time
+}
+
+func streamLines(t testing.TB, res *http.Response) <-chan streamLine {
+	t.Helper()
+	lines := make(chan streamLine, 1024)
+	go func() {
+		defer close(lines)
+		reader := bufio.NewReader(res.Body)
+		for {
+			line, err := reader.ReadString('\n')
+			if line != "" {
+				lines <- streamLine{strings.TrimRight(line, "\n"), time.Now()}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { res.Body.Close() })
+	return lines
+}
+
+// untilEnd reads lines until the stream ends, for at most timeout, and
+// returns them and when the stream ended (zero if it did not).
+func untilEnd(lines <-chan streamLine, timeout time.Duration) ([]string, time.Time) {
+	var read []string
+	deadline := time.After(timeout)
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				return read, time.Now()
+			}
+			read = append(read, line.text)
+		case <-deadline:
+			return read, time.Time{}
+		}
+	}
+}
+
+// TestAKeysPowerEndsWithIt: every open event stream of a key that is
+// revoked (signed or not), or that loses the read scope, ends within 1 s
+// of the change, each with a last comment naming the problem a request
+// with the key now gets; no event of the account reaches it after. The
+// key's other streams, and another key's, are not touched by it.
+func TestAKeysPowerEndsWithIt(t *testing.T) {
+	f := newFixture(t, 1)
+	bystander := openEvents(t, f.http, f.url, f.keys[0], "", nil)
+	bystander.position(t)
+	ctx := context.Background()
+	revoke := func(t *testing.T, issued orders.IssuedKey) {
+		if err := control.New(f.db, f.caches).RevokeKey(ctx, issued.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		name   string
+		spec   orders.KeySpec
+		change func(t *testing.T, issued orders.IssuedKey)
+		want   string
+	}{
+		{"a revoked key", orders.KeySpec{Scopes: orders.AllScopes}, revoke, ": ended unauthorized: the API key was revoked"},
+		{"a revoked signed key", orders.KeySpec{Scopes: orders.AllScopes, Signed: true}, revoke, ": ended unauthorized: the API key was revoked"},
+		{"a key that lost the read scope", orders.KeySpec{Scopes: orders.AllScopes}, func(t *testing.T, issued orders.IssuedKey) {
+			// As an operator's change of scopes would: the row, then the
+			// broadcast that drops the gateways' copies.
+			if _, err := f.db.Exec(ctx, `UPDATE api_keys SET scopes = '{trade}' WHERE id = $1`, issued.ID); err != nil {
+				t.Fatal(err)
+			}
+			sum := sha256.Sum256([]byte(issued.Key.Reveal()))
+			if err := f.caches.Broadcast(ctx, placement.APIKeysTable, hex.EncodeToString(sum[:])); err != nil {
+				t.Fatal(err)
+			}
+		}, ": ended forbidden: the API key no longer has the read scope"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			issued := newFixtureKey(t, f, tt.spec)
+			account := f.accounts[len(f.accounts)-1]
+			var header http.Header
+			var streams []<-chan streamLine
+			for range 2 {
+				if tt.spec.Signed {
+					header = signature{secret: issued.SigningSecret, method: http.MethodGet, target: "/v1/events"}.header()
+				}
+				res := requestEvents(t, f.http, f.url, issued.Key.Reveal(), "", header)
+				if res.StatusCode != http.StatusOK {
+					body, _ := io.ReadAll(res.Body)
+					t.Fatalf("open: %d %s", res.StatusCode, body)
+				}
+				lines := streamLines(t, res)
+				if first := <-lines; first.text != "id: 0" {
+					t.Fatalf("first line %q", first.text)
+				}
+				streams = append(streams, lines)
+			}
+			appendAccountEvents(t, f.queue, account, 1, 1, 0)
+			changed := time.Now()
+			tt.change(t, issued)
+			for i, lines := range streams {
+				read, ended := untilEnd(lines, 5*time.Second)
+				if ended.IsZero() {
+					t.Fatalf("stream %d still open 5 s after the change; it read %q", i, read)
+				}
+				if took := ended.Sub(changed); took > 1500*time.Millisecond {
+					t.Errorf("stream %d ended %v after the change, want within 1 s (and slack)", i, took)
+				}
+				if len(read) < 2 || read[len(read)-2] != tt.want || read[len(read)-1] != "" {
+					t.Errorf("stream %d ended with %q, want the comment %q", i, read, tt.want)
+				}
+				for _, line := range read {
+					if strings.HasPrefix(line, "id: ") && line != "id: 1" {
+						t.Errorf("stream %d got %q after the change", i, line)
+					}
+				}
+			}
+			appendAccountEvents(t, f.queue, account, 1, 1, 0)
+			if got := parseSamples(t, f.scrape(t))[`event_streams_key_ended_total{problem="`+strings.Fields(tt.want)[2][:len(strings.Fields(tt.want)[2])-1]+`"}`]; got == "" {
+				t.Errorf("no event_streams_key_ended_total for %s", tt.want)
+			}
+		})
+	}
+	appendAccountEvents(t, f.queue, f.accounts[0], 1, 1, 0)
+	bystander.expectSequences(t, 1, 1)
+}
+
+// TestEventStreamsAreCappedPerKeyAndPerAddress: a key may have its cap of
+// streams open at once, and a client address its own; past either a
+// stream is refused 429 too-many-streams, with Retry-After, naming the
+// cap; a stream that ends frees its place at once.
+func TestEventStreamsAreCappedPerKeyAndPerAddress(t *testing.T) {
+	config := gateway.DefaultConfig()
+	config.EventStreamsPerKey, config.EventStreamsPerAddress = 2, 3
+	f := newFixtureWith(t, 3, config)
+	open := func(key string) *http.Response {
+		return requestEvents(t, f.http, f.url, key, "", nil)
+	}
+	refused := func(res *http.Response, who string) {
+		t.Helper()
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(body), "urn:ordergate:problem:too-many-streams") ||
+			!strings.Contains(string(body), who) || res.Header.Get("Retry-After") == "" {
+			t.Errorf("%d %v %s, want 429 too-many-streams naming %q with Retry-After", res.StatusCode, res.Header, body, who)
+		}
+	}
+	var held []*http.Response
+	for _, key := range []string{f.keys[0], f.keys[0]} {
+		res := open(key)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("stream within the caps: %d", res.StatusCode)
+		}
+		t.Cleanup(func() { res.Body.Close() })
+		held = append(held, res)
+	}
+	refused(open(f.keys[0]), "this API key has 2 event streams open")
+	third := open(f.keys[1])
+	if third.StatusCode != http.StatusOK {
+		t.Fatalf("another key's stream, the address's third: %d", third.StatusCode)
+	}
+	t.Cleanup(func() { third.Body.Close() })
+	refused(open(f.keys[2]), "this client address has 3 event streams open")
+
+	held[0].Body.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res := open(f.keys[0])
+		if res.StatusCode == http.StatusOK {
+			t.Cleanup(func() { res.Body.Close() })
+			break
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("a stream closed did not free its place: %d", res.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	samples := parseSamples(t, f.scrape(t))
+	if samples[`event_streams_refused_total{cap="key"}`] != "1" || samples[`event_streams_refused_total{cap="address"}`] != "1" {
+		t.Errorf("event_streams_refused_total: %v", samples)
+	}
+}
