@@ -94,7 +94,9 @@ func (in Instrument) InBand(price decimal.Decimal) (bool, error) {
 }
 
 // Check applies the instrument's rules to a command whose fields are already
-// well-formed, and returns every rule it breaks.
+// well-formed, and returns every rule it breaks: halted, off the grids,
+// under the minimum notional (a limit order's at its price, a market
+// order's at the reference).
 func (in Instrument) Check(cmd PlaceCommand) []FieldError {
 	var refused []FieldError
 	refuse := func(field, format string, args ...any) {
@@ -123,7 +125,10 @@ func (in Instrument) Check(cmd PlaceCommand) []FieldError {
 		return false
 	}
 	quantityOK := onGrid("quantity", cmd.Quantity, in.LotSize, "lot size")
-	price, priceOK := in.ReferencePrice, true
+	// A market order's notional at the reference the band is centered on:
+	// the last trade's, as near as the door can know the price it trades
+	// at.
+	price, priceOK := in.Reference(), true
 	if cmd.Type == Limit {
 		price, priceOK = cmd.Price, onGrid("price", cmd.Price, in.TickSize, "tick size")
 	}
