@@ -556,13 +556,18 @@ func (s *Server) placeCommand(account string, req placeRequest) (orders.PlaceCom
 		sortOrderFieldErrors(refused)
 		return orders.PlaceCommand{}, &orders.InvalidError{Fields: refused}
 	}
-	// The band last, on an order that keeps every other rule: its own
-	// problem type, since the same price may pass once the reference moves.
-	// It is computed from the cached instrument, no round trip.
+	// The band, then the digit budget, on an order that keeps every other
+	// rule: each its own problem type, since the same price may pass once
+	// the reference moves (and with it the band's top, where a sell or a
+	// market order is budgeted). Both are computed from the cached
+	// instrument, no round trip.
 	if cmd.Type == orders.Limit {
 		if err := instrument.CheckBand(cmd.Price); err != nil {
 			return orders.PlaceCommand{}, err
 		}
+	}
+	if err := instrument.CheckAmounts(cmd); err != nil {
+		return orders.PlaceCommand{}, err
 	}
 	// The domain's rules of every order: the request's rules above refuse
 	// all of it first, in the API's words, so this is the last guard.

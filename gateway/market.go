@@ -34,6 +34,10 @@ type instrumentView struct {
 	TakerFeeBps      decimal.Decimal `json:"taker_fee_bps"`
 	Status           string          `json:"status"`
 	ReferencePrice   decimal.Decimal `json:"reference_price"`
+	// MaxNotional and MaxQuantity are the digit budget's limits
+	// (orders.Instrument.MaxNotional, MaxQuantity at the current band).
+	MaxNotional decimal.Decimal `json:"max_notional"`
+	MaxQuantity decimal.Decimal `json:"max_quantity"`
 }
 
 type instrumentList struct {
@@ -68,6 +72,7 @@ func (s *Server) listInstruments(c echo.Context) error {
 			MinNotional: in.MinNotional, PriceBandPercent: in.PriceBandPercent,
 			MakerFeeBps: in.MakerFeeBps, TakerFeeBps: in.TakerFeeBps, Status: status,
 			ReferencePrice: in.Reference().Pad(in.TickSize.Scale()),
+			MaxNotional:    in.MaxNotional(), MaxQuantity: in.MaxQuantity(),
 		})
 	}
 	return c.JSON(http.StatusOK, body)

@@ -20,7 +20,7 @@ func TestListInstruments(t *testing.T) {
 	want := map[string]any{
 		"symbol": "BTC-USD", "base": "BTC", "quote": "USD", "tick_size": "0.01", "lot_size": "0.00001",
 		"min_notional": "10", "price_band_percent": "10", "maker_fee_bps": "10", "taker_fee_bps": "20",
-		"status": "trading", "reference_price": "50000.00",
+		"status": "trading", "reference_price": "50000.00", "max_notional": "10000000", "max_quantity": "181.45527",
 	}
 	if got := list[0].(map[string]any); !reflect.DeepEqual(got, want) {
 		t.Errorf("first instrument %v, want %v", got, want)

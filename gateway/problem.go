@@ -56,6 +56,7 @@ var (
 	kindMalformed      = problemKind{"malformed-request", "The request body is not a valid order document", http.StatusBadRequest}
 	kindValidation     = problemKind{"validation", "The order request has invalid fields", http.StatusUnprocessableEntity}
 	kindPriceOutOfBand = problemKind{"price-out-of-band", "The limit price is outside the instrument's price band", http.StatusUnprocessableEntity}
+	kindAmountTooLarge = problemKind{"amount-too-large", "An amount of the order is too large to settle exactly", http.StatusUnprocessableEntity}
 	kindInvalidQuery   = problemKind{"invalid-query", "The query parameters are invalid", http.StatusBadRequest}
 	kindInvalidHeader  = problemKind{"invalid-header", "A request header is invalid", http.StatusBadRequest}
 	kindUnauthorized   = problemKind{"unauthorized", "A valid API key is required", http.StatusUnauthorized}
@@ -78,9 +79,13 @@ var (
 	kindInternal               = problemKind{"internal", "Internal error", http.StatusInternalServerError}
 )
 
-// codePriceOutOfBand is the reject reason settlement writes for the same
-// refusal (docs/market.md), the code of a price-out-of-band problem.
-const codePriceOutOfBand = "price_out_of_band"
+// codePriceOutOfBand and codeAmountTooLarge are the reject reasons
+// settlement writes for the same refusals (docs/market.md), the codes of
+// the price-out-of-band and amount-too-large problems.
+const (
+	codePriceOutOfBand = "price_out_of_band"
+	codeAmountTooLarge = "amount_too_large"
+)
 
 // requestError is an error the gateway itself raises about a request.
 type requestError struct {
@@ -111,6 +116,7 @@ func problemFor(err error) (Problem, error) {
 		request       *requestError
 		invalid       *orders.InvalidError
 		outOfBand     *orders.PriceOutOfBandError
+		tooLarge      *orders.AmountTooLargeError
 		conflict      *orders.ConflictError
 		notCancelable *orders.NotCancelableError
 		missingScope  *orders.MissingScopeError
@@ -153,6 +159,8 @@ func problemFor(err error) (Problem, error) {
 		p.Code = codePriceOutOfBand
 		p.Errors = []FieldError{{Pointer: "/price", Reason: "must be within the price band of " + outOfBand.Symbol + ", " + band}}
 		return p, nil
+	case errors.As(err, &tooLarge):
+		return amountTooLarge(problem(kindAmountTooLarge, ""), tooLarge), nil
 	case errors.As(err, &conflict):
 		p := problem(kindConflict, fmt.Sprintf("client_order_id %q is held by order %s, placed with a different request; use a new client_order_id", conflict.ClientOrderID, conflict.OrderID))
 		p.Errors = []FieldError{{Pointer: "/client_order_id", Reason: "already used for a different order"}}
@@ -205,6 +213,27 @@ func problemFor(err error) (Problem, error) {
 		}
 	}
 	return problem(kindInternal, "the request failed; quote the request id when reporting it"), err
+}
+
+// amountTooLarge fills p for an order over its instrument's digit budget:
+// one error at the field to change, naming the limit and what fits.
+func amountTooLarge(p Problem, e *orders.AmountTooLargeError) Problem {
+	limit := fmt.Sprintf("%s %s", e.Limit, e.Quote)
+	where := "its limit price " + e.Price.String()
+	if e.AtBandTop {
+		where = e.Price.String() + ", the top of the price band, where a sell or a market order may fill"
+	}
+	p.Detail = fmt.Sprintf("quantity × price plus the taker fee of this %s order comes to %s %s at %s, over its max_notional of %s",
+		e.Symbol, e.WorstCase, e.Quote, where, limit)
+	p.Code = codeAmountTooLarge
+	reason := fmt.Sprintf("must be at most %s at %s: quantity × price plus the taker fee may come to at most %s on %s",
+		e.MaxQuantity, where, limit, e.Symbol)
+	if e.Field == "price" {
+		reason = fmt.Sprintf("must be at most %s: one lot at a higher price comes to more than %s on %s, quantity × price plus the taker fee",
+			e.MaxPrice, limit, e.Symbol)
+	}
+	p.Errors = []FieldError{{Pointer: "/" + e.Field, Reason: reason}}
+	return p
 }
 
 // handleError is echo's error handler: every error leaves as problem+json.

@@ -110,15 +110,18 @@ func fuzzBTCUSD(t testing.TB) Instrument {
 		Symbol: "BTC-USD", Base: "BTC", Quote: "USD",
 		TickSize: amount("0.01"), LotSize: amount("0.00001"),
 		MinNotional: amount("10"), ReferencePrice: amount("50000"),
+		MakerFeeBps: amount("10"), TakerFeeBps: amount("20"), PriceBandPercent: amount("10"),
 	}
 }
 
 // FuzzInstrumentCheck: amounts ParseAmount accepts, against BTC-USD. Check
 // never panics, and it accepts exactly the orders that big.Rat, reading the
 // strings, finds positive, within the grids' decimals, on the lot and tick
-// grids and at or over the minimum notional. Only one slack: magnitudes
-// past the decimal type's 19 digits (a grid quotient or the notional of
-// 10^19 or more) may be refused even when the arithmetic says yes.
+// grids and at or over the minimum notional, at any magnitude. Of those,
+// CheckAmounts refuses exactly the buys whose worst case, quantity × the
+// limit price (a market order: the band's top, 55,000) × 1.002 (the taker
+// fee), is above 10^7 USD (BTC-USD's amounts have 11 decimals), with an
+// *AmountTooLargeError.
 func FuzzInstrumentCheck(f *testing.F) {
 	for _, seed := range []struct {
 		quantity, price string
@@ -176,12 +179,27 @@ func FuzzInstrumentCheck(f *testing.F) {
 			t.Fatalf("Check accepted quantity %s price %s (market %v): lots %s, ticks %s, notional %s; want refused",
 				quantityText, priceText, market, lots.RatString(), ticks.RatString(), notional.FloatString(8))
 		case len(refused) > 0 && valid:
-			huge := new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(19), nil))
-			if lots.Cmp(huge) >= 0 || ticks.Cmp(huge) >= 0 || notional.Cmp(huge) >= 0 {
-				return // past the decimal type's range; see the comment above
-			}
 			t.Fatalf("Check refused the valid order quantity %s price %s (market %v): %+v",
 				quantityText, priceText, market, refused)
+		case !valid:
+			return
+		}
+
+		budget := price
+		if market {
+			budget = big.NewRat(55000, 1)
+		}
+		worst := new(big.Rat).Mul(quantity, budget)
+		worst.Mul(worst, big.NewRat(1002, 1000))
+		tooLarge := worst.Cmp(big.NewRat(10000000, 1)) > 0
+		err = instrument.CheckAmounts(cmd)
+		switch {
+		case tooLarge && !errors.Is(err, ErrAmountTooLarge):
+			t.Fatalf("CheckAmounts(%s at %s, market %v) = %v; the worst case %s is over 10^7", quantityText, priceText,
+				market, err, worst.FloatString(11))
+		case !tooLarge && err != nil:
+			t.Fatalf("CheckAmounts(%s at %s, market %v) = %v; the worst case %s is within 10^7", quantityText, priceText,
+				market, err, worst.FloatString(11))
 		}
 	})
 }

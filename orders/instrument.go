@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math/big"
 
 	"github.com/govalues/decimal"
 )
@@ -96,7 +97,8 @@ func (in Instrument) InBand(price decimal.Decimal) (bool, error) {
 // Check applies the instrument's rules to a command whose fields are already
 // well-formed, and returns every rule it breaks: halted, off the grids,
 // under the minimum notional (a limit order's at its price, a market
-// order's at the reference).
+// order's at the reference). The price band (CheckBand) and the digit
+// budget (CheckAmounts) have errors of their own.
 func (in Instrument) Check(cmd PlaceCommand) []FieldError {
 	var refused []FieldError
 	refuse := func(field, format string, args ...any) {
@@ -109,18 +111,16 @@ func (in Instrument) Check(cmd PlaceCommand) []FieldError {
 		switch {
 		case !amount.IsPos():
 			refuse(field, "must be greater than zero")
+		case !grid.IsPos():
+			refuse(field, "cannot be checked: %s has no %s", in.Symbol, gridName)
 		case amount.Scale() > grid.Scale():
 			refuse(field, "has %d decimals; %s allows at most %d", amount.Scale(), in.Symbol, grid.Scale())
+		case !new(big.Rat).Quo(Rational(amount), Rational(grid)).IsInt():
+			// Exactly, however large: an amount too large to settle is
+			// CheckAmounts's to refuse, naming the limit.
+			refuse(field, "must be a multiple of the %s %s", gridName, grid)
 		default:
-			_, remainder, err := amount.QuoRem(grid)
-			switch {
-			case err != nil: // the quotient overflows the decimal type
-				refuse(field, "is too large for %s", in.Symbol)
-			case !remainder.IsZero():
-				refuse(field, "must be a multiple of the %s %s", gridName, grid)
-			default:
-				return true
-			}
+			return true
 		}
 		return false
 	}
@@ -133,13 +133,12 @@ func (in Instrument) Check(cmd PlaceCommand) []FieldError {
 		price, priceOK = cmd.Price, onGrid("price", cmd.Price, in.TickSize, "tick size")
 	}
 	if quantityOK && priceOK {
-		notional, err := cmd.Quantity.Mul(price)
-		switch {
-		case err != nil:
-			refuse("quantity", "quantity × price is too large")
-		case notional.Cmp(in.MinNotional) < 0:
+		notional := new(big.Rat).Mul(Rational(cmd.Quantity), Rational(price))
+		if notional.Cmp(Rational(in.MinNotional)) < 0 {
+			// Below the minimum, so small enough to multiply exactly.
+			shown, _ := cmd.Quantity.Mul(price)
 			refuse("quantity", "quantity × price is %s %s, under the minimum notional %s %s",
-				notional.Trim(0), in.Quote, in.MinNotional.Trim(0), in.Quote)
+				shown.Trim(0), in.Quote, in.MinNotional.Trim(0), in.Quote)
 		}
 	}
 	return refused

@@ -43,10 +43,13 @@ func TestInstrumentCheck(t *testing.T) {
 		{name: "price decimals", instrument: btc, orderType: Limit, quantity: "0.01", price: "50000.001", want: []string{"price: 3 decimals"}},
 		{name: "under minimum notional", instrument: btc, orderType: Limit, quantity: "0.00001", price: "50000", want: []string{"quantity: minimum notional"}},
 		{name: "market under minimum notional at the reference price", instrument: btc, orderType: Market, quantity: "0.0001", want: []string{"quantity: minimum notional"}},
-		{name: "notional too large", instrument: btc, orderType: Limit, quantity: "999999999999.00000", price: "9999999999.99", want: []string{"quantity: too large"}},
 		{name: "market under minimum notional at the last trade", instrument: lastTrade(btc, "45000"), orderType: Market, quantity: "0.00020", want: []string{"quantity: 9 USD, under the minimum notional"}},
 		{name: "market over minimum notional at the last trade", instrument: lastTrade(btc, "55000"), orderType: Market, quantity: "0.00019"},
 		{name: "a limit order's notional is at its own price", instrument: lastTrade(btc, "55000"), orderType: Limit, quantity: "0.00019", price: "50000", want: []string{"quantity: minimum notional"}},
+		// Too large to settle is CheckAmounts's refusal, with the limit.
+		{name: "notional too large", instrument: btc, orderType: Limit, quantity: "999999999999.00000", price: "9999999999.99"},
+		{name: "grid quotient past the decimal type", instrument: btc, orderType: Limit, quantity: "999999999999999999", price: "50000"},
+		{name: "off the grid however large", instrument: btc, orderType: Limit, quantity: "9999999999999.99999", price: "50000.015", want: []string{"price: 3 decimals"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

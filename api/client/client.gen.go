@@ -214,12 +214,15 @@ func (e OrderType) Valid() bool {
 
 // Defines values for ProblemCode.
 const (
+	ProblemCodeAmountTooLarge ProblemCode = "amount_too_large"
 	ProblemCodePriceOutOfBand ProblemCode = "price_out_of_band"
 )
 
 // Valid indicates whether the value is a known member of the ProblemCode enum.
 func (e ProblemCode) Valid() bool {
 	switch e {
+	case ProblemCodeAmountTooLarge:
+		return true
 	case ProblemCodePriceOutOfBand:
 		return true
 	default:
@@ -229,6 +232,7 @@ func (e ProblemCode) Valid() bool {
 
 // Defines values for ProblemType.
 const (
+	ProblemTypeAmountTooLarge         ProblemType = "urn:ordergate:problem:amount-too-large"
 	ProblemTypeEventsExpired          ProblemType = "urn:ordergate:problem:events-expired"
 	ProblemTypeForbidden              ProblemType = "urn:ordergate:problem:forbidden"
 	ProblemTypeIdempotencyConflict    ProblemType = "urn:ordergate:problem:idempotency-conflict"
@@ -256,6 +260,8 @@ const (
 // Valid indicates whether the value is a known member of the ProblemType enum.
 func (e ProblemType) Valid() bool {
 	switch e {
+	case ProblemTypeAmountTooLarge:
+		return true
 	case ProblemTypeEventsExpired:
 		return true
 	case ProblemTypeForbidden:
@@ -653,6 +659,21 @@ type HealthStatus string
 // notional, paid in the quote asset: the resting order (maker) pays
 // `maker_fee_bps`, the arriving one (taker) `taker_fee_bps`. A limit
 // price must lie within `price_band_percent` of `reference_price`.
+//
+// `max_notional` is the most an order's worst case may come to, in
+// the quote asset: quantity × its limit price (a `buy`) or × the top
+// of the price band (a `sell`, which fills at the bids it meets, and
+// a `market` order), plus the taker fee on that. Every amount of an
+// order is settled exactly, in at most 19 significant digits; an
+// amount of this instrument has as many decimals as its tick size
+// and lot size together, 4 more for the basis point and its fee
+// rates' own, and the limit keeps a digit to spare. An order over it
+// is refused `422` (`amount-too-large`). `max_quantity` is the
+// largest quantity on the lot grid within it at the top of the
+// current band: the most any order may ask for now (a `buy` with a
+// lower limit may ask for more); it moves with `reference_price`.
+// The gateway always sends both; they are not required so that a
+// client may read an older gateway's answer.
 type Instrument struct {
 	Base string `json:"base"`
 
@@ -671,6 +692,22 @@ type Instrument struct {
 	//
 	// Example: 64250.50
 	MakerFeeBps Decimal `json:"maker_fee_bps"`
+
+	// MaxNotional An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	MaxNotional *Decimal `json:"max_notional,omitempty"`
+
+	// MaxQuantity An exact decimal number as a JSON string, so no precision is lost to
+	// floating point: digits with an optional fraction, no exponent, no
+	// sign, no leading zeros, at most 18 fractional digits.
+	//
+	//
+	// Example: 64250.50
+	MaxQuantity *Decimal `json:"max_quantity,omitempty"`
 
 	// MinNotional An exact decimal number as a JSON string, so no precision is lost to
 	// floating point: digits with an optional fraction, no exponent, no
@@ -966,6 +1003,16 @@ type OrderType string
 // instrument's price band (`price_band_percent` around its
 // `reference_price`, see `listInstruments`) is answered `422` with
 // problem type `urn:ordergate:problem:price-out-of-band`.
+//
+// `quantity` × `price` is at least the instrument's `min_notional`;
+// a `market` order's at its `reference_price`.
+//
+// An order whose worst case, `quantity` × its limit `price` (a `buy`)
+// or × the top of the price band (a `sell`, whose fills happen at the
+// bids it meets, and a `market` order) plus the taker fee on that, is
+// more than the instrument's `max_notional` is answered `422` with
+// problem type `urn:ordergate:problem:amount-too-large`: every amount
+// of an order is settled exactly, in at most 19 significant digits.
 type PlaceOrderRequest struct {
 	// ClientOrderID The client's own id for the order, unique per account. It is the
 	// idempotency key of `placeOrder`.
@@ -1031,7 +1078,8 @@ type Problem struct {
 
 	// Code Set by the problem types that refuse at the door what settlement
 	// would reject: the `reject_reason` the order would have had
-	// (`price-out-of-band`: `price_out_of_band`).
+	// (`price-out-of-band`: `price_out_of_band`; `amount-too-large`:
+	// `amount_too_large`).
 	Code *ProblemCode `json:"code,omitempty"`
 
 	// Detail What went wrong with this request, for humans.
@@ -1069,7 +1117,8 @@ type Problem struct {
 
 // ProblemCode Set by the problem types that refuse at the door what settlement
 // would reject: the `reject_reason` the order would have had
-// (`price-out-of-band`: `price_out_of_band`).
+// (`price-out-of-band`: `price_out_of_band`; `amount-too-large`:
+// `amount_too_large`).
 type ProblemCode string
 
 // ProblemType What kind of problem this is; the value to branch on.
