@@ -3,6 +3,8 @@ package orders
 import (
 	"errors"
 	"fmt"
+	"math/big"
+	"slices"
 
 	"github.com/govalues/decimal"
 )
@@ -63,9 +65,18 @@ type Decision struct {
 	// consumed and what the remainder keeps.
 	Release decimal.Decimal
 
+	// ProtectionPrice is a market order's: the band's edge on its side
+	// around the reference it settled at, past which it never trades. Zero
+	// for a limit order, and for one rejected before its band was known.
+	ProtectionPrice decimal.Decimal
+	// Canceled are the resting orders the decision canceled, in the order
+	// it met them: makers whose fill the decimal type could not hold.
+	Canceled []CanceledMaker
+
 	// Ledger is the ledger transactions in the order they are written: the
-	// hold, each fill's trade followed by the release of a maker that left
-	// the book holding more than it used, and the order's release.
+	// releases of the canceled makers, the hold, each fill's trade followed
+	// by the release of a maker that left the book holding more than it
+	// used, and the order's release.
 	Ledger []Transaction
 }
 
@@ -102,37 +113,63 @@ type MakerFill struct {
 	Release decimal.Decimal
 }
 
+// CancelBelowMinNotional: a market order's quantity at the price of its
+// first fill came to less than the instrument's minimum notional; nothing
+// traded.
+const CancelBelowMinNotional CancelReason = "below_min_notional"
+
+// CanceledMaker is a resting order a decision canceled: one whose fill the
+// decimal type could not hold exactly (CancelAmountTooLarge). It leaves the
+// book with what it filled before, and its whole hold goes back to
+// available.
+type CanceledMaker struct {
+	OrderID, Account string
+	Reason           CancelReason
+	// Release is what it held, in Asset; Transaction is the index in
+	// Decision.Ledger of its release, or -1 when it held nothing.
+	Release     decimal.Decimal
+	Asset       string
+	Transaction int
+}
+
 // Decide decides what settling order does against in's book, as
 // docs/market.md says. duplicateOf is the order that holds the order's
 // client order id when another one does; opposing gives the side of the
 // book the order meets; funds checks the hold.
 //
 // In turn: a job naming no time in force means gtc (ioc for a market
-// order); a quantity or price that is not above zero or has more decimals
-// than the ledger keeps is malformed; a duplicate client order id, a
-// halted instrument and a limit price outside the band reject the order;
+// order); a quantity that is not above zero or has more decimals than the
+// ledger keeps is malformed; a duplicate client order id, a halted
+// instrument, a limit price outside the band and a worst case the decimal
+// type cannot hold (amount_too_large, see CheckAmounts) reject the order;
 // a market order's worst price is the band's edge on its side. Then Match
-// decides against the opposing side; a post-only order that would take is
+// decides against the opposing side; a maker whose fill has an amount the
+// decimal type cannot hold exactly is canceled (amount_too_large), and
+// Match decides again without it; a post-only order that would take is
 // rejected; a hold the account cannot pay for rejects the order
-// (insufficient_funds); an order that fills nothing and does not rest is
-// canceled with nothing held. Otherwise the hold, the trades and the
-// release make up the ledger.
+// (insufficient_funds); a market order whose quantity at its first fill's
+// price is under the minimum notional is canceled (below_min_notional), as
+// is an order that fills nothing and does not rest, with nothing held.
+// Otherwise the hold, the trades and the release make up the ledger. The
+// makers it canceled stand whatever the taker does but a rejection: a
+// rejected order changes nothing.
 //
 // Decide is pure: it changes none of its inputs. It fails with
 // ErrIncompleteBook, having decided nothing and checked no funds, when
 // Match needs more of the opposing side than it was given: read more and
-// call it again. An order that can never settle (a malformed field, an
-// amount that would need rounding) fails wrapping ErrMalformedOrder. Any
-// other failure means the book it was given contradicts itself (a maker
-// holding less than its fill consumes): the caller's bug.
+// call it again. An order that can never settle (a malformed field) fails
+// wrapping ErrMalformedOrder. Any other failure means the book it was
+// given contradicts itself (a maker holding less than its fill consumes):
+// the caller's bug.
 func Decide(order Order, in Instrument, duplicateOf string, opposing OpposingSide, funds FundsCheck) (Decision, error) {
 	d := Decision{TimeInForce: defaultTimeInForce(order.Type, order.TimeInForce), Remaining: order.Quantity}
 	malformed := func(format string, args ...any) (Decision, error) {
 		return Decision{}, fmt.Errorf("%w: order %s: %s", ErrMalformedOrder, order.ID, fmt.Sprintf(format, args...))
 	}
 	reject := func(reason RejectReason) (Decision, error) {
-		d.Status, d.RejectReason = StatusRejected, reason
-		return d, nil
+		// Nothing happened, to the order or to any maker.
+		return Decision{TimeInForce: d.TimeInForce, Status: StatusRejected, RejectReason: reason,
+			DuplicateOf: d.DuplicateOf, Remaining: order.Quantity, ProtectionPrice: d.ProtectionPrice}, nil
 	}
 	if !order.Quantity.IsPos() || order.Quantity.Scale() > LedgerScale {
 		return malformed("quantity %s", order.Quantity)
@@ -154,82 +191,105 @@ func Decide(order Order, in Instrument, duplicateOf string, opposing OpposingSid
 	worst := taker.Price
 	if taker.Type == Market {
 		worst = taker.ProtectionPrice
+		d.ProtectionPrice = worst
 	}
 
-	book := opposing(worst)
-	result, err := Match(taker, book)
-	if errors.Is(err, ErrIncompleteBook) {
-		return Decision{}, err
-	}
+	// The digit budget, at the reference of the moment: every amount of
+	// the order, and every sum of them, exact.
+	budget, _, err := in.BudgetPrice(order.Side, order.Type, taker.Price)
 	if err != nil {
 		return malformed("%v", err)
 	}
-	if result.Outcome == OutcomeRejected {
-		// Post-only that would take: decided before any hold.
-		return reject(result.RejectReason)
+	decimals := in.AmountDecimals() + max(0, order.Quantity.Scale()-in.LotSize.Trim(0).Scale()) +
+		max(0, budget.Scale()-in.TickSize.Trim(0).Scale())
+	if !representable(in.worstCase(order.Quantity, budget), decimals) {
+		return reject(ReasonAmountTooLarge)
 	}
-
 	// The hold: the worst case the whole quantity can cost.
 	hold, err := Hold(order.Side, order.Quantity, worst, in.TakerFeeBps)
 	if err != nil || hold.Scale() > LedgerScale {
-		return malformed("hold %s: %v", hold, err)
+		return reject(ReasonAmountTooLarge)
 	}
-	holdAsset := in.Base
+	holdAsset, makerAsset := in.Base, in.Quote
 	if order.Side == Buy {
-		holdAsset = in.Quote
+		holdAsset, makerAsset = in.Quote, in.Base
 	}
+
+	// Match, and plan every amount of the fills, so that one that does not
+	// fit is found before anything is decided: a maker whose fill does not
+	// fit is canceled, and the taker matches again without it.
+	book := opposing(worst)
+	var (
+		result   MatchResult
+		plan     []Trade
+		trades   []Transaction
+		sums     fillSums
+		canceled []Resting
+	)
+	for {
+		if result, err = Match(taker, book); errors.Is(err, ErrIncompleteBook) {
+			return Decision{}, err
+		} else if err != nil {
+			return malformed("%v", err)
+		}
+		if result.Outcome == OutcomeRejected {
+			// Post-only that would take: decided before any hold.
+			return reject(result.RejectReason)
+		}
+		var bad int
+		if plan, trades, sums, bad, err = planTrades(order, in, hold, book.Resting, result.Fills); err != nil {
+			return Decision{}, fmt.Errorf("orders: decide %s: %w", order.ID, err)
+		}
+		if bad < 0 {
+			break
+		}
+		canceled = append(canceled, book.Resting[bad])
+		book.Resting = slices.Delete(slices.Clone(book.Resting), bad, bad+1)
+	}
+
 	if !funds(holdAsset, hold) {
 		return reject(ReasonInsufficientFunds)
 	}
+	for _, maker := range canceled {
+		c := CanceledMaker{OrderID: maker.OrderID, Account: maker.Account, Reason: CancelAmountTooLarge,
+			Release: maker.Hold, Asset: makerAsset, Transaction: -1}
+		if maker.Hold.IsPos() {
+			c.Transaction = len(d.Ledger)
+			d.Ledger = append(d.Ledger, Release(maker.OrderID, maker.Account, makerAsset, maker.Hold))
+		}
+		d.Canceled = append(d.Canceled, c)
+	}
 	d.Status, d.CancelReason, d.Remaining = Status(result.Outcome), result.CancelReason, result.Remaining
+	if taker.Type == Market && len(result.Fills) > 0 {
+		notional := new(big.Rat).Mul(Rational(order.Quantity), Rational(result.Fills[0].Price))
+		if notional.Cmp(Rational(in.MinNotional)) < 0 {
+			d.Status, d.CancelReason, d.Remaining = StatusCanceled, CancelBelowMinNotional, order.Quantity
+			return d, nil
+		}
+	}
 	if len(result.Fills) == 0 && result.Outcome == OutcomeCanceled {
 		// Nothing filled and nothing rests: a hold would be released at
 		// once, so there is none.
 		return d, nil
 	}
 
-	// Every amount first, so that one that does not fit fails the order
-	// before anything of it is decided.
-	plan, trades, err := planTrades(order, in, result.Fills)
-	if err != nil {
-		return malformed("%v", err)
-	}
-	consumed := decimal.Zero
-	for _, p := range plan {
-		var errs [3]error
-		consumed, errs[0] = ExactAdd(consumed, p.TakerConsumes)
-		d.Notional, errs[1] = ExactAdd(d.Notional, p.Notional)
-		d.Fees, errs[2] = ExactAdd(d.Fees, p.TakerFee)
-		if err := errors.Join(errs[:]...); err != nil {
-			return malformed("fill of %s at %s: %v", p.Quantity, p.Price, err)
-		}
-	}
-	left, err := ExactSub(hold, consumed)
-	if err != nil || left.IsNeg() {
-		return Decision{}, fmt.Errorf("orders: decide %s: fills consume %s of a hold of %s", order.ID, consumed, hold)
-	}
 	d.Rests = result.Outcome == OutcomeOpen || result.Outcome == OutcomePartiallyFilled
 	d.RestingHold = decimal.Zero
 	if d.Rests {
 		if d.RestingHold, err = Hold(order.Side, result.Remaining, worst, in.TakerFeeBps); err != nil || d.RestingHold.Scale() > LedgerScale {
-			return malformed("hold %s of the remainder: %v", d.RestingHold, err)
+			return reject(ReasonAmountTooLarge)
 		}
 	}
-	if d.Release, err = ExactSub(left, d.RestingHold); err != nil || d.Release.IsNeg() {
-		return Decision{}, fmt.Errorf("orders: decide %s: the remainder needs %s of %s left held", order.ID, d.RestingHold, left)
+	if d.Release, err = ExactSub(sums.left, d.RestingHold); err != nil {
+		return reject(ReasonAmountTooLarge)
 	}
-	for i := range plan {
-		if plan[i].Maker, err = fillMaker(book.Resting[i], plan[i]); err != nil {
-			return Decision{}, fmt.Errorf("orders: decide %s: %w", order.ID, err)
-		}
+	if d.Release.IsNeg() {
+		return Decision{}, fmt.Errorf("orders: decide %s: the remainder needs %s of %s left held", order.ID, d.RestingHold, sums.left)
 	}
 
 	d.Hold, d.HoldAsset, d.Filled, d.Trades = hold, holdAsset, result.Filled, plan
+	d.Notional, d.Fees = sums.notional, sums.fees
 	d.Ledger = append(d.Ledger, holdOf(order.ID, order.Account, holdAsset, hold))
-	makerAsset := in.Quote
-	if order.Side == Buy {
-		makerAsset = in.Base
-	}
 	for i := range d.Trades {
 		t := &d.Trades[i]
 		t.Transaction = len(d.Ledger)
@@ -283,46 +343,83 @@ func takerOf(order Order, in Instrument, tif TimeInForce) (Taker, bool, error) {
 	}
 }
 
-// planTrades computes every amount of the fills of order, the taker, and
-// their trade transactions: each amount exact and within the ledger's
-// scale.
-func planTrades(order Order, in Instrument, fills []Fill) ([]Trade, []Transaction, error) {
-	plan, trades := make([]Trade, len(fills)), make([]Transaction, len(fills))
+// fillSums are the taker's sums over its fills: what they consume of its
+// hold, their notional and its fees, and what is left of the hold.
+type fillSums struct{ consumed, notional, fees, left decimal.Decimal }
+
+// planTrades computes every amount of the fills of order, the taker holding
+// hold, and their trade transactions: each amount exact and within the
+// ledger's scale, and so each of the taker's sums and what each fill leaves
+// its maker (fill i's maker is makers[i], as Match takes them). bad is the
+// index of the first fill with an amount the decimal type cannot hold
+// exactly, or -1 when every one fits; an error means the book contradicts
+// itself.
+func planTrades(order Order, in Instrument, hold decimal.Decimal, makers []Resting, fills []Fill) (plan []Trade, trades []Transaction, sums fillSums, bad int, err error) {
+	plan, trades = make([]Trade, len(fills)), make([]Transaction, len(fills))
+	sums.left = hold
 	for i, fill := range fills {
-		t := Trade{Fill: fill}
-		// What the seller receives (the notional less its fee), and the
-		// venue (both fees).
-		var proceeds, fees decimal.Decimal
-		var errs [6]error
-		t.Notional, errs[0] = fill.Notional()
-		t.TakerFee, errs[1] = Fee(t.Notional, in.TakerFeeBps)
-		t.MakerFee, errs[2] = Fee(t.Notional, in.MakerFeeBps)
-		if order.Side == Buy {
-			t.TakerConsumes, errs[3] = ExactAdd(t.Notional, t.TakerFee)
-			t.Maker.GivesUp = fill.Quantity
-			proceeds, errs[4] = ExactSub(t.Notional, t.MakerFee)
-		} else {
-			t.TakerConsumes = fill.Quantity
-			t.Maker.GivesUp, errs[3] = ExactAdd(t.Notional, t.MakerFee)
-			proceeds, errs[4] = ExactSub(t.Notional, t.TakerFee)
+		t, proceeds, fees, ok := tradeAmounts(order, in, fill)
+		if !ok {
+			return nil, nil, fillSums{}, i, nil
 		}
-		fees, errs[5] = ExactAdd(t.TakerFee, t.MakerFee)
-		if err := errors.Join(errs[:]...); err != nil {
-			return nil, nil, fmt.Errorf("fill of %s at %s: %v", fill.Quantity, fill.Price, err)
+		var errs [4]error
+		var next fillSums
+		next.consumed, errs[0] = ExactAdd(sums.consumed, t.TakerConsumes)
+		next.notional, errs[1] = ExactAdd(sums.notional, t.Notional)
+		next.fees, errs[2] = ExactAdd(sums.fees, t.TakerFee)
+		next.left, errs[3] = ExactSub(hold, next.consumed)
+		if errors.Join(errs[:]...) != nil {
+			return nil, nil, fillSums{}, i, nil
 		}
-		for _, amount := range []decimal.Decimal{t.Notional, t.TakerFee, t.MakerFee, t.Maker.GivesUp} {
-			if amount.Scale() > LedgerScale {
-				return nil, nil, fmt.Errorf("fill amount %s has more decimals than the ledger holds", amount)
-			}
+		if next.left.IsNeg() {
+			return nil, nil, fillSums{}, -1, fmt.Errorf("fills consume %s of a hold of %s", next.consumed, hold)
 		}
-		plan[i], trades[i] = t, tradeOf(order, in, t, proceeds, fees)
+		if t.Maker, err = fillMaker(makers[i], t); errors.Is(err, ErrInexact) {
+			return nil, nil, fillSums{}, i, nil
+		} else if err != nil {
+			return nil, nil, fillSums{}, -1, err
+		}
+		sums, plan[i], trades[i] = next, t, tradeOf(order, in, t, proceeds, fees)
 	}
-	return plan, trades, nil
+	return plan, trades, sums, -1, nil
+}
+
+// tradeAmounts computes the amounts of one fill of order, the taker: its
+// notional, both fees, what it takes of the taker's hold and of the
+// maker's, and what the seller receives (proceeds, the notional less its
+// fee) and the venue (fees, both fees). ok is false when one of them is not
+// exact within the ledger's scale.
+func tradeAmounts(order Order, in Instrument, fill Fill) (t Trade, proceeds, fees decimal.Decimal, ok bool) {
+	t = Trade{Fill: fill}
+	var errs [6]error
+	t.Notional, errs[0] = fill.Notional()
+	t.TakerFee, errs[1] = Fee(t.Notional, in.TakerFeeBps)
+	t.MakerFee, errs[2] = Fee(t.Notional, in.MakerFeeBps)
+	if order.Side == Buy {
+		t.TakerConsumes, errs[3] = ExactAdd(t.Notional, t.TakerFee)
+		t.Maker.GivesUp = fill.Quantity
+		proceeds, errs[4] = ExactSub(t.Notional, t.MakerFee)
+	} else {
+		t.TakerConsumes = fill.Quantity
+		t.Maker.GivesUp, errs[3] = ExactAdd(t.Notional, t.MakerFee)
+		proceeds, errs[4] = ExactSub(t.Notional, t.TakerFee)
+	}
+	fees, errs[5] = ExactAdd(t.TakerFee, t.MakerFee)
+	if errors.Join(errs[:]...) != nil {
+		return Trade{}, decimal.Decimal{}, decimal.Decimal{}, false
+	}
+	for _, amount := range []decimal.Decimal{t.Notional, t.TakerFee, t.MakerFee, t.TakerConsumes, t.Maker.GivesUp, proceeds, fees} {
+		if amount.Scale() > LedgerScale {
+			return Trade{}, decimal.Decimal{}, decimal.Decimal{}, false
+		}
+	}
+	return t, proceeds, fees, true
 }
 
 // fillMaker is what a planned trade does to its maker, resting as given:
 // its hold gives up what the fill consumes, and a maker filled whole leaves
-// the book and releases what it still holds.
+// the book and releases what it still holds. It fails wrapping ErrInexact
+// when what the maker keeps held is not exact.
 func fillMaker(maker Resting, t Trade) (MakerFill, error) {
 	if maker.OrderID != t.MakerOrderID {
 		return MakerFill{}, fmt.Errorf("fill of %s where %s rests", t.MakerOrderID, maker.OrderID)
@@ -330,8 +427,11 @@ func fillMaker(maker Resting, t Trade) (MakerFill, error) {
 	m := t.Maker
 	m.Remaining, m.Status = t.MakerRemaining, StatusPartiallyFilled
 	hold, err := ExactSub(maker.Hold, m.GivesUp)
-	if err != nil || hold.IsNeg() {
-		return MakerFill{}, fmt.Errorf("maker %s holds less than its fill consumes (%s): %v", maker.OrderID, m.GivesUp, err)
+	if err != nil {
+		return MakerFill{}, fmt.Errorf("maker %s: %w", maker.OrderID, err)
+	}
+	if hold.IsNeg() {
+		return MakerFill{}, fmt.Errorf("maker %s holds less than its fill consumes (%s)", maker.OrderID, m.GivesUp)
 	}
 	m.Hold, m.Release = hold, decimal.Zero
 	if m.Remaining.IsZero() {

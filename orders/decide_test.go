@@ -63,6 +63,9 @@ func describeDecision(d orders.Decision) []string {
 	if d.Filled.IsPos() {
 		lines = append(lines, fmt.Sprintf("filled %s, notional %s, fees %s", trim(d.Filled), trim(d.Notional), trim(d.Fees)))
 	}
+	for _, c := range d.Canceled {
+		lines = append(lines, fmt.Sprintf("canceled maker %s %s, releasing %s %s", c.OrderID, c.Reason, trim(c.Release), c.Asset))
+	}
 	if d.Rests {
 		lines = append(lines, fmt.Sprintf("rests %s holding %s", trim(d.Remaining), trim(d.RestingHold)))
 	}
@@ -87,6 +90,7 @@ func TestDecide(t *testing.T) {
 		halted      bool
 		resting     []orders.Resting
 		incomplete  bool   // the opposing side given is not every order it has
+		minNotional string // the instrument's; none when empty
 		available   string // the taker's available in the hold's asset
 		want        []string
 		wantCalls   []string // the opposing side's and the funds check's
@@ -294,14 +298,107 @@ func TestDecide(t *testing.T) {
 		{
 			name:      "a hold with more decimals than the ledger keeps",
 			order:     takerOrder(orders.Buy, orders.Limit, orders.GTC, "0.000000000000000001", "100.01"),
-			wantCalls: []string{"opposing up to 100.01"},
-			wantErr:   orders.ErrMalformedOrder,
+			available: "1000",
+			want:      []string{"rejected amount_too_large tif gtc"},
+		},
+		{
+			// 9 decimals (2 of price, 3 of quantity, 4 of a basis point):
+			// a worst case must stay below 10^10.
+			name:      "a buy whose worst case the decimal type cannot hold",
+			order:     takerOrder(orders.Buy, orders.Limit, orders.GTC, "100000000", "100"),
+			available: "100000000000",
+			want:      []string{"rejected amount_too_large tif gtc"},
+		},
+		{
+			name:      "a sell is held to the budget at the band's top, where it may fill",
+			order:     takerOrder(orders.Sell, orders.Limit, orders.GTC, "90800000", "90"),
+			available: "100000000",
+			want:      []string{"rejected amount_too_large tif gtc"},
+		},
+		{
+			name:      "a buy of that quantity at its own low limit fits",
+			order:     takerOrder(orders.Buy, orders.Limit, orders.GTC, "90800000", "90"),
+			available: "10000000000",
+			want: []string{
+				"open  tif gtc",
+				"hold 8188344000 USD",
+				"rests 90800000 holding 8188344000",
+				"hold ORD_T: T USD available -8188344000, T USD held 8188344000",
+			},
+			wantCalls: []string{"opposing up to 90", "funds 8188344000 USD"},
+		},
+		{
+			name:      "a maker whose fill cannot be exact is canceled, and the taker matches on",
+			order:     takerOrder(orders.Sell, orders.Limit, orders.GTC, "0.501", "100"),
+			resting:   []orders.Resting{restingHeld("M1", orders.Buy, "100.01", "10000000000"), restingHeld("M2", orders.Buy, "100", "1")},
+			available: "1",
+			want: []string{
+				"filled  tif gtc",
+				"hold 0.501 BTC",
+				"trade M2 0.501 at 100: notional 50.1, fees 0.0501 maker 0.1002 taker, taker consumes 0.501; maker partially_filled remaining 0.499 holding 50.0499, gave up 50.1501, released 0",
+				"filled 0.501, notional 50.1, fees 0.1002",
+				"canceled maker M1 amount_too_large, releasing 1002100200000 USD",
+				"release M1: M USD held -1002100200000, M USD available 1002100200000",
+				"hold ORD_T: T BTC available -0.501, T BTC held 0.501",
+				"trade ORD_T: T BTC held -0.501, T USD available 49.9998, M USD held -50.1501, M BTC available 0.501, venue USD available 0.1503",
+			},
+			wantCalls: []string{"opposing up to 100", "funds 0.501 BTC"},
+		},
+		{
+			name:      "a taker rejected leaves the maker it would have canceled",
+			order:     takerOrder(orders.Sell, orders.Limit, orders.GTC, "0.501", "100"),
+			resting:   []orders.Resting{restingHeld("M1", orders.Buy, "100.01", "10000000000"), restingHeld("M2", orders.Buy, "100", "1")},
+			available: "0.4",
+			want:      []string{"rejected insufficient_funds tif gtc"},
+			wantCalls: []string{"opposing up to 100", "funds 0.501 BTC"},
+		},
+		{
+			name:      "an fok short once the maker is canceled fills nothing; the cancel stands",
+			order:     takerOrder(orders.Sell, orders.Limit, orders.FOK, "2.001", "100"),
+			resting:   []orders.Resting{restingHeld("M1", orders.Buy, "100.01", "10000000000"), restingHeld("M2", orders.Buy, "100", "1")},
+			available: "3",
+			want: []string{
+				"canceled fok_unfillable tif fok",
+				"canceled maker M1 amount_too_large, releasing 1002100200000 USD",
+				"release M1: M USD held -1002100200000, M USD available 1002100200000",
+			},
+			wantCalls: []string{"opposing up to 100", "funds 2.001 BTC"},
+		},
+		{
+			name:        "a market order under the minimum notional at its first fill's price trades nothing",
+			order:       takerOrder(orders.Sell, orders.Market, orders.IOC, "0.5", ""),
+			resting:     []orders.Resting{restingHeld("M1", orders.Buy, "95", "1")},
+			minNotional: "50",
+			available:   "1",
+			want:        []string{"canceled below_min_notional tif ioc"},
+			wantCalls:   []string{"opposing up to 90", "funds 0.5 BTC"},
+		},
+		{
+			name:        "a market order at the minimum notional at its first fill's price trades",
+			order:       takerOrder(orders.Buy, orders.Market, orders.IOC, "0.5", ""),
+			resting:     []orders.Resting{restingHeld("M1", orders.Sell, "100", "1")},
+			minNotional: "50",
+			available:   "100",
+			want: []string{
+				"filled  tif ioc",
+				"hold 55.11 USD",
+				"trade M1 0.5 at 100: notional 50, fees 0.05 maker 0.1 taker, taker consumes 50.1; maker partially_filled remaining 0.5 holding 0.5, gave up 0.5, released 0",
+				"filled 0.5, notional 50, fees 0.1",
+				"release 5.01",
+				"hold ORD_T: T USD available -55.11, T USD held 55.11",
+				"trade ORD_T: T USD held -50.1, T BTC available 0.5, M BTC held -0.5, M USD available 49.95, venue USD available 0.15",
+				"release ORD_T: T USD held -5.01, T USD available 5.01",
+			},
+			wantCalls: []string{"opposing up to 110", "funds 55.11 USD"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			in := btcUSD
 			in.Halted = tt.halted
+			if tt.minNotional != "" {
+				in.MinNotional = amt(tt.minNotional)
+			}
 			var calls []string
 			opposing := func(worst decimal.Decimal) orders.Book {
 				calls = append(calls, "opposing up to "+worst.Trim(0).String())
@@ -373,12 +470,7 @@ func TestDecisionsBalance(t *testing.T) {
 			}
 			resting = append(resting, r)
 		}
-		slices.SortStableFunc(resting, func(a, b orders.Resting) int {
-			if side == orders.Buy {
-				return a.Price.Cmp(b.Price)
-			}
-			return b.Price.Cmp(a.Price)
-		})
+		sortBook(side, resting)
 		checks := 0
 		d, err := orders.Decide(order, btcUSD, "",
 			func(decimal.Decimal) orders.Book { return orders.Book{Resting: resting, Complete: true} },
@@ -389,46 +481,214 @@ func TestDecisionsBalance(t *testing.T) {
 		if checks > 1 {
 			t.Fatalf("%d funds checks", checks)
 		}
-		for _, tx := range d.Ledger {
-			sums := map[string]*big.Rat{}
-			for _, m := range tx.Moves {
-				if m.Amount.IsZero() {
-					t.Fatalf("%s %s moves zero", tx.Kind, tx.OrderID)
-				}
-				if sums[m.Asset] == nil {
-					sums[m.Asset] = new(big.Rat)
-				}
-				sums[m.Asset].Add(sums[m.Asset], orders.Rational(m.Amount))
-			}
-			for asset, sum := range sums {
-				if sum.Sign() != 0 {
-					t.Fatalf("%s %s moves %s %s in all", tx.Kind, tx.OrderID, sum.RatString(), asset)
-				}
-			}
-		}
-		if len(d.Ledger) == 0 {
-			return
-		}
-		spent := new(big.Rat).Add(orders.Rational(d.RestingHold), orders.Rational(d.Release))
-		filled := new(big.Rat)
-		for i, tr := range d.Trades {
-			spent.Add(spent, orders.Rational(tr.TakerConsumes))
-			filled.Add(filled, orders.Rational(tr.Quantity))
-			if d.Ledger[tr.Transaction].Kind != orders.KindTrade {
-				t.Fatalf("trade %d names transaction %d, a %s", i, tr.Transaction, d.Ledger[tr.Transaction].Kind)
-			}
-			makerHeld := new(big.Rat).Add(orders.Rational(tr.Maker.GivesUp), orders.Rational(tr.Maker.Release))
-			makerHeld.Add(makerHeld, orders.Rational(tr.Maker.Hold))
-			if makerHeld.Cmp(orders.Rational(resting[i].Hold)) != 0 {
-				t.Fatalf("maker %s held %s, accounts for %s", tr.MakerOrderID, resting[i].Hold, makerHeld.RatString())
-			}
-		}
-		if spent.Cmp(orders.Rational(d.Hold)) != 0 {
-			t.Fatalf("a hold of %s accounts for %s", d.Hold, spent.RatString())
-		}
-		whole := new(big.Rat).Add(orders.Rational(d.Filled), orders.Rational(d.Remaining))
-		if filled.Cmp(orders.Rational(d.Filled)) != 0 || whole.Cmp(orders.Rational(order.Quantity)) != 0 {
-			t.Fatalf("filled %s of %s, %s remaining, by the trades %s", d.Filled, order.Quantity, d.Remaining, filled.RatString())
-		}
+		checkDecision(t, order, resting, d)
 	})
+}
+
+// sortBook puts resting orders in the priority a taker on side meets them.
+func sortBook(side orders.Side, resting []orders.Resting) {
+	slices.SortStableFunc(resting, func(a, b orders.Resting) int {
+		if side == orders.Buy {
+			return a.Price.Cmp(b.Price)
+		}
+		return b.Price.Cmp(a.Price)
+	})
+}
+
+// checkDecision holds a decision of order against resting to what every
+// decision keeps: each ledger transaction balances per asset and moves no
+// zero; the taker's hold is exactly what its fills consume, its remainder
+// keeps and its release returns; each filled maker's hold is what its fill
+// consumed, what it released and what it keeps; each canceled maker
+// releases its whole hold and trades nothing; a rejection changes nothing.
+func checkDecision(t *rapid.T, order orders.Order, resting []orders.Resting, d orders.Decision) {
+	byID := make(map[string]orders.Resting, len(resting))
+	for _, r := range resting {
+		byID[r.OrderID] = r
+	}
+	for _, tx := range d.Ledger {
+		sums := map[string]*big.Rat{}
+		for _, m := range tx.Moves {
+			if m.Amount.IsZero() {
+				t.Fatalf("%s %s moves zero", tx.Kind, tx.OrderID)
+			}
+			if sums[m.Asset] == nil {
+				sums[m.Asset] = new(big.Rat)
+			}
+			sums[m.Asset].Add(sums[m.Asset], orders.Rational(m.Amount))
+		}
+		for asset, sum := range sums {
+			if sum.Sign() != 0 {
+				t.Fatalf("%s %s moves %s %s in all", tx.Kind, tx.OrderID, sum.RatString(), asset)
+			}
+		}
+	}
+	if d.Status == orders.StatusRejected && (len(d.Ledger) > 0 || len(d.Canceled) > 0 || len(d.Trades) > 0) {
+		t.Fatalf("rejected %s, yet %d transactions, %d makers canceled", d.RejectReason, len(d.Ledger), len(d.Canceled))
+	}
+	canceled := map[string]bool{}
+	for _, c := range d.Canceled {
+		maker, found := byID[c.OrderID]
+		switch {
+		case !found || canceled[c.OrderID]:
+			t.Fatalf("canceled %s, not in the book or twice", c.OrderID)
+		case c.Release.Cmp(maker.Hold) != 0:
+			t.Fatalf("canceled %s releases %s of a hold of %s", c.OrderID, c.Release, maker.Hold)
+		case c.Transaction >= 0 && (d.Ledger[c.Transaction].Kind != orders.KindRelease || d.Ledger[c.Transaction].OrderID != c.OrderID):
+			t.Fatalf("canceled %s names transaction %d, a %s of %s", c.OrderID, c.Transaction,
+				d.Ledger[c.Transaction].Kind, d.Ledger[c.Transaction].OrderID)
+		}
+		canceled[c.OrderID] = true
+	}
+	if len(d.Trades) == 0 && !d.Hold.IsPos() {
+		return
+	}
+	spent := new(big.Rat).Add(orders.Rational(d.RestingHold), orders.Rational(d.Release))
+	filled := new(big.Rat)
+	for i, tr := range d.Trades {
+		spent.Add(spent, orders.Rational(tr.TakerConsumes))
+		filled.Add(filled, orders.Rational(tr.Quantity))
+		if d.Ledger[tr.Transaction].Kind != orders.KindTrade {
+			t.Fatalf("trade %d names transaction %d, a %s", i, tr.Transaction, d.Ledger[tr.Transaction].Kind)
+		}
+		maker, found := byID[tr.MakerOrderID]
+		if !found || canceled[tr.MakerOrderID] {
+			t.Fatalf("trade %d with %s, canceled or not in the book", i, tr.MakerOrderID)
+		}
+		makerHeld := new(big.Rat).Add(orders.Rational(tr.Maker.GivesUp), orders.Rational(tr.Maker.Release))
+		makerHeld.Add(makerHeld, orders.Rational(tr.Maker.Hold))
+		if makerHeld.Cmp(orders.Rational(maker.Hold)) != 0 {
+			t.Fatalf("maker %s held %s, accounts for %s", tr.MakerOrderID, maker.Hold, makerHeld.RatString())
+		}
+	}
+	if spent.Cmp(orders.Rational(d.Hold)) != 0 {
+		t.Fatalf("a hold of %s accounts for %s", d.Hold, spent.RatString())
+	}
+	whole := new(big.Rat).Add(orders.Rational(d.Filled), orders.Rational(d.Remaining))
+	if filled.Cmp(orders.Rational(d.Filled)) != 0 || whole.Cmp(orders.Rational(order.Quantity)) != 0 {
+		t.Fatalf("filled %s of %s, %s remaining, by the trades %s", d.Filled, order.Quantity, d.Remaining, filled.RatString())
+	}
+}
+
+// seededBTCUSD is BTC-USD as the migrations seed it: its amounts have 11
+// decimals, so the door admits worst cases up to 10^7 USD.
+var seededBTCUSD = orders.Instrument{Symbol: "BTC-USD", Base: "BTC", Quote: "USD",
+	TickSize: amt("0.01"), LotSize: amt("0.00001"), MinNotional: amt("10"), ReferencePrice: amt("50000"),
+	MakerFeeBps: amt("10"), TakerFeeBps: amt("20"), PriceBandPercent: amt("10")}
+
+// drawLots is a multiple of the lot from one lot to most, often near most.
+func drawLots(t *rapid.T, label string, lot decimal.Decimal, most decimal.Decimal) decimal.Decimal {
+	steps, _, err := most.QuoRem(lot)
+	if err != nil || steps.Cmp(decimal.One) < 0 {
+		return lot
+	}
+	n, _, _ := steps.Int64(0)
+	var drawn int64
+	if rapid.Bool().Draw(t, label+" near the limit") {
+		drawn = n - rapid.Int64Range(0, min(n-1, 1000)).Draw(t, label+" below the limit")
+	} else {
+		drawn = rapid.Int64Range(1, n).Draw(t, label)
+	}
+	q, err := decimal.New(drawn, 0)
+	if err == nil {
+		q, err = q.Mul(lot)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// TestDecideNeverFailsOnArithmetic: orders up to the door's limits
+// (CheckAmounts) against books of makers up to them too, and a few beyond
+// them, as an old release admitted (any amount whose hold was exact), at
+// references anywhere in a few bands: Decide never fails, and what it
+// decides keeps checkDecision.
+func TestDecideNeverFailsOnArithmetic(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		in := seededBTCUSD
+		in.LastPrice = decimal.MustNew(rapid.Int64Range(3000000, 7000000).Draw(t, "last price"), 2)
+		low, high, err := in.Band()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ticks := func(label string, from, to decimal.Decimal) decimal.Decimal {
+			a, _ := from.Mul(decimal.MustNew(100, 0))
+			b, _ := to.Mul(decimal.MustNew(100, 0))
+			lo, _, _ := a.Int64(0)
+			hi, _, _ := b.Int64(0)
+			return decimal.MustNew(rapid.Int64Range(lo, hi).Draw(t, label), 2)
+		}
+		side := rapid.SampledFrom([]orders.Side{orders.Buy, orders.Sell}).Draw(t, "side")
+		typ := rapid.SampledFrom([]orders.OrderType{orders.Limit, orders.Market}).Draw(t, "type")
+		cmd := orders.PlaceCommand{Side: side, Type: typ}
+		if typ == orders.Limit {
+			cmd.Price = ticks("price", low, high)
+		}
+		budget, _, err := in.BudgetPrice(side, typ, cmd.Price)
+		if err != nil {
+			t.Fatal(err)
+		}
+		most, _ := in.MaxNotional().Quo(budget)
+		cmd.Quantity = drawLots(t, "quantity", in.LotSize, most)
+		if in.CheckAmounts(cmd) != nil {
+			cmd.Quantity = in.LotSize
+		}
+		tif := orders.IOC
+		if typ == orders.Limit {
+			tif = rapid.SampledFrom([]orders.TimeInForce{orders.GTC, orders.IOC, orders.FOK}).Draw(t, "tif")
+		}
+		order := orders.Order{ID: "ORD_T", ClientOrderID: "c-1", Account: "T", Symbol: in.Symbol, Side: side, Type: typ,
+			TimeInForce: tif, Quantity: cmd.Quantity}
+		if typ == orders.Limit {
+			order.Price = &cmd.Price
+		}
+
+		var resting []orders.Resting
+		for i := range rapid.IntRange(0, 6).Draw(t, "makers") {
+			price := ticks("maker price", low, high)
+			var quantity decimal.Decimal
+			if rapid.IntRange(0, 4).Draw(t, "legacy") == 0 {
+				// Beyond the door's limits, as an old release took them:
+				// whole coins by the thousand to the billion, whose holds
+				// are exact but leave no digit for a fill's decimals.
+				whole := rapid.Int64Range(1, 999).Draw(t, "legacy coins")
+				for range rapid.IntRange(1, 7).Draw(t, "legacy magnitude") {
+					whole *= 10
+				}
+				quantity = decimal.MustNew(whole, 0)
+			} else {
+				most, _ := in.MaxNotional().Quo(price)
+				quantity = drawLots(t, "maker quantity", in.LotSize, most)
+			}
+			hold, err := orders.Hold(side.Opposite(), quantity, price, in.TakerFeeBps)
+			if err != nil {
+				continue // an old release could not have rested it either
+			}
+			account := fmt.Sprintf("M%d", i)
+			if rapid.IntRange(0, 7).Draw(t, "own") == 0 {
+				account = order.Account
+			}
+			resting = append(resting, orders.Resting{OrderID: fmt.Sprintf("M%d", i), Account: account, Price: price,
+				Remaining: quantity, Sequence: int64(i), Hold: hold})
+		}
+		sortBook(side, resting)
+		d, err := orders.Decide(order, in, "",
+			func(decimal.Decimal) orders.Book { return orders.Book{Resting: resting, Complete: true} },
+			func(string, decimal.Decimal) bool { return true })
+		if err != nil {
+			t.Fatalf("Decide %s %s %s at %v against %d makers: %v", side, typ, cmd.Quantity, deref(order.Price), len(resting), err)
+		}
+		if d.Status == orders.StatusRejected {
+			t.Fatalf("an order within the door's limits rejected %s", d.RejectReason)
+		}
+		checkDecision(t, order, resting, d)
+	})
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

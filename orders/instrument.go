@@ -127,7 +127,7 @@ func (in Instrument) Check(cmd PlaceCommand) []FieldError {
 	quantityOK := onGrid("quantity", cmd.Quantity, in.LotSize, "lot size")
 	// A market order's notional at the reference the band is centered on:
 	// the last trade's, as near as the door can know the price it trades
-	// at.
+	// at (settlement checks it again at its first fill's).
 	price, priceOK := in.Reference(), true
 	if cmd.Type == Limit {
 		price, priceOK = cmd.Price, onGrid("price", cmd.Price, in.TickSize, "tick size")

@@ -278,19 +278,21 @@ func Match(taker Taker, book Book) (MatchResult, error) {
 }
 
 // fillsWhole reports whether the taker's whole quantity can fill before
-// matching would stop (out of reach, or an own-account order).
+// matching would stop (out of reach, or an own-account order). It counts
+// down what is still needed rather than summing the makers' quantities, so
+// no sum can outgrow the decimal type.
 func fillsWhole(taker Taker, book Book, reaches func(decimal.Decimal) bool) (bool, error) {
-	var sum decimal.Decimal
+	need := taker.Quantity
 	for _, maker := range book.Resting {
 		if !reaches(maker.Price) || maker.Account == taker.Account {
 			return false, nil
 		}
-		var err error
-		if sum, err = ExactAdd(sum, maker.Remaining); err != nil {
-			return false, err
-		}
-		if sum.Cmp(taker.Quantity) >= 0 {
+		if maker.Remaining.Cmp(need) >= 0 {
 			return true, nil
+		}
+		var err error
+		if need, err = ExactSub(need, maker.Remaining); err != nil {
+			return false, err
 		}
 	}
 	if !book.Complete {

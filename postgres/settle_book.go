@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"math/big"
 	"slices"
 
 	"github.com/govalues/decimal"
@@ -25,10 +26,13 @@ type bookOrder struct {
 	taker       *takerRow
 
 	// What the batch did to an order read from the table, written as
-	// deltas by settle_update_makers.sql.
+	// deltas by settle_update_makers.sql: summed exactly, however many
+	// fills, in big.Rat (an old order beyond the digit budget may have sums
+	// the decimal type cannot hold).
 	touched                         bool
-	filled, notional, fees, givenUp decimal.Decimal
+	filled, notional, fees, givenUp big.Rat
 	status                          orders.Status
+	cancelReason                    orders.CancelReason
 }
 
 // instrumentBook is an instrument locked by the batch and its book, both
@@ -45,6 +49,12 @@ func (b *instrumentBook) side(s orders.Side) *[]*bookOrder {
 		return &b.bids
 	}
 	return &b.asks
+}
+
+// remove takes a resting order off its side.
+func (b *instrumentBook) remove(o *bookOrder) {
+	side := b.side(o.side)
+	*side = slices.DeleteFunc(*side, func(other *bookOrder) bool { return other == o })
 }
 
 // rest puts an order on its side behind every order of its price: its

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math/big"
-	"slices"
 
 	"github.com/govalues/decimal"
 
@@ -39,10 +38,13 @@ type takerRow struct {
 	status       orders.Status
 	rejectReason orders.RejectReason
 	cancelReason orders.CancelReason
-	filled       decimal.Decimal
-	notional     decimal.Decimal
-	fees         decimal.Decimal
-	hold         decimal.Decimal
+	// filled, notional and fees sum the order's fills as the taker and,
+	// once it rests, as a maker of later takers of the batch.
+	filled, notional, fees big.Rat
+	hold                   decimal.Decimal
+	// protection is a market order's protection price; zero for a limit
+	// order.
+	protection decimal.Decimal
 	// duplicateOf is the order that holds the order's client order id, when
 	// another does.
 	duplicateOf string
@@ -195,11 +197,20 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 func (w *batchWork) apply(req *settleRequest, book *instrumentBook, d orders.Decision, byID map[string]*bookOrder) (batchOutcome, error) {
 	order := req.order
 	row := &takerRow{req: req, order: order, timeInForce: d.TimeInForce, status: d.Status, rejectReason: d.RejectReason,
-		cancelReason: d.CancelReason, duplicateOf: d.DuplicateOf, filled: d.Filled, notional: d.Notional, fees: d.Fees,
-		hold: d.RestingHold}
+		cancelReason: d.CancelReason, duplicateOf: d.DuplicateOf, hold: d.RestingHold, protection: d.ProtectionPrice}
+	row.filled.Set(orders.Rational(d.Filled))
+	row.notional.Set(orders.Rational(d.Notional))
+	row.fees.Set(orders.Rational(d.Fees))
 	txns := make([]*ledgerTxn, len(d.Ledger))
 	for i, t := range d.Ledger {
 		txns[i] = w.record(t)
+	}
+	for _, c := range d.Canceled {
+		maker := byID[c.OrderID]
+		if maker == nil {
+			return batchOutcome{}, fmt.Errorf("decided to cancel %s, which is not in the book", c.OrderID)
+		}
+		w.cancelMaker(book, maker, c)
 	}
 	in := book.in
 	for _, t := range d.Trades {
@@ -233,43 +244,68 @@ func (w *batchWork) apply(req *settleRequest, book *instrumentBook, d orders.Dec
 
 // fillMaker records one trade's fill of a resting order: what it filled,
 // paid and gave up of its hold (orders.Decide decided each); a filled maker
-// leaves the book.
+// leaves the book. The sums are exact whatever their size.
 func (w *batchWork) fillMaker(book *instrumentBook, maker *bookOrder, t orders.Trade) error {
 	m := t.Maker
 	maker.remaining, maker.hold = m.Remaining, m.Hold
 	if m.Status == orders.StatusFilled {
-		side := book.side(maker.side)
-		*side = slices.DeleteFunc(*side, func(o *bookOrder) bool { return o == maker })
+		book.remove(maker)
 	}
-	var errs [4]error
 	if row := maker.taker; row != nil {
 		// A taker of this batch, resting since: its row is still to be
 		// inserted, with all of this in it.
 		row.status, row.hold = m.Status, m.Hold
-		row.filled, errs[0] = orders.ExactAdd(row.filled, t.Quantity)
-		row.notional, errs[1] = orders.ExactAdd(row.notional, t.Notional)
-		row.fees, errs[2] = orders.ExactAdd(row.fees, t.MakerFee)
+		addTo(&row.filled, t.Quantity)
+		addTo(&row.notional, t.Notional)
+		addTo(&row.fees, t.MakerFee)
 		if m.Status == orders.StatusFilled {
 			row.rests = false
 		}
-	} else {
-		if !maker.touched {
-			maker.touched = true
-			w.makers = append(w.makers, maker)
-		}
-		maker.status = m.Status
-		maker.filled, errs[0] = orders.ExactAdd(maker.filled, t.Quantity)
-		maker.notional, errs[1] = orders.ExactAdd(maker.notional, t.Notional)
-		maker.fees, errs[2] = orders.ExactAdd(maker.fees, t.MakerFee)
-		// What left its hold: consumed by the fill, or released.
-		givenUp, err := orders.ExactAdd(m.GivesUp, m.Release)
-		if err == nil {
-			maker.givenUp, err = orders.ExactAdd(maker.givenUp, givenUp)
-		}
-		errs[3] = err
+		return nil
 	}
-	if err := errors.Join(errs[:]...); err != nil {
-		return fmt.Errorf("maker %s: %w", maker.id, err)
-	}
+	w.touch(maker)
+	maker.status = m.Status
+	addTo(&maker.filled, t.Quantity)
+	addTo(&maker.notional, t.Notional)
+	addTo(&maker.fees, t.MakerFee)
+	// What left its hold: consumed by the fill, or released.
+	addTo(&maker.givenUp, m.GivesUp)
+	addTo(&maker.givenUp, m.Release)
 	return nil
+}
+
+// cancelMaker records that the decision canceled a resting order (a maker
+// whose fill the decimal type could not hold): it leaves the book, what
+// filled before stays filled, and its whole hold is released (the
+// decision's release transaction moves it).
+func (w *batchWork) cancelMaker(book *instrumentBook, maker *bookOrder, c orders.CanceledMaker) {
+	book.remove(maker)
+	maker.hold = decimal.Zero
+	if row := maker.taker; row != nil {
+		row.status, row.cancelReason, row.hold, row.rests = orders.StatusCanceled, c.Reason, decimal.Zero, false
+		return
+	}
+	w.touch(maker)
+	maker.status, maker.cancelReason = orders.StatusCanceled, c.Reason
+	addTo(&maker.givenUp, c.Release)
+}
+
+// touch lists a resting order read from the table among those the batch
+// writes.
+func (w *batchWork) touch(maker *bookOrder) {
+	if !maker.touched {
+		maker.touched = true
+		w.makers = append(w.makers, maker)
+	}
+}
+
+// addTo adds amount to sum, exactly.
+func addTo(sum *big.Rat, amount decimal.Decimal) {
+	sum.Add(sum, orders.Rational(amount))
+}
+
+// sumText is a sum as NUMERIC text: every amount it adds has at most
+// orders.LedgerScale decimals, so this is exact.
+func sumText(sum *big.Rat) string {
+	return sum.FloatString(orders.LedgerScale)
 }

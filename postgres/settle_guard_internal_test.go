@@ -167,7 +167,7 @@ func describe(w *batchWork, out []batchOutcome) string {
 		s += fmt.Sprintf("outcome %v %v %v %d err=%v\n", o.result.duplicate, o.result.status, o.result.reason, o.result.trades, o.err)
 	}
 	for _, r := range w.takers {
-		s += fmt.Sprintf("taker %s %s %s %s %s %s %s %v\n", r.order.ID, r.status, r.rejectReason, r.cancelReason, r.filled, r.notional, r.hold, r.rests)
+		s += fmt.Sprintf("taker %s %s %s %s %s %s %s %v\n", r.order.ID, r.status, r.rejectReason, r.cancelReason, sumText(&r.filled), sumText(&r.notional), r.hold, r.rests)
 	}
 	for _, t := range w.txns {
 		s += fmt.Sprintf("txn %d %s %s", t.position, t.Kind, t.OrderID)
@@ -177,7 +177,7 @@ func describe(w *batchWork, out []batchOutcome) string {
 		s += "\n"
 	}
 	for _, m := range w.makers {
-		s += fmt.Sprintf("maker %s %s %s %s\n", m.id, m.status, m.filled, m.givenUp)
+		s += fmt.Sprintf("maker %s %s %s %s %s\n", m.id, m.status, m.cancelReason, sumText(&m.filled), sumText(&m.givenUp))
 	}
 	return s
 }

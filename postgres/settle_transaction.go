@@ -118,16 +118,17 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 	first.Queue(settleInstrumentsSQL, symbols).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var in orders.Instrument
-			var tick, reference, last, maker, taker, band string
+			var tick, reference, last, maker, taker, band, lot, minNotional string
 			if err := rows.Scan(&in.Symbol, &in.Base, &in.Quote, &in.Halted, &tick, &reference, &last,
-				&maker, &taker, &band); err != nil {
+				&maker, &taker, &band, &lot, &minNotional); err != nil {
 				return err
 			}
 			for _, field := range []struct {
 				text   string
 				target *decimal.Decimal
 			}{{tick, &in.TickSize}, {reference, &in.ReferencePrice}, {last, &in.LastPrice},
-				{maker, &in.MakerFeeBps}, {taker, &in.TakerFeeBps}, {band, &in.PriceBandPercent}} {
+				{maker, &in.MakerFeeBps}, {taker, &in.TakerFeeBps}, {band, &in.PriceBandPercent},
+				{lot, &in.LotSize}, {minNotional, &in.MinNotional}} {
 				if field.text == "" {
 					continue
 				}

@@ -71,7 +71,7 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		filled, notionals, fees, holds                        []string
 		tokens                                                []int64
 		created                                               []time.Time
-		duplicateOf                                           []*string
+		duplicateOf, protections                              []*string
 	}
 	for _, row := range w.takers {
 		order := row.order
@@ -89,30 +89,37 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		o.statuses = append(o.statuses, &status)
 		o.rejects = append(o.rejects, optionalText(string(row.rejectReason)))
 		o.cancels = append(o.cancels, optionalText(string(row.cancelReason)))
-		o.filled = append(o.filled, row.filled.String())
-		o.notionals = append(o.notionals, row.notional.String())
-		o.fees = append(o.fees, row.fees.String())
+		o.filled = append(o.filled, sumText(&row.filled))
+		o.notionals = append(o.notionals, sumText(&row.notional))
+		o.fees = append(o.fees, sumText(&row.fees))
 		o.holds = append(o.holds, row.hold.String())
 		o.rests = append(o.rests, row.rests)
 		o.tokens = append(o.tokens, row.req.token)
 		o.created = append(o.created, order.CreatedAt)
 		o.duplicateOf = append(o.duplicateOf, optionalText(row.duplicateOf))
+		var protection *decimal.Decimal
+		if row.protection.IsPos() {
+			protection = &row.protection
+		}
+		o.protections = append(o.protections, decimalText(protection))
 	}
 	batch.Queue(settleInsertOrdersSQL, o.ids, o.accounts, o.clientIDs, o.symbols, o.sides, o.types, o.tifs,
 		o.postOnly, o.quantities, o.prices, o.statuses, o.rejects, o.cancels, o.filled, o.notionals, o.fees, o.holds,
-		o.rests, o.tokens, o.created, o.duplicateOf)
+		o.rests, o.tokens, o.created, o.duplicateOf, o.protections)
 
 	if len(w.makers) > 0 {
 		var ids, filled, notionals, fees, givenUp, statuses []string
+		var cancels []*string
 		for _, m := range w.makers {
 			ids = append(ids, m.id)
-			filled = append(filled, m.filled.String())
-			notionals = append(notionals, m.notional.String())
-			fees = append(fees, m.fees.String())
-			givenUp = append(givenUp, m.givenUp.String())
+			filled = append(filled, sumText(&m.filled))
+			notionals = append(notionals, sumText(&m.notional))
+			fees = append(fees, sumText(&m.fees))
+			givenUp = append(givenUp, sumText(&m.givenUp))
 			statuses = append(statuses, string(m.status))
+			cancels = append(cancels, optionalText(string(m.cancelReason)))
 		}
-		batch.Queue(settleUpdateMakersSQL, ids, filled, notionals, fees, givenUp, statuses)
+		batch.Queue(settleUpdateMakersSQL, ids, filled, notionals, fees, givenUp, statuses, cancels)
 	}
 
 	if len(w.txns) > 0 {

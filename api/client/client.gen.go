@@ -106,6 +106,8 @@ func (e InstrumentStatus) Valid() bool {
 
 // Defines values for OrderCancelReason.
 const (
+	OrderCancelReasonAmountTooLarge     OrderCancelReason = "amount_too_large"
+	OrderCancelReasonBelowMinNotional   OrderCancelReason = "below_min_notional"
 	OrderCancelReasonFokUnfillable      OrderCancelReason = "fok_unfillable"
 	OrderCancelReasonSelfTradePrevented OrderCancelReason = "self_trade_prevented"
 	OrderCancelReasonUnfilledIoc        OrderCancelReason = "unfilled_ioc"
@@ -115,6 +117,10 @@ const (
 // Valid indicates whether the value is a known member of the OrderCancelReason enum.
 func (e OrderCancelReason) Valid() bool {
 	switch e {
+	case OrderCancelReasonAmountTooLarge:
+		return true
+	case OrderCancelReasonBelowMinNotional:
+		return true
 	case OrderCancelReasonFokUnfillable:
 		return true
 	case OrderCancelReasonSelfTradePrevented:
@@ -130,6 +136,7 @@ func (e OrderCancelReason) Valid() bool {
 
 // Defines values for OrderRejectReason.
 const (
+	OrderRejectReasonAmountTooLarge         OrderRejectReason = "amount_too_large"
 	OrderRejectReasonDuplicateClientOrderID OrderRejectReason = "duplicate_client_order_id"
 	OrderRejectReasonInstrumentHalted       OrderRejectReason = "instrument_halted"
 	OrderRejectReasonInsufficientFunds      OrderRejectReason = "insufficient_funds"
@@ -140,6 +147,8 @@ const (
 // Valid indicates whether the value is a known member of the OrderRejectReason enum.
 func (e OrderRejectReason) Valid() bool {
 	switch e {
+	case OrderRejectReasonAmountTooLarge:
+		return true
 	case OrderRejectReasonDuplicateClientOrderID:
 		return true
 	case OrderRejectReasonInstrumentHalted:
@@ -802,8 +811,13 @@ type Order struct {
 	// `unfilled_market` (a market order's remainder),
 	// `fok_unfillable` (a `fok` order that could not fill whole),
 	// `self_trade_prevented` (it would have traded with an order of
-	// its own account). Clients must be ready for reasons they do not
-	// know: more may be added.
+	// its own account), `below_min_notional` (a market order whose
+	// quantity at the price of its first fill is under the
+	// instrument's `min_notional`; nothing traded),
+	// `amount_too_large` (a resting order a taker could not fill
+	// exactly, placed before the exchange held orders to
+	// `max_notional`; its hold was released). Clients must be ready
+	// for reasons they do not know: more may be added.
 	CancelReason *OrderCancelReason `json:"cancel_reason,omitempty"`
 
 	// CanceledAt When the order was canceled (RFC 3339, UTC). Only canceled orders
@@ -875,8 +889,11 @@ type Order struct {
 	// its `client_order_id` (a retry admitted again after the queue
 	// lost its dedup window); `duplicate_of` names that order, the one
 	// that happened, and this one moved nothing (see `placeOrder`).
-	// Clients must be ready for reasons they do not know: more may be
-	// added.
+	// `amount_too_large`: its worst case, at the reference when it
+	// settled, has more digits than the exchange settles exactly (the
+	// gateway refuses such orders first, with a digit to spare; see
+	// `placeOrder`). Clients must be ready for reasons they do not
+	// know: more may be added.
 	RejectReason *OrderRejectReason `json:"reject_reason,omitempty"`
 
 	// RemainingQuantity An exact decimal number as a JSON string, so no precision is lost to
@@ -934,8 +951,13 @@ type Order struct {
 // `unfilled_market` (a market order's remainder),
 // `fok_unfillable` (a `fok` order that could not fill whole),
 // `self_trade_prevented` (it would have traded with an order of
-// its own account). Clients must be ready for reasons they do not
-// know: more may be added.
+// its own account), `below_min_notional` (a market order whose
+// quantity at the price of its first fill is under the
+// instrument's `min_notional`; nothing traded),
+// `amount_too_large` (a resting order a taker could not fill
+// exactly, placed before the exchange held orders to
+// `max_notional`; its hold was released). Clients must be ready
+// for reasons they do not know: more may be added.
 type OrderCancelReason string
 
 // OrderRejectReason Why settlement refused the order; only `rejected` orders have it.
@@ -943,8 +965,11 @@ type OrderCancelReason string
 // its `client_order_id` (a retry admitted again after the queue
 // lost its dedup window); `duplicate_of` names that order, the one
 // that happened, and this one moved nothing (see `placeOrder`).
-// Clients must be ready for reasons they do not know: more may be
-// added.
+// `amount_too_large`: its worst case, at the reference when it
+// settled, has more digits than the exchange settles exactly (the
+// gateway refuses such orders first, with a digit to spare; see
+// `placeOrder`). Clients must be ready for reasons they do not
+// know: more may be added.
 type OrderRejectReason string
 
 // OrderID An order's id, `ORD_` and a ULID in Crockford base32.
@@ -1005,7 +1030,9 @@ type OrderType string
 // problem type `urn:ordergate:problem:price-out-of-band`.
 //
 // `quantity` × `price` is at least the instrument's `min_notional`;
-// a `market` order's at its `reference_price`.
+// a `market` order's at its `reference_price` (settlement checks it
+// again at the price of its first fill, and cancels it
+// `below_min_notional` under it).
 //
 // An order whose worst case, `quantity` × its limit `price` (a `buy`)
 // or × the top of the price band (a `sell`, whose fills happen at the
