@@ -38,6 +38,9 @@ const (
 	// CheckTradeLimits: a trade is outside the buy's or the sell's limit, or
 	// not between the orders, sides and instrument it names.
 	CheckTradeLimits = "trade_within_limits"
+	// CheckMarketProtection: a trade of a market order is beyond its
+	// protection price (above a buy's, below a sell's).
+	CheckMarketProtection = "market_within_protection"
 	// CheckTradeAccounts: a trade is between two orders of one account, or
 	// names accounts its orders do not belong to.
 	CheckTradeAccounts = "trade_between_accounts"
@@ -94,6 +97,8 @@ var (
 	auditTradeAtMakerPriceSQL string
 	//go:embed sql/audit_trade_within_limits.sql
 	auditTradeWithinLimitsSQL string
+	//go:embed sql/audit_market_within_protection.sql
+	auditMarketWithinProtectionSQL string
 	//go:embed sql/audit_trade_between_accounts.sql
 	auditTradeBetweenAccountsSQL string
 	//go:embed sql/audit_trade_matches_entries.sql
@@ -161,6 +166,7 @@ var auditChecks = []auditCheck{
 	{CheckBookCrossed, auditBookNotCrossedSQL},
 	{CheckTradePrice, auditTradeAtMakerPriceSQL},
 	{CheckTradeLimits, auditTradeWithinLimitsSQL},
+	{CheckMarketProtection, auditMarketWithinProtectionSQL},
 	{CheckTradeAccounts, auditTradeBetweenAccountsSQL},
 	{CheckTradeEntries, auditTradeMatchesEntriesSQL},
 	{CheckTradeFees, auditFeeAtRateSQL},

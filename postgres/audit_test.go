@@ -366,6 +366,26 @@ func TestAuditReportsCorruption(t *testing.T) {
 			b.exec(t, fmt.Sprintf(`UPDATE orders SET price = 49900 WHERE id = '%s'`, b.taker))
 			return []found{{postgres.CheckTradeLimits, fmt.Sprintf("trade/%d", b.trade)}}
 		}},
+		{"market buy traded above its protection price", func(t *testing.T, b *book) []found {
+			b.exec(t, fmt.Sprintf(`UPDATE orders SET type = 'market', time_in_force = 'ioc', price = NULL,
+				protection_price = 49999.99 WHERE id = '%s'`, b.taker))
+			return []found{{postgres.CheckMarketProtection, fmt.Sprintf("trade/%d", b.trade)}}
+		}},
+		{"market buy traded at its protection price", func(t *testing.T, b *book) []found {
+			b.exec(t, fmt.Sprintf(`UPDATE orders SET type = 'market', time_in_force = 'ioc', price = NULL,
+				protection_price = 50000 WHERE id = '%s'`, b.taker))
+			return nil
+		}},
+		{"market sell maker traded below its protection price", func(t *testing.T, b *book) []found {
+			// No market order rests; the check holds either side of a
+			// trade to it all the same.
+			b.exec(t, fmt.Sprintf(`UPDATE orders SET type = 'market', time_in_force = 'ioc', price = NULL,
+				protection_price = 50000.01 WHERE id = '%s'`, b.maker))
+			return []found{
+				{postgres.CheckTradePrice, fmt.Sprintf("trade/%d", b.trade)},
+				{postgres.CheckMarketProtection, fmt.Sprintf("trade/%d", b.trade)},
+			}
+		}},
 		{"trade whose taker is on the maker's side", func(t *testing.T, b *book) []found {
 			b.exec(t, fmt.Sprintf(`UPDATE orders SET side = 'sell', price = 50000 WHERE id = '%s'`, b.taker))
 			return []found{{postgres.CheckTradeLimits, fmt.Sprintf("trade/%d", b.trade)}}
