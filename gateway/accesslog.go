@@ -16,9 +16,9 @@ import (
 // summarized in one line, "refusals not logged", once the second is over.
 // Answers that are not refusals are logged each, as before.
 
-// refusalLogWindow is how long after a client's logged refusal its others
+// refusalLogPeriod is how long after a client's logged refusal its others
 // are counted rather than logged.
-const refusalLogWindow = time.Second
+const refusalLogPeriod = time.Second
 
 // maxRefusalClients bounds the clients whose refusals are followed at
 // once; the refusals of further clients (a flood from very many
@@ -32,24 +32,24 @@ type refusalLog struct {
 	unlogged func()
 
 	mu sync.Mutex
-	// clients holds each client's window: when its logged refusal was, and
+	// clients holds each client's period: when its logged refusal was, and
 	// what came since without a line.
-	clients map[string]*refusalWindow
+	clients map[string]*refusalPeriod
 	// overflow counts the refusals of clients past maxRefusalClients.
-	overflow refusalWindow
+	overflow refusalPeriod
 	// sweeping is true while the loop that writes the summaries runs: it
 	// stops once no client is followed.
 	sweeping bool
 }
 
-type refusalWindow struct {
+type refusalPeriod struct {
 	start time.Time
-	// unlogged counts the window's refusals without a line, by status.
+	// unlogged counts the period's refusals without a line, by status.
 	unlogged map[int]int
 }
 
 func newRefusalLog(log *slog.Logger, unlogged func()) *refusalLog {
-	return &refusalLog{log: log, unlogged: unlogged, clients: map[string]*refusalWindow{}}
+	return &refusalLog{log: log, unlogged: unlogged, clients: map[string]*refusalPeriod{}}
 }
 
 // admit reports whether a refusal of client, answered status now, gets
@@ -57,23 +57,23 @@ func newRefusalLog(log *slog.Logger, unlogged func()) *refusalLog {
 func (r *refusalLog) admit(client string, status int, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	window := r.clients[client]
+	period := r.clients[client]
 	switch {
-	case window == nil && len(r.clients) >= maxRefusalClients:
-		window = &r.overflow
-	case window == nil:
-		r.clients[client] = &refusalWindow{start: now}
+	case period == nil && len(r.clients) >= maxRefusalClients:
+		period = &r.overflow
+	case period == nil:
+		r.clients[client] = &refusalPeriod{start: now}
 		r.sweep()
 		return true
-	case now.Sub(window.start) >= refusalLogWindow && len(window.unlogged) == 0:
-		// A window that ended with nothing left out: a new one.
-		window.start = now
+	case now.Sub(period.start) >= refusalLogPeriod && len(period.unlogged) == 0:
+		// A period that ended with nothing left out: a new one.
+		period.start = now
 		return true
 	}
-	if window.unlogged == nil {
-		window.unlogged = map[int]int{}
+	if period.unlogged == nil {
+		period.unlogged = map[int]int{}
 	}
-	window.unlogged[status]++
+	period.unlogged[status]++
 	r.unlogged()
 	r.sweep()
 	return false
@@ -89,11 +89,11 @@ func (r *refusalLog) sweep() {
 	go r.summarize()
 }
 
-// summarize writes, every window, a line for each client whose window
-// ended with refusals left out, and forgets the clients whose window
+// summarize writes, every period, a line for each client whose period
+// ended with refusals left out, and forgets the clients whose period
 // ended; it returns once no client is followed.
 func (r *refusalLog) summarize() {
-	ticker := time.NewTicker(refusalLogWindow / 2)
+	ticker := time.NewTicker(refusalLogPeriod / 2)
 	defer ticker.Stop()
 	for range ticker.C {
 		now := time.Now()
@@ -103,12 +103,12 @@ func (r *refusalLog) summarize() {
 		}
 		var summaries []summary
 		r.mu.Lock()
-		for client, window := range r.clients {
-			if now.Sub(window.start) < refusalLogWindow {
+		for client, period := range r.clients {
+			if now.Sub(period.start) < refusalLogPeriod {
 				continue
 			}
-			if len(window.unlogged) > 0 {
-				summaries = append(summaries, summary{client, window.unlogged})
+			if len(period.unlogged) > 0 {
+				summaries = append(summaries, summary{client, period.unlogged})
 			}
 			delete(r.clients, client)
 		}

@@ -61,22 +61,23 @@ var (
 	kindInvalidHeader  = problemKind{"invalid-header", "A request header is invalid", http.StatusBadRequest}
 	kindUnauthorized   = problemKind{"unauthorized", "A valid API key is required", http.StatusUnauthorized}
 	// The refusals of a key that requires signed requests.
-	kindSignatureRequired      = problemKind{"signature-required", "This API key requires signed requests", http.StatusUnauthorized}
-	kindSignatureInvalid       = problemKind{"signature-invalid", "The request signature is invalid", http.StatusUnauthorized}
-	kindSignatureOutsideWindow = problemKind{"signature-outside-window", "The request was signed too long before or after it arrived", http.StatusUnauthorized}
-	kindSignatureReplayed      = problemKind{"signature-replayed", "The signed request was received before", http.StatusUnauthorized}
-	kindForbidden              = problemKind{"forbidden", "The API key's scopes do not allow this request", http.StatusForbidden}
-	kindNotFound               = problemKind{"not-found", "Not found", http.StatusNotFound}
-	kindConflict               = problemKind{"idempotency-conflict", "The client order id was used for a different order", http.StatusConflict}
-	kindNotCancelable          = problemKind{"order-not-cancelable", "The order can no longer be canceled", http.StatusConflict}
-	kindEventsExpired          = problemKind{"events-expired", "The event stream no longer holds the events after this position", http.StatusGone}
-	kindTooLarge               = problemKind{"payload-too-large", "The request body is too large", http.StatusRequestEntityTooLarge}
-	kindMediaType              = problemKind{"unsupported-media-type", "The request body must be application/json", http.StatusUnsupportedMediaType}
-	kindMethodNotAllowed       = problemKind{"method-not-allowed", "The method is not allowed on this resource", http.StatusMethodNotAllowed}
-	kindRateLimited            = problemKind{"rate-limited", "Too many requests", http.StatusTooManyRequests}
-	kindTooManyStreams         = problemKind{"too-many-streams", "Too many event streams are open", http.StatusTooManyRequests}
-	kindUnavailable            = problemKind{"unavailable", "A dependency of the service is unavailable; retry later", http.StatusServiceUnavailable}
-	kindInternal               = problemKind{"internal", "Internal error", http.StatusInternalServerError}
+	kindSignatureRequired = problemKind{"signature-required", "This API key requires signed requests", http.StatusUnauthorized}
+	kindSignatureInvalid  = problemKind{"signature-invalid", "The request signature is invalid", http.StatusUnauthorized}
+	// Its type keeps the name clients already match on.
+	kindSignatureSkewed   = problemKind{"signature-outside-window", "The request was signed too long before or after it arrived", http.StatusUnauthorized}
+	kindSignatureReplayed = problemKind{"signature-replayed", "The signed request was received before", http.StatusUnauthorized}
+	kindForbidden         = problemKind{"forbidden", "The API key's scopes do not allow this request", http.StatusForbidden}
+	kindNotFound          = problemKind{"not-found", "Not found", http.StatusNotFound}
+	kindConflict          = problemKind{"idempotency-conflict", "The client order id was used for a different order", http.StatusConflict}
+	kindNotCancelable     = problemKind{"order-not-cancelable", "The order can no longer be canceled", http.StatusConflict}
+	kindEventsExpired     = problemKind{"events-expired", "The event stream no longer holds the events after this position", http.StatusGone}
+	kindTooLarge          = problemKind{"payload-too-large", "The request body is too large", http.StatusRequestEntityTooLarge}
+	kindMediaType         = problemKind{"unsupported-media-type", "The request body must be application/json", http.StatusUnsupportedMediaType}
+	kindMethodNotAllowed  = problemKind{"method-not-allowed", "The method is not allowed on this resource", http.StatusMethodNotAllowed}
+	kindRateLimited       = problemKind{"rate-limited", "Too many requests", http.StatusTooManyRequests}
+	kindTooManyStreams    = problemKind{"too-many-streams", "Too many event streams are open", http.StatusTooManyRequests}
+	kindUnavailable       = problemKind{"unavailable", "A dependency of the service is unavailable; retry later", http.StatusServiceUnavailable}
+	kindInternal          = problemKind{"internal", "Internal error", http.StatusInternalServerError}
 )
 
 // codePriceOutOfBand and codeAmountTooLarge are the reject reasons

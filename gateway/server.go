@@ -38,11 +38,11 @@ type Config struct {
 	// RateLimitPerSecond is how many requests a second one API key may make
 	// sustained (the bucket's refill rate).
 	RateLimitPerSecond int
-	// SignatureWindow is how far from the gateway's clock, either way, a
+	// SignatureSkew is how far from the gateway's clock, either way, a
 	// signed request's timestamp may be. Its signature is remembered three
-	// times as long, which covers every moment it is inside the window of
-	// any gateway whose clock is within the window of this one's.
-	SignatureWindow time.Duration
+	// times as long, which covers every moment it is acceptable to
+	// any gateway whose clock is within the skew of this one's.
+	SignatureSkew time.Duration
 	// EventHeartbeat is how long an event stream may be silent: a comment
 	// then tells the client, and any proxy between, that it is alive.
 	EventHeartbeat time.Duration
@@ -52,11 +52,11 @@ type Config struct {
 	EventStreamsPerKey, EventStreamsPerAddress int
 }
 
-// MaxSignatureWindow bounds Config.SignatureWindow. A wider window is
+// MaxSignatureSkew bounds Config.SignatureSkew. A wider skew is
 // longer for a request caught on the wire to be sent after its signer
 // meant it to go, or for a client's clock to go wrong unnoticed; a minute
 // covers clocks that are kept in time at all.
-const MaxSignatureWindow = time.Minute
+const MaxSignatureSkew = time.Minute
 
 // The default caps of the event streams open at once: a client needs one
 // stream per key, a few while it reconnects; an address may hold several
@@ -69,13 +69,13 @@ const (
 // DefaultConfig is what the gateway runs with unless told otherwise.
 func DefaultConfig() Config {
 	return Config{BodyLimit: 16 << 10, RequestTimeout: 5 * time.Second, RateLimitBurst: 100, RateLimitPerSecond: 50,
-		SignatureWindow: 5 * time.Second, EventHeartbeat: 15 * time.Second,
+		SignatureSkew: 5 * time.Second, EventHeartbeat: 15 * time.Second,
 		EventStreamsPerKey: DefaultEventStreamsPerKey, EventStreamsPerAddress: DefaultEventStreamsPerAddress}
 }
 
 // Validate reports a configuration the gateway would run badly with: a body
 // limit or a request timeout that refuses every request, a signature
-// window out of bounds, or a rate limit
+// skew out of bounds, or a rate limit
 // whose bucket cannot refill (placements would answer 503 while reads went
 // through).
 func (c Config) Validate() error {
@@ -85,8 +85,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("body limit %d: want at least 1 byte", c.BodyLimit)
 	case c.RequestTimeout <= 0:
 		return fmt.Errorf("request timeout %s: want a positive duration", c.RequestTimeout)
-	case c.SignatureWindow <= 0 || c.SignatureWindow > MaxSignatureWindow:
-		return fmt.Errorf("signature window %s: want a positive duration of at most %s", c.SignatureWindow, MaxSignatureWindow)
+	case c.SignatureSkew <= 0 || c.SignatureSkew > MaxSignatureSkew:
+		return fmt.Errorf("signature skew %s: want a positive duration of at most %s", c.SignatureSkew, MaxSignatureSkew)
 	case c.EventHeartbeat <= 0:
 		return fmt.Errorf("event heartbeat %s: want a positive duration", c.EventHeartbeat)
 	case c.EventStreamsPerKey < 0 || c.EventStreamsPerKey > placement.MaxStreamsPerLimit ||

@@ -17,17 +17,17 @@ import (
 // 13 digits until the year 2286.
 const maxTimestampDigits = 15
 
-// replayRecordWindows is how many windows a signature is remembered for.
-// Two cover every moment its timestamp is inside one clock's window (from
-// a window before the timestamp to a window after it); the third covers
-// another gateway's clock up to a window behind the one that accepted it,
-// where the timestamp stays inside the window that much longer. With two,
+// replayRecordSkews is how many times the allowed skew a signature is
+// remembered for. Two cover every moment its timestamp is within the skew
+// of one clock (from a skew before the timestamp to a skew after it); the
+// third covers another gateway's clock up to a skew behind the one that
+// accepted it, where the timestamp stays acceptable that much longer. With two,
 // a replay sent to a gateway d behind was accepted for d.
-const replayRecordWindows = 3
+const replayRecordSkews = 3
 
 // verifySignature lets through a request of a key that requires signatures
 // only when it carries a signature of its timestamp, method, target and
-// body under the key's secret (signing.Message), made within the window
+// body under the key's secret (signing.Message), made within the allowed skew
 // of now either way, and not received before. The body is read for it, up
 // to the body limit, and put back for the handler.
 func (s *Server) verifySignature(c echo.Context, caller orders.Caller, digest string) error {
@@ -54,11 +54,11 @@ func (s *Server) verifySignature(c echo.Context, caller orders.Caller, digest st
 	if !ok {
 		return &requestError{kind: kindSignatureInvalid, detail: signing.HeaderTimestamp + " must be Unix milliseconds in decimal digits"}
 	}
-	window := s.config.SignatureWindow
-	if skew := time.Since(signedAt); skew > window || skew < -window {
-		return &requestError{kind: kindSignatureOutsideWindow, detail: fmt.Sprintf(
+	allowed := s.config.SignatureSkew
+	if skew := time.Since(signedAt); skew > allowed || skew < -allowed {
+		return &requestError{kind: kindSignatureSkewed, detail: fmt.Sprintf(
 			"the request was signed at %d, %s from the gateway's clock (%d); sign it within %s of the time it is sent, anew for each retry",
-			signedAt.UnixMilli(), skew.Round(time.Millisecond), time.Now().UnixMilli(), window)}
+			signedAt.UnixMilli(), skew.Round(time.Millisecond), time.Now().UnixMilli(), allowed)}
 	}
 	body, err := s.requestBody(c, readBody)
 	if err != nil {
@@ -74,7 +74,7 @@ func (s *Server) verifySignature(c echo.Context, caller orders.Caller, digest st
 	if !hmac.Equal(sum, signing.Sum(caller.SigningSecret, signing.Message(timestamp, r.Method, target, body))) {
 		return &requestError{kind: kindSignatureInvalid, detail: "the signature does not match the request: sign the timestamp, method, path and query as sent, and body, joined by newlines, with the key's signing secret"}
 	}
-	first, err := s.signatures.FirstUse(r.Context(), digest, sum, replayRecordWindows*window)
+	first, err := s.signatures.FirstUse(r.Context(), digest, sum, replayRecordSkews*allowed)
 	if err != nil {
 		return err
 	}

@@ -43,7 +43,7 @@ func (sig signature) header() http.Header {
 
 // TestSignedRequests: a key that requires signatures is served only with
 // a signature of exactly the request sent, made with its secret within the
-// window (5 s) of now either way; anything else is a 401 naming what is
+// allowed skew (5 s) of now either way; anything else is a 401 naming what is
 // wrong, and does nothing. The key's scopes still apply once it is signed.
 func TestSignedRequests(t *testing.T) {
 	f := newFixture(t, 0)
@@ -158,7 +158,7 @@ func TestSignedRequestThroughAForwardProxy(t *testing.T) {
 }
 
 // TestSignedRequestIsAcceptedOnce: a signed request sent again within the
-// window is refused signature-replayed, even with its signature written in
+// allowed skew is refused signature-replayed, even with its signature written in
 // capitals, and does nothing; the same request signed anew is served.
 func TestSignedRequestIsAcceptedOnce(t *testing.T) {
 	f := newFixture(t, 0)
@@ -189,20 +189,20 @@ func TestSignedRequestIsAcceptedOnce(t *testing.T) {
 	}
 }
 
-// TestSignatureRecordOutlivesTheWindow: a signature is remembered for
-// three windows: two cover every moment its timestamp is inside this
-// gateway's window, the third a gateway whose clock is up to a window
-// behind, where it stays inside longer. A request signed ahead of the
-// clock is refused as a replay for as long as its timestamp is inside the
-// window, not only for a moment after it was first served.
-func TestSignatureRecordOutlivesTheWindow(t *testing.T) {
+// TestSignatureRecordOutlivesTheSkew: a signature is remembered for
+// three times the skew: two cover every moment its timestamp is
+// acceptable to this gateway, the third a gateway whose clock is up to a
+// skew behind, where it stays acceptable longer. A request signed ahead of
+// the clock is refused as a replay for as long as its timestamp is
+// acceptable, not only for a moment after it was first served.
+func TestSignatureRecordOutlivesTheSkew(t *testing.T) {
 	// Seconds, not milliseconds: the margins must outlast a busy machine.
-	const window = 4 * time.Second
+	const skew = 4 * time.Second
 	config := gateway.DefaultConfig()
-	config.SignatureWindow = window
+	config.SignatureSkew = skew
 	f := newFixtureWith(t, 0, config)
 	key := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes, Signed: true})
-	header := signature{secret: key.SigningSecret, at: window * 9 / 10, method: "GET", target: "/v1/balances"}.header()
+	header := signature{secret: key.SigningSecret, at: skew * 9 / 10, method: "GET", target: "/v1/balances"}.header()
 	if res := f.doWith(t, f.http, "GET", "/v1/balances", key.Key.Reveal(), "", "", header); res.status != http.StatusOK {
 		t.Fatalf("first: %d %s", res.status, res.body)
 	}
@@ -212,14 +212,14 @@ func TestSignatureRecordOutlivesTheWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	record := placement.SignatureKey(hex.EncodeToString(keyHash[:16]), sum)
-	if left, err := f.rdb.PTTL(context.Background(), record).Result(); err != nil || left <= 2*window || left > 3*window {
-		t.Errorf("the signature is remembered for %s (%v), want three windows (%s)", left, err, 3*window)
+	if left, err := f.rdb.PTTL(context.Background(), record).Result(); err != nil || left <= 2*skew || left > 3*skew {
+		t.Errorf("the signature is remembered for %s (%v), want three skews (%s)", left, err, 3*skew)
 	}
-	// Past a record of one window, while the timestamp is inside the
-	// window for 2.6 s more.
-	time.Sleep(window * 5 / 4)
+	// Past a record of one skew, while the timestamp stays
+	// acceptable for 2.6 s more.
+	time.Sleep(skew * 5 / 4)
 	if res := f.doWith(t, f.http, "GET", "/v1/balances", key.Key.Reveal(), "", "", header); res.status != http.StatusUnauthorized || res.json(t)["type"] != "urn:ordergate:problem:signature-replayed" {
-		t.Errorf("sent again %s later, still inside the window: %d %s, want 401 signature-replayed", window*5/4, res.status, res.body)
+		t.Errorf("sent again %s later, still acceptable: %d %s, want 401 signature-replayed", skew*5/4, res.status, res.body)
 	}
 }
 

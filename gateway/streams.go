@@ -161,7 +161,7 @@ func (r *streamRegistry) check() {
 
 // checkKeys looks each key up as a request's authentication does and ends
 // the streams of a key revoked or without the read scope. A lookup that
-// fails (PostgreSQL down past the key cache's stale window) ends nothing:
+// fails (PostgreSQL down past the key cache's stale-if-error period) ends nothing:
 // a key cannot be revoked while PostgreSQL is down.
 func (r *streamRegistry) checkKeys(keys map[string]string) {
 	ctx, cancel := context.WithTimeout(context.Background(), streamCheckTimeout)

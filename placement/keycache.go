@@ -57,12 +57,12 @@ const maxUnknownKeys = 10_000
 // caches, apart from each other.
 //
 // When a lookup fails (PostgreSQL down), a copy PostgreSQL confirmed within
-// the stale-if-error window still answers, and the key is asked again a ttl
+// the stale-if-error period still answers, and the key is asked again a ttl
 // later, not on every request. Nothing can be revoked during the outage
 // (revoking writes PostgreSQL), and a revocation broadcast heard before it
 // drops the copy; but a key revoked after its copy was confirmed, whose
 // broadcast this gateway missed (or that was revoked without one), keeps
-// working through the outage until the window ends rather than a ttl after
+// working through the outage until the period ends rather than a ttl after
 // its revocation.
 type KeyCache struct {
 	accounts KeyLookup
@@ -107,8 +107,8 @@ type KeyCacheOption func(*KeyCache)
 // StaleIfError sets how long after PostgreSQL last confirmed a key its copy
 // still answers while lookups fail (DefaultKeyStaleIfError unless set); 0
 // answers nothing stale.
-func StaleIfError(window time.Duration) KeyCacheOption {
-	return func(c *KeyCache) { c.staleIfError = max(window, 0) }
+func StaleIfError(period time.Duration) KeyCacheOption {
+	return func(c *KeyCache) { c.staleIfError = max(period, 0) }
 }
 
 // StampReader reads an item's stamp (coherence.Client.Stamp): on a
@@ -369,7 +369,7 @@ func (c *KeyCache) forget(hashHex string) {
 // FollowRevocations drops a key from the cache as soon as a coherence
 // broadcast says it was revoked. A message lost to a dropped connection or a
 // full ring costs at most ttl of a revoked key still working on this gateway,
-// or the stale-if-error window if PostgreSQL goes down meanwhile.
+// or the stale-if-error period if PostgreSQL goes down meanwhile.
 func (c *KeyCache) FollowRevocations(ctx context.Context, caches *coherence.Client, opts ...coherence.SubscribeOption) (*coherence.Subscription, error) {
 	return caches.Subscribe(ctx, APIKeysTable, 256, c.forget, opts...)
 }

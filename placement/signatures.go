@@ -16,7 +16,7 @@ import (
 
 // Signatures remembers the signatures of signed requests, so each is
 // accepted once: a signed request caught on the wire cannot be sent again
-// while its timestamp is still inside the receive window. All gateways
+// while its timestamp is still within the allowed skew. All gateways
 // share the record in Redis.
 type Signatures struct {
 	rdb redis.UniversalClient
@@ -38,7 +38,7 @@ func SignatureKey(digest string, signature []byte) string {
 // at once, one is first. The value is a token drawn for this call, so a
 // SET that go-redis sends again after a lost reply reads its own token back
 // and is still the first use, not a replay of itself. ttl must outlast the
-// time the signature's timestamp stays inside the window. A Redis that does
+// time the signature's timestamp stays within the allowed skew. A Redis that does
 // not answer is orders.ErrUnavailable: without the record a replay cannot
 // be told apart.
 func (s *Signatures) FirstUse(ctx context.Context, digest string, signature []byte, ttl time.Duration) (bool, error) {

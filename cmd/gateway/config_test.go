@@ -196,7 +196,7 @@ func TestMetricsAddrConfiguration(t *testing.T) {
 	}
 }
 
-// TestSigningConfiguration: the receive window comes from SIGNATURE_WINDOW
+// TestSigningConfiguration: the receive window comes from SIGNATURE_MAX_SKEW
 // or its flag and must be positive and at most a minute; the encryption key only from
 // SIGNING_KEY_ENCRYPTION_KEY, 32 bytes in hex or base64, and one that does
 // not parse stops the gateway rather than leave signed keys unverifiable.
@@ -211,13 +211,13 @@ func TestSigningConfiguration(t *testing.T) {
 		refused    bool
 	}{
 		{"defaults", nil, nil, 5 * time.Second, false, false},
-		{"window from the environment", nil, map[string]string{"SIGNATURE_WINDOW": "2s"}, 2 * time.Second, false, false},
-		{"window flag over the environment", []string{"-signature-window", "10s"}, map[string]string{"SIGNATURE_WINDOW": "2s"}, 10 * time.Second, false, false},
-		{"no window", nil, map[string]string{"SIGNATURE_WINDOW": "0"}, 0, false, true},
-		{"a window of a minute", nil, map[string]string{"SIGNATURE_WINDOW": "1m"}, time.Minute, false, false},
-		{"a window over a minute", nil, map[string]string{"SIGNATURE_WINDOW": "61s"}, 0, false, true},
-		{"a window flag over a minute", []string{"-signature-window", "1h"}, nil, 0, false, true},
-		{"a malformed window", nil, map[string]string{"SIGNATURE_WINDOW": "soon"}, 0, false, true},
+		{"window from the environment", nil, map[string]string{"SIGNATURE_MAX_SKEW": "2s"}, 2 * time.Second, false, false},
+		{"window flag over the environment", []string{"-signature-max-skew", "10s"}, map[string]string{"SIGNATURE_MAX_SKEW": "2s"}, 10 * time.Second, false, false},
+		{"no window", nil, map[string]string{"SIGNATURE_MAX_SKEW": "0"}, 0, false, true},
+		{"a window of a minute", nil, map[string]string{"SIGNATURE_MAX_SKEW": "1m"}, time.Minute, false, false},
+		{"a window over a minute", nil, map[string]string{"SIGNATURE_MAX_SKEW": "61s"}, 0, false, true},
+		{"a window flag over a minute", []string{"-signature-max-skew", "1h"}, nil, 0, false, true},
+		{"a malformed window", nil, map[string]string{"SIGNATURE_MAX_SKEW": "soon"}, 0, false, true},
 		{"encryption key in hex", nil, map[string]string{"SIGNING_KEY_ENCRYPTION_KEY": key}, 5 * time.Second, true, false},
 		{"encryption key in base64", nil, map[string]string{"SIGNING_KEY_ENCRYPTION_KEY": "q6urq6urq6urq6urq6urq6urq6urq6urq6urq6urq6s="}, 5 * time.Second, true, false},
 		{"encryption key too short", nil, map[string]string{"SIGNING_KEY_ENCRYPTION_KEY": key[:32]}, 0, false, true},
@@ -226,13 +226,13 @@ func TestSigningConfiguration(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := parseWith(tt.args, tt.env)
 			if tt.refused {
-				if err == nil || (tt.env["SIGNATURE_WINDOW"] != "" || len(tt.args) > 0) && !strings.Contains(err.Error(), "SIGNATURE_WINDOW") {
+				if err == nil || (tt.env["SIGNATURE_MAX_SKEW"] != "" || len(tt.args) > 0) && !strings.Contains(err.Error(), "SIGNATURE_MAX_SKEW") {
 					t.Errorf("%v %v: %v, want refused naming the variable", tt.args, tt.env, err)
 				}
 				return
 			}
-			if err != nil || c.http.SignatureWindow != tt.wantWindow || (c.sealer != nil) != tt.wantSealer {
-				t.Errorf("window %s, sealer %v, %v; want %s, %v", c.http.SignatureWindow, c.sealer != nil, err, tt.wantWindow, tt.wantSealer)
+			if err != nil || c.http.SignatureSkew != tt.wantWindow || (c.sealer != nil) != tt.wantSealer {
+				t.Errorf("window %s, sealer %v, %v; want %s, %v", c.http.SignatureSkew, c.sealer != nil, err, tt.wantWindow, tt.wantSealer)
 			}
 		})
 	}

@@ -83,7 +83,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.DurationVar(&c.http.RequestTimeout, "request-timeout", env.Duration("REQUEST_TIMEOUT", defaults.RequestTimeout), "time bound of one request (REQUEST_TIMEOUT)")
 	flags.IntVar(&c.http.RateLimitBurst, "rate-limit-burst", env.Int("RATE_LIMIT_BURST", defaults.RateLimitBurst), "requests one API key may make at once; 0 turns rate limiting off (RATE_LIMIT_BURST)")
 	flags.IntVar(&c.http.RateLimitPerSecond, "rate-limit-per-second", env.Int("RATE_LIMIT_PER_SECOND", defaults.RateLimitPerSecond), "requests a second one API key may make sustained (RATE_LIMIT_PER_SECOND)")
-	flags.DurationVar(&c.http.SignatureWindow, "signature-window", env.Duration("SIGNATURE_WINDOW", defaults.SignatureWindow), "how far from the gateway's clock, either way, a signed request's timestamp may be (SIGNATURE_WINDOW)")
+	flags.DurationVar(&c.http.SignatureSkew, "signature-max-skew", env.Duration("SIGNATURE_MAX_SKEW", defaults.SignatureSkew), "how far from the gateway's clock, either way, a signed request's timestamp may be (SIGNATURE_MAX_SKEW)")
 	flags.IntVar(&c.eventsRetention.Count, "events-retention-count", env.Int("EVENTS_RETENTION_COUNT", emq.DefaultLogRetention.Count),
 		"each account's log of events keeps at least its newest this many; set it as on the workers (EVENTS_RETENTION_COUNT)")
 	flags.DurationVar(&c.eventsRetention.Age, "events-retention-age", env.Duration("EVENTS_RETENTION_AGE", emq.DefaultLogRetention.Age),
@@ -120,8 +120,10 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		return config{}, errors.New("LOG_FLUSH_INTERVAL (or -log-flush-interval) must be a duration of 0 (each line at once) or more")
 	case c.shutdownTimeout < 0:
 		return config{}, errors.New("SHUTDOWN_TIMEOUT (or -shutdown-timeout) must be a duration of 0 (no wait) or more")
-	case c.http.SignatureWindow <= 0 || c.http.SignatureWindow > gateway.MaxSignatureWindow:
-		return config{}, fmt.Errorf("SIGNATURE_WINDOW (or -signature-window) must be a positive duration of at most %s", gateway.MaxSignatureWindow)
+	case getenv("SIGNATURE_WINDOW") != "":
+		return config{}, errors.New("SIGNATURE_WINDOW is now SIGNATURE_MAX_SKEW (a window is a dedup window here): rename it")
+	case c.http.SignatureSkew <= 0 || c.http.SignatureSkew > gateway.MaxSignatureSkew:
+		return config{}, fmt.Errorf("SIGNATURE_MAX_SKEW (or -signature-max-skew) must be a positive duration of at most %s", gateway.MaxSignatureSkew)
 	}
 	if err := c.http.Validate(); err != nil {
 		return config{}, err

@@ -112,9 +112,9 @@ var (
 type Config struct {
 	Seed   uint64
 	Orders int
-	// Window is how long placing the orders should take at a steady pace;
+	// Span is how long placing the orders should take at a steady pace;
 	// faults fall inside it.
-	Window time.Duration
+	Span time.Duration
 	// Clients bounds the requests in flight.
 	Clients  int
 	Accounts int
@@ -128,8 +128,8 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	if c.Window == 0 {
-		c.Window = max(15*time.Second, time.Duration(c.Orders)*time.Second/100)
+	if c.Span == 0 {
+		c.Span = max(15*time.Second, time.Duration(c.Orders)*time.Second/100)
 	}
 	if c.Clients == 0 {
 		c.Clients = 16
@@ -185,12 +185,12 @@ func (f Fault) String() string {
 // Schedule draws the faults of a run from seed: three worker kills, one
 // SIGSTOP past the lease, one Redis restart, one PostgreSQL restart and two
 // Redis failovers (there and back), at random offsets within 10%–80% of the
-// window, in time order. The failovers are drawn last, so a seed draws the
+// span, in time order. The failovers are drawn last, so a seed draws the
 // other faults it drew before there were failovers.
-func Schedule(seed uint64, window, lease time.Duration, workers int) []Fault {
+func Schedule(seed uint64, span, lease time.Duration, workers int) []Fault {
 	r := rand.New(rand.NewPCG(seed, 0xfa017))
 	at := func() time.Duration {
-		return window/10 + time.Duration(r.Int64N(int64(window*7/10)))
+		return span/10 + time.Duration(r.Int64N(int64(span*7/10)))
 	}
 	between := func(low, high time.Duration) time.Duration {
 		return low + time.Duration(r.Int64N(int64(high-low)))
@@ -342,9 +342,9 @@ func Run(t testing.TB, cfg Config) Summary {
 	cfg.defaults()
 	ctx := context.Background()
 	r := &run{t: t, cfg: cfg, dir: t.TempDir(), start: time.Now(), lost: map[string]bool{}}
-	faults := Schedule(cfg.Seed, cfg.Window, cfg.Lease, cfg.Workers)
+	faults := Schedule(cfg.Seed, cfg.Span, cfg.Lease, cfg.Workers)
 	t.Logf("chaos: seed %d, %d orders over %s, %d workers (lease %s); replay with: make chaos SEED=%d ORDERS=%d",
-		cfg.Seed, cfg.Orders, cfg.Window, cfg.Workers, cfg.Lease, cfg.Seed, cfg.Orders)
+		cfg.Seed, cfg.Orders, cfg.Span, cfg.Workers, cfg.Lease, cfg.Seed, cfg.Orders)
 	for _, f := range faults {
 		t.Logf("chaos: scheduled at +%s: %s", f.At.Round(time.Millisecond), f)
 	}
@@ -1016,7 +1016,7 @@ func (c *client) placeAll() {
 			}
 		})
 	}
-	interval := c.r.cfg.Window / time.Duration(len(c.bodies))
+	interval := c.r.cfg.Span / time.Duration(len(c.bodies))
 	for i, req := range c.bodies {
 		time.Sleep(time.Until(c.r.start.Add(time.Duration(i) * interval)))
 		work <- req

@@ -76,7 +76,7 @@ func TestScheduleIsDrawnFromTheSeed(t *testing.T) {
 			t.Fatalf("same seed, different schedules: %v vs %v", a, b)
 		}
 		if a[i].At < 2*time.Second || a[i].At > 16*time.Second {
-			t.Errorf("fault %v outside 10%%–80%% of the window", a[i])
+			t.Errorf("fault %v outside 10%%–80%% of the span", a[i])
 		}
 		if i > 0 && a[i].At < a[i-1].At {
 			t.Errorf("schedule not in time order: %v", a)

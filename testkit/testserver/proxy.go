@@ -261,11 +261,11 @@ func (p *Proxy) forward(conn *proxiedConn) {
 func (p *Proxy) inspect(conn *proxiedConn, tail, chunk []byte) []byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	window := append(tail, chunk...)
+	seen := append(tail, chunk...)
 	for _, fault := range p.faults {
 		found := 0
 		for at := 0; ; {
-			i := bytes.Index(window[at:], fault.match)
+			i := bytes.Index(seen[at:], fault.match)
 			if i < 0 {
 				break
 			}
@@ -290,10 +290,10 @@ func (p *Proxy) inspect(conn *proxiedConn, tail, chunk []byte) []byte {
 		}
 	}
 	keep := max(p.longest-1, 0)
-	if len(window) > keep {
-		window = window[len(window)-keep:]
+	if len(seen) > keep {
+		seen = seen[len(seen)-keep:]
 	}
-	return append([]byte(nil), window...)
+	return append([]byte(nil), seen...)
 }
 
 // backward copies the server's replies to the client, holding them back or
