@@ -25,6 +25,10 @@ func JobsKey(queue string) string { return keyPrefix(queue) + "jobs" }
 // the queue's retention.
 func FinishedKey(queue string) string { return keyPrefix(queue) + "finished" }
 
+// OwnerKey is the hash of the queue's ownership lease: its holder, the
+// token counter, the deadline and since when it is held (ownership.go).
+func OwnerKey(queue string) string { return keyPrefix(queue) + "owner" }
+
 // MemoryUsage is what the queue's structures take on the server, in bytes as
 // MEMORY USAGE counts them (every nested value sampled).
 type MemoryUsage struct {
@@ -96,7 +100,8 @@ func (q *Queue) MemoryUsage(ctx context.Context) (MemoryUsage, error) {
 }
 
 // Purge deletes every key of the queue: its jobs in every state, finished
-// records, dedup windows, rate-limit buckets and declared kinds. It is for
+// records, dedup windows, rate-limit buckets, declared kinds and its
+// ownership lease, whose token counter starts again from 0. It is for
 // benchmarks and tests cleaning up after themselves, not a move: jobs
 // admitted or claimed while it runs may survive it in part. The queue stays
 // in the registry Client.Queues reads.

@@ -49,4 +49,16 @@ var (
 	// renews the same seats a moment later.
 	seatTakeScript  = scriptpipe.Repeatable(lua.SeatTake)
 	seatRenewScript = scriptpipe.Repeatable(lua.SeatRenew)
+	// A second run of ownership_acquire takes the lease again under a
+	// newer token, ending only the first run's lease, whose token nobody
+	// learned; or finds it taken by another meanwhile, which is the truth.
+	ownershipAcquireScript = scriptpipe.Repeatable(lua.OwnershipAcquire)
+	// A second run of ownership_extend renews the lease a moment later,
+	// or finds it lost.
+	ownershipExtendScript = scriptpipe.Repeatable(lua.OwnershipExtend)
+	// A second run of ownership_release finds the lease released already
+	// (or taken since by another, whose lease it leaves) and changes nothing.
+	ownershipReleaseScript = scriptpipe.Repeatable(lua.OwnershipRelease)
+	// A second run of ownership_read reads again.
+	ownershipReadScript = scriptpipe.Repeatable(lua.OwnershipRead)
 )

@@ -120,4 +120,26 @@ var (
 	// SeatRenew puts seats' expiry a ttl from now, seating their holders
 	// again where their sets lost them.
 	SeatRenew = clock + seatRenew
+	//go:embed ownership_acquire.lua
+	ownershipAcquire string
+	//go:embed ownership_extend.lua
+	ownershipExtend string
+	//go:embed ownership_release.lua
+	ownershipRelease string
+	//go:embed ownership_read.lua
+	ownershipRead string
+)
+
+// A queue's ownership lease: one holder at a time, under a fencing token
+// kept beside it. These move no job, so they go with the clock alone.
+var (
+	// OwnershipAcquire takes a queue's ownership lease under a new token
+	// when it is free or expired.
+	OwnershipAcquire = clock + ownershipAcquire
+	// OwnershipExtend renews the lease for its holder and token.
+	OwnershipExtend = clock + ownershipExtend
+	// OwnershipRelease gives the lease up.
+	OwnershipRelease = ownershipRelease
+	// OwnershipRead reads the lease's holder, token and deadline.
+	OwnershipRead = clock + ownershipRead
 )
