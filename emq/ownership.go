@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
+
+	"github.com/ordergate/ordergate/internal/outage"
 )
 
 // Ownership is a queue's ownership lease: one holder at a time, for a lease
@@ -31,6 +35,9 @@ func (q *Queue) Ownership() *Ownership { return &Ownership{queue: q} }
 func (o *Ownership) Queue() *Queue { return o.queue }
 
 func (o *Ownership) key() string { return OwnerKey(o.queue.name) }
+
+// ErrReleased is the cause of a Held's context once its holder released it.
+var ErrReleased = errors.New("emq: ownership released")
 
 // OwnerState is a queue's ownership lease as the server holds it.
 type OwnerState struct {
@@ -157,4 +164,190 @@ func ownerState(reply []any, err error) (OwnerState, error) {
 		state.Deadline, state.Since = time.UnixMilli(deadline), time.UnixMilli(since)
 	}
 	return state, nil
+}
+
+// DefaultOwnershipLease is the ownership lease Hold takes when none is
+// given: a dead owner's queue waits this long for another owner.
+const DefaultOwnershipLease = 5 * time.Second
+
+// HoldOptions configures Ownership.Hold; zero fields take their defaults.
+type HoldOptions struct {
+	// Lease is the ownership lease (default DefaultOwnershipLease),
+	// extended every Lease/3.
+	Lease time.Duration
+	// Margin is how much sooner than the server the holder gives the lease
+	// up when no extension comes through (default Lease/10): the time the
+	// owner has, once told, to stop acting before another may take over.
+	Margin time.Duration
+	// Floor asks for a token above it (see AcquireAbove).
+	Floor int64
+	// Logger logs failed extensions (default slog.Default).
+	Logger *slog.Logger
+}
+
+func (o HoldOptions) withDefaults() HoldOptions {
+	if o.Lease <= 0 {
+		o.Lease = DefaultOwnershipLease
+	}
+	if o.Margin <= 0 {
+		o.Margin = o.Lease / 10
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Held is an ownership lease acquired by Hold and kept alive: it extends the
+// lease every Lease/3 and ends its context the moment the holder must count
+// the ownership lost.
+type Held struct {
+	ownership *Ownership
+	holder    string
+	token     int64
+	options   HoldOptions
+	log       *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu sync.Mutex
+	// deadline is the local end of the lease, on this process's monotonic
+	// clock: the send time of the last acquisition or extension the server
+	// accepted, plus the lease, minus the margin.
+	deadline time.Time
+	expiry   *time.Timer
+}
+
+// Hold acquires the queue's ownership lease for holder, as Acquire does, and
+// keeps it: the lease is extended every Lease/3 until it is released or
+// lost. It answers nil and false when another holds the lease.
+//
+// The Held's context (not ctx, which bounds the acquisition alone) ends the
+// moment the ownership is lost, with context.Cause wrapping ErrLeaseLost:
+// when an extension is refused (wrapping ErrStale too: released, or taken
+// under a newer token), or when no extension came through by the local
+// deadline (Redis unreachable): the send time of the last acquisition or
+// extension the server accepted, plus the lease, minus the margin, measured
+// on this process's monotonic clock. The server's deadline is later than
+// that by at least the margin, so the owner stops before another can take
+// over. A failing extension is sent again with backoff until then.
+func (o *Ownership) Hold(ctx context.Context, holder string, opts HoldOptions) (*Held, bool, error) {
+	opts = opts.withDefaults()
+	if opts.Margin >= opts.Lease {
+		return nil, false, fmt.Errorf("emq: hold ownership of %s: margin %s is not under the lease %s", o.queue.name, opts.Margin, opts.Lease)
+	}
+	sentAt := time.Now()
+	token, _, acquired, err := o.acquire(ctx, holder, opts.Lease, opts.Floor)
+	if err != nil || !acquired {
+		return nil, false, err
+	}
+	h := &Held{ownership: o, holder: holder, token: token, options: opts,
+		log: opts.Logger.With("queue", o.queue.name, "holder", holder, "token", token)}
+	h.ctx, h.cancel = context.WithCancelCause(context.Background())
+	h.mu.Lock()
+	h.deadline = sentAt.Add(opts.Lease - opts.Margin)
+	h.expiry = time.AfterFunc(time.Until(h.deadline), h.expire)
+	h.mu.Unlock()
+	go h.keep()
+	return h, true, nil
+}
+
+// Token is the lease's fencing token.
+func (h *Held) Token() int64 { return h.token }
+
+// Holder is who holds it.
+func (h *Held) Holder() string { return h.holder }
+
+// Ownership is the ownership held.
+func (h *Held) Ownership() *Ownership { return h.ownership }
+
+// Context ends when the ownership is lost (context.Cause wraps
+// ErrLeaseLost) or released (ErrReleased).
+func (h *Held) Context() context.Context { return h.ctx }
+
+// Deadline is the local end of the lease as the last accepted extension
+// set it (see Hold): an owner may decline to start work it cannot finish
+// by then.
+func (h *Held) Deadline() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.deadline
+}
+
+// Release stops extending the lease, ends the context (ErrReleased, unless
+// lost already) and gives the lease up in Redis, so another may take it at
+// once. The holder must have stopped acting as the owner first. Releasing a
+// lease lost already changes nothing and is no error.
+func (h *Held) Release(ctx context.Context) error {
+	h.cancel(ErrReleased)
+	h.mu.Lock()
+	h.expiry.Stop()
+	h.mu.Unlock()
+	return h.ownership.Release(ctx, h.holder, h.token)
+}
+
+// keep extends the lease every Lease/3, sooner again after a failure, until
+// the context ends.
+func (h *Held) keep() {
+	interval := h.options.Lease / 3
+	trouble := outage.Tracker{Loop: "ownership of " + h.ownership.queue.name}
+	wait := interval
+	for outage.Sleep(h.ctx, wait) {
+		left := time.Until(h.Deadline())
+		if left <= 0 {
+			return // the expiry ends the context
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), min(interval, left))
+		sentAt := time.Now()
+		_, err := h.ownership.Extend(ctx, h.holder, h.token, h.options.Lease)
+		cancel()
+		switch {
+		case err == nil:
+			trouble.Recover(h.log)
+			h.renewed(sentAt)
+			wait = interval
+		case errors.Is(err, ErrStale):
+			h.lose(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+			return
+		default:
+			if h.ctx.Err() != nil {
+				return
+			}
+			trouble.Fail(h.log, err)
+			wait = min(trouble.Backoff(h.options.Lease/10), interval)
+		}
+	}
+}
+
+// renewed moves the local deadline after an extension sent at sentAt.
+func (h *Held) renewed(sentAt time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ctx.Err() != nil {
+		return // lost or released meanwhile: it stays so
+	}
+	if deadline := sentAt.Add(h.options.Lease - h.options.Margin); deadline.After(h.deadline) {
+		h.deadline = deadline
+		h.expiry.Reset(time.Until(deadline))
+	}
+}
+
+// expire ends the ownership when its local deadline passed without an
+// extension; an extension that moved the deadline meanwhile reset the timer.
+func (h *Held) expire() {
+	if time.Until(h.Deadline()) > 0 {
+		return
+	}
+	h.lose(fmt.Errorf("%w: no extension of the ownership lease came through by its deadline", ErrLeaseLost))
+}
+
+func (h *Held) lose(cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ctx.Err() != nil {
+		return
+	}
+	h.cancel(cause)
+	h.log.Warn("ownership lost; the owner must stop", "cause", cause.Error())
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/lua"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestOwnershipMoves walks one queue's ownership lease through its moves,
@@ -221,6 +222,136 @@ func TestOwnershipRacingAcquirersOneWins(t *testing.T) {
 		if state, err := ownership.Owner(ctx); err != nil || state.Holder != winners[0] || state.Token != 1 {
 			t.Fatalf("round %d: owner = %+v, %v; want %s", round, state, err, winners[0])
 		}
+	}
+}
+
+// TestHeldKeepsItsLease: a held lease outlives its lease many times over,
+// under one token, until it is released; the release ends its context.
+func TestHeldKeepsItsLease(t *testing.T) {
+	ctx := context.Background()
+	queue, _ := newQueue(t)
+	logger, _ := workerLogger(t)
+	const lease = time.Second
+	held, acquired, err := queue.Ownership().Hold(ctx, "keeper", emq.HoldOptions{Lease: lease, Logger: logger})
+	if err != nil || !acquired {
+		t.Fatalf("hold = %v, %v", acquired, err)
+	}
+	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	if _, again, err := queue.Ownership().Hold(ctx, "another", emq.HoldOptions{Lease: lease}); err != nil || again {
+		t.Fatalf("a second holder's hold = %v, %v; want refused", again, err)
+	}
+	time.Sleep(3 * lease)
+	if err := held.Context().Err(); err != nil {
+		t.Fatalf("the held lease ended: %v", context.Cause(held.Context()))
+	}
+	state, err := queue.Ownership().Owner(ctx)
+	if err != nil || !state.Held || state.Holder != "keeper" || state.Token != held.Token() {
+		t.Fatalf("owner = %+v, %v; want keeper under token %d", state, err, held.Token())
+	}
+	// The local deadline is at least the margin before the server's.
+	if margin := state.Deadline.Sub(held.Deadline()); margin < lease/10-5*time.Millisecond {
+		t.Errorf("the local deadline is %v before the server's; want at least the margin %v", margin, lease/10)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cause := context.Cause(held.Context()); !errors.Is(cause, emq.ErrReleased) {
+		t.Errorf("cause = %v, want ErrReleased", cause)
+	}
+	if state, err := queue.Ownership().Owner(ctx); err != nil || state.Held || state.Token != held.Token() {
+		t.Errorf("owner after the release = %+v, %v; want free, the token kept", state, err)
+	}
+}
+
+// TestHeldReportsALostLease: the holder hears at once when an extension is
+// refused, and at its local deadline, ahead of the server's, when no
+// extension comes through.
+func TestHeldReportsALostLease(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	tests := []struct {
+		name string
+		// single needs a server of its own to stop.
+		single bool
+		// lose takes the lease away.
+		lose      func(t *testing.T, ownership *emq.Ownership, server *testserver.Redis)
+		wantStale bool
+		// within bounds the time from losing the lease to the report.
+		within time.Duration
+	}{
+		{
+			name: "taken under a newer token",
+			lose: func(t *testing.T, ownership *emq.Ownership, _ *testserver.Redis) {
+				// The same holder name from another process: its
+				// acquisition fences the first.
+				if _, acquired, err := ownership.Acquire(context.Background(), "keeper", time.Minute); err != nil || !acquired {
+					t.Fatalf("acquire = %v, %v", acquired, err)
+				}
+			},
+			wantStale: true,
+			within:    lease/3 + 300*time.Millisecond,
+		},
+		{
+			name: "released under its token by another path",
+			lose: func(t *testing.T, ownership *emq.Ownership, _ *testserver.Redis) {
+				if err := ownership.Release(context.Background(), "keeper", 1); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantStale: true,
+			within:    lease/3 + 300*time.Millisecond,
+		},
+		{
+			name:   "the server is unreachable",
+			single: true,
+			lose: func(t *testing.T, _ *emq.Ownership, server *testserver.Redis) {
+				server.Stop(t)
+			},
+			within: lease,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var queue *emq.Queue
+			var server *testserver.Redis
+			if tt.single {
+				if testserver.ClusterMode() {
+					t.Skip("stops its server, which the shared cluster cannot do")
+				}
+				server = testserver.StartRedis(t)
+				queue, _ = queueOn(t, quickToGiveUp(t, server))
+			} else {
+				queue, _ = newQueue(t)
+			}
+			logger, _ := workerLogger(t)
+			held, acquired, err := queue.Ownership().Hold(context.Background(), "keeper", emq.HoldOptions{Lease: lease, Logger: logger})
+			if err != nil || !acquired || held.Token() != 1 {
+				t.Fatalf("hold = %v, %v", acquired, err)
+			}
+			lostAt := time.Now()
+			tt.lose(t, queue.Ownership(), server)
+			select {
+			case <-held.Context().Done():
+			case <-time.After(tt.within + 5*time.Second):
+				t.Fatal("the loss was never reported")
+			}
+			reportedAt := time.Now()
+			if took := reportedAt.Sub(lostAt); took > tt.within {
+				t.Errorf("reported %v after the loss; want within %v", took, tt.within)
+			}
+			cause := context.Cause(held.Context())
+			if !errors.Is(cause, emq.ErrLeaseLost) || errors.Is(cause, emq.ErrStale) != tt.wantStale {
+				t.Errorf("cause = %v; want ErrLeaseLost, stale %v", cause, tt.wantStale)
+			}
+			if !tt.wantStale && reportedAt.Before(held.Deadline()) {
+				// Lost on the holder's own clock, at the local deadline
+				// its last extension set (TestHeldKeepsItsLease checks
+				// that it is ahead of the server's by the margin).
+				t.Errorf("reported at %v, before the local deadline %v", reportedAt, held.Deadline())
+			}
+			if err := held.Release(context.Background()); err != nil && !tt.single {
+				t.Errorf("release of a lost lease = %v, want nil", err)
+			}
+		})
 	}
 }
 
