@@ -29,6 +29,14 @@ func FinishedKey(queue string) string { return keyPrefix(queue) + "finished" }
 // token counter, the deadline and since when it is held (ownership.go).
 func OwnerKey(queue string) string { return keyPrefix(queue) + "owner" }
 
+// RosterKey is the sorted set of the live workers of a roster (own.go),
+// each scored by the end of its membership; rosterHeldKey is the hash of
+// the ownerships each says it holds. Both carry the hash tag {emq}: a
+// roster spans queues on every slot.
+func RosterKey(roster string) string { return "{emq}:roster:" + roster }
+
+func rosterHeldKey(roster string) string { return RosterKey(roster) + ":held" }
+
 // MemoryUsage is what the queue's structures take on the server, in bytes as
 // MEMORY USAGE counts them (every nested value sampled).
 type MemoryUsage struct {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ordergate/ordergate/internal/outage"
+	"github.com/ordergate/ordergate/internal/scriptpipe"
 )
 
 // Ownership is a queue's ownership lease: one holder at a time, for a lease
@@ -146,6 +147,29 @@ func (o *Ownership) Owner(ctx context.Context) (OwnerState, error) {
 	return state, nil
 }
 
+// ownerStates reads the ownership of many queues of one client in one round
+// trip (on a cluster, one per node): one ownership_read call each.
+func ownerStates(ctx context.Context, queues []*Queue) ([]OwnerState, error) {
+	if len(queues) == 0 {
+		return nil, nil
+	}
+	calls := make([]scriptpipe.Call, len(queues))
+	for i, queue := range queues {
+		calls[i] = scriptpipe.Call{Keys: []string{OwnerKey(queue.name)}}
+	}
+	cmds, err := scriptpipe.Run(ctx, queues[0].client.rdb, ownershipReadScript, calls)
+	if err != nil {
+		return nil, fmt.Errorf("emq: read ownerships: %w", err)
+	}
+	states := make([]OwnerState, len(queues))
+	for i, cmd := range cmds {
+		if states[i], err = ownerState(cmd.Slice()); err != nil {
+			return nil, fmt.Errorf("emq: read ownership of %s: %w", queues[i].name, scriptError(err))
+		}
+	}
+	return states, nil
+}
+
 // ownerState reads ownership_read's reply: {now, holder, token, deadline, since}.
 func ownerState(reply []any, err error) (OwnerState, error) {
 	if err != nil {
@@ -166,8 +190,9 @@ func ownerState(reply []any, err error) (OwnerState, error) {
 	return state, nil
 }
 
-// DefaultOwnershipLease is the ownership lease Hold takes when none is
-// given: a dead owner's queue waits this long for another owner.
+// DefaultOwnershipLease is the ownership lease Hold and Own take when none
+// is given: a dead owner's queue waits this long (and Own's poll) for
+// another owner.
 const DefaultOwnershipLease = 5 * time.Second
 
 // HoldOptions configures Ownership.Hold; zero fields take their defaults.

@@ -59,6 +59,8 @@ var (
 	// A second run of ownership_release finds the lease released already
 	// (or taken since by another, whose lease it leaves) and changes nothing.
 	ownershipReleaseScript = scriptpipe.Repeatable(lua.OwnershipRelease)
-	// A second run of ownership_read reads again.
-	ownershipReadScript = scriptpipe.Repeatable(lua.OwnershipRead)
+	// ownership_read writes nothing; ownership_roster renews the caller's
+	// membership a moment later and says the same held count again.
+	ownershipReadScript   = scriptpipe.Repeatable(lua.OwnershipRead)
+	ownershipRosterScript = scriptpipe.Repeatable(lua.OwnershipRoster)
 )

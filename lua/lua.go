@@ -128,10 +128,13 @@ var (
 	ownershipRelease string
 	//go:embed ownership_read.lua
 	ownershipRead string
+	//go:embed ownership_roster.lua
+	ownershipRoster string
 )
 
-// A queue's ownership lease: one holder at a time, under a fencing token
-// kept beside it. These move no job, so they go with the clock alone.
+// A queue's ownership lease (one holder at a time, under a fencing token
+// kept beside it) and the roster of workers ownerships are spread over.
+// They move no job, so they go with the clock alone.
 var (
 	// OwnershipAcquire takes a queue's ownership lease under a new token
 	// when it is free or expired.
@@ -142,4 +145,6 @@ var (
 	OwnershipRelease = ownershipRelease
 	// OwnershipRead reads the lease's holder, token and deadline.
 	OwnershipRead = clock + ownershipRead
+	// OwnershipRoster keeps the roster of live workers.
+	OwnershipRoster = clock + ownershipRoster
 )

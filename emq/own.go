@@ -1,0 +1,472 @@
+package emq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	"github.com/ordergate/ordergate/internal/outage"
+)
+
+// ErrHandOver is the cause of an OwnHandler's context when its worker gives
+// the ownership up: to rebalance (another worker needs a share) or because
+// Own stops. The lease is kept until the handler returns, then released.
+var ErrHandOver = errors.New("emq: ownership handed over")
+
+// Owned is a queue this worker owns, as an OwnHandler gets it.
+type Owned struct {
+	Queue *Queue
+	// Token is the ownership's fencing token: every write the owner makes
+	// elsewhere carries it, so that one made under an older token is
+	// refused there.
+	Token int64
+	// Held is the lease, kept by Own: its Deadline says how long the
+	// ownership lasts without another extension. The handler must not
+	// release it; it returns instead.
+	Held *Held
+}
+
+// OwnHandler runs for as long as this worker owns the queue. Its context
+// ends when the ownership is lost (context.Cause wraps ErrLeaseLost: the
+// handler must stop acting as the owner at once; another may take over
+// within Margin) or handed over (ErrHandOver: finish what is under way and
+// return; the lease is kept until then). When it returns, for whatever
+// reason, Own releases the lease; a handler that returns on its own (an
+// error, say) leaves the queue to the other workers for a Grace.
+type OwnHandler func(ctx context.Context, owned Owned) error
+
+// OwnOptions configures Client.Own; zero fields take their defaults.
+type OwnOptions struct {
+	// Worker names this worker (required). Own adds a random suffix, so
+	// each run is a holder of its own: a restarted worker never holds a
+	// token of its previous life.
+	Worker string
+	// Roster names the set of workers the queues are spread over (default
+	// "owners"): the workers sharing one list of queues name the same one.
+	Roster string
+	// Lease is each ownership's lease (default DefaultOwnershipLease), and
+	// how long a worker stays in the roster without a beat: a dead
+	// worker's queues are taken within Lease + Poll.
+	Lease time.Duration
+	// Margin: see HoldOptions (default Lease/10).
+	Margin time.Duration
+	// Poll is how often the worker beats in the roster and, while it holds
+	// less than its share, looks for free leases (default 250ms); at most
+	// half the lease.
+	Poll time.Duration
+	// Grace is how long the worker holds more than its share before it
+	// hands the excess over, and how long it leaves a queue it gave up to
+	// the others (default Lease).
+	Grace time.Duration
+	// Logger (default slog.Default).
+	Logger *slog.Logger
+}
+
+const (
+	defaultOwnRoster = "owners"
+	defaultOwnPoll   = 250 * time.Millisecond
+)
+
+func (o OwnOptions) withDefaults() OwnOptions {
+	if o.Roster == "" {
+		o.Roster = defaultOwnRoster
+	}
+	if o.Lease <= 0 {
+		o.Lease = DefaultOwnershipLease
+	}
+	if o.Margin <= 0 {
+		o.Margin = o.Lease / 10
+	}
+	if o.Poll <= 0 {
+		o.Poll = defaultOwnPoll
+	}
+	if o.Grace <= 0 {
+		o.Grace = o.Lease
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Own spreads the ownership of queues over the workers running it, one
+// owner per queue at a time, and runs handler for each queue this worker
+// owns, until ctx is cancelled (docs/protocol.md, spreading ownership).
+//
+// Every Poll the worker beats in the roster (a sorted set of live workers on
+// {emq}, each membership ending Lease after its last beat) and learns how
+// many workers are live and what each holds. Its share is ceil(queues /
+// live workers). Below it, it takes free or expired leases, when no live
+// worker holds fewer than it does (the neediest go first) or a lease stayed
+// free for a Grace. Above it for a Grace (a worker joined), it hands the
+// excess over; with every queue owned and some worker holding two fewer
+// than the most, the first of those holding the most hands one over. A
+// handed-over handler's context ends with ErrHandOver, and the lease is
+// released once it returns. Every lease goes through one script, so workers
+// racing for one queue never both own it.
+//
+// When ctx is cancelled the worker leaves the roster, hands every
+// ownership over, waits for the handlers to return and releases their
+// leases, then returns nil.
+func (c *Client) Own(ctx context.Context, queues []*Queue, handler OwnHandler, opts OwnOptions) error {
+	opts = opts.withDefaults()
+	switch {
+	case handler == nil:
+		return errors.New("emq: own: no handler")
+	case opts.Worker == "":
+		return errors.New("emq: own: no worker name")
+	case len(queues) == 0:
+		return errors.New("emq: own: no queues")
+	case opts.Lease < minLease:
+		return fmt.Errorf("emq: own: lease %s is under the minimum %s", opts.Lease, minLease)
+	case opts.Margin >= opts.Lease:
+		return fmt.Errorf("emq: own: margin %s is not under the lease %s", opts.Margin, opts.Lease)
+	case 2*opts.Poll > opts.Lease:
+		// A membership lasts a lease from the last beat.
+		return fmt.Errorf("emq: own: poll %s is over half the lease %s", opts.Poll, opts.Lease)
+	}
+	seen := make(map[string]bool, len(queues))
+	for _, queue := range queues {
+		if queue.client != c {
+			return fmt.Errorf("emq: own: queue %s is another client's", queue.name)
+		}
+		if seen[queue.name] {
+			return fmt.Errorf("emq: own: queue %s is listed twice", queue.name)
+		}
+		seen[queue.name] = true
+	}
+	s := &spread{
+		queues:    queues,
+		handler:   handler,
+		options:   opts,
+		holder:    fmt.Sprintf("%s/%08x", opts.Worker, rand.Uint32()),
+		owned:     make(map[string]*ownedQueue),
+		finished:  make(chan *ownedQueue, len(queues)),
+		cooldown:  make(map[string]time.Time),
+		freeSince: make(map[string]time.Time),
+	}
+	s.log = opts.Logger.With("worker", s.holder, "roster", opts.Roster)
+	return s.run(ctx)
+}
+
+// spread is one worker's run of Own. Only its loop touches its fields; the
+// handlers' goroutines report their end on finished.
+type spread struct {
+	queues  []*Queue
+	handler OwnHandler
+	options OwnOptions
+	holder  string
+	log     *slog.Logger
+
+	owned    map[string]*ownedQueue
+	finished chan *ownedQueue
+	// acquisitions numbers the ownerships taken, so the newest go first
+	// when some are handed over.
+	acquisitions int
+	// cooldown holds queues given up lately, until when they are left to
+	// the others.
+	cooldown map[string]time.Time
+	// freeSince is when a queue was first seen free, of those seen free
+	// at the last look.
+	freeSince map[string]time.Time
+	// giveSince is since when the worker holds more than it should.
+	giveSince time.Time
+	// nextSweep is when the worker looks for free leases next even though
+	// the roster says every queue is owned.
+	nextSweep time.Time
+}
+
+// ownedQueue is an ownership this worker holds, from its acquisition until
+// its handler returned.
+type ownedQueue struct {
+	queue       *Queue
+	held        *Held
+	cancel      context.CancelCauseFunc
+	number      int
+	handingOver bool
+	err         error
+}
+
+// lost: the lease went (refused, or ran out) before the worker gave it up.
+func (o *ownedQueue) lost() bool { return errors.Is(context.Cause(o.held.Context()), ErrLeaseLost) }
+
+// rosterMember is a live worker as the roster lists it.
+type rosterMember struct {
+	worker string
+	held   int
+}
+
+func (s *spread) run(ctx context.Context) error {
+	trouble := outage.Tracker{Loop: "ownership roster"}
+	tick := time.NewTimer(0)
+	defer tick.Stop()
+	joined := false
+	for {
+		select {
+		case <-ctx.Done():
+			return s.drain()
+		case owned := <-s.finished:
+			s.forget(owned)
+			continue
+		case <-tick.C:
+		}
+		members, err := s.beat(ctx, s.options.Lease)
+		if err != nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			trouble.Fail(s.log, err)
+			tick.Reset(trouble.Backoff(s.options.Poll))
+			continue
+		}
+		trouble.Recover(s.log)
+		// The first beat only joins: workers started together see each
+		// other before any takes a share.
+		if joined {
+			s.balance(ctx, members)
+		}
+		joined = true
+		tick.Reset(outage.Jittered(s.options.Poll))
+	}
+}
+
+// beat renews this worker's membership (ttl 0 leaves the roster) with the
+// ownerships it holds, and answers the live members.
+func (s *spread) beat(ctx context.Context, ttl time.Duration) ([]rosterMember, error) {
+	held := 0
+	for _, owned := range s.owned {
+		if !owned.lost() {
+			held++
+		}
+	}
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.options.Lease/3)
+	defer cancel()
+	client := s.queues[0].client
+	reply, err := ownershipRosterScript.Run(callCtx, client.rdb,
+		[]string{RosterKey(s.options.Roster), rosterHeldKey(s.options.Roster)},
+		s.holder, ttl.Milliseconds(), held).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("emq: beat in roster %s: %w", s.options.Roster, scriptError(err))
+	}
+	if len(reply)%2 != 1 {
+		return nil, fmt.Errorf("emq: beat in roster %s: unexpected reply %v", s.options.Roster, reply)
+	}
+	members := make([]rosterMember, 0, len(reply)/2)
+	for i := 1; i < len(reply); i += 2 {
+		worker, _ := reply[i].(string)
+		held, _ := reply[i+1].(int64)
+		members = append(members, rosterMember{worker: worker, held: int(held)})
+	}
+	return members, nil
+}
+
+// balance hands over what this worker holds beyond its share, or takes
+// free leases up to it.
+func (s *spread) balance(ctx context.Context, members []rosterMember) {
+	keeping := 0
+	for _, owned := range s.owned {
+		if !owned.handingOver && !owned.lost() {
+			keeping++
+		}
+	}
+	// This worker's own count is the one it knows now, not the one it said.
+	live, sum := 1, keeping
+	most, fewest, fewestOthers := keeping, keeping, -1
+	firstOfMost := s.holder
+	for _, member := range members {
+		if member.worker == s.holder {
+			continue
+		}
+		live++
+		sum += member.held
+		if fewestOthers < 0 || member.held < fewestOthers {
+			fewestOthers = member.held
+		}
+		fewest = min(fewest, member.held)
+		if member.held > most || (member.held == most && member.worker < firstOfMost) {
+			most, firstOfMost = member.held, member.worker
+		}
+	}
+	total := len(s.queues)
+	share := (total + live - 1) / live
+
+	give := 0
+	switch {
+	case keeping > share:
+		give = keeping - share
+	case sum >= total && most-fewest >= 2 && firstOfMost == s.holder:
+		give = 1
+	}
+	now := time.Now()
+	if give > 0 {
+		if s.giveSince.IsZero() {
+			s.giveSince = now
+		}
+		if now.Sub(s.giveSince) >= s.options.Grace {
+			s.handOver(give)
+			s.giveSince = time.Time{}
+		}
+		return
+	}
+	s.giveSince = time.Time{}
+	if keeping >= share || (sum >= total && now.Before(s.nextSweep)) {
+		return
+	}
+	s.take(ctx, share-keeping, fewestOthers < 0 || keeping <= fewestOthers)
+}
+
+// take acquires up to want free leases: any, when this worker is among the
+// neediest; otherwise only those free for a Grace.
+func (s *spread) take(ctx context.Context, want int, neediest bool) {
+	now := time.Now()
+	s.nextSweep = now.Add(s.options.Lease)
+	var candidates []*Queue
+	for _, queue := range s.queues {
+		if _, owned := s.owned[queue.name]; owned {
+			continue
+		}
+		if until, ok := s.cooldown[queue.name]; ok {
+			if now.Before(until) {
+				continue
+			}
+			delete(s.cooldown, queue.name)
+		}
+		candidates = append(candidates, queue)
+	}
+	if len(candidates) == 0 {
+		return
+	}
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.options.Lease/3)
+	states, err := ownerStates(callCtx, candidates)
+	cancel()
+	if err != nil {
+		s.log.Warn("cannot read the ownerships", "err", err)
+		return
+	}
+	var free []*Queue
+	for i, queue := range candidates {
+		// A lease this holder has but no handler runs for (the worker
+		// lost sight of it while Redis was unreachable) is taken again
+		// under a new token.
+		if states[i].Held && states[i].Holder != s.holder {
+			delete(s.freeSince, queue.name)
+			continue
+		}
+		since, ok := s.freeSince[queue.name]
+		if !ok {
+			since = now
+			s.freeSince[queue.name] = now
+		}
+		if neediest || now.Sub(since) >= s.options.Grace {
+			free = append(free, queue)
+		}
+	}
+	rand.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
+	for _, queue := range free {
+		if want == 0 || ctx.Err() != nil {
+			return
+		}
+		callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.options.Lease/3)
+		held, acquired, err := queue.Ownership().Hold(callCtx, s.holder,
+			HoldOptions{Lease: s.options.Lease, Margin: s.options.Margin, Logger: s.options.Logger})
+		cancel()
+		if err != nil {
+			s.log.Warn("cannot acquire an ownership", "queue", queue.name, "err", err)
+			continue
+		}
+		delete(s.freeSince, queue.name)
+		if !acquired {
+			continue // another worker was first
+		}
+		want--
+		s.start(queue, held)
+	}
+}
+
+// start runs the handler for an ownership just acquired.
+func (s *spread) start(queue *Queue, held *Held) {
+	s.acquisitions++
+	ctx, cancel := context.WithCancelCause(held.Context())
+	owned := &ownedQueue{queue: queue, held: held, cancel: cancel, number: s.acquisitions}
+	s.owned[queue.name] = owned
+	s.log.Info("took the ownership of a queue", "queue", queue.name, "token", held.Token())
+	go func() {
+		owned.err = s.call(ctx, owned)
+		cancel(nil)
+		releaseCtx, cancelRelease := context.WithTimeout(context.Background(), s.options.Lease/3)
+		if err := held.Release(releaseCtx); err != nil {
+			s.log.Warn("cannot release an ownership; it ends with its lease", "queue", queue.name,
+				"token", held.Token(), "err", err)
+		}
+		cancelRelease()
+		s.finished <- owned
+	}()
+}
+
+func (s *spread) call(ctx context.Context, owned *ownedQueue) (err error) {
+	defer func() {
+		if recovered := recover(); recovered != nil {
+			s.log.Error("ownership handler panicked", "queue", owned.queue.name, "panic", fmt.Sprint(recovered),
+				"stack", string(debug.Stack()))
+			err = fmt.Errorf("emq: ownership handler panicked: %v", recovered)
+		}
+	}()
+	return s.handler(ctx, Owned{Queue: owned.queue, Token: owned.held.Token(), Held: owned.held})
+}
+
+// handOver asks the handlers of the n newest ownerships to give them up.
+func (s *spread) handOver(n int) {
+	var keeping []*ownedQueue
+	for _, owned := range s.owned {
+		if !owned.handingOver && !owned.lost() {
+			keeping = append(keeping, owned)
+		}
+	}
+	slices.SortFunc(keeping, func(a, b *ownedQueue) int { return b.number - a.number })
+	for _, owned := range keeping[:min(n, len(keeping))] {
+		owned.handingOver = true
+		owned.cancel(ErrHandOver)
+		s.log.Info("handing the ownership of a queue over", "queue", owned.queue.name, "token", owned.held.Token())
+	}
+}
+
+// forget drops an ownership whose handler returned. One given up, rather
+// than lost, is left to the others for a Grace.
+func (s *spread) forget(owned *ownedQueue) {
+	delete(s.owned, owned.queue.name)
+	lost := owned.lost()
+	switch {
+	case lost:
+		s.log.Warn("lost the ownership of a queue", "queue", owned.queue.name, "token", owned.held.Token(),
+			"cause", context.Cause(owned.held.Context()).Error())
+	case owned.err != nil && !errors.Is(owned.err, context.Canceled):
+		s.log.Warn("ownership handler failed; the queue is left to the others for a while", "queue", owned.queue.name,
+			"token", owned.held.Token(), "err", owned.err)
+	}
+	if !lost {
+		s.cooldown[owned.queue.name] = time.Now().Add(s.options.Grace)
+	}
+}
+
+// drain leaves the roster, hands every ownership over and waits for the
+// handlers, whose leases are released as they return.
+func (s *spread) drain() error {
+	if _, err := s.beat(context.Background(), 0); err != nil {
+		s.log.Warn("cannot leave the roster; the membership ends with its ttl", "err", err)
+	}
+	for _, owned := range s.owned {
+		if !owned.handingOver {
+			owned.handingOver = true
+			owned.cancel(ErrHandOver)
+		}
+	}
+	for len(s.owned) > 0 {
+		s.forget(<-s.finished)
+	}
+	return nil
+}
