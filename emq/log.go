@@ -19,7 +19,8 @@ import (
 // sequence n, and a reader resumes after the last sequence it read. An
 // admission appends its entry in the same script that writes the job
 // (Job.Log); the queue's users append theirs with AppendLog, once per
-// source version. The queue gives the entries no meaning.
+// source version. The queue gives the entries no meaning. A log keeps every
+// entry until its archiver marks it archived (log_archive.go).
 
 // LogEntry is one entry to append: an id and a type the caller chooses, and
 // data, opaque to the queue.
@@ -41,31 +42,12 @@ type LogEvent struct {
 	Data []byte
 }
 
-// LogRetention is how much of each group's log a queue keeps: the newest
-// Count entries and every entry younger than Age, whichever is more.
-type LogRetention struct {
-	Count int
-	Age   time.Duration
-}
-
-// DefaultLogRetention keeps the newest 10,000 entries of a group and a day
-// of them.
-var DefaultLogRetention = LogRetention{Count: 10_000, Age: 24 * time.Hour}
-
-// WithLogRetention sets what the queue's logs keep (DefaultLogRetention
-// otherwise).
-func WithLogRetention(retention LogRetention) QueueOption {
-	return func(q *Queue) {
-		if retention.Count > 0 && retention.Age > 0 {
-			q.logRetention = retention
-		}
-	}
-}
-
 func (q *Queue) logKey(group string) string { return q.key("log:" + group) }
 func (q *Queue) logSequencesKey() string    { return q.key("logseq") }
 func (q *Queue) logSourcesKey() string      { return q.key("logsrc") }
 func (q *Queue) logChangesKey() string      { return q.key("logchanges") }
+func (q *Queue) logArchivedKey() string     { return q.key("logarchived") }
+func (q *Queue) logDueKey() string          { return q.key("logdue") }
 
 // logAppendScript is Once: a second run of an append without a source
 // would append its entries twice.
@@ -141,9 +123,8 @@ func (q *Queue) AppendLogs(ctx context.Context, appends []LogAppend) ([]LogAppen
 		if append_.Source.Force {
 			force = "1"
 		}
-		args := make([]any, 0, 6+3*len(append_.Entries))
-		args = append(args, append_.Group, append_.Source.Name, append_.Source.Version, force,
-			q.logRetention.Count, q.logRetention.Age.Milliseconds())
+		args := make([]any, 0, 4+3*len(append_.Entries))
+		args = append(args, append_.Group, append_.Source.Name, append_.Source.Version, force)
 		for _, entry := range append_.Entries {
 			args = append(args, entry.ID, entry.Type, entry.Data)
 		}

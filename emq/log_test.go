@@ -122,42 +122,6 @@ func TestASourceIsAppendedOnceAndInOrder(t *testing.T) {
 	}
 }
 
-// A log keeps its newest entries up to the retention's count and every
-// entry younger than its age, and drops older ones as new ones come.
-func TestALogKeepsItsRetention(t *testing.T) {
-	ctx := context.Background()
-	client, err := emq.Connect(ctx, testserver.QueueRedis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	queue := client.Queue("work", emq.WithLogRetention(emq.LogRetention{Count: 3, Age: 300 * time.Millisecond}))
-	appendOne := func(id string) {
-		t.Helper()
-		if _, err := queue.AppendLog(ctx, "g", emq.LogSource{}, []emq.LogEntry{{ID: id, Type: "t"}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := 1; i <= 6; i++ {
-		appendOne("young" + strconv.Itoa(i))
-	}
-	if first, last, err := queue.LogBounds(ctx, "g"); err != nil || first != 1 || last != 6 {
-		t.Fatalf("bounds %d..%d, %v; want 1..6: entries younger than the age stay", first, last, err)
-	}
-	time.Sleep(400 * time.Millisecond)
-	for i := 7; i <= 9; i++ {
-		appendOne("late" + strconv.Itoa(i))
-	}
-	// Three appends dropped up to six old entries, two each; the count
-	// keeps the newest three.
-	first, last, err := queue.LogBounds(ctx, "g")
-	if err != nil || first != 7 || last != 9 {
-		t.Errorf("bounds %d..%d, %v; want 7..9", first, last, err)
-	}
-	if got := readAll(t, queue, "g"); !slices.Equal(got, []string{"7 late7", "8 late8", "9 late9"}) {
-		t.Errorf("log holds %v", got)
-	}
-}
-
 // ReadLogs returns what several groups' logs hold after the sequences
 // given, in one call; WaitLogChanges announces every append, the
 // admission's too, after a position, and waits for one when there is none.

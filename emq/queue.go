@@ -38,8 +38,6 @@ type Queue struct {
 	// heads are the groups at the head of the rotation as the last claim
 	// left it: the lanes the next claim names.
 	heads atomic.Pointer[[]string]
-	// logRetention is what each group's log keeps (log.go).
-	logRetention LogRetention
 }
 
 // QueueOption configures a Queue.
@@ -61,8 +59,7 @@ func (c *Client) Queue(name string, opts ...QueueOption) *Queue {
 	if name == "" || strings.ContainsAny(name, "{}") {
 		panic(fmt.Sprintf("emq: invalid queue name %q", name))
 	}
-	q := &Queue{client: c, name: name, prefix: keyPrefix(name), retention: DefaultRetention, dedup: c.dedupCell(name),
-		logRetention: DefaultLogRetention}
+	q := &Queue{client: c, name: name, prefix: keyPrefix(name), retention: DefaultRetention, dedup: c.dedupCell(name)}
 	for _, opt := range opts {
 		opt(q)
 	}
@@ -244,7 +241,7 @@ func (q *Queue) admitCall(job Job, now time.Time) ([]string, []any, error) {
 	}
 	if entry := job.Log; entry != nil {
 		keys = append(keys, q.logKey(job.Group), q.logSequencesKey(), q.logChangesKey())
-		args = append(args, entry.ID, entry.Type, entry.Data, q.logRetention.Count, q.logRetention.Age.Milliseconds())
+		args = append(args, entry.ID, entry.Type, entry.Data)
 	}
 	return keys, args, nil
 }

@@ -47,7 +47,6 @@
 -- ARGV[11] optional ('' for none): the id of an entry the admission appends
 --         to its group's log, written only if the job is
 -- ARGV[12], ARGV[13] with ARGV[11]: the entry's type and data
--- ARGV[14], ARGV[15] with ARGV[11]: the log's keep_count and keep_ms
 --
 -- Replies:
 --   {"admitted", id, fingerprint}        the job was written and is pending (and its
@@ -124,8 +123,7 @@ write(KEYS[2], id, {
 })
 enqueue(KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], id, group)
 if logged then
-  sequence = log_append(KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS], group, ARGV[11], ARGV[12], ARGV[13], at,
-    tonumber(ARGV[14]), tonumber(ARGV[15]))
+  sequence = log_append(KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS], group, ARGV[11], ARGV[12], ARGV[13], at)
 end
 
 redis.call('HSET', KEYS[9], digest, id .. ' ' .. fingerprint)

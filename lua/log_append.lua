@@ -17,8 +17,7 @@
 -- ARGV[3] the batch's version within its source (ignored without a source)
 -- ARGV[4] '1' to append even past a gap in the source's versions (the
 --         caller found the versions missing gone for good); else '0'
--- ARGV[5] keep_count, ARGV[6] keep_ms: the log's retention (log_lib.lua)
--- ARGV[7..] id, type, data, repeated once per entry, in order
+-- ARGV[5..] id, type, data, repeated once per entry, in order
 --
 -- Reply: {sequence of the first entry appended (0: none), entries appended,
 --        the source's last version appended after the call}
@@ -28,9 +27,8 @@
 --   error "EMQARG ..."        an argument is malformed; nothing written
 
 local group, source, version, force = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
-local keep_count, keep_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
-if (#ARGV - 6) % 3 ~= 0 or not keep_count or not keep_ms then
-  return redis.error_reply('EMQARG want group, source, version, force, keep_count, keep_ms and id, type, data triples')
+if (#ARGV - 4) % 3 ~= 0 then
+  return redis.error_reply('EMQARG want group, source, version, force and id, type, data triples')
 end
 
 local held = 0
@@ -49,12 +47,12 @@ end
 
 local at = now()
 local first = 0
-for i = 7, #ARGV, 3 do
-  local sequence = log_append(KEYS[1], KEYS[2], KEYS[4], group, ARGV[i], ARGV[i + 1], ARGV[i + 2], at, keep_count, keep_ms)
+for i = 5, #ARGV, 3 do
+  local sequence = log_append(KEYS[1], KEYS[2], KEYS[4], group, ARGV[i], ARGV[i + 1], ARGV[i + 2], at)
   if first == 0 then first = sequence end
 end
 if source ~= '' then
   redis.call('HSET', KEYS[3], source, version)
   held = version
 end
-return {first, (#ARGV - 6) / 3, held}
+return {first, (#ARGV - 4) / 3, held}

@@ -1,6 +1,6 @@
--- log_lib: appending to a group's log, shared by admit.lua and
--- log_append.lua (package lua prepends it), so an admission and its log
--- entry are one atomic step.
+-- log_lib: a group's log, shared by admit.lua and log_append.lua, which
+-- append to it, and log_archived.lua, which trims it (package lua prepends
+-- it), so an admission and its log entry are one atomic step.
 --
 -- A group's log is a stream, emq:{q}:log:<group>, one entry per event, its
 -- ID "<sequence>-0": the group's sequence, gapless from 1, counted in the
@@ -13,14 +13,14 @@
 -- server picks, so a reader following many logs blocks on that one stream
 -- instead of on every log; it keeps about the newest log_changes_keep.
 --
--- log_append(log, sequences, changes, group, id, type, data, at, keep_count, keep_ms)
---   appends one entry and returns its sequence. Past keep_count entries it
---   drops the oldest ones older than keep_ms, at most two per append: a log
---   keeps its newest keep_count entries and every entry younger than
---   keep_ms, and shrinks back to that by two per append.
+-- log_append(log, sequences, changes, group, id, type, data, at)
+--   appends one entry and returns its sequence. It drops nothing: a log
+--   drops only entries its archiver has marked as kept elsewhere
+--   (log_archived.lua), so no entry is lost that was not archived.
 
 local log_changes_keep = 100000
 
+-- log_entry_at is an entry's at field (server ms), from its field list.
 local function log_entry_at(fields)
   for i = 1, #fields, 2 do
     if fields[i] == 'at' then return tonumber(fields[i + 1]) end
@@ -28,16 +28,9 @@ local function log_entry_at(fields)
   return nil
 end
 
-local function log_append(log, sequences, changes, group, id, kind, data, at, keep_count, keep_ms)
+local function log_append(log, sequences, changes, group, id, kind, data, at)
   local sequence = redis.call('HINCRBY', sequences, group, 1)
   redis.call('XADD', log, sequence .. '-0', 'id', id, 'type', kind, 'at', at, 'data', data)
   redis.call('XADD', changes, 'MAXLEN', '~', log_changes_keep, '*', 'g', group, 's', sequence)
-  if redis.call('XLEN', log) > keep_count then
-    for _, entry in ipairs(redis.call('XRANGE', log, '-', '+', 'COUNT', 2)) do
-      local entry_at = log_entry_at(entry[2])
-      if not entry_at or entry_at >= at - keep_ms then break end
-      redis.call('XDEL', log, entry[1])
-    end
-  end
   return sequence
 end

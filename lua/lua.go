@@ -53,6 +53,8 @@ var (
 	cacheServer string
 	//go:embed log_append.lua
 	logAppend string
+	//go:embed log_archived.lua
+	logArchived string
 )
 
 // The scripts, one per state move, each with the shared helpers in front.
@@ -95,6 +97,9 @@ var (
 	// LogAppend appends entries to a group's log once per source version.
 	// It moves no job, so it goes with the clock alone.
 	LogAppend = clock + logLib + logAppend
+	// LogArchived raises a group's archived position and trims its log to
+	// its hot tail. It moves no job, so it goes with the clock alone.
+	LogArchived = clock + logLib + logArchived
 )
 
 //go:embed ratelimit.lua

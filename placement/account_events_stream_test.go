@@ -15,15 +15,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// eventsQueue is the orders queue on a Redis of its own, with its logs kept
-// as retention says.
-func eventsQueue(t testing.TB, retention emq.LogRetention) *emq.Queue {
+// eventsQueue is the orders queue on a Redis of its own.
+func eventsQueue(t testing.TB) *emq.Queue {
 	t.Helper()
 	client, err := emq.Connect(context.Background(), testserver.StartRedis(t).Client(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return client.Queue(orders.Queue, emq.WithLogRetention(retention))
+	return client.Queue(orders.Queue)
 }
 
 func newEventStreams(t testing.TB, queue *emq.Queue, opts ...placement.EventStreamsOption) *placement.EventStreams {
@@ -74,7 +73,7 @@ func readUntil(t testing.TB, subscription *placement.Subscription, last int64) {
 // their position once and in order: the catch-up hands over to the tail
 // loop without a gap or a repeat, also when several share an account.
 func TestEventSubscriptionsJoinTheTailWithoutGapOrRepeat(t *testing.T) {
-	queue := eventsQueue(t, emq.DefaultLogRetention)
+	queue := eventsQueue(t)
 	streams := newEventStreams(t, queue)
 	const total = 1500
 	appendEvents(t, queue, "acct", 300)
@@ -111,11 +110,13 @@ func TestEventSubscriptionsJoinTheTailWithoutGapOrRepeat(t *testing.T) {
 // A position the log cannot resume from is refused: one whose next event
 // the retention dropped, and one past the last event given.
 func TestEventSubscribeRefusesPositionsTheLogNoLongerHolds(t *testing.T) {
-	queue := eventsQueue(t, emq.LogRetention{Count: 3, Age: time.Millisecond})
+	queue := eventsQueue(t)
 	streams := newEventStreams(t, queue)
-	appendEvents(t, queue, "acct", 5)
-	time.Sleep(5 * time.Millisecond)
-	appendEvents(t, queue, "acct", 5) // each append drops up to two old entries
+	appendEvents(t, queue, "acct", 10)
+	// Archived, the log keeps its newest 3; these streams read no history.
+	if _, err := queue.MarkLogsArchived(context.Background(), []emq.LogMark{{Group: "acct", Archived: 10}}, emq.LogHotTail{Count: 3, Age: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
 	first, last, err := queue.LogBounds(context.Background(), "acct")
 	if err != nil || first < 3 || last != 10 {
 		t.Fatalf("log holds %d to %d, %v; want some of the first five dropped", first, last, err)
@@ -151,7 +152,7 @@ func TestEventSubscribeRefusesPositionsTheLogNoLongerHolds(t *testing.T) {
 // A subscription whose reader stops reading is ended once its buffer is
 // full, and the account's other subscription gets every event meanwhile.
 func TestASlowSubscriptionIsEndedAndTheOthersGoOn(t *testing.T) {
-	queue := eventsQueue(t, emq.DefaultLogRetention)
+	queue := eventsQueue(t)
 	streams := newEventStreams(t, queue, placement.WithEventBuffer(16))
 	ctx := context.Background()
 	slow, err := streams.SubscribeNew(ctx, "acct")
@@ -188,7 +189,7 @@ func TestASlowSubscriptionIsEndedAndTheOthersGoOn(t *testing.T) {
 
 // Close ends the subscriptions and refuses new ones.
 func TestClosingEventStreamsEndsTheirSubscriptions(t *testing.T) {
-	queue := eventsQueue(t, emq.DefaultLogRetention)
+	queue := eventsQueue(t)
 	streams := newEventStreams(t, queue)
 	ctx := context.Background()
 	subscription, err := streams.SubscribeNew(ctx, "acct")

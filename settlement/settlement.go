@@ -48,10 +48,6 @@ type Config struct {
 	// relayed again by the sweep.
 	WaitReplicas int
 	WaitTimeout  time.Duration
-	// EventsRetention is what each account's log of events keeps: the
-	// worker appends settlement's and the balances' events with it, and
-	// the gateways must use the same (EVENTS_RETENTION_COUNT and _AGE).
-	EventsRetention emq.LogRetention
 }
 
 // DefaultConfig is what a worker deployed without flags runs with.
@@ -80,8 +76,6 @@ func DefaultConfig() Config {
 		Retry:        emq.RetryPolicy{MaxAttempts: 60, BaseDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second},
 		DrainTimeout: 10 * time.Second,
 		WaitTimeout:  500 * time.Millisecond,
-		// The accounts' logs keep what the gateways' stream promises.
-		EventsRetention: emq.DefaultLogRetention,
 	}
 }
 
@@ -186,7 +180,7 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	if deps.Metrics == nil {
 		deps.Metrics = prometheus.NewRegistry()
 	}
-	queue := deps.Queues.Queue(c.Queue, emq.WithLogRetention(c.EventsRetention))
+	queue := deps.Queues.Queue(c.Queue)
 	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
 		return nil, err
 	}

@@ -145,9 +145,8 @@ func TestConfigurationRefusesWhatItCannotRunWith(t *testing.T) {
 		{"malformed log flush interval", nil, map[string]string{"LOG_FLUSH_INTERVAL": "often"}, true},
 		{"event heartbeat", nil, map[string]string{"EVENTS_HEARTBEAT": "5s"}, false},
 		{"zero event heartbeat", nil, map[string]string{"EVENTS_HEARTBEAT": "0s"}, true},
-		{"events retention", nil, map[string]string{"EVENTS_RETENTION_COUNT": "500", "EVENTS_RETENTION_AGE": "1h"}, false},
-		{"zero events retention count", nil, map[string]string{"EVENTS_RETENTION_COUNT": "0"}, true},
-		{"zero events retention age", nil, map[string]string{"EVENTS_RETENTION_AGE": "0s"}, true},
+		{"the events' retention by its old name", nil, map[string]string{"EVENTS_RETENTION_AGE": "1h"}, true},
+		{"the events' count by its old name", nil, map[string]string{"EVENTS_RETENTION_COUNT": "500"}, true},
 		{"malformed event heartbeat", []string{"-events-heartbeat", "often"}, nil, true},
 	}
 	for _, tt := range tests {

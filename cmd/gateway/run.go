@@ -38,7 +38,6 @@ type config struct {
 	logFlush          time.Duration
 	migrate           bool
 	dedupRetention    time.Duration
-	eventsRetention   emq.LogRetention
 	waitReplicas      int
 	waitTimeout       time.Duration
 	instrumentRefresh time.Duration
@@ -84,10 +83,6 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.IntVar(&c.http.RateLimitBurst, "rate-limit-burst", env.Int("RATE_LIMIT_BURST", defaults.RateLimitBurst), "requests one API key may make at once; 0 turns rate limiting off (RATE_LIMIT_BURST)")
 	flags.IntVar(&c.http.RateLimitPerSecond, "rate-limit-per-second", env.Int("RATE_LIMIT_PER_SECOND", defaults.RateLimitPerSecond), "requests a second one API key may make sustained (RATE_LIMIT_PER_SECOND)")
 	flags.DurationVar(&c.http.SignatureSkew, "signature-max-skew", env.Duration("SIGNATURE_MAX_SKEW", defaults.SignatureSkew), "how far from the gateway's clock, either way, a signed request's timestamp may be (SIGNATURE_MAX_SKEW)")
-	flags.IntVar(&c.eventsRetention.Count, "events-retention-count", env.Int("EVENTS_RETENTION_COUNT", emq.DefaultLogRetention.Count),
-		"each account's log of events keeps at least its newest this many; set it as on the workers (EVENTS_RETENTION_COUNT)")
-	flags.DurationVar(&c.eventsRetention.Age, "events-retention-age", env.Duration("EVENTS_RETENTION_AGE", emq.DefaultLogRetention.Age),
-		"and every event younger than this; set it as on the workers (EVENTS_RETENTION_AGE)")
 	flags.DurationVar(&c.http.EventHeartbeat, "events-heartbeat", env.Duration("EVENTS_HEARTBEAT", defaults.EventHeartbeat), "how long an event stream (GET /v1/events) may be silent before a heartbeat comment (EVENTS_HEARTBEAT)")
 	flags.IntVar(&c.http.EventStreamsPerKey, "events-streams-per-key", env.Int("EVENTS_STREAMS_PER_KEY", defaults.EventStreamsPerKey),
 		"event streams one API key may have open at once, across the gateways on one Redis; 0 is no cap (EVENTS_STREAMS_PER_KEY)")
@@ -96,6 +91,11 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	if err := flags.Parse(args[1:]); err != nil {
 		return config{}, err
 	}
+	// The workers keep the events' retention now (Redis's hot tail, the
+	// history in PostgreSQL): the old names stop a gateway rather than be
+	// ignored.
+	env.Removed("EVENTS_RETENTION_AGE", "the workers keep the events: their hot tail in Redis (EVENTS_HOT_RETENTION, EVENTS_HOT_COUNT), their history in PostgreSQL (EVENTS_RETENTION); see docs/operations.md")
+	env.Removed("EVENTS_RETENTION_COUNT", "the workers keep the events: their hot tail in Redis (EVENTS_HOT_RETENTION, EVENTS_HOT_COUNT), their history in PostgreSQL (EVENTS_RETENTION); see docs/operations.md")
 	if err := env.Err(); err != nil {
 		return config{}, err
 	}
@@ -106,8 +106,6 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		return config{}, errors.New("ADMIT_WAIT_REPLICAS (or -admit-wait-replicas) must be 0 or more")
 	case c.waitReplicas > 0 && c.waitTimeout <= 0:
 		return config{}, errors.New("ADMIT_WAIT_TIMEOUT (or -admit-wait-timeout) must be a positive duration when ADMIT_WAIT_REPLICAS is set")
-	case c.eventsRetention.Count < 1 || c.eventsRetention.Age <= 0:
-		return config{}, errors.New("EVENTS_RETENTION_COUNT and EVENTS_RETENTION_AGE (or their flags) must be positive")
 	case c.dedupRetention <= 0:
 		return config{}, errors.New("DEDUP_RETENTION (or -dedup-retention) must be a positive duration")
 	case c.instrumentRefresh <= 0:
@@ -174,7 +172,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	book := postgres.NewOrders(postgres.NewHistory(db), postgres.NewSettler(db, relay, log))
-	ordersQueue := queueClient.Queue(orders.Queue, emq.WithDedupRetention(c.dedupRetention), emq.WithLogRetention(c.eventsRetention))
+	ordersQueue := queueClient.Queue(orders.Queue, emq.WithDedupRetention(c.dedupRetention))
 	placer := placement.NewPlacer(ordersQueue, placement.WithHistory(book))
 	if err := placer.Declare(ctx); err != nil {
 		return err

@@ -83,10 +83,6 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 		"Redis replicas that must hold the events and coherence jobs the worker writes before their outbox rows count as relayed; 0 counts the primary alone (WORKER_WAIT_REPLICAS)")
 	flags.DurationVar(&c.worker.WaitTimeout, "wait-timeout", env.Duration("WORKER_WAIT_TIMEOUT", defaults.WaitTimeout),
 		"longest wait for those replicas; rows they do not hold by then are relayed again by the sweep (WORKER_WAIT_TIMEOUT)")
-	flags.IntVar(&c.worker.EventsRetention.Count, "events-retention-count", env.Int("EVENTS_RETENTION_COUNT", defaults.EventsRetention.Count),
-		"each account's log keeps at least its newest this many events; set it as on the gateways (EVENTS_RETENTION_COUNT)")
-	flags.DurationVar(&c.worker.EventsRetention.Age, "events-retention-age", env.Duration("EVENTS_RETENTION_AGE", defaults.EventsRetention.Age),
-		"and every event younger than this; set it as on the gateways (EVENTS_RETENTION_AGE)")
 	flags.StringVar(&c.metricsAddr, "metrics-addr", env.String("METRICS_ADDR", "127.0.0.1:9091"),
 		"where /metrics (Prometheus) and /healthz are served; empty serves neither (METRICS_ADDR)")
 	flags.TextVar(&c.logLevel, "log-level", env.Level("LOG_LEVEL", slog.LevelInfo), "debug, info, warn or error (LOG_LEVEL)")
@@ -94,6 +90,11 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	if err := flags.Parse(args[1:]); err != nil {
 		return config{}, err
 	}
+	// Redis keeps only the events' hot tail now, and PostgreSQL their
+	// history: the old names' promise no longer holds, so they stop a
+	// worker rather than be ignored.
+	env.Removed("EVENTS_RETENTION_AGE", "Redis keeps the events' hot tail (EVENTS_HOT_RETENTION, EVENTS_HOT_COUNT) and PostgreSQL their history (EVENTS_RETENTION); see docs/operations.md")
+	env.Removed("EVENTS_RETENTION_COUNT", "Redis keeps the events' hot tail (EVENTS_HOT_RETENTION, EVENTS_HOT_COUNT) and PostgreSQL their history (EVENTS_RETENTION); see docs/operations.md")
 	if err := env.Err(); err != nil {
 		return config{}, err
 	}
@@ -116,8 +117,6 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 		return config{}, fmt.Errorf("retry cap %s: want at least the retry base %s", c.worker.Retry.MaxDelay, c.worker.Retry.BaseDelay)
 	case c.worker.DrainTimeout <= 0:
 		return config{}, fmt.Errorf("drain timeout %s: want more than 0", c.worker.DrainTimeout)
-	case c.worker.EventsRetention.Count < 1 || c.worker.EventsRetention.Age <= 0:
-		return config{}, errors.New("EVENTS_RETENTION_COUNT and EVENTS_RETENTION_AGE (or their flags) must be positive")
 	case c.worker.WaitReplicas < 0:
 		return config{}, errors.New("WORKER_WAIT_REPLICAS (or -wait-replicas) must be 0 or more")
 	case c.worker.WaitReplicas > 0 && c.worker.WaitTimeout <= 0:

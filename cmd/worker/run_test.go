@@ -41,7 +41,7 @@ func TestParseConfig(t *testing.T) {
 		worker: settlement.Config{
 			Queue: orders.Queue, Concurrency: 512, Lease: 30 * time.Second,
 			Retry:        emq.RetryPolicy{MaxAttempts: 60, BaseDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second},
-			DrainTimeout: 10 * time.Second, WaitTimeout: 500 * time.Millisecond, EventsRetention: emq.DefaultLogRetention,
+			DrainTimeout: 10 * time.Second, WaitTimeout: 500 * time.Millisecond,
 		},
 	}
 	tests := []struct {
@@ -79,9 +79,8 @@ func TestParseConfig(t *testing.T) {
 		{name: "replicas waited for", env: map[string]string{"WORKER_WAIT_REPLICAS": "1", "WORKER_WAIT_TIMEOUT": "250ms"},
 			want: func(c *config) { c.worker.WaitReplicas, c.worker.WaitTimeout = 1, 250*time.Millisecond }},
 		{name: "negative replicas", env: map[string]string{"WORKER_WAIT_REPLICAS": "-1"}, wantErr: "WORKER_WAIT_REPLICAS"},
-		{name: "events retention", env: map[string]string{"EVENTS_RETENTION_COUNT": "500", "EVENTS_RETENTION_AGE": "1h"},
-			want: func(c *config) { c.worker.EventsRetention = emq.LogRetention{Count: 500, Age: time.Hour} }},
-		{name: "no events retention", env: map[string]string{"EVENTS_RETENTION_AGE": "0s"}, wantErr: "EVENTS_RETENTION"},
+		{name: "the events' retention by its old name", env: map[string]string{"EVENTS_RETENTION_AGE": "1h"}, wantErr: `EVENTS_RETENTION_AGE="1h": no longer read`},
+		{name: "the events' count by its old name", env: map[string]string{"EVENTS_RETENTION_COUNT": "500"}, wantErr: `EVENTS_RETENTION_COUNT="500": no longer read`},
 		{name: "replicas without a timeout", env: map[string]string{"WORKER_WAIT_REPLICAS": "1", "WORKER_WAIT_TIMEOUT": "0s"}, wantErr: "WORKER_WAIT_TIMEOUT"},
 		{name: "no concurrency", args: []string{"-concurrency", "0"}, wantErr: "concurrency 0"},
 		{name: "lease too short", env: map[string]string{"WORKER_LEASE": "100ms"}, wantErr: "lease 100ms"},

@@ -71,3 +71,11 @@ func (r *Reader) Level(name string, fallback slog.Level) slog.Level {
 		return level, err
 	})
 }
+
+// Removed refuses a variable no longer read, with what replaced it: a
+// setting an operator left behind must not be ignored in silence.
+func (r *Reader) Removed(name, instead string) {
+	if value := r.getenv(name); value != "" {
+		r.errs = append(r.errs, fmt.Errorf("%s=%q: no longer read; %s", name, value, instead))
+	}
+}

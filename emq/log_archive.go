@@ -1,0 +1,303 @@
+package emq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ordergate/ordergate/internal/scriptpipe"
+	"github.com/ordergate/ordergate/lua"
+)
+
+// A log keeps every entry until its archiver has copied it elsewhere: the
+// archiver reads the entries past the group's archived position, stores
+// them, and then marks them archived (MarkLogsArchived), which raises the
+// position, only ever upward, and trims the log to its hot tail: the
+// entries archived AND older than the tail's Age or beyond its newest
+// Count are dropped, oldest first (lua/log_archived.lua). So a log holds
+// its hot tail plus whatever its archiver has not copied yet, and a reader
+// that finds an entry gone from the log finds it in the archive. The queue
+// gives the archive no meaning; placement's archiver keeps accounts'
+// events in PostgreSQL.
+
+// LogHotTail is what a log keeps of the entries it has archived: those
+// younger than Age and, whatever their age, its newest Count.
+type LogHotTail struct {
+	Count int
+	Age   time.Duration
+}
+
+// DefaultLogHotTail keeps 10 minutes of a log, and its newest 1,000
+// entries.
+var DefaultLogHotTail = LogHotTail{Count: 1_000, Age: 10 * time.Minute}
+
+// logTrimMost bounds the entries one mark drops, so one script never runs
+// long; a log with more to drop is due again at once (LogsDue).
+const logTrimMost = 10_000
+
+// logArchivedScript is Repeatable: a second run raises nothing more and
+// drops what is due by then, as the next mark would.
+var logArchivedScript = scriptpipe.Repeatable(lua.LogArchived)
+
+// LogMark says a group's log is archived through sequence Archived; 0
+// raises nothing and only trims the log.
+type LogMark struct {
+	Group    string
+	Archived int64
+}
+
+// LogMarked is the outcome of one LogMark.
+type LogMarked struct {
+	// Archived is the group's archived position after the mark: at least
+	// the one asked for.
+	Archived int64
+	// First is the first sequence the log still holds, 0 when it holds
+	// none.
+	First int64
+	// Dropped is how many entries the mark dropped.
+	Dropped int64
+	// Err is the mark's own failure; MarkLogsArchived joins them all too.
+	Err error
+}
+
+// MarkLogsArchived raises each group's archived position to the one given
+// (never lowers it) and trims its log to hot, in one round trip.
+func (q *Queue) MarkLogsArchived(ctx context.Context, marks []LogMark, hot LogHotTail) ([]LogMarked, error) {
+	if hot.Count < 0 || hot.Age < 0 {
+		return nil, fmt.Errorf("emq: mark logs archived on %s: a negative hot tail %+v", q.name, hot)
+	}
+	calls := make([]scriptpipe.Call, len(marks))
+	for i, mark := range marks {
+		if mark.Group == "" {
+			return nil, fmt.Errorf("emq: mark logs archived on %s: a mark without a group", q.name)
+		}
+		calls[i] = scriptpipe.Call{
+			Keys: []string{q.logKey(mark.Group), q.logArchivedKey(), q.logDueKey()},
+			Args: []any{mark.Group, mark.Archived, hot.Count, hot.Age.Milliseconds(), logTrimMost},
+		}
+	}
+	cmds, err := scriptpipe.Run(ctx, q.client.rdb, logArchivedScript, calls)
+	if err != nil {
+		return nil, fmt.Errorf("emq: mark logs archived on %s: %w", q.name, err)
+	}
+	marked := make([]LogMarked, len(marks))
+	var errs []error
+	for i, cmd := range cmds {
+		reply, err := cmd.Int64Slice()
+		if err == nil && len(reply) != 3 {
+			err = fmt.Errorf("unexpected reply %v", reply)
+		}
+		if err != nil {
+			err = fmt.Errorf("emq: mark log %s archived on %s: %w", marks[i].Group, q.name, scriptError(err))
+			marked[i].Err = err
+			errs = append(errs, err)
+			continue
+		}
+		marked[i] = LogMarked{Archived: reply[0], First: reply[1], Dropped: reply[2]}
+	}
+	return marked, errors.Join(errs...)
+}
+
+// LogsArchived reports, by group, each group's archived position (0 for a
+// log never marked), in one round trip.
+func (q *Queue) LogsArchived(ctx context.Context, groups []string) (map[string]int64, error) {
+	if len(groups) == 0 {
+		return map[string]int64{}, nil
+	}
+	values, err := q.client.rdb.HMGet(ctx, q.logArchivedKey(), groups...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("emq: archived positions of %d logs on %s: %w", len(groups), q.name, err)
+	}
+	return int64sOf(groups, values), nil
+}
+
+// LogsDue returns up to count groups whose logs hold archived entries that
+// have left their hot tail by this process's clock, so a log that no
+// longer grows is trimmed too: mark each (LogMark with Archived 0). A log
+// marked before it is due by the server's clock is only scheduled again.
+func (q *Queue) LogsDue(ctx context.Context, count int64) ([]string, error) {
+	groups, err := q.client.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{
+		Key: q.logDueKey(), ByScore: true, Start: "-inf", Stop: strconv.FormatInt(time.Now().UnixMilli(), 10), Count: count,
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("emq: logs due a trim on %s: %w", q.name, err)
+	}
+	return groups, nil
+}
+
+// LogPage is a page of a log read with the log's last sequence.
+type LogPage struct {
+	// Events are the entries read, oldest first.
+	Events []LogEvent
+	// Last is the last sequence the log gave (0 for a log never written).
+	Last int64
+}
+
+// ReadLogPage returns up to count entries of group's log after sequence
+// after, with the last sequence the log gave, in one round trip: a page
+// that does not start at after+1 tells a log that dropped entries
+// (archived) from one that has none after after yet.
+func (q *Queue) ReadLogPage(ctx context.Context, group string, after, count int64) (LogPage, error) {
+	pipe := q.client.rdb.Pipeline()
+	entries := pipe.XRangeN(ctx, q.logKey(group), strconv.FormatInt(after+1, 10)+"-0", "+", count)
+	last := pipe.HGet(ctx, q.logSequencesKey(), group)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return LogPage{}, fmt.Errorf("emq: read log %s on %s: %w", group, q.name, err)
+	}
+	page := LogPage{Events: logEventsOf(entries.Val())}
+	page.Last, _ = strconv.ParseInt(last.Val(), 10, 64)
+	return page, nil
+}
+
+// LogPosition is where a group's log stands: the last sequence it gave and
+// the last one archived.
+type LogPosition struct {
+	Group          string
+	Last, Archived int64
+}
+
+// ScanLogPositions returns the positions of about count groups from
+// cursor on (0 starts a scan), and the cursor to go on from (0 when the
+// scan is done): an archiver compares them to find logs whose appends it
+// was not told of. A scan returns every group whose log existed
+// throughout it at least once.
+func (q *Queue) ScanLogPositions(ctx context.Context, cursor uint64, count int64) ([]LogPosition, uint64, error) {
+	fields, next, err := q.client.rdb.HScan(ctx, q.logSequencesKey(), cursor, "", count).Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("emq: scan log positions on %s: %w", q.name, err)
+	}
+	groups := make([]string, 0, len(fields)/2)
+	lasts := make(map[string]int64, len(fields)/2)
+	for i := 0; i+1 < len(fields); i += 2 {
+		groups = append(groups, fields[i])
+		lasts[fields[i]], _ = strconv.ParseInt(fields[i+1], 10, 64)
+	}
+	archived, err := q.LogsArchived(ctx, groups)
+	if err != nil {
+		return nil, 0, err
+	}
+	positions := make([]LogPosition, len(groups))
+	for i, group := range groups {
+		positions[i] = LogPosition{Group: group, Last: lasts[group], Archived: archived[group]}
+	}
+	return positions, next, nil
+}
+
+// The change stream (WaitLogChanges) can also be shared: the readers of
+// one share (a consumer group on the stream) each take a part of the
+// announcements, every announcement going to one of them, so several
+// archivers split the logs to archive between them. Taking is at most
+// once (no pending entries are kept): an announcement taken by a reader
+// that stops before acting on it is lost, as are those the stream dropped
+// before a reader took them; the readers compare positions now and then
+// (ScanLogPositions) for the appends they missed.
+
+// TakeLogChanges waits up to block for appends announced that no reader of
+// share has taken, and returns up to count of them, oldest first, taken by
+// reader. A share is made at the stream's end when it is first read (or
+// the stream was purged): the appends announced before are not returned.
+func (q *Queue) TakeLogChanges(ctx context.Context, share, reader string, block time.Duration, count int64) ([]LogChange, error) {
+	args := &redis.XReadGroupArgs{Group: share, Consumer: reader, Streams: []string{q.logChangesKey(), ">"}, Count: count, Block: block, NoAck: true}
+	read, err := q.client.rdb.XReadGroup(ctx, args).Result()
+	if redis.HasErrorPrefix(err, "NOGROUP") {
+		err = q.client.rdb.XGroupCreateMkStream(ctx, q.logChangesKey(), share, "$").Err()
+		if err == nil || redis.HasErrorPrefix(err, "BUSYGROUP") {
+			return nil, nil
+		}
+	}
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("emq: take log changes for %s of %s on %s: %w", reader, share, q.name, err)
+	}
+	var changes []LogChange
+	for _, stream := range read {
+		for _, message := range stream.Messages {
+			change := LogChange{}
+			change.Group, _ = message.Values["g"].(string)
+			text, _ := message.Values["s"].(string)
+			change.Sequence, _ = strconv.ParseInt(text, 10, 64)
+			changes = append(changes, change)
+		}
+	}
+	return changes, nil
+}
+
+// LeaveLogChanges removes reader from share, and with it readers of the
+// share that took nothing for longer than idle (their processes are gone):
+// a reader takes a few bytes of the stream until it is removed.
+func (q *Queue) LeaveLogChanges(ctx context.Context, share, reader string, idle time.Duration) error {
+	readers, err := q.client.rdb.XInfoConsumers(ctx, q.logChangesKey(), share).Result()
+	if redis.HasErrorPrefix(err, "NOGROUP") || errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("emq: readers of log changes %s on %s: %w", share, q.name, err)
+	}
+	for _, info := range readers {
+		if info.Name != reader && info.Idle < idle {
+			continue
+		}
+		if err := q.client.rdb.XGroupDelConsumer(ctx, q.logChangesKey(), share, info.Name).Err(); err != nil {
+			return fmt.Errorf("emq: remove reader %s of log changes %s on %s: %w", info.Name, share, q.name, err)
+		}
+	}
+	return nil
+}
+
+// LogMemory is what the queue's logs take on the server, in bytes as
+// MEMORY USAGE counts them.
+type LogMemory struct {
+	// Logs is the groups' logs, Count how many there are.
+	Logs  int64
+	Count int
+	// Index is the hashes, the due set and the change stream beside them.
+	Index int64
+}
+
+// LogMemoryUsage measures the queue's logs, for benchmarks: it scans the
+// keyspace, so it is no call for a hot path.
+func (q *Queue) LogMemoryUsage(ctx context.Context) (LogMemory, error) {
+	logs, err := q.scanKeys(ctx, "log:*")
+	if err != nil {
+		return LogMemory{}, err
+	}
+	usage := LogMemory{Count: len(logs)}
+	pipe := q.client.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, 0, len(logs)+5)
+	for _, key := range logs {
+		cmds = append(cmds, pipe.MemoryUsage(ctx, key, 0))
+	}
+	for _, key := range []string{q.logSequencesKey(), q.logSourcesKey(), q.logArchivedKey(), q.logDueKey(), q.logChangesKey()} {
+		cmds = append(cmds, pipe.MemoryUsage(ctx, key, 0))
+	}
+	// Each command's error is read below: a missing key fails only its own.
+	_, _ = pipe.Exec(ctx)
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return LogMemory{}, fmt.Errorf("emq: memory usage of the logs of %s: %w", q.name, err)
+		}
+		if i < len(logs) {
+			usage.Logs += cmd.Val()
+		} else {
+			usage.Index += cmd.Val()
+		}
+	}
+	return usage, nil
+}
+
+// int64sOf reads an HMGET's answer for fields as whole numbers, 0 for a
+// field missing.
+func int64sOf(fields []string, values []any) map[string]int64 {
+	numbers := make(map[string]int64, len(fields))
+	for i, field := range fields {
+		text, _ := values[i].(string)
+		numbers[field], _ = strconv.ParseInt(text, 10, 64)
+	}
+	return numbers
+}
