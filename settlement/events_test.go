@@ -30,8 +30,10 @@ var statusRank = map[orders.Status]int{
 }
 
 // TestEveryAccountsLogHoldsEveryEventOfItsOrders: 1,000 orders from 10
-// accounts, crossing so they trade, settled by two workers. Each account's
-// log then holds, in one gapless sequence with no event twice: each of its
+// accounts, crossing so they trade, settled by two workers, whose
+// archivers copy the accounts' logs to the history in PostgreSQL. Each
+// account's history then holds, in one gapless sequence with no event
+// twice (the archivers share the work and write each event once): each of its
 // orders' order.accepted first, then its states, never going back, the last
 // the state PostgreSQL holds; one fill per trade it was in; and its
 // balances, the last of each at the version PostgreSQL holds. No event
@@ -43,6 +45,7 @@ func TestEveryAccountsLogHoldsEveryEventOfItsOrders(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	config := settlement.DefaultConfig()
 	config.Concurrency = 64
+	config.EventsArchiveDelay = 10 * time.Millisecond
 	runCtx, stop := context.WithCancel(ctx)
 	var workers sync.WaitGroup
 	for range 2 {
@@ -129,12 +132,37 @@ func TestEveryAccountsLogHoldsEveryEventOfItsOrders(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
+	// The archivers catch up with every log.
+	for _, account := range accounts {
+		for {
+			archived, err := queue.LogsArchived(ctx, []string{account})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, last, err := queue.LogBounds(ctx, account)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if archived[account] == last {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's log is archived through %d of %d", account, archived[account], last)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
 	truth := postgres.NewBalances(db)
+	history := postgres.NewEventHistory(db)
 	trades := 0
 	for a, account := range accounts {
-		events, err := queue.ReadLog(ctx, account, 0, 100_000)
+		events, err := history.EventsAfter(ctx, account, 0, 100_000)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if len(events) == 0 {
+			t.Fatalf("%s: no history", account)
 		}
 		state := map[string]orders.Status{}
 		fills, seen := 0, map[string]bool{}
@@ -155,7 +183,7 @@ func TestEveryAccountsLogHoldsEveryEventOfItsOrders(t *testing.T) {
 			if err := json.Unmarshal(event.Data, &resource); err != nil {
 				t.Fatal(err)
 			}
-			switch orders.EventType(event.Type) {
+			switch event.Type {
 			case orders.EventFill:
 				if _, mine := state[resource.OrderID]; !mine {
 					t.Errorf("%s: a fill of %s, no order of its own accepted before", account, resource.OrderID)
@@ -172,9 +200,9 @@ func TestEveryAccountsLogHoldsEveryEventOfItsOrders(t *testing.T) {
 				}
 				previous, known := state[resource.ID]
 				switch {
-				case event.Type == string(orders.EventOrderAccepted) && known:
+				case event.Type == orders.EventOrderAccepted && known:
 					t.Errorf("%s: %s accepted twice", account, resource.ID)
-				case event.Type != string(orders.EventOrderAccepted) && !known:
+				case event.Type != orders.EventOrderAccepted && !known:
 					t.Errorf("%s: %s %s before it was accepted", account, resource.ID, event.Type)
 				case known && statusRank[resource.Status] < statusRank[previous]:
 					t.Errorf("%s: %s went back from %s to %s", account, resource.ID, previous, resource.Status)

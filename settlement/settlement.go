@@ -1,11 +1,13 @@
 // Package settlement is what one settlement worker process runs: the
-// order settler on its queue and, beside it, the outbox relay's sweep and
-// the balance coherence consumer, with the settings a worker deployed without
+// order settler on its queue and, beside it, the outbox relay's sweep, the
+// balance coherence consumer and the accounts' events' archiver, with the
+// settings a worker deployed without
 // flags runs with. cmd/worker runs one as a process; cmd/bench runs several
 // in-process, so that what the bench measures is what the binary runs.
 package settlement
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,6 +50,17 @@ type Config struct {
 	// relayed again by the sweep.
 	WaitReplicas int
 	WaitTimeout  time.Duration
+	// EventsHotTail is what the accounts' logs in Redis keep of the events
+	// archived to PostgreSQL: its newest minutes (EVENTS_HOT_RETENTION) and
+	// count (EVENTS_HOT_COUNT). EventsRetention is how long the history in
+	// PostgreSQL keeps them (EVENTS_RETENTION). The workers' archivers keep
+	// both; the gateways read whatever is kept.
+	EventsHotTail   emq.LogHotTail
+	EventsRetention time.Duration
+	// EventsArchiveDelay, above zero, is how long an account's new events
+	// wait before they are archived, unless they are a chunk's worth
+	// (placement.DefaultEventArchiveDelay otherwise).
+	EventsArchiveDelay time.Duration
 }
 
 // DefaultConfig is what a worker deployed without flags runs with.
@@ -76,6 +89,9 @@ func DefaultConfig() Config {
 		Retry:        emq.RetryPolicy{MaxAttempts: 60, BaseDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second},
 		DrainTimeout: 10 * time.Second,
 		WaitTimeout:  500 * time.Millisecond,
+		// Redis holds minutes of each account's events, PostgreSQL a week.
+		EventsHotTail:   emq.DefaultLogHotTail,
+		EventsRetention: placement.DefaultEventsRetention,
 	}
 }
 
@@ -96,7 +112,8 @@ func (c Config) OutageOutlasted() time.Duration {
 // ConnectionsBesideSettlement is how many connections a worker's pool holds
 // beyond settlement's (postgres.SettlerConnections, which the settler never
 // exceeds, whatever the concurrency): what runs beside it (the coherence
-// consumer, the outbox sweep).
+// consumer, the outbox sweep, the balance cache's healer, the event
+// archiver and its pruner), each holding one for a moment now and then.
 const ConnectionsBesideSettlement = 4
 
 // poolConnections is the pool size of a worker at c.
@@ -168,6 +185,7 @@ type Worker struct {
 	coherence      *placement.BalanceCoherence
 	coherenceQueue *emq.Queue
 	healer         *placement.BalanceCacheHealer
+	archiver       *placement.EventArchiver
 }
 
 // New declares the order kind on c.Queue and the coherence queues' kinds, and
@@ -202,16 +220,35 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 		coherence:      placement.NewBalanceCoherence(balances, caches, deps.Logger, placement.WithBalanceEvents(queue)),
 		coherenceQueue: deps.Queues.Queue(coherence.Queue(placement.BalancesTable)),
 		healer:         placement.NewBalanceCacheHealer(balances, caches, deps.Logger, placement.WithHealMetrics(deps.Metrics)),
+		archiver: placement.NewEventArchiver(queue, postgres.NewEventHistory(deps.DB), deps.Logger,
+			placement.WithHotTail(c.EventsHotTail), placement.WithEventsRetention(c.EventsRetention),
+			placement.WithArchiveDelay(cmp.Or(c.EventsArchiveDelay, placement.DefaultEventArchiveDelay)),
+			placement.WithArchiveMetrics(deps.Metrics)),
 	}, nil
 }
 
 // Run settles orders until ctx ends, then drains. Beside settlement it
-// sweeps the outbox, works the balances' coherence queue and heals the
-// balance cache after Redis loses writes; if the coherence queue's worker
-// fails, settlement stops too, so the process exits instead of settling
-// with cached balances that no longer catch up.
+// sweeps the outbox, works the balances' coherence queue, heals the
+// balance cache after Redis loses writes, archives the accounts' events to
+// PostgreSQL (trimming Redis to their hot tail) and prunes their history;
+// if the coherence queue's worker fails, settlement stops too, so the
+// process exits instead of settling with cached balances that no longer
+// catch up.
 func (w *Worker) Run(ctx context.Context) error {
-	return workBeside(ctx, []func(context.Context) error{w.sweep, w.applyCoherence, w.heal}, w.settle)
+	return workBeside(ctx, []func(context.Context) error{w.sweep, w.applyCoherence, w.heal, w.archive, w.prune}, w.settle)
+}
+
+// archive runs the event archiver; every worker runs one, and they share
+// the work.
+func (w *Worker) archive(ctx context.Context) error {
+	w.archiver.Run(ctx)
+	return nil
+}
+
+// prune deletes the event history past its retention.
+func (w *Worker) prune(ctx context.Context) error {
+	w.archiver.KeepPruning(ctx)
+	return nil
 }
 
 func (w *Worker) heal(ctx context.Context) error {

@@ -83,6 +83,12 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 		"Redis replicas that must hold the events and coherence jobs the worker writes before their outbox rows count as relayed; 0 counts the primary alone (WORKER_WAIT_REPLICAS)")
 	flags.DurationVar(&c.worker.WaitTimeout, "wait-timeout", env.Duration("WORKER_WAIT_TIMEOUT", defaults.WaitTimeout),
 		"longest wait for those replicas; rows they do not hold by then are relayed again by the sweep (WORKER_WAIT_TIMEOUT)")
+	flags.DurationVar(&c.worker.EventsHotTail.Age, "events-hot-retention", env.Duration("EVENTS_HOT_RETENTION", defaults.EventsHotTail.Age),
+		"how long the accounts' logs in Redis keep events once archived to PostgreSQL (EVENTS_HOT_RETENTION)")
+	flags.IntVar(&c.worker.EventsHotTail.Count, "events-hot-count", env.Int("EVENTS_HOT_COUNT", defaults.EventsHotTail.Count),
+		"and the most archived events each log keeps, however young; events not archived yet are always kept (EVENTS_HOT_COUNT)")
+	flags.DurationVar(&c.worker.EventsRetention, "events-retention", env.Duration("EVENTS_RETENTION", defaults.EventsRetention),
+		"how long PostgreSQL keeps the accounts' events: a stream resumes from any position younger (EVENTS_RETENTION)")
 	flags.StringVar(&c.metricsAddr, "metrics-addr", env.String("METRICS_ADDR", "127.0.0.1:9091"),
 		"where /metrics (Prometheus) and /healthz are served; empty serves neither (METRICS_ADDR)")
 	flags.TextVar(&c.logLevel, "log-level", env.Level("LOG_LEVEL", slog.LevelInfo), "debug, info, warn or error (LOG_LEVEL)")
@@ -117,6 +123,12 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 		return config{}, fmt.Errorf("retry cap %s: want at least the retry base %s", c.worker.Retry.MaxDelay, c.worker.Retry.BaseDelay)
 	case c.worker.DrainTimeout <= 0:
 		return config{}, fmt.Errorf("drain timeout %s: want more than 0", c.worker.DrainTimeout)
+	case c.worker.EventsHotTail.Age <= 0:
+		return config{}, errors.New("EVENTS_HOT_RETENTION (or -events-hot-retention) must be a positive duration")
+	case c.worker.EventsHotTail.Count < 0:
+		return config{}, errors.New("EVENTS_HOT_COUNT (or -events-hot-count) must be 0 or more")
+	case c.worker.EventsRetention < c.worker.EventsHotTail.Age:
+		return config{}, errors.New("EVENTS_RETENTION (or -events-retention) must be at least EVENTS_HOT_RETENTION")
 	case c.worker.WaitReplicas < 0:
 		return config{}, errors.New("WORKER_WAIT_REPLICAS (or -wait-replicas) must be 0 or more")
 	case c.worker.WaitReplicas > 0 && c.worker.WaitTimeout <= 0:

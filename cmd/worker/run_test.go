@@ -42,6 +42,7 @@ func TestParseConfig(t *testing.T) {
 			Queue: orders.Queue, Concurrency: 512, Lease: 30 * time.Second,
 			Retry:        emq.RetryPolicy{MaxAttempts: 60, BaseDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second},
 			DrainTimeout: 10 * time.Second, WaitTimeout: 500 * time.Millisecond,
+			EventsHotTail: emq.LogHotTail{Count: 1000, Age: 10 * time.Minute}, EventsRetention: 7 * 24 * time.Hour,
 		},
 	}
 	tests := []struct {
@@ -79,6 +80,17 @@ func TestParseConfig(t *testing.T) {
 		{name: "replicas waited for", env: map[string]string{"WORKER_WAIT_REPLICAS": "1", "WORKER_WAIT_TIMEOUT": "250ms"},
 			want: func(c *config) { c.worker.WaitReplicas, c.worker.WaitTimeout = 1, 250*time.Millisecond }},
 		{name: "negative replicas", env: map[string]string{"WORKER_WAIT_REPLICAS": "-1"}, wantErr: "WORKER_WAIT_REPLICAS"},
+		{name: "events kept", env: map[string]string{"EVENTS_HOT_RETENTION": "2m", "EVENTS_HOT_COUNT": "0", "EVENTS_RETENTION": "72h"},
+			want: func(c *config) {
+				c.worker.EventsHotTail, c.worker.EventsRetention = emq.LogHotTail{Count: 0, Age: 2 * time.Minute}, 72*time.Hour
+			}},
+		{name: "events kept by flags", args: []string{"-events-hot-retention", "1m", "-events-hot-count", "50", "-events-retention", "1h"},
+			want: func(c *config) {
+				c.worker.EventsHotTail, c.worker.EventsRetention = emq.LogHotTail{Count: 50, Age: time.Minute}, time.Hour
+			}},
+		{name: "no hot retention", env: map[string]string{"EVENTS_HOT_RETENTION": "0s"}, wantErr: "EVENTS_HOT_RETENTION"},
+		{name: "a negative hot count", env: map[string]string{"EVENTS_HOT_COUNT": "-1"}, wantErr: "EVENTS_HOT_COUNT"},
+		{name: "a history shorter than the hot tail", env: map[string]string{"EVENTS_RETENTION": "5m"}, wantErr: "EVENTS_RETENTION"},
 		{name: "the events' retention by its old name", env: map[string]string{"EVENTS_RETENTION_AGE": "1h"}, wantErr: `EVENTS_RETENTION_AGE="1h": no longer read`},
 		{name: "the events' count by its old name", env: map[string]string{"EVENTS_RETENTION_COUNT": "500"}, wantErr: `EVENTS_RETENTION_COUNT="500": no longer read`},
 		{name: "replicas without a timeout", env: map[string]string{"WORKER_WAIT_REPLICAS": "1", "WORKER_WAIT_TIMEOUT": "0s"}, wantErr: "WORKER_WAIT_TIMEOUT"},
@@ -125,7 +137,8 @@ func TestUsageNamesEveryEnvironmentVariable(t *testing.T) {
 		t.Fatalf("run -h: %v", err)
 	}
 	for _, name := range []string{"REDIS_URL", "DATABASE_URL", "MIGRATE", "WORKER_CONCURRENCY", "WORKER_BATCH", "WORKER_LEASE",
-		"WORKER_MAX_ATTEMPTS", "WORKER_RETRY_BASE", "WORKER_RETRY_CAP", "WORKER_DRAIN_TIMEOUT", "METRICS_ADDR", "LOG_LEVEL"} {
+		"WORKER_MAX_ATTEMPTS", "WORKER_RETRY_BASE", "WORKER_RETRY_CAP", "WORKER_DRAIN_TIMEOUT", "METRICS_ADDR", "LOG_LEVEL",
+		"EVENTS_HOT_RETENTION", "EVENTS_HOT_COUNT", "EVENTS_RETENTION"} {
 		if !strings.Contains(out.String(), "("+name+")") {
 			t.Errorf("usage does not document %s:\n%s", name, out.String())
 		}

@@ -42,7 +42,9 @@
 //   - postgres.Audit passes: the book, trades, holds, fees and the ledger,
 //     and that no duplicate of a client_order_id moved money
 //     (client_order_id_settled_once);
-//   - every account's log of events is gapless with no event twice, holds
+//   - every account's events, its log in Redis after the history the
+//     workers' archivers wrote to PostgreSQL (a hot tail of 50 events or
+//     5 s), are gapless from 1 with no event twice, hold
 //     every acknowledged order's order.accepted, and its events end each
 //     order at the state PostgreSQL holds (the workers wait for the replica
 //     on their appends, WORKER_WAIT_REPLICAS=1), within 20 s of the drain;
@@ -518,6 +520,10 @@ func (r *run) startWorker(slot *workerSlot, within time.Duration) error {
 			// The events a worker appends count as relayed once the replica
 			// holds them, so a failover loses none (checkEvents).
 			"WORKER_WAIT_REPLICAS=1", "WORKER_WAIT_TIMEOUT="+admitWaitTimeout.String(),
+			// The logs keep a short hot tail, so the accounts' streams are
+			// read back from the history the archivers wrote under the
+			// faults too (checkEvents).
+			"EVENTS_HOT_RETENTION=5s", "EVENTS_HOT_COUNT=50",
 			"METRICS_ADDR="+addr, "LOG_LEVEL=info")
 		proc, err := startProcess(name, r.cfg.WorkerBinary, filepath.Join(r.dir, name+".log"), env)
 		if err != nil {
@@ -1181,8 +1187,9 @@ func (r *run) staleCachedBalances(ctx context.Context, truth *postgres.Balances,
 // or an unreplicated append left behind.
 const eventsDeadline = 20 * time.Second
 
-// checkEvents checks the accounts' logs of events once the relay has caught
-// up: each gapless, no event twice, every acknowledged order's
+// checkEvents checks the accounts' logs of events, with their history in
+// PostgreSQL, once the relay has caught up: each gapless from 1, no event
+// twice, every acknowledged order's
 // order.accepted in its account's log, and the last state each order's
 // events announce the one PostgreSQL holds. With admissions and the
 // workers' appends waiting for the replica, neither the Redis kill nor the
@@ -1193,6 +1200,10 @@ func (r *run) checkEvents(ctx context.Context, acknowledged []string) {
 	for {
 		problems, err := r.eventProblems(ctx, log, acknowledged)
 		if err == nil && len(problems) == 0 {
+			var chunks, events int64
+			if err := r.db.QueryRow(ctx, `SELECT count(*), coalesce(sum(last_sequence - first_sequence + 1), 0) FROM account_event_chunks`).Scan(&chunks, &events); err == nil {
+				r.logf("events: every account's stream whole; the history holds %d events in %d chunks", events, chunks)
+			}
 			return
 		}
 		if time.Now().After(deadline) {
@@ -1203,7 +1214,42 @@ func (r *run) checkEvents(ctx context.Context, acknowledged []string) {
 	}
 }
 
-// eventProblems lists what the accounts' logs get wrong now.
+// accountEvents reads all of an account's events as a stream does: the
+// log in Redis, and before its first the history the workers' archivers
+// wrote to PostgreSQL. The log first: what it no longer holds was
+// archived before it was dropped.
+func accountEvents(ctx context.Context, log *emq.Queue, history *postgres.EventHistory, account string) ([]emq.LogEvent, error) {
+	events, err := log.ReadLog(ctx, account, 0, 1_000_000)
+	if err != nil {
+		return nil, err
+	}
+	first, last, err := log.LogBounds(ctx, account)
+	if err != nil {
+		return nil, err
+	}
+	if len(events) > 0 {
+		first = events[0].Sequence
+	} else {
+		first = last + 1
+	}
+	if first <= 1 {
+		return events, nil
+	}
+	archived, err := history.EventsAfter(ctx, account, 0, int(first-1))
+	if err != nil {
+		return nil, err
+	}
+	older := make([]emq.LogEvent, 0, len(archived)+len(events))
+	for _, event := range archived {
+		if event.Sequence < first {
+			older = append(older, emq.LogEvent{Sequence: event.Sequence, ID: event.ID, Type: string(event.Type), At: event.Time, Data: event.Data})
+		}
+	}
+	return append(older, events...), nil
+}
+
+// eventProblems lists what the accounts' logs (and their history) get
+// wrong now.
 func (r *run) eventProblems(ctx context.Context, log *emq.Queue, acknowledged []string) ([]string, error) {
 	rows, err := r.db.Query(ctx, ordersReadSQL)
 	if err != nil {
@@ -1228,12 +1274,16 @@ func (r *run) eventProblems(ctx context.Context, log *emq.Queue, acknowledged []
 	}
 	accepted, announced := map[string]bool{}, map[string]string{}
 	var problems []string
+	history := postgres.NewEventHistory(r.db)
 	for account := range accounts {
-		events, err := log.ReadLog(ctx, account, 0, 1_000_000)
+		events, err := accountEvents(ctx, log, history, account)
 		if err != nil {
 			return nil, err
 		}
 		seen := map[string]bool{}
+		if len(events) > 0 && events[0].Sequence != 1 {
+			problems = append(problems, fmt.Sprintf("%s: the stream starts at %d", account, events[0].Sequence))
+		}
 		for i, event := range events {
 			if i > 0 && event.Sequence != events[i-1].Sequence+1 {
 				problems = append(problems, fmt.Sprintf("%s: sequence %d after %d", account, event.Sequence, events[i-1].Sequence))
