@@ -14,13 +14,15 @@ import (
 )
 
 // An account's events are the orders queue's log of the account's group
-// (emq/log.go), appended by the writers in account_events_append.go.
-// EventStreams serves them to the account's subscribers:
-// each subscription first reads what it missed page by page on its own,
-// then joins one tail loop per process, which waits on the queue's one
-// change stream (WaitLogChanges) and reads the logs of the accounts with a
-// subscriber that changed, handing each new event to every subscription of
-// its account. The handoff between the two
+// (emq/log.go), appended by the writers in account_events_append.go; the
+// log keeps their hot tail, and their history is in PostgreSQL
+// (account_events_archive.go). EventStreams serves them to the account's
+// subscribers: each subscription first reads what it missed page by page
+// on its own, from the history as long as the log no longer holds its next
+// event and then from the log, then joins one tail loop per process, which
+// waits on the queue's one change stream (WaitLogChanges) and reads the
+// logs of the accounts with a subscriber that changed, handing each new
+// event to every subscription of its account. The handoff between the two
 // and the rest are in docs/api.md (The event stream).
 
 // The defaults of EventStreams.
@@ -51,13 +53,15 @@ var ErrSlowSubscriber = errors.New("placement: subscriber too slow, its events b
 // and refuses new ones.
 var ErrEventStreamsClosed = errors.New("placement: event streams closed")
 
-// EventsExpiredError refuses a position in an account's stream the log
-// cannot resume from: events after it were dropped by the log's retention,
-// or it is past the last event ever given (Redis lost its newest writes).
+// EventsExpiredError refuses a position in an account's stream that can no
+// longer be resumed from: the events after it are neither in the log nor
+// in the history (older than the history's retention), or it is past the
+// last event ever given (Redis lost its newest writes).
 type EventsExpiredError struct {
 	// After is the position asked for, the last sequence the client had.
 	After int64
-	// First is the first sequence the log still holds; Last the last it gave.
+	// First is the first sequence after After the history or the log still
+	// holds; Last the last the log gave.
 	First, Last int64
 }
 
@@ -71,13 +75,28 @@ func (e *EventsExpiredError) Error() string {
 // Ahead reports whether the position is past the stream's last event.
 func (e *EventsExpiredError) Ahead() bool { return e.After > e.Last }
 
+// EventHistory is where accounts' events are kept once they leave Redis
+// (postgres.EventHistory): a stream that resumes further back than the log
+// holds reads them there.
+type EventHistory interface {
+	// EventsAfter returns the account's events after sequence after, oldest
+	// first, at least count when the history holds them; the first is past
+	// after+1 when the history lacks after+1, and none when it holds
+	// nothing there.
+	EventsAfter(ctx context.Context, account string, after int64, count int) ([]orders.Event, error)
+	// FirstEventSequence returns the first sequence the history holds, 0
+	// when it holds none of the account's.
+	FirstEventSequence(ctx context.Context, account string) (int64, error)
+}
+
 // EventStreams hands out subscriptions to accounts' event streams; one per
 // process, whose tail loop serves all of them.
 type EventStreams struct {
-	queue  *emq.Queue
-	log    *slog.Logger
-	block  time.Duration
-	buffer int
+	queue   *emq.Queue
+	history EventHistory
+	log     *slog.Logger
+	block   time.Duration
+	buffer  int
 	// stop ends the tail loop's reads; loops counts the loops running.
 	stop  context.Context
 	cease context.CancelFunc
@@ -123,6 +142,13 @@ func WithEventBuffer(events int) EventStreamsOption {
 	}
 }
 
+// WithEventHistory makes subscriptions resume from positions the log no
+// longer holds, reading history's events before the log's; without it,
+// such a position is refused (EventsExpiredError).
+func WithEventHistory(history EventHistory) EventStreamsOption {
+	return func(e *EventStreams) { e.history = history }
+}
+
 // WithEventLogger sets where the tail loop reports failed reads;
 // slog.Default otherwise.
 func WithEventLogger(log *slog.Logger) EventStreamsOption {
@@ -141,17 +167,27 @@ func NewEventStreams(queue *emq.Queue, opts ...EventStreamsOption) *EventStreams
 }
 
 // Subscribe opens the account's stream after the event with sequence
-// after (0: from the first event the log holds); an *EventsExpiredError
-// when the log cannot resume there.
+// after (0: from the first event kept); an *EventsExpiredError when
+// neither the log nor the history holds the event after it.
 func (e *EventStreams) Subscribe(ctx context.Context, account string, after int64) (*Subscription, error) {
 	first, last, err := e.bounds(ctx, account)
 	if err != nil {
 		return nil, err
 	}
-	if after > last || first > after+1 {
+	if after > last || (first > after+1 && e.history == nil) {
 		return nil, &EventsExpiredError{After: after, First: first, Last: last}
 	}
-	return e.subscription(account, after), nil
+	s := e.subscription(account, after)
+	if first > after+1 {
+		// The log dropped the next event: the history holds it, unless it
+		// is older than the history's retention. Its first page is read
+		// now, so the answer is the refusal when it is.
+		s.logFirst = first
+		if _, err := s.readHistory(ctx, eventPage); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // SubscribeNew opens the account's stream after its last event: the
@@ -409,9 +445,12 @@ func (e *EventStreams) reconcile() map[string]int64 {
 // moved since the read began (all its subscribers left and a new one came)
 // takes only the events that follow its position, and none when that is
 // behind the read's: it is returned, with its position, to be read again
-// from there (the changes that announced those events are spent). A
-// subscription that has no room left is ended, so no reader waits for
-// another.
+// from there (the changes that announced those events are spent). A log
+// that no longer holds the events right after the loop's position (it
+// dropped them, archived, before the loop read them: the loop lagged more
+// than the hot tail) is read on from what it holds; each subscription
+// reads what it missed from the history itself (Next). A subscription that
+// has no room left is ended, so no reader waits for another.
 func (e *EventStreams) hand(read map[string][]emq.LogEvent, from map[string]int64) (again map[string]int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -424,18 +463,6 @@ func (e *EventStreams) hand(read map[string][]emq.LogEvent, from map[string]int6
 		}
 		for _, entry := range entries {
 			if account == nil {
-				break
-			}
-			if entry.Sequence > account.last+1 {
-				// The log no longer holds the events in between (the
-				// retention dropped them while the loop lagged, or Redis lost
-				// them): reading on would find the same gap at every turn.
-				err := &EventsExpiredError{After: account.last, First: entry.Sequence, Last: entries[len(entries)-1].Sequence}
-				e.log.Error("event streams: an account's log lacks events after the loop's position; its streams end", "account", name, "err", err)
-				for subscription := range account.subscriptions {
-					subscription.end(err)
-				}
-				delete(e.followed, name)
 				break
 			}
 			if entry.Sequence <= account.last {
@@ -469,8 +496,13 @@ type Subscription struct {
 	// last is the sequence of the last event Next returned (or the
 	// position the subscription started after).
 	last int64
-	// read holds events read from the log that Next has not returned yet.
+	// read holds events read from the log (or the history) that Next has
+	// not returned yet.
 	read []orders.Event
+	// logFirst is the first sequence the log held when the subscription
+	// last found it had dropped the one it wanted: a log only drops its
+	// oldest, so the events before it are read from the history.
+	logFirst int64
 	// stage is where the subscription is: catching up alone, reading the
 	// log to its end once more after joining the tail loop, or following.
 	stage subscriptionStage
@@ -556,6 +588,18 @@ func (s *Subscription) Next(ctx context.Context, wait time.Duration) (orders.Eve
 				if event.Sequence <= s.last {
 					continue
 				}
+				if event.Sequence > s.last+1 {
+					// The loop read on past events the log had dropped
+					// (archived) before it read them: s reads them itself,
+					// from the history, and the loop's event follows them.
+					if err := s.fill(ctx, event.Sequence-1); err != nil {
+						return orders.Event{}, false, err
+					}
+					if s.readThrough() == event.Sequence-1 {
+						s.read = append(s.read, *event)
+					}
+					continue
+				}
 				return s.deliver(ctx, *event)
 			case <-s.ended:
 				return orders.Event{}, false, s.err
@@ -568,17 +612,84 @@ func (s *Subscription) Next(ctx context.Context, wait time.Duration) (orders.Eve
 	}
 }
 
-// readLog reads up to count events after s.last into s.read, and reports
-// whether it read count.
+// readThrough is the sequence of the last event read: the last in s.read,
+// or the last returned.
+func (s *Subscription) readThrough() int64 {
+	if len(s.read) > 0 {
+		return s.read[len(s.read)-1].Sequence
+	}
+	return s.last
+}
+
+// readLog reads up to count events after those read into s.read, and
+// reports whether it read count (or more: the history reads whole
+// chunks): from the log, or from the history when the log no longer holds
+// the next event (it was archived before the log dropped it, so the
+// history holds it, unless it is older than the history's retention). The
+// log is read first: reading the history first could miss an event
+// archived and dropped from the log in between.
 func (s *Subscription) readLog(ctx context.Context, count int64) (bool, error) {
-	entries, err := s.streams.queue.ReadLog(ctx, s.account, s.last, count)
+	after := s.readThrough()
+	history := s.streams.history
+	if history != nil && after+1 < s.logFirst {
+		return s.readHistory(ctx, count)
+	}
+	page, err := s.streams.queue.ReadLogPage(ctx, s.account, after, count)
 	if err != nil {
 		return false, fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
 	}
-	for _, entry := range entries {
+	switch {
+	case history == nil:
+	case len(page.Events) > 0 && page.Events[0].Sequence > after+1:
+		s.logFirst = page.Events[0].Sequence
+		return s.readHistory(ctx, count)
+	case len(page.Events) == 0 && page.Last > after:
+		s.logFirst = page.Last + 1
+		return s.readHistory(ctx, count)
+	}
+	for _, entry := range page.Events {
 		s.read = append(s.read, eventOf(entry))
 	}
-	return int64(len(entries)) == count, nil
+	return int64(len(page.Events)) == count, nil
+}
+
+// readHistory reads at least count events after those read from the
+// history into s.read, when it holds them, and reports whether it read
+// any; the subscription's end when the history does not hold the next
+// event.
+func (s *Subscription) readHistory(ctx context.Context, count int64) (bool, error) {
+	after := s.readThrough()
+	events, err := s.streams.history.EventsAfter(ctx, s.account, after, int(count))
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
+	}
+	if len(events) == 0 || events[0].Sequence != after+1 {
+		s.read = nil
+		return false, s.gone(ctx)
+	}
+	s.read = append(s.read, events...)
+	return true, nil
+}
+
+// fill reads the events after those read through sequence through into
+// s.read, from the log or the history; the subscription's end when
+// neither holds them.
+func (s *Subscription) fill(ctx context.Context, through int64) error {
+	for s.readThrough() < through {
+		before := s.readThrough()
+		if _, err := s.readLog(ctx, max(eventPage, through-before)); err != nil {
+			return err
+		}
+		if s.readThrough() == before {
+			return s.gone(ctx)
+		}
+		if next := s.read[0].Sequence; next != s.last+1 {
+			// A hole in the log (only a write Redis lost leaves one).
+			s.read = nil
+			return s.goneTo(ctx, next)
+		}
+	}
+	return nil
 }
 
 // deliver returns event if it is the one after the last returned: the log
@@ -592,14 +703,34 @@ func (s *Subscription) deliver(ctx context.Context, event orders.Event) (orders.
 	return event, true, nil
 }
 
-// gone is the error of a subscription whose next events the log no longer
-// holds.
+// gone is the error of a subscription whose next events neither the log
+// nor the history holds.
 func (s *Subscription) gone(ctx context.Context) error {
 	first, last, err := s.streams.queue.LogBounds(ctx, s.account)
 	if err != nil {
 		return fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
 	}
+	if history := s.streams.history; history != nil {
+		held, err := history.FirstEventSequence(ctx, s.account)
+		if err != nil {
+			return fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
+		}
+		if held > 0 && held < first {
+			first = held
+		}
+	}
 	return &EventsExpiredError{After: s.last, First: first, Last: last}
+}
+
+// goneTo is gone for a subscription whose log goes on at next after a
+// hole.
+func (s *Subscription) goneTo(ctx context.Context, next int64) error {
+	err := s.gone(ctx)
+	var expired *EventsExpiredError
+	if errors.As(err, &expired) {
+		expired.First = next
+	}
+	return err
 }
 
 // end ends s for its reader with err; the streams' mu is held.

@@ -296,3 +296,125 @@ func TestEventSubscriptionsEndWhenTheLogLacksTheirNextEvent(t *testing.T) {
 		t.Errorf("after the gap: %v, %v; want expired after 2, the log going on at 4", ok, err)
 	}
 }
+
+// historyStreams is event streams that read f's history, and an archiver
+// of f's logs running until the test ends, with a hot tail of hot.
+func historyStreams(t testing.TB, f *archiveFixture, hot emq.LogHotTail) *placement.EventStreams {
+	t.Helper()
+	archiver := f.archiver(nil, hot)
+	ctx, stop := context.WithCancel(context.Background())
+	var running sync.WaitGroup
+	running.Go(func() { archiver.Run(ctx) })
+	t.Cleanup(func() { stop(); running.Wait() })
+	return newEventStreams(t, f.queue, placement.WithEventHistory(f.history))
+}
+
+// Subscriptions that resume further back than the log holds, while events
+// keep coming and the archiver keeps moving them from the log to the
+// history, get every event after their position once and in order: from
+// the history, then the log, then the tail loop, across each boundary
+// without a gap or a repeat, however far the log moved meanwhile.
+func TestSubscriptionsResumeFromTheHistoryThenJoinTheLiveTail(t *testing.T) {
+	f := newArchiveFixture(t)
+	streams := historyStreams(t, f, emq.LogHotTail{Count: 20, Age: 20 * time.Millisecond})
+	const total = 3000
+	appendEvents(t, f.queue, "acct", 1000)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if first, _ := logBounds(t, f.queue, "acct"); first > 900 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the archiver did not trim the log")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	appending := make(chan struct{})
+	go func() {
+		defer close(appending)
+		for range (total - 1000) / 50 {
+			appendEvents(t, f.queue, "acct", 50)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	var readers sync.WaitGroup
+	for i, after := range []int64{0, 0, 1, 499, 900, 999, -1} {
+		readers.Go(func() {
+			time.Sleep(time.Duration(i) * 30 * time.Millisecond)
+			var subscription *placement.Subscription
+			var err error
+			if after < 0 {
+				// Further back than the log holds by the time it reads.
+				_, last := logBounds(t, f.queue, "acct")
+				after = last - 500
+			}
+			subscription, err = streams.Subscribe(context.Background(), "acct", after)
+			if err != nil {
+				t.Errorf("subscribe after %d: %v", after, err)
+				return
+			}
+			defer subscription.Close()
+			readUntil(t, subscription, total)
+		})
+	}
+	readers.Wait()
+	<-appending
+	if first, _ := logBounds(t, f.queue, "acct"); first <= 1000 {
+		t.Errorf("the log still holds %d: the readers may not have crossed into it from the history", first)
+	}
+}
+
+// A position is refused (410) only when the history no longer holds the
+// event after it, being older than the retention: one in the history but
+// not in the log is resumed from.
+func TestOnlyAPositionPastTheHistorysRetentionIsRefused(t *testing.T) {
+	f := newArchiveFixture(t)
+	ctx := context.Background()
+	hot := emq.LogHotTail{Count: 10, Age: time.Hour}
+	archiver := f.archiver(nil, hot, placement.WithEventsRetention(time.Hour))
+	pass(t, archiver)
+	for range 4 {
+		appendEvents(t, f.queue, "acct", 25)
+		pass(t, archiver)
+	}
+	if first, last := logBounds(t, f.queue, "acct"); first != 91 || last != 100 {
+		t.Fatalf("the log holds %d..%d, want its newest ten", first, last)
+	}
+	// The chunks up to 50 were archived two hours ago: past the retention.
+	if _, err := f.db.Exec(ctx, `UPDATE account_event_chunks SET archived_at = now() - interval '2 hours' WHERE last_sequence <= 50`); err != nil {
+		t.Fatal(err)
+	}
+	if pruned, err := archiver.Prune(ctx, time.Now()); err != nil || pruned != 2 {
+		t.Fatalf("pruned %d chunks, %v; want the two up to 50", pruned, err)
+	}
+	streams := newEventStreams(t, f.queue, placement.WithEventHistory(f.history))
+	for _, tt := range []struct {
+		after   int64
+		expired bool
+	}{
+		{after: 0, expired: true},
+		{after: 49, expired: true},
+		{after: 50},
+		{after: 75},
+		{after: 89},
+		{after: 90},
+		{after: 100},
+		{after: 101, expired: true},
+	} {
+		t.Run("after "+strconv.FormatInt(tt.after, 10), func(t *testing.T) {
+			subscription, err := streams.Subscribe(ctx, "acct", tt.after)
+			var expired *placement.EventsExpiredError
+			if tt.expired != errors.As(err, &expired) {
+				t.Fatalf("subscribe: %v; want expired: %v", err, tt.expired)
+			}
+			if tt.expired {
+				if expired.Last != 100 || expired.Ahead() != (tt.after > 100) || (!expired.Ahead() && expired.First != 51) {
+					t.Errorf("%+v, want the history from 51 and the log to 100", expired)
+				}
+				return
+			}
+			defer subscription.Close()
+			readUntil(t, subscription, 100)
+		})
+	}
+}

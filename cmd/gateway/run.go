@@ -226,7 +226,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	// The event streams' tail loop holds one connection of the pool while
 	// it waits (go-redis extends its read timeout by the block).
-	events := placement.NewEventStreams(ordersQueue, placement.WithEventLogger(log))
+	// A stream that resumes further back than Redis's hot tail reads the
+	// history in PostgreSQL first.
+	events := placement.NewEventStreams(ordersQueue, placement.WithEventLogger(log),
+		placement.WithEventHistory(postgres.NewEventHistory(db)))
 	defer events.Close()
 	server := gateway.New(gateway.Deps{
 		Placer:      placer,
