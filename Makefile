@@ -138,3 +138,18 @@ BENCHFLAGS ?=
 bench:
 	bash scripts/deps.sh
 	go run ./cmd/bench $(BENCHFLAGS)
+
+# The soak (cmd/bench -phases soak), in no other target: a gateway process
+# and a worker with their defaults, orders over HTTP at a steady rate
+# (SOAKFLAGS='-soak-rate 500 -soak-accounts 2000 -soak-streams 50', the
+# defaults), Redis's used_memory, the dedup windows, the accounts' event
+# logs and the history's size in PostgreSQL sampled every 10 s and printed
+# as they come, then a row a minute and the growth before and after the
+# hot tail (10 minutes) is full. SOAK is its length, at least 20m to see
+# the memory level off.
+.PHONY: soak
+SOAK ?= 20m
+SOAKFLAGS ?=
+soak:
+	bash scripts/deps.sh
+	go run ./cmd/bench -phases soak -soak-duration $(SOAK) $(SOAKFLAGS)

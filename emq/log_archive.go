@@ -256,8 +256,9 @@ type LogMemory struct {
 	// Logs is the groups' logs, Count how many there are.
 	Logs  int64
 	Count int
-	// Index is the hashes, the due set and the change stream beside them.
-	Index int64
+	// Index is the hashes and the due set beside them (a field or two per
+	// group and per source), Changes the change stream (capped).
+	Index, Changes int64
 }
 
 // LogMemoryUsage measures the queue's logs, for benchmarks: it scans the
@@ -276,15 +277,19 @@ func (q *Queue) LogMemoryUsage(ctx context.Context) (LogMemory, error) {
 	for _, key := range []string{q.logSequencesKey(), q.logSourcesKey(), q.logArchivedKey(), q.logDueKey(), q.logChangesKey()} {
 		cmds = append(cmds, pipe.MemoryUsage(ctx, key, 0))
 	}
+	changes := len(cmds) - 1
 	// Each command's error is read below: a missing key fails only its own.
 	_, _ = pipe.Exec(ctx)
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
 			return LogMemory{}, fmt.Errorf("emq: memory usage of the logs of %s: %w", q.name, err)
 		}
-		if i < len(logs) {
+		switch {
+		case i < len(logs):
 			usage.Logs += cmd.Val()
-		} else {
+		case i == changes:
+			usage.Changes = cmd.Val()
+		default:
 			usage.Index += cmd.Val()
 		}
 	}

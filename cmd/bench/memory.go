@@ -5,8 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/govalues/decimal"
@@ -15,6 +18,8 @@ import (
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/settlement"
 )
 
 var (
@@ -61,6 +66,8 @@ type memoryResult struct {
 	// dedup entries of the orders queue and of the balances coherence queue.
 	OrderDedup     dedupResult `json:"order_dedup"`
 	CoherenceDedup dedupResult `json:"coherence_dedup"`
+	// Events is what orders' events cost Redis and PostgreSQL.
+	Events eventsMemoryResult `json:"events"`
 }
 
 // dedupResult is what one queue's dedup windows hold per admitted job once
@@ -312,4 +319,267 @@ func (e *env) measureDedups(ctx context.Context, jobs int, progress func(string,
 		return placement.CoherenceJob(orders.OutboxEntry{Name: name, Payload: name + "@" + strconv.Itoa(10+i/(2*len(e.accounts)))}), nil
 	}, progress)
 	return orderDedup, coherenceDedup, err
+}
+
+// eventsMemoryResult is what an order's events cost, measured on orders
+// settled by a worker (buys and sells at one price, so they trade): Redis
+// while they are in the accounts' logs (the hot tail; before issue 23 the
+// logs kept a day of them), PostgreSQL once archived, and a resume read
+// back from the history.
+type eventsMemoryResult struct {
+	Orders         int     `json:"orders"`
+	Accounts       int     `json:"accounts"`
+	Events         int64   `json:"events"`
+	EventsPerOrder float64 `json:"events_per_order"`
+	// RedisBytesPerOrder is the used_memory the logs gave back when every
+	// event left the hot tail, per order: what an order's events cost
+	// Redis while they are in it. LogUsagePerOrder is the logs' MEMORY
+	// USAGE per order before.
+	RedisBytesPerOrder float64 `json:"redis_bytes_per_order_in_hot_tail"`
+	LogUsagePerOrder   float64 `json:"log_memory_usage_per_order"`
+	// RedisLeftPerOrder is the logs' MEMORY USAGE per order once trimmed:
+	// the hashes of sequences, archived positions and sources (a field or
+	// two per account and per source), the change stream left out (it is
+	// capped at 100,000 announcements, whatever the rate).
+	RedisLeftPerOrder float64 `json:"redis_bytes_per_order_after_hot_tail"`
+	// HistoryBytesPerOrder is account_event_chunks' size (table, TOAST,
+	// indexes) per order; HistoryChunks its rows.
+	HistoryBytesPerOrder float64 `json:"history_bytes_per_order"`
+	HistoryChunks        int64   `json:"history_chunks"`
+	// ResumeEvents were read through a subscription resuming from 0 with
+	// the log trimmed, all from the history, in ResumeMs: an account's
+	// events (the measurement's, repeated) appended, archived and trimmed
+	// for it.
+	ResumeEvents int     `json:"resume_events"`
+	ResumeMs     float64 `json:"resume_ms"`
+}
+
+// markdown is the events' table.
+func (r eventsMemoryResult) markdown() string {
+	if r.Orders == 0 {
+		return ""
+	}
+	hotTail := emq.DefaultLogHotTail.Age + placement.DefaultEventArchiveDelay
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n| Accounts' events, %d orders settled (%d accounts), %d events | per order |\n|---|---:|\n", r.Orders, r.Accounts, r.Events)
+	fmt.Fprintf(&b, "| events | %.2f |\n", r.EventsPerOrder)
+	fmt.Fprintf(&b, "| Redis B while in the hot tail (used_memory given back by the trim) | %.0f |\n", r.RedisBytesPerOrder)
+	fmt.Fprintf(&b, "| Redis B while in the hot tail (MEMORY USAGE of the logs) | %.0f |\n", r.LogUsagePerOrder)
+	fmt.Fprintf(&b, "| Redis B once out of the hot tail (the logs' hashes, per account) | %.1f |\n", r.RedisLeftPerOrder)
+	fmt.Fprintf(&b, "| PostgreSQL B of history (account_event_chunks with TOAST and indexes; %d chunks) | %.0f |\n", r.HistoryChunks, r.HistoryBytesPerOrder)
+	fmt.Fprintf(&b, "\nAt 1,000 orders/s the hot tail (%s, the archive delay included) holds %.2f GB of Redis, where a day of events held %.0f GB before; the history takes %.1f GB of PostgreSQL a day, %.0f GB for a week (EVENTS_RETENTION). A resume from the history read %d events in %.0f ms.\n",
+		hotTail, 1000*hotTail.Seconds()*r.RedisBytesPerOrder/1e9, 86400*1000*r.RedisBytesPerOrder/1e9,
+		86400*1000*r.HistoryBytesPerOrder/1e9, 7*86400*1000*r.HistoryBytesPerOrder/1e9, r.ResumeEvents, r.ResumeMs)
+	return b.String()
+}
+
+// eventsMeasureDelay is how soon the measurement's worker archives.
+const eventsMeasureDelay = 200 * time.Millisecond
+
+// measureEvents places orders on a fresh queue that a worker of its own
+// settles, whose archiver keeps everything in the hot tail, and reads what
+// the events cost Redis and the history once all are archived; then trims
+// the logs and resumes a stream from the history.
+func (e *env) measureEvents(ctx context.Context, s *servers, count int, progress func(string, ...any)) (eventsMemoryResult, error) {
+	r := eventsMemoryResult{Orders: count, Accounts: len(e.accounts)}
+	config := settlement.DefaultConfig()
+	config.Queue = "bench-events-" + e.run
+	config.EventsHotTail = emq.LogHotTail{Count: math.MaxInt32, Age: 24 * time.Hour}
+	config.EventsArchiveDelay = eventsMeasureDelay
+	deps, err := settlement.Connect(ctx, s.databaseURL, s.redisURL, config, e.log)
+	if err != nil {
+		return r, err
+	}
+	defer deps.Close()
+	worker, err := settlement.New(ctx, deps, config)
+	if err != nil {
+		return r, err
+	}
+	history := postgres.NewEventHistory(e.db)
+	historyBefore, err := history.Size(ctx)
+	if err != nil {
+		return r, err
+	}
+	workCtx, cancelWork := context.WithCancel(ctx)
+	workDone := make(chan error, 1)
+	go func() { workDone <- worker.Run(workCtx) }()
+	stopWork := sync.OnceValue(func() error { cancelWork(); return <-workDone })
+	defer stopWork()
+
+	queue := e.queue.Queue(config.Queue)
+	defer func() { _ = queue.Purge(context.WithoutCancel(ctx)) }()
+	placer := placement.NewPlacer(queue)
+	var next atomic.Int64
+	var placing sync.WaitGroup
+	failures := make(chan error, 32)
+	for range 32 {
+		placing.Go(func() {
+			for i := next.Add(1) - 1; i < int64(count) && ctx.Err() == nil; i = next.Add(1) - 1 {
+				side := orders.Buy
+				if i%2 == 1 {
+					side = orders.Sell
+				}
+				_, err := placer.Place(ctx, orders.PlaceCommand{
+					Account: e.accounts[int(i/2)%len(e.accounts)], ClientOrderID: fmt.Sprintf("ev-%s-%07d", e.run, i),
+					Symbol: "BTC-USD", Side: side, Type: orders.Limit, Quantity: benchQuantity, Price: benchPrice,
+				})
+				if err != nil {
+					failures <- err
+					return
+				}
+			}
+		})
+	}
+	placing.Wait()
+	close(failures)
+	if err := <-failures; err != nil {
+		return r, err
+	}
+	progress("memory: events: %d orders placed; waiting for their settlement, events and archiving…", count)
+	coherenceQueue := e.queue.Queue(coherence.Queue(placement.BalancesTable))
+	if err := waitFor(ctx, 10*time.Minute, func() error {
+		stats, err := queue.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		balances, err := coherenceQueue.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		var unrelayed int
+		if err := e.db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE relayed_at IS NULL`).Scan(&unrelayed); err != nil {
+			return err
+		}
+		if left := stats.Pending + stats.Active + stats.Delayed + balances.Pending + balances.Active + balances.Delayed + int64(unrelayed); left > 0 {
+			return fmt.Errorf("%d orders, balance changes and outbox rows left", left)
+		}
+		lasts, err := queue.LastLogSequences(ctx, e.accounts)
+		if err != nil {
+			return err
+		}
+		archived, err := queue.LogsArchived(ctx, e.accounts)
+		if err != nil {
+			return err
+		}
+		r.Events = 0
+		for _, account := range e.accounts {
+			if archived[account] < lasts[account] {
+				return fmt.Errorf("%s archived through %d of %d", account, archived[account], lasts[account])
+			}
+			r.Events += lasts[account]
+		}
+		return nil
+	}); err != nil {
+		return r, fmt.Errorf("events: %w", err)
+	}
+	if err := stopWork(); err != nil {
+		return r, err
+	}
+
+	perOrder := func(bytes int64) float64 { return float64(bytes) / float64(count) }
+	r.EventsPerOrder = float64(r.Events) / float64(count)
+	logs, err := queue.LogMemoryUsage(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.LogUsagePerOrder = perOrder(logs.Logs + logs.Index)
+	historyAfter, err := history.Size(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.HistoryBytesPerOrder = perOrder(historyAfter - historyBefore)
+	if err := e.db.QueryRow(ctx, `SELECT count(*) FROM account_event_chunks WHERE account_id = ANY($1)`, e.accounts).Scan(&r.HistoryChunks); err != nil {
+		return r, err
+	}
+	trimmedFrom, err := usedMemory(ctx, e)
+	if err != nil {
+		return r, err
+	}
+	marks := make([]emq.LogMark, len(e.accounts))
+	for i, account := range e.accounts {
+		marks[i] = emq.LogMark{Group: account}
+	}
+	for {
+		marked, err := queue.MarkLogsArchived(ctx, marks, emq.LogHotTail{})
+		if err != nil {
+			return r, err
+		}
+		dropped := int64(0)
+		for _, m := range marked {
+			dropped += m.Dropped
+		}
+		if dropped == 0 {
+			break
+		}
+	}
+	trimmed, err := usedMemory(ctx, e)
+	if err != nil {
+		return r, err
+	}
+	r.RedisBytesPerOrder = perOrder(trimmedFrom - trimmed)
+	if logs, err = queue.LogMemoryUsage(ctx); err != nil {
+		return r, err
+	}
+	r.RedisLeftPerOrder = perOrder(logs.Logs + logs.Index)
+
+	if r.ResumeEvents, r.ResumeMs, err = e.measureResume(ctx, queue, history, 10_000); err != nil {
+		return r, err
+	}
+	progress("memory: events: %.2f per order, %.0f B of Redis per order in the hot tail, %.0f B of history; %d events resumed from the history in %.0f ms",
+		r.EventsPerOrder, r.RedisBytesPerOrder, r.HistoryBytesPerOrder, r.ResumeEvents, r.ResumeMs)
+	return r, nil
+}
+
+// measureResume appends events to an account of its own, copies of the
+// measured events' in turn, archives them and trims its log, and times a
+// subscription resuming from 0: every event from the history.
+func (e *env) measureResume(ctx context.Context, queue *emq.Queue, history *postgres.EventHistory, count int) (int, float64, error) {
+	sample, err := history.EventsAfter(ctx, e.accounts[0], 0, 256)
+	if err != nil || len(sample) == 0 {
+		return 0, 0, fmt.Errorf("resume: no events to copy (%w)", err)
+	}
+	account := "bench-resume-" + e.run
+	for start := 0; start < count; start += 100 {
+		entries := make([]emq.LogEntry, 0, 100)
+		for i := start; i < min(start+100, count); i++ {
+			event := sample[i%len(sample)]
+			entries = append(entries, emq.LogEntry{ID: fmt.Sprintf("%s.%d", event.ID, i), Type: string(event.Type), Data: event.Data})
+		}
+		if _, err := queue.AppendLog(ctx, account, emq.LogSource{}, entries); err != nil {
+			return 0, 0, err
+		}
+	}
+	archiver := placement.NewEventArchiver(queue, history, e.log, placement.WithHotTail(emq.LogHotTail{}), placement.WithArchiveDelay(0))
+	if err := waitFor(ctx, time.Minute, func() error {
+		if err := archiver.Pass(ctx, time.Millisecond); err != nil {
+			return err
+		}
+		if first, last, err := queue.LogBounds(ctx, account); err != nil || first <= last {
+			return fmt.Errorf("resume: the log holds %d..%d (%v)", first, last, err)
+		}
+		return nil
+	}); err != nil {
+		return 0, 0, err
+	}
+	streams := placement.NewEventStreams(queue, placement.WithEventHistory(history), placement.WithEventLogger(e.log))
+	defer streams.Close()
+	started := time.Now()
+	subscription, err := streams.Subscribe(ctx, account, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer subscription.Close()
+	for read := 0; read < count; {
+		event, ok, err := subscription.Next(ctx, time.Second)
+		if err != nil {
+			return 0, 0, fmt.Errorf("resume from the history: %w", err)
+		}
+		if ok {
+			if event.Sequence != int64(read+1) {
+				return 0, 0, fmt.Errorf("resume from the history: event %d after %d", event.Sequence, read)
+			}
+			read++
+		}
+	}
+	return count, ms(time.Since(started)), nil
 }

@@ -102,6 +102,8 @@ func (r report) markdown() string {
 		fmt.Fprintf(&b, "| order payload (JSON) | %.0f |\n", m.PayloadBytes)
 		b.WriteString(m.dedupMarkdown())
 	}
+	b.WriteString(m.Events.markdown())
+	b.WriteString(r.Soak.markdown())
 	return b.String()
 }
 

@@ -25,6 +25,9 @@ type config struct {
 	duration    time.Duration
 	concurrency int
 	jobs        int
+	// eventOrders is how many orders the memory phase settles to measure
+	// their events.
+	eventOrders int
 	out         string
 	// phases are the phases to run, by name; all of them unless -phases says.
 	phases map[string]bool
@@ -40,13 +43,19 @@ type config struct {
 	settlement settlementConfig
 	// matching is the matching phase's flags (matching.go).
 	matching matchingConfig
+	// soak is the soak phase's flags (soak.go).
+	soak soakConfig
 	// cpuProfile is where the HTTP closed loop's CPU profile goes; none when
 	// empty.
 	cpuProfile string
 }
 
-// phaseNames are the phases in the order a run takes them.
-var phaseNames = []string{"admission", "replication", "queue", "settlement", "matching", "memory", "recovery", "tracking", "events"}
+// phaseNames are the phases in the order a run takes them; a run without
+// -phases takes all but the soak (make soak runs it alone).
+var phaseNames = []string{"admission", "replication", "queue", "settlement", "matching", "memory", "recovery", "tracking", "events", "soak"}
+
+// defaultPhases are the phases of a run without -phases.
+var defaultPhases = phaseNames[:len(phaseNames)-1]
 
 func parseConfig(args []string, stdout io.Writer) (config, error) {
 	var c config
@@ -56,13 +65,15 @@ func parseConfig(args []string, stdout io.Writer) (config, error) {
 	flags.DurationVar(&c.sweepDuration, "sweep-duration", 4*time.Second, "length of each rate of the admission open-loop sweep (0 skips it)")
 	flags.IntVar(&c.concurrency, "concurrency", 32, "closed-loop concurrency of the admission phases; the queue phase's enqueuers and workers")
 	flags.IntVar(&c.jobs, "jobs", 100_000, "order jobs admitted for the memory measurement")
+	flags.IntVar(&c.eventOrders, "event-orders", 10_000, "orders the memory phase settles to measure their events in Redis and PostgreSQL (0 skips it)")
 	flags.IntVar(&c.queueJobs, "queue-jobs", 40_000, "jobs per pass of the queue phase (emq against asynq)")
 	flags.Float64Var(&c.eventsRate, "events-rate", 0, "orders/s admitted while the events phase's streams are open; 0 is half the admission peak")
 	c.settlement.register(flags)
 	c.matching.register(flags)
+	c.soak.register(flags)
 	flags.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the admission closed loop over HTTP (gateway and load generator; an extra run, not counted) to this file")
 	flags.StringVar(&c.out, "out", "bench/results", "directory for the JSON and Markdown reports")
-	phases := flags.String("phases", strings.Join(phaseNames, ","), "comma-separated phases to run")
+	phases := flags.String("phases", strings.Join(defaultPhases, ","), "comma-separated phases to run, of "+strings.Join(phaseNames, ", "))
 	if err := flags.Parse(args[1:]); err != nil {
 		return config{}, err
 	}
@@ -83,6 +94,9 @@ func parseConfig(args []string, stdout io.Writer) (config, error) {
 		return config{}, err
 	}
 	if err := c.matching.validate(); err != nil {
+		return config{}, err
+	}
+	if err := c.soak.validate(); err != nil {
 		return config{}, err
 	}
 	if c.sweepDuration != 0 && c.sweepDuration < time.Second {
@@ -120,6 +134,7 @@ type report struct {
 	Recovery    []recoveryResult  `json:"recovery"`
 	Events      eventsResult      `json:"events"`
 	Tracking    trackingResult    `json:"tracking"`
+	Soak        soakResult        `json:"soak"`
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -182,10 +197,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			if r.Memory, err = e.measureMemory(ctx, c.jobs, progress); err != nil {
 				return fmt.Errorf("memory: %w", err)
 			}
+			if c.eventOrders > 0 {
+				progress("memory: events of %d orders settled…", c.eventOrders)
+				if r.Memory.Events, err = e.measureEvents(ctx, servers, c.eventOrders, progress); err != nil {
+					return fmt.Errorf("memory: %w", err)
+				}
+			}
 			return nil
 		},
 		"events": func() (err error) {
 			r.Events, err = e.events(ctx, c, servers, r.HTTPClosed.PerSecond, progress)
+			return err
+		},
+		"soak": func() (err error) {
+			r.Soak, err = e.soak(ctx, c.soak, servers, progress)
 			return err
 		},
 		"tracking": func() (err error) {
