@@ -1694,12 +1694,13 @@ type ClientInterface interface {
 	// Without either, the stream starts with the events that come from
 	// now on.
 	//
-	// **Retention.** The stream keeps each account's newest 10,000
-	// events and every event of the last 24 hours. A position whose next
-	// event is gone is answered `410` (`events-expired`), as is a
-	// position past the last event given (Redis lost its newest writes):
-	// read the current state from the REST routes, then stream after the
-	// problem's `last_sequence`.
+	// **Retention.** The stream keeps each account's events for 7 days
+	// (the newest minutes in Redis, the rest in PostgreSQL, from which a
+	// stream that resumes further back is served before it joins the live
+	// events). A position whose next event is older is answered `410`
+	// (`events-expired`), as is a position past the last event given
+	// (Redis lost its newest writes): read the current state from the
+	// REST routes, then stream after the problem's `last_sequence`.
 	//
 	// **Slow clients.** A client that reads more slowly than its events
 	// come, by a whole buffer (1,024 events), is disconnected rather than
@@ -2007,12 +2008,13 @@ func (c *Client) ListBalances(ctx context.Context, params *ListBalancesParams, r
 // Without either, the stream starts with the events that come from
 // now on.
 //
-// **Retention.** The stream keeps each account's newest 10,000
-// events and every event of the last 24 hours. A position whose next
-// event is gone is answered `410` (`events-expired`), as is a
-// position past the last event given (Redis lost its newest writes):
-// read the current state from the REST routes, then stream after the
-// problem's `last_sequence`.
+// **Retention.** The stream keeps each account's events for 7 days
+// (the newest minutes in Redis, the rest in PostgreSQL, from which a
+// stream that resumes further back is served before it joins the live
+// events). A position whose next event is older is answered `410`
+// (`events-expired`), as is a position past the last event given
+// (Redis lost its newest writes): read the current state from the
+// REST routes, then stream after the problem's `last_sequence`.
 //
 // **Slow clients.** A client that reads more slowly than its events
 // come, by a whole buffer (1,024 events), is disconnected rather than
@@ -3171,12 +3173,13 @@ type ClientWithResponsesInterface interface {
 	// Without either, the stream starts with the events that come from
 	// now on.
 	//
-	// **Retention.** The stream keeps each account's newest 10,000
-	// events and every event of the last 24 hours. A position whose next
-	// event is gone is answered `410` (`events-expired`), as is a
-	// position past the last event given (Redis lost its newest writes):
-	// read the current state from the REST routes, then stream after the
-	// problem's `last_sequence`.
+	// **Retention.** The stream keeps each account's events for 7 days
+	// (the newest minutes in Redis, the rest in PostgreSQL, from which a
+	// stream that resumes further back is served before it joins the live
+	// events). A position whose next event is older is answered `410`
+	// (`events-expired`), as is a position past the last event given
+	// (Redis lost its newest writes): read the current state from the
+	// REST routes, then stream after the problem's `last_sequence`.
 	//
 	// **Slow clients.** A client that reads more slowly than its events
 	// come, by a whole buffer (1,024 events), is disconnected rather than
@@ -5166,12 +5169,13 @@ func (c *ClientWithResponses) ListBalancesWithResponse(ctx context.Context, para
 // Without either, the stream starts with the events that come from
 // now on.
 //
-// **Retention.** The stream keeps each account's newest 10,000
-// events and every event of the last 24 hours. A position whose next
-// event is gone is answered `410` (`events-expired`), as is a
-// position past the last event given (Redis lost its newest writes):
-// read the current state from the REST routes, then stream after the
-// problem's `last_sequence`.
+// **Retention.** The stream keeps each account's events for 7 days
+// (the newest minutes in Redis, the rest in PostgreSQL, from which a
+// stream that resumes further back is served before it joins the live
+// events). A position whose next event is older is answered `410`
+// (`events-expired`), as is a position past the last event given
+// (Redis lost its newest writes): read the current state from the
+// REST routes, then stream after the problem's `last_sequence`.
 //
 // **Slow clients.** A client that reads more slowly than its events
 // come, by a whole buffer (1,024 events), is disconnected rather than
