@@ -399,7 +399,7 @@ func (a *EventArchiver) archiveAccounts(ctx context.Context, accounts []string) 
 			// More than a chunk, or announced since: due again, the
 			// first at once.
 			if len(runs[mark.Group]) == eventChunk {
-				p.since = time.Time{}
+				p.since = now.Add(-a.delay)
 			} else if p.last > p.archived {
 				p.since = now
 			}
@@ -410,11 +410,9 @@ func (a *EventArchiver) archiveAccounts(ctx context.Context, accounts []string) 
 		if p == nil {
 			continue
 		}
-		if read[account] == nil {
-			// Nothing past the archived position: archived by another.
-			p.archived = max(p.archived, archived[account])
-		}
-		if p.last <= p.archived {
+		// Nothing past the archived position: archived by another (or
+		// announced and lost with Redis); a later append is announced.
+		if read[account] == nil || p.last <= p.archived {
 			delete(a.pending, account)
 		}
 	}
