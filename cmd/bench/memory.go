@@ -381,7 +381,13 @@ const eventsMeasureDelay = 200 * time.Millisecond
 // the events cost Redis and the history once all are archived; then trims
 // the logs and resumes a stream from the history.
 func (e *env) measureEvents(ctx context.Context, s *servers, count int, progress func(string, ...any)) (eventsMemoryResult, error) {
-	r := eventsMemoryResult{Orders: count, Accounts: len(e.accounts)}
+	// Accounts of its own: the history is the accounts', whatever queue
+	// their log is on.
+	accounts, _, err := e.soakAccounts(ctx, benchAccounts)
+	if err != nil {
+		return eventsMemoryResult{}, err
+	}
+	r := eventsMemoryResult{Orders: count, Accounts: len(accounts)}
 	config := settlement.DefaultConfig()
 	config.Queue = "bench-events-" + e.run
 	config.EventsHotTail = emq.LogHotTail{Count: math.MaxInt32, Age: 24 * time.Hour}
@@ -420,7 +426,7 @@ func (e *env) measureEvents(ctx context.Context, s *servers, count int, progress
 					side = orders.Sell
 				}
 				_, err := placer.Place(ctx, orders.PlaceCommand{
-					Account: e.accounts[int(i/2)%len(e.accounts)], ClientOrderID: fmt.Sprintf("ev-%s-%07d", e.run, i),
+					Account: accounts[int(i/2)%len(accounts)], ClientOrderID: fmt.Sprintf("ev-%s-%07d", e.run, i),
 					Symbol: "BTC-USD", Side: side, Type: orders.Limit, Quantity: benchQuantity, Price: benchPrice,
 				})
 				if err != nil {
@@ -453,16 +459,16 @@ func (e *env) measureEvents(ctx context.Context, s *servers, count int, progress
 		if left := stats.Pending + stats.Active + stats.Delayed + balances.Pending + balances.Active + balances.Delayed + int64(unrelayed); left > 0 {
 			return fmt.Errorf("%d orders, balance changes and outbox rows left", left)
 		}
-		lasts, err := queue.LastLogSequences(ctx, e.accounts)
+		lasts, err := queue.LastLogSequences(ctx, accounts)
 		if err != nil {
 			return err
 		}
-		archived, err := queue.LogsArchived(ctx, e.accounts)
+		archived, err := queue.LogsArchived(ctx, accounts)
 		if err != nil {
 			return err
 		}
 		r.Events = 0
-		for _, account := range e.accounts {
+		for _, account := range accounts {
 			if archived[account] < lasts[account] {
 				return fmt.Errorf("%s archived through %d of %d", account, archived[account], lasts[account])
 			}
@@ -488,15 +494,15 @@ func (e *env) measureEvents(ctx context.Context, s *servers, count int, progress
 		return r, err
 	}
 	r.HistoryBytesPerOrder = perOrder(historyAfter - historyBefore)
-	if err := e.db.QueryRow(ctx, `SELECT count(*) FROM account_event_chunks WHERE account_id = ANY($1)`, e.accounts).Scan(&r.HistoryChunks); err != nil {
+	if err := e.db.QueryRow(ctx, `SELECT count(*) FROM account_event_chunks WHERE account_id = ANY($1)`, accounts).Scan(&r.HistoryChunks); err != nil {
 		return r, err
 	}
 	trimmedFrom, err := usedMemory(ctx, e)
 	if err != nil {
 		return r, err
 	}
-	marks := make([]emq.LogMark, len(e.accounts))
-	for i, account := range e.accounts {
+	marks := make([]emq.LogMark, len(accounts))
+	for i, account := range accounts {
 		marks[i] = emq.LogMark{Group: account}
 	}
 	for {
@@ -522,7 +528,7 @@ func (e *env) measureEvents(ctx context.Context, s *servers, count int, progress
 	}
 	r.RedisLeftPerOrder = perOrder(logs.Logs + logs.Index)
 
-	if r.ResumeEvents, r.ResumeMs, err = e.measureResume(ctx, queue, history, 10_000); err != nil {
+	if r.ResumeEvents, r.ResumeMs, err = e.measureResume(ctx, queue, history, accounts[0], 10_000); err != nil {
 		return r, err
 	}
 	progress("memory: events: %.2f per order, %.0f B of Redis per order in the hot tail, %.0f B of history; %d events resumed from the history in %.0f ms",
@@ -533,8 +539,8 @@ func (e *env) measureEvents(ctx context.Context, s *servers, count int, progress
 // measureResume appends events to an account of its own, copies of the
 // measured events' in turn, archives them and trims its log, and times a
 // subscription resuming from 0: every event from the history.
-func (e *env) measureResume(ctx context.Context, queue *emq.Queue, history *postgres.EventHistory, count int) (int, float64, error) {
-	sample, err := history.EventsAfter(ctx, e.accounts[0], 0, 256)
+func (e *env) measureResume(ctx context.Context, queue *emq.Queue, history *postgres.EventHistory, from string, count int) (int, float64, error) {
+	sample, err := history.EventsAfter(ctx, from, 0, 256)
 	if err != nil || len(sample) == 0 {
 		return 0, 0, fmt.Errorf("resume: no events to copy (%w)", err)
 	}
