@@ -268,15 +268,15 @@ func (a *EventArchiver) reconcile(ctx context.Context) error {
 	}
 	now := time.Now()
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	for _, position := range positions {
 		if position.Last > position.Archived {
 			a.note(position.Group, position.Last, position.Archived, now)
 		}
 	}
 	a.scan = next
+	a.scanning = next != 0
+	a.mu.Unlock()
 	if next == 0 {
-		a.scanning = false
 		// Readers whose processes are gone are removed now and then.
 		if err := a.queue.LeaveLogChanges(ctx, archiveShare, "", archiveReaderIdle); err != nil {
 			a.log.Warn("event archiver: removing idle readers of the change stream failed", "err", err)
