@@ -31,7 +31,7 @@ var (
 )
 
 // MaxChunkEvents is the most events one chunk of the history holds (the
-// table's check, migrations/0011): a reader looks this far back for the
+// table's check, migrations/0013): a reader looks this far back for the
 // chunk that holds an event.
 const MaxChunkEvents = 1023
 
