@@ -14,21 +14,21 @@ import (
 // connection stays with whoever opened it (often an emq.Client, through its
 // Redis method).
 type Client struct {
-	rdb redis.UniversalClient
-	log *slog.Logger
+	rdb    redis.UniversalClient
+	logger *slog.Logger
 }
 
 // Option configures New.
 type Option func(*Client)
 
 // WithLogger sets the logger of the subscriptions; slog.Default otherwise.
-func WithLogger(log *slog.Logger) Option {
-	return func(c *Client) { c.log = log }
+func WithLogger(logger *slog.Logger) Option {
+	return func(c *Client) { c.logger = logger }
 }
 
 // New runs the coherence moves on rdb.
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
-	c := &Client{rdb: rdb, log: slog.Default()}
+	c := &Client{rdb: rdb, logger: slog.Default()}
 	for _, opt := range opts {
 		opt(c)
 	}

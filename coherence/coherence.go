@@ -345,7 +345,7 @@ const defaultHealthTimeout = 30 * time.Second
 // Subscription is a running subscription to one table's broadcast channel.
 type Subscription struct {
 	table  string
-	log    *slog.Logger
+	logger *slog.Logger
 	pubsub *redis.PubSub
 	ring   *ring
 	apply  func(payload string)
@@ -390,7 +390,7 @@ func (c *Client) Subscribe(ctx context.Context, table string, capacity int, appl
 	metrics := newBroadcastMetrics(config.registerer)
 	s := &Subscription{
 		table:          table,
-		log:            c.log.With("coherence_table", table),
+		logger:         c.logger.With("coherence_table", table),
 		pubsub:         pubsub,
 		ring:           newRing(capacity),
 		apply:          apply,
@@ -444,11 +444,11 @@ func (s *Subscription) read(ctx context.Context, healthTimeout time.Duration) {
 					continue
 				}
 			}
-			trouble.Fail(s.log, err)
+			trouble.Fail(s.logger, err)
 			outage.Sleep(ctx, trouble.Backoff(0))
 			continue
 		}
-		trouble.Recover(s.log)
+		trouble.Recover(s.logger)
 		if m, ok := message.(*redis.Message); ok {
 			s.offer(m.Payload)
 		}
@@ -480,7 +480,7 @@ func (s *Subscription) applyLoop(ctx context.Context) {
 func (s *Subscription) applyOne(payload string) {
 	defer func() {
 		if recovered := recover(); recovered != nil {
-			s.log.Error("coherence apply panicked; the message is skipped", "panic", fmt.Sprint(recovered))
+			s.logger.Error("coherence apply panicked; the message is skipped", "panic", fmt.Sprint(recovered))
 		}
 	}()
 	s.apply(payload)

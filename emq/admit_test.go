@@ -410,8 +410,8 @@ func TestConnectWarnsWhenServerEvicts(t *testing.T) {
 		t.Run(tt.policy, func(t *testing.T) {
 			rdb := testserver.StartRedis(t, testserver.WithRedisConfig("maxmemory-policy", tt.policy)).Client(t)
 			var logs bytes.Buffer
-			log := slog.New(slog.NewTextHandler(&logs, nil))
-			if _, err := emq.Connect(context.Background(), rdb, emq.WithLogger(log)); err != nil {
+			logger := slog.New(slog.NewTextHandler(&logs, nil))
+			if _, err := emq.Connect(context.Background(), rdb, emq.WithLogger(logger)); err != nil {
 				t.Fatal(err)
 			}
 			warned := strings.Contains(logs.String(), "level=WARN") && strings.Contains(logs.String(), tt.policy)

@@ -29,13 +29,13 @@ func (w *worker) claimLoop(ctx context.Context) {
 		var wait time.Duration
 		switch {
 		case err != nil:
-			trouble.Fail(w.log, err)
+			trouble.Fail(w.logger, err)
 			wait = trouble.Backoff(w.options.IdlePoll)
 		case len(claims) == 0:
-			trouble.Recover(w.log)
+			trouble.Recover(w.logger)
 			wait, idle = idle, min(idle*2, idleCeiling)
 		default:
-			trouble.Recover(w.log)
+			trouble.Recover(w.logger)
 			idle = w.options.IdlePoll
 			w.metrics.claimed.Add(float64(len(claims)))
 			deadlines := w.leaseDeadlines(claims, sentAt)
@@ -110,7 +110,7 @@ func (w *worker) leaseDeadlines(claims []Claim, sentAt time.Time) []time.Time {
 			deadlines[i] = renewedAt.Add(w.options.Lease)
 		case isRefusal(err):
 			deadlines[i] = time.Time{}
-			w.log.Warn("lease lost before the job started: the claim answered too late", "job", claims[i].ID,
+			w.logger.Warn("lease lost before the job started: the claim answered too late", "job", claims[i].ID,
 				"token", claims[i].Token, "claim_took", time.Since(sentAt).String(), "err", err)
 			if errors.Is(err, ErrStale) {
 				w.metrics.staleRefusals.Inc()

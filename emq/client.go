@@ -28,8 +28,8 @@ const versionKey = "{emq}:version"
 
 // Client is a connection to the queue server whose protocol version was fenced.
 type Client struct {
-	rdb redis.UniversalClient
-	log *slog.Logger
+	rdb    redis.UniversalClient
+	logger *slog.Logger
 	// admits and permits carry the calls that arrive one per request (Admit,
 	// Queue.TakePermit), so concurrent requests share round trips.
 	admits, permits *coalescer
@@ -88,8 +88,8 @@ func (c *Client) checkAdmitReplicas() error {
 }
 
 // WithLogger sets the logger for start-up warnings; slog.Default otherwise.
-func WithLogger(log *slog.Logger) Option {
-	return func(c *Client) { c.log = log }
+func WithLogger(logger *slog.Logger) Option {
+	return func(c *Client) { c.logger = logger }
 }
 
 // Connect claims or verifies the protocol version before any other command:
@@ -108,7 +108,7 @@ func WithLogger(log *slog.Logger) Option {
 // that a promoted replica is reached within moments of its promotion rather
 // than at go-redis's next periodic reload, up to a minute later.
 func Connect(ctx context.Context, rdb redis.UniversalClient, opts ...Option) (*Client, error) {
-	c := &Client{rdb: rdb, log: slog.Default(), admits: newCoalescer(rdb, admitScript), permits: newCoalescer(rdb, rateLimitScript)}
+	c := &Client{rdb: rdb, logger: slog.Default(), admits: newCoalescer(rdb, admitScript), permits: newCoalescer(rdb, rateLimitScript)}
 	for _, opt := range opts {
 		opt(c)
 	}
@@ -171,11 +171,11 @@ func (c *Client) warnIfEvicting(ctx context.Context) {
 		policy, err := node.ConfigGet(ctx, "maxmemory-policy").Result()
 		if err != nil {
 			// Managed servers often refuse CONFIG; not knowing is not an error.
-			c.log.Debug("emq: cannot read maxmemory-policy", "err", err)
+			c.logger.Debug("emq: cannot read maxmemory-policy", "err", err)
 			return nil
 		}
 		if value := policy["maxmemory-policy"]; value != "noeviction" {
-			c.log.Warn("emq: server may evict keys and silently lose jobs; set maxmemory-policy noeviction",
+			c.logger.Warn("emq: server may evict keys and silently lose jobs; set maxmemory-policy noeviction",
 				"addr", node.Options().Addr, "maxmemory-policy", value)
 		}
 		return nil

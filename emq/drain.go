@@ -38,7 +38,7 @@ func (w *worker) drain() error {
 			stopped = append(stopped, job)
 		}
 	}
-	w.log.Warn("drain timeout: cancelling the handlers still running and releasing their jobs", "jobs", len(stopped))
+	w.logger.Warn("drain timeout: cancelling the handlers still running and releasing their jobs", "jobs", len(stopped))
 	// Releasing a job only once its handler returned keeps two runs of it
 	// from overlapping, unless a handler ignores its context.
 	graceCtx, cancelGrace := context.WithTimeout(context.Background(), reserve/2)

@@ -34,7 +34,7 @@ func (w *worker) complete(job *runningJob) {
 	case err == nil:
 		w.metrics.completed.Inc()
 		w.metrics.claimToComplete.Observe(time.Since(job.claimedAt).Seconds())
-		if w.log.Enabled(context.Background(), slog.LevelDebug) {
+		if w.logger.Enabled(context.Background(), slog.LevelDebug) {
 			w.jobLog(job).Debug("job completed", "took", time.Since(job.claimedAt).String())
 		}
 		if w.options.OnComplete != nil {

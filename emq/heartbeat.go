@@ -58,10 +58,10 @@ func (w *worker) renewLeases(budget time.Duration, trouble *outage.Tracker) {
 	}
 	if failure != nil {
 		// The expiry timers cancel the handlers if renewals keep failing.
-		trouble.Fail(w.log, failure)
+		trouble.Fail(w.logger, failure)
 		return
 	}
-	trouble.Recover(w.log)
+	trouble.Recover(w.logger)
 }
 
 // loseLease cancels a running job's handler for good: the queue no longer

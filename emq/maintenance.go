@@ -25,11 +25,11 @@ func (w *worker) reapLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			trouble.Fail(w.log, err)
+			trouble.Fail(w.logger, err)
 			wait = trouble.Backoff(w.options.ReapInterval)
 			continue
 		}
-		trouble.Recover(w.log)
+		trouble.Recover(w.logger)
 	}
 }
 
@@ -44,7 +44,7 @@ func (w *worker) reapExpired(ctx context.Context) error {
 		}
 		w.metrics.reaped.Add(float64(reaped.Requeued + reaped.Dead))
 		w.metrics.dead.Add(float64(reaped.Dead))
-		w.log.Info("took back jobs whose lease expired", "requeued", reaped.Requeued, "dead", reaped.Dead)
+		w.logger.Info("took back jobs whose lease expired", "requeued", reaped.Requeued, "dead", reaped.Dead)
 	}
 }
 
@@ -56,11 +56,11 @@ func (w *worker) promoteLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			trouble.Fail(w.log, err)
+			trouble.Fail(w.logger, err)
 			wait = trouble.Backoff(w.options.PromoteInterval)
 			continue
 		}
-		trouble.Recover(w.log)
+		trouble.Recover(w.logger)
 	}
 }
 
@@ -71,7 +71,7 @@ func (w *worker) promoteDue(ctx context.Context) error {
 			return err
 		}
 		if promoted > 0 {
-			w.log.Debug("promoted due retries", "jobs", promoted)
+			w.logger.Debug("promoted due retries", "jobs", promoted)
 		}
 		// A short batch means nothing else is due now.
 		if promoted < promoteBatch {
@@ -89,10 +89,10 @@ func (w *worker) sampleLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			trouble.Fail(w.log, err)
+			trouble.Fail(w.logger, err)
 			continue
 		}
-		trouble.Recover(w.log)
+		trouble.Recover(w.logger)
 		w.metrics.pending.Set(float64(depths.pending))
 		w.metrics.active.Set(float64(depths.active))
 		w.metrics.delayed.Set(float64(depths.delayed))

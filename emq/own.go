@@ -150,7 +150,7 @@ func (c *Client) Own(ctx context.Context, queues []*Queue, handler OwnHandler, o
 		cooldown:  make(map[string]time.Time),
 		freeSince: make(map[string]time.Time),
 	}
-	s.log = opts.Logger.With("worker", s.holder, "roster", opts.Roster)
+	s.logger = opts.Logger.With("worker", s.holder, "roster", opts.Roster)
 	return s.run(ctx)
 }
 
@@ -161,7 +161,7 @@ type spread struct {
 	handler OwnHandler
 	options OwnOptions
 	holder  string
-	log     *slog.Logger
+	logger  *slog.Logger
 
 	owned    map[string]*ownedQueue
 	finished chan *ownedQueue
@@ -220,11 +220,11 @@ func (s *spread) run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				continue
 			}
-			trouble.Fail(s.log, err)
+			trouble.Fail(s.logger, err)
 			tick.Reset(trouble.Backoff(s.options.Poll))
 			continue
 		}
-		trouble.Recover(s.log)
+		trouble.Recover(s.logger)
 		// The first beat only joins: workers started together see each
 		// other before any takes a share.
 		if joined {
@@ -345,7 +345,7 @@ func (s *spread) take(ctx context.Context, want int, neediest bool) {
 	states, err := ownerStates(callCtx, candidates)
 	cancel()
 	if err != nil {
-		s.log.Warn("cannot read the ownerships", "err", err)
+		s.logger.Warn("cannot read the ownerships", "err", err)
 		return
 	}
 	var free []*Queue
@@ -376,7 +376,7 @@ func (s *spread) take(ctx context.Context, want int, neediest bool) {
 			HoldOptions{Lease: s.options.Lease, Margin: s.options.Margin, Logger: s.options.Logger})
 		cancel()
 		if err != nil {
-			s.log.Warn("cannot acquire an ownership", "queue", queue.name, "err", err)
+			s.logger.Warn("cannot acquire an ownership", "queue", queue.name, "err", err)
 			continue
 		}
 		delete(s.freeSince, queue.name)
@@ -394,13 +394,13 @@ func (s *spread) start(queue *Queue, held *Held) {
 	ctx, cancel := context.WithCancelCause(held.Context())
 	owned := &ownedQueue{queue: queue, held: held, cancel: cancel, number: s.acquisitions}
 	s.owned[queue.name] = owned
-	s.log.Info("took the ownership of a queue", "queue", queue.name, "token", held.Token())
+	s.logger.Info("took the ownership of a queue", "queue", queue.name, "token", held.Token())
 	go func() {
 		owned.err = s.call(ctx, owned)
 		cancel(nil)
 		releaseCtx, cancelRelease := context.WithTimeout(context.Background(), s.options.Lease/3)
 		if err := held.Release(releaseCtx); err != nil {
-			s.log.Warn("cannot release an ownership; it ends with its lease", "queue", queue.name,
+			s.logger.Warn("cannot release an ownership; it ends with its lease", "queue", queue.name,
 				"token", held.Token(), "err", err)
 		}
 		cancelRelease()
@@ -411,7 +411,7 @@ func (s *spread) start(queue *Queue, held *Held) {
 func (s *spread) call(ctx context.Context, owned *ownedQueue) (err error) {
 	defer func() {
 		if recovered := recover(); recovered != nil {
-			s.log.Error("ownership handler panicked", "queue", owned.queue.name, "panic", fmt.Sprint(recovered),
+			s.logger.Error("ownership handler panicked", "queue", owned.queue.name, "panic", fmt.Sprint(recovered),
 				"stack", string(debug.Stack()))
 			err = fmt.Errorf("emq: ownership handler panicked: %v", recovered)
 		}
@@ -431,7 +431,7 @@ func (s *spread) handOver(n int) {
 	for _, owned := range keeping[:min(n, len(keeping))] {
 		owned.handingOver = true
 		owned.cancel(ErrHandOver)
-		s.log.Info("handing the ownership of a queue over", "queue", owned.queue.name, "token", owned.held.Token())
+		s.logger.Info("handing the ownership of a queue over", "queue", owned.queue.name, "token", owned.held.Token())
 	}
 }
 
@@ -442,10 +442,10 @@ func (s *spread) forget(owned *ownedQueue) {
 	lost := owned.lost()
 	switch {
 	case lost:
-		s.log.Warn("lost the ownership of a queue", "queue", owned.queue.name, "token", owned.held.Token(),
+		s.logger.Warn("lost the ownership of a queue", "queue", owned.queue.name, "token", owned.held.Token(),
 			"cause", context.Cause(owned.held.Context()).Error())
 	case owned.err != nil && !errors.Is(owned.err, context.Canceled):
-		s.log.Warn("ownership handler failed; the queue is left to the others for a while", "queue", owned.queue.name,
+		s.logger.Warn("ownership handler failed; the queue is left to the others for a while", "queue", owned.queue.name,
 			"token", owned.held.Token(), "err", owned.err)
 	}
 	if !lost {
@@ -457,7 +457,7 @@ func (s *spread) forget(owned *ownedQueue) {
 // handlers, whose leases are released as they return.
 func (s *spread) drain() error {
 	if _, err := s.beat(context.Background(), 0); err != nil {
-		s.log.Warn("cannot leave the roster; the membership ends with its ttl", "err", err)
+		s.logger.Warn("cannot leave the roster; the membership ends with its ttl", "err", err)
 	}
 	for _, owned := range s.owned {
 		if !owned.handingOver {

@@ -231,7 +231,7 @@ type Held struct {
 	holder    string
 	token     int64
 	options   HoldOptions
-	log       *slog.Logger
+	logger    *slog.Logger
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -268,7 +268,7 @@ func (o *Ownership) Hold(ctx context.Context, holder string, opts HoldOptions) (
 		return nil, false, err
 	}
 	h := &Held{ownership: o, holder: holder, token: token, options: opts,
-		log: opts.Logger.With("queue", o.queue.name, "holder", holder, "token", token)}
+		logger: opts.Logger.With("queue", o.queue.name, "holder", holder, "token", token)}
 	h.ctx, h.cancel = context.WithCancelCause(context.Background())
 	h.mu.Lock()
 	h.deadline = sentAt.Add(opts.Lease - opts.Margin)
@@ -329,7 +329,7 @@ func (h *Held) keep() {
 		cancel()
 		switch {
 		case err == nil:
-			trouble.Recover(h.log)
+			trouble.Recover(h.logger)
 			h.renewed(sentAt)
 			wait = interval
 		case errors.Is(err, ErrStale):
@@ -339,7 +339,7 @@ func (h *Held) keep() {
 			if h.ctx.Err() != nil {
 				return
 			}
-			trouble.Fail(h.log, err)
+			trouble.Fail(h.logger, err)
 			wait = min(trouble.Backoff(h.options.Lease/10), interval)
 		}
 	}
@@ -374,5 +374,5 @@ func (h *Held) lose(cause error) {
 		return
 	}
 	h.cancel(cause)
-	h.log.Warn("ownership lost; the owner must stop", "cause", cause.Error())
+	h.logger.Warn("ownership lost; the owner must stop", "cause", cause.Error())
 }

@@ -119,7 +119,7 @@ func (q *Queue) Declare(ctx context.Context, kinds ...string) error {
 		return err
 	}
 	if before, err := parseDedupSettings(reply[1]); err == nil && reply[1] != "" && before.current != q.dedupSettings().current {
-		q.client.log.Warn("emq: this declaration changed the queue's dedup retention; keys admitted before are still refused for the old one",
+		q.client.logger.Warn("emq: this declaration changed the queue's dedup retention; keys admitted before are still refused for the old one",
 			"queue", q.name, "from", before.retention(), "to", q.dedupSettings().retention())
 	}
 	// The registry lets inspection find every queue; it lives outside the

@@ -173,7 +173,7 @@ func (q *Queue) Work(ctx context.Context, handler Handler, opts WorkerOptions) e
 		queue:       q,
 		handler:     handler,
 		options:     opts,
-		log:         opts.Logger.With("queue", q.name),
+		logger:      opts.Logger.With("queue", q.name),
 		slots:       make(chan struct{}, opts.Concurrency),
 		running:     make(map[*runningJob]struct{}),
 		completions: make(chan completionRequest, opts.Concurrency),
@@ -192,7 +192,7 @@ type worker struct {
 	queue   *Queue
 	handler Handler
 	options WorkerOptions
-	log     *slog.Logger
+	logger  *slog.Logger
 	metrics queueMetrics
 
 	// slots holds a token per job in flight, so at most Concurrency run.
@@ -227,20 +227,20 @@ func (w *worker) work(ctx context.Context) error {
 	if w.options.Metrics != nil {
 		loops.Go(func() { w.sampleLoop(ctx) })
 	}
-	w.log.Info("worker started", "concurrency", w.options.Concurrency, "batch", w.options.Batch,
+	w.logger.Info("worker started", "concurrency", w.options.Concurrency, "batch", w.options.Batch,
 		"lease", w.options.Lease.String(), "max_attempts", w.options.Retry.MaxAttempts,
 		"reap_interval", w.options.ReapInterval.String(), "drain_timeout", w.options.DrainTimeout.String())
 
 	w.claimLoop(ctx)
-	w.log.Info("worker draining", "in_flight", w.inFlight(), "drain_timeout", w.options.DrainTimeout.String())
+	w.logger.Info("worker draining", "in_flight", w.inFlight(), "drain_timeout", w.options.DrainTimeout.String())
 	err := w.drain()
 	close(w.stopped)
 	loops.Wait()
 	if err != nil {
-		w.log.Error("worker stopped; some jobs stay leased until their lease expires", "err", err)
+		w.logger.Error("worker stopped; some jobs stay leased until their lease expires", "err", err)
 		return err
 	}
-	w.log.Info("worker stopped")
+	w.logger.Info("worker stopped")
 	return nil
 }
 
@@ -286,7 +286,7 @@ func (j *runningJob) leaseDeadline() time.Time { return time.Unix(0, j.deadline.
 
 func (w *worker) jobLog(job *runningJob) *slog.Logger {
 	// The token is the job's attempts count, so it doubles as the attempt number.
-	return w.log.With("job", job.claim.ID, "token", job.claim.Token, "attempt", job.claim.Token)
+	return w.logger.With("job", job.claim.ID, "token", job.claim.Token, "attempt", job.claim.Token)
 }
 
 func (w *worker) inFlight() int {

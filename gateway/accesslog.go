@@ -27,8 +27,8 @@ const maxRefusalClients = 10_000
 
 // refusalLog decides which refusals are logged, and summarizes the others.
 type refusalLog struct {
-	// log writes the summaries; unlogged counts the refusals left out.
-	log      *slog.Logger
+	// logger writes the summaries; unlogged counts the refusals left out.
+	logger   *slog.Logger
 	unlogged func()
 
 	mu sync.Mutex
@@ -48,8 +48,8 @@ type refusalPeriod struct {
 	unlogged map[int]int
 }
 
-func newRefusalLog(log *slog.Logger, unlogged func()) *refusalLog {
-	return &refusalLog{log: log, unlogged: unlogged, clients: map[string]*refusalPeriod{}}
+func newRefusalLog(logger *slog.Logger, unlogged func()) *refusalLog {
+	return &refusalLog{logger: logger, unlogged: unlogged, clients: map[string]*refusalPeriod{}}
 }
 
 // admit reports whether a refusal of client, answered status now, gets
@@ -127,7 +127,7 @@ func (r *refusalLog) summarize() {
 				total += n
 				statuses = append(statuses, slog.Int(statusText(status), n))
 			}
-			r.log.LogAttrs(context.Background(), slog.LevelInfo, "refusals not logged",
+			r.logger.LogAttrs(context.Background(), slog.LevelInfo, "refusals not logged",
 				slog.String("client", s.client), slog.Int("count", total),
 				slog.Attr{Key: "statuses", Value: slog.GroupValue(statuses...)})
 		}

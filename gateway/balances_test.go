@@ -43,15 +43,15 @@ func newBalanceFixture(t testing.TB, accounts int) *balanceFixture {
 	if f.client, err = emq.Connect(ctx, f.rdb); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewJSONHandler(f.logs, nil))
-	f.url = f.serve(t, placement.NewBalances(postgres.NewBalances(f.db), f.caches, log))
+	logger := slog.New(slog.NewJSONHandler(f.logs, nil))
+	f.url = f.serve(t, placement.NewBalances(postgres.NewBalances(f.db), f.caches, logger))
 	f.ledger = postgres.NewLedger(f.db)
-	f.relay = placement.NewOutboxRelay(postgres.NewOutbox(f.db), f.client, placement.CoherenceModes, log)
+	f.relay = placement.NewOutboxRelay(postgres.NewOutbox(f.db), f.client, placement.CoherenceModes, logger)
 	if err := f.relay.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	f.coherenceQueue = f.client.Queue(coherence.Queue(placement.BalancesTable))
-	f.consumer = placement.NewBalanceCoherence(postgres.NewBalances(f.db), f.caches, log)
+	f.consumer = placement.NewBalanceCoherence(postgres.NewBalances(f.db), f.caches, logger)
 	return f
 }
 

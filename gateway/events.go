@@ -120,7 +120,7 @@ func (s *Server) streamEvents(c echo.Context) error {
 		if err != nil {
 			var why *streamEnd
 			if errors.As(context.Cause(ctx), &why) {
-				s.logger(c).Info("event stream ended: "+why.detail, "account", account(c))
+				s.requestLogger(c).Info("event stream ended: "+why.detail, "account", account(c))
 				_ = stream.write(appendEndComment(message[:0], why))
 				return nil
 			}
@@ -134,7 +134,7 @@ func (s *Server) streamEvents(c echo.Context) error {
 			message = append(message, ": heartbeat\n\n"...)
 		}
 		if err := stream.write(message); err != nil {
-			s.logger(c).Debug("event stream write failed", "err", err)
+			s.requestLogger(c).Debug("event stream write failed", "err", err)
 			return nil
 		}
 		if ok {
@@ -161,11 +161,11 @@ func (s *Server) endStream(c echo.Context, err error) {
 	case errors.Is(err, context.Canceled), errors.Is(err, placement.ErrEventStreamsClosed):
 	case errors.Is(err, placement.ErrSlowSubscriber):
 		s.metrics.slowStreams.Inc()
-		s.logger(c).Info("event stream dropped: the client reads more slowly than its events come", "account", account(c))
+		s.requestLogger(c).Info("event stream dropped: the client reads more slowly than its events come", "account", account(c))
 	case errors.As(err, &expired):
-		s.logger(c).Warn("event stream ended: its log dropped events before they were sent", "account", account(c), "err", err)
+		s.requestLogger(c).Warn("event stream ended: its log dropped events before they were sent", "account", account(c), "err", err)
 	default:
-		s.logger(c).Warn("event stream ended", "account", account(c), "err", err)
+		s.requestLogger(c).Warn("event stream ended", "account", account(c), "err", err)
 	}
 }
 

@@ -133,14 +133,14 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config, keyOption
 	for range accounts {
 		newFixtureAccount(t, f)
 	}
-	log := slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logger := slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	f.config = config
 	f.deps = gateway.Deps{
 		Placer:      placer,
 		Instruments: f.instruments,
 		Accounts:    keys,
 		Signatures:  placement.NewSignatures(f.rdb),
-		Balances:    placement.NewBalances(postgres.NewBalances(f.db), f.caches, log),
+		Balances:    placement.NewBalances(postgres.NewBalances(f.db), f.caches, logger),
 		Depth:       postgres.NewBook(f.db),
 		Fills:       postgres.NewFills(f.db),
 		StreamSeats: placement.NewStreamSeats(f.queue),
@@ -149,7 +149,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config, keyOption
 			{Name: "fence", Check: queueClient.Check},
 			{Name: "postgres", Check: f.db.Ping},
 		},
-		Logger: log,
+		Logger: logger,
 	}
 	f.url, _ = f.startGateway(t, f.metrics)
 	f.http = apitest.Client(t)

@@ -120,7 +120,7 @@ func (s *Server) cancelOrder(c echo.Context) error {
 		// worker whose lease ran out may still settle the order: only the row
 		// decides. So no 200 yet; the client's retry reads the order, which
 		// writes the row or finds the settlement, and answers truthfully.
-		s.logger(c).Error("order canceled in the queue but its orders row was not written; answering unavailable",
+		s.requestLogger(c).Error("order canceled in the queue but its orders row was not written; answering unavailable",
 			"order_id", unrecorded.Order.ID, "account", unrecorded.Order.Account, "err", unrecorded.Err)
 		return fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
 	}
@@ -132,7 +132,7 @@ func (s *Server) cancelOrder(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	s.logger(c).Info("order canceled", "order_id", order.ID, "account", order.Account)
+	s.requestLogger(c).Info("order canceled", "order_id", order.ID, "account", order.Account)
 	return c.JSON(http.StatusOK, order)
 }
 
@@ -150,7 +150,7 @@ func (s *Server) cancelAllOrders(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	s.logger(c).Info("orders canceled", "account", account(c), "symbol", symbol, "count", len(canceled))
+	s.requestLogger(c).Info("orders canceled", "account", account(c), "symbol", symbol, "count", len(canceled))
 	return c.JSON(http.StatusOK, orderList{Orders: canceled})
 }
 
@@ -382,7 +382,7 @@ func (s *Server) probe(c echo.Context) readiness {
 		if r.err != nil {
 			answer.Status = "unavailable"
 			answer.Checks[r.name] = r.err.Error()
-			s.logger(c).Warn("not ready", "check", r.name, "err", r.err)
+			s.requestLogger(c).Warn("not ready", "check", r.name, "err", r.err)
 		}
 	}
 	return answer

@@ -81,12 +81,12 @@ func TestMalformedRequestsAreNetHTTPsAnswer(t *testing.T) {
 // none) through NewHTTPServer, as cmd/gateway does, and returns its address.
 func serveGateway(t testing.TB) string {
 	t.Helper()
-	log := slog.New(slog.DiscardHandler)
+	logger := slog.New(slog.DiscardHandler)
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	server := gateway.NewHTTPServer(listener.Addr().String(), gateway.New(gateway.Deps{Logger: log}, gateway.DefaultConfig()), log)
+	server := gateway.NewHTTPServer(listener.Addr().String(), gateway.New(gateway.Deps{Logger: logger}, gateway.DefaultConfig()), logger)
 	served := make(chan error, 1)
 	go func() { served <- server.Serve(listener) }()
 	t.Cleanup(func() {

@@ -49,7 +49,7 @@ type instrumentList struct {
 // fails leaves the copy, refreshed on its interval, to answer.
 func (s *Server) freshInstruments(c echo.Context) {
 	if err := s.instruments.Fresh(c.Request().Context()); err != nil && s.rereadWarnings.Allow() {
-		s.logger(c).Warn("instruments not reread after a change; the last copy answers", "err", err)
+		s.requestLogger(c).Warn("instruments not reread after a change; the last copy answers", "err", err)
 	}
 }
 

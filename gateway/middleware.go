@@ -39,8 +39,8 @@ type requestState struct {
 	untimed context.Context
 	// stopTimer ends the request's current deadline (restartDeadline).
 	stopTimer context.CancelFunc
-	// log stamps the request id on every line; made on first use.
-	log *slog.Logger
+	// logger adds the request id to every line; made on first use.
+	logger *slog.Logger
 }
 
 // state is the request's requestState; observe puts it on every request.
@@ -81,7 +81,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			level = slog.LevelError
 		}
 		ctx := c.Request().Context()
-		if !s.log.Enabled(ctx, level) {
+		if !s.logger.Enabled(ctx, level) {
 			return nil
 		}
 		if status >= 400 && status < 500 && !s.refusals.admit(limitAddress(c), status, start) {
@@ -104,7 +104,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if st.order != "" {
 			record.AddAttrs(slog.String("order_id", st.order))
 		}
-		_ = s.log.Handler().Handle(ctx, record)
+		_ = s.logger.Handler().Handle(ctx, record)
 		return nil
 	}
 }
@@ -131,14 +131,14 @@ func (requestIDEntropy) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// logger is the request's logger, which stamps its id on every line; made
+// requestLogger is the request's logger, which adds its id to every line; made
 // on first use, since most requests log nothing but their access line.
-func (s *Server) logger(c echo.Context) *slog.Logger {
+func (s *Server) requestLogger(c echo.Context) *slog.Logger {
 	st := state(c)
-	if st.log == nil {
-		st.log = s.log.With("request_id", requestID(c))
+	if st.logger == nil {
+		st.logger = s.logger.With("request_id", requestID(c))
 	}
-	return st.log
+	return st.logger
 }
 
 func (s *Server) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {

@@ -245,9 +245,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 	p, internal := problemFor(err)
 	p.RequestID = requestID(c)
 	p.Instance = c.Request().URL.Path
-	log := s.logger(c)
+	logger := s.requestLogger(c)
 	if internal != nil {
-		log.Error("request failed", "status", p.Status, "err", internal)
+		logger.Error("request failed", "status", p.Status, "err", internal)
 	}
 	header := c.Response().Header()
 	switch p.Status {
@@ -262,6 +262,6 @@ func (s *Server) handleError(err error, c echo.Context) {
 		return
 	}
 	if err := json.NewEncoder(c.Response()).Encode(p); err != nil {
-		log.Debug("write problem", "err", err)
+		logger.Debug("write problem", "err", err)
 	}
 }

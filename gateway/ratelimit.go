@@ -122,7 +122,7 @@ func (s *Server) takeFrom(c echo.Context, bucket string, rate placement.Rate) (t
 	}
 	if err != nil {
 		s.metrics.rateLimitFailOpen.Inc()
-		s.logger(c).Warn("rate limiter unavailable; request let through unlimited", "bucket", bucket, "err", err)
+		s.requestLogger(c).Warn("rate limiter unavailable; request let through unlimited", "bucket", bucket, "err", err)
 		return placement.Take{}, false
 	}
 	return take, true

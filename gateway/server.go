@@ -169,7 +169,7 @@ type Server struct {
 	// streams follows the open event streams, by API key.
 	streams  streamRegistry
 	probes   []Probe
-	log      *slog.Logger
+	logger   *slog.Logger
 	validate *validator.Validate
 	metrics  *metrics
 	// routes holds the registered route patterns and their methods, for the
@@ -214,13 +214,13 @@ func New(deps Deps, config Config) *Server {
 		events:      deps.Events,
 		streamSeats: deps.StreamSeats,
 		probes:      deps.Probes,
-		log:         deps.Logger,
+		logger:      deps.Logger,
 		validate:    newValidator(),
 		metrics:     newMetrics(deps.Metrics),
 		routes:      map[string]route{},
 		limitText:   strconv.Itoa(config.RateLimitBurst),
 	}
-	s.refusals = newRefusalLog(s.log, s.metrics.refusalsUnlogged.Inc)
+	s.refusals = newRefusalLog(s.logger, s.metrics.refusalsUnlogged.Inc)
 	s.streams.server = s
 	s.keys, _ = deps.Accounts.(KeyRecognizer)
 	e := s.echo
@@ -304,7 +304,7 @@ const headerSlack = 4096
 // NewHTTPServer wraps a handler in an http.Server whose timeouts keep slow or
 // idle clients from holding connections, and which refuses a request head
 // over MaxHeaderBytes.
-func NewHTTPServer(addr string, handler http.Handler, log *slog.Logger) *http.Server {
+func NewHTTPServer(addr string, handler http.Handler, logger *slog.Logger) *http.Server {
 	return &http.Server{
 		Addr:              addr,
 		Handler:           handler,
@@ -313,6 +313,6 @@ func NewHTTPServer(addr string, handler http.Handler, log *slog.Logger) *http.Se
 		WriteTimeout:      15 * time.Second,
 		IdleTimeout:       60 * time.Second,
 		MaxHeaderBytes:    MaxHeaderBytes - headerSlack,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 }

@@ -41,7 +41,7 @@ func (s *Server) verifySignature(c echo.Context, caller orders.Caller, digest st
 		// Every request of the key meets it until the operator acts, so it
 		// is logged sparsely, not once per request.
 		if s.unverifiableLogs.Allow() {
-			s.logger(c).Error("a key that requires signatures cannot be verified on this gateway; its signed requests are answered 503 (logged at most every 10 s)",
+			s.requestLogger(c).Error("a key that requires signatures cannot be verified on this gateway; its signed requests are answered 503 (logged at most every 10 s)",
 				"account", caller.Account, "err", orders.ErrSigningUnavailable)
 		}
 		return orders.ErrSigningUnavailable

@@ -174,7 +174,7 @@ func (r *streamRegistry) checkKeys(keys map[string]string) {
 			end = endRevoked
 		case err != nil:
 			if r.failures.Allow() {
-				r.server.log.Warn("event streams: an API key could not be checked; its streams go on (logged at most every 10 s)", "err", err)
+				r.server.logger.Warn("event streams: an API key could not be checked; its streams go on (logged at most every 10 s)", "err", err)
 			}
 			continue
 		case caller.Permits(orders.ScopeRead) != nil:
@@ -234,7 +234,7 @@ func (r *streamRegistry) renewSeats() {
 	ctx, cancel := context.WithTimeout(context.Background(), streamCheckTimeout)
 	defer cancel()
 	if err := r.server.streamSeats.Renew(ctx, seats, r.server.streamLimit()); err != nil && r.failures.Allow() {
-		r.server.log.Warn("event streams: their seats were not renewed; a seat not renewed for 15 s expires (logged at most every 10 s)", "streams", len(seats), "err", err)
+		r.server.logger.Warn("event streams: their seats were not renewed; a seat not renewed for 15 s expires (logged at most every 10 s)", "streams", len(seats), "err", err)
 	}
 }
 
@@ -271,6 +271,6 @@ func (s *Server) closeSeats(seat placement.StreamSeat) {
 	ctx, cancel := context.WithTimeout(context.Background(), streamSeatTimeout)
 	defer cancel()
 	if err := s.streamSeats.Close(ctx, seat, s.streamLimit()); err != nil {
-		s.log.Warn("event stream: its seats were not left; they expire unrenewed", "err", err)
+		s.logger.Warn("event stream: its seats were not left; they expire unrenewed", "err", err)
 	}
 }

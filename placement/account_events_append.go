@@ -73,7 +73,7 @@ func (r *OutboxRelay) appendEvents(ctx context.Context, entries []orders.OutboxE
 		if err != nil {
 			// No retry renders it: it is marked relayed, its events left
 			// out, and the source's next row is forced past it.
-			r.log.Error("events row cannot be rendered; its events are left out", "name", entry.Name, "version", entry.Version, "err", err)
+			r.logger.Error("events row cannot be rendered; its events are left out", "name", entry.Name, "version", entry.Version, "err", err)
 			carried = append(carried, entry)
 			continue
 		}
@@ -137,7 +137,7 @@ func (r *OutboxRelay) appendEventsFrom(ctx context.Context, log *emq.Queue, entr
 			next = row.Version + 1
 		}
 		if next != entry.Version {
-			r.log.Warn("events rows missing from the outbox or unrenderable; appending past them", "name", entry.Name,
+			r.logger.Warn("events rows missing from the outbox or unrenderable; appending past them", "name", entry.Name,
 				"after", gap.Held, "version", entry.Version)
 			return r.appendRow(ctx, log, entry, true)
 		}
@@ -153,7 +153,7 @@ var errEventsSkipped = errors.New("events row skipped")
 func (r *OutboxRelay) appendRow(ctx context.Context, log *emq.Queue, row orders.OutboxEntry, force bool) error {
 	append_, err := r.eventAppend(row, force)
 	if err != nil {
-		r.log.Error("events row cannot be rendered; its events are left out", "name", row.Name, "version", row.Version, "err", err)
+		r.logger.Error("events row cannot be rendered; its events are left out", "name", row.Name, "version", row.Version, "err", err)
 		return errEventsSkipped
 	}
 	if len(append_.Entries) == 0 {

@@ -93,7 +93,7 @@ type EventArchive interface {
 type EventArchiver struct {
 	queue     *emq.Queue
 	archive   EventArchive
-	log       *slog.Logger
+	logger    *slog.Logger
 	hot       emq.LogHotTail
 	retention time.Duration
 	delay     time.Duration
@@ -157,12 +157,12 @@ func WithArchiveMetrics(registerer prometheus.Registerer) EventArchiverOption {
 
 // NewEventArchiver archives the account logs of the orders queue to
 // archive.
-func NewEventArchiver(queue *emq.Queue, archive EventArchive, log *slog.Logger, opts ...EventArchiverOption) *EventArchiver {
-	if log == nil {
-		log = slog.Default()
+func NewEventArchiver(queue *emq.Queue, archive EventArchive, logger *slog.Logger, opts ...EventArchiverOption) *EventArchiver {
+	if logger == nil {
+		logger = slog.Default()
 	}
 	a := &EventArchiver{
-		queue: queue, archive: archive, log: log, hot: emq.DefaultLogHotTail, retention: DefaultEventsRetention,
+		queue: queue, archive: archive, logger: logger, hot: emq.DefaultLogHotTail, retention: DefaultEventsRetention,
 		delay: DefaultEventArchiveDelay, reader: "archiver-" + ulid.Make().String(), pending: map[string]*pendingLog{},
 		scanning: true, reconciled: time.Now(),
 	}
@@ -192,11 +192,11 @@ func (a *EventArchiver) Run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			failures.Fail(a.log, err)
+			failures.Fail(a.logger, err)
 			outage.Sleep(ctx, failures.Backoff(archiveWait))
 			continue
 		}
-		failures.Recover(a.log)
+		failures.Recover(a.logger)
 	}
 }
 
@@ -279,7 +279,7 @@ func (a *EventArchiver) reconcile(ctx context.Context) error {
 	if next == 0 {
 		// Readers whose processes are gone are removed now and then.
 		if err := a.queue.LeaveLogChanges(ctx, archiveShare, "", archiveReaderIdle); err != nil {
-			a.log.Warn("event archiver: removing idle readers of the change stream failed", "err", err)
+			a.logger.Warn("event archiver: removing idle readers of the change stream failed", "err", err)
 		}
 	}
 	return nil
@@ -470,7 +470,7 @@ func (a *EventArchiver) KeepPruning(ctx context.Context) {
 	var warnings outage.Sparse
 	for {
 		if _, err := a.Prune(ctx, time.Now()); err != nil && ctx.Err() == nil && warnings.Allow() {
-			a.log.Warn("event history prune failed; trying again", "err", err)
+			a.logger.Warn("event history prune failed; trying again", "err", err)
 		}
 		if !outage.Sleep(ctx, outage.Jittered(pruneInterval)) {
 			return

@@ -94,7 +94,7 @@ type EventHistory interface {
 type EventStreams struct {
 	queue   *emq.Queue
 	history EventHistory
-	log     *slog.Logger
+	logger  *slog.Logger
 	block   time.Duration
 	buffer  int
 	// stop ends the tail loop's reads; loops counts the loops running.
@@ -151,13 +151,13 @@ func WithEventHistory(history EventHistory) EventStreamsOption {
 
 // WithEventLogger sets where the tail loop reports failed reads;
 // slog.Default otherwise.
-func WithEventLogger(log *slog.Logger) EventStreamsOption {
-	return func(e *EventStreams) { e.log = log }
+func WithEventLogger(logger *slog.Logger) EventStreamsOption {
+	return func(e *EventStreams) { e.logger = logger }
 }
 
 // NewEventStreams serves the account logs of the orders queue.
 func NewEventStreams(queue *emq.Queue, opts ...EventStreamsOption) *EventStreams {
-	e := &EventStreams{queue: queue, log: slog.Default(), block: DefaultEventTailBlock, buffer: DefaultEventBuffer,
+	e := &EventStreams{queue: queue, logger: slog.Default(), block: DefaultEventTailBlock, buffer: DefaultEventBuffer,
 		followed: map[string]*followedAccount{}}
 	for _, opt := range opts {
 		opt(e)
@@ -320,7 +320,7 @@ func (e *EventStreams) tail() {
 			}
 			missed = true
 			retry = min(max(2*retry, 50*time.Millisecond), 2*time.Second)
-			e.log.Warn("event streams: waiting for the account logs' changes failed; retrying", "retry_in", retry.String(), "err", err)
+			e.logger.Warn("event streams: waiting for the account logs' changes failed; retrying", "retry_in", retry.String(), "err", err)
 			select {
 			case <-time.After(retry):
 			case <-e.stop.Done():
@@ -372,7 +372,7 @@ func (e *EventStreams) readChanged(changed map[string]int64) {
 		if err != nil {
 			// The next reconcile finds them behind again.
 			if e.stop.Err() == nil {
-				e.log.Warn("event streams: reading the account logs failed", "accounts", len(changed), "err", err)
+				e.logger.Warn("event streams: reading the account logs failed", "accounts", len(changed), "err", err)
 			}
 			return
 		}
@@ -431,7 +431,7 @@ func (e *EventStreams) reconcile() map[string]int64 {
 			continue
 		}
 		err := &EventsExpiredError{After: account.last, First: first, Last: lasts[name]}
-		e.log.Error("event streams: an account's log went back; its streams end", "account", name, "err", err)
+		e.logger.Error("event streams: an account's log went back; its streams end", "account", name, "err", err)
 		for subscription := range account.subscriptions {
 			subscription.end(err)
 		}

@@ -36,9 +36,9 @@ const CoherenceBatch = 64
 // the error, and each comes again through the queue's retry; that is safe
 // because applying is idempotent.
 type BalanceCoherence struct {
-	db    BalanceRows
-	cache *coherence.Client
-	log   *slog.Logger
+	db     BalanceRows
+	cache  *coherence.Client
+	logger *slog.Logger
 	// events, when set, takes each refilled balance's balance event, for
 	// the account's log.
 	events EventLog
@@ -83,11 +83,11 @@ func WithBalanceEvents(events EventLog) CoherenceOption {
 
 // NewBalanceCoherence refreshes the balance cache in cache's Redis from the
 // rows db reads.
-func NewBalanceCoherence(db BalanceRows, cache *coherence.Client, log *slog.Logger, opts ...CoherenceOption) *BalanceCoherence {
-	if log == nil {
-		log = slog.Default()
+func NewBalanceCoherence(db BalanceRows, cache *coherence.Client, logger *slog.Logger, opts ...CoherenceOption) *BalanceCoherence {
+	if logger == nil {
+		logger = slog.Default()
 	}
-	c := &BalanceCoherence{db: db, cache: cache, log: log}
+	c := &BalanceCoherence{db: db, cache: cache, logger: logger}
 	for _, opt := range opts {
 		opt(c)
 	}
@@ -246,7 +246,7 @@ func (c *BalanceCoherence) fill(ctx context.Context, deliveries []*coherenceDeli
 	for _, delivery := range deliveries {
 		balance := current[delivery.name]
 		if balance == nil {
-			c.log.Warn("coherence job for a balance that does not exist; nothing to cache",
+			c.logger.Warn("coherence job for a balance that does not exist; nothing to cache",
 				"name", delivery.name, "version", delivery.version)
 			continue
 		}

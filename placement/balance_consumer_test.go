@@ -70,7 +70,7 @@ func payloadOf(name string, version int64) string {
 // PostgreSQL holds it now.
 func (f *coherenceFixture) assertCacheCurrent(t testing.TB, names []string) {
 	t.Helper()
-	truth := placement.NewBalances(postgres.NewBalances(f.db), nil, f.log)
+	truth := placement.NewBalances(postgres.NewBalances(f.db), nil, f.logger)
 	for _, name := range names {
 		account, asset := splitBalanceName(t, name)
 		balances, err := truth.Of(context.Background(), account)
@@ -210,7 +210,7 @@ func (f *coherenceFixture) applyGathered(t testing.TB, first string, rest []stri
 	t.Helper()
 	ctx := context.Background()
 	rows := newGatedRows(postgres.NewBalances(f.db))
-	consumer := placement.NewBalanceCoherence(rows, f.caches, f.log)
+	consumer := placement.NewBalanceCoherence(rows, f.caches, f.logger)
 	firstDone := make(chan applyResult, 1)
 	go func() {
 		advanced, err := consumer.Apply(ctx, first)
@@ -376,7 +376,7 @@ func TestRefilledBalancesAreAnnouncedOncePerVersion(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	events := f.client.Queue(orders.Queue)
-	consumer := placement.NewBalanceCoherence(postgres.NewBalances(f.db), f.caches, f.log, placement.WithBalanceEvents(events))
+	consumer := placement.NewBalanceCoherence(postgres.NewBalances(f.db), f.caches, f.logger, placement.WithBalanceEvents(events))
 	account := f.newAccount(t)
 	v1 := f.depositWithOutbox(t, account, "USD", "1.00")
 	v2 := f.depositWithOutbox(t, account, "USD", "1.00")

@@ -63,14 +63,14 @@ type Balances struct {
 	served *lru.Cache[string, map[string]int64]
 	// serving orders the merges into served.
 	serving sync.Mutex
-	log     *slog.Logger
+	logger  *slog.Logger
 	// cacheWarnings keeps a Redis outage from logging once per request.
 	cacheWarnings outage.Sparse
 }
 
 func (b *Balances) warnCache(message, account string, err error) {
 	if b.cacheWarnings.Allow() {
-		b.log.Warn(message, "account", account, "err", err)
+		b.logger.Warn(message, "account", account, "err", err)
 	}
 }
 
@@ -82,11 +82,11 @@ type BalanceReader interface {
 
 // NewBalances reads from db and caches in cache's Redis; with a nil cache
 // every read goes to PostgreSQL.
-func NewBalances(db BalanceReader, cache *coherence.Client, log *slog.Logger) *Balances {
-	if log == nil {
-		log = slog.Default()
+func NewBalances(db BalanceReader, cache *coherence.Client, logger *slog.Logger) *Balances {
+	if logger == nil {
+		logger = slog.Default()
 	}
-	return &Balances{db: db, cache: cache, log: log}
+	return &Balances{db: db, cache: cache, logger: logger}
 }
 
 // maxServedAccounts bounds the accounts whose answered versions the local

@@ -167,7 +167,7 @@ func TestBalancesOfOutages(t *testing.T) {
 	}
 
 	t.Run("PostgreSQL down", func(t *testing.T) {
-		balances := placement.NewBalances(postgres.NewBalances(deadDatabase(t)), f.caches, f.log)
+		balances := placement.NewBalances(postgres.NewBalances(deadDatabase(t)), f.caches, f.logger)
 		if got, err := balances.Of(ctx, cached); err != nil || balanceList(got) != balanceList(want) {
 			t.Errorf("a cached account = %v, %v; want it served from the cache", got, err)
 		}
@@ -191,14 +191,14 @@ func TestBalancesOfOutages(t *testing.T) {
 	t.Run("both down", func(t *testing.T) {
 		f.redis.Stop(t)
 		defer f.redis.Restart(t)
-		balances := placement.NewBalances(postgres.NewBalances(deadDatabase(t)), f.caches, f.log)
+		balances := placement.NewBalances(postgres.NewBalances(deadDatabase(t)), f.caches, f.logger)
 		if _, err := balances.Of(ctx, cached); !errors.Is(err, orders.ErrUnavailable) {
 			t.Errorf("Of = %v, want ErrUnavailable", err)
 		}
 	})
 
 	t.Run("no cache", func(t *testing.T) {
-		balances := placement.NewBalances(postgres.NewBalances(f.db), nil, f.log)
+		balances := placement.NewBalances(postgres.NewBalances(f.db), nil, f.logger)
 		if got, err := balances.Of(ctx, cached); err != nil || balanceList(got) != balanceList(want) {
 			t.Errorf("Of = %v, %v; want %v", got, err, want)
 		}
@@ -255,7 +255,7 @@ func readersNeverSeeABalanceGoBack(t *testing.T, f *coherenceFixture) {
 	workerDone := make(chan error, 1)
 	go func() {
 		workerDone <- f.queue.Work(workerCtx, f.consumer.Handle, emq.WorkerOptions{
-			Concurrency: 4, Lease: 5 * time.Second, IdlePoll: 5 * time.Millisecond, Logger: f.log,
+			Concurrency: 4, Lease: 5 * time.Second, IdlePoll: 5 * time.Millisecond, Logger: f.logger,
 		})
 	}()
 	defer func() {
@@ -354,7 +354,7 @@ func readersNeverSeeABalanceGoBack(t *testing.T, f *coherenceFixture) {
 	}
 
 	for _, account := range accounts {
-		truth, err := placement.NewBalances(postgres.NewBalances(f.db), nil, f.log).Of(ctx, account)
+		truth, err := placement.NewBalances(postgres.NewBalances(f.db), nil, f.logger).Of(ctx, account)
 		if err != nil {
 			t.Fatal(err)
 		}

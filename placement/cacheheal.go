@@ -56,7 +56,7 @@ type AccountBalances interface {
 type BalanceCacheHealer struct {
 	db       AccountBalances
 	cache    *coherence.Client
-	log      *slog.Logger
+	logger   *slog.Logger
 	interval time.Duration
 	metrics  healMetrics
 	// holder holds the heal's lease: this healer's own, so a heal it began
@@ -84,11 +84,11 @@ func WithHealMetrics(registerer prometheus.Registerer) HealerOption {
 }
 
 // NewBalanceCacheHealer heals the balance cache in cache's Redis from db.
-func NewBalanceCacheHealer(db AccountBalances, cache *coherence.Client, log *slog.Logger, opts ...HealerOption) *BalanceCacheHealer {
-	if log == nil {
-		log = slog.Default()
+func NewBalanceCacheHealer(db AccountBalances, cache *coherence.Client, logger *slog.Logger, opts ...HealerOption) *BalanceCacheHealer {
+	if logger == nil {
+		logger = slog.Default()
 	}
-	h := &BalanceCacheHealer{db: db, cache: cache, log: log, interval: CacheHealInterval, holder: ulid.Make().String()}
+	h := &BalanceCacheHealer{db: db, cache: cache, logger: logger, interval: CacheHealInterval, holder: ulid.Make().String()}
 	for _, opt := range opts {
 		opt(h)
 	}
@@ -107,7 +107,7 @@ func (h *BalanceCacheHealer) Run(ctx context.Context) {
 	var warnings outage.Sparse
 	for {
 		if _, err := h.Heal(ctx); err != nil && ctx.Err() == nil && warnings.Allow() {
-			h.log.Warn("balance cache heal failed; trying again", "err", err)
+			h.logger.Warn("balance cache heal failed; trying again", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -151,7 +151,7 @@ func (h *BalanceCacheHealer) Heal(ctx context.Context) (bool, error) {
 	}
 	took := time.Since(start)
 	h.metrics.seconds.Set(took.Seconds())
-	h.log.Info("balance cache healed", "server", server.Identity, "marked", healed, "refilled", refilled, "took", took)
+	h.logger.Info("balance cache healed", "server", server.Identity, "marked", healed, "refilled", refilled, "took", took)
 	return healed, nil
 }
 
@@ -163,7 +163,7 @@ func (h *BalanceCacheHealer) reportOnce(server coherence.CacheServer) {
 		return
 	}
 	h.reported = server.Identity
-	h.log.Info("balance cache on a server it was not healed on; refilling it from PostgreSQL",
+	h.logger.Info("balance cache on a server it was not healed on; refilling it from PostgreSQL",
 		"server", server.Identity, "mark", server.Mark)
 }
 

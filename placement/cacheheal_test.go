@@ -30,7 +30,7 @@ import (
 // versions it saw before the failover again or newer ones.
 func TestCachedBalancesHealAfterAFailover(t *testing.T) {
 	ctx := context.Background()
-	log := slog.New(slog.DiscardHandler)
+	logger := slog.New(slog.DiscardHandler)
 	db := migratedPool(t)
 	primary, replica, replicaClient := replicatedRedis(t)
 	// The processes reach Redis by one address, which the failover points at
@@ -47,9 +47,9 @@ func TestCachedBalancesHealAfterAFailover(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	caches := coherence.New(rdb)
 	truth := postgres.NewBalances(db)
-	balances := placement.NewBalances(truth, caches, log)
-	consumer := placement.NewBalanceCoherence(truth, caches, log)
-	healer := placement.NewBalanceCacheHealer(truth, caches, log)
+	balances := placement.NewBalances(truth, caches, logger)
+	consumer := placement.NewBalanceCoherence(truth, caches, logger)
+	healer := placement.NewBalanceCacheHealer(truth, caches, logger)
 
 	accounts := postgres.NewAccounts(db)
 	ledger := postgres.NewLedger(db)
@@ -219,16 +219,16 @@ func (g *gatedReader) Of(ctx context.Context, account string) ([]orders.Balance,
 // served for good, with nothing left to refill it.
 func TestAReadBeforeALossDoesNotFillAfterIt(t *testing.T) {
 	ctx := context.Background()
-	log := slog.New(slog.DiscardHandler)
+	logger := slog.New(slog.DiscardHandler)
 	db := migratedPool(t)
 	server := testserver.StartRedis(t)
 	caches := coherence.New(server.Client(t))
 	truth := postgres.NewBalances(db)
 	gate := &gatedReader{BalanceReader: truth, read: make(chan struct{}), open: make(chan struct{})}
-	slowReads := placement.NewBalances(gate, caches, log)
-	reads := placement.NewBalances(truth, caches, log)
-	consumer := placement.NewBalanceCoherence(truth, caches, log)
-	healer := placement.NewBalanceCacheHealer(truth, caches, log)
+	slowReads := placement.NewBalances(gate, caches, logger)
+	reads := placement.NewBalances(truth, caches, logger)
+	consumer := placement.NewBalanceCoherence(truth, caches, logger)
+	healer := placement.NewBalanceCacheHealer(truth, caches, logger)
 	ledger := postgres.NewLedger(db)
 	account, err := postgres.NewAccounts(db).Create(ctx, "trader")
 	if err != nil {
@@ -282,12 +282,12 @@ func TestAReadBeforeALossDoesNotFillAfterIt(t *testing.T) {
 // heal ends.
 func TestReadersDoNotTrustWholeHashesWhileAHealRuns(t *testing.T) {
 	ctx := context.Background()
-	log := slog.New(slog.DiscardHandler)
+	logger := slog.New(slog.DiscardHandler)
 	db := migratedPool(t)
 	rdb := testserver.StartRedis(t).Client(t)
 	caches := coherence.New(rdb)
 	truth := postgres.NewBalances(db)
-	reads := placement.NewBalances(truth, caches, log)
+	reads := placement.NewBalances(truth, caches, logger)
 	ledger := postgres.NewLedger(db)
 	account, err := postgres.NewAccounts(db).Create(ctx, "trader")
 	if err != nil {

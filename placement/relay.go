@@ -82,7 +82,7 @@ type OutboxRelay struct {
 	client   *emq.Client
 	caches   *coherence.Client
 	modes    coherence.Modes
-	log      *slog.Logger
+	logger   *slog.Logger
 	sweepAge time.Duration
 	// eventsLog is the queue whose logs take accounts' events.
 	eventsLog *emq.Queue
@@ -133,15 +133,15 @@ func WithSweepAge(age time.Duration) RelayOption {
 // NewOutboxRelay relays rows of db onto client's Redis by modes
 // (CoherenceModes in production). Invalid modes are a programming error and
 // panic.
-func NewOutboxRelay(db Outbox, client *emq.Client, modes coherence.Modes, log *slog.Logger, opts ...RelayOption) *OutboxRelay {
+func NewOutboxRelay(db Outbox, client *emq.Client, modes coherence.Modes, logger *slog.Logger, opts ...RelayOption) *OutboxRelay {
 	if err := modes.Validate(); err != nil {
 		panic(err)
 	}
-	if log == nil {
-		log = slog.Default()
+	if logger == nil {
+		logger = slog.Default()
 	}
-	r := &OutboxRelay{db: db, client: client, caches: coherence.New(client.Redis(), coherence.WithLogger(log)),
-		modes: modes, log: log, sweepAge: DefaultSweepAge, eventsLog: client.Queue(orders.Queue)}
+	r := &OutboxRelay{db: db, client: client, caches: coherence.New(client.Redis(), coherence.WithLogger(logger)),
+		modes: modes, logger: logger, sweepAge: DefaultSweepAge, eventsLog: client.Queue(orders.Queue)}
 	for _, opt := range opts {
 		opt(r)
 	}
@@ -189,7 +189,7 @@ func (r *OutboxRelay) Relay(ctx context.Context, entries []orders.OutboxEntry) {
 	defer cancel()
 	carried, err := r.carry(ctx, entries)
 	if err != nil {
-		r.log.Warn("outbox relay failed; the sweep relays the rows left", "entries", len(entries), "carried", len(carried), "err", err)
+		r.logger.Warn("outbox relay failed; the sweep relays the rows left", "entries", len(entries), "carried", len(carried), "err", err)
 	}
 	if r.deferMarking(carried) {
 		return
@@ -197,7 +197,7 @@ func (r *OutboxRelay) Relay(ctx context.Context, entries []orders.OutboxEntry) {
 	if err := r.db.MarkRelayed(ctx, carried); err != nil {
 		// Carried but not marked: the sweep carries them again, and the
 		// job mode's dedup key turns that into a no-op.
-		r.log.Warn("outbox rows carried but not marked relayed", "entries", len(carried), "err", err)
+		r.logger.Warn("outbox rows carried but not marked relayed", "entries", len(carried), "err", err)
 	}
 }
 
@@ -224,7 +224,7 @@ func (r *OutboxRelay) markCarried(ctx context.Context) {
 	r.unmarked, r.dropped = nil, 0
 	r.mu.Unlock()
 	if dropped > 0 {
-		r.log.Warn("outbox rows carried while marking lagged are left to the sweep", "entries", dropped)
+		r.logger.Warn("outbox rows carried while marking lagged are left to the sweep", "entries", dropped)
 	}
 	if len(carried) == 0 {
 		return
@@ -234,7 +234,7 @@ func (r *OutboxRelay) markCarried(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relayTimeout)
 	defer cancel()
 	if err := r.db.MarkRelayed(ctx, carried); err != nil {
-		r.log.Warn("outbox rows carried but not marked relayed; the sweep carries them again", "entries", len(carried), "err", err)
+		r.logger.Warn("outbox rows carried but not marked relayed; the sweep carries them again", "entries", len(carried), "err", err)
 	}
 }
 
@@ -267,7 +267,7 @@ func (r *OutboxRelay) sweepBatch(ctx context.Context) (relayed int, full bool, e
 	full = taken == sweepBatch
 	if carryErr != nil {
 		// Keep what was carried and marked; the rest waits for the next sweep.
-		r.log.Warn("outbox sweep could not relay every row", "rows", taken, "relayed", relayed, "err", carryErr)
+		r.logger.Warn("outbox sweep could not relay every row", "rows", taken, "relayed", relayed, "err", carryErr)
 		full = false
 	}
 	return relayed, full, nil
@@ -305,9 +305,9 @@ func (r *OutboxRelay) KeepSweeping(ctx context.Context, interval time.Duration) 
 		relayed, err := r.Sweep(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			r.log.Warn("outbox sweep failed; trying again next interval", "err", err, "relayed", relayed)
+			r.logger.Warn("outbox sweep failed; trying again next interval", "err", err, "relayed", relayed)
 		case relayed > 0:
-			r.log.Info("outbox sweep relayed rows left behind", "relayed", relayed)
+			r.logger.Info("outbox sweep relayed rows left behind", "relayed", relayed)
 		}
 		timer.Reset(interval)
 	}
@@ -347,7 +347,7 @@ func (r *OutboxRelay) carry(ctx context.Context, entries []orders.OutboxEntry) (
 			carried = append(carried, entry)
 		default:
 			if _, declared := r.modes[table]; !declared {
-				r.log.Warn("outbox entry of a table that declares no coherence mode; marked relayed", "name", entry.Name)
+				r.logger.Warn("outbox entry of a table that declares no coherence mode; marked relayed", "name", entry.Name)
 			}
 			carried = append(carried, entry)
 		}

@@ -38,7 +38,7 @@ type coherenceFixture struct {
 	balances *placement.Balances
 	ledger   *postgres.Ledger
 	accounts *postgres.Accounts
-	log      *slog.Logger
+	logger   *slog.Logger
 }
 
 func newCoherenceFixture(t testing.TB, opts ...placement.RelayOption) *coherenceFixture {
@@ -56,14 +56,14 @@ func newCoherenceFixture(t testing.TB, opts ...placement.RelayOption) *coherence
 		t.Fatal(err)
 	}
 	f.caches = coherence.New(rdb)
-	f.log = slog.New(slog.DiscardHandler)
+	f.logger = slog.New(slog.DiscardHandler)
 	f.queue = f.client.Queue(coherence.Queue(placement.BalancesTable))
-	f.relay = placement.NewOutboxRelay(postgres.NewOutbox(f.db), f.client, placement.CoherenceModes, f.log, opts...)
+	f.relay = placement.NewOutboxRelay(postgres.NewOutbox(f.db), f.client, placement.CoherenceModes, f.logger, opts...)
 	if err := f.relay.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f.consumer = placement.NewBalanceCoherence(postgres.NewBalances(f.db), f.caches, f.log)
-	f.balances = placement.NewBalances(postgres.NewBalances(f.db), f.caches, f.log)
+	f.consumer = placement.NewBalanceCoherence(postgres.NewBalances(f.db), f.caches, f.logger)
+	f.balances = placement.NewBalances(postgres.NewBalances(f.db), f.caches, f.logger)
 	f.ledger = postgres.NewLedger(f.db)
 	f.accounts = postgres.NewAccounts(f.db)
 	return f
@@ -244,7 +244,7 @@ func TestSweepRelaysRowsACrashLeftBehind(t *testing.T) {
 
 	// Rows younger than the sweep age are left to the relay that follows
 	// their commit.
-	patient := placement.NewOutboxRelay(postgres.NewOutbox(f.db), f.client, placement.CoherenceModes, f.log, placement.WithSweepAge(time.Hour))
+	patient := placement.NewOutboxRelay(postgres.NewOutbox(f.db), f.client, placement.CoherenceModes, f.logger, placement.WithSweepAge(time.Hour))
 	if n, err := patient.Sweep(ctx); err != nil || n != 0 {
 		t.Errorf("a sweep of young rows relayed %d, %v; want none", n, err)
 	}
@@ -277,8 +277,8 @@ func TestConcurrentSweepsShareTheBacklog(t *testing.T) {
 	}
 	sweepers := []*placement.OutboxRelay{
 		f.relay,
-		placement.NewOutboxRelay(postgres.NewOutbox(f.db), f.client, placement.CoherenceModes, f.log, placement.WithSweepAge(0)),
-		placement.NewOutboxRelay(postgres.NewOutbox(f.db), f.client, placement.CoherenceModes, f.log, placement.WithSweepAge(0)),
+		placement.NewOutboxRelay(postgres.NewOutbox(f.db), f.client, placement.CoherenceModes, f.logger, placement.WithSweepAge(0)),
+		placement.NewOutboxRelay(postgres.NewOutbox(f.db), f.client, placement.CoherenceModes, f.logger, placement.WithSweepAge(0)),
 	}
 	var wg sync.WaitGroup
 	relayed := make([]int, len(sweepers))
@@ -601,7 +601,7 @@ func TestEventsRowsAreAppendedOnceInOrder(t *testing.T) {
 	f := newCoherenceFixture(t)
 	account := f.buyer(t)
 	queue, placer := f.ordersQueue(t)
-	settler := postgres.NewSettler(f.db, nil, f.log) // relays nothing itself
+	settler := postgres.NewSettler(f.db, nil, f.logger) // relays nothing itself
 	var placed []string
 	for _, clientOrderID := range []string{"first", "second"} {
 		order := restingBuy(t, placer, queue, settler, account, clientOrderID)
@@ -643,7 +643,7 @@ func TestALogThatLostItsSourcesIsNotRefilledWithHistory(t *testing.T) {
 	f := newCoherenceFixture(t)
 	account := f.buyer(t)
 	queue, placer := f.ordersQueue(t)
-	settler := postgres.NewSettler(f.db, f.relay, f.log)
+	settler := postgres.NewSettler(f.db, f.relay, f.logger)
 	place := func(clientOrderID string) orders.Order {
 		return restingBuy(t, placer, queue, settler, account, clientOrderID)
 	}
@@ -672,7 +672,7 @@ func TestAnUnrenderableEventsRowHoldsNoOtherBack(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t, placement.WithSweepAge(0))
 	queue, placer := f.ordersQueue(t)
-	settler := postgres.NewSettler(f.db, nil, f.log) // relays nothing itself
+	settler := postgres.NewSettler(f.db, nil, f.logger) // relays nothing itself
 	var accounts, placed []string
 	for _, clientOrderID := range []string{"a", "b"} {
 		account := f.buyer(t)

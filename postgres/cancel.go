@@ -256,7 +256,7 @@ func (s *Settler) CancelResting(ctx context.Context, account, orderID string) (o
 		}
 		return orders.Order{}, unavailable(err)
 	}
-	s.log.Info("resting order canceled", "order_id", orderID, "account", account)
+	s.logger.Info("resting order canceled", "order_id", orderID, "account", account)
 	if s.relay != nil && len(outbox) > 0 {
 		s.relay.Relay(ctx, outbox)
 	}

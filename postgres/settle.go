@@ -28,7 +28,7 @@ const settleTimeout = 10 * time.Second
 type Settler struct {
 	db      *pgxpool.Pool
 	relay   orders.Relayer
-	log     *slog.Logger
+	logger  *slog.Logger
 	metrics *SettlementMetrics
 	queue   settleQueue
 	// connections holds one token per connection settlement holds, at most
@@ -45,11 +45,11 @@ const SettlerConnections = 32
 
 // NewSettler settles on db and hands each committed settlement's outbox
 // entries to relay (nil: nobody is told; the relay's sweep finds the rows).
-func NewSettler(db *pgxpool.Pool, relay orders.Relayer, log *slog.Logger) *Settler {
-	if log == nil {
-		log = slog.Default()
+func NewSettler(db *pgxpool.Pool, relay orders.Relayer, logger *slog.Logger) *Settler {
+	if logger == nil {
+		logger = slog.Default()
 	}
-	return &Settler{db: db, relay: relay, log: log, connections: make(chan struct{}, SettlerConnections)}
+	return &Settler{db: db, relay: relay, logger: logger, connections: make(chan struct{}, SettlerConnections)}
 }
 
 // ErrUnsettleable matches every failure no retry can cure: an order of an
@@ -89,16 +89,16 @@ func (s *Settler) Settle(ctx context.Context, order orders.Order, token int64) e
 		return err
 	}
 	s.metrics.observe(result, time.Since(began))
-	log := s.log.With("order_id", order.ID, "account", order.Account, "token", token)
+	logger := s.logger.With("order_id", order.ID, "account", order.Account, "token", token)
 	switch {
 	case result.duplicate:
 		// Worth seeing: it means two leases ran the order, or a completion was lost.
-		log.Info("order already settled; nothing changed")
+		logger.Info("order already settled; nothing changed")
 		return nil
 	case result.status == orders.StatusRejected:
-		log.Info("order rejected", "reason", result.reason)
+		logger.Info("order rejected", "reason", result.reason)
 	default:
-		log.Info("order settled", "status", result.status, "reason", result.reason, "trades", result.trades)
+		logger.Info("order settled", "status", result.status, "reason", result.reason, "trades", result.trades)
 	}
 	if s.relay != nil && len(result.outbox) > 0 {
 		s.relay.Relay(ctx, result.outbox)

@@ -158,7 +158,7 @@ func (s *Settler) drive(symbol string) {
 func (s *Settler) runBatch(batch []*settleRequest) {
 	defer func() {
 		if recovered := recover(); recovered != nil {
-			s.log.Error("settlement batch panicked; its orders are settled one by one",
+			s.logger.Error("settlement batch panicked; its orders are settled one by one",
 				"orders", len(batch), "panic", fmt.Sprint(recovered), "stack", string(debug.Stack()))
 			for _, req := range batch {
 				req.result, req.err, req.alone = settlement{}, nil, true
@@ -193,7 +193,7 @@ func (s *Settler) settleBatch(batch []*settleRequest) {
 			req.result, req.err, req.alone = outcomes[i].result, outcomes[i].err, outcomes[i].alone
 		}
 	case ctx.Err() == nil && (refusedByServer(err) || len(batch) > 1 && errors.Is(err, errDecision)):
-		s.log.Warn("settlement batch refused; its orders are settled one by one", "orders", len(batch), "err", err)
+		s.logger.Warn("settlement batch refused; its orders are settled one by one", "orders", len(batch), "err", err)
 		for _, req := range batch {
 			req.alone = true
 		}

@@ -219,7 +219,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 	}
 	outbox, err := w.write(ctx, conn, slices.Collect(maps.Keys(lockSet)), snapshot, true)
 	if isStale(err) {
-		s.log.Debug("a taker's balance moved past what the batch decided on; deciding again on the locked rows", "orders", n)
+		s.logger.Debug("a taker's balance moved past what the batch decided on; deciding again on the locked rows", "orders", n)
 		s.metrics.observeRedecided()
 		if _, err := conn.Exec(ctx, backToSQL); err != nil {
 			return fail(err)

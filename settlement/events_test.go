@@ -42,14 +42,14 @@ func TestEveryAccountsLogHoldsEveryEventOfItsOrders(t *testing.T) {
 	ctx := context.Background()
 	database := testserver.MigratedPostgres(t)
 	redisServer := testserver.StartRedis(t)
-	log := slog.New(slog.DiscardHandler)
+	logger := slog.New(slog.DiscardHandler)
 	config := settlement.DefaultConfig()
 	config.Concurrency = 64
 	config.EventsArchiveDelay = 10 * time.Millisecond
 	runCtx, stop := context.WithCancel(ctx)
 	var workers sync.WaitGroup
 	for range 2 {
-		deps, err := settlement.Connect(ctx, database.URL, redisServer.URL(), config, log)
+		deps, err := settlement.Connect(ctx, database.URL, redisServer.URL(), config, logger)
 		if err != nil {
 			t.Fatal(err)
 		}

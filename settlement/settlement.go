@@ -146,7 +146,7 @@ type Deps struct {
 // min(c.Concurrency, postgres.SettlerConnections) + ConnectionsBesideSettlement,
 // and a queue client, which
 // refuses a server of another protocol version. Close them with Deps.Close.
-func Connect(ctx context.Context, databaseURL, redisURL string, c Config, log *slog.Logger) (Deps, error) {
+func Connect(ctx context.Context, databaseURL, redisURL string, c Config, logger *slog.Logger) (Deps, error) {
 	poolConfig, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return Deps{}, fmt.Errorf("postgres: %w", err)
@@ -156,7 +156,7 @@ func Connect(ctx context.Context, databaseURL, redisURL string, c Config, log *s
 	if err != nil {
 		return Deps{}, fmt.Errorf("postgres: %w", err)
 	}
-	options := []emq.Option{emq.WithLogger(log)}
+	options := []emq.Option{emq.WithLogger(logger)}
 	if c.WaitReplicas > 0 {
 		options = append(options, emq.WithAdmitReplicas(c.WaitReplicas, c.WaitTimeout))
 	}
@@ -165,7 +165,7 @@ func Connect(ctx context.Context, databaseURL, redisURL string, c Config, log *s
 		db.Close()
 		return Deps{}, err
 	}
-	return Deps{DB: db, Queues: queues, Logger: log}, nil
+	return Deps{DB: db, Queues: queues, Logger: logger}, nil
 }
 
 // Close closes the connections Connect opened.
@@ -177,7 +177,7 @@ func (d Deps) Close() {
 // Worker is one worker process's settlement and what runs beside it.
 type Worker struct {
 	config         Config
-	log            *slog.Logger
+	logger         *slog.Logger
 	metrics        *emq.Metrics
 	orders         *emq.Queue
 	settler        *postgres.Settler
@@ -212,7 +212,7 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	balances, caches := postgres.NewBalances(deps.DB), coherence.New(deps.Queues.Redis(), coherence.WithLogger(deps.Logger))
 	return &Worker{
 		config:         c,
-		log:            deps.Logger,
+		logger:         deps.Logger,
 		metrics:        emq.NewMetrics(deps.Metrics),
 		orders:         queue,
 		settler:        settler,
@@ -263,7 +263,7 @@ func (w *Worker) settle(ctx context.Context) error {
 		Lease:        w.config.Lease,
 		Retry:        w.config.Retry,
 		DrainTimeout: w.config.DrainTimeout,
-		Logger:       w.log,
+		Logger:       w.logger,
 		Metrics:      w.metrics,
 	})
 }
@@ -285,7 +285,7 @@ func (w *Worker) applyCoherence(ctx context.Context) error {
 		Lease:        w.config.Lease,
 		Retry:        retry,
 		DrainTimeout: w.config.DrainTimeout,
-		Logger:       w.log,
+		Logger:       w.logger,
 		Metrics:      w.metrics,
 	})
 }

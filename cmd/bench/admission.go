@@ -30,7 +30,7 @@ const benchAccounts = 8
 type env struct {
 	queue    *emq.Client
 	db       *pgxpool.Pool
-	log      *slog.Logger
+	logger   *slog.Logger
 	accounts []string
 	keys     []string
 	// run makes ids unique across runs against the same servers.
@@ -77,21 +77,21 @@ func (e *env) startGateway(ctx context.Context) (url string, stop func(), err er
 	}
 	config := gateway.DefaultConfig()
 	config.RateLimitBurst, config.RateLimitPerSecond = 1_000_000, 1_000_000
-	events := placement.NewEventStreams(ordersQueue, placement.WithEventLogger(e.log))
+	events := placement.NewEventStreams(ordersQueue, placement.WithEventLogger(e.logger))
 	server := gateway.New(gateway.Deps{
 		Placer:      placer,
 		Instruments: instruments,
 		Accounts:    placement.NewKeyCache(postgres.NewAccounts(e.db), 0),
-		Balances:    placement.NewBalances(postgres.NewBalances(e.db), coherence.New(e.queue.Redis(), coherence.WithLogger(e.log)), e.log),
+		Balances:    placement.NewBalances(postgres.NewBalances(e.db), coherence.New(e.queue.Redis(), coherence.WithLogger(e.logger)), e.logger),
 		Events:      events,
-		Logger:      e.log,
+		Logger:      e.logger,
 		Metrics:     prometheus.NewRegistry(),
 	}, config)
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
 	}
-	httpServer := gateway.NewHTTPServer(listener.Addr().String(), server, e.log)
+	httpServer := gateway.NewHTTPServer(listener.Addr().String(), server, e.logger)
 	served := make(chan error, 1)
 	go func() { served <- httpServer.Serve(listener) }()
 	// Close, not Shutdown: nothing is in flight by then, and Shutdown would

@@ -86,7 +86,7 @@ func (e *env) events(ctx context.Context, c config, s *servers, peak float64, pr
 	}
 	defer stopGateway()
 	url := base + "/v1/orders"
-	deps, err := settlement.Connect(ctx, s.databaseURL, s.redisURL, settlement.DefaultConfig(), e.log)
+	deps, err := settlement.Connect(ctx, s.databaseURL, s.redisURL, settlement.DefaultConfig(), e.logger)
 	if err != nil {
 		return r, err
 	}

@@ -26,13 +26,13 @@ func TestMatchRun(t *testing.T) {
 	database := testserver.Postgres(t)
 	s := &servers{redisURL: "redis://" + redisServer.Addr + "/0", databaseURL: database.URL}
 	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	queue, err := emq.Dial(ctx, s.redisURL, emq.WithLogger(log))
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	queue, err := emq.Dial(ctx, s.redisURL, emq.WithLogger(logger))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = queue.Close() })
-	e := &env{queue: queue, log: log, run: "test"}
+	e := &env{queue: queue, logger: logger, run: "test"}
 	c := matchingConfig{orders: 200, accounts: 50, workers: 2}
 	for _, run := range matchingRuns {
 		t.Run(run.name, func(t *testing.T) {

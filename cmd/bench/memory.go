@@ -392,7 +392,7 @@ func (e *env) measureEvents(ctx context.Context, s *servers, count int, progress
 	config.Queue = "bench-events-" + e.run
 	config.EventsHotTail = emq.LogHotTail{Count: math.MaxInt32, Age: 24 * time.Hour}
 	config.EventsArchiveDelay = eventsMeasureDelay
-	deps, err := settlement.Connect(ctx, s.databaseURL, s.redisURL, config, e.log)
+	deps, err := settlement.Connect(ctx, s.databaseURL, s.redisURL, config, e.logger)
 	if err != nil {
 		return r, err
 	}
@@ -555,7 +555,7 @@ func (e *env) measureResume(ctx context.Context, queue *emq.Queue, history *post
 			return 0, 0, err
 		}
 	}
-	archiver := placement.NewEventArchiver(queue, history, e.log, placement.WithHotTail(emq.LogHotTail{}), placement.WithArchiveDelay(0))
+	archiver := placement.NewEventArchiver(queue, history, e.logger, placement.WithHotTail(emq.LogHotTail{}), placement.WithArchiveDelay(0))
 	if err := waitFor(ctx, time.Minute, func() error {
 		if err := archiver.Pass(ctx, time.Millisecond); err != nil {
 			return err
@@ -567,7 +567,7 @@ func (e *env) measureResume(ctx context.Context, queue *emq.Queue, history *post
 	}); err != nil {
 		return 0, 0, err
 	}
-	streams := placement.NewEventStreams(queue, placement.WithEventHistory(history), placement.WithEventLogger(e.log))
+	streams := placement.NewEventStreams(queue, placement.WithEventHistory(history), placement.WithEventLogger(e.logger))
 	defer streams.Close()
 	started := time.Now()
 	subscription, err := streams.Subscribe(ctx, account, 0)

@@ -191,7 +191,7 @@ func (e *env) emqPass(ctx context.Context, name string, r queueResult, progress 
 	go func() {
 		worked <- queue.Work(workCtx, func(context.Context, emq.Claim) error { return nil }, emq.WorkerOptions{
 			Concurrency: r.Concurrency,
-			Logger:      e.log,
+			Logger:      e.logger,
 			OnComplete: func(emq.Claim) {
 				if completed.Add(1) == int64(r.Jobs) {
 					close(allCompleted)

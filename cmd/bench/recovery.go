@@ -61,7 +61,7 @@ func (e *env) measureRecovery(ctx context.Context, name string, reap time.Durati
 		arrived <- struct{}{}
 		return nil
 	}
-	options := emq.WorkerOptions{Concurrency: recoveryJobs, Lease: recoveryLease, ReapInterval: reap, Logger: e.log}
+	options := emq.WorkerOptions{Concurrency: recoveryJobs, Lease: recoveryLease, ReapInterval: reap, Logger: e.logger}
 	r.ReapIntervalMs = ms(reap)
 	if reap == 0 {
 		r.ReapIntervalMs = ms(min(recoveryLease/4, 500*time.Millisecond)) // the runtime's default, see emq.WorkerOptions

@@ -154,7 +154,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	// The gateway's request logs cost what they cost in production (the
 	// handler cmd/gateway uses), but go nowhere.
-	log := slog.New(jsonlog.New(io.Discard, nil))
+	logger := slog.New(jsonlog.New(io.Discard, nil))
 	if err := migrations.Up(servers.databaseURL); err != nil {
 		return err
 	}
@@ -163,12 +163,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer db.Close()
-	queue, err := emq.Dial(ctx, servers.redisURL, emq.WithLogger(log))
+	queue, err := emq.Dial(ctx, servers.redisURL, emq.WithLogger(logger))
 	if err != nil {
 		return err
 	}
 	defer queue.Close()
-	e := &env{queue: queue, db: db, log: log, run: started.UTC().Format("150405")}
+	e := &env{queue: queue, db: db, logger: logger, run: started.UTC().Format("150405")}
 	if err := e.fundAccounts(ctx); err != nil {
 		return err
 	}

@@ -245,7 +245,7 @@ func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n in
 // /metrics listener is left out; nothing scrapes it here. It returns when
 // ctx ends and the worker has drained.
 func (e *env) runWorker(ctx context.Context, databaseURL, redisURL string, config settlement.Config) error {
-	deps, err := settlement.Connect(ctx, databaseURL, redisURL, config, e.log)
+	deps, err := settlement.Connect(ctx, databaseURL, redisURL, config, e.logger)
 	if err != nil {
 		return stoppedOr(ctx, err)
 	}

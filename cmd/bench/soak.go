@@ -117,7 +117,7 @@ func (e *env) soak(ctx context.Context, c soakConfig, s *servers, progress func(
 	}
 	defer stopGateway()
 	registry := prometheus.NewRegistry()
-	deps, err := settlement.Connect(ctx, s.databaseURL, s.redisURL, settlement.DefaultConfig(), e.log)
+	deps, err := settlement.Connect(ctx, s.databaseURL, s.redisURL, settlement.DefaultConfig(), e.logger)
 	if err != nil {
 		return r, err
 	}

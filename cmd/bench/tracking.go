@@ -42,7 +42,7 @@ func (e *env) tracking(ctx context.Context, c config, s *servers, progress func(
 		return r, fmt.Errorf("tracking: %w (a cluster has no local copy)", err)
 	}
 	caches := coherence.New(e.queue.Redis())
-	straight := placement.NewBalances(postgres.NewBalances(e.db), caches, e.log)
+	straight := placement.NewBalances(postgres.NewBalances(e.db), caches, e.logger)
 	// The cache holds every account whole: both runs read it alone.
 	for _, account := range e.accounts {
 		if _, err := straight.Of(ctx, account); err != nil {
@@ -68,7 +68,7 @@ func (e *env) tracking(ctx context.Context, c config, s *servers, progress func(
 		return r, err
 	}
 	defer tracking.Close()
-	local := placement.NewBalances(postgres.NewBalances(e.db), caches, e.log).WithLocalCopy(coherence.New(tracking.Client()))
+	local := placement.NewBalances(postgres.NewBalances(e.db), caches, e.logger).WithLocalCopy(coherence.New(tracking.Client()))
 
 	length := max(c.duration/4, time.Second)
 	if r.RedisPerSecond, err = e.readBalances(ctx, "tracking: balance reads straight from Redis", straight, c.concurrency, length, progress); err != nil {

@@ -144,7 +144,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	// Lines are written together, not one write(2) each (see
 	// jsonlog.Buffered); the deferred call writes out the last of them.
-	log, logDone := jsonlog.ProcessLogger(stdout, c.logLevel, c.logFlush)
+	logger, logDone := jsonlog.ProcessLogger(stdout, c.logLevel, c.logFlush)
 	defer logDone()
 
 	if c.migrate {
@@ -158,20 +158,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer db.Close()
 
-	queueClient, err := emq.Dial(ctx, c.redisURL, emq.WithLogger(log), emq.WithAdmitReplicas(c.waitReplicas, c.waitTimeout))
+	queueClient, err := emq.Dial(ctx, c.redisURL, emq.WithLogger(logger), emq.WithAdmitReplicas(c.waitReplicas, c.waitTimeout))
 	if err != nil {
 		return err
 	}
 	defer queueClient.Close()
-	caches := coherence.New(queueClient.Redis(), coherence.WithLogger(log))
+	caches := coherence.New(queueClient.Redis(), coherence.WithLogger(logger))
 
 	// A cancel of a resting order releases its hold; the relay carries the
 	// balances' outbox rows at once, as a worker's does after a settlement.
-	relay := placement.NewOutboxRelay(postgres.NewOutbox(db), queueClient, placement.CoherenceModes, log)
+	relay := placement.NewOutboxRelay(postgres.NewOutbox(db), queueClient, placement.CoherenceModes, logger)
 	if err := relay.Declare(ctx); err != nil {
 		return err
 	}
-	book := postgres.NewOrders(postgres.NewHistory(db), postgres.NewSettler(db, relay, log))
+	book := postgres.NewOrders(postgres.NewHistory(db), postgres.NewSettler(db, relay, logger))
 	ordersQueue := queueClient.Queue(orders.Queue, emq.WithDedupRetention(c.dedupRetention))
 	placer := placement.NewPlacer(ordersQueue, placement.WithHistory(book))
 	if err := placer.Declare(ctx); err != nil {
@@ -182,7 +182,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	refreshFailed := func(err error) {
-		log.Warn("instrument refresh failed; serving the last copy", "err", err)
+		logger.Warn("instrument refresh failed; serving the last copy", "err", err)
 	}
 	go instruments.KeepFresh(ctx, c.instrumentRefresh, refreshFailed)
 
@@ -197,10 +197,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if c.sealer != nil {
 		keyOptions = append(keyOptions, placement.OpenSecretsWith(c.sealer))
 	}
-	balances := placement.NewBalances(postgres.NewBalances(db), caches, log)
-	if local := trackedCaches(c, queueClient, metrics, log); local != nil {
+	balances := placement.NewBalances(postgres.NewBalances(db), caches, logger)
+	if local := trackedCaches(c, queueClient, metrics, logger); local != nil {
 		defer local.Close()
-		tracked := coherence.New(local.Client(), coherence.WithLogger(log))
+		tracked := coherence.New(local.Client(), coherence.WithLogger(logger))
 		keyOptions = append(keyOptions, placement.TrackRevocations(tracked))
 		instruments.TrackChanges(tracked)
 		balances.WithLocalCopy(tracked)
@@ -216,11 +216,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	// Customers' keys recognized from the first request on; a failure only
 	// leaves them to be learned one lookup at a time.
 	if loaded, unverifiable, err := keys.Preload(ctx); err != nil {
-		log.Warn("API keys not preloaded; each is learned at its first request", "err", err)
+		logger.Warn("API keys not preloaded; each is learned at its first request", "err", err)
 	} else {
-		log.Info("API keys preloaded", "keys", loaded)
+		logger.Info("API keys preloaded", "keys", loaded)
 		if unverifiable > 0 {
-			log.Error("API keys require signatures whose secrets do not open here: their signed requests are answered 503 until SIGNING_KEY_ENCRYPTION_KEY is the key they were sealed under",
+			logger.Error("API keys require signatures whose secrets do not open here: their signed requests are answered 503 until SIGNING_KEY_ENCRYPTION_KEY is the key they were sealed under",
 				"keys", unverifiable, "encryption_key_set", c.sealer != nil)
 		}
 	}
@@ -228,7 +228,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	// it waits (go-redis extends its read timeout by the block).
 	// A stream that resumes further back than Redis's hot tail reads the
 	// history in PostgreSQL first.
-	events := placement.NewEventStreams(ordersQueue, placement.WithEventLogger(log),
+	events := placement.NewEventStreams(ordersQueue, placement.WithEventLogger(logger),
 		placement.WithEventHistory(postgres.NewEventHistory(db)))
 	defer events.Close()
 	server := gateway.New(gateway.Deps{
@@ -242,7 +242,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Events:      events,
 		StreamSeats: placement.NewStreamSeats(ordersQueue),
 		Probes:      probes(queueClient, db),
-		Logger:      log,
+		Logger:      logger,
 		Metrics:     metrics,
 	}, c.http)
 
@@ -251,7 +251,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	// public network and this one need not. It starts first, so it answers
 	// once /readyz does, and stops last (deferred), so the drain below can
 	// be watched.
-	stopMetrics, err := metricsserver.Serve(c.metricsAddr, metrics, log)
+	stopMetrics, err := metricsserver.Serve(c.metricsAddr, metrics, logger)
 	if err != nil {
 		return err
 	}
@@ -260,20 +260,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	httpServer := gateway.NewHTTPServer(c.addr, server, log)
+	httpServer := gateway.NewHTTPServer(c.addr, server, logger)
 	// Streams never end by themselves: the shutdown ends them (their
 	// clients resume on another gateway), or its drain would wait for them.
 	httpServer.RegisterOnShutdown(events.Close)
 	served := make(chan error, 1)
 	go func() { served <- httpServer.Serve(listener) }()
-	log.Info("gateway listening", "addr", listener.Addr().String())
+	logger.Info("gateway listening", "addr", listener.Addr().String())
 
 	select {
 	case err := <-served:
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("gateway shutting down", "timeout", c.shutdownTimeout.String())
+	logger.Info("gateway shutting down", "timeout", c.shutdownTimeout.String())
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
 	if err := httpServer.Shutdown(shutdownCtx); err != nil {
@@ -282,7 +282,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
-	log.Info("gateway stopped")
+	logger.Info("gateway stopped")
 	return nil
 }
 
@@ -317,18 +317,18 @@ func probes(queue *emq.Client, db *pgxpool.Pool) []gateway.Probe {
 // trackedCaches is the gateway's local copy of what it reads from Redis
 // (the tracking coherence mode): nil when it is turned off, or refused
 // because REDIS_URL names a cluster, whose reads then go to Redis.
-func trackedCaches(c config, queueClient *emq.Client, metrics prometheus.Registerer, log *slog.Logger) *coherence.Tracking {
+func trackedCaches(c config, queueClient *emq.Client, metrics prometheus.Registerer, logger *slog.Logger) *coherence.Tracking {
 	if !c.tracking {
 		return nil
 	}
 	single, ok := queueClient.Redis().(*redis.Client)
 	if !ok {
-		log.Info("no local copy of Redis reads: "+coherence.ErrTrackingRefused.Error(), "tracking", false)
+		logger.Info("no local copy of Redis reads: "+coherence.ErrTrackingRefused.Error(), "tracking", false)
 		return nil
 	}
 	local, err := coherence.NewTracking(single.Options(), coherence.TrackingConfig{TTL: c.trackingTTL, Metrics: metrics})
 	if err != nil {
-		log.Warn("no local copy of Redis reads", "err", err)
+		logger.Warn("no local copy of Redis reads", "err", err)
 		return nil
 	}
 	return local

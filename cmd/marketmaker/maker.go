@@ -19,7 +19,7 @@ import (
 // maker keeps the quotes of every instrument it follows.
 type maker struct {
 	api          client.ClientWithResponsesInterface
-	log          *slog.Logger
+	logger       *slog.Logger
 	every        time.Duration
 	rng          *rand.Rand
 	levels       int
@@ -65,7 +65,7 @@ func (s stats) attrs() []any {
 		"post_only_rejected", s.postOnly, "rejected", s.rejected}
 }
 
-func newMaker(c config, symbols []string, doer client.HttpRequestDoer, log *slog.Logger) (*maker, error) {
+func newMaker(c config, symbols []string, doer client.HttpRequestDoer, logger *slog.Logger) (*maker, error) {
 	key := c.apiKey
 	api, err := client.NewClientWithResponses(c.gatewayURL, client.WithHTTPClient(doer),
 		client.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
@@ -75,7 +75,7 @@ func newMaker(c config, symbols []string, doer client.HttpRequestDoer, log *slog
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	return &maker{api: api, log: log, every: c.interval, rng: rand.New(rand.NewPCG(c.seed, 0x3a4e)),
+	return &maker{api: api, logger: logger, every: c.interval, rng: rand.New(rand.NewPCG(c.seed, 0x3a4e)),
 		levels: c.levels, sizeMultiple: c.sizeMultiple, symbols: symbols,
 		walks: map[string]*walk{}, quoting: map[string]bool{}, placed: map[string][]string{},
 		run: fmt.Sprintf("%x", time.Now().UnixNano())}, nil
@@ -111,10 +111,10 @@ func (m *maker) refresh(ctx context.Context) error {
 		switch {
 		case now && !was:
 			w := m.walks[symbol]
-			m.log.Info("quoting", "symbol", symbol, "reference", w.in.reference.String(),
+			m.logger.Info("quoting", "symbol", symbol, "reference", w.in.reference.String(),
 				"band_percent", w.in.bandPercent.String(), "size", w.size.String(), "levels", m.levels)
 		case !now && (was || !seen):
-			m.log.Warn("not quoting", "symbol", symbol, "why", why)
+			m.logger.Warn("not quoting", "symbol", symbol, "why", why)
 		}
 		if was && !now {
 			m.cancel(context.WithoutCancel(ctx), symbol)
@@ -159,7 +159,7 @@ func (m *maker) quoteUntil(ctx context.Context, refreshEvery time.Duration) {
 		if m.stale {
 			m.stale = false
 			if err := m.refresh(ctx); err != nil {
-				m.log.Warn("refresh: quoting on the last listing", "error", err)
+				m.logger.Warn("refresh: quoting on the last listing", "error", err)
 			}
 		}
 		m.requote(ctx)
@@ -169,9 +169,9 @@ func (m *maker) quoteUntil(ctx context.Context, refreshEvery time.Duration) {
 		case <-ticker.C:
 		case <-refresh.C:
 			if err := m.refresh(ctx); err != nil {
-				m.log.Warn("refresh: quoting on the last listing", "error", err)
+				m.logger.Warn("refresh: quoting on the last listing", "error", err)
 			}
-			m.log.Info("quotes", m.stats.attrs()...)
+			m.logger.Info("quotes", m.stats.attrs()...)
 		}
 	}
 }
@@ -201,12 +201,12 @@ func (m *maker) requote(ctx context.Context) {
 		}
 		quotes, err := w.ladder()
 		if err != nil {
-			m.log.Error("ladder", "symbol", symbol, "error", err)
+			m.logger.Error("ladder", "symbol", symbol, "error", err)
 			continue
 		}
 		m.placeLadder(requests, symbol, quotes)
 		mid, _ := w.price(w.mid)
-		m.log.Debug("quoted", "symbol", symbol, "mid", mid.String(), "placed", len(m.placed[symbol]))
+		m.logger.Debug("quoted", "symbol", symbol, "mid", mid.String(), "placed", len(m.placed[symbol]))
 	}
 	if len(gone) > 0 {
 		m.classify(requests, gone)
@@ -264,7 +264,7 @@ func (m *maker) place(ctx context.Context, symbol string, q quote, clientOrderID
 		if res, err = m.api.PlaceOrderWithResponse(ctx, nil, body); err == nil {
 			break
 		}
-		m.log.Warn("place", "symbol", symbol, "side", q.side, "price", price, "attempt", attempt, "error", err)
+		m.logger.Warn("place", "symbol", symbol, "side", q.side, "price", price, "attempt", attempt, "error", err)
 		time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
 	}
 	if err != nil {
@@ -275,7 +275,7 @@ func (m *maker) place(ctx context.Context, symbol string, q quote, clientOrderID
 		order = res.JSON200
 	}
 	if order == nil {
-		m.log.Warn("place refused", "symbol", symbol, "side", q.side, "price", price,
+		m.logger.Warn("place refused", "symbol", symbol, "side", q.side, "price", price,
 			"status", res.StatusCode(), "body", string(res.Body))
 		return "", res.StatusCode()
 	}
@@ -291,10 +291,10 @@ func (m *maker) cancel(ctx context.Context, symbol string) (missing []string, ok
 	res, err := m.api.CancelAllOrdersWithResponse(ctx, &client.CancelAllOrdersParams{Symbol: &symbol})
 	switch {
 	case err != nil:
-		m.log.Warn("cancel", "symbol", symbol, "error", err)
+		m.logger.Warn("cancel", "symbol", symbol, "error", err)
 		return nil, false
 	case res.JSON200 == nil:
-		m.log.Warn("cancel refused", "symbol", symbol, "status", res.StatusCode(), "body", string(res.Body))
+		m.logger.Warn("cancel refused", "symbol", symbol, "status", res.StatusCode(), "body", string(res.Body))
 		return nil, false
 	}
 	canceled := map[string]bool{}
@@ -321,9 +321,9 @@ func (m *maker) classify(ctx context.Context, ids []string) {
 	res, err := m.api.ListOrdersWithResponse(ctx, &client.ListOrdersParams{Limit: &limit, Status: &status})
 	switch {
 	case err != nil:
-		m.log.Warn("list rejected orders", "error", err)
+		m.logger.Warn("list rejected orders", "error", err)
 	case res.JSON200 == nil:
-		m.log.Warn("list rejected orders", "status", res.StatusCode(), "body", string(res.Body))
+		m.logger.Warn("list rejected orders", "status", res.StatusCode(), "body", string(res.Body))
 	default:
 		for _, o := range res.JSON200.Orders {
 			rejected[o.ID] = o
@@ -345,12 +345,12 @@ func (m *maker) classify(ctx context.Context, ids []string) {
 		}
 		if reason == string(client.OrderRejectReasonPostOnlyWouldTake) {
 			m.stats.postOnly++
-			m.log.Info("quote rejected: it would have traded", "order_id", id, "symbol", o.Symbol, "side", string(o.Side),
+			m.logger.Info("quote rejected: it would have traded", "order_id", id, "symbol", o.Symbol, "side", string(o.Side),
 				"price", price, "reject_reason", reason, "post_only_rejected", m.stats.postOnly)
 			continue
 		}
 		m.stats.rejected++
-		m.log.Warn("quote rejected", "order_id", id, "symbol", o.Symbol, "side", string(o.Side),
+		m.logger.Warn("quote rejected", "order_id", id, "symbol", o.Symbol, "side", string(o.Side),
 			"price", price, "reject_reason", reason)
 	}
 }
@@ -370,7 +370,7 @@ func (m *maker) cancelEverything(ctx context.Context) error {
 		case len(res.JSON200.Orders) == 0:
 			return nil
 		}
-		m.log.Info("canceled", "orders", len(res.JSON200.Orders))
+		m.logger.Info("canceled", "orders", len(res.JSON200.Orders))
 		m.placed = map[string][]string{}
 		select {
 		case <-ctx.Done():

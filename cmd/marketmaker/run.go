@@ -128,16 +128,16 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
-	log, logDone := jsonlog.ProcessLogger(stdout, c.logLevel, 0)
+	logger, logDone := jsonlog.ProcessLogger(stdout, c.logLevel, 0)
 	defer func() { _ = logDone() }()
-	m, err := newMaker(c, symbols, doer, log)
+	m, err := newMaker(c, symbols, doer, logger)
 	if err != nil {
 		return err
 	}
 	if err := m.start(ctx); err != nil {
 		return err
 	}
-	log.Info("market maker started", "gateway", c.gatewayURL, "symbols", strings.Join(slices.Sorted(maps.Keys(m.quoting)), ","),
+	logger.Info("market maker started", "gateway", c.gatewayURL, "symbols", strings.Join(slices.Sorted(maps.Keys(m.quoting)), ","),
 		"levels", c.levels, "interval", c.interval.String(), "refresh", c.refresh.String(), "seed", c.seed)
 	m.quoteUntil(ctx, c.refresh)
 	// The signal ended ctx: the orders are canceled on a context of their
@@ -145,7 +145,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	cancelCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cancelWithin)
 	defer cancel()
 	err = m.cancelEverything(cancelCtx)
-	log.Info("market maker stopped", m.stats.attrs()...)
+	logger.Info("market maker stopped", m.stats.attrs()...)
 	if err != nil {
 		return fmt.Errorf("at shutdown: %w", err)
 	}
@@ -162,7 +162,7 @@ func (m *maker) start(ctx context.Context) error {
 		if err = m.refresh(ctx); err == nil || attempt == 10 {
 			break
 		}
-		m.log.Warn("instruments", "attempt", attempt, "error", err)
+		m.logger.Warn("instruments", "attempt", attempt, "error", err)
 		select {
 		case <-ctx.Done():
 			return err

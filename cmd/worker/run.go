@@ -152,7 +152,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	// Lines are written together, not one write(2) each (see
 	// jsonlog.Buffered); the deferred call writes out the last of them.
-	log, logDone := jsonlog.ProcessLogger(stdout, c.logLevel, c.logFlush)
+	logger, logDone := jsonlog.ProcessLogger(stdout, c.logLevel, c.logFlush)
 	defer logDone()
 
 	if c.migrate {
@@ -160,7 +160,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			return err
 		}
 	}
-	deps, err := settlement.Connect(ctx, c.databaseURL, c.redisURL, c.worker, log)
+	deps, err := settlement.Connect(ctx, c.databaseURL, c.redisURL, c.worker, logger)
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	stopMetrics, err := metricsserver.Serve(c.metricsAddr, registry, log)
+	stopMetrics, err := metricsserver.Serve(c.metricsAddr, registry, logger)
 	if err != nil {
 		return err
 	}
@@ -182,6 +182,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := worker.Run(ctx); err != nil {
 		return err
 	}
-	log.Info("worker exiting")
+	logger.Info("worker exiting")
 	return nil
 }

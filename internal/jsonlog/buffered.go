@@ -116,7 +116,7 @@ func (b *Buffered) flushLocked() error {
 // ProcessLogger is a process's logger: JSON lines at level to w, written
 // together by a Buffered every flush interval, or each at once when flush is
 // 0. Call done after the last line: it writes out what is left.
-func ProcessLogger(w io.Writer, level slog.Leveler, flush time.Duration) (log *slog.Logger, done func() error) {
+func ProcessLogger(w io.Writer, level slog.Leveler, flush time.Duration) (logger *slog.Logger, done func() error) {
 	out, done := w, func() error { return nil }
 	if flush > 0 {
 		b := NewBuffered(w, flush)

@@ -121,12 +121,12 @@ func TestBufferedReportsAFailedTimedWrite(t *testing.T) {
 func TestBufferedUnderTheHandler(t *testing.T) {
 	var out syncBuffer
 	b := NewBuffered(&out, time.Millisecond)
-	log := slog.New(New(b, nil))
+	logger := slog.New(New(b, nil))
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 500 {
-				log.Info(fmt.Sprintf("g%d-%d", g, i), "path", "/v1/orders", "status", 202)
+				logger.Info(fmt.Sprintf("g%d-%d", g, i), "path", "/v1/orders", "status", 202)
 			}
 		})
 	}

@@ -27,7 +27,7 @@ const shutdownTimeout = 2 * time.Second
 // listening it logs "metrics listening" with the address bound: given port
 // 0, the port chosen (scripts/run.sh reads it from there). stop waits up to
 // 2 s for scrapes in flight.
-func Serve(addr string, registry *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+func Serve(addr string, registry *prometheus.Registry, logger *slog.Logger) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -44,15 +44,15 @@ func Serve(addr string, registry *prometheus.Registry, log *slog.Logger) (stop f
 	server := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- server.Serve(listener) }()
-	log.Info("metrics listening", "addr", listener.Addr().String())
+	logger.Info("metrics listening", "addr", listener.Addr().String())
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
 		if err := server.Shutdown(ctx); err != nil {
-			log.Warn("metrics server shutdown", "err", err)
+			logger.Warn("metrics server shutdown", "err", err)
 		}
 		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("metrics server stopped", "err", err)
+			logger.Warn("metrics server stopped", "err", err)
 		}
 	}, nil
 }

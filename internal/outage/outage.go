@@ -50,7 +50,7 @@ type Tracker struct {
 func (o *Tracker) Failures() int { return o.failures }
 
 // Fail records a failed call and logs it, at most once per LogEvery.
-func (o *Tracker) Fail(log *slog.Logger, err error) {
+func (o *Tracker) Fail(logger *slog.Logger, err error) {
 	now := time.Now()
 	if o.failures == 0 {
 		o.since = now
@@ -58,17 +58,17 @@ func (o *Tracker) Fail(log *slog.Logger, err error) {
 	o.failures++
 	if o.failures == 1 || now.Sub(o.logged) >= LogEvery {
 		o.logged = now
-		log.Warn("queue server call failed; backing off", "loop", o.Loop, "err", err,
+		logger.Warn("queue server call failed; backing off", "loop", o.Loop, "err", err,
 			"failures", o.failures, "failing_for", now.Sub(o.since).Round(time.Millisecond).String())
 	}
 }
 
 // Recover ends a run of failures, logging how long it lasted.
-func (o *Tracker) Recover(log *slog.Logger) {
+func (o *Tracker) Recover(logger *slog.Logger) {
 	if o.failures == 0 {
 		return
 	}
-	log.Info("queue server answers again", "loop", o.Loop, "failures", o.failures,
+	logger.Info("queue server answers again", "loop", o.Loop, "failures", o.failures,
 		"outage", time.Since(o.since).Round(time.Millisecond).String())
 	o.failures = 0
 }

@@ -45,8 +45,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := flags.Parse(args[1:]); err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, nil))
-	client, err := emq.Dial(ctx, *redisURL, emq.WithLogger(log))
+	logger := slog.New(slog.NewJSONHandler(stderr, nil))
+	client, err := emq.Dial(ctx, *redisURL, emq.WithLogger(logger))
 	if err != nil {
 		return err
 	}
@@ -58,7 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Lease:        *lease,
 		ReapInterval: *reapInterval,
 		DrainTimeout: *drainTimeout,
-		Logger:       log,
+		Logger:       logger,
 		OnComplete: func(job emq.Claim) {
 			// One write per line, so lines of concurrent jobs never interleave.
 			printing.Lock()
