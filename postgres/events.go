@@ -113,13 +113,13 @@ func unquote(text string, into *string) error {
 func RenderEvents(entry orders.OutboxEntry) ([]orders.EventDraft, error) {
 	var snapshot eventSnapshot
 	if err := json.Unmarshal([]byte(entry.Payload), &snapshot); err != nil {
-		return nil, fmt.Errorf("orders: events %s@%d: %w", entry.Name, entry.Version, err)
+		return nil, fmt.Errorf("postgres: events %s@%d: %w", entry.Name, entry.Version, err)
 	}
 	drafts := make([]orders.EventDraft, 0, len(snapshot.Orders)+len(snapshot.Fills))
 	for _, row := range snapshot.Fills {
 		fill, err := scanExecution(row)
 		if err != nil {
-			return nil, fmt.Errorf("orders: events %s@%d: %w", entry.Name, entry.Version, err)
+			return nil, fmt.Errorf("postgres: events %s@%d: %w", entry.Name, entry.Version, err)
 		}
 		data, err := json.Marshal(fill)
 		if err != nil {
@@ -131,7 +131,7 @@ func RenderEvents(entry orders.OutboxEntry) ([]orders.EventDraft, error) {
 	for _, row := range snapshot.Orders {
 		order, err := scanOrder(row)
 		if err != nil {
-			return nil, fmt.Errorf("orders: events %s@%d: %w", entry.Name, entry.Version, err)
+			return nil, fmt.Errorf("postgres: events %s@%d: %w", entry.Name, entry.Version, err)
 		}
 		data, err := json.Marshal(order)
 		if err != nil {

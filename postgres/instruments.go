@@ -50,7 +50,7 @@ func (s *Instruments) ReadInstruments(ctx context.Context) (map[string]orders.In
 			if field.text == "" {
 				continue // no trade yet: LastPrice stays zero
 			}
-			value, err := decimal.Parse(field.text)
+			value, err := orders.ParseExact(field.text)
 			if err != nil {
 				return nil, fmt.Errorf("postgres: instrument %s: %w", in.Symbol, err)
 			}
