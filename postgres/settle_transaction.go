@@ -82,6 +82,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 	fail := func(err error) ([]batchOutcome, error) {
 		return nil, fmt.Errorf("postgres: settle a batch of %d: %w", n, err)
 	}
+	phase := s.metrics.now()
 	select {
 	case s.connections <- struct{}{}:
 	case <-ctx.Done():
@@ -95,6 +96,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 	// Rolls back whatever a failure left open.
 	defer releaseAfterTx(pooled)
 	conn := pooled.Conn()
+	phase = s.metrics.phaseDone(phaseAcquire, phase)
 
 	ids := make([]string, n)
 	takerAccounts, takerSymbols, clientIDs := make([]string, n), make([]string, n), make([]string, n)
@@ -198,11 +200,13 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 			return fail(err)
 		}
 	}
+	phase = s.metrics.phaseDone(phaseRead, phase)
 
 	w, outcomes, err := decideBatch(ctx, conn, batch, instruments, reads, snapshot, existing, holders)
 	if err != nil {
 		return fail(err)
 	}
+	phase = s.metrics.phaseDone(phaseDecide, phase)
 	if afterFirstDecision != nil {
 		afterFirstDecision()
 	}
@@ -211,6 +215,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 		if _, err := conn.Exec(ctx, commitSQL); err != nil {
 			return fail(err)
 		}
+		s.metrics.phaseDone(phaseWrite, phase)
 		return outcomes, nil
 	}
 	lockSet := maps.Clone(takerKeys)
@@ -218,6 +223,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 		lockSet[key] = true
 	}
 	outbox, err := w.write(ctx, conn, slices.Collect(maps.Keys(lockSet)), snapshot, true)
+	phase = s.metrics.phaseDone(phaseWrite, phase)
 	if isStale(err) {
 		s.logger.Debug("a taker's balance moved past what the batch decided on; deciding again on the locked rows", "orders", n)
 		s.metrics.observeRedecided()
@@ -238,6 +244,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 			}
 		}
 		outbox, err = w.write(ctx, conn, extra, locked, false)
+		s.metrics.phaseDone(phaseRedecide, phase)
 	}
 	if err != nil {
 		return fail(err)
