@@ -27,12 +27,15 @@ type matchingConfig struct {
 	orders   int
 	accounts int
 	workers  int
+	// profile measures where each run's time goes (profile.go).
+	profile bool
 }
 
 func (m *matchingConfig) register(flags *flag.FlagSet) {
 	flags.IntVar(&m.orders, "match-orders", 10000, "orders of each run of the matching phase (half of them crossing)")
 	flags.IntVar(&m.accounts, "match-accounts", 50, "accounts placing the matching phase's orders")
 	flags.IntVar(&m.workers, "match-workers", 4, "worker processes (run in-process, wired as cmd/worker) of the matching phase")
+	flags.BoolVar(&m.profile, "profile", false, "profile each matching run: CPU by process, pg_stat_statements, rows written, lock waits, the batch cycle's phases (starts the bench's PostgreSQL with pg_stat_statements)")
 }
 
 func (m matchingConfig) validate() error {
@@ -101,6 +104,8 @@ type matchRun struct {
 	// AuditedOrders is the orders postgres.Audit looked at; it found no
 	// violation, or the phase failed.
 	AuditedOrders int64 `json:"audited_orders"`
+	// Profile is where the run's time went, with -profile.
+	Profile *runProfile `json:"profile,omitempty"`
 
 	Ratio  float64 `json:"to_pgbench_ratio"`
 	Target float64 `json:"target_ratio"`
@@ -143,7 +148,8 @@ func (e *env) matching(ctx context.Context, c matchingConfig, pgbenchClients int
 func (e *env) matchRun(ctx context.Context, c matchingConfig, s *servers, name string, symbols []string, progress func(string, ...any)) (matchRun, error) {
 	r := matchRun{Name: name, Symbols: symbols, Orders: c.orders}
 	inRun := func(format string, a ...any) { progress("matching "+name+": "+format, a...) }
-	databaseURL, drop, err := createDatabase(ctx, s.databaseURL, "bench_match_"+name+"_"+e.run)
+	database := "bench_match_" + name + "_" + e.run
+	databaseURL, drop, err := createDatabase(ctx, s.databaseURL, database)
 	if err != nil {
 		return r, err
 	}
@@ -201,10 +207,26 @@ func (e *env) matchRun(ctx context.Context, c matchingConfig, s *servers, name s
 	}
 	r.Crossing = crossing
 
+	var profiler *runProfiler
+	if c.profile {
+		// Closing the pool's connections flushes their backends'
+		// statistics before the counters are read.
+		db.Reset()
+		if profiler, err = newRunProfiler(ctx, s, databaseURL, database); err != nil {
+			return r, fmt.Errorf("profile: %w", err)
+		}
+		defer profiler.close()
+		if err := profiler.begin(ctx); err != nil {
+			return r, fmt.Errorf("profile: %w", err)
+		}
+	}
 	inRun("%d workers × concurrency %d matching %d orders…", c.workers, workerConfig.Concurrency, c.orders)
-	seconds, coherenceSeconds, err := e.workThrough(ctx, databaseURL, s.redisURL, c.workers, workerConfig, queue, c.orders, inRun)
+	seconds, coherenceSeconds, err := e.workThrough(ctx, databaseURL, s.redisURL, c.workers, workerConfig, queue, c.orders, profiler, inRun)
 	if err != nil {
 		return r, err
+	}
+	if r.Profile, err = profiler.end(ctx); err != nil {
+		return r, fmt.Errorf("profile: %w", err)
 	}
 	r.Seconds, r.CoherenceSeconds = seconds.Seconds(), coherenceSeconds.Seconds()
 
@@ -219,6 +241,9 @@ func (e *env) matchRun(ctx context.Context, c matchingConfig, s *servers, name s
 		return r, err
 	}
 	r.PerSecond = float64(r.Taken) / r.Seconds
+	if r.Profile != nil {
+		r.Profile.Orders, r.Profile.Trades = r.Taken, r.AllTrades
+	}
 	r.TradesPerSecond = float64(r.AllTrades) / r.Seconds
 
 	latencies, err := doneLatencies(ctx, queue, ids)
@@ -300,8 +325,10 @@ func admitMatchBacklog(ctx context.Context, queue *emq.Queue, backlog []matchOrd
 
 // workThrough runs workers worker processes at config until queue is
 // drained, then until the balances' coherence queue is, and stops them. It
-// returns the times from the workers' start until each was drained.
-func (e *env) workThrough(ctx context.Context, databaseURL, redisURL string, workers int, config settlement.Config, queue *emq.Queue, total int, progress func(string, ...any)) (drained, coherent time.Duration, err error) {
+// returns the times from the workers' start until each was drained. The
+// profiler (nil: none) gets the workers' metrics and is told when the
+// coherence queue is drained.
+func (e *env) workThrough(ctx context.Context, databaseURL, redisURL string, workers int, config settlement.Config, queue *emq.Queue, total int, profiler *runProfiler, progress func(string, ...any)) (drained, coherent time.Duration, err error) {
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
 	start := time.Now()
@@ -312,8 +339,9 @@ func (e *env) workThrough(ctx context.Context, databaseURL, redisURL string, wor
 	exited := make(chan struct{})
 	var exit sync.Once
 	for i := range workers {
+		metrics := profiler.registerer()
 		running.Go(func() {
-			errs[i] = e.runWorker(workCtx, databaseURL, redisURL, config)
+			errs[i] = e.runWorker(workCtx, databaseURL, redisURL, config, metrics)
 			exit.Do(func() { close(exited) })
 		})
 	}
@@ -331,6 +359,7 @@ func (e *env) workThrough(ctx context.Context, databaseURL, redisURL string, wor
 	if coherent, err = e.waitDrained(ctx, balances, 0, "coherence jobs left", progress, start, exited); err != nil {
 		return 0, 0, errors.Join(err, stop())
 	}
+	profiler.drained()
 	return drained, coherent, stop()
 }
 
@@ -420,6 +449,7 @@ func (m matchingResult) markdown() string {
 	fmt.Fprintf(&b, "| pgbench TPC-B-like tps (-c %d -j %d, scale %d, %d s), after both runs | %.0f |%s\n",
 		m.PgbenchClients, m.PgbenchThreads, m.PgbenchScale, m.PgbenchSeconds, m.PgbenchTPS, strings.Repeat(" |", max(0, len(m.Runs)-1)))
 	b.WriteString("\n")
+	b.WriteString(profileMarkdown(m.Runs))
 	return b.String()
 }
 

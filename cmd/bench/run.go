@@ -146,7 +146,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	progress := func(format string, a ...any) {
 		fmt.Fprintf(stdout, "[%5.1fs] %s\n", time.Since(started).Seconds(), fmt.Sprintf(format, a...))
 	}
-	servers, err := startServers(ctx, getenv, progress)
+	servers, err := startServers(ctx, getenv, progress, c.postgresSettings())
 	if err != nil {
 		return err
 	}

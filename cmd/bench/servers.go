@@ -29,7 +29,9 @@ type servers struct {
 	pgData      string
 }
 
-func startServers(ctx context.Context, getenv func(string) string, progress func(string, ...any)) (*servers, error) {
+// startServers starts what getenv does not name; PostgreSQL with the
+// settings given (name=value) beside the bench's own.
+func startServers(ctx context.Context, getenv func(string) string, progress func(string, ...any), settings []string) (*servers, error) {
 	s := &servers{redisURL: getenv("REDIS_URL"), databaseURL: getenv("DATABASE_URL")}
 	if s.redisURL != "" && s.databaseURL != "" {
 		return s, nil
@@ -47,7 +49,7 @@ func startServers(ctx context.Context, getenv func(string) string, progress func
 		progress("started redis-server on %s", s.redisAddr)
 	}
 	if s.databaseURL == "" {
-		if err := s.startPostgres(ctx); err != nil {
+		if err := s.startPostgres(ctx, settings); err != nil {
 			s.stop()
 			return nil, err
 		}
@@ -124,7 +126,7 @@ func asPostgres(ctx context.Context, name string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, name, args...)
 }
 
-func (s *servers) startPostgres(ctx context.Context) error {
+func (s *servers) startPostgres(ctx context.Context, settings []string) error {
 	bin, err := postgresBin()
 	if err != nil {
 		return err
@@ -159,6 +161,9 @@ func (s *servers) startPostgres(ctx context.Context) error {
 	}
 	s.pgData = data
 	options := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s -c max_connections=200 -c track_commit_timestamp=on", port, home)
+	for _, setting := range settings {
+		options += " -c " + setting
+	}
 	if out, err := asPostgres(ctx, filepath.Join(bin, "pg_ctl"), "--pgdata", data, "--log", filepath.Join(home, "postgres.log"),
 		"--options", options, "--wait", "--timeout", "60", "start").CombinedOutput(); err != nil {
 		return fmt.Errorf("pg_ctl start: %w: %s (log in %s)", err, out, filepath.Join(home, "postgres.log"))

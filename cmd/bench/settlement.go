@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
@@ -175,7 +176,7 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 
 	progress("settlement: %d workers × concurrency %d settling %d orders…", r.Workers, r.WorkerConcurrency, r.Orders)
 	inPhase := func(format string, a ...any) { progress("settlement: "+format, a...) }
-	settled, coherent, err := e.workThrough(ctx, s.databaseURL, s.redisURL, r.Workers, workerConfig, queue, r.Orders, inPhase)
+	settled, coherent, err := e.workThrough(ctx, s.databaseURL, s.redisURL, r.Workers, workerConfig, queue, r.Orders, nil, inPhase)
 	if err != nil {
 		return err
 	}
@@ -244,12 +245,13 @@ func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n in
 // own, as settlement.Connect sizes them, and the settlement package's Worker. Only the
 // /metrics listener is left out; nothing scrapes it here. It returns when
 // ctx ends and the worker has drained.
-func (e *env) runWorker(ctx context.Context, databaseURL, redisURL string, config settlement.Config) error {
+func (e *env) runWorker(ctx context.Context, databaseURL, redisURL string, config settlement.Config, metrics prometheus.Registerer) error {
 	deps, err := settlement.Connect(ctx, databaseURL, redisURL, config, e.logger)
 	if err != nil {
 		return stoppedOr(ctx, err)
 	}
 	defer deps.Close()
+	deps.Metrics = metrics
 	worker, err := settlement.New(ctx, deps, config)
 	if err != nil {
 		return stoppedOr(ctx, err)
