@@ -82,8 +82,9 @@ func NewSettlementMetrics(registerer prometheus.Registerer) *SettlementMetrics {
 	phases := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "orders_settlement_phase_seconds",
 		Help: "Time of each part of a settlement batch's cycle: acquire (a connection), read (the first round trip: instrument locks, existing rows, books, balances), decide (in memory, with any further book read), write (the balance locks, guard, writes and commit), redecide (after the guard found a balance moved).",
-		// 20 µs to 2 s, 34 buckets: each a √2 wider than the one before.
-		Buckets: prometheus.ExponentialBucketsRange(0.00002, 2, 34),
+		// 20 µs to 10 s (a batch's timeout, settleTimeout), 38 buckets:
+		// each about √2 wider than the one before.
+		Buckets: prometheus.ExponentialBucketsRange(0.00002, settleTimeout.Seconds(), 38),
 	}, []string{"phase"})
 	for phase, name := range settlePhaseNames {
 		m.phases[phase] = phases.WithLabelValues(name)
@@ -185,14 +186,28 @@ func statementKey(text string) string {
 
 // StatementFile names the file of postgres/sql (without .sql) that a
 // statement's text came from, as pg_stat_statements shows it, or "" when
-// it came from none: the bench's profile names statements by it.
+// it came from none: the bench's profile names statements by it. A text
+// cut short inside the comment (pg_stat_activity keeps the first
+// track_activity_query_size bytes) is named when at least
+// truncatedStatement bytes are left and one file's comment starts so.
 func StatementFile(query string) string {
 	query = strings.TrimSpace(query)
 	name, longest := "", 0
+	var truncated []string
 	for key, file := range statementKeys() {
 		if len(key) > longest && strings.HasPrefix(query, key) {
 			name, longest = file, len(key)
 		}
+		if len(query) >= truncatedStatement && strings.HasPrefix(key, query) {
+			truncated = append(truncated, file)
+		}
+	}
+	if name == "" && len(truncated) == 1 {
+		return truncated[0]
 	}
 	return name
 }
+
+// truncatedStatement is the least of a statement's text cut short that
+// StatementFile names.
+const truncatedStatement = 256

@@ -39,8 +39,14 @@ func TestSettlementMetricsNameStatementsByFile(t *testing.T) {
 		if got := postgres.StatementFile(normalized); comment != "" && got != want {
 			t.Errorf("%s normalized is named %q", want, got)
 		}
+		// pg_stat_activity: the text cut short, inside the comment.
+		if len(comment) > 300 {
+			if got := postgres.StatementFile(comment[:300]); got != want {
+				t.Errorf("%s cut short is named %q", want, got)
+			}
+		}
 	}
-	for _, query := range []string{"BEGIN", "COMMIT", "SELECT 1", "-- a comment of no file\nSELECT $1"} {
+	for _, query := range []string{"BEGIN", "COMMIT", "SELECT 1", "-- a comment of no file\nSELECT $1", "-- The"} {
 		if got := postgres.StatementFile(query); got != "" {
 			t.Errorf("%q is named %q", query, got)
 		}
