@@ -145,7 +145,9 @@ const (
 	pgWALWriter  = "wal writer"
 	pgCheckpoint = "checkpointer and background writer"
 	pgVacuum     = "autovacuum"
-	pgRest       = "postmaster, other processes, exited ones not sampled"
+	pgRest       = "other server processes (launchers, archiver)"
+	pgPostmaster = "the postmaster itself (it forks the backends)"
+	pgUnsampled  = "exited processes not sampled (lived < 250 ms, or exited before the window and reaped in it)"
 )
 
 // postgresKind sorts a PostgreSQL process by its title: a backend of
@@ -210,6 +212,7 @@ type cpuReading struct {
 	busy, idle         float64
 	bench, redis       float64
 	postmaster         float64 // the postmaster's own and its reaped children's
+	postmasterSelf     float64
 	children           map[procKey]float64
 	benchGC, benchUser float64
 }
@@ -242,7 +245,7 @@ func (w *cpuWatch) read() (cpuReading, error) {
 		if err != nil {
 			return r, fmt.Errorf("the postmaster: %w", err)
 		}
-		r.postmaster = st.cpu + st.children
+		r.postmaster, r.postmasterSelf = st.cpu+st.children, st.cpu
 		for _, pid := range childPIDs(w.postmaster) {
 			st, err := readProcStat(pid)
 			if err != nil || st.ppid != w.postmaster {
@@ -251,13 +254,18 @@ func (w *cpuWatch) read() (cpuReading, error) {
 			key := procKey{pid, st.start}
 			r.children[key] = st.cpu
 			w.mu.Lock()
-			if _, seen := w.kind[key]; !seen {
-				w.kind[key] = postgresKind(processTitle(pid), w.database, pid, w.profiler)
+			kind, seen := w.kind[key]
+			if !seen {
 				if w.stop == nil { // the first reading: the base
 					w.base[key] = st.cpu
 				} else {
 					w.base[key] = 0 // born in the window
 				}
+			}
+			// A child just forked has the postmaster's command line until
+			// it names itself: read again until it has a kind of its own.
+			if !seen || kind == pgRest || kind == pgOther {
+				w.kind[key] = postgresKind(processTitle(pid), w.database, pid, w.profiler)
 			}
 			w.last[key] = st.cpu
 			w.mu.Unlock()
@@ -333,12 +341,23 @@ func (w *cpuWatch) end() (cpuProfile, error) {
 			byKind[w.kind[key]] += cpu - w.base[key]
 		}
 		w.mu.Unlock()
+		byKind[pgPostmaster] = last.postmasterSelf - first.postmasterSelf
 		named := 0.0
-		for _, kind := range []string{pgBackends, pgWALWriter, pgCheckpoint, pgVacuum, pgOther, pgProfiler} {
+		for _, kind := range []string{pgBackends, pgWALWriter, pgCheckpoint, pgVacuum, pgOther, pgProfiler, pgRest, pgPostmaster} {
 			p.PostgresKinds = append(p.PostgresKinds, cpuShare{Name: kind, Seconds: byKind[kind]})
 			named += byKind[kind]
 		}
-		p.PostgresKinds = append(p.PostgresKinds, cpuShare{Name: pgRest, Seconds: max(0, total-named)})
+		p.PostgresKinds = append(p.PostgresKinds, cpuShare{Name: pgUnsampled, Seconds: max(0, total-named)})
+		w.mu.Lock()
+		for key := range w.kind {
+			if _, alive := last.children[key]; !alive {
+				p.PostgresExited++
+			}
+			if _, before := first.children[key]; !before {
+				p.PostgresStarted++
+			}
+		}
+		w.mu.Unlock()
 	}
 	return p, nil
 }

@@ -45,13 +45,16 @@ var (
 
 // profileServerSettings are what -profile starts the bench's PostgreSQL
 // with: pg_stat_statements loaded (tracking statements inside functions
-// and triggers too, which it marks as not top level), and block and WAL
-// I/O timed.
+// and triggers too, which it marks as not top level), block and WAL I/O
+// timed, and the whole of each statement's text in pg_stat_activity.
 var profileServerSettings = []string{
 	"shared_preload_libraries=pg_stat_statements",
 	"pg_stat_statements.track=all",
 	"track_io_timing=on",
 	"track_wal_io_timing=on",
+	// pg_stat_activity's query text, by which a lock wait is named: the
+	// settlement's statements' comments run past the default 1,024 bytes.
+	"track_activity_query_size=8192",
 }
 
 // activityInterval is how often the profile samples pg_stat_activity.
@@ -90,6 +93,10 @@ type cpuProfile struct {
 	HasPostgres   bool       `json:"has_postgres"`
 	Postgres      float64    `json:"postgres_seconds"`
 	PostgresKinds []cpuShare `json:"postgres_kinds,omitempty"`
+	// PostgresStarted and PostgresExited count the server's processes
+	// seen to start and to exit in the window (a backend per connection).
+	PostgresStarted int `json:"postgres_started"`
+	PostgresExited  int `json:"postgres_exited"`
 	// Bench is the bench process, which hosts the workers; BenchGC and
 	// BenchGoUser are the Go runtime's estimates of its GC and user code.
 	Bench       float64 `json:"bench_seconds"`
@@ -213,8 +220,9 @@ func (w waitProfile) inTransaction() float64 {
 	return sum
 }
 
-// waitKey is one row of a pg_stat_activity sample.
-type waitKey struct{ state, waitType, event string }
+// waitKey is one row of a pg_stat_activity sample; statement names what
+// waits on a lock.
+type waitKey struct{ state, waitType, event, statement string }
 
 func (k waitKey) name() (string, bool) {
 	switch {
@@ -224,10 +232,15 @@ func (k waitKey) name() (string, bool) {
 		return "idle in transaction: waiting on its worker", true
 	case k.state == "active" && k.waitType == "":
 		return "running: on a CPU or waiting for one", true
+	case k.state == "active" && k.statement != "":
+		return k.waitType + ": " + k.event + " in " + k.statement, true
 	case k.state == "active":
 		return k.waitType + ": " + k.event, true
 	}
 	name := k.state
+	if name == "" {
+		name = "no state yet (connecting)"
+	}
 	if k.waitType != "" {
 		name += ", " + k.waitType + ": " + k.event
 	}
@@ -394,10 +407,14 @@ func (p *runProfiler) sample(ctx context.Context) {
 		}
 		for rows.Next() {
 			var k waitKey
+			var query string
 			var n int
-			if err := rows.Scan(&k.state, &k.waitType, &k.event, &n); err != nil {
+			if err := rows.Scan(&k.state, &k.waitType, &k.event, &query, &n); err != nil {
 				p.samplingErr = err
 				break
+			}
+			if query != "" {
+				k.statement = cmp.Or(postgres.StatementFile(query), statementName(query))
 			}
 			p.waits[k] += n
 		}

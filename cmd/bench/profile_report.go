@@ -66,6 +66,12 @@ func profileMarkdown(runs []matchRun) string {
 			})
 		}
 	}
+	row("PostgreSQL processes started; exited (seen in the window)", func(p *runProfile) string {
+		if !p.CPU.HasPostgres {
+			return "n/a"
+		}
+		return fmt.Sprintf("%d; %d", p.CPU.PostgresStarted, p.CPU.PostgresExited)
+	})
 	row("the bench process: the workers (settlement, outbox relay, coherence), its polling of the queue", func(p *runProfile) string { return cores(p, p.CPU.Bench) })
 	row("· of which Go GC (the runtime's estimate)", func(p *runProfile) string { return cores(p, p.CPU.BenchGC) })
 	row("redis-server", func(p *runProfile) string {
@@ -212,6 +218,15 @@ func profileMarkdown(runs []matchRun) string {
 	}
 	row("samples", func(p *runProfile) string { return fmt.Sprintf("%d", p.Waits.Samples) })
 	row("in a transaction", func(p *runProfile) string { return fmt.Sprintf("%.2f", p.Waits.inTransaction()) })
+	row("waiting on a heavyweight lock (every Lock: row below)", func(p *runProfile) string {
+		sum := 0.0
+		for _, s := range p.Waits.States {
+			if strings.HasPrefix(s.Name, "Lock: ") {
+				sum += s.Backends
+			}
+		}
+		return fmt.Sprintf("%.2f (%.0f %%)", sum, 100*sum/max(p.Waits.inTransaction(), 1e-9))
+	})
 	for _, name := range states {
 		row(name, func(p *runProfile) string {
 			for _, s := range p.Waits.States {

@@ -89,10 +89,12 @@ func TestProfileNamesStatementsAndWaits(t *testing.T) {
 		name string
 		inTx bool
 	}{
-		{waitKey{"idle", "Client", "ClientRead"}, "idle, no transaction open", false},
-		{waitKey{"idle in transaction", "Client", "ClientRead"}, "idle in transaction: waiting on its worker", true},
-		{waitKey{"active", "", ""}, "running: on a CPU or waiting for one", true},
-		{waitKey{"active", "Lock", "transactionid"}, "Lock: transactionid", true},
+		{waitKey{"idle", "Client", "ClientRead", ""}, "idle, no transaction open", false},
+		{waitKey{"idle in transaction", "Client", "ClientRead", ""}, "idle in transaction: waiting on its worker", true},
+		{waitKey{"active", "", "", ""}, "running: on a CPU or waiting for one", true},
+		{waitKey{"active", "Lock", "transactionid", ""}, "Lock: transactionid", true},
+		{waitKey{"active", "Lock", "tuple", "settle_instruments"}, "Lock: tuple in settle_instruments", true},
+		{waitKey{"", "", "", ""}, "no state yet (connecting)", true},
 	} {
 		if name, inTx := tt.key.name(); name != tt.name || inTx != tt.inTx {
 			t.Errorf("%+v is %q (%v), want %q (%v)", tt.key, name, inTx, tt.name, tt.inTx)
