@@ -148,7 +148,7 @@ func TestMatchRunProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = queue.Close() })
-	e := &env{queue: queue, log: log, run: "profile"}
+	e := &env{queue: queue, logger: log, run: "profile"}
 	c := matchingConfig{orders: 200, accounts: 20, workers: 2, profile: true}
 	r, err := e.matchRun(ctx, c, s, "hot", []string{"BTC-USD"}, t.Logf)
 	if err != nil {
