@@ -89,33 +89,64 @@ func ParseExact(text string) (decimal.Decimal, error) {
 }
 
 // The decimal type rounds a result that needs more than 19 digits. These
-// wrappers compute the exact value as well and refuse a result that differs
-// with ErrInexact.
+// wrappers refuse a result that differs from the exact one with ErrInexact.
+//
+// The exact result of a sum has the finer scale of its terms, and of a
+// product the sum of its factors' scales: asked to keep that scale
+// (AddExact, MulExact), the decimal type either returns the exact result,
+// the very one its rounding operation would, or fails. That is the common
+// case, in uint64 arithmetic, without an allocation. Only when it fails
+// (the exact result has more than 19 digits at that scale, or a product
+// more than 19 decimals) may the rounded result still be exact (digits
+// dropped were trailing zeros): then, rarely, the exact value is compared
+// as a big.Rat, as it always was.
 
 // ExactAdd is a + b, or ErrInexact.
 func ExactAdd(a, b decimal.Decimal) (decimal.Decimal, error) {
+	if sum, err := a.AddExact(b, max(a.Scale(), b.Scale())); err == nil {
+		return sum, nil
+	}
 	got, err := a.Add(b)
-	return exactly(got, err, new(big.Rat).Add(Rational(a), Rational(b)), "+", a, b)
+	return exactly(got, err, func() *big.Rat { return new(big.Rat).Add(Rational(a), Rational(b)) }, "+", a, b)
 }
 
 // ExactSub is a - b, or ErrInexact.
 func ExactSub(a, b decimal.Decimal) (decimal.Decimal, error) {
+	if difference, err := a.SubExact(b, max(a.Scale(), b.Scale())); err == nil {
+		return difference, nil
+	}
 	got, err := a.Sub(b)
-	return exactly(got, err, new(big.Rat).Sub(Rational(a), Rational(b)), "-", a, b)
+	return exactly(got, err, func() *big.Rat { return new(big.Rat).Sub(Rational(a), Rational(b)) }, "-", a, b)
 }
 
 func exactMul(a, b decimal.Decimal) (decimal.Decimal, error) {
+	if scale := a.Scale() + b.Scale(); scale <= decimal.MaxScale {
+		if product, err := a.MulExact(b, scale); err == nil {
+			return product, nil
+		}
+	}
 	got, err := a.Mul(b)
-	return exactly(got, err, new(big.Rat).Mul(Rational(a), Rational(b)), "×", a, b)
+	return exactly(got, err, func() *big.Rat { return new(big.Rat).Mul(Rational(a), Rational(b)) }, "×", a, b)
 }
 
-func exactQuo(a, b decimal.Decimal) (decimal.Decimal, error) {
-	got, err := a.Quo(b)
-	return exactly(got, err, new(big.Rat).Quo(Rational(a), Rational(b)), "/", a, b)
+// basisPoint is 1/bpsPerUnit, the factor that divides by bpsPerUnit exactly.
+var basisPoint = decimal.MustNew(1, 4)
+
+// perBasisPoint is a / bpsPerUnit, or ErrInexact. The exact quotient is a
+// shifted four places; Quo would give it with trailing zeros trimmed down
+// to a's scale, and so does this.
+func perBasisPoint(a decimal.Decimal) (decimal.Decimal, error) {
+	if scale := a.Scale() + 4; scale <= decimal.MaxScale {
+		if quotient, err := a.MulExact(basisPoint, scale); err == nil {
+			return quotient.Trim(a.Scale()), nil
+		}
+	}
+	got, err := a.Quo(bpsPerUnit)
+	return exactly(got, err, func() *big.Rat { return new(big.Rat).Quo(Rational(a), Rational(bpsPerUnit)) }, "/", a, bpsPerUnit)
 }
 
-func exactly(got decimal.Decimal, err error, want *big.Rat, op string, a, b decimal.Decimal) (decimal.Decimal, error) {
-	if err != nil || Rational(got).Cmp(want) != 0 {
+func exactly(got decimal.Decimal, err error, want func() *big.Rat, op string, a, b decimal.Decimal) (decimal.Decimal, error) {
+	if err != nil || Rational(got).Cmp(want()) != 0 {
 		return decimal.Decimal{}, fmt.Errorf("%w: %s %s %s", ErrInexact, a, op, b)
 	}
 	return got, nil

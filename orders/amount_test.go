@@ -2,7 +2,9 @@ package orders
 
 import (
 	"errors"
+	"fmt"
 	"math/big"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -129,4 +131,71 @@ func TestRational(t *testing.T) {
 			t.Errorf("Rational(%s) = %s, want %s", text, got.RatString(), want.RatString())
 		}
 	}
+}
+
+// TestExactArithmeticAgainstRationals: the exact operations, which try the
+// decimal type's exact-at-scale operations first, give what the rounding
+// operation gives when that is the exact value (the same digits, the same
+// scale), and ErrInexact otherwise, checked against big.Rat on amounts of
+// every size and scale, trailing zeros included.
+func TestExactArithmeticAgainstRationals(t *testing.T) {
+	random := rand.New(rand.NewPCG(24, 4))
+	amount := func() decimal.Decimal {
+		digits := 1 + random.IntN(decimal.MaxPrec)
+		coef := random.Uint64N(pow10(digits))
+		if random.IntN(4) == 0 {
+			// Trailing zeros: the case where rounding may still be exact.
+			zeros := random.IntN(digits)
+			coef = coef / pow10(zeros) * pow10(zeros)
+		}
+		scale := random.IntN(decimal.MaxScale + 1)
+		text := fmt.Sprintf("%0*d", scale+1, coef)
+		if scale > 0 {
+			text = text[:len(text)-scale] + "." + text[len(text)-scale:]
+		}
+		d, err := decimal.Parse(text)
+		if err != nil || d.Scale() != scale || d.Coef() != coef {
+			t.Fatalf("%s parses as %v, %v", text, d, err)
+		}
+		if random.IntN(3) == 0 {
+			d = d.Neg()
+		}
+		return d
+	}
+	ops := []struct {
+		name    string
+		exact   func(a, b decimal.Decimal) (decimal.Decimal, error)
+		rounded func(a, b decimal.Decimal) (decimal.Decimal, error)
+		value   func(a, b *big.Rat) *big.Rat
+	}{
+		{"+", ExactAdd, decimal.Decimal.Add, new(big.Rat).Add},
+		{"-", ExactSub, decimal.Decimal.Sub, new(big.Rat).Sub},
+		{"×", exactMul, decimal.Decimal.Mul, new(big.Rat).Mul},
+		{"/10000", func(a, _ decimal.Decimal) (decimal.Decimal, error) { return perBasisPoint(a) },
+			func(a, _ decimal.Decimal) (decimal.Decimal, error) { return a.Quo(bpsPerUnit) },
+			func(a, _ *big.Rat) *big.Rat { return new(big.Rat).Quo(a, Rational(bpsPerUnit)) }},
+	}
+	for range 100_000 {
+		a, b := amount(), amount()
+		for _, op := range ops {
+			got, err := op.exact(a, b)
+			rounded, roundedErr := op.rounded(a, b)
+			exact := roundedErr == nil && Rational(rounded).Cmp(op.value(Rational(a), Rational(b))) == 0
+			switch {
+			case exact && (err != nil || got.String() != rounded.String()):
+				t.Fatalf("%s %s %s = %v, %v; want %s", a, op.name, b, got, err, rounded)
+			case !exact && !errors.Is(err, ErrInexact):
+				t.Fatalf("%s %s %s = %v, %v; want ErrInexact (rounded %s)", a, op.name, b, got, err, rounded)
+			}
+		}
+	}
+}
+
+// pow10 is 10^n for n from 0 to 19.
+func pow10(n int) uint64 {
+	p := uint64(1)
+	for range n {
+		p *= 10
+	}
+	return p
 }

@@ -194,6 +194,22 @@ func exactText(r *big.Rat) string {
 	return strings.TrimSuffix(text, ".")
 }
 
+// fits reports whether the worst case of quantity at price (quantity ×
+// price plus the taker fee on it), for an order whose amounts have up to
+// decimals decimals, is below 10^(19 − decimals), as representable does.
+// The worst case is a buy's hold at that price: computed exactly in the
+// decimal type when it fits there (the common case, no allocation), and
+// as a big.Rat otherwise.
+func (in Instrument) fits(quantity, price decimal.Decimal, decimals int) bool {
+	if decimals > LedgerScale {
+		return false
+	}
+	if worst, err := Hold(Buy, quantity, price, in.TakerFeeBps); err == nil {
+		return worst.Cmp(powerOfTen(decimal.MaxPrec-decimals)) < 0
+	}
+	return representable(in.worstCase(quantity, price), decimals)
+}
+
 // representable reports whether worst, the worst case of an order whose
 // amounts have up to decimals decimals, is below 10^(19 − decimals): every
 // amount of the order, and every sum of them its worst case bounds, is then

@@ -202,7 +202,7 @@ func Decide(order Order, in Instrument, duplicateOf string, opposing OpposingSid
 	}
 	decimals := in.AmountDecimals() + max(0, order.Quantity.Scale()-in.LotSize.Trim(0).Scale()) +
 		max(0, budget.Scale()-in.TickSize.Trim(0).Scale())
-	if !representable(in.worstCase(order.Quantity, budget), decimals) {
+	if !in.fits(order.Quantity, budget, decimals) {
 		return reject(ReasonAmountTooLarge)
 	}
 	// The hold: the worst case the whole quantity can cost.
@@ -261,8 +261,7 @@ func Decide(order Order, in Instrument, duplicateOf string, opposing OpposingSid
 	}
 	d.Status, d.CancelReason, d.Remaining = Status(result.Outcome), result.CancelReason, result.Remaining
 	if taker.Type == Market && len(result.Fills) > 0 {
-		notional := new(big.Rat).Mul(Rational(order.Quantity), Rational(result.Fills[0].Price))
-		if notional.Cmp(Rational(in.MinNotional)) < 0 {
+		if belowMinNotional(order.Quantity, result.Fills[0].Price, in.MinNotional) {
 			d.Status, d.CancelReason, d.Remaining = StatusCanceled, CancelBelowMinNotional, order.Quantity
 			return d, nil
 		}
@@ -302,6 +301,16 @@ func Decide(order Order, in Instrument, duplicateOf string, opposing OpposingSid
 		d.Ledger = append(d.Ledger, Release(order.ID, order.Account, holdAsset, d.Release))
 	}
 	return d, nil
+}
+
+// belowMinNotional reports whether quantity × price is below minimum,
+// exactly: in the decimal type when the product fits it, as a big.Rat
+// otherwise.
+func belowMinNotional(quantity, price, minimum decimal.Decimal) bool {
+	if notional, err := exactMul(quantity, price); err == nil {
+		return notional.Cmp(minimum) < 0
+	}
+	return new(big.Rat).Mul(Rational(quantity), Rational(price)).Cmp(Rational(minimum)) < 0
 }
 
 // takerOf is the order as Match takes it, with its worst price: a limit
@@ -446,7 +455,8 @@ func fillMaker(maker Resting, t Trade) (MakerFill, error) {
 // fees to the venue.
 func tradeOf(order Order, in Instrument, t Trade, proceeds, fees decimal.Decimal) Transaction {
 	base, quote := in.Base, in.Quote
-	tx := Transaction{Kind: KindTrade, OrderID: order.ID}
+	// Five moves at most: one allocation.
+	tx := Transaction{Kind: KindTrade, OrderID: order.ID, Moves: make([]Move, 0, 5)}
 	if order.Side == Buy {
 		tx.move(order.Account, quote, PartHeld, t.TakerConsumes.Neg())
 		tx.move(order.Account, base, PartAvailable, t.Quantity)

@@ -22,7 +22,7 @@ func Fee(notional, rateBps decimal.Decimal) (decimal.Decimal, error) {
 	if err != nil {
 		return decimal.Decimal{}, err
 	}
-	return exactQuo(scaled, bpsPerUnit)
+	return perBasisPoint(scaled)
 }
 
 // Hold is the worst case an order's remaining quantity can cost its account,

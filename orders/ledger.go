@@ -54,7 +54,7 @@ type Transaction struct {
 // Release is the transaction that gives an order's account back amount of
 // asset from its hold.
 func Release(orderID, account, asset string, amount decimal.Decimal) Transaction {
-	t := Transaction{Kind: KindRelease, OrderID: orderID}
+	t := Transaction{Kind: KindRelease, OrderID: orderID, Moves: make([]Move, 0, 2)}
 	t.move(account, asset, PartHeld, amount.Neg())
 	t.move(account, asset, PartAvailable, amount)
 	return t
@@ -62,7 +62,7 @@ func Release(orderID, account, asset string, amount decimal.Decimal) Transaction
 
 // holdOf is the transaction that holds amount of asset for an order.
 func holdOf(orderID, account, asset string, amount decimal.Decimal) Transaction {
-	t := Transaction{Kind: KindHold, OrderID: orderID}
+	t := Transaction{Kind: KindHold, OrderID: orderID, Moves: make([]Move, 0, 2)}
 	t.move(account, asset, PartAvailable, amount.Neg())
 	t.move(account, asset, PartHeld, amount)
 	return t
