@@ -60,28 +60,49 @@ func TestLedgerRefusesUnbalancedAndRewrittenEntries(t *testing.T) {
 	}
 	db := database.Pool(t)
 	ctx := context.Background()
-	setup := `INSERT INTO balances (account_id, asset) VALUES ('ACC_0000000000000000000000000V', 'USD'), ('ACC_0000000000000000000000000X', 'USD')`
+	setup := `INSERT INTO balances (account_id, asset) VALUES ('ACC_0000000000000000000000000V', 'USD'), ('ACC_0000000000000000000000000X', 'USD'),
+		('ACC_0000000000000000000000000V', 'BTC')`
 	if _, err := db.Exec(ctx, setup); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
 		name string
 		sql  string
+		want string // in the error
 	}{
 		{"unbalanced transaction", `WITH tx AS (INSERT INTO ledger_transactions (kind) VALUES ('deposit') RETURNING id)
 			INSERT INTO ledger_entries (transaction_id, account_id, asset, amount)
-			SELECT id, 'ACC_0000000000000000000000000V', 'USD', 10 FROM tx`},
+			SELECT id, 'ACC_0000000000000000000000000V', 'USD', 10 FROM tx`, "does not balance in USD"},
 		{"off by a fraction", `WITH tx AS (INSERT INTO ledger_transactions (kind) VALUES ('deposit') RETURNING id)
 			INSERT INTO ledger_entries (transaction_id, account_id, asset, amount)
 			SELECT id, 'ACC_0000000000000000000000000V', 'USD', 10 FROM tx UNION ALL
-			SELECT id, 'ACC_0000000000000000000000000X', 'USD', -9.999999999 FROM tx`},
-		{"negative customer-side balance", `UPDATE balances SET available = -1 WHERE account_id = 'ACC_0000000000000000000000000V'`},
-		{"settlement without an order", `INSERT INTO ledger_transactions (kind) VALUES ('settlement')`},
+			SELECT id, 'ACC_0000000000000000000000000X', 'USD', -9.999999999 FROM tx`, "does not balance in USD"},
+		// Each statement's entries balance per transaction (0014): entries
+		// that balance only with a later statement's are refused at once.
+		{"balanced only across two statements", `WITH tx AS (INSERT INTO ledger_transactions (kind) VALUES ('deposit') RETURNING id)
+			INSERT INTO ledger_entries (transaction_id, account_id, asset, amount)
+			SELECT id, 'ACC_0000000000000000000000000V', 'USD', 10 FROM tx;
+			INSERT INTO ledger_entries (transaction_id, account_id, asset, amount)
+			VALUES (currval(pg_get_serial_sequence('ledger_transactions', 'id')), 'ACC_0000000000000000000000000X', 'USD', -10)`, "does not balance in USD"},
+		{"unbalanced addition to a balanced transaction", `WITH tx AS (INSERT INTO ledger_transactions (kind) VALUES ('deposit') RETURNING id)
+			INSERT INTO ledger_entries (transaction_id, account_id, asset, amount)
+			SELECT id, 'ACC_0000000000000000000000000V', 'USD', 10 FROM tx UNION ALL
+			SELECT id, 'ACC_0000000000000000000000000X', 'USD', -10 FROM tx;
+			INSERT INTO ledger_entries (transaction_id, account_id, asset, amount)
+			VALUES (currval(pg_get_serial_sequence('ledger_transactions', 'id')), 'ACC_0000000000000000000000000X', 'USD', -1)`, "does not balance in USD"},
+		{"balanced in one asset, not in another", `WITH tx AS (INSERT INTO ledger_transactions (kind) VALUES ('deposit') RETURNING id)
+			INSERT INTO ledger_entries (transaction_id, account_id, asset, amount)
+			SELECT id, 'ACC_0000000000000000000000000V', 'USD', 10 FROM tx UNION ALL
+			SELECT id, 'ACC_0000000000000000000000000X', 'USD', -10 FROM tx UNION ALL
+			SELECT id, 'ACC_0000000000000000000000000V', 'BTC', 1 FROM tx`, "does not balance in BTC"},
+		{"negative customer-side balance", `UPDATE balances SET available = -1 WHERE account_id = 'ACC_0000000000000000000000000V'`, "balances_check"},
+		{"settlement without an order", `INSERT INTO ledger_transactions (kind) VALUES ('settlement')`, "ledger_transactions_order_check"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := db.Exec(ctx, tt.sql); err == nil {
-				t.Fatal("accepted")
+			_, err := db.Exec(ctx, tt.sql)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want an error naming %q", err, tt.want)
 			}
 		})
 	}

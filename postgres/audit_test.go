@@ -33,14 +33,22 @@ func plantTransaction(t testing.TB, db *pgxpool.Pool, kind, order string, entrie
 			kind, order).Scan(&id); err != nil {
 			return err
 		}
+		// One statement for the entries: the ledger checks that each
+		// statement's entries balance (migration 0014).
+		var accounts, assets, parts, amounts []string
 		for _, e := range entries {
 			if _, err := tx.Exec(ctx, `INSERT INTO balances (account_id, asset) VALUES ($1, $2) ON CONFLICT DO NOTHING`, e.account, e.asset); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (transaction_id, account_id, asset, part, amount) VALUES ($1, $2, $3, $4, $5::numeric)`,
-				id, e.account, e.asset, e.part, e.amount); err != nil {
-				return err
-			}
+			accounts, assets = append(accounts, e.account), append(assets, e.asset)
+			parts, amounts = append(parts, e.part), append(amounts, e.amount)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger_entries (transaction_id, account_id, asset, part, amount)
+				SELECT $1, * FROM unnest($2::text[], $3::text[], $4::text[], $5::numeric[])`,
+			id, accounts, assets, parts, amounts); err != nil {
+			return err
+		}
+		for _, e := range entries {
 			if _, err := tx.Exec(ctx, `UPDATE balances SET
 					available = available + CASE $3 WHEN 'available' THEN $4::numeric ELSE 0 END,
 					held = held + CASE $3 WHEN 'held' THEN $4::numeric ELSE 0 END,

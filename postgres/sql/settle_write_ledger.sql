@@ -11,8 +11,8 @@
 --      fee, taker fee, and the maker and taker fee rates in basis points
 --      the fees were computed at.
 -- Returns nothing. The balances the entries move are moved by
--- settle_move_balances.sql; each transaction's balance is checked at
--- commit (ledger_entries_balanced).
+-- settle_move_balances.sql; each transaction's entries are checked to
+-- balance by this statement's trigger (ledger_entries_balanced, 0014).
 WITH drawn AS MATERIALIZED (
     SELECT t.position, t.kind, t.order_id, nextval(pg_get_serial_sequence('ledger_transactions', 'id')) AS id
     FROM (SELECT * FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(kind, order_id, position)
