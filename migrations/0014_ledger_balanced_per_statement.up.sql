@@ -5,7 +5,7 @@
 -- ~800 entries and ran ~800 index lookups at its commit (docs/performance.md,
 -- "Where the matching time goes": 6.6 queries per order). Every writer
 -- inserts a transaction's entries in one statement (settle_write_ledger.sql,
--- settle_insert_entries.sql, ledger_insert_entries.sql), so the rule is now
+-- ledger_insert_entries.sql), so the rule is now
 -- stricter and cheaper: the entries one statement inserts balance, per
 -- transaction and asset. One aggregate over the statement's new rows (its
 -- transition table), no lookup in ledger_entries. A transaction's entries

@@ -73,10 +73,12 @@ type Decision struct {
 	// it met them: makers whose fill the decimal type could not hold.
 	Canceled []CanceledMaker
 
-	// Ledger is the ledger transactions in the order they are written: the
-	// releases of the canceled makers, the hold, each fill's trade followed
-	// by the release of a maker that left the book holding more than it
-	// used, and the order's release.
+	// Ledger is the balance moves in the order they happen: the releases
+	// of the canceled makers, the hold, each fill's trade followed by the
+	// release of a maker that left the book holding more than it used, and
+	// the order's release. Only the trades change totals and are ledger
+	// transactions (TransactionKind.ChangesTotal); holds and releases move
+	// between the parts of one balance.
 	Ledger []Transaction
 }
 

@@ -20,6 +20,17 @@ const (
 // TransactionKind says what a ledger transaction of an order does.
 type TransactionKind string
 
+// ChangesTotal reports whether a transaction of the kind changes accounts'
+// totals (available + held), which only the ledger records: a trade does.
+// A hold or a release moves an amount between the two parts of one
+// balance and changes no total; the balance row and the order's hold
+// record it, and the ledger keeps no entries of it (migration 0014,
+// docs/market.md): its audit proves each balance's total is the sum of
+// its entries, and its held part the sum of its resting orders' holds.
+func (k TransactionKind) ChangesTotal() bool {
+	return k != KindHold && k != KindRelease
+}
+
 const (
 	// KindHold moves an order's worst-case cost from available to held.
 	KindHold TransactionKind = "hold"

@@ -12,10 +12,12 @@ import (
 // The audit's checks, as a Violation names them. docs/market.md says what
 // the audit proves; each check is one file, sql/audit_<name>.sql.
 const (
-	// CheckBalanceLedger: a balance's available or held part differs from the
-	// sum of its ledger entries of that part.
+	// CheckBalanceLedger: a balance's total (available + held) differs from
+	// the sum of its ledger entries. Holds and releases move between the
+	// parts and are no entries: CheckHeldOrders proves the held part.
 	CheckBalanceLedger = "balance_matches_ledger"
-	// CheckBalanceVersion: a balance's version is not its number of entries.
+	// CheckBalanceVersion: a balance's version is below its number of
+	// entries (it rises with each entry, and with each hold or release).
 	CheckBalanceVersion = "version_counts_entries"
 	// CheckConservation: an asset's balances, available and held, do not sum
 	// to zero.

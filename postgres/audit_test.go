@@ -315,16 +315,15 @@ func TestAuditReportsCorruption(t *testing.T) {
 				{postgres.CheckHeldOrders, orders.BalanceName(b.bob, "BTC")},
 			}
 		}},
-		{"held moved to available outside the ledger", func(t *testing.T, b *book) []found {
+		{"held moved to available without an order's hold changing", func(t *testing.T, b *book) []found {
+			// The total stands: a hold or release is no ledger entry, and
+			// the resting orders' holds are what proves held.
 			b.exec(t, fmt.Sprintf(`UPDATE balances SET held = held - 0.01, available = available + 0.01
 				WHERE account_id = '%s' AND asset = 'BTC'`, b.bob))
-			return []found{
-				{postgres.CheckBalanceLedger, orders.BalanceName(b.bob, "BTC")},
-				{postgres.CheckHeldOrders, orders.BalanceName(b.bob, "BTC")},
-			}
+			return []found{{postgres.CheckHeldOrders, orders.BalanceName(b.bob, "BTC")}}
 		}},
-		{"version bumped without an entry", func(t *testing.T, b *book) []found {
-			b.exec(t, fmt.Sprintf(`UPDATE balances SET version = version + 1 WHERE account_id = '%s' AND asset = 'BTC'`, b.alice))
+		{"version below its entries", func(t *testing.T, b *book) []found {
+			b.exec(t, fmt.Sprintf(`UPDATE balances SET version = 0 WHERE account_id = '%s' AND asset = 'BTC'`, b.alice))
 			return []found{{postgres.CheckBalanceVersion, orders.BalanceName(b.alice, "BTC")}}
 		}},
 		{"value moved between balances outside the ledger, one below zero", func(t *testing.T, b *book) []found {

@@ -21,14 +21,6 @@ var (
 	cancelWriteSQL string
 	//go:embed sql/cancel_list.sql
 	cancelListSQL string
-	//go:embed sql/settle_draw.sql
-	settleDrawSQL string
-	//go:embed sql/settle_insert_transactions.sql
-	settleInsertTransactionsSQL string
-	//go:embed sql/settle_insert_entries.sql
-	settleInsertEntriesSQL string
-	//go:embed sql/settle_outbox.sql
-	settleOutboxSQL string
 	//go:embed sql/cancel_record_all.sql
 	cancelRecordAllSQL string
 )
@@ -194,34 +186,16 @@ func (s *Settler) CancelResting(ctx context.Context, account, orderID string) (o
 			return unavailable(err)
 		}
 		if hold.IsPos() {
-			var ids, sequences []int64
-			if err := tx.QueryRow(ctx, settleDrawSQL, 1, 0).Scan(&ids, &sequences); err != nil {
+			// The release moves the hold back to available on the balance
+			// row: one change of its version, no ledger transaction (it
+			// changes no total), and the outbox row at the version reached.
+			name := orders.BalanceName(account, asset)
+			rows, err := tx.Query(ctx, settleBalancesSQL, []string{name}, []string{account}, []string{asset},
+				[]string{hold.String()}, []string{hold.Neg().String()}, []int64{1})
+			if err != nil {
 				return unavailable(err)
 			}
-			if len(ids) != 1 {
-				return unavailable(fmt.Errorf("drew %d transaction ids, want 1", len(ids)))
-			}
-			release := orders.Release(orderID, account, asset, hold)
-			var transactions []int64
-			var accounts, assets, amounts, parts []string
-			for _, m := range release.Moves {
-				transactions = append(transactions, ids[0])
-				accounts, assets = append(accounts, m.Account), append(assets, m.Asset)
-				amounts, parts = append(amounts, m.Amount.String()), append(parts, string(m.Part))
-			}
-			name := orders.BalanceName(account, asset)
-			version += int64(len(release.Moves))
-			batch := &pgx.Batch{}
-			batch.Queue(settleInsertTransactionsSQL, ids, []string{string(release.Kind)}, []string{release.OrderID})
-			batch.Queue(settleInsertEntriesSQL, transactions, accounts, assets, amounts, parts)
-			batch.Queue(settleMoveBalancesSQL, accounts, assets, amounts, parts)
-			batch.Queue(settleOutboxSQL, []string{name}, []int64{version}, []string{fmt.Sprintf("%s@%d", name, version)}).
-				Query(func(rows pgx.Rows) error {
-					var err error
-					outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
-					return err
-				})
-			if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+			if outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry]); err != nil {
 				return unavailable(err)
 			}
 		}

@@ -43,11 +43,17 @@ type balanceKey struct{ account, asset string }
 // atLeast (every hold that passed still passes) and below below (every hold
 // refused is still refused); nil is no bound. start is the available the
 // decision began from.
+//
+// movedAvailable and movedHeld are what the batch moved each part by, the
+// deltas it writes; entries counts the ledger entries on the row and
+// changes the steps of its version: one per entry and one per hold or
+// release.
 type lockedBalance struct {
-	available, held  *big.Rat
-	known            bool
-	entries          int64
-	name, asset, acc string
+	available, held           *big.Rat
+	movedAvailable, movedHeld big.Rat
+	known                     bool
+	entries, changes          int64
+	name, asset, acc          string
 
 	start, atLeast, below *big.Rat
 }
@@ -75,7 +81,7 @@ func (b *lockedBalance) funds(need *big.Rat) bool {
 func (w *batchWork) written() map[balanceKey]bool {
 	keys := make(map[balanceKey]bool)
 	for key, b := range w.balances {
-		if b.entries > 0 {
+		if b.changes > 0 {
 			keys[key] = true
 		}
 	}
@@ -130,7 +136,7 @@ func sortedKeys(keys []balanceKey) (accounts, assets []string) {
 
 // scanBalances reads balance rows (account, asset, version, available,
 // held) into into. The version is not kept: a batch's outbox rows read the
-// version a move reaches from the row itself (settle_outbox_reached.sql).
+// version a move reaches from the row itself (settle_balances.sql).
 func scanBalances(rows pgx.Rows, into map[balanceKey]*lockedBalance) error {
 	var version int64
 	for rows.Next() {

@@ -31,10 +31,17 @@ type tradeRow struct {
 
 // record adds a transaction a decision made to the batch's and applies
 // its moves to the balance rows. settleTogether locks every balance moved
-// before it writes.
+// before it writes. A hold or a release changes no total: it moves the
+// balance row's parts and is no ledger transaction (nil), one change of
+// the row's version; a trade is one, each entry a change.
 func (w *batchWork) record(t orders.Transaction) *ledgerTxn {
-	recorded := &ledgerTxn{position: len(w.txns) + 1, Transaction: t}
-	w.txns = append(w.txns, recorded)
+	var recorded *ledgerTxn
+	ledger := t.Kind.ChangesTotal()
+	if ledger {
+		recorded = &ledgerTxn{position: len(w.txns) + 1, Transaction: t}
+		w.txns = append(w.txns, recorded)
+	}
+	var last *lockedBalance
 	for _, m := range t.Moves {
 		key := balanceKey{m.Account, m.Asset}
 		b := w.balances[key]
@@ -43,12 +50,22 @@ func (w *batchWork) record(t orders.Transaction) *ledgerTxn {
 				asset: m.Asset, acc: m.Account}
 			w.balances[key] = b
 		}
-		target := b.available
+		amount := orders.Rational(m.Amount)
+		target, moved := b.available, &b.movedAvailable
 		if m.Part == orders.PartHeld {
-			target = b.held
+			target, moved = b.held, &b.movedHeld
 		}
-		target.Add(target, orders.Rational(m.Amount))
-		b.entries++
+		target.Add(target, amount)
+		moved.Add(moved, amount)
+		switch {
+		case ledger:
+			b.entries++
+			b.changes++
+		case b != last:
+			// A hold's or a release's two moves are one change of one row.
+			b.changes++
+		}
+		last = b
 	}
 	return recorded
 }

@@ -24,12 +24,10 @@ var (
 	settleInsertOrdersSQL string
 	//go:embed sql/settle_update_makers.sql
 	settleUpdateMakersSQL string
-	//go:embed sql/settle_move_balances.sql
-	settleMoveBalancesSQL string
 	//go:embed sql/settle_write_ledger.sql
 	settleWriteLedgerSQL string
-	//go:embed sql/settle_outbox_reached.sql
-	settleOutboxReachedSQL string
+	//go:embed sql/settle_balances.sql
+	settleBalancesSQL string
 	//go:embed sql/settle_last_price.sql
 	settleLastPriceSQL string
 )
@@ -148,7 +146,6 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		batch.Queue(settleWriteLedgerSQL, kinds, orderIDs, eTxns, eAccounts, eAssets, eAmounts, eParts,
 			tTxns, symbols, makers, takers, makerAccounts, takerAccounts, sides, prices, quantities,
 			makerFees, takerFees, makerRates, takerRates)
-		batch.Queue(settleMoveBalancesSQL, eAccounts, eAssets, eAmounts, eParts)
 	}
 	if len(w.trades) > 0 {
 		var traded, lastPrices []string
@@ -159,13 +156,14 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		}
 		batch.Queue(settleLastPriceSQL, traded, lastPrices)
 	}
-	// One outbox row per moved balance, at the version it reaches: the
+	// Each moved balance by what the batch moved its parts by, and one
+	// outbox row per moved balance at the version it reaches: the
 	// coherence consumer acts only on a version newer than the one it
 	// applied, and then reads the balance as it is, so the versions the
 	// batch passed through on the way need no row of their own.
 	var moved []*lockedBalance
 	for _, b := range w.balances {
-		if b.entries > 0 {
+		if b.changes > 0 {
 			moved = append(moved, b)
 		}
 	}
@@ -174,12 +172,16 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		slices.SortFunc(moved, func(a, b *lockedBalance) int {
 			return cmp.Or(strings.Compare(a.acc, b.acc), strings.Compare(a.asset, b.asset))
 		})
-		names, accounts, assets := make([]string, len(moved)), make([]string, len(moved)), make([]string, len(moved))
+		n := len(moved)
+		names, accounts, assets := make([]string, n), make([]string, n), make([]string, n)
+		available, held, changes := make([]string, n), make([]string, n), make([]int64, n)
 		for i, b := range moved {
 			names[i], accounts[i], assets[i] = b.name, b.acc, b.asset
+			available[i], held[i] = *ratText(&b.movedAvailable), *ratText(&b.movedHeld)
+			changes[i] = b.changes
 		}
-		// Every moved row exists: its entries' foreign key says so.
-		batch.Queue(settleOutboxReachedSQL, names, accounts, assets).Query(func(rows pgx.Rows) error {
+		// Every moved row exists: the batch locked it (settle_lock.sql).
+		batch.Queue(settleBalancesSQL, names, accounts, assets, available, held, changes).Query(func(rows pgx.Rows) error {
 			var err error
 			outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
 			return err

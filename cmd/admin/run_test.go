@@ -87,7 +87,7 @@ func TestAuditExitStatus(t *testing.T) {
 	if !errors.Is(err, errViolations) {
 		t.Errorf("audit of a doctored balance = %v, want a failure", err)
 	}
-	want := regexp.MustCompile(`^balance_matches_ledger balances:` + account + `:USD: available \S+, its ledger entries sum to \S+; held 0, its ledger entries sum to 0
+	want := regexp.MustCompile(`^balance_matches_ledger balances:` + account + `:USD: available \S+ \+ held 0 = \S+, its ledger entries sum to \S+
 asset_conserved USD: balances sum to 0.01 \(available 0.01, held 0\), not 0
 audit: 2 violations
 $`)

@@ -1,15 +1,16 @@
 -- Audit check balance_matches_ledger (CheckBalanceLedger): every balance
--- whose available or held part differs from the sum of its ledger entries of
--- that part (ledger_entries.part), as (subject, detail).
+-- whose total (available + held) differs from the sum of its ledger
+-- entries, as (subject, detail). Only a change of a total is a ledger
+-- entry (a trade, a deposit, a withdrawal): a hold or a release moves an
+-- amount between the parts of one balance, which held_matches_orders
+-- proves against the resting orders' holds (migration 0014; the hold and
+-- release entries written before it sum to zero per balance).
 SELECT 'balances:' || b.account_id || ':' || b.asset,
-       format('available %s, its ledger entries sum to %s; held %s, its ledger entries sum to %s',
-           trim_scale(b.available), trim_scale(coalesce(e.available, 0)),
-           trim_scale(b.held), trim_scale(coalesce(e.held, 0)))
+       format('available %s + held %s = %s, its ledger entries sum to %s',
+           trim_scale(b.available), trim_scale(b.held), trim_scale(b.available + b.held),
+           trim_scale(coalesce(e.total, 0)))
 FROM balances b LEFT JOIN (
-    SELECT account_id, asset,
-           sum(amount) FILTER (WHERE part = 'available') AS available,
-           sum(amount) FILTER (WHERE part = 'held') AS held
-    FROM ledger_entries GROUP BY account_id, asset
+    SELECT account_id, asset, sum(amount) AS total FROM ledger_entries GROUP BY account_id, asset
 ) e USING (account_id, asset)
-WHERE b.available <> coalesce(e.available, 0) OR b.held <> coalesce(e.held, 0)
+WHERE b.available + b.held <> coalesce(e.total, 0)
 ORDER BY b.account_id, b.asset

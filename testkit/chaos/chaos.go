@@ -923,7 +923,8 @@ func (r *run) check(ctx context.Context, c *client) Summary {
 	}
 
 	// Settling an order twice (a redelivery, a stale worker) would hold its
-	// funds twice; an order that rests or filled held them once.
+	// funds twice: in the ledger before migration 0014, on the balance row
+	// since (the audit's held_matches_orders, below, proves those).
 	doubles, err := r.db.Query(ctx, holdDoublesSQL)
 	if err != nil {
 		r.t.Fatalf("chaos: read ledger: %v", err)
