@@ -42,9 +42,9 @@ const usage = `usage: admin COMMAND [ARGS]   (DATABASE_URL names the database; R
   halt SYMBOL                      stop an instrument taking orders; gateways hear of it at once
                                    by a coherence broadcast (at the latest at their next refresh)
   resume SYMBOL                    let a halted instrument take orders again
-  audit                            check the books: balances (available and held) against their
-                                   entries, conservation per asset, balanced transactions, holds
-                                   against resting orders, no crossed book, every trade at the
+  audit                            check the books: balances (available + held) against their
+                                   entries, held against resting orders, conservation per asset,
+                                   balanced transactions, no crossed book, every trade at the
                                    maker's price inside both limits between two accounts with
                                    exact fees, fills against trades (docs/durability.md lists the
                                    checks); prints each violation and exits non-zero on any
