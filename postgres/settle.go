@@ -34,6 +34,8 @@ type Settler struct {
 	// connections holds one token per connection settlement holds, at most
 	// SettlerConnections.
 	connections chan struct{}
+	// owned are the instruments the settler owns (TakeOver).
+	owned ownedState
 }
 
 // SettlerConnections bounds the connections a settler holds at once: one
@@ -113,6 +115,14 @@ func (s *Settler) Settle(ctx context.Context, order orders.Order, token int64) e
 func (s *Settler) settleJoined(ctx context.Context, order orders.Order, token int64) (settlement, error) {
 	settleCtx, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()
+	if st := s.ownedBookOf(settleCtx, order.Symbol); st != nil {
+		req := &settleRequest{ctx: settleCtx, order: order, token: token, done: make(chan struct{})}
+		result, unowned, err := s.settleOwned(settleCtx, st, req)
+		if !unowned {
+			return result, err
+		}
+		// Given up before it was decided: under the instrument's lock.
+	}
 	req := &settleRequest{ctx: settleCtx, order: order, token: token, done: make(chan struct{})}
 	if s.queue.join(req) {
 		// Deferred: a panicking settlement must still hand the queue on, or

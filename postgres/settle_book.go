@@ -33,6 +33,14 @@ type bookOrder struct {
 	filled, notional, fees, givenUp big.Rat
 	status                          orders.Status
 	cancelReason                    orders.CancelReason
+
+	// generation is the batch that may change the order in place (0 on the
+	// locked path, where every batch reads its own). An owner's batch
+	// changes a copy (batchWork.claim), which keeps in believed what the
+	// owner's book held before: the guard of its update
+	// (settle_owned_makers.sql).
+	generation                      int64
+	believedRemaining, believedHold decimal.Decimal
 }
 
 // instrumentBook is an instrument locked by the batch and its book, both
@@ -69,4 +77,29 @@ func (b *instrumentBook) rest(o *bookOrder) {
 		}
 	}
 	*side = slices.Insert(*side, at, o)
+}
+
+// share is a book for the next batch of an owner: the sides are its own,
+// the orders shared until the batch claims one.
+func (b *instrumentBook) share() *instrumentBook {
+	return &instrumentBook{in: b.in, bids: slices.Clone(b.bids), asks: slices.Clone(b.asks)}
+}
+
+// claim is the maker a decision changes: itself when the batch may change
+// it in place, or else its copy, which replaces it in the book and in byID
+// and leaves the batches before (in flight, with the order in their
+// writes) theirs.
+func (w *batchWork) claim(book *instrumentBook, maker *bookOrder, byID map[string]*bookOrder) *bookOrder {
+	if maker.generation == w.generation {
+		return maker
+	}
+	own := &bookOrder{id: maker.id, account: maker.account, side: maker.side, price: maker.price,
+		remaining: maker.remaining, hold: maker.hold, sequence: maker.sequence, generation: w.generation,
+		believedRemaining: maker.remaining, believedHold: maker.hold}
+	side := *book.side(maker.side)
+	if i := slices.Index(side, maker); i >= 0 {
+		side[i] = own
+	}
+	byID[own.id] = own
+	return own
 }

@@ -256,6 +256,10 @@ func queueReads(b *pgx.Batch, requests []pageRequest, reads map[sideKey]*sideRea
 // worst: the orders of the book whose predecessors were all read, and
 // whether they are every order the taker can reach.
 func (w *batchWork) bookPage(book *instrumentBook, side orders.Side, worst decimal.Decimal) ([]*bookOrder, bool) {
+	if w.owned != nil {
+		// An owner's book is whole: every order in reach, and nothing past.
+		return ownedPage(*book.side(side), side, worst), true
+	}
 	r := w.reads[sideKey{book.in.Symbol, side}]
 	if r == nil {
 		r = &sideRead{}

@@ -75,6 +75,14 @@ type batchWork struct {
 	// batch's books: above every sequence drawn before, as the one it
 	// draws when its row is inserted will be.
 	provisional int64
+	// owned is the owner's fence when the batch decides on a book an owner
+	// keeps in memory (settle_owned.go); nil when it locked the instrument
+	// and read the book.
+	owned *ownedFence
+	// generation marks the resting orders this batch may change in place:
+	// an owner's book shares the others with the batches before, and the
+	// batch copies one before it changes it (claim).
+	generation int64
 }
 
 // decideBatch decides every order of the batch in memory, on the books as
@@ -83,15 +91,7 @@ func decideBatch(ctx context.Context, tx sender, batch []*settleRequest, instrum
 	reads map[sideKey]*sideRead, balances map[balanceKey]*lockedBalance, existing map[string]bool,
 	holders map[clientOrderKey]string,
 ) (*batchWork, []batchOutcome, error) {
-	w := &batchWork{
-		ctx:         ctx,
-		tx:          tx,
-		reads:       reads,
-		holders:     make(map[clientOrderKey]string, len(holders)),
-		books:       make(map[string]*instrumentBook, len(instruments)),
-		balances:    make(map[balanceKey]*lockedBalance, len(balances)),
-		provisional: 1 << 62,
-	}
+	w := newBatchWork(ctx, tx, reads, balances, holders)
 	for symbol, in := range instruments {
 		book := &instrumentBook{in: in}
 		for _, side := range []orders.Side{orders.Buy, orders.Sell} {
@@ -106,18 +106,44 @@ func decideBatch(ctx context.Context, tx sender, batch []*settleRequest, instrum
 		}
 		w.books[symbol] = book
 	}
+	outcomes, err := w.decideAll(batch, existing)
+	if err != nil {
+		return nil, nil, err
+	}
+	return w, outcomes, nil
+}
+
+// newBatchWork is a batch about to decide, with no book yet, on copies of
+// the balances and client order id holders given.
+func newBatchWork(ctx context.Context, tx sender, reads map[sideKey]*sideRead, balances map[balanceKey]*lockedBalance,
+	holders map[clientOrderKey]string,
+) *batchWork {
+	w := &batchWork{
+		ctx:         ctx,
+		tx:          tx,
+		reads:       reads,
+		holders:     make(map[clientOrderKey]string, len(holders)),
+		books:       make(map[string]*instrumentBook, 1),
+		balances:    make(map[balanceKey]*lockedBalance, len(balances)),
+		provisional: 1 << 62,
+	}
 	for key, b := range balances {
 		w.balances[key] = &lockedBalance{available: new(big.Rat).Set(b.available),
 			held: new(big.Rat).Set(b.held), known: true, name: b.name, asset: b.asset, acc: b.acc,
 			start: b.available}
 	}
 	maps.Copy(w.holders, holders)
+	return w
+}
+
+// decideAll decides each order of the batch in turn.
+func (w *batchWork) decideAll(batch []*settleRequest, existing map[string]bool) ([]batchOutcome, error) {
 	outcomes := make([]batchOutcome, len(batch))
 	for i, req := range batch {
 		written := len(w.takers)
 		outcome, err := w.decide(req, existing[req.order.ID])
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: order %s: %w", errDecision, req.order.ID, err)
+			return nil, fmt.Errorf("%w: order %s: %w", errDecision, req.order.ID, err)
 		}
 		outcomes[i] = outcome
 		if len(w.takers) > written && w.takers[written].duplicateOf == "" {
@@ -126,7 +152,7 @@ func decideBatch(ctx context.Context, tx sender, batch []*settleRequest, instrum
 			w.holders[clientOrderKey{req.order.Account, req.order.ClientOrderID}] = req.order.ID
 		}
 	}
-	return w, outcomes, nil
+	return outcomes, nil
 }
 
 // decide settles one order of the batch in memory: orders.Decide decides,
@@ -210,6 +236,7 @@ func (w *batchWork) apply(req *settleRequest, book *instrumentBook, d orders.Dec
 		if maker == nil {
 			return batchOutcome{}, fmt.Errorf("decided to cancel %s, which is not in the book", c.OrderID)
 		}
+		maker = w.claim(book, maker, byID)
 		w.cancelMaker(book, maker, c)
 	}
 	in := book.in
@@ -218,6 +245,7 @@ func (w *batchWork) apply(req *settleRequest, book *instrumentBook, d orders.Dec
 		if maker == nil {
 			return batchOutcome{}, fmt.Errorf("match filled %s, which is not in the book", t.MakerOrderID)
 		}
+		maker = w.claim(book, maker, byID)
 		w.trades = append(w.trades, &tradeRow{
 			symbol: in.Symbol, maker: maker.id, taker: order.ID, makerAccount: maker.account, takerAccount: order.Account,
 			takerSide: order.Side, price: t.Price, quantity: t.Quantity, makerFee: t.MakerFee, takerFee: t.TakerFee,
@@ -232,7 +260,8 @@ func (w *batchWork) apply(req *settleRequest, book *instrumentBook, d orders.Dec
 	if d.Rests {
 		row.rests = true
 		book.rest(&bookOrder{id: order.ID, account: order.Account, side: order.Side, price: *order.Price,
-			remaining: d.Remaining, hold: d.RestingHold, sequence: w.provisional, taker: row})
+			remaining: d.Remaining, hold: d.RestingHold, sequence: w.provisional, taker: row,
+			generation: w.generation})
 		w.provisional++
 	}
 	reason := string(d.CancelReason)

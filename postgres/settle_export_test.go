@@ -46,3 +46,22 @@ func SettleQueueInstruments(s *Settler) int {
 	defer s.queue.mu.Unlock()
 	return len(s.queue.inFlight)
 }
+
+// OwnedOverlaps is how many of the settler's owned batches were decided
+// while the write of the batch before was in flight.
+func OwnedOverlaps(s *Settler) int64 { return s.owned.overlaps.Load() }
+
+// SetOwnedJoined makes f run each time a Settle call joins an owner's
+// queue (the owner's lock held: f must not call the settler) until the
+// test ends.
+func SetOwnedJoined(t interface{ Cleanup(func()) }, f func()) {
+	ownedJoined = f
+	t.Cleanup(func() { ownedJoined = nil })
+}
+
+// SetBeforeOwnedWrite makes f run before each write of an owner's batch
+// until the test ends.
+func SetBeforeOwnedWrite(t interface{ Cleanup(func()) }, f func()) {
+	beforeOwnedWrite = f
+	t.Cleanup(func() { beforeOwnedWrite = nil })
+}

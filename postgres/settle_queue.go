@@ -45,6 +45,11 @@ type settleRequest struct {
 	// alone: the batch could not settle the order; its handler settles it
 	// by itself.
 	alone bool
+	// unowned: the settler gave the order's instrument up before deciding
+	// it (GiveUp); its handler settles it under the instrument's lock.
+	unowned bool
+	// tries counts the owner's attempts of the order alone (settle_owned.go).
+	tries int
 }
 
 // settleQueue holds, per instrument, the orders waiting for the settler's

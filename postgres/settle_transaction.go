@@ -118,29 +118,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 	first := &pgx.Batch{}
 	first.Queue(beginSQL)
 	first.Queue(settleInstrumentsSQL, symbols).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var in orders.Instrument
-			var tick, reference, last, maker, taker, band, lot, minNotional string
-			if err := rows.Scan(&in.Symbol, &in.Base, &in.Quote, &in.Halted, &tick, &reference, &last,
-				&maker, &taker, &band, &lot, &minNotional); err != nil {
-				return err
-			}
-			for _, field := range []struct {
-				text   string
-				target *decimal.Decimal
-			}{{tick, &in.TickSize}, {reference, &in.ReferencePrice}, {last, &in.LastPrice},
-				{maker, &in.MakerFeeBps}, {taker, &in.TakerFeeBps}, {band, &in.PriceBandPercent},
-				{lot, &in.LotSize}, {minNotional, &in.MinNotional}} {
-				if field.text == "" {
-					continue
-				}
-				if *field.target, err = orders.ParseExact(field.text); err != nil {
-					readErr = fmt.Errorf("instrument %s: %w", in.Symbol, err)
-				}
-			}
-			instruments[in.Symbol] = in
-		}
-		return rows.Err()
+		return scanInstruments(rows, instruments, &readErr)
 	})
 	first.Queue(settleExistingSQL, ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -258,6 +236,35 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 		}
 	}
 	return outcomes, nil
+}
+
+// scanInstruments reads settle_instruments.sql's rows into instruments; a
+// value that does not parse goes to *readErr.
+func scanInstruments(rows pgx.Rows, instruments map[string]orders.Instrument, readErr *error) error {
+	for rows.Next() {
+		var in orders.Instrument
+		var tick, reference, last, maker, taker, band, lot, minNotional string
+		if err := rows.Scan(&in.Symbol, &in.Base, &in.Quote, &in.Halted, &tick, &reference, &last,
+			&maker, &taker, &band, &lot, &minNotional); err != nil {
+			return err
+		}
+		for _, field := range []struct {
+			text   string
+			target *decimal.Decimal
+		}{{tick, &in.TickSize}, {reference, &in.ReferencePrice}, {last, &in.LastPrice},
+			{maker, &in.MakerFeeBps}, {taker, &in.TakerFeeBps}, {band, &in.PriceBandPercent},
+			{lot, &in.LotSize}, {minNotional, &in.MinNotional}} {
+			if field.text == "" {
+				continue
+			}
+			var err error
+			if *field.target, err = orders.ParseExact(field.text); err != nil {
+				*readErr = fmt.Errorf("instrument %s: %w", in.Symbol, err)
+			}
+		}
+		instruments[in.Symbol] = in
+	}
+	return rows.Err()
 }
 
 // afterFirstDecision, when set (by tests only), runs between a batch's

@@ -39,6 +39,10 @@ var (
 // commit. It returns the outbox rows.
 func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, known map[balanceKey]*lockedBalance, guarded bool) ([]orders.OutboxEntry, error) {
 	batch := &pgx.Batch{}
+	if w.owned != nil {
+		// The owner's transaction opens here, behind its fence.
+		w.owned.queueOpening(batch)
+	}
 	if guarded {
 		batch.Queue(savepointSQL)
 	}
@@ -116,6 +120,9 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 			givenUp = append(givenUp, sumText(&m.givenUp))
 			statuses = append(statuses, string(m.status))
 			cancels = append(cancels, optionalText(string(m.cancelReason)))
+		}
+		if w.owned != nil {
+			w.owned.queueMakersGuard(batch, w.makers)
 		}
 		batch.Queue(settleUpdateMakersSQL, ids, filled, notionals, fees, givenUp, statuses, cancels)
 	}

@@ -1,0 +1,583 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/big"
+	"runtime/debug"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordergate/ordergate/orders"
+)
+
+// The owner's batches (settle_owned.go): one driver goroutine per owned
+// instrument decides them in turn, each while the write of the one before
+// is in flight, and writes them one at a time.
+
+// aloneTries bounds how often an order of a failed write settles alone
+// again when its own write found the book or the instrument changed.
+const aloneTries = 3
+
+// Test hooks (tests only): ownedJoined runs when a request joined an
+// owner's queue, beforeOwnedWrite before each write of an owner's batch.
+var ownedJoined, beforeOwnedWrite func()
+
+// settleOwned settles req as the owner of st's instrument. unowned: the
+// settler gave the instrument up before deciding the order, which then
+// settles under the instrument's lock.
+func (s *Settler) settleOwned(ctx context.Context, st *ownedBook, req *settleRequest) (result settlement, unowned bool, err error) {
+	if err := st.join(s, req); err != nil {
+		return settlement{}, false, err
+	}
+	if req.unowned {
+		return settlement{}, true, nil
+	}
+	select {
+	case <-req.done:
+	case <-ctx.Done():
+		if st.withdraw(req) {
+			return settlement{}, false, fmt.Errorf("postgres: settle %s: waiting for a batch: %w", req.order.ID, context.Cause(ctx))
+		}
+		<-req.done
+	}
+	return req.result, req.unowned, req.err
+}
+
+// join queues req for the next batch and starts the driver if none runs.
+// A fenced owner fails it; one giving up marks it unowned.
+func (st *ownedBook) join(s *Settler, req *settleRequest) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case st.fenced != nil:
+		return st.fenced
+	case st.leaving:
+		req.unowned = true
+		return nil
+	}
+	st.waiting = append(st.waiting, req)
+	if ownedJoined != nil {
+		ownedJoined()
+	}
+	if !st.driving {
+		st.driving, st.exited = true, make(chan struct{})
+		go s.driveOwned(st)
+	}
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// withdraw takes a request out if no batch has taken it yet.
+func (st *ownedBook) withdraw(req *settleRequest) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, list := range []*[]*settleRequest{&st.waiting, &st.redo} {
+		if i := slices.Index(*list, req); i >= 0 {
+			*list = slices.Delete(*list, i, i+1)
+			return true
+		}
+	}
+	return false
+}
+
+// handBack sends every request not decided yet back to the locked path;
+// st.mu is held.
+func (st *ownedBook) handBack() {
+	for _, req := range slices.Concat(st.redo, st.waiting) {
+		req.unowned = true
+		close(req.done)
+	}
+	st.redo, st.waiting = nil, nil
+}
+
+// requeue puts requests back at the front: to settle one at a time
+// (alone), or in the next batch.
+func (st *ownedBook) requeue(batch []*settleRequest, alone bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if alone {
+		st.redo = slices.Concat(batch, st.redo)
+		return
+	}
+	st.waiting = slices.Concat(batch, st.waiting)
+}
+
+// next is what the driver decides next: a request to settle alone, or a
+// batch of the waiting ones. None: the driver lands the write in flight
+// (flying), or stops.
+func (st *ownedBook) next(flying bool) (batch []*settleRequest, alone, stop bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case st.fenced != nil:
+		for _, req := range slices.Concat(st.redo, st.waiting) {
+			req.err = st.fenced
+			close(req.done)
+		}
+		st.redo, st.waiting = nil, nil
+	case st.leaving:
+		st.handBack()
+	case len(st.redo) > 0:
+		req := st.redo[0]
+		st.redo = st.redo[1:]
+		return []*settleRequest{req}, true, false
+	case len(st.waiting) > 0:
+		// As settleQueue.take: a second request of an order in the batch
+		// waits for the next.
+		batch = make([]*settleRequest, 0, min(len(st.waiting), maxSettleBatch))
+		ids := make(map[string]bool, cap(batch))
+		left := st.waiting[:0]
+		for _, req := range st.waiting {
+			if len(batch) == maxSettleBatch || ids[req.order.ID] {
+				left = append(left, req)
+				continue
+			}
+			ids[req.order.ID] = true
+			batch = append(batch, req)
+		}
+		clear(st.waiting[len(left):])
+		st.waiting = left
+		return batch, false, false
+	}
+	if flying {
+		return nil, false, false
+	}
+	st.driving = false
+	close(st.exited)
+	return nil, false, true
+}
+
+// driveOwned decides and writes the instrument's batches until none is
+// waiting and none in flight.
+func (s *Settler) driveOwned(st *ownedBook) {
+	var flight *ownedFlight
+	for {
+		batch, alone, stop := st.next(flight != nil)
+		switch {
+		case stop:
+			return
+		case batch == nil:
+			// Nothing to decide: the write in flight lands, unless a
+			// request comes first, to be decided while it is written.
+			select {
+			case <-flight.done:
+				s.land(st, flight)
+				flight = nil
+			case <-st.wake:
+			}
+			continue
+		}
+		// An order alone, or one the write in flight holds (a redelivery
+		// racing it), is decided after that write landed.
+		if flight != nil && (alone || st.stale || flight.holdsAny(batch)) {
+			ok := s.land(st, flight)
+			flight = nil
+			if !ok {
+				st.requeue(batch, alone)
+				continue
+			}
+		}
+		s.metrics.observeBatch(len(batch))
+		p, err := s.prepareOwned(st, batch, flight)
+		if err != nil {
+			s.failOwned(st, batch, alone, false, err)
+			continue
+		}
+		if flight != nil {
+			ok := s.land(st, flight)
+			flight = nil
+			if !ok {
+				// Decided on a book the failed write left: decide again.
+				st.requeue(batch, false)
+				continue
+			}
+		}
+		st.book, st.provisional = p.w.books[st.symbol], p.w.provisional
+		if alone {
+			if err := s.writeOwned(st, p, true); err != nil {
+				s.failOwned(st, batch, true, true, err)
+				continue
+			}
+			st.book, st.provisional = p.w.books[st.symbol], p.w.provisional
+			answer(p)
+			continue
+		}
+		flight = p
+		go func() {
+			defer close(p.done)
+			p.err = s.writeOwned(st, p, false)
+		}()
+	}
+}
+
+// land waits for the write in flight and answers its orders: true when it
+// committed. When it failed, the book is loaded again before the next
+// decision and its orders settle again (failOwned).
+func (s *Settler) land(st *ownedBook, flight *ownedFlight) bool {
+	<-flight.done
+	if flight.err != nil {
+		s.failOwned(st, flight.batch, false, true, flight.err)
+		return false
+	}
+	answer(flight)
+	return true
+}
+
+// answer hands each request of a committed batch its outcome.
+func answer(p *ownedFlight) {
+	for i, req := range p.batch {
+		req.result, req.err = p.outcomes[i].result, p.outcomes[i].err
+		close(req.done)
+	}
+}
+
+// failOwned sorts out a batch that failed, reading or writing (its write
+// may have committed when the connection broke). A refusal of the owner
+// fences it for good; otherwise the book is loaded again, and the orders
+// settle again one at a time when PostgreSQL refused the batch (one order
+// may be at fault, or the book or a balance moved behind the owner), or
+// return the failure for the queue to retry (the server unreachable).
+func (s *Settler) failOwned(st *ownedBook, batch []*settleRequest, alone, wrote bool, err error) {
+	if wrote {
+		st.stale = true
+	}
+	if isFenced(err) || errors.Is(err, ErrFenced) {
+		fenced := s.fencedError(st, err)
+		s.logger.Warn("another owner took the instrument over; this settler owns it no more",
+			"symbol", st.symbol, "epoch", st.epoch, "owner_epoch", fenced.Epoch)
+		st.mu.Lock()
+		st.fenced = fenced
+		st.mu.Unlock()
+		for _, req := range batch {
+			req.err = fmt.Errorf("postgres: settle %s: %w", req.order.ID, fenced)
+			close(req.done)
+		}
+		return
+	}
+	refused := refusedByServer(err) || errors.Is(err, errDecision)
+	if refused && !alone {
+		s.logger.Warn("owner's batch refused; its orders settle one by one on the book loaded again",
+			"symbol", st.symbol, "orders", len(batch), "err", err)
+		st.requeue(batch, true)
+		return
+	}
+	for _, req := range batch {
+		if alone && isStale(err) && req.tries < aloneTries {
+			req.tries++
+			st.requeue([]*settleRequest{req}, true)
+			continue
+		}
+		if alone {
+			req.err = classify(req.order, err)
+		} else {
+			req.err = fmt.Errorf("postgres: settle %s in a batch of %d: %w", req.order.ID, len(batch), err)
+		}
+		close(req.done)
+	}
+}
+
+// fencedError is the refusal as a *FencedError, with the epoch PostgreSQL
+// holds.
+func (s *Settler) fencedError(st *ownedBook, err error) *FencedError {
+	var fenced *FencedError
+	if errors.As(err, &fenced) {
+		return fenced
+	}
+	fenced = &FencedError{Symbol: st.symbol}
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	var terms string
+	if err := s.db.QueryRow(ctx, settleOwnedEpochSQL, st.symbol).Scan(&fenced.Epoch, &terms); err != nil {
+		fenced.Epoch = 0
+	}
+	return fenced
+}
+
+// isFenced reports whether err is settle_owned_fence.sql's refusal.
+func isFenced(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "P0001" && strings.HasPrefix(pgErr.Message, fencedCodeWord)
+}
+
+// isFundsStale reports whether err is settle_guard.sql's: a balance, not
+// the book, moved.
+func isFundsStale(err error) bool {
+	var pgErr *pgconn.PgError
+	return isStale(err) && errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Message, staleCodeWord+": balance")
+}
+
+// holdsAny reports whether the batch has an order the flight writes.
+func (f *ownedFlight) holdsAny(batch []*settleRequest) bool {
+	for _, req := range batch {
+		if f.ids[req.order.ID] {
+			return true
+		}
+	}
+	return false
+}
+
+// acquire takes one of the settler's connections from the pool.
+func (s *Settler) acquire(ctx context.Context) (*pgxpool.Conn, func(), error) {
+	select {
+	case s.connections <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, context.Cause(ctx)
+	}
+	pooled, err := s.db.Acquire(ctx)
+	if err != nil {
+		<-s.connections
+		return nil, nil, err
+	}
+	return pooled, func() { releaseAfterTx(pooled); <-s.connections }, nil
+}
+
+// prepareOwned reads what the batch needs besides the book, outside any
+// transaction, and decides it on the owner's book as the batch before left
+// it (flight: in flight, its changes to the takers' balances added unless
+// the read saw them committed).
+func (s *Settler) prepareOwned(st *ownedBook, batch []*settleRequest, flight *ownedFlight) (p *ownedFlight, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	defer func() {
+		if recovered := recover(); recovered != nil {
+			s.logger.Error("deciding an owner's batch panicked", "orders", len(batch), "panic", fmt.Sprint(recovered),
+				"stack", string(debug.Stack()))
+			p, err = nil, fmt.Errorf("%w: panic: %v", errDecision, recovered)
+		}
+	}()
+	if st.stale {
+		if err := s.loadOwned(ctx, st, false); err != nil {
+			return nil, err
+		}
+	}
+	phase := s.metrics.now()
+	pooled, release, err := s.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
+	phase = s.metrics.phaseDone(phaseAcquire, phase)
+
+	n := len(batch)
+	ids := make([]string, n)
+	takerAccounts, takerSymbols, clientIDs := make([]string, n), make([]string, n), make([]string, n)
+	for i, req := range batch {
+		ids[i] = req.order.ID
+		takerAccounts[i], takerSymbols[i], clientIDs[i] = req.order.Account, req.order.Symbol, req.order.ClientOrderID
+	}
+	existing := make(map[string]bool)
+	holders := make(map[clientOrderKey]string)
+	snapshot := make(map[balanceKey]*lockedBalance)
+	committed := false
+	read := &pgx.Batch{}
+	read.Queue(settleExistingSQL, ids).Query(func(rows pgx.Rows) error {
+		var id string
+		_, err := pgx.ForEachRow(rows, []any{&id}, func() error { existing[id] = true; return nil })
+		return err
+	})
+	read.Queue(settleDuplicatesSQL, ids, takerAccounts, clientIDs).Query(func(rows pgx.Rows) error {
+		var pair clientOrderKey
+		var holder string
+		_, err := pgx.ForEachRow(rows, []any{&pair.account, &pair.clientOrderID, &holder}, func() error {
+			holders[pair] = holder
+			return nil
+		})
+		return err
+	})
+	if flight != nil && flight.probe != "" {
+		// Read before the balances: when the flight's row is there, so are
+		// its balance moves.
+		read.Queue(settleExistingSQL, []string{flight.probe}).Query(func(rows pgx.Rows) error {
+			_, err := pgx.ForEachRow(rows, []any{new(string)}, func() error { committed = true; return nil })
+			return err
+		})
+	}
+	readTakers := func(rows pgx.Rows) error { return scanBalances(rows, snapshot) }
+	read.Queue(settleTakersSQL, takerAccounts, takerSymbols).Query(readTakers)
+	if err := pooled.SendBatch(ctx, read).Close(); err != nil {
+		return nil, err
+	}
+	in := st.book.in
+	takerKeys := make(map[balanceKey]bool)
+	for _, req := range batch {
+		if !existing[req.order.ID] {
+			takerKeys[balanceKey{req.order.Account, in.Base}] = true
+			takerKeys[balanceKey{req.order.Account, in.Quote}] = true
+		}
+	}
+	var missing []balanceKey
+	for key := range takerKeys {
+		if snapshot[key] == nil {
+			missing = append(missing, key)
+		}
+	}
+	if len(missing) > 0 {
+		// A new account's first order: its rows opened, as on the locked
+		// path, and read again.
+		accounts, assets := sortedKeys(missing)
+		open := &pgx.Batch{}
+		open.Queue(settleOpenSQL, accounts, assets)
+		open.Queue(settleTakersSQL, takerAccounts, takerSymbols).Query(readTakers)
+		if err := pooled.SendBatch(ctx, open).Close(); err != nil {
+			return nil, err
+		}
+	}
+	release()
+	release = nil
+	phase = s.metrics.phaseDone(phaseRead, phase)
+
+	if flight != nil {
+		if !committed {
+			for key, delta := range flight.deltas {
+				if b := snapshot[key]; b != nil {
+					b.available.Add(b.available, delta[0])
+					b.held.Add(b.held, delta[1])
+				}
+			}
+		}
+		for pair, holder := range flight.pendingHolders {
+			if _, ok := holders[pair]; !ok {
+				holders[pair] = holder
+			}
+		}
+	}
+	p = &ownedFlight{batch: batch, base: st.book, baseProvisional: st.provisional, existing: existing,
+		holders: holders, snapshot: snapshot, takerKeys: takerKeys, done: make(chan struct{})}
+	if err := s.decideOwned(ctx, st, p, snapshot); err != nil {
+		return nil, err
+	}
+	s.metrics.phaseDone(phaseDecide, phase)
+	if flight != nil {
+		select {
+		case <-flight.done:
+		default:
+			s.owned.overlaps.Add(1)
+		}
+	}
+	return p, nil
+}
+
+// decideOwned decides p's batch on p.base with the balances given, and
+// records what a batch decided after it must know.
+func (s *Settler) decideOwned(ctx context.Context, st *ownedBook, p *ownedFlight, balances map[balanceKey]*lockedBalance) error {
+	st.generation++
+	w := newBatchWork(ctx, nil, nil, balances, p.holders)
+	fence := st.fence
+	w.owned, w.generation, w.provisional = &fence, st.generation, p.baseProvisional
+	w.books[st.symbol] = p.base.share()
+	outcomes, err := w.decideAll(p.batch, p.existing)
+	if err != nil {
+		return err
+	}
+	p.w, p.outcomes = w, outcomes
+	p.ids = make(map[string]bool, len(w.takers))
+	p.pendingHolders = make(map[clientOrderKey]string, len(w.takers))
+	for _, row := range w.takers {
+		p.ids[row.order.ID] = true
+		if row.duplicateOf == "" {
+			p.pendingHolders[clientOrderKey{row.order.Account, row.order.ClientOrderID}] = row.order.ID
+		}
+	}
+	p.probe = ""
+	if len(w.takers) > 0 {
+		p.probe = w.takers[0].order.ID
+	}
+	p.deltas = make(map[balanceKey][2]*big.Rat)
+	for _, t := range w.txns {
+		for _, m := range t.Moves {
+			key := balanceKey{m.Account, m.Asset}
+			delta, ok := p.deltas[key]
+			if !ok {
+				delta = [2]*big.Rat{new(big.Rat), new(big.Rat)}
+				p.deltas[key] = delta
+			}
+			part := delta[0]
+			if m.Part == orders.PartHeld {
+				part = delta[1]
+			}
+			part.Add(part, orders.Rational(m.Amount))
+		}
+	}
+	return nil
+}
+
+// writeOwned writes p's batch in one transaction behind the owner's fence
+// and commits it. mayRedecide (an order alone, nothing decided after it):
+// when a taker's balance moved past what the decision needed, the batch is
+// decided again on the locked rows in the same transaction, as on the
+// locked path.
+func (s *Settler) writeOwned(st *ownedBook, p *ownedFlight, mayRedecide bool) (err error) {
+	if len(p.w.takers) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	defer func() {
+		if recovered := recover(); recovered != nil {
+			s.logger.Error("writing an owner's batch panicked", "orders", len(p.batch), "panic", fmt.Sprint(recovered),
+				"stack", string(debug.Stack()))
+			err = fmt.Errorf("%w: panic: %v", errDecision, recovered)
+		}
+	}()
+	if beforeOwnedWrite != nil {
+		beforeOwnedWrite()
+	}
+	phase := s.metrics.now()
+	pooled, release, err := s.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	lockSet := maps.Clone(p.takerKeys)
+	for key := range p.w.written() {
+		lockSet[key] = true
+	}
+	outbox, err := p.w.write(ctx, pooled, slices.Collect(maps.Keys(lockSet)), p.snapshot, true)
+	phase = s.metrics.phaseDone(phaseWrite, phase)
+	if mayRedecide && isFundsStale(err) {
+		s.metrics.observeRedecided()
+		if _, err := pooled.Exec(ctx, backToSQL); err != nil {
+			return err
+		}
+		locked := make(map[balanceKey]*lockedBalance)
+		if err := lockRows(ctx, pooled, slices.Collect(maps.Keys(lockSet)), locked); err != nil {
+			return err
+		}
+		if err := s.decideOwned(ctx, st, p, locked); err != nil {
+			return err
+		}
+		p.w.owned.opened = true
+		var extra []balanceKey
+		for key := range p.w.written() {
+			if !lockSet[key] {
+				extra = append(extra, key)
+			}
+		}
+		outbox, err = p.w.write(ctx, pooled, extra, locked, false)
+		s.metrics.phaseDone(phaseRedecide, phase)
+	}
+	if err != nil {
+		return err
+	}
+	for i := range p.outcomes {
+		if p.outcomes[i].err == nil && !p.outcomes[i].result.duplicate {
+			p.outcomes[i].result.outbox = outbox
+			break
+		}
+	}
+	return nil
+}

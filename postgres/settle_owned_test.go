@@ -1,0 +1,423 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/postgres"
+)
+
+// owner is a new settler on m's database that owns symbol at epoch, until
+// the test ends.
+func owner(t testing.TB, m *market, symbol string, epoch int64) *postgres.Settler {
+	t.Helper()
+	s := postgres.NewSettler(m.db, nil, slog.New(slog.DiscardHandler))
+	if err := s.TakeOver(context.Background(), symbol, epoch); err != nil {
+		t.Fatalf("take %s over at %d: %v", symbol, epoch, err)
+	}
+	t.Cleanup(func() { s.GiveUp(symbol) })
+	return s
+}
+
+func mustFenced(t testing.TB, err error, symbol string, epoch int64) {
+	t.Helper()
+	var fenced *postgres.FencedError
+	if !errors.Is(err, postgres.ErrFenced) || !errors.As(err, &fenced) {
+		t.Fatalf("got %v, want a *FencedError", err)
+	}
+	if fenced.Symbol != symbol || fenced.Epoch != epoch {
+		t.Errorf("fenced by %s at %d, want %s at %d", fenced.Symbol, fenced.Epoch, symbol, epoch)
+	}
+}
+
+// TestTakeOverRefusesAnEpochNotAbove: PostgreSQL keeps the highest epoch
+// and names it to a settler taking over at or below it.
+func TestTakeOverRefusesAnEpochNotAbove(t *testing.T) {
+	m := newMarket(t)
+	ctx := context.Background()
+	owner(t, m, "BTC-USD", 5)
+	for _, tc := range []struct {
+		name  string
+		epoch int64
+	}{{"the same epoch", 5}, {"a lower epoch", 3}, {"epoch zero", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := postgres.NewSettler(m.db, nil, slog.New(slog.DiscardHandler))
+			mustFenced(t, s.TakeOver(ctx, "BTC-USD", tc.epoch), "BTC-USD", 5)
+		})
+	}
+	s := postgres.NewSettler(m.db, nil, slog.New(slog.DiscardHandler))
+	if err := s.TakeOver(ctx, "NOPE-USD", 1); err == nil || errors.Is(err, postgres.ErrFenced) {
+		t.Errorf("taking an unknown instrument over: %v", err)
+	}
+	var epoch int64
+	if err := m.db.QueryRow(ctx, `SELECT owner_epoch FROM instruments WHERE symbol = 'BTC-USD'`).Scan(&epoch); err != nil || epoch != 5 {
+		t.Errorf("owner_epoch %d, %v; want 5", epoch, err)
+	}
+}
+
+// TestAStaleOwnerIsFencedByPostgres: A owns BTC-USD at epoch 1, B takes it
+// over at 2 (A's lease lost, A not told). A's next write is refused by
+// PostgreSQL's fence, writes nothing, and fails with ErrFenced naming B's
+// epoch, as do A's calls after it; B matches on the book A left.
+func TestAStaleOwnerIsFencedByPostgres(t *testing.T) {
+	m := newMarket(t)
+	ctx := context.Background()
+	a := owner(t, m, "BTC-USD", 1)
+	ask := newOrder(m.alice, "BTC-USD", orders.Sell, "0.1", "50000")
+	if err := a.Settle(ctx, ask, 1); err != nil {
+		t.Fatal(err)
+	}
+	b := owner(t, m, "BTC-USD", 2)
+	before := balances(t, m.db)
+	outboxBefore := lastOutboxID(t, m.db)
+
+	bid := newOrder(m.bob, "BTC-USD", orders.Buy, "0.1", "50000")
+	mustFenced(t, a.Settle(ctx, bid, 1), "BTC-USD", 2)
+	if _, found := readOrder(t, m.db, bid.ID); found {
+		t.Errorf("the stale owner wrote %s", bid.ID)
+	}
+	if row := mustOrder(t, m.db, ask.ID); row.status != "open" {
+		t.Errorf("the stale owner changed the ask: %s", row.state())
+	}
+	if got := balances(t, m.db); fmt.Sprint(got) != fmt.Sprint(before) {
+		t.Errorf("balances moved: %v, were %v", got, before)
+	}
+	if got := outboxAfter(t, m.db, outboxBefore); len(got) > 0 {
+		t.Errorf("the stale owner wrote outbox rows %v", got)
+	}
+	// Fenced for good: the next call fails at once.
+	mustFenced(t, a.Settle(ctx, newOrder(m.bob, "BTC-USD", orders.Buy, "0.1", "50000"), 1), "BTC-USD", 2)
+
+	if err := b.Settle(ctx, bid, 2); err != nil {
+		t.Fatal(err)
+	}
+	if row := mustOrder(t, m.db, bid.ID); row.status != "filled" {
+		t.Errorf("the bid on the new owner: %s", row.state())
+	}
+	// Given up, A settles under the instrument's lock again.
+	a.GiveUp("BTC-USD")
+	b.GiveUp("BTC-USD")
+	late := newOrder(m.bob, "BTC-USD", orders.Buy, "0.1", "49000")
+	if err := a.Settle(ctx, late, 1); err != nil {
+		t.Fatal(err)
+	}
+	if row := mustOrder(t, m.db, late.ID); row.status != "open" {
+		t.Errorf("after giving up: %s", row.state())
+	}
+	mustAudit(t, m.db)
+}
+
+// settleInOrder settles the orders on s each in its own goroutine, each
+// call joining the owner's queue only after the one before joined, so the
+// owner decides them in this order, in batches of whatever waited.
+func settleInOrder(t testing.TB, s *postgres.Settler, placed []orders.Order) []error {
+	t.Helper()
+	joined := make(chan struct{}, 1)
+	postgres.SetOwnedJoined(t, func() { joined <- struct{}{} })
+	// Pauses now and then, so that batches of every size form.
+	pauses := rand.New(rand.NewPCG(uint64(len(placed)), 7))
+	errs := make([]error, len(placed))
+	var wg sync.WaitGroup
+	for i, order := range placed {
+		wg.Go(func() { errs[i] = s.Settle(context.Background(), order, 1) })
+		select {
+		case <-joined:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("order %d never joined the owner's queue", i)
+		}
+		time.Sleep(time.Duration(pauses.IntN(1500)) * time.Microsecond)
+	}
+	wg.Wait()
+	return errs
+}
+
+// TestOwnerDecidesAsTheLockedPath: the same 600 orders (every time in
+// force, post-only and market orders, reused client order ids,
+// redeliveries) settled one by one under the instrument's lock on one
+// database, and by an owner on another, in pipelined batches and across a
+// reload of the book halfway, leave the same orders, trades and balances,
+// and both audits clean.
+func TestOwnerDecidesAsTheLockedPath(t *testing.T) {
+	const customers, n = 6, 600
+	locked, owned := newMarket(t), newMarket(t)
+	names := make([]string, customers)
+	lockedAccounts, ownedAccounts := make(map[string]string), make(map[string]string)
+	for i := range names {
+		names[i] = fmt.Sprintf("#%d", i)
+		// Funds that run short, so that funds checks refuse orders.
+		funds := map[string]string{"USD": "20000", "BTC": "0.4"}
+		lockedAccounts[names[i]], ownedAccounts[names[i]] = locked.newCustomerWith(t, funds), owned.newCustomerWith(t, funds)
+	}
+	lockedAccounts["alice"], lockedAccounts["bob"] = locked.alice, locked.bob
+	ownedAccounts["alice"], ownedAccounts["bob"] = owned.alice, owned.bob
+	random := rand.New(rand.NewPCG(24, 15))
+	placed := randomOrders(random, names, n)
+	for i := range placed {
+		switch {
+		case i > 0 && i%37 == 0:
+			// a client order id an earlier order of the account holds
+			for j := i - 1; j >= 0; j-- {
+				if placed[j].Account == placed[i].Account {
+					placed[i].ClientOrderID = placed[j].ClientOrderID
+					break
+				}
+			}
+		case i > 0 && i%53 == 0:
+			placed[i] = placed[i-1-random.IntN(min(i, 5))] // a redelivery
+		}
+	}
+	on := func(accounts map[string]string, list []orders.Order) []orders.Order {
+		out := slices.Clone(list)
+		for i := range out {
+			out[i].Account = accounts[out[i].Account]
+		}
+		return out
+	}
+
+	ctx := context.Background()
+	for _, order := range on(lockedAccounts, placed) {
+		if err := locked.settler.Settle(ctx, order, 1); err != nil {
+			t.Fatalf("locked: %v", err)
+		}
+	}
+	s := owner(t, owned, "BTC-USD", 1)
+	// Slow writes: each batch is decided while the one before is written.
+	postgres.SetBeforeOwnedWrite(t, func() { time.Sleep(time.Millisecond) })
+	ownedOrders := on(ownedAccounts, placed)
+	errs := settleInOrder(t, s, ownedOrders[:n/2])
+	// A reload: the book from PostgreSQL as the first half left it.
+	s.GiveUp("BTC-USD")
+	if err := s.TakeOver(ctx, "BTC-USD", 2); err != nil {
+		t.Fatal(err)
+	}
+	errs = append(errs, settleInOrder(t, s, ownedOrders[n/2:])...)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("owned: %v", err)
+	}
+	t.Logf("%d of the owner's batches decided while the one before was being written", postgres.OwnedOverlaps(s))
+
+	lockedState := marketState(t, locked.db, lockedAccounts)
+	ownedState := marketState(t, owned.db, ownedAccounts)
+	for _, part := range []string{"orders", "trades", "balances"} {
+		if got, want := ownedState[part], lockedState[part]; !slices.Equal(got, want) {
+			for i := range max(len(got), len(want)) {
+				g, w := "", ""
+				if i < len(got) {
+					g = got[i]
+				}
+				if i < len(want) {
+					w = want[i]
+				}
+				if g != w {
+					t.Errorf("%s: first difference at %d:\n owned  %s\n locked %s", part, i, g, w)
+					break
+				}
+			}
+		}
+	}
+	if len(lockedState["trades"]) < 50 {
+		t.Errorf("only %d trades: the orders should cross", len(lockedState["trades"]))
+	}
+	var short int
+	for _, line := range lockedState["orders"] {
+		if strings.Contains(line, string(orders.ReasonInsufficientFunds)) {
+			short++
+		}
+	}
+	t.Logf("%d trades, %d orders refused for funds", len(lockedState["trades"]), short)
+	if short == 0 {
+		t.Error("no order was refused for funds")
+	}
+	mustAudit(t, locked.db)
+	mustAudit(t, owned.db)
+}
+
+// marketState is every order, trade and balance row in a text that names
+// accounts as the test does, so two databases compare.
+func marketState(t testing.TB, db *pgxpool.Pool, accounts map[string]string) map[string][]string {
+	t.Helper()
+	replacer := make([]string, 0, 2*len(accounts))
+	for name, id := range accounts {
+		replacer = append(replacer, id, name)
+	}
+	names := strings.NewReplacer(replacer...)
+	state := make(map[string][]string)
+	for part, query := range map[string]string{
+		"orders": `SELECT concat_ws(' ', id, account_id, client_order_id, side, type, time_in_force, status, reject_reason,
+				cancel_reason, trim_scale(filled_quantity), trim_scale(filled_notional), trim_scale(fees), trim_scale(hold),
+				sequence IS NOT NULL, duplicate_of, trim_scale(protection_price))
+			FROM orders ORDER BY id`,
+		"trades": `SELECT concat_ws(' ', maker_order_id, taker_order_id, maker_account_id, taker_account_id, taker_side,
+				trim_scale(price), trim_scale(quantity), trim_scale(maker_fee), trim_scale(taker_fee))
+			FROM trades ORDER BY id`,
+		"balances": `SELECT concat_ws(' ', account_id, asset, trim_scale(available), trim_scale(held), version)
+			FROM balances WHERE version > 0 ORDER BY account_id, asset`,
+	} {
+		rows, err := db.Query(context.Background(), query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range lines {
+			lines[i] = names.Replace(lines[i])
+		}
+		slices.Sort(lines)
+		state[part] = lines
+	}
+	return state
+}
+
+// TestOwnerLoadsAgainAfterACancelBehindItsBack: an ask rests in the owner's
+// book; its client cancels it in PostgreSQL directly (DELETE
+// /v1/orders/{id}). The owner's next crossing bid must not fill it: the
+// makers' guard refuses the write, the owner loads the book again, and the
+// bid rests on the book without it.
+func TestOwnerLoadsAgainAfterACancelBehindItsBack(t *testing.T) {
+	m := newMarket(t)
+	ctx := context.Background()
+	s := owner(t, m, "BTC-USD", 1)
+	ask := newOrder(m.alice, "BTC-USD", orders.Sell, "0.1", "50000")
+	other := newOrder(m.alice, "BTC-USD", orders.Sell, "0.05", "50010")
+	for _, order := range []orders.Order{ask, other} {
+		if err := s.Settle(ctx, order, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.settler.CancelResting(ctx, m.alice, ask.ID); err != nil {
+		t.Fatal(err)
+	}
+	bid := newOrder(m.bob, "BTC-USD", orders.Buy, "0.1", "50010")
+	if err := s.Settle(ctx, bid, 1); err != nil {
+		t.Fatal(err)
+	}
+	if row := mustOrder(t, m.db, ask.ID); row.status != "canceled" || row.filled != "0" {
+		t.Errorf("the canceled ask: %s", row.state())
+	}
+	// The bid takes the other ask whole, and rests with the rest.
+	if row := mustOrder(t, m.db, bid.ID); row.status != "partially_filled" || row.filled != "0.05" {
+		t.Errorf("the bid: %s", row.state())
+	}
+	if row := mustOrder(t, m.db, other.ID); row.status != "filled" {
+		t.Errorf("the other ask: %s", row.state())
+	}
+	mustAudit(t, m.db)
+}
+
+// TestOwnerRacesCancels: as TestCancelRacesMatching, with an owner
+// matching while the cancels change its book behind its back: each ask is
+// filled or released, never both, and the audit is clean.
+func TestOwnerRacesCancels(t *testing.T) {
+	ctx := context.Background()
+	m := newMarket(t)
+	s := owner(t, m, "BTC-USD", 1)
+	var asks []orders.Order
+	for i := range 40 {
+		ask := newOrder(m.alice, "BTC-USD", orders.Sell, "0.02", fmt.Sprintf("%d", 50000+10*(i%5)))
+		if err := s.Settle(ctx, ask, 1); err != nil {
+			t.Fatal(err)
+		}
+		asks = append(asks, ask)
+	}
+	var wg sync.WaitGroup
+	for range 30 {
+		bid := withTIF(newOrder(m.bob, "BTC-USD", orders.Buy, "0.03", "50050"), orders.IOC)
+		wg.Go(func() {
+			if err := s.Settle(ctx, bid, 1); err != nil {
+				t.Errorf("settle %s: %v", bid.ID, err)
+			}
+		})
+	}
+	wg.Go(func() {
+		for _, ask := range asks {
+			_, err := m.settler.CancelResting(ctx, m.alice, ask.ID)
+			if err != nil && !errors.Is(err, orders.ErrNotCancelable) {
+				t.Errorf("cancel %s: %v", ask.ID, err)
+			}
+		}
+	})
+	wg.Wait()
+	for _, ask := range asks {
+		row := mustOrder(t, m.db, ask.ID)
+		if row.status != "canceled" && row.status != "filled" {
+			t.Errorf("ask %s is %s after the cancels", ask.ID, row.state())
+		}
+	}
+	if got := balanceOf(t, m.db, m.alice, "BTC"); got.held != "0" {
+		t.Errorf("alice still holds %s BTC", got.held)
+	}
+	mustAudit(t, m.db)
+}
+
+// TestOwnerDecidesTheNextBatchWhileOneIsWritten: while the first order's
+// write is held back, the second is decided on the book the first left
+// (it fills the first, which rests, uncommitted), and neither Settle
+// returns before its own batch committed.
+func TestOwnerDecidesTheNextBatchWhileOneIsWritten(t *testing.T) {
+	m := newMarket(t)
+	ctx := context.Background()
+	s := owner(t, m, "BTC-USD", 1)
+	entered, hold := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	postgres.SetBeforeOwnedWrite(t, func() {
+		once.Do(func() { close(entered); <-hold }) // the first write waits for the test
+	})
+	ask := newOrder(m.alice, "BTC-USD", orders.Sell, "0.1", "50000")
+	bid := newOrder(m.bob, "BTC-USD", orders.Buy, "0.1", "50000")
+	done := make(chan string, 2)
+	var settling sync.WaitGroup
+	settle := func(order orders.Order) {
+		settling.Go(func() {
+			if err := s.Settle(ctx, order, 1); err != nil {
+				t.Errorf("settle %s: %v", order.ID, err)
+			}
+			done <- order.ID
+		})
+	}
+	settle(ask)
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ask's write never started")
+	}
+	settle(bid)
+	deadline := time.Now().Add(10 * time.Second)
+	for postgres.OwnedOverlaps(s) == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := postgres.OwnedOverlaps(s); got != 1 {
+		close(hold)
+		t.Fatalf("%d batches decided while one was written, want 1", got)
+	}
+	select {
+	case id := <-done:
+		t.Errorf("%s settled before the first write committed", id)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if _, found := readOrder(t, m.db, ask.ID); found {
+		t.Error("the held write committed")
+	}
+	close(hold)
+	settling.Wait()
+	if row := mustOrder(t, m.db, bid.ID); row.status != "filled" {
+		t.Errorf("the bid: %s", row.state())
+	}
+	if row := mustOrder(t, m.db, ask.ID); row.status != "filled" {
+		t.Errorf("the ask: %s", row.state())
+	}
+	mustAudit(t, m.db)
+}
