@@ -51,6 +51,10 @@ func SettleQueueInstruments(s *Settler) int {
 // while the write of the batch before was in flight.
 func OwnedOverlaps(s *Settler) int64 { return s.owned.overlaps.Load() }
 
+// OwnedLoads is how many books the settler loaded as an owner: at each
+// TakeOver, and after each failed write.
+func OwnedLoads(s *Settler) int64 { return s.owned.loads.Load() }
+
 // SetOwnedJoined makes f run each time a Settle call joins an owner's
 // queue (the owner's lock held: f must not call the settler) until the
 // test ends.

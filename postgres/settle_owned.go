@@ -151,9 +151,11 @@ type ownedBook struct {
 
 // ownedState is the settler's owned instruments.
 type ownedState struct {
-	mu       sync.Mutex
-	books    map[string]*ownedBook
-	overlaps atomic.Int64
+	mu    sync.Mutex
+	books map[string]*ownedBook
+	// overlaps counts batches decided while the write before was in
+	// flight; loads the books loaded (TakeOver and after a failed write).
+	overlaps, loads atomic.Int64
 }
 
 // ownedFlight is a batch decided on an owner's book: its writes in flight,
@@ -357,6 +359,7 @@ func (s *Settler) loadOwned(ctx context.Context, st *ownedBook, takeOver bool) e
 	if !ok {
 		return fail(fmt.Errorf("%w: %s", orders.ErrUnknownInstrument, st.symbol))
 	}
+	s.owned.loads.Add(1)
 	st.fence = ownedFence{symbol: st.symbol, epoch: st.epoch, terms: terms}
 	st.book = &instrumentBook{in: in, bids: bids, asks: asks}
 	st.provisional, st.stale = 1<<62, false

@@ -14,9 +14,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // owner is a new settler on m's database that owns symbol at epoch, until
@@ -305,6 +307,9 @@ func TestOwnerLoadsAgainAfterACancelBehindItsBack(t *testing.T) {
 	if err := s.Settle(ctx, bid, 1); err != nil {
 		t.Fatal(err)
 	}
+	if loads := postgres.OwnedLoads(s); loads != 2 {
+		t.Errorf("the owner loaded its book %d times, want 2 (taking over, then after the refused write)", loads)
+	}
 	if row := mustOrder(t, m.db, ask.ID); row.status != "canceled" || row.filled != "0" {
 		t.Errorf("the canceled ask: %s", row.state())
 	}
@@ -360,6 +365,7 @@ func TestOwnerRacesCancels(t *testing.T) {
 	if got := balanceOf(t, m.db, m.alice, "BTC"); got.held != "0" {
 		t.Errorf("alice still holds %s BTC", got.held)
 	}
+	t.Logf("the owner loaded its book %d times", postgres.OwnedLoads(s))
 	mustAudit(t, m.db)
 }
 
@@ -418,6 +424,114 @@ func TestOwnerDecidesTheNextBatchWhileOneIsWritten(t *testing.T) {
 	}
 	if row := mustOrder(t, m.db, ask.ID); row.status != "filled" {
 		t.Errorf("the ask: %s", row.state())
+	}
+	mustAudit(t, m.db)
+}
+
+// BenchmarkSettleOwnership settles the same orders under the instrument's
+// lock and by an owner of each instrument, on one hot instrument and over
+// three: 50 accounts, buys and sells at one price per instrument (most
+// trade), from 512 goroutines (a worker's handlers at its default
+// concurrency, as under a backlog) on a pool of 40 connections (a
+// worker's: SettlerConnections and those beside). It reports orders
+// settled per second, orders per batch and, for the owner, the share of
+// batches decided while the one before was written. The test server runs with fsync off,
+// so a commit costs less than in the bench's PostgreSQL, and pipelining
+// hides less: compare the variants of one run only.
+func BenchmarkSettleOwnership(b *testing.B) {
+	type book struct {
+		symbol, quantity, price string
+	}
+	hot := []book{{"BTC-USD", "0.00100", "50000.00"}}
+	three := []book{{"BTC-USD", "0.00100", "50000.00"}, {"ETH-USD", "0.010", "3000.00"}, {"ETH-BTC", "0.005", "0.06000"}}
+	for _, run := range []struct {
+		name    string
+		markets []book
+	}{{"hot", hot}, {"three", three}} {
+		for _, owned := range []bool{false, true} {
+			name := run.name + "/locked"
+			if owned {
+				name = run.name + "/owned"
+			}
+			b.Run(name, func(b *testing.B) {
+				database := testserver.MigratedPostgres(b)
+				db, err := pgxpool.New(context.Background(), database.URL+"&pool_max_conns=40")
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(db.Close)
+				m := &market{db: db}
+				accounts := make([]string, 50)
+				for i := range accounts {
+					accounts[i] = m.newCustomer(b)
+				}
+				registry := prometheus.NewRegistry()
+				settler := postgres.NewSettler(db, nil, slog.New(slog.DiscardHandler)).
+					WithMetrics(postgres.NewSettlementMetrics(registry))
+				if owned {
+					for epoch, market := range run.markets {
+						if err := settler.TakeOver(context.Background(), market.symbol, int64(epoch)+1); err != nil {
+							b.Fatal(err)
+						}
+						b.Cleanup(func() { settler.GiveUp(market.symbol) })
+					}
+				}
+				placed := make([]orders.Order, b.N)
+				for i := range placed {
+					market := run.markets[i%len(run.markets)]
+					side := orders.Buy
+					if i/len(run.markets)%2 == 1 {
+						side = orders.Sell
+					}
+					placed[i] = newOrder(accounts[i%len(accounts)], market.symbol, side, market.quantity, market.price)
+				}
+				work := make(chan orders.Order, len(placed))
+				for _, order := range placed {
+					work <- order
+				}
+				close(work)
+				b.ResetTimer()
+				start := time.Now()
+				var wg sync.WaitGroup
+				for range 512 {
+					wg.Go(func() {
+						for order := range work {
+							if err := settler.Settle(context.Background(), order, 1); err != nil {
+								b.Error(err)
+							}
+						}
+					})
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "orders/s")
+				b.StopTimer()
+				stats := readBatchStats(b, registry)
+				b.ReportMetric(float64(stats.orders)/float64(stats.transactions), "orders/batch")
+				if owned {
+					b.ReportMetric(float64(postgres.OwnedOverlaps(settler))/float64(stats.transactions), "overlapped/batch")
+				}
+				mustAudit(b, db)
+			})
+		}
+	}
+}
+
+// TestOwnerSeesAHaltBehindItsBack: the instrument is halted in PostgreSQL
+// while owned; the fence finds its terms changed, the owner loads the
+// instrument again and rejects the order as halted.
+func TestOwnerSeesAHaltBehindItsBack(t *testing.T) {
+	m := newMarket(t)
+	ctx := context.Background()
+	s := owner(t, m, "BTC-USD", 1)
+	if _, err := m.db.Exec(ctx, `UPDATE instruments SET status = 'halted' WHERE symbol = 'BTC-USD'`); err != nil {
+		t.Fatal(err)
+	}
+	bid := newOrder(m.bob, "BTC-USD", orders.Buy, "0.1", "50000")
+	if err := s.Settle(ctx, bid, 1); err != nil {
+		t.Fatal(err)
+	}
+	if row := mustOrder(t, m.db, bid.ID); row.status != "rejected" || deref(row.reason) != string(orders.ReasonInstrumentHalted) {
+		t.Errorf("the bid on a halted instrument: %s", row.state())
 	}
 	mustAudit(t, m.db)
 }
