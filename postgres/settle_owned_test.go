@@ -535,3 +535,52 @@ func TestOwnerSeesAHaltBehindItsBack(t *testing.T) {
 	}
 	mustAudit(t, m.db)
 }
+
+// TestGiveUpWaitsForTheWritesInFlight: GiveUp returns only once the batches
+// the owner decided are written; the settler then settles the instrument
+// under its lock, loading no book.
+func TestGiveUpWaitsForTheWritesInFlight(t *testing.T) {
+	m := newMarket(t)
+	ctx := context.Background()
+	s := owner(t, m, "BTC-USD", 1)
+	entered, hold := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	postgres.SetBeforeOwnedWrite(t, func() {
+		once.Do(func() { close(entered); <-hold })
+	})
+	ask := newOrder(m.alice, "BTC-USD", orders.Sell, "0.1", "50000")
+	var settling sync.WaitGroup
+	settling.Go(func() {
+		if err := s.Settle(ctx, ask, 1); err != nil {
+			t.Errorf("settle the ask: %v", err)
+		}
+	})
+	<-entered
+	gaveUp := make(chan struct{})
+	go func() {
+		s.GiveUp("BTC-USD")
+		close(gaveUp)
+	}()
+	select {
+	case <-gaveUp:
+		t.Fatal("GiveUp returned with a write in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(hold)
+	<-gaveUp
+	if row := mustOrder(t, m.db, ask.ID); row.status != "open" {
+		t.Errorf("the ask: %s", row.state())
+	}
+	settling.Wait()
+	bid := newOrder(m.bob, "BTC-USD", orders.Buy, "0.1", "50000")
+	if err := s.Settle(ctx, bid, 1); err != nil {
+		t.Fatal(err)
+	}
+	if row := mustOrder(t, m.db, bid.ID); row.status != "filled" {
+		t.Errorf("the bid after giving up: %s", row.state())
+	}
+	if loads := postgres.OwnedLoads(s); loads != 1 {
+		t.Errorf("%d loads, want the take-over's only", loads)
+	}
+	mustAudit(t, m.db)
+}
