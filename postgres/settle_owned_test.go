@@ -435,9 +435,12 @@ func TestOwnerDecidesTheNextBatchWhileOneIsWritten(t *testing.T) {
 // concurrency, as under a backlog) on a pool of 40 connections (a
 // worker's: SettlerConnections and those beside). It reports orders
 // settled per second, orders per batch and, for the owner, the share of
-// batches decided while the one before was written. The test server runs with fsync off,
-// so a commit costs less than in the bench's PostgreSQL, and pipelining
-// hides less: compare the variants of one run only.
+// batches decided while the one before was written. The test server runs
+// with fsync off (its command line, which ALTER SYSTEM cannot override), so
+// a commit costs far less than in production and the cycle is bound by
+// CPU, not by the write's latency that pipelining hides: this compares
+// what each path costs, and the bench's matching phase what it gains.
+// Compare the variants of one run only.
 func BenchmarkSettleOwnership(b *testing.B) {
 	type book struct {
 		symbol, quantity, price string
