@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/testkit/testserver"
@@ -431,16 +434,16 @@ func TestOwnerDecidesTheNextBatchWhileOneIsWritten(t *testing.T) {
 // BenchmarkSettleOwnership settles the same orders under the instrument's
 // lock and by an owner of each instrument, on one hot instrument and over
 // three: 50 accounts, buys and sells at one price per instrument (most
-// trade), from 512 goroutines (a worker's handlers at its default
-// concurrency, as under a backlog) on a pool of 40 connections (a
+// trade), from 512 goroutines per instrument (a worker's handlers at its
+// default concurrency: a backlog on each) on a pool of 40 connections (a
 // worker's: SettlerConnections and those beside). It reports orders
 // settled per second, orders per batch and, for the owner, the share of
 // batches decided while the one before was written. The test server runs
-// with fsync off (its command line, which ALTER SYSTEM cannot override), so
-// a commit costs far less than in production and the cycle is bound by
-// CPU, not by the write's latency that pipelining hides: this compares
-// what each path costs, and the bench's matching phase what it gains.
-// Compare the variants of one run only.
+// with fsync off, so a commit costs far less than in production and the
+// cycle is bound by CPU, not by the write's latency that pipelining hides;
+// ORDERGATE_BENCH_POSTGRES_URL names a PostgreSQL with production settings
+// to run on instead (a database is created on it per variant). Compare
+// the variants of one run only.
 func BenchmarkSettleOwnership(b *testing.B) {
 	type book struct {
 		symbol, quantity, price string
@@ -457,8 +460,7 @@ func BenchmarkSettleOwnership(b *testing.B) {
 				name = run.name + "/owned"
 			}
 			b.Run(name, func(b *testing.B) {
-				database := testserver.MigratedPostgres(b)
-				db, err := pgxpool.New(context.Background(), database.URL+"&pool_max_conns=40")
+				db, err := pgxpool.New(context.Background(), benchDatabaseURL(b)+"&pool_max_conns=40")
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -496,7 +498,7 @@ func BenchmarkSettleOwnership(b *testing.B) {
 				b.ResetTimer()
 				start := time.Now()
 				var wg sync.WaitGroup
-				for range 512 {
+				for range 512 * len(run.markets) {
 					wg.Go(func() {
 						for order := range work {
 							if err := settler.Settle(context.Background(), order, 1); err != nil {
@@ -512,6 +514,8 @@ func BenchmarkSettleOwnership(b *testing.B) {
 				b.ReportMetric(float64(stats.orders)/float64(stats.transactions), "orders/batch")
 				if owned {
 					b.ReportMetric(float64(postgres.OwnedOverlaps(settler))/float64(stats.transactions), "overlapped/batch")
+					// Beyond the take-overs: a write failed and the book was loaded again.
+					b.ReportMetric(float64(postgres.OwnedLoads(settler)-int64(len(run.markets))), "reloads")
 				}
 				mustAudit(b, db)
 			})
@@ -586,4 +590,45 @@ func TestGiveUpWaitsForTheWritesInFlight(t *testing.T) {
 		t.Errorf("%d loads, want the take-over's only", loads)
 	}
 	mustAudit(t, m.db)
+}
+
+// benchDatabaseURL is a migrated database for a benchmark: on the server
+// ORDERGATE_BENCH_POSTGRES_URL names (dropped when the benchmark ends), or
+// the test server's.
+func benchDatabaseURL(b *testing.B) string {
+	b.Helper()
+	admin := os.Getenv("ORDERGATE_BENCH_POSTGRES_URL")
+	if admin == "" {
+		return testserver.MigratedPostgres(b).URL
+	}
+	ctx := context.Background()
+	name := fmt.Sprintf("bench_%s_%d", strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(b.Name())), time.Now().UnixNano())
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			b.Error(err)
+		}
+	})
+	target, err := url.Parse(admin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	target.Path = "/" + name
+	if err := migrations.Up(target.String()); err != nil {
+		b.Fatal(err)
+	}
+	return target.String()
 }
