@@ -79,6 +79,9 @@ type batchWork struct {
 	// keeps in memory (settle_owned.go); nil when it locked the instrument
 	// and read the book.
 	owned *ownedFence
+	// seen are the resting orders an owner's decisions relied on without
+	// changing them (settle_owned.go, relyOn).
+	seen []*bookOrder
 	// generation marks the resting orders this batch may change in place:
 	// an owner's book shares the others with the batches before, and the
 	// batch copies one before it changes it (claim).
@@ -182,9 +185,11 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 	side := order.Side.Opposite()
 	var reach decimal.Decimal
 	var byID map[string]*bookOrder
+	var page []*bookOrder
 	opposing := func(worst decimal.Decimal) orders.Book {
 		reach = worst
-		page, complete := w.bookPage(book, side, worst)
+		var complete bool
+		page, complete = w.bookPage(book, side, worst)
 		resting := make([]orders.Resting, len(page))
 		byID = make(map[string]*bookOrder, len(page))
 		for i, o := range page {
@@ -212,6 +217,9 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 			return batchOutcome{err: unsettleable(err)}, nil
 		case err != nil:
 			return batchOutcome{}, err
+		}
+		if w.owned != nil {
+			w.relyOn(order, d, page)
 		}
 		return w.apply(req, book, d, byID)
 	}

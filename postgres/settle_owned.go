@@ -97,13 +97,45 @@ func (f *ownedFence) queueOpening(b *pgx.Batch) {
 }
 
 // queueMakersGuard queues the check that the resting orders the batch
-// changes are what the owner's book held.
-func (f *ownedFence) queueMakersGuard(b *pgx.Batch, makers []*bookOrder) {
-	ids, remaining, holds := make([]string, len(makers)), make([]string, len(makers)), make([]string, len(makers))
-	for i, m := range makers {
-		ids[i], remaining[i], holds[i] = m.id, m.believedRemaining.String(), m.believedHold.String()
+// changes or relied on are what the owner's book held (nothing when
+// there are none).
+func (f *ownedFence) queueMakersGuard(b *pgx.Batch, w *batchWork) {
+	n := len(w.makers) + len(w.seen)
+	if n == 0 {
+		return
+	}
+	ids, remaining, holds := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+	for _, m := range w.makers {
+		ids, remaining, holds = append(ids, m.id), append(remaining, m.believedRemaining.String()), append(holds, m.believedHold.String())
+	}
+	for _, o := range w.seen {
+		ids, remaining, holds = append(ids, o.id), append(remaining, o.remaining.String()), append(holds, o.hold.String())
 	}
 	b.Queue(settleOwnedMakersSQL, ids, remaining, holds)
+}
+
+// relyOn records the resting order a decision of an owner's batch relied
+// on without changing it, when one did: the best opposing order a
+// post-only order was rejected for, the account's own order self-trade
+// prevention stopped at. A cancel behind the owner's back that took it
+// away must make the write fail as a fill of it would. An order the batch
+// changed is guarded as a maker already, one it rested has no row yet.
+func (w *batchWork) relyOn(order orders.Order, d orders.Decision, page []*bookOrder) {
+	var relied *bookOrder
+	switch {
+	case d.RejectReason == orders.ReasonPostOnlyWouldTake && len(page) > 0:
+		relied = page[0]
+	case d.CancelReason == orders.CancelSelfTradePrevented:
+		for _, o := range page {
+			if o.account == order.Account {
+				relied = o
+				break
+			}
+		}
+	}
+	if relied != nil && relied.generation != w.generation {
+		w.seen = append(w.seen, relied)
+	}
 }
 
 // ownedPage is the part of a side of a whole book a taker limited to worst

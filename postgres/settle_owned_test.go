@@ -287,43 +287,73 @@ func marketState(t testing.TB, db *pgxpool.Pool, accounts map[string]string) map
 	return state
 }
 
-// TestOwnerLoadsAgainAfterACancelBehindItsBack: an ask rests in the owner's
-// book; its client cancels it in PostgreSQL directly (DELETE
-// /v1/orders/{id}). The owner's next crossing bid must not fill it: the
-// makers' guard refuses the write, the owner loads the book again, and the
-// bid rests on the book without it.
+// TestOwnerLoadsAgainAfterACancelBehindItsBack: an order rests in the
+// owner's book; its client cancels it in PostgreSQL directly (DELETE
+// /v1/orders/{id}). The owner's next order that would fill it, or whose
+// outcome rests on it (a post-only order rejected for it, a self-trade
+// prevention stopping at it), must not be decided on it: the makers' guard
+// refuses the write, the owner loads the book again, and the order is
+// decided on the book without it.
 func TestOwnerLoadsAgainAfterACancelBehindItsBack(t *testing.T) {
 	m := newMarket(t)
-	ctx := context.Background()
-	s := owner(t, m, "BTC-USD", 1)
-	ask := newOrder(m.alice, "BTC-USD", orders.Sell, "0.1", "50000")
-	other := newOrder(m.alice, "BTC-USD", orders.Sell, "0.05", "50010")
-	for _, order := range []orders.Order{ask, other} {
-		if err := s.Settle(ctx, order, 1); err != nil {
-			t.Fatal(err)
-		}
+	postOnly := func(o orders.Order) orders.Order { o.PostOnly = true; return o }
+	for _, tc := range []struct {
+		name     string
+		resting  func(m *market) orders.Order
+		next     func(m *market) orders.Order
+		wantNext string
+	}{{
+		name:     "a fill",
+		resting:  func(m *market) orders.Order { return newOrder(m.alice, "BTC-USD", orders.Sell, "0.1", "50000") },
+		next:     func(m *market) orders.Order { return newOrder(m.bob, "BTC-USD", orders.Buy, "0.1", "50000") },
+		wantNext: "open(<nil>) filled 0 notional 0 fees 0 hold 5010",
+	}, {
+		name:     "a post-only order rejected for it",
+		resting:  func(m *market) orders.Order { return newOrder(m.alice, "BTC-USD", orders.Sell, "0.1", "50000") },
+		next:     func(m *market) orders.Order { return postOnly(newOrder(m.bob, "BTC-USD", orders.Buy, "0.1", "50000")) },
+		wantNext: "open(<nil>) filled 0 notional 0 fees 0 hold 5010",
+	}, {
+		name:    "self-trade prevention stopping at it",
+		resting: func(m *market) orders.Order { return newOrder(m.bob, "BTC-USD", orders.Buy, "0.1", "50000") },
+		next: func(m *market) orders.Order {
+			return withTIF(newOrder(m.bob, "BTC-USD", orders.Sell, "0.1", "50000"), orders.IOC)
+		},
+		wantNext: "canceled(unfilled_ioc) filled 0 notional 0 fees 0 hold 0",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			// A book of its own: the instrument's orders of earlier cases
+			// are canceled first.
+			if _, err := m.settler.CancelAllResting(ctx, m.alice, "BTC-USD"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.settler.CancelAllResting(ctx, m.bob, "BTC-USD"); err != nil {
+				t.Fatal(err)
+			}
+			s := owner(t, m, "BTC-USD", time.Now().UnixNano())
+			resting := tc.resting(m)
+			if err := s.Settle(ctx, resting, 1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.settler.CancelResting(ctx, resting.Account, resting.ID); err != nil {
+				t.Fatal(err)
+			}
+			next := tc.next(m)
+			if err := s.Settle(ctx, next, 1); err != nil {
+				t.Fatal(err)
+			}
+			if loads := postgres.OwnedLoads(s); loads != 2 {
+				t.Errorf("the owner loaded its book %d times, want 2 (taking over, then after the refused write)", loads)
+			}
+			if row := mustOrder(t, m.db, resting.ID); row.status != "canceled" || row.filled != "0" {
+				t.Errorf("the canceled order: %s", row.state())
+			}
+			if row := mustOrder(t, m.db, next.ID); row.state() != tc.wantNext {
+				t.Errorf("the next order: %s, want %s", row.state(), tc.wantNext)
+			}
+			mustAudit(t, m.db)
+		})
 	}
-	if _, err := m.settler.CancelResting(ctx, m.alice, ask.ID); err != nil {
-		t.Fatal(err)
-	}
-	bid := newOrder(m.bob, "BTC-USD", orders.Buy, "0.1", "50010")
-	if err := s.Settle(ctx, bid, 1); err != nil {
-		t.Fatal(err)
-	}
-	if loads := postgres.OwnedLoads(s); loads != 2 {
-		t.Errorf("the owner loaded its book %d times, want 2 (taking over, then after the refused write)", loads)
-	}
-	if row := mustOrder(t, m.db, ask.ID); row.status != "canceled" || row.filled != "0" {
-		t.Errorf("the canceled ask: %s", row.state())
-	}
-	// The bid takes the other ask whole, and rests with the rest.
-	if row := mustOrder(t, m.db, bid.ID); row.status != "partially_filled" || row.filled != "0.05" {
-		t.Errorf("the bid: %s", row.state())
-	}
-	if row := mustOrder(t, m.db, other.ID); row.status != "filled" {
-		t.Errorf("the other ask: %s", row.state())
-	}
-	mustAudit(t, m.db)
 }
 
 // TestOwnerRacesCancels: as TestCancelRacesMatching, with an owner

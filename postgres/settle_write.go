@@ -109,6 +109,9 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		o.postOnly, o.quantities, o.prices, o.statuses, o.rejects, o.cancels, o.filled, o.notionals, o.fees, o.holds,
 		o.rests, o.tokens, o.created, o.duplicateOf, o.protections)
 
+	if w.owned != nil {
+		w.owned.queueMakersGuard(batch, w)
+	}
 	if len(w.makers) > 0 {
 		var ids, filled, notionals, fees, givenUp, statuses []string
 		var cancels []*string
@@ -120,9 +123,6 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 			givenUp = append(givenUp, sumText(&m.givenUp))
 			statuses = append(statuses, string(m.status))
 			cancels = append(cancels, optionalText(string(m.cancelReason)))
-		}
-		if w.owned != nil {
-			w.owned.queueMakersGuard(batch, w.makers)
 		}
 		batch.Queue(settleUpdateMakersSQL, ids, filled, notionals, fees, givenUp, statuses, cancels)
 	}
