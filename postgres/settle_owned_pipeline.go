@@ -244,8 +244,9 @@ func answer(p *ownedFlight) {
 // failOwned sorts out a batch that failed, reading or writing (its write
 // may have committed when the connection broke). A refusal of the owner
 // fences it for good; otherwise the book is loaded again, and the orders
-// settle again one at a time when PostgreSQL refused the batch (one order
-// may be at fault, or the book or a balance moved behind the owner), or
+// settle again: as a batch once when the book or a balance moved behind
+// the owner (SETTLESTALE), one at a time when PostgreSQL refused the batch
+// otherwise (one order may be at fault) or refused it again; or they
 // return the failure for the queue to retry (the server unreachable).
 func (s *Settler) failOwned(st *ownedBook, batch []*settleRequest, alone, wrote bool, err error) {
 	if wrote {
@@ -265,6 +266,17 @@ func (s *Settler) failOwned(st *ownedBook, batch []*settleRequest, alone, wrote 
 		return
 	}
 	refused := refusedByServer(err) || errors.Is(err, errDecision)
+	if isStale(err) && !alone && !slices.ContainsFunc(batch, func(req *settleRequest) bool { return req.tries > 0 }) {
+		// The book or a balance moved behind the owner, no order's fault:
+		// the batch goes again whole, once, on the book loaded again.
+		s.logger.Info("owner's batch found the book or a balance moved; deciding it again on the book loaded again",
+			"symbol", st.symbol, "orders", len(batch), "err", err)
+		for _, req := range batch {
+			req.tries = 1
+		}
+		st.requeue(batch, false)
+		return
+	}
 	if refused && !alone {
 		s.logger.Warn("owner's batch refused; its orders settle one by one on the book loaded again",
 			"symbol", st.symbol, "orders", len(batch), "err", err)
