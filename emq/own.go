@@ -18,6 +18,23 @@ import (
 // Own stops. The lease is kept until the handler returns, then released.
 var ErrHandOver = errors.New("emq: ownership handed over")
 
+// FencedError is what an OwnHandler returns when a durable store it writes
+// to refused its token because it saw Floor or a higher one already (a
+// Redis failover lost acquisitions that raised the token counter). Own
+// then takes the lease again at once under a token above Floor, without
+// leaving the queue to the others for a Grace, and runs the handler again.
+type FencedError struct {
+	// Floor is the highest token the store saw.
+	Floor int64
+	Err   error
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("emq: ownership fenced at token %d: %v", e.Floor, e.Err)
+}
+
+func (e *FencedError) Unwrap() error { return e.Err }
+
 // Owned is a queue this worker owns, as an OwnHandler gets it.
 type Owned struct {
 	Queue *Queue
@@ -37,7 +54,8 @@ type Owned struct {
 // within Margin) or handed over (ErrHandOver: finish what is under way and
 // return; the lease is kept until then). When it returns, for whatever
 // reason, Own releases the lease; a handler that returns on its own (an
-// error, say) leaves the queue to the other workers for a Grace.
+// error, say) leaves the queue to the other workers for a Grace, except
+// with a *FencedError, which takes the lease again above its floor.
 type OwnHandler func(ctx context.Context, owned Owned) error
 
 // OwnOptions configures Client.Own; zero fields take their defaults.
@@ -444,12 +462,37 @@ func (s *spread) forget(owned *ownedQueue) {
 	case lost:
 		s.logger.Warn("lost the ownership of a queue", "queue", owned.queue.name, "token", owned.held.Token(),
 			"cause", context.Cause(owned.held.Context()).Error())
+	case errors.As(owned.err, new(*FencedError)):
+		s.logger.Info("ownership fenced by a store; taking it again above the store's token", "queue", owned.queue.name,
+			"token", owned.held.Token(), "err", owned.err)
 	case owned.err != nil && !errors.Is(owned.err, context.Canceled):
 		s.logger.Warn("ownership handler failed; the queue is left to the others for a while", "queue", owned.queue.name,
 			"token", owned.held.Token(), "err", owned.err)
 	}
+	var fenced *FencedError
+	if !lost && !owned.handingOver && errors.As(owned.err, &fenced) {
+		s.reacquire(owned.queue, fenced.Floor)
+		return
+	}
 	if !lost {
 		s.cooldown[owned.queue.name] = time.Now().Add(s.options.Grace)
+	}
+}
+
+// reacquire takes a queue's lease again, under a token above floor, after
+// its handler found a store fenced at floor. Another worker may have taken
+// the lease meanwhile (it was released when the handler returned); then
+// that one owns it, and meets the same fence.
+func (s *spread) reacquire(queue *Queue, floor int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.options.Lease/3)
+	defer cancel()
+	held, acquired, err := queue.Ownership().Hold(ctx, s.holder,
+		HoldOptions{Lease: s.options.Lease, Margin: s.options.Margin, Floor: floor, Logger: s.options.Logger})
+	switch {
+	case err != nil:
+		s.logger.Warn("cannot take a fenced ownership again", "queue", queue.name, "floor", floor, "err", err)
+	case acquired:
+		s.start(queue, held)
 	}
 }
 

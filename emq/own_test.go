@@ -425,3 +425,63 @@ func TestOwnRefusesBadOptions(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnTakesAFencedQueueAgainAboveTheFloor: a handler that finds a store
+// fenced at a token above its own returns a *FencedError, and Own runs it
+// again at once under a token above that floor, with no Grace in between.
+func TestOwnTakesAFencedQueueAgainAboveTheFloor(t *testing.T) {
+	_, rdb := newQueue(t)
+	client, err := emq.Connect(context.Background(), rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger, _ := workerLogger(t)
+	const floor = 40
+	var mu sync.Mutex
+	var tokens []int64
+	var fencedAt time.Time
+	handler := func(ctx context.Context, owned emq.Owned) error {
+		mu.Lock()
+		tokens = append(tokens, owned.Token)
+		first := len(tokens) == 1
+		if first {
+			fencedAt = time.Now()
+		}
+		mu.Unlock()
+		if first && owned.Token <= floor {
+			return &emq.FencedError{Floor: floor, Err: errors.New("the store saw token 40")}
+		}
+		<-ctx.Done()
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- client.Own(ctx, []*emq.Queue{client.Queue("fenced")}, handler,
+			emq.OwnOptions{Worker: "w", Lease: ownLease, Grace: 10 * time.Second, Logger: logger})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Own = %v", err)
+		}
+	})
+	var second time.Time
+	eventually(t, 5*time.Second, "the handler runs again", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(tokens) >= 2 && second.IsZero() {
+			second = time.Now()
+		}
+		return len(tokens) >= 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if tokens[1] <= floor {
+		t.Errorf("tokens %v: the second is not above the floor %d", tokens, floor)
+	}
+	// Well under the Grace a handler's own return leaves the queue for.
+	if waited := second.Sub(fencedAt); waited > 2*time.Second {
+		t.Errorf("taken again after %v", waited)
+	}
+}
