@@ -60,3 +60,17 @@ func OrderEventType(status Status) EventType {
 	}
 	return EventOrderAccepted
 }
+
+// AcceptedEventID is the id of an order's order.accepted event.
+func AcceptedEventID(orderID string) string { return orderID + ":accepted" }
+
+// Admitted is the order as its admission left it, before any worker took
+// it: status pending and none of the fields settlement decides. An
+// order.accepted event carries it, rendered from the order's first row.
+func (o Order) Admitted() Order {
+	return Order{
+		ID: o.ID, ClientOrderID: o.ClientOrderID, Account: o.Account, Symbol: o.Symbol, Side: o.Side,
+		Type: o.Type, TimeInForce: o.TimeInForce, PostOnly: o.PostOnly, Quantity: o.Quantity, Price: o.Price,
+		Status: StatusPending, CreatedAt: o.CreatedAt,
+	}
+}

@@ -19,13 +19,14 @@ import (
 // gaps. This file holds every append; account_events_stream.go reads them
 // back. The writers:
 //
-//   - admission: an order's job carries its order.accepted event, which
-//     the admit script appends with the job (acceptedEvent, in PlaceJob);
 //   - the outbox relay: an events row written by a settlement or a cancel,
-//     which Outbox.RenderEvents turns into the fills and order states it
-//     announces (postgres.RenderEvents reads the row's snapshot as the SQL
-//     wrote it), appended once per row in its source's order
-//     (OutboxRelay.appendEvents);
+//     which Outbox.RenderEvents turns into the order.accepted of each order
+//     whose row it inserted, the fills and the order states it announces
+//     (postgres.RenderEvents reads the row's snapshot as the SQL wrote
+//     it), appended once per row in its source's order
+//     (OutboxRelay.appendEvents). Admission appends nothing: an order's
+//     queue is on its instrument's Redis slot, its account's log on
+//     another, and one script touches one slot;
 //   - the balance consumer: a balance event for each balance it refilled,
 //     once the cache holds it (BalanceCoherence.announce).
 //
@@ -41,17 +42,6 @@ type EventLog interface {
 // logEntry is the log's entry of an event; the log numbers it.
 func logEntry(draft orders.EventDraft) emq.LogEntry {
 	return emq.LogEntry{ID: draft.ID, Type: string(draft.Type), Data: draft.Data}
-}
-
-// AcceptedEventID is the id of an order's order.accepted event.
-func AcceptedEventID(orderID string) string { return orderID + ":accepted" }
-
-// acceptedEvent is the order.accepted event of an order admitted with
-// payload, its JSON: the job carries it, so the event exists exactly when
-// the order does.
-func acceptedEvent(order orders.Order, payload []byte) *emq.LogEntry {
-	entry := logEntry(orders.EventDraft{ID: AcceptedEventID(order.ID), Type: orders.EventOrderAccepted, Data: payload})
-	return &entry
 }
 
 // appendEvents appends the events rows' events to their accounts' logs,

@@ -151,9 +151,10 @@ func (p *Placer) Place(ctx context.Context, cmd orders.PlaceCommand, opts ...Pla
 }
 
 // PlaceJob is the pending order cmd makes, under a new ORD id, and the queue
-// job that admits it, with its order.accepted event for the account's log:
-// exactly what Place admits, for callers that admit orders themselves (in
-// bulk, say). A client order id is held for the queue's dedup retention.
+// job that admits it: exactly what Place admits, for callers that admit
+// orders themselves (in bulk, say). A client order id is held for the
+// queue's dedup retention. The order's order.accepted event is not the
+// admission's: it comes with the order's first row (postgres.RenderEvents).
 func PlaceJob(cmd orders.PlaceCommand) (orders.Order, emq.Job, error) {
 	order, err := orders.NewOrder(cmd)
 	if err != nil {
@@ -170,8 +171,6 @@ func PlaceJob(cmd orders.PlaceCommand) (orders.Order, emq.Job, error) {
 		Payload:     payload,
 		DedupKey:    cmd.Account + ":" + cmd.ClientOrderID,
 		Fingerprint: cmd.Fingerprint(),
-		// Appended by the admission itself (account_events_append.go).
-		Log: acceptedEvent(order, payload),
 	}, nil
 }
 

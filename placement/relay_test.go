@@ -628,7 +628,9 @@ func TestEventsRowsAreAppendedOnceInOrder(t *testing.T) {
 		}
 		got = append(got, event.Type+" "+order.ID)
 	}
-	want := []string{"order.accepted " + placed[0], "order.accepted " + placed[1], "order.open " + placed[0], "order.open " + placed[1]}
+	// Each order's events come with its events row: its order.accepted
+	// then its state.
+	want := []string{"order.accepted " + placed[0], "order.open " + placed[0], "order.accepted " + placed[1], "order.open " + placed[1]}
 	if !slices.Equal(got, want) {
 		t.Errorf("the log holds %v, want %v", got, want)
 	}

@@ -80,7 +80,7 @@ func (h *History) RecordAllCanceled(ctx context.Context, list []orders.Order) ([
 			return err
 		}
 		if len(inserted) > 0 {
-			if _, err := tx.Exec(ctx, settleEventsSQL, inserted, []string{}); err != nil {
+			if _, err := tx.Exec(ctx, settleEventsSQL, inserted, []string{}, inserted); err != nil {
 				return err
 			}
 		}
@@ -212,7 +212,7 @@ func (s *Settler) CancelResting(ctx context.Context, account, orderID string) (o
 		}
 		canceled = list[0]
 		// The cancel's order.canceled event, as settlement writes its own.
-		rows, err = tx.Query(ctx, settleEventsSQL, []string{orderID}, []string{})
+		rows, err = tx.Query(ctx, settleEventsSQL, []string{orderID}, []string{}, []string{})
 		if err != nil {
 			return unavailable(err)
 		}

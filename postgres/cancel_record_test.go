@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
 	"reflect"
 	"slices"
 	"testing"
@@ -88,13 +89,23 @@ func TestCancelRecordAllWritesTheRowsRecordCanceledWrites(t *testing.T) {
 	if err != nil || len(rows) != 2 {
 		t.Fatalf("events rows %v, %v; want two", rows, err)
 	}
+	// Each row the batch inserted is an order first seen: its
+	// order.accepted (pending, as admitted) comes before the states.
 	drafts, err := postgres.RenderEvents(rows[1])
-	if err != nil || len(drafts) != 4 {
-		t.Fatalf("the batch's events %+v, %v; want four", drafts, err)
+	if err != nil || len(drafts) != 8 {
+		t.Fatalf("the batch's events %+v, %v; want eight", drafts, err)
 	}
-	for _, draft := range drafts {
-		if draft.Type != orders.EventOrderCanceled {
-			t.Errorf("event %+v, want order.canceled", draft)
+	for i, draft := range drafts {
+		want, status := orders.EventOrderAccepted, orders.StatusPending
+		if i >= 4 {
+			want, status = orders.EventOrderCanceled, orders.StatusCanceled
+		}
+		var order orders.Order
+		if err := json.Unmarshal(draft.Data, &order); err != nil {
+			t.Fatal(err)
+		}
+		if draft.Type != want || order.Status != status || want == orders.EventOrderAccepted && draft.ID != orders.AcceptedEventID(order.ID) {
+			t.Errorf("event %d: %s %s of an order %s, want %s of one %s", i, draft.Type, draft.ID, order.Status, want, status)
 		}
 	}
 	if got, err := history.RecordAllCanceled(ctx, nil); err != nil || len(got) != 0 {

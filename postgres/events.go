@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,8 @@ var settleEventsSQL string
 type eventSnapshot struct {
 	Orders []jsonRow `json:"orders"`
 	Fills  []jsonRow `json:"fills"`
+	// Accepted are the ids of the orders whose row the write inserted.
+	Accepted []string `json:"accepted"`
 }
 
 // jsonRow is a row as a JSON array of its columns; Scan reads it as pgx
@@ -103,9 +106,12 @@ func unquote(text string, into *string) error {
 
 // RenderEvents turns an events row (name "events:<account>:<symbol>",
 // version, snapshot payload) into the account's events, as clients receive
-// them but for their sequence: its fills, then its orders' new states, each
-// as its REST route shows it. An event's id is stable across redeliveries:
-// a fill's is its id (an account is on one side of a trade), an order's
+// them but for their sequence: the order.accepted of each order whose row
+// the write inserted (admission appends none: the account's log is on
+// another Redis slot than the order's queue), its fills, then its orders'
+// new states, each as its REST route shows it. An event's id is stable
+// across redeliveries: an order.accepted's is "<order id>:accepted", a
+// fill's its id (an account is on one side of a trade), an order state's
 // "<order id>:<source>@<version>". The outbox relay appends them to the
 // account's log (placement/account_events_append.go). It stays beside the
 // SQL: a snapshot row is the columns settle_events.sql builds, read by the
@@ -115,7 +121,26 @@ func RenderEvents(entry orders.OutboxEntry) ([]orders.EventDraft, error) {
 	if err := json.Unmarshal([]byte(entry.Payload), &snapshot); err != nil {
 		return nil, fmt.Errorf("postgres: events %s@%d: %w", entry.Name, entry.Version, err)
 	}
-	drafts := make([]orders.EventDraft, 0, len(snapshot.Orders)+len(snapshot.Fills))
+	drafts := make([]orders.EventDraft, 0, len(snapshot.Accepted)+len(snapshot.Orders)+len(snapshot.Fills))
+	list := make([]orders.Order, len(snapshot.Orders))
+	for i, row := range snapshot.Orders {
+		order, err := scanOrder(row)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: events %s@%d: %w", entry.Name, entry.Version, err)
+		}
+		list[i] = order
+	}
+	for _, id := range snapshot.Accepted {
+		i := slices.IndexFunc(list, func(o orders.Order) bool { return o.ID == id })
+		if i < 0 {
+			return nil, fmt.Errorf("postgres: events %s@%d: accepted order %s is not in the snapshot", entry.Name, entry.Version, id)
+		}
+		data, err := json.Marshal(list[i].Admitted())
+		if err != nil {
+			return nil, err
+		}
+		drafts = append(drafts, orders.EventDraft{ID: orders.AcceptedEventID(id), Type: orders.EventOrderAccepted, Data: data})
+	}
 	for _, row := range snapshot.Fills {
 		fill, err := scanExecution(row)
 		if err != nil {
@@ -128,11 +153,7 @@ func RenderEvents(entry orders.OutboxEntry) ([]orders.EventDraft, error) {
 		drafts = append(drafts, orders.EventDraft{ID: fill.ID, Type: orders.EventFill, Data: data})
 	}
 	source := entry.Name + "@" + strconv.FormatInt(entry.Version, 10)
-	for _, row := range snapshot.Orders {
-		order, err := scanOrder(row)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: events %s@%d: %w", entry.Name, entry.Version, err)
-		}
+	for _, order := range list {
 		data, err := json.Marshal(order)
 		if err != nil {
 			return nil, err

@@ -131,7 +131,7 @@ func (h *History) RecordCanceled(ctx context.Context, order orders.Order) (order
 			return err
 		}
 		inserted = true
-		_, err = tx.Exec(ctx, settleEventsSQL, []string{order.ID}, []string{})
+		_, err = tx.Exec(ctx, settleEventsSQL, []string{order.ID}, []string{}, []string{order.ID})
 		return err
 	})
 	if err != nil {

@@ -438,14 +438,16 @@ func TestRecordCanceledNeverOverwritesSettlement(t *testing.T) {
 	if got, err := history.Order(ctx, account, ids[0]); err != nil || got.Status != orders.StatusFilled {
 		t.Errorf("the settled row became %+v, %v", got, err)
 	}
-	// One order.canceled event, written with the row the first time only.
+	// One order.accepted and one order.canceled event, written with the
+	// row the first time only.
 	rows, err := postgres.NewOutbox(db).EventRows(ctx, orders.EventsName(account, "BTC-USD"), 0, 100)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("events rows %v, %v; want the cancel's one", rows, err)
 	}
 	drafts, err := postgres.RenderEvents(rows[0])
-	if err != nil || len(drafts) != 1 || drafts[0].Type != orders.EventOrderCanceled || !strings.HasPrefix(drafts[0].ID, ids[1]+":") {
-		t.Errorf("the cancel's events %+v, %v; want order.canceled of %s", drafts, err, ids[1])
+	if err != nil || len(drafts) != 2 || drafts[0].Type != orders.EventOrderAccepted || drafts[0].ID != orders.AcceptedEventID(ids[1]) ||
+		drafts[1].Type != orders.EventOrderCanceled || !strings.HasPrefix(drafts[1].ID, ids[1]+":") {
+		t.Errorf("the cancel's events %+v, %v; want order.accepted and order.canceled of %s", drafts, err, ids[1])
 	}
 }
 

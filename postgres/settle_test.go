@@ -409,8 +409,8 @@ func TestCrossingOrdersTradeAtTheMakersPrice(t *testing.T) {
 		t.Errorf("last price %q, %v", last, err)
 	}
 	// One outbox row per moved balance, at its final version, relayed after
-	// the commit, and one of events per account: its fill, then its order's
-	// new state.
+	// the commit, and one of events per account: the taker's order.accepted
+	// (its row is new), its fill, then its order's new state.
 	all := outboxAfter(t, m.db, outboxBefore)
 	outbox, events := splitEvents(t, all)
 	versions := map[string]int64{}
@@ -419,7 +419,7 @@ func TestCrossingOrdersTradeAtTheMakersPrice(t *testing.T) {
 	}
 	if want := map[string][]string{
 		orders.EventsName(m.alice, "BTC-USD"): {"fill " + ask.ID, "order.partially_filled " + ask.ID},
-		orders.EventsName(m.bob, "BTC-USD"):   {"fill " + bid.ID, "order.filled " + bid.ID},
+		orders.EventsName(m.bob, "BTC-USD"):   {"order.accepted " + bid.ID, "fill " + bid.ID, "order.filled " + bid.ID},
 	}; !maps.EqualFunc(events, want, slices.Equal) {
 		t.Errorf("events %v, want %v", events, want)
 	}

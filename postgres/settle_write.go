@@ -195,7 +195,9 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		})
 	}
 	// The batch's events, one outbox row per account and instrument, after
-	// every write they snapshot.
+	// every write they snapshot; the takers' rows are the ones it inserts
+	// (an order settled before is not decided again), so their
+	// order.accepted events come with it.
 	touched := make([]string, 0, len(w.takers)+len(w.makers))
 	takers := make([]string, 0, len(w.takers))
 	for _, row := range w.takers {
@@ -205,7 +207,7 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		touched = append(touched, m.id)
 	}
 	var events []orders.OutboxEntry
-	batch.Queue(settleEventsSQL, touched, takers).Query(func(rows pgx.Rows) error {
+	batch.Queue(settleEventsSQL, touched, takers, takers).Query(func(rows pgx.Rows) error {
 		var err error
 		events, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
 		return err

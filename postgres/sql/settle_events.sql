@@ -4,15 +4,18 @@
 -- write's trades), one outbox row "events:<account>:<symbol>"
 -- (orders.EventsName) at that
 -- source's next version (event_sources), whose payload is a snapshot, as
--- the write leaves them, of the account's orders and fills there:
---   {"orders": [order row, ...], "fills": [fill row, ...]}
+-- the write leaves them, of the account's orders and fills there, and the
+-- ids of those of its orders whose row the write inserted, $3 (text[], a
+-- subset of $1): their order.accepted events come with this write
+-- (RenderEvents), since admission appends none:
+--   {"orders": [order row, ...], "fills": [fill row, ...], "accepted": [order id, ...]}
 -- An order row is the columns of order_select.sql, in its order (scanOrder
 -- reads it; postgres/events.go holds the two to one list), a fill row the
 -- columns of fills_list.sql from the account's side (scanExecution).
 -- Runs after the write's statements, in its transaction. Returns the rows
 -- (id, name, version, payload) for the relay.
 WITH touched AS (
-    SELECT o.account_id AS account, o.symbol, o.id AS sort_key, json_build_array(
+    SELECT o.account_id AS account, o.symbol, o.id AS sort_key, o.id = ANY($3::text[]) AS inserted, json_build_array(
     o.id, o.client_order_id, o.account_id, o.symbol, o.side, o.type, o.time_in_force, o.post_only,
     trim_scale(o.quantity)::text, trim_scale(o.price)::text, o.status, o.reject_reason, o.cancel_reason, o.duplicate_of,
     trim_scale(o.filled_quantity)::text, trim_scale(o.filled_notional)::text,
@@ -35,7 +38,8 @@ fills AS (
     WHERE t.taker_order_id = ANY($2::text[])
 ),
 orders_by_source AS (
-    SELECT 'events:' || account || ':' || symbol AS name, json_agg(snapshot ORDER BY sort_key) AS list
+    SELECT 'events:' || account || ':' || symbol AS name, json_agg(snapshot ORDER BY sort_key) AS list,
+        json_agg(sort_key ORDER BY sort_key) FILTER (WHERE inserted) AS accepted
     FROM touched GROUP BY 1
 ),
 fills_by_source AS (
@@ -49,7 +53,8 @@ bumped AS (
     RETURNING name, version
 )
 INSERT INTO outbox (name, version, payload)
-SELECT b.name, b.version, json_build_object('orders', coalesce(o.list, '[]'), 'fills', coalesce(f.list, '[]'))::text
+SELECT b.name, b.version, json_build_object('orders', coalesce(o.list, '[]'), 'fills', coalesce(f.list, '[]'),
+    'accepted', coalesce(o.accepted, '[]'))::text
 FROM bumped b
 LEFT JOIN orders_by_source o ON o.name = b.name
 LEFT JOIN fills_by_source f ON f.name = b.name
