@@ -95,12 +95,12 @@ func TestGoClientReadsAndResumesTheEventStream(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer stream.Close()
-			appendAccountEvents(t, f.queue, account, 6, 3, 0)
+			appendAccountEvents(t, f.events, account, 6, 3, 0)
 			nextEvents(t, stream, 1, 4)
 			if err := proxy.Repoint(hostOf(t, first), hostOf(t, second)); err != nil {
 				t.Fatal(err)
 			}
-			appendAccountEvents(t, f.queue, account, 4, 1, 0)
+			appendAccountEvents(t, f.events, account, 4, 1, 0)
 			nextEvents(t, stream, 5, 6)
 			if position, known := stream.Position(); !known || position != 10 {
 				t.Errorf("position %d, %v; want 10", position, known)
@@ -115,7 +115,7 @@ func TestGoClientReadsAndResumesTheEventStream(t *testing.T) {
 func TestGoClientReportsStreamsItCannotOpen(t *testing.T) {
 	f := newFixture(t, 1)
 	tradeOnly := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.ScopeTrade}).Key.Reveal()
-	appendAccountEvents(t, f.queue, f.accounts[0], 3, 3, 0)
+	appendAccountEvents(t, f.events, f.accounts[0], 3, 3, 0)
 	ahead := int64(7)
 	_, err := eventsClient(t, f.url, bearer(f.keys[0])).Events(context.Background(), client.EventsOptions{After: &ahead})
 	var expired *client.EventsExpiredError

@@ -22,18 +22,18 @@ func TestEventStreamResumesFromTheHistory(t *testing.T) {
 	ctx := context.Background()
 	account := f.accounts[0]
 	history := postgres.NewEventHistory(f.db)
-	archiver := placement.NewEventArchiver(f.queue, history, nil,
+	archiver := placement.NewEventArchiver(f.events.For(account), history, nil,
 		placement.WithHotTail(emq.LogHotTail{Count: 5, Age: time.Hour}), placement.WithArchiveDelay(0))
 	if err := archiver.Pass(ctx, time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	appendAccountEvents(t, f.queue, account, 40, 4, 0)
+	appendAccountEvents(t, f.events, account, 40, 4, 0)
 	for range 2 {
 		if err := archiver.Pass(ctx, time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if first, last, err := f.queue.LogBounds(ctx, account); err != nil || first != 36 || last != 40 {
+	if first, last, err := f.events.For(account).LogBounds(ctx, account); err != nil || first != 36 || last != 40 {
 		t.Fatalf("the log holds %d..%d, %v; want its newest five", first, last, err)
 	}
 	url, _ := f.startGateway(t, prometheus.NewRegistry(), placement.WithEventHistory(history))
@@ -46,7 +46,7 @@ func TestEventStreamResumesFromTheHistory(t *testing.T) {
 			t.Fatalf("event %d is %s, want %s", event.Sequence, event.ID, want)
 		}
 	}
-	appendAccountEvents(t, f.queue, account, 2, 1, 0)
+	appendAccountEvents(t, f.events, account, 2, 1, 0)
 	stream.expectSequences(t, 41, 42)
 
 	if _, err := f.db.Exec(ctx, `DELETE FROM account_event_chunks WHERE first_sequence = 1`); err != nil {

@@ -30,7 +30,7 @@ import (
 // appendAccountEvents appends count balance events to the account's log,
 // count/batch appends of batch events each, numbered from the log's next
 // sequence; each event's data names its account and its number.
-func appendAccountEvents(t testing.TB, queue *emq.Queue, account string, count, batch int, size int) {
+func appendAccountEvents(t testing.TB, logs *placement.EventLogs, account string, count, batch int, size int) {
 	t.Helper()
 	padding := strings.Repeat("x", size)
 	for start := 0; start < count; start += batch {
@@ -39,7 +39,7 @@ func appendAccountEvents(t testing.TB, queue *emq.Queue, account string, count, 
 			data := fmt.Sprintf(`{"asset":"USD","available":"%d","held":"0","version":%d,"account":%q,"padding":%q}`, i, i, account, padding)
 			entries = append(entries, emq.LogEntry{ID: fmt.Sprintf("%s.%d", account, i), Type: string(orders.EventBalance), Data: []byte(data)})
 		}
-		if _, err := queue.AppendLog(context.Background(), account, emq.LogSource{}, entries); err != nil {
+		if _, err := logs.For(account).AppendLog(context.Background(), account, emq.LogSource{}, entries); err != nil {
 			t.Error(err)
 			return
 		}
@@ -144,7 +144,7 @@ func TestEventStreamsCarryEachAccountsOwnEventsInOrder(t *testing.T) {
 	const each = 40
 	var appends sync.WaitGroup
 	for _, account := range f.accounts {
-		appends.Go(func() { appendAccountEvents(t, f.queue, account, each, 3, 0) })
+		appends.Go(func() { appendAccountEvents(t, f.events, account, each, 3, 0) })
 	}
 	appends.Wait()
 	for i, stream := range streams {
@@ -178,10 +178,10 @@ func TestEventStreamResumesWithoutLossOrRepeat(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			stream := openEvents(t, f.http, f.url, key, "", nil)
 			start := stream.position(t)
-			appendAccountEvents(t, f.queue, account, 10, 1, 0)
+			appendAccountEvents(t, f.events, account, 10, 1, 0)
 			stream.expectSequences(t, start+1, start+4)
 			stream.close()
-			appendAccountEvents(t, f.queue, account, 5, 1, 0)
+			appendAccountEvents(t, f.events, account, 5, 1, 0)
 
 			query, header := tt.query, http.Header{}
 			if strings.Contains(query, "%d") {
@@ -195,7 +195,7 @@ func TestEventStreamResumesWithoutLossOrRepeat(t *testing.T) {
 				t.Fatalf("the resumed stream starts after %d, want %d", position, start+4)
 			}
 			resumed.expectSequences(t, start+5, start+15)
-			appendAccountEvents(t, f.queue, account, 1, 1, 0)
+			appendAccountEvents(t, f.events, account, 1, 1, 0)
 			resumed.expectSequences(t, start+16, start+16)
 		})
 	}
@@ -208,7 +208,7 @@ func TestEventStreamResumesOnARestartedGateway(t *testing.T) {
 	first, stop := f.startGateway(t, prometheus.NewRegistry())
 	stream := openEvents(t, f.http, first, f.keys[0], "?after=0", nil)
 	stream.position(t)
-	appendAccountEvents(t, f.queue, f.accounts[0], 6, 2, 0)
+	appendAccountEvents(t, f.events, f.accounts[0], 6, 2, 0)
 	stream.expectSequences(t, 1, 3)
 	stop()
 	for range 3 {
@@ -219,7 +219,7 @@ func TestEventStreamResumesOnARestartedGateway(t *testing.T) {
 	if event, ok := stream.event(t); ok {
 		t.Fatalf("the stream of a stopped gateway goes on: %+v", event)
 	}
-	appendAccountEvents(t, f.queue, f.accounts[0], 2, 1, 0)
+	appendAccountEvents(t, f.events, f.accounts[0], 2, 1, 0)
 	second, _ := f.startGateway(t, prometheus.NewRegistry())
 	resumed := openEvents(t, f.http, second, f.keys[0], "", http.Header{"Last-Event-Id": {"3"}})
 	resumed.position(t)
@@ -256,7 +256,7 @@ func TestASlowEventStreamIsDroppedWithoutDelayingAFastOne(t *testing.T) {
 	const total, batch = 300, 5
 	go func() {
 		for range total / batch {
-			appendAccountEvents(t, f.queue, f.accounts[0], batch, batch, 16<<10)
+			appendAccountEvents(t, f.events, f.accounts[0], batch, batch, 16<<10)
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
@@ -295,11 +295,11 @@ func TestEventStreamRefusesPositionsItCannotResume(t *testing.T) {
 	f := newFixture(t, 1)
 	// Archived, the log keeps its newest 3: the older ones drop (the
 	// fixture's streams read no history).
-	appendAccountEvents(t, f.queue, f.accounts[0], 10, 1, 0)
-	if _, err := f.queue.MarkLogsArchived(context.Background(), []emq.LogMark{{Group: f.accounts[0], Archived: 10}}, emq.LogHotTail{Count: 3, Age: time.Hour}); err != nil {
+	appendAccountEvents(t, f.events, f.accounts[0], 10, 1, 0)
+	if _, err := f.events.For(f.accounts[0]).MarkLogsArchived(context.Background(), []emq.LogMark{{Group: f.accounts[0], Archived: 10}}, emq.LogHotTail{Count: 3, Age: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	first, last, err := f.queue.LogBounds(context.Background(), f.accounts[0])
+	first, last, err := f.events.For(f.accounts[0]).LogBounds(context.Background(), f.accounts[0])
 	if err != nil || first < 3 || last != 10 {
 		t.Fatalf("log holds %d to %d, %v; want the oldest dropped", first, last, err)
 	}
@@ -396,7 +396,7 @@ func TestEventStreamOutlivesServerTimeoutsAndEndsAtShutdown(t *testing.T) {
 	f := newFixtureWith(t, 1, config)
 	deps := f.deps
 	deps.Metrics = prometheus.NewRegistry()
-	deps.Events = placement.NewEventStreams(f.queue, placement.WithEventTailBlock(eventTailBlock))
+	deps.Events = placement.NewEventStreams(f.events, placement.WithEventTailBlock(eventTailBlock))
 	server := gateway.NewHTTPServer("127.0.0.1:0", gateway.New(deps, config), deps.Logger)
 	server.ReadTimeout, server.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond
 	server.RegisterOnShutdown(deps.Events.Close)
@@ -411,7 +411,7 @@ func TestEventStreamOutlivesServerTimeoutsAndEndsAtShutdown(t *testing.T) {
 	stream := openEvents(t, f.http, "http://"+listener.Addr().String(), f.keys[0], "", nil)
 	stream.position(t)
 	time.Sleep(600 * time.Millisecond)
-	appendAccountEvents(t, f.queue, f.accounts[0], 1, 1, 0)
+	appendAccountEvents(t, f.events, f.accounts[0], 1, 1, 0)
 	stream.expectSequences(t, 1, 1)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -459,7 +459,7 @@ func TestAThousandEventStreamsShareAFewRedisConnections(t *testing.T) {
 		t.Errorf("event_streams_open %s, want %d", got, accounts*perAccount)
 	}
 	for _, account := range f.accounts {
-		appendAccountEvents(t, f.queue, account, 2, 2, 0)
+		appendAccountEvents(t, f.events, account, 2, 2, 0)
 	}
 	for i, readers := range streams {
 		for _, reader := range readers {

@@ -44,7 +44,9 @@ type fixture struct {
 	rdb   *redis.Client
 	db    *pgxpool.Pool
 	// queue is the orders queue, for tests that play the worker.
-	queue       *emq.Queue
+	queue *emq.Queue
+	// events are the accounts' logs of events.
+	events      *placement.EventLogs
 	client      *emq.Client
 	caches      *coherence.Client
 	databaseURL string
@@ -107,6 +109,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config, keyOption
 		t.Fatal(err)
 	}
 	f.queue, f.client, f.databaseURL = queueClient.Queue(orders.Queue), queueClient, database.URL
+	f.events = placement.NewEventLogs(queueClient)
 	f.caches = coherence.New(f.rdb)
 	placer := placement.NewPlacer(f.queue, placement.WithHistory(postgres.NewOrders(postgres.NewHistory(f.db), postgres.NewSettler(f.db, nil, nil))))
 	if err := placer.Declare(ctx); err != nil {
@@ -180,7 +183,7 @@ func (f *fixture) startGateway(t testing.TB, registry *prometheus.Registry, opts
 	t.Helper()
 	deps := f.deps
 	deps.Metrics = registry
-	deps.Events = placement.NewEventStreams(f.queue, append([]placement.EventStreamsOption{
+	deps.Events = placement.NewEventStreams(f.events, append([]placement.EventStreamsOption{
 		placement.WithEventTailBlock(eventTailBlock), placement.WithEventLogger(deps.Logger)}, opts...)...)
 	httpServer := httptest.NewServer(gateway.New(deps, f.config))
 	stop := sync.OnceFunc(func() {

@@ -118,7 +118,7 @@ func TestAKeysPowerEndsWithIt(t *testing.T) {
 				}
 				streams = append(streams, lines)
 			}
-			appendAccountEvents(t, f.queue, account, 1, 1, 0)
+			appendAccountEvents(t, f.events, account, 1, 1, 0)
 			changed := time.Now()
 			tt.change(t, issued)
 			for i, lines := range streams {
@@ -143,7 +143,7 @@ func TestAKeysPowerEndsWithIt(t *testing.T) {
 			}
 		})
 	}
-	appendAccountEvents(t, f.queue, f.accounts[0], 1, 1, 0)
+	appendAccountEvents(t, f.events, f.accounts[0], 1, 1, 0)
 	bystander.expectSequences(t, 1, 1)
 }
 

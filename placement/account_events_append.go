@@ -14,9 +14,9 @@ import (
 	"github.com/ordergate/ordergate/orders"
 )
 
-// An account's events are the orders queue's log of the account's group
-// (emq/log.go; docs/api.md, The event stream), numbered 1, 2, ... without
-// gaps. This file holds every append; account_events_stream.go reads them
+// An account's events are the log of the account's group on its shard's
+// events queue (EventLogs; emq/log.go; docs/api.md, The event stream),
+// numbered 1, 2, ... without gaps. This file holds every append; account_events_stream.go reads them
 // back. The writers:
 //
 //   - the outbox relay: an events row written by a settlement or a cancel,
@@ -33,8 +33,8 @@ import (
 // Each writer makes orders.EventDraft values, and logEntry makes the log's
 // entry of one, so an event is shaped the same whoever appends it.
 
-// EventLog appends to accounts' logs of events (the orders queue's,
-// emq.Queue.AppendLogs).
+// EventLog appends to accounts' logs of events (EventLogs.AppendLogs, or
+// one queue's emq.Queue.AppendLogs).
 type EventLog interface {
 	AppendLogs(ctx context.Context, appends []emq.LogAppend) ([]emq.LogAppended, error)
 }
@@ -73,8 +73,7 @@ func (r *OutboxRelay) appendEvents(ctx context.Context, entries []orders.OutboxE
 		}
 		appends, sent = append(appends, append_), append(sent, entry)
 	}
-	log := r.eventsLog
-	appended, err := log.AppendLogs(ctx, appends)
+	appended, err := r.eventsLogs.AppendLogs(ctx, appends)
 	if appended == nil {
 		return carried, err
 	}
@@ -86,7 +85,7 @@ func (r *OutboxRelay) appendEvents(ctx context.Context, entries []orders.OutboxE
 		switch failure := appended[i].Err; {
 		case failure == nil:
 		case errors.As(failure, &gap):
-			failure = r.appendEventsFrom(ctx, log, entry)
+			failure = r.appendEventsFrom(ctx, r.eventsLogs.For(appends[i].Group), entry)
 			if failure != nil {
 				errs = append(errs, failure)
 				continue

@@ -90,8 +90,16 @@ type EventHistory interface {
 }
 
 // EventStreams hands out subscriptions to accounts' event streams; one per
-// process, whose tail loop serves all of them.
+// process. Each shard of the logs (EventLogs) has a tail loop of its own,
+// which serves the subscriptions of its accounts.
 type EventStreams struct {
+	logs   *EventLogs
+	shards []*eventShard
+}
+
+// eventShard serves the subscriptions of the accounts whose logs are on
+// one queue, with one tail loop.
+type eventShard struct {
 	queue   *emq.Queue
 	history EventHistory
 	logger  *slog.Logger
@@ -120,12 +128,12 @@ type followedAccount struct {
 }
 
 // EventStreamsOption configures EventStreams.
-type EventStreamsOption func(*EventStreams)
+type EventStreamsOption func(*eventShard)
 
 // WithEventTailBlock sets how long one read of the tail loop waits
 // (DefaultEventTailBlock otherwise).
 func WithEventTailBlock(block time.Duration) EventStreamsOption {
-	return func(e *EventStreams) {
+	return func(e *eventShard) {
 		if block > 0 {
 			e.block = block
 		}
@@ -135,7 +143,7 @@ func WithEventTailBlock(block time.Duration) EventStreamsOption {
 // WithEventBuffer sets how many events a subscription holds for its reader
 // (DefaultEventBuffer otherwise).
 func WithEventBuffer(events int) EventStreamsOption {
-	return func(e *EventStreams) {
+	return func(e *eventShard) {
 		if events > 0 {
 			e.buffer = events
 		}
@@ -146,30 +154,57 @@ func WithEventBuffer(events int) EventStreamsOption {
 // longer holds, reading history's events before the log's; without it,
 // such a position is refused (EventsExpiredError).
 func WithEventHistory(history EventHistory) EventStreamsOption {
-	return func(e *EventStreams) { e.history = history }
+	return func(e *eventShard) { e.history = history }
 }
 
 // WithEventLogger sets where the tail loop reports failed reads;
 // slog.Default otherwise.
 func WithEventLogger(logger *slog.Logger) EventStreamsOption {
-	return func(e *EventStreams) { e.logger = logger }
+	return func(e *eventShard) { e.logger = logger }
 }
 
-// NewEventStreams serves the account logs of the orders queue.
-func NewEventStreams(queue *emq.Queue, opts ...EventStreamsOption) *EventStreams {
-	e := &EventStreams{queue: queue, logger: slog.Default(), block: DefaultEventTailBlock, buffer: DefaultEventBuffer,
-		followed: map[string]*followedAccount{}}
-	for _, opt := range opts {
-		opt(e)
+// NewEventStreams serves the accounts' logs, one tail loop per shard of
+// them with a subscriber (each holds a connection of the pool while it
+// waits).
+func NewEventStreams(logs *EventLogs, opts ...EventStreamsOption) *EventStreams {
+	streams := &EventStreams{logs: logs, shards: make([]*eventShard, len(logs.queues))}
+	for i, queue := range logs.queues {
+		e := &eventShard{queue: queue, logger: slog.Default(), block: DefaultEventTailBlock, buffer: DefaultEventBuffer,
+			followed: map[string]*followedAccount{}}
+		for _, opt := range opts {
+			opt(e)
+		}
+		e.stop, e.cease = context.WithCancel(context.Background())
+		streams.shards[i] = e
 	}
-	e.stop, e.cease = context.WithCancel(context.Background())
-	return e
+	return streams
 }
 
 // Subscribe opens the account's stream after the event with sequence
 // after (0: from the first event kept); an *EventsExpiredError when
 // neither the log nor the history holds the event after it.
 func (e *EventStreams) Subscribe(ctx context.Context, account string, after int64) (*Subscription, error) {
+	return e.shards[e.logs.shard(account)].Subscribe(ctx, account, after)
+}
+
+// SubscribeNew opens the account's stream after its last event: the
+// subscription gets the events that come from now on.
+func (e *EventStreams) SubscribeNew(ctx context.Context, account string) (*Subscription, error) {
+	return e.shards[e.logs.shard(account)].SubscribeNew(ctx, account)
+}
+
+// Close ends every subscription with ErrEventStreamsClosed, refuses new
+// ones, and returns once the tail loops have stopped.
+func (e *EventStreams) Close() {
+	for _, shard := range e.shards {
+		shard.Close()
+	}
+}
+
+// Subscribe opens the account's stream after the event with sequence
+// after (0: from the first event kept); an *EventsExpiredError when
+// neither the log nor the history holds the event after it.
+func (e *eventShard) Subscribe(ctx context.Context, account string, after int64) (*Subscription, error) {
 	first, last, err := e.bounds(ctx, account)
 	if err != nil {
 		return nil, err
@@ -192,7 +227,7 @@ func (e *EventStreams) Subscribe(ctx context.Context, account string, after int6
 
 // SubscribeNew opens the account's stream after its last event: the
 // subscription gets the events that come from now on.
-func (e *EventStreams) SubscribeNew(ctx context.Context, account string) (*Subscription, error) {
+func (e *eventShard) SubscribeNew(ctx context.Context, account string) (*Subscription, error) {
 	_, last, err := e.bounds(ctx, account)
 	if err != nil {
 		return nil, err
@@ -200,7 +235,7 @@ func (e *EventStreams) SubscribeNew(ctx context.Context, account string) (*Subsc
 	return e.subscription(account, last), nil
 }
 
-func (e *EventStreams) bounds(ctx context.Context, account string) (first, last int64, err error) {
+func (e *eventShard) bounds(ctx context.Context, account string) (first, last int64, err error) {
 	if e.isClosed() {
 		return 0, 0, ErrEventStreamsClosed
 	}
@@ -211,19 +246,19 @@ func (e *EventStreams) bounds(ctx context.Context, account string) (first, last 
 	return first, last, nil
 }
 
-func (e *EventStreams) isClosed() bool {
+func (e *eventShard) isClosed() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.closed
 }
 
-func (e *EventStreams) subscription(account string, after int64) *Subscription {
+func (e *eventShard) subscription(account string, after int64) *Subscription {
 	return &Subscription{streams: e, account: account, last: after, events: make(chan *orders.Event, e.buffer), ended: make(chan struct{})}
 }
 
 // Close ends every subscription with ErrEventStreamsClosed, refuses new
 // ones, and returns once the tail loop has stopped.
-func (e *EventStreams) Close() {
+func (e *eventShard) Close() {
 	e.mu.Lock()
 	if !e.closed {
 		e.closed = true
@@ -241,7 +276,7 @@ func (e *EventStreams) Close() {
 
 // join makes the tail loop hand the account's new events to s: those
 // after the loop's position in the account's log.
-func (e *EventStreams) join(s *Subscription) error {
+func (e *eventShard) join(s *Subscription) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -263,7 +298,7 @@ func (e *EventStreams) join(s *Subscription) error {
 }
 
 // leave stops handing events to s.
-func (e *EventStreams) leave(s *Subscription) {
+func (e *eventShard) leave(s *Subscription) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.remove(s)
@@ -271,7 +306,7 @@ func (e *EventStreams) leave(s *Subscription) {
 
 // remove takes s out of its account's subscribers, and the account out of
 // the followed when it was the last; e.mu is held.
-func (e *EventStreams) remove(s *Subscription) {
+func (e *eventShard) remove(s *Subscription) {
 	account := e.followed[s.account]
 	if account == nil {
 		return
@@ -289,7 +324,7 @@ func (e *EventStreams) remove(s *Subscription) {
 // failed wait, it compares its positions with the logs' ends, for changes
 // it missed (the stream keeps the newest announcements only). It returns
 // when no account is followed.
-func (e *EventStreams) tail() {
+func (e *eventShard) tail() {
 	defer e.loops.Done()
 	retry, checked := time.Duration(0), time.Now()
 	position, missed := "", false
@@ -352,7 +387,7 @@ func (e *EventStreams) tail() {
 
 // changed returns the loop's position in the log of each followed account
 // the changes announce events after it for.
-func (e *EventStreams) changed(changes []emq.LogChange) map[string]int64 {
+func (e *eventShard) changed(changes []emq.LogChange) map[string]int64 {
 	changed := map[string]int64{}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -366,7 +401,7 @@ func (e *EventStreams) changed(changes []emq.LogChange) map[string]int64 {
 
 // readChanged reads the logs of the accounts changed names, after the
 // position given for each, page by page, and hands out their events.
-func (e *EventStreams) readChanged(changed map[string]int64) {
+func (e *eventShard) readChanged(changed map[string]int64) {
 	for len(changed) > 0 {
 		read, err := e.queue.ReadLogs(e.stop, changed, eventPage)
 		if err != nil {
@@ -396,7 +431,7 @@ func (e *EventStreams) readChanged(changed map[string]int64) {
 // its position, would never hand out: their clients' resume is answered
 // 410 instead. The loop looks once a second, so a log that grows past its
 // old end within that is not caught (docs/api.md).
-func (e *EventStreams) reconcile() map[string]int64 {
+func (e *eventShard) reconcile() map[string]int64 {
 	e.mu.Lock()
 	positions := make(map[string]int64, len(e.followed))
 	for name, account := range e.followed {
@@ -451,7 +486,7 @@ func (e *EventStreams) reconcile() map[string]int64 {
 // than the hot tail) is read on from what it holds; each subscription
 // reads what it missed from the history itself (Next). A subscription that
 // has no room left is ended, so no reader waits for another.
-func (e *EventStreams) hand(read map[string][]emq.LogEvent, from map[string]int64) (again map[string]int64) {
+func (e *eventShard) hand(read map[string][]emq.LogEvent, from map[string]int64) (again map[string]int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	again = map[string]int64{}
@@ -491,7 +526,7 @@ func eventOf(entry emq.LogEvent) orders.Event {
 // Subscription is one reader's stream of an account's events. Its methods
 // are for one goroutine at a time.
 type Subscription struct {
-	streams *EventStreams
+	streams *eventShard
 	account string
 	// last is the sequence of the last event Next returned (or the
 	// position the subscription started after).

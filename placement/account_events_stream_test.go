@@ -27,7 +27,7 @@ func eventsQueue(t testing.TB) *emq.Queue {
 
 func newEventStreams(t testing.TB, queue *emq.Queue, opts ...placement.EventStreamsOption) *placement.EventStreams {
 	t.Helper()
-	streams := placement.NewEventStreams(queue, append([]placement.EventStreamsOption{placement.WithEventTailBlock(100 * time.Millisecond)}, opts...)...)
+	streams := placement.NewEventStreams(placement.SingleEventLog(queue), append([]placement.EventStreamsOption{placement.WithEventTailBlock(100 * time.Millisecond)}, opts...)...)
 	t.Cleanup(streams.Close)
 	return streams
 }

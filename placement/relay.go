@@ -84,8 +84,8 @@ type OutboxRelay struct {
 	modes    coherence.Modes
 	logger   *slog.Logger
 	sweepAge time.Duration
-	// eventsLog is the queue whose logs take accounts' events.
-	eventsLog *emq.Queue
+	// eventsLogs are the queues whose logs take accounts' events.
+	eventsLogs *EventLogs
 
 	mu sync.Mutex
 	// markers counts the KeepSweeping loops running; while there is one,
@@ -116,12 +116,11 @@ type Outbox interface {
 // RelayOption configures a OutboxRelay.
 type RelayOption func(*OutboxRelay)
 
-// WithEventsLog is the queue whose logs take the accounts' events
-// (orders.Queue at the default retention otherwise): the queue the orders
-// were admitted on, whose admissions append their order.accepted there,
-// with the log retention the gateways use.
-func WithEventsLog(queue *emq.Queue) RelayOption {
-	return func(r *OutboxRelay) { r.eventsLog = queue }
+// WithEventsLogs are the queues whose logs take the accounts' events
+// (NewEventLogs of the relay's client otherwise): the ones the gateways'
+// event streams read.
+func WithEventsLogs(logs *EventLogs) RelayOption {
+	return func(r *OutboxRelay) { r.eventsLogs = logs }
 }
 
 // WithSweepAge sets how old an unrelayed row must be before Sweep takes it
@@ -141,7 +140,7 @@ func NewOutboxRelay(db Outbox, client *emq.Client, modes coherence.Modes, logger
 		logger = slog.Default()
 	}
 	r := &OutboxRelay{db: db, client: client, caches: coherence.New(client.Redis(), coherence.WithLogger(logger)),
-		modes: modes, logger: logger, sweepAge: DefaultSweepAge, eventsLog: client.Queue(orders.Queue)}
+		modes: modes, logger: logger, sweepAge: DefaultSweepAge, eventsLogs: NewEventLogs(client)}
 	for _, opt := range opts {
 		opt(r)
 	}

@@ -613,7 +613,7 @@ func TestEventsRowsAreAppendedOnceInOrder(t *testing.T) {
 	}
 	f.relay.Relay(ctx, rows[1:]) // the second before the first
 	f.relay.Relay(ctx, rows)     // both again
-	events, err := queue.ReadLog(ctx, account, 0, 100)
+	events, err := placement.NewEventLogs(f.client).For(account).ReadLog(ctx, account, 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -661,7 +661,7 @@ func TestALogThatLostItsSourcesIsNotRefilledWithHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	fresh := place("new")
-	got := logOf(t, queue, account)
+	got := logOf(t, placement.NewEventLogs(f.client).For(account), account)
 	if want := []string{"order.accepted " + fresh.ID, "order.open " + fresh.ID}; !slices.Equal(got, want) {
 		t.Errorf("after Redis lost the log, it holds %v, want %v", got, want)
 	}
@@ -688,7 +688,7 @@ func TestAnUnrenderableEventsRowHoldsNoOtherBack(t *testing.T) {
 	if _, err := f.relay.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := logOf(t, queue, accounts[1]), []string{"order.accepted " + placed[1], "order.open " + placed[1]}; !slices.Equal(got, want) {
+	if got, want := logOf(t, placement.NewEventLogs(f.client).For(accounts[1]), accounts[1]), []string{"order.accepted " + placed[1], "order.open " + placed[1]}; !slices.Equal(got, want) {
 		t.Errorf("the other account's log holds %v, want %v", got, want)
 	}
 	if unrelayed := f.unrelayed(t); unrelayed != 0 {

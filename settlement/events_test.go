@@ -135,11 +135,12 @@ func TestEveryAccountsLogHoldsEveryEventOfItsOrders(t *testing.T) {
 	// The archivers catch up with every log.
 	for _, account := range accounts {
 		for {
-			archived, err := queue.LogsArchived(ctx, []string{account})
+			log := placement.NewEventLogs(client).For(account)
+			archived, err := log.LogsArchived(ctx, []string{account})
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, last, err := queue.LogBounds(ctx, account)
+			_, last, err := log.LogBounds(ctx, account)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -185,7 +185,8 @@ type Worker struct {
 	coherence      *placement.BalanceCoherence
 	coherenceQueue *emq.Queue
 	healer         *placement.BalanceCacheHealer
-	archiver       *placement.EventArchiver
+	// archivers are one per shard of the accounts' logs.
+	archivers []*placement.EventArchiver
 }
 
 // New declares the order kind on c.Queue and the coherence queues' kinds, and
@@ -202,14 +203,23 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
 		return nil, err
 	}
+	logs := placement.NewEventLogs(deps.Queues)
 	relay := placement.NewOutboxRelay(postgres.NewOutbox(deps.DB), deps.Queues, placement.CoherenceModes, deps.Logger,
-		placement.WithEventsLog(queue))
+		placement.WithEventsLogs(logs))
 	if err := relay.Declare(ctx); err != nil {
 		return nil, err
 	}
 	settler := postgres.NewSettler(deps.DB, relay, deps.Logger.With("queue", c.Queue)).
 		WithMetrics(postgres.NewSettlementMetrics(deps.Metrics))
 	balances, caches := postgres.NewBalances(deps.DB), coherence.New(deps.Queues.Redis(), coherence.WithLogger(deps.Logger))
+	history := postgres.NewEventHistory(deps.DB)
+	var archivers []*placement.EventArchiver
+	for _, shard := range logs.Queues() {
+		archivers = append(archivers, placement.NewEventArchiver(shard, history, deps.Logger,
+			placement.WithHotTail(c.EventsHotTail), placement.WithEventsRetention(c.EventsRetention),
+			placement.WithArchiveDelay(cmp.Or(c.EventsArchiveDelay, placement.DefaultEventArchiveDelay)),
+			placement.WithArchiveMetrics(deps.Metrics)))
+	}
 	return &Worker{
 		config:         c,
 		logger:         deps.Logger,
@@ -217,13 +227,10 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 		orders:         queue,
 		settler:        settler,
 		relay:          relay,
-		coherence:      placement.NewBalanceCoherence(balances, caches, deps.Logger, placement.WithBalanceEvents(queue)),
+		coherence:      placement.NewBalanceCoherence(balances, caches, deps.Logger, placement.WithBalanceEvents(logs)),
 		coherenceQueue: deps.Queues.Queue(coherence.Queue(placement.BalancesTable)),
 		healer:         placement.NewBalanceCacheHealer(balances, caches, deps.Logger, placement.WithHealMetrics(deps.Metrics)),
-		archiver: placement.NewEventArchiver(queue, postgres.NewEventHistory(deps.DB), deps.Logger,
-			placement.WithHotTail(c.EventsHotTail), placement.WithEventsRetention(c.EventsRetention),
-			placement.WithArchiveDelay(cmp.Or(c.EventsArchiveDelay, placement.DefaultEventArchiveDelay)),
-			placement.WithArchiveMetrics(deps.Metrics)),
+		archivers:      archivers,
 	}, nil
 }
 
@@ -238,16 +245,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	return workBeside(ctx, []func(context.Context) error{w.sweep, w.applyCoherence, w.heal, w.archive, w.prune}, w.settle)
 }
 
-// archive runs the event archiver; every worker runs one, and they share
-// the work.
+// archive runs an event archiver per shard of the accounts' logs; every
+// worker runs them, and they share the work of each shard.
 func (w *Worker) archive(ctx context.Context) error {
-	w.archiver.Run(ctx)
+	var running sync.WaitGroup
+	for _, archiver := range w.archivers {
+		running.Go(func() { archiver.Run(ctx) })
+	}
+	running.Wait()
 	return nil
 }
 
-// prune deletes the event history past its retention.
+// prune deletes the event history past its retention: one history in
+// PostgreSQL, so one pruner.
 func (w *Worker) prune(ctx context.Context) error {
-	w.archiver.KeepPruning(ctx)
+	w.archivers[0].KeepPruning(ctx)
 	return nil
 }
 

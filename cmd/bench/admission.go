@@ -77,7 +77,7 @@ func (e *env) startGateway(ctx context.Context) (url string, stop func(), err er
 	}
 	config := gateway.DefaultConfig()
 	config.RateLimitBurst, config.RateLimitPerSecond = 1_000_000, 1_000_000
-	events := placement.NewEventStreams(ordersQueue, placement.WithEventLogger(e.logger))
+	events := placement.NewEventStreams(placement.NewEventLogs(e.queue), placement.WithEventLogger(e.logger))
 	server := gateway.New(gateway.Deps{
 		Placer:      placer,
 		Instruments: instruments,

@@ -567,7 +567,7 @@ func (e *env) measureResume(ctx context.Context, queue *emq.Queue, history *post
 	}); err != nil {
 		return 0, 0, err
 	}
-	streams := placement.NewEventStreams(queue, placement.WithEventHistory(history), placement.WithEventLogger(e.logger))
+	streams := placement.NewEventStreams(placement.SingleEventLog(queue), placement.WithEventHistory(history), placement.WithEventLogger(e.logger))
 	defer streams.Close()
 	started := time.Now()
 	subscription, err := streams.Subscribe(ctx, account, 0)

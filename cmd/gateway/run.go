@@ -224,11 +224,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 				"keys", unverifiable, "encryption_key_set", c.sealer != nil)
 		}
 	}
-	// The event streams' tail loop holds one connection of the pool while
-	// it waits (go-redis extends its read timeout by the block).
+	// Each shard's tail loop of the event streams holds one connection of
+	// the pool while it waits (go-redis extends its read timeout by the
+	// block), once a stream of an account of the shard is open.
 	// A stream that resumes further back than Redis's hot tail reads the
 	// history in PostgreSQL first.
-	events := placement.NewEventStreams(ordersQueue, placement.WithEventLogger(logger),
+	events := placement.NewEventStreams(placement.NewEventLogs(queueClient), placement.WithEventLogger(logger),
 		placement.WithEventHistory(postgres.NewEventHistory(db)))
 	defer events.Close()
 	server := gateway.New(gateway.Deps{

@@ -318,7 +318,7 @@ func TestWorkerSettlesOrders(t *testing.T) {
 	} {
 		var got []string
 		waitUntil(t, 15*time.Second, "the events of "+want.account, func() bool {
-			got = accountEvents(t, queue, want.account)
+			got = accountEvents(t, placement.NewEventLogs(client).For(want.account), want.account)
 			return containsInOrder(got, want.events) && slices.ContainsFunc(got, func(e string) bool { return strings.HasPrefix(e, "balance ") })
 		})
 	}

@@ -310,7 +310,9 @@ type run struct {
 	pg     *testserver.PostgresInstance
 	db     *pgxpool.Pool
 	// the test's own view of the queue
-	queue   *emq.Queue
+	queue *emq.Queue
+	// events are the accounts' logs of events.
+	events  *placement.EventLogs
 	slots   []*workerSlot
 	gateway *process
 	gwAddr  string
@@ -378,6 +380,7 @@ func Run(t testing.TB, cfg Config) Summary {
 	}
 	t.Cleanup(func() { _ = queueClient.Close() })
 	r.queue = queueClient.Queue(orders.Queue)
+	r.events = placement.NewEventLogs(queueClient)
 	r.caches = coherence.New(queueClient.Redis())
 	r.env = []string{"REDIS_URL=" + redisURL, "DATABASE_URL=" + database.URL, "MIGRATE=false"}
 
@@ -1196,7 +1199,7 @@ const eventsDeadline = 20 * time.Second
 // workers' appends waiting for the replica, neither the Redis kill nor the
 // failovers lose an acknowledged event.
 func (r *run) checkEvents(ctx context.Context, acknowledged []string) {
-	log := r.queue
+	log := r.events
 	deadline := time.Now().Add(eventsDeadline)
 	for {
 		problems, err := r.eventProblems(ctx, log, acknowledged)
@@ -1251,7 +1254,7 @@ func accountEvents(ctx context.Context, log *emq.Queue, history *postgres.EventH
 
 // eventProblems lists what the accounts' logs (and their history) get
 // wrong now.
-func (r *run) eventProblems(ctx context.Context, log *emq.Queue, acknowledged []string) ([]string, error) {
+func (r *run) eventProblems(ctx context.Context, log *placement.EventLogs, acknowledged []string) ([]string, error) {
 	rows, err := r.db.Query(ctx, ordersReadSQL)
 	if err != nil {
 		return nil, err
@@ -1277,7 +1280,7 @@ func (r *run) eventProblems(ctx context.Context, log *emq.Queue, acknowledged []
 	var problems []string
 	history := postgres.NewEventHistory(r.db)
 	for account := range accounts {
-		events, err := accountEvents(ctx, log, history, account)
+		events, err := accountEvents(ctx, log.For(account), history, account)
 		if err != nil {
 			return nil, err
 		}
