@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordergate/ordergate/api/client"
-	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/gateway"
 	"github.com/ordergate/ordergate/orders"
@@ -27,12 +26,11 @@ import (
 // cmd/gateway wires it, plus the coherence job mode a worker runs.
 type balanceFixture struct {
 	*fixture
-	url            string
-	client         *emq.Client
-	ledger         *postgres.Ledger
-	relay          *placement.OutboxRelay
-	coherenceQueue *emq.Queue
-	consumer       *placement.BalanceCoherence
+	url      string
+	client   *emq.Client
+	ledger   *postgres.Ledger
+	relay    *placement.OutboxRelay
+	consumer *placement.BalanceCoherence
 }
 
 func newBalanceFixture(t testing.TB, accounts int) *balanceFixture {
@@ -50,7 +48,6 @@ func newBalanceFixture(t testing.TB, accounts int) *balanceFixture {
 	if err := f.relay.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f.coherenceQueue = f.client.Queue(coherence.Queue(placement.BalancesTable))
 	f.consumer = placement.NewBalanceCoherence(postgres.NewBalances(f.db), f.caches, logger)
 	return f
 }
@@ -183,7 +180,7 @@ func TestBalanceChangeShowsOnceItsCoherenceJobRan(t *testing.T) {
 	}
 
 	f.relay.Relay(ctx, []orders.OutboxEntry{entry})
-	claims, err := f.coherenceQueue.Claim(ctx, 10, time.Minute)
+	claims, err := f.client.Queue(placement.CoherenceQueue(placement.BalancesTable, account)).Claim(ctx, 10, time.Minute)
 	if err != nil || len(claims) != 1 || string(claims[0].Payload) != name+"@2" {
 		t.Fatalf("claimed %+v, %v; want the one job %s@2", claims, err, name)
 	}

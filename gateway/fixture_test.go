@@ -43,7 +43,7 @@ type fixture struct {
 	redis *testserver.Redis
 	rdb   *redis.Client
 	db    *pgxpool.Pool
-	// queue is the orders queue, for tests that play the worker.
+	// queue is BTC-USD's orders queue, for tests that play the worker.
 	queue *emq.Queue
 	// events are the accounts' logs of events.
 	events      *placement.EventLogs
@@ -108,11 +108,14 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config, keyOption
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.queue, f.client, f.databaseURL = queueClient.Queue(orders.Queue), queueClient, database.URL
+	queues := placement.NewOrderQueues(queueClient)
+	f.queue, f.client, f.databaseURL = queues.For("BTC-USD"), queueClient, database.URL
 	f.events = placement.NewEventLogs(queueClient)
 	f.caches = coherence.New(f.rdb)
-	placer := placement.NewPlacer(f.queue, placement.WithHistory(postgres.NewOrders(postgres.NewHistory(f.db), postgres.NewSettler(f.db, nil, nil))))
-	if err := placer.Declare(ctx); err != nil {
+	placer := placement.NewPlacer(queues, placement.WithHistory(postgres.NewOrders(postgres.NewHistory(f.db), postgres.NewSettler(f.db, nil, nil))))
+	// Declared at start as the gateway declares them, so tests that play
+	// the gateway's admission may admit directly.
+	if err := placer.Declare(ctx, "BTC-USD", "ETH-USD", "ETH-BTC"); err != nil {
 		t.Fatal(err)
 	}
 	f.instruments, err = placement.LoadInstruments(ctx, postgres.NewInstruments(f.db))
@@ -335,7 +338,7 @@ func (f *fixture) claim(t testing.TB, id string) emq.Claim {
 	return claims[0]
 }
 
-// queueKeys lists the keys of the orders queue that hold orders (not its
+// queueKeys lists the keys of the queues that hold orders (not their
 // declared kinds, nor the rate limiter's buckets).
 func (f *fixture) queueKeys(t testing.TB) []string {
 	t.Helper()
@@ -344,9 +347,10 @@ func (f *fixture) queueKeys(t testing.TB) []string {
 		t.Fatal(err)
 	}
 	var written []string
-	buckets := f.queue.BucketKey("")
 	for _, key := range all {
-		if key != "emq:{orders}:kinds" && key != "{emq}:version" && key != "{emq}:queues" && !strings.HasPrefix(key, buckets) {
+		// Any queue's rate-limit buckets (the instruments' and the
+		// limits shards') and declared kinds are not orders.
+		if !strings.HasSuffix(key, ":kinds") && key != "{emq}:version" && key != "{emq}:queues" && !strings.Contains(key, "}:bucket:") {
 			written = append(written, key)
 		}
 	}

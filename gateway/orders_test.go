@@ -9,6 +9,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
 )
 
 func TestConcurrentRetriesAdmitOneOrder(t *testing.T) {
@@ -48,7 +51,7 @@ func TestConcurrentRetriesAdmitOneOrder(t *testing.T) {
 	if created != 1 || replayed != callers-1 || len(ids) != 1 {
 		t.Fatalf("created %d, replayed %d, distinct ids %d; want 1, %d, 1", created, replayed, len(ids), callers-1)
 	}
-	if jobs := f.rdb.HLen(context.Background(), "emq:{orders}:jobs").Val(); jobs != 1 {
+	if jobs := f.rdb.HLen(context.Background(), emq.JobsKey(orders.InstrumentQueue("BTC-USD"))).Val(); jobs != 1 {
 		t.Errorf("job rows = %d, want 1", jobs)
 	}
 }
@@ -114,13 +117,13 @@ func TestThousandOrdersFromTenAccountsLandInTheirLanes(t *testing.T) {
 			t.Errorf("job %s group = %q, %v; want %s", p.id, job.Group, err, p.account)
 		}
 	}
-	jobs := f.rdb.HLen(ctx, "emq:{orders}:jobs").Val()
+	jobs := f.rdb.HLen(ctx, emq.JobsKey(orders.InstrumentQueue("BTC-USD"))).Val()
 	pending, err := f.queue.Pending(ctx)
 	if count != 1000 || jobs != 1000 || pending != 1000 || err != nil {
 		t.Fatalf("placed %d, job rows %d, pending %d (%v); want 1000 each", count, jobs, pending, err)
 	}
 	for _, account := range f.accounts {
-		if lane := f.rdb.LLen(ctx, "emq:{orders}:lane:"+account).Val(); lane != perAccount {
+		if lane := f.rdb.LLen(ctx, "emq:{"+orders.InstrumentQueue("BTC-USD")+"}:lane:"+account).Val(); lane != perAccount {
 			t.Errorf("lane of %s holds %d, want %d", account, lane, perAccount)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/ordergate/ordergate/control"
 	"github.com/ordergate/ordergate/gateway"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/secret"
 )
@@ -60,6 +61,14 @@ func TestRateLimitRefusesPastTheBurst(t *testing.T) {
 			t.Errorf("request %d: RateLimit-Reset %d, want 1..3 s", i, got)
 		}
 	}
+	// A placement takes from the key's bucket on its instrument: a burst
+	// of its own.
+	for i, want := range []int{2, 1, 0} {
+		res := f.place(t, key, limitOrder(fmt.Sprintf("c-%d", i)))
+		if res.status != http.StatusAccepted || headerInt(t, res, "RateLimit-Remaining") != want {
+			t.Fatalf("placement %d: %d %s, RateLimit-Remaining %q, want %d", i, res.status, res.body, res.header.Get("RateLimit-Remaining"), want)
+		}
+	}
 	keysBefore := f.queueKeys(t)
 	for _, res := range []response{f.list(t, key, nil), f.place(t, key, limitOrder("over"))} {
 		if res.status != http.StatusTooManyRequests {
@@ -97,10 +106,11 @@ func TestRateLimitRefusesPastTheBurst(t *testing.T) {
 	}
 }
 
-// A placement takes its permit in its admission, from the same bucket as the
-// key's other requests: placements count RateLimit-Remaining down, a replay,
-// a conflicting reuse and a refused body spend a permit too and say so, and
-// an order past the burst is refused with 429 and not admitted.
+// A placement takes its permit in its admission, from the key's bucket on
+// its instrument's queue (its slot): placements count RateLimit-Remaining
+// down, a replay and a conflicting reuse spend a permit too and say so, and
+// an order past the burst is refused with 429 and not admitted. A refused
+// body and a read take from the key's bucket of other requests, apart.
 func TestRateLimitPlacementsShareTheBucket(t *testing.T) {
 	f := newFixtureWith(t, 1, limited(5, 1))
 	key := f.keys[0]
@@ -115,10 +125,11 @@ func TestRateLimitPlacementsShareTheBucket(t *testing.T) {
 		{"conflicting reuse of the client order id", func() response {
 			return f.place(t, key, strings.Replace(limitOrder("first"), `"side":"buy"`, `"side":"sell"`, 1))
 		}, http.StatusConflict, 2},
-		{"bad body", func() response { return f.place(t, key, `{"symbol":"BTC-USD"}`) }, http.StatusUnprocessableEntity, 1},
-		{"read", func() response { return f.list(t, key, nil) }, http.StatusOK, 0},
-		{"placement past the burst", func() response { return f.place(t, key, limitOrder("second")) }, http.StatusTooManyRequests, 0},
-		{"bad body past the burst", func() response { return f.place(t, key, `{}`) }, http.StatusTooManyRequests, 0},
+		{"bad body", func() response { return f.place(t, key, `{"symbol":"BTC-USD"}`) }, http.StatusUnprocessableEntity, 4},
+		{"read", func() response { return f.list(t, key, nil) }, http.StatusOK, 3},
+		{"second placement", func() response { return f.place(t, key, limitOrder("second")) }, http.StatusAccepted, 1},
+		{"third placement", func() response { return f.place(t, key, limitOrder("third")) }, http.StatusAccepted, 0},
+		{"placement past the burst", func() response { return f.place(t, key, limitOrder("fourth")) }, http.StatusTooManyRequests, 0},
 	}
 	for _, step := range steps {
 		res := step.res()
@@ -135,8 +146,8 @@ func TestRateLimitPlacementsShareTheBucket(t *testing.T) {
 			t.Errorf("%s: Retry-After %q, want 1", step.name, res.header.Get("Retry-After"))
 		}
 	}
-	if pending, err := f.queue.Pending(context.Background()); err != nil || pending != 1 {
-		t.Errorf("pending %d, %v; want only the first order", pending, err)
+	if pending, err := f.queue.Pending(context.Background()); err != nil || pending != 3 {
+		t.Errorf("pending %d, %v; want the three orders within the burst", pending, err)
 	}
 }
 
@@ -183,20 +194,22 @@ func TestRateLimitBucketsArePerKey(t *testing.T) {
 		t.Errorf("another key of account 0: %d, want 200", res.status)
 	}
 
-	buckets, err := f.rdb.Keys(context.Background(), f.queue.BucketKey("")+"*").Result()
+	// Reads take from the limits shards' buckets (placement.PermitShards).
+	buckets, err := f.rdb.Keys(context.Background(), "emq:{"+placement.PermitsQueuePrefix+"*}:bucket:*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
+	nameOf := func(bucket string) string { _, name, _ := strings.Cut(bucket, "}:bucket:"); return name }
 	want := map[string]bool{}
 	for _, key := range f.keys {
 		sum := sha256.Sum256([]byte(key))
-		want[f.queue.BucketKey("key:"+hex.EncodeToString(sum[:16]))] = true
+		want["key:"+hex.EncodeToString(sum[:16])] = true
 	}
 	// Each key's first request also took a permit of the lookups before
 	// authentication, named by the client's address (lookuplimit.go).
 	lookups := 0
 	for _, bucket := range buckets {
-		if strings.HasPrefix(bucket, f.queue.BucketKey("lookup:")) {
+		if strings.HasPrefix(nameOf(bucket), "lookup:") {
 			lookups++
 		}
 	}
@@ -204,7 +217,7 @@ func TestRateLimitBucketsArePerKey(t *testing.T) {
 		t.Errorf("buckets %v, want one per key used and two of lookups", buckets)
 	}
 	for _, bucket := range buckets {
-		if !want[bucket] && !strings.HasPrefix(bucket, f.queue.BucketKey("lookup:")) {
+		if !want[nameOf(bucket)] && !strings.HasPrefix(nameOf(bucket), "lookup:") {
 			t.Errorf("bucket %q is not named by a key's hash", bucket)
 		}
 		for _, key := range f.keys {

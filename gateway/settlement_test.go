@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/settlement"
@@ -61,15 +62,19 @@ func TestRandomOrdersSettleExactlyOnce(t *testing.T) {
 		t.Cleanup(pool.Close)
 		relay := placement.NewOutboxRelay(postgres.NewOutbox(pool), f.client, placement.CoherenceModes, quiet)
 		settler := postgres.NewSettler(pool, relay, quiet)
-		working.Go(func() {
-			err := f.queue.Work(workCtx, settlement.Settle(settler), emq.WorkerOptions{
-				Concurrency: 4, Lease: 10 * time.Second, Logger: quiet,
-				Retry: emq.RetryPolicy{MaxAttempts: 50, BaseDelay: 10 * time.Millisecond, MaxDelay: time.Second},
+		// Each instrument's queue worked by every worker: what the test
+		// proves is settlement's exactness, not the ownership.
+		for _, symbol := range []string{"BTC-USD", "ETH-USD", "ETH-BTC"} {
+			working.Go(func() {
+				err := f.client.Queue(orders.InstrumentQueue(symbol)).Work(workCtx, settlement.Settle(settler), emq.WorkerOptions{
+					Concurrency: 4, Lease: 10 * time.Second, Logger: quiet,
+					Retry: emq.RetryPolicy{MaxAttempts: 50, BaseDelay: 10 * time.Millisecond, MaxDelay: time.Second},
+				})
+				if err != nil {
+					t.Errorf("worker: %v", err)
+				}
 			})
-			if err != nil {
-				t.Errorf("worker: %v", err)
-			}
-		})
+		}
 	}
 	defer func() {
 		stopWorkers()

@@ -301,10 +301,10 @@ func TestAnArchiverKeepsNothingItsReplicasLack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.queue = waiting.Queue(orders.Queue)
+	f.queue = waiting.Queue(placement.EventsQueuePrefix + "0")
 	archiver := f.archiver(nil, emq.LogHotTail{})
 	pass(t, archiver)
-	appendEvents(t, appender.Queue(orders.Queue), "acct", 5)
+	appendEvents(t, appender.Queue(placement.EventsQueuePrefix+"0"), "acct", 5)
 	for range 2 {
 		err := archiver.Pass(context.Background(), time.Millisecond)
 		var notReplicated *emq.NotReplicatedError

@@ -22,7 +22,7 @@ func eventsQueue(t testing.TB) *emq.Queue {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return client.Queue(orders.Queue)
+	return client.Queue(placement.EventsQueuePrefix + "0")
 }
 
 func newEventStreams(t testing.TB, queue *emq.Queue, opts ...placement.EventStreamsOption) *placement.EventStreams {
@@ -219,7 +219,7 @@ func TestEventSubscriptionsEndWhenTheLogLosesEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queue := client.Queue(orders.Queue)
+	queue := client.Queue(placement.EventsQueuePrefix + "0")
 	streams := newEventStreams(t, queue)
 	appendEvents(t, queue, "acct", 5)
 	subscription, err := streams.Subscribe(ctx, "acct", 0)
@@ -231,19 +231,19 @@ func TestEventSubscriptionsEndWhenTheLogLosesEvents(t *testing.T) {
 	// The log as a replica that missed the last three appends holds it:
 	// written anew with its first two entries (Valkey refuses to set a
 	// stream's last id below one it deleted).
-	kept, err := rdb.XRangeN(ctx, "emq:{orders}:log:acct", "-", "+", 2).Result()
+	kept, err := rdb.XRangeN(ctx, "emq:{events.0}:log:acct", "-", "+", 2).Result()
 	if err != nil || len(kept) != 2 {
 		t.Fatalf("the log's first entries: %v, %v", kept, err)
 	}
-	if err := rdb.Del(ctx, "emq:{orders}:log:acct").Err(); err != nil {
+	if err := rdb.Del(ctx, "emq:{events.0}:log:acct").Err(); err != nil {
 		t.Fatal(err)
 	}
 	for _, entry := range kept {
-		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "emq:{orders}:log:acct", ID: entry.ID, Values: entry.Values}).Err(); err != nil {
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "emq:{events.0}:log:acct", ID: entry.ID, Values: entry.Values}).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := rdb.HSet(ctx, "emq:{orders}:logseq", "acct", 2).Err(); err != nil {
+	if err := rdb.HSet(ctx, "emq:{events.0}:logseq", "acct", 2).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// The failover cuts the tail loop's connection.
@@ -269,7 +269,7 @@ func TestEventSubscriptionsEndWhenTheLogLacksTheirNextEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queue := client.Queue(orders.Queue)
+	queue := client.Queue(placement.EventsQueuePrefix + "0")
 	streams := newEventStreams(t, queue)
 	appendEvents(t, queue, "acct", 2)
 	subscription, err := streams.Subscribe(ctx, "acct", 0)
@@ -283,11 +283,11 @@ func TestEventSubscriptionsEndWhenTheLogLacksTheirNextEvent(t *testing.T) {
 		t.Fatalf("an idle stream answered %v, %v", ok, err)
 	}
 	// Event 4 lands, 3 never did.
-	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "emq:{orders}:log:acct", ID: "4-0",
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "emq:{events.0}:log:acct", ID: "4-0",
 		Values: []string{"id", "ev", "type", string(orders.EventBalance), "at", "0", "data", "{}"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.HSet(ctx, "emq:{orders}:logseq", "acct", 4).Err(); err != nil {
+	if err := rdb.HSet(ctx, "emq:{events.0}:logseq", "acct", 4).Err(); err != nil {
 		t.Fatal(err)
 	}
 	_, ok, err := subscription.Next(ctx, 5*time.Second)

@@ -375,7 +375,7 @@ func TestARedeliveryRefillsWhatRedisLost(t *testing.T) {
 func TestRefilledBalancesAreAnnouncedOncePerVersion(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
-	events := f.client.Queue(orders.Queue)
+	events := f.client.Queue(placement.EventsQueuePrefix + "0")
 	consumer := placement.NewBalanceCoherence(postgres.NewBalances(f.db), f.caches, f.logger, placement.WithBalanceEvents(events))
 	account := f.newAccount(t)
 	v1 := f.depositWithOutbox(t, account, "USD", "1.00")

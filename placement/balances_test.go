@@ -252,16 +252,20 @@ func readersNeverSeeABalanceGoBack(t *testing.T, f *coherenceFixture) {
 	const depositsPerAccount = 30
 
 	workerCtx, stopWorker := context.WithCancel(ctx)
-	workerDone := make(chan error, 1)
-	go func() {
-		workerDone <- f.queue.Work(workerCtx, f.consumer.Handle, emq.WorkerOptions{
-			Concurrency: 4, Lease: 5 * time.Second, IdlePoll: 5 * time.Millisecond, Logger: f.logger,
-		})
-	}()
+	workerDone := make(chan error, len(f.queues))
+	for _, queue := range f.queues {
+		go func() {
+			workerDone <- queue.Work(workerCtx, f.consumer.Handle, emq.WorkerOptions{
+				Concurrency: 4, Lease: 5 * time.Second, IdlePoll: 5 * time.Millisecond, Logger: f.logger,
+			})
+		}()
+	}
 	defer func() {
 		stopWorker()
-		if err := <-workerDone; err != nil {
-			t.Errorf("worker: %v", err)
+		for range f.queues {
+			if err := <-workerDone; err != nil {
+				t.Errorf("worker: %v", err)
+			}
 		}
 	}()
 
@@ -339,12 +343,24 @@ func readersNeverSeeABalanceGoBack(t *testing.T, f *coherenceFixture) {
 	}()
 	writers.Wait()
 
-	waitFor(t, 30*time.Second, "the coherence queue drains", func() bool {
-		depths, err := f.queue.Stats(ctx)
-		return err == nil && depths.Pending == 0 && depths.Active == 0 && depths.Delayed == 0
+	depths := func() emq.Stats {
+		var sum emq.Stats
+		for _, queue := range f.queues {
+			stats, err := queue.Stats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum.Pending, sum.Active, sum.Delayed = sum.Pending+stats.Pending, sum.Active+stats.Active, sum.Delayed+stats.Delayed
+			sum.Dead, sum.Finished = sum.Dead+stats.Dead, sum.Finished+stats.Finished
+		}
+		return sum
+	}
+	waitFor(t, 30*time.Second, "the coherence queues drain", func() bool {
+		d := depths()
+		return d.Pending == 0 && d.Active == 0 && d.Delayed == 0
 	})
-	if depths, err := f.queue.Stats(ctx); err != nil || depths.Dead != 0 || depths.Finished == 0 {
-		t.Errorf("coherence queue %+v, %v; want jobs done and none dead", depths, err)
+	if d := depths(); d.Dead != 0 || d.Finished == 0 {
+		t.Errorf("coherence queues %+v; want jobs done and none dead", d)
 	}
 	close(readersStop)
 	readers.Wait()

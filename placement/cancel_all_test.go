@@ -39,8 +39,9 @@ func TestCancelAllRecordsWhatItWithdrewBeforeRedisFailed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queue := client.Queue(orders.Queue)
-	placer := placement.NewPlacer(queue, placement.WithHistory(postgres.NewOrders(postgres.NewHistory(db), postgres.NewSettler(db, nil, nil))))
+	queues := placement.NewOrderQueues(client)
+	queue := queues.For("BTC-USD")
+	placer := placement.NewPlacer(queues, placement.WithHistory(postgres.NewOrders(postgres.NewHistory(db), postgres.NewSettler(db, nil, nil))))
 	if err := placer.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -63,7 +63,7 @@ func TestCancelOfAnOrderThatCameToRestMeanwhile(t *testing.T) {
 	const account = "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"
 	order := placeOrder(t, bare, account, "race")
 	history := &restingMeanwhile{queue: queue, order: order}
-	placer := placement.NewPlacer(queue, placement.WithHistory(history))
+	placer := placement.NewPlacer(bare.Queues(), placement.WithHistory(history))
 	got, err := placer.Cancel(context.Background(), account, order.ID)
 	if err != nil || got.Status != orders.StatusCanceled || !history.bookCanceled {
 		t.Fatalf("cancel: %s, %v (canceled in the book: %v); want canceled through CancelResting", got.Status, err, history.bookCanceled)
@@ -120,7 +120,7 @@ func TestGetOfAnOrderSettledMeanwhile(t *testing.T) {
 			const account = "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"
 			order := placeOrder(t, bare, account, "race")
 			history := &settledMeanwhile{restingMeanwhile: restingMeanwhile{queue: queue, order: order}, meanwhile: tc.meanwhile}
-			placer := placement.NewPlacer(queue, placement.WithHistory(history))
+			placer := placement.NewPlacer(bare.Queues(), placement.WithHistory(history))
 			got, err := placer.Order(context.Background(), account, order.ID)
 			if err != nil || got.Status != orders.StatusFilled {
 				t.Fatalf("GET: %s, %v; want filled, as the row settled meanwhile says", got.Status, err)

@@ -23,8 +23,9 @@ func placerOnRedis(t testing.TB) (*placement.Placer, *emq.Queue, *testserver.Red
 	if err != nil {
 		t.Fatal(err)
 	}
-	queue := client.Queue(orders.Queue)
-	placer := placement.NewPlacer(queue)
+	queues := placement.NewOrderQueues(client)
+	queue := queues.For("BTC-USD")
+	placer := placement.NewPlacer(queues)
 	if err := placer.Declare(context.Background()); err != nil {
 		t.Fatal(err)
 	}

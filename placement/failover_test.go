@@ -86,8 +86,9 @@ func ordersQueueOn(t testing.TB, server *testserver.Redis) (*placement.Placer, *
 	if err != nil {
 		t.Fatal(err)
 	}
-	queue := client.Queue(orders.Queue)
-	placer := placement.NewPlacer(queue)
+	queues := placement.NewOrderQueues(client)
+	queue := queues.For("BTC-USD")
+	placer := placement.NewPlacer(queues)
 	if err := placer.Declare(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -161,8 +162,9 @@ func TestAdmissionWaitsForReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queue := client.Queue(orders.Queue)
-	placer := placement.NewPlacer(queue)
+	queues := placement.NewOrderQueues(client)
+	queue := queues.For("BTC-USD")
+	placer := placement.NewPlacer(queues)
 	if err := placer.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +176,7 @@ func TestAdmissionWaitsForReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatalf("with the replica following: %v", err)
 	}
-	if got, err := replicaClient.HExists(ctx, emq.JobsKey(orders.Queue), placed.Order.ID).Result(); err != nil || !got {
+	if got, err := replicaClient.HExists(ctx, emq.JobsKey(orders.InstrumentQueue("BTC-USD")), placed.Order.ID).Result(); err != nil || !got {
 		t.Errorf("the replica does not hold the acknowledged order (%v, %v)", got, err)
 	}
 
@@ -211,7 +213,7 @@ func TestConflictWhileNotReplicatedIsAConflict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	placer := placement.NewPlacer(client.Queue(orders.Queue))
+	placer := placement.NewPlacer(placement.NewOrderQueues(client))
 	if err := placer.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}

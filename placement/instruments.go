@@ -144,6 +144,17 @@ func (s *Instruments) All() []orders.Instrument {
 	return all
 }
 
+// Symbols returns every instrument's symbol, sorted.
+func (s *Instruments) Symbols() []string {
+	current := *s.current.Load()
+	symbols := make([]string, 0, len(current))
+	for symbol := range current {
+		symbols = append(symbols, symbol)
+	}
+	slices.Sort(symbols)
+	return symbols
+}
+
 // KeepFresh refreshes every interval until ctx ends, so a halt reaches the
 // gateway within one interval; a failed refresh keeps the last good copy.
 func (s *Instruments) KeepFresh(ctx context.Context, interval time.Duration, failed func(error)) {

@@ -70,18 +70,20 @@ func takeOf(take *emq.Take) *Take {
 	return &t
 }
 
-// WithRateLimit makes the placement take a permit from the orders queue's
-// named bucket first, in the same script run as the admission: an empty
-// bucket refuses the order with a *RateLimitedError and admits nothing. A
-// replay spends its permit too.
+// WithRateLimit makes the placement take a permit from the named bucket on
+// its instrument's queue first, in the same script run as the admission:
+// an empty bucket refuses the order with a *RateLimitedError and admits
+// nothing. A replay spends its permit too. The bucket is the account's on
+// that instrument: each instrument's queue is on a slot of its own.
 func WithRateLimit(bucket string, limit Rate) PlaceOption {
 	return func(job *emq.Job) { job.RateLimit = &emq.RateLimit{Bucket: bucket, Limit: emq.Rate(limit)} }
 }
 
-// TakePermit takes a permit from the orders queue's named bucket: the bucket
-// Place takes from WithRateLimit, so requests that place nothing and
-// placements draw on one budget.
+// TakePermit takes a permit from the named bucket on its shard of the
+// limits queues (PermitShards, by a hash of the name): requests that place
+// nothing draw on it, placements on their instrument's bucket of the same
+// name (WithRateLimit).
 func (p *Placer) TakePermit(ctx context.Context, bucket string, limit Rate) (Take, error) {
-	take, err := p.queue.TakePermit(ctx, bucket, emq.Rate(limit))
+	take, err := p.queues.permitsFor(bucket).TakePermit(ctx, bucket, emq.Rate(limit))
 	return Take(take), err
 }

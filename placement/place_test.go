@@ -14,7 +14,8 @@ import (
 
 // A rate-limited placement takes its permit in the admission: past the burst
 // the order is refused as rate limited (not as an outage) and not admitted,
-// a replay spends a permit, and TakePermit draws on the same bucket.
+// and a replay spends a permit. TakePermit draws on a bucket of the same
+// name on its limits shard, not the instrument's: another slot.
 func TestPlaceWithRateLimit(t *testing.T) {
 	placer, queue, _ := placerOnRedis(t)
 	ctx := context.Background()
@@ -33,10 +34,13 @@ func TestPlaceWithRateLimit(t *testing.T) {
 	if err != nil || !replay.Replayed || replay.Order.ID != first.Order.ID || replay.Take == nil || replay.Take.Remaining != 1 {
 		t.Fatalf("replay: %+v, %v; want the first order with 1 permit left", replay, err)
 	}
-	if take, err := placer.TakePermit(ctx, "key-1", placement.Rate{Capacity: 3, PerSecond: 1}); err != nil || !take.Allowed || take.Remaining != 0 {
-		t.Fatalf("take: %+v, %v; want the last permit", take, err)
+	if take, err := placer.TakePermit(ctx, "key-1", placement.Rate{Capacity: 3, PerSecond: 1}); err != nil || !take.Allowed || take.Remaining != 2 {
+		t.Fatalf("take: %+v, %v; want the first permit of the limits shard's bucket", take, err)
 	}
-	_, err = placer.Place(ctx, command("c-2"), limit)
+	if last, err := placer.Place(ctx, command("c-2"), limit); err != nil || last.Take == nil || last.Take.Remaining != 0 {
+		t.Fatalf("third placement: %+v, %v; want admitted with the last permit", last, err)
+	}
+	_, err = placer.Place(ctx, command("c-3"), limit)
 	var limited *emq.RateLimitedError
 	if !errors.As(err, &limited) || errors.Is(err, orders.ErrUnavailable) || limited.Take.RetryAfter <= 0 {
 		t.Fatalf("placement past the burst: %v, want a *emq.RateLimitedError with a retry time, not ErrUnavailable", err)
@@ -45,8 +49,8 @@ func TestPlaceWithRateLimit(t *testing.T) {
 	if !errors.As(err, &refused) || refused.Take != placement.Take(limited.Take) || refused.Bucket != limited.Bucket {
 		t.Fatalf("placement past the burst: %v, want a *placement.RateLimitedError with the queue's take", err)
 	}
-	if pending, err := queue.Pending(ctx); err != nil || pending != 1 {
-		t.Errorf("pending %d, %v; want only the first order", pending, err)
+	if pending, err := queue.Pending(ctx); err != nil || pending != 2 {
+		t.Errorf("pending %d, %v; want the two orders admitted", pending, err)
 	}
 	// Without the option nothing is limited.
 	unlimited, err := placer.Place(ctx, command("c-3"))

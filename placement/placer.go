@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
@@ -35,10 +36,11 @@ type History interface {
 	CancelAllResting(ctx context.Context, account, symbol string) ([]orders.Order, error)
 }
 
-// Placer admits orders onto the orders queue and reads them back: final
-// orders from the orders table (its History), the others from the queue.
+// Placer admits orders onto their instruments' queues and reads them back:
+// final orders from the orders table (its History), the others from the
+// queues.
 type Placer struct {
-	queue *emq.Queue
+	queues *OrderQueues
 	// history is nil for a Placer on the queue alone, which then knows no
 	// final state but canceled and lists nothing.
 	history History
@@ -54,25 +56,28 @@ func WithHistory(history History) PlacerOption {
 	return func(p *Placer) { p.history = history }
 }
 
-// NewPlacer admits onto queue. A client order id is held for the queue's
-// dedup retention, which Declare sets when queue was made with
-// emq.WithDedupRetention (DEDUP_RETENTION in the gateway).
-func NewPlacer(queue *emq.Queue, opts ...PlacerOption) *Placer {
-	p := &Placer{queue: queue}
+// NewPlacer admits onto queues, each order onto its instrument's. A client
+// order id is held for the queue's dedup retention, which Declare sets when
+// the queues were made with emq.WithDedupRetention (DEDUP_RETENTION in the
+// gateway), per account and instrument: the same id on another instrument
+// is admitted, and settlement rejects it (duplicate_client_order_id).
+func NewPlacer(queues *OrderQueues, opts ...PlacerOption) *Placer {
+	p := &Placer{queues: queues}
 	for _, opt := range opts {
 		opt(p)
 	}
 	return p
 }
 
-// Declare registers the order job kind on the queue, and its dedup
-// retention if the queue was made with one; call once at start.
-func (p *Placer) Declare(ctx context.Context) error {
-	if err := p.queue.Declare(ctx, orders.KindPlace); err != nil {
-		return fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
-	}
-	return nil
+// Declare registers the order job kind on the symbols' queues, and their
+// dedup retention if the queues were made with one; call once at start.
+// A queue not declared is declared at its first placement.
+func (p *Placer) Declare(ctx context.Context, symbols ...string) error {
+	return p.queues.Declare(ctx, symbols...)
 }
+
+// Queues are the instruments' queues the placer admits onto.
+func (p *Placer) Queues() *OrderQueues { return p.queues }
 
 // Placement is the outcome of Place.
 type Placement struct {
@@ -119,7 +124,7 @@ func (p *Placer) Place(ctx context.Context, cmd orders.PlaceCommand, opts ...Pla
 	for _, opt := range opts {
 		opt(&job)
 	}
-	admission, err := p.queue.Admit(ctx, job)
+	admission, err := p.queues.admit(ctx, order.Symbol, job)
 	if limited := rateLimited(err); limited != nil {
 		return Placement{}, limited
 	}
@@ -244,9 +249,13 @@ func withDefaults(order orders.Order) orders.Order {
 	return order
 }
 
-// queued reads the account's order from the queue alone.
+// queued reads the account's order from the queues alone. The id does not
+// name the instrument, so every instrument's queue is asked at once
+// (OrderQueues.Symbols): one round trip of Redis calls per instrument,
+// paid only by a look-up of an order PostgreSQL holds no row of yet (still
+// pending, active, or dead), since Order reads the row first.
 func (p *Placer) queued(ctx context.Context, account, id string) (orders.Order, error) {
-	job, err := p.queue.Job(ctx, id)
+	job, err := p.findJob(ctx, id)
 	if errors.Is(err, emq.ErrNotFound) {
 		return orders.Order{}, fmt.Errorf("%w: %s", orders.ErrNotFound, id)
 	}
@@ -257,6 +266,42 @@ func (p *Placer) queued(ctx context.Context, account, id string) (orders.Order, 
 		return orders.Order{}, fmt.Errorf("%w: %s", orders.ErrNotFound, id)
 	}
 	return orderOf(job)
+}
+
+// findJob reads the job id from the instrument queue that holds it;
+// emq.ErrNotFound when none does, and a queue's failure only when no other
+// found it.
+func (p *Placer) findJob(ctx context.Context, id string) (emq.JobInfo, error) {
+	symbols := p.queues.Symbols()
+	if len(symbols) == 0 {
+		return emq.JobInfo{}, emq.ErrNotFound
+	}
+	type found struct {
+		job emq.JobInfo
+		err error
+	}
+	answers := make([]found, len(symbols))
+	var wg sync.WaitGroup
+	for i, symbol := range symbols {
+		wg.Go(func() {
+			job, err := p.queues.For(symbol).Job(ctx, id)
+			answers[i] = found{job, err}
+		})
+	}
+	wg.Wait()
+	var failure error
+	for _, answer := range answers {
+		switch {
+		case answer.err == nil:
+			return answer.job, nil
+		case !errors.Is(answer.err, emq.ErrNotFound) && failure == nil:
+			failure = answer.err
+		}
+	}
+	if failure != nil {
+		return emq.JobInfo{}, failure
+	}
+	return emq.JobInfo{}, emq.ErrNotFound
 }
 
 // orderOf reads the order a job carries and its status from the job's state.
@@ -303,7 +348,7 @@ func (p *Placer) Cancel(ctx context.Context, account, id string) (orders.Order, 
 		canceled, err := p.history.CancelResting(ctx, account, id)
 		return withDefaults(canceled), err
 	}
-	err = p.queue.Cancel(ctx, id)
+	err = p.queues.For(order.Symbol).Cancel(ctx, id)
 	switch {
 	case errors.Is(err, emq.ErrState):
 		refusal := p.notCancelable(ctx, account, id, err)
@@ -384,9 +429,10 @@ func (e *PartialCancelError) Error() string {
 
 func (e *PartialCancelError) Unwrap() error { return e.Err }
 
-// CancelAll cancels every pending order of the account on the queue and
-// every resting one in the book (only the symbol's, unless symbol is empty),
-// and returns the orders it canceled, each once.
+// CancelAll cancels every pending order of the account on the queues and
+// every resting one in the book (only the symbol's, on its queue alone,
+// unless symbol is empty: then on every instrument's queue in turn), and
+// returns the orders it canceled, each once.
 //
 // Pending means wherever the queue keeps the order: in the account's lane,
 // waiting out a retry backoff, or handed back to the front list by a
@@ -407,10 +453,18 @@ func (p *Placer) CancelAll(ctx context.Context, account, symbol string) ([]order
 	if symbol != "" {
 		only = &emq.PayloadMember{Name: symbolMember, Value: symbol}
 	}
-	jobs, err := p.queue.CancelGroup(ctx, account, only)
+	symbols := []string{symbol}
+	if symbol == "" {
+		symbols = p.queues.Symbols()
+	}
+	var jobs []emq.JobInfo
 	var failures []error
-	if err != nil {
-		failures = append(failures, fmt.Errorf("%w: %w", orders.ErrUnavailable, err))
+	for _, symbol := range symbols {
+		withdrawn, err := p.queues.For(symbol).CancelGroup(ctx, account, only)
+		jobs = append(jobs, withdrawn...)
+		if err != nil {
+			failures = append(failures, fmt.Errorf("%w: %w", orders.ErrUnavailable, err))
+		}
 	}
 	withdrawn := make([]orders.Order, 0, len(jobs))
 	var unconfirmed []orders.Order
@@ -459,7 +513,7 @@ func (p *Placer) CancelAll(ctx context.Context, account, symbol string) ([]order
 	if len(failures) == 0 {
 		return canceled, nil
 	}
-	err = errors.Join(failures...)
+	err := errors.Join(failures...)
 	if len(canceled) == 0 && len(unconfirmed) == 0 {
 		return nil, err
 	}

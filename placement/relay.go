@@ -18,8 +18,30 @@ import (
 )
 
 // KindBalanceCoherence is the job kind of a balance change on the balances
-// coherence queue, coherence.Queue(BalancesTable).
+// coherence queues, CoherenceQueues(BalancesTable).
 const KindBalanceCoherence = "coherence.balance"
+
+// CoherenceShards is how many queues a job-mode table's changes are spread
+// over, by a hash of their lane (for balances, the account): each is a
+// Redis Cluster slot of its own, so one slot does not carry every balance
+// change of every trade.
+const CoherenceShards = 16
+
+// CoherenceQueues are the names of a job-mode table's coherence queues,
+// coherence.Queue(table) + ".<n>", in shard order.
+func CoherenceQueues(table string) []string {
+	names := make([]string, CoherenceShards)
+	for i := range names {
+		names[i] = coherence.Queue(table) + "." + strconv.Itoa(i)
+	}
+	return names
+}
+
+// CoherenceQueue is the name of the coherence queue of table that carries
+// the changes of lane group.
+func CoherenceQueue(table, group string) string {
+	return coherence.Queue(table) + "." + strconv.Itoa(shardOf(group, CoherenceShards))
+}
 
 const (
 	// DefaultSweepAge is how old an unrelayed outbox row must be before the
@@ -163,9 +185,11 @@ func (r *OutboxRelay) Declare(ctx context.Context) error {
 		if mode != coherence.ModeJob {
 			continue
 		}
-		queue := r.client.Queue(coherence.Queue(table), emq.WithDedupRetention(CoherenceDedupRetention))
-		if err := queue.Declare(ctx, coherenceKind(table)); err != nil {
-			return fmt.Errorf("%w: declare coherence queue of %s: %w", orders.ErrUnavailable, table, err)
+		for _, name := range CoherenceQueues(table) {
+			queue := r.client.Queue(name, emq.WithDedupRetention(CoherenceDedupRetention))
+			if err := queue.Declare(ctx, coherenceKind(table)); err != nil {
+				return fmt.Errorf("%w: declare coherence queue of %s: %w", orders.ErrUnavailable, table, err)
+			}
 		}
 	}
 	return nil
@@ -368,16 +392,35 @@ func (r *OutboxRelay) carry(ctx context.Context, entries []orders.OutboxEntry) (
 	return carried, errors.Join(errs...)
 }
 
-// admit puts one job per entry on the table's coherence queue in one round
-// trip. The dedup key is the payload (name@version), so relaying an entry
-// again, from Relay and the sweep or from two sweeps, admits it once.
+// admit puts one job per entry on its shard of the table's coherence
+// queues, a round trip per shard, the shards at once. The dedup key is the payload
+// (name@version), so relaying an entry again, from Relay and the sweep or
+// from two sweeps, admits it once: an entry's shard is its lane's, always
+// the same.
 func (r *OutboxRelay) admit(ctx context.Context, table string, entries []orders.OutboxEntry) ([]orders.OutboxEntry, error) {
-	queue := r.client.Queue(coherence.Queue(table))
+	byQueue := map[string][]int{}
 	jobs := make([]emq.Job, len(entries))
 	for i, entry := range entries {
 		jobs[i] = CoherenceJob(entry)
+		name := CoherenceQueue(table, jobs[i].Group)
+		byQueue[name] = append(byQueue[name], i)
 	}
-	_, errs := queue.AdmitMany(ctx, jobs)
+	errs := make([]error, len(entries))
+	var admitting sync.WaitGroup
+	for name, indexes := range byQueue {
+		// The shards at once: each writes its own entries' errors.
+		admitting.Go(func() {
+			list := make([]emq.Job, len(indexes))
+			for j, i := range indexes {
+				list[j] = jobs[i]
+			}
+			_, queueErrs := r.client.Queue(name).AdmitMany(ctx, list)
+			for j, i := range indexes {
+				errs[i] = queueErrs[j]
+			}
+		})
+	}
+	admitting.Wait()
 	admitted := make([]orders.OutboxEntry, 0, len(entries))
 	var failed []error
 	for i, err := range errs {

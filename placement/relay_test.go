@@ -27,12 +27,13 @@ import (
 // PostgreSQL: the relay, the balances coherence queue, its consumer and the
 // balance reader, with one funded customer account.
 type coherenceFixture struct {
-	db       *pgxpool.Pool
-	redis    *testserver.Redis
-	rdb      redis.UniversalClient
-	client   *emq.Client
-	caches   *coherence.Client
-	queue    *emq.Queue
+	db     *pgxpool.Pool
+	redis  *testserver.Redis
+	rdb    redis.UniversalClient
+	client *emq.Client
+	caches *coherence.Client
+	// queues are the balances' coherence queues, one per shard.
+	queues   []*emq.Queue
 	relay    *placement.OutboxRelay
 	consumer *placement.BalanceCoherence
 	balances *placement.Balances
@@ -57,7 +58,9 @@ func newCoherenceFixture(t testing.TB, opts ...placement.RelayOption) *coherence
 	}
 	f.caches = coherence.New(rdb)
 	f.logger = slog.New(slog.DiscardHandler)
-	f.queue = f.client.Queue(coherence.Queue(placement.BalancesTable))
+	for _, name := range placement.CoherenceQueues(placement.BalancesTable) {
+		f.queues = append(f.queues, f.client.Queue(name))
+	}
 	f.relay = placement.NewOutboxRelay(postgres.NewOutbox(f.db), f.client, placement.CoherenceModes, f.logger, opts...)
 	if err := f.relay.Declare(ctx); err != nil {
 		t.Fatal(err)
@@ -114,9 +117,13 @@ func (f *coherenceFixture) unrelayed(t testing.TB) int {
 
 func (f *coherenceFixture) pending(t testing.TB) int64 {
 	t.Helper()
-	n, err := f.queue.Pending(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	var n int64
+	for _, queue := range f.queues {
+		pending, err := queue.Pending(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += pending
 	}
 	return n
 }
@@ -126,9 +133,13 @@ func (f *coherenceFixture) claimAll(t testing.TB) []emq.Claim {
 	t.Helper()
 	var all []emq.Claim
 	for {
-		claims, err := f.queue.Claim(context.Background(), 100, time.Minute)
-		if err != nil {
-			t.Fatal(err)
+		var claims []emq.Claim
+		for _, queue := range f.queues {
+			claimed, err := queue.Claim(context.Background(), 100, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			claims = append(claims, claimed...)
 		}
 		if len(claims) == 0 {
 			return all
@@ -195,7 +206,7 @@ func TestRelayPutsOneJobPerRowOnTheCoherenceQueue(t *testing.T) {
 func TestCoherenceDedupKeysExpireInMinutes(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
-	placer := placement.NewPlacer(f.client.Queue(orders.Queue, emq.WithDedupRetention(emq.DefaultDedupRetention)))
+	placer := placement.NewPlacer(placement.NewOrderQueues(f.client, placement.WithQueueOptions(emq.WithDedupRetention(emq.DefaultDedupRetention))))
 	if err := placer.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -210,8 +221,8 @@ func TestCoherenceDedupKeysExpireInMinutes(t *testing.T) {
 		earliest, latest time.Duration
 	}{
 		// Held R to R + W (half of R) plus the minute of clock allowance.
-		{coherence.Queue(placement.BalancesTable), placement.CoherenceDedupRetention, 10 * time.Minute, 16 * time.Minute},
-		{orders.Queue, emq.DefaultDedupRetention, 24 * time.Hour, 36*time.Hour + time.Minute},
+		{placement.CoherenceQueue(placement.BalancesTable, account), placement.CoherenceDedupRetention, 10 * time.Minute, 16 * time.Minute},
+		{orders.InstrumentQueue("BTC-USD"), emq.DefaultDedupRetention, 24 * time.Hour, 36*time.Hour + time.Minute},
 	}
 	for _, tt := range tests {
 		queue := f.client.Queue(tt.queue)
@@ -362,7 +373,7 @@ func TestKeepSweepingRelaysUntilCancelled(t *testing.T) {
 	}
 	// The sweeper may relay the external account's side of a deposit before
 	// depositWithOutbox deletes it; only the customer's lane is counted.
-	lanes, err := f.queue.LaneDepths(context.Background())
+	lanes, err := f.client.Queue(placement.CoherenceQueue(placement.BalancesTable, account)).LaneDepths(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -727,8 +738,9 @@ func (f *coherenceFixture) buyer(t testing.TB) string {
 // ordersQueue is the orders queue on f's Redis, declared, and a placer on it.
 func (f *coherenceFixture) ordersQueue(t testing.TB) (*emq.Queue, *placement.Placer) {
 	t.Helper()
-	queue := f.client.Queue(orders.Queue)
-	placer := placement.NewPlacer(queue)
+	queues := placement.NewOrderQueues(f.client)
+	queue := queues.For("BTC-USD")
+	placer := placement.NewPlacer(queues)
 	if err := placer.Declare(context.Background()); err != nil {
 		t.Fatal(err)
 	}

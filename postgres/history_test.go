@@ -294,8 +294,9 @@ func placerWithHistory(t testing.TB) (*placement.Placer, *emq.Queue, *pgxpool.Po
 	if err != nil {
 		t.Fatal(err)
 	}
-	queue := client.Queue(orders.Queue)
-	placer := placement.NewPlacer(queue, placement.WithHistory(postgres.NewOrders(postgres.NewHistory(db), postgres.NewSettler(db, nil, nil))))
+	queues := placement.NewOrderQueues(client)
+	queue := queues.For("BTC-USD")
+	placer := placement.NewPlacer(queues, placement.WithHistory(postgres.NewOrders(postgres.NewHistory(db), postgres.NewSettler(db, nil, nil))))
 	if err := placer.Declare(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/govalues/decimal"
 
-	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
@@ -85,8 +84,8 @@ func TestEveryAccountsLogHoldsEveryEventOfItsOrders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queue := client.Queue(orders.Queue)
-	placer := placement.NewPlacer(queue)
+	queues := placement.NewOrderQueues(client)
+	placer := placement.NewPlacer(queues)
 	placed := make([][]string, len(accounts)) // by account index
 	var placing sync.WaitGroup
 	for a, account := range accounts {
@@ -115,9 +114,13 @@ func TestEveryAccountsLogHoldsEveryEventOfItsOrders(t *testing.T) {
 		if err := db.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&rows); err != nil {
 			t.Fatal(err)
 		}
-		stats, err := client.Queue(coherence.Queue(placement.BalancesTable)).Stats(ctx)
-		if err != nil {
-			t.Fatal(err)
+		var stats emq.Stats
+		for _, name := range placement.CoherenceQueues(placement.BalancesTable) {
+			shard, err := client.Queue(name).Stats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stats.Pending, stats.Active, stats.Delayed = stats.Pending+shard.Pending, stats.Active+shard.Active, stats.Delayed+shard.Delayed
 		}
 		var unrelayed int
 		if err := db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE relayed_at IS NULL`).Scan(&unrelayed); err != nil {

@@ -12,6 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -25,11 +28,20 @@ import (
 	"github.com/ordergate/ordergate/postgres"
 )
 
-// Config is how a worker works its orders queue.
+// Config is how a worker works the instruments' order queues.
 type Config struct {
-	// Queue is the orders queue settled: orders.Queue, or one of the bench's
-	// own so that its backlog does not mix with what the gateway admitted.
-	Queue string
+	// QueuePrefix names the instruments' queues, <QueuePrefix><SYMBOL>:
+	// orders.QueuePrefix, or one of the bench's own so that its backlog
+	// does not mix with what the gateway admitted.
+	QueuePrefix string
+	// Symbols are the instruments whose queues the workers own; empty for
+	// every instrument PostgreSQL lists when the worker starts.
+	Symbols []string
+	// OwnLease is the lease of an instrument's ownership: a dead owner's
+	// instruments are owned again within about OwnLease + 250 ms (the
+	// roster's poll), and their claimed orders run again once their own
+	// Lease ran out.
+	OwnLease time.Duration
 	// Concurrency is how many orders are handled at once.
 	Concurrency int
 	// Batch is the most orders one claim takes; 0 means the concurrency.
@@ -76,6 +88,11 @@ type Config struct {
 // and 27 % (three), 128 handlers 36 % and 42 %, and 512 handlers 57 % and
 // 62 %. A waiting handler holds no connection.
 //
+// An instrument's ownership lease is emq's default, 5 s: a dead owner's
+// instruments are settled again within about 5.25 s, while an owner loses
+// an instrument only after 5 s without an extension it sends every 1.7 s
+// (a Redis failover or a pause shorter than that keeps it).
+//
 // The retry defaults are sized for a PostgreSQL outage, the failure
 // settlement meets most: 60 attempts from 100ms doubling to 10s keep an order
 // alive through at least 4.4 minutes of outage (6.6 on average, see
@@ -83,7 +100,8 @@ type Config struct {
 // database is back.
 func DefaultConfig() Config {
 	return Config{
-		Queue:        orders.Queue,
+		QueuePrefix:  orders.QueuePrefix,
+		OwnLease:     emq.DefaultOwnershipLease,
 		Concurrency:  512,
 		Lease:        30 * time.Second,
 		Retry:        emq.RetryPolicy{MaxAttempts: 60, BaseDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second},
@@ -140,6 +158,9 @@ type Deps struct {
 	// Metrics is where the worker registers its series; a private registry
 	// when nil. One registry backs one Worker.
 	Metrics prometheus.Registerer
+	// Owner is told of the instruments the worker takes over and gives up;
+	// nil for the settler's (PostgreSQL's fence).
+	Owner InstrumentOwner
 }
 
 // Connect opens a worker process's connections: a PostgreSQL pool of
@@ -174,22 +195,38 @@ func (d Deps) Close() {
 	d.DB.Close()
 }
 
+// InstrumentOwner is told when the worker takes over and gives up an
+// instrument (postgres.Settler, which fences the instrument's row with the
+// epoch, so that a stale owner's batch is refused).
+type InstrumentOwner interface {
+	// TakeOver makes the worker the instrument's owner at epoch, the
+	// ownership's fencing token. An error matching postgres.ErrFenced says
+	// PostgreSQL holds an epoch at or above it (fencedEpoch reads it).
+	TakeOver(ctx context.Context, symbol string, epoch int64) error
+	// GiveUp ends the worker's ownership of the instrument.
+	GiveUp(symbol string)
+}
+
 // Worker is one worker process's settlement and what runs beside it.
 type Worker struct {
-	config         Config
-	logger         *slog.Logger
-	metrics        *emq.Metrics
-	orders         *emq.Queue
-	settler        *postgres.Settler
-	relay          *placement.OutboxRelay
-	coherence      *placement.BalanceCoherence
-	coherenceQueue *emq.Queue
-	healer         *placement.BalanceCacheHealer
+	config      Config
+	logger      *slog.Logger
+	metrics     *emq.Metrics
+	queues      *emq.Client
+	instruments []*emq.Queue
+	owner       InstrumentOwner
+	settler     *postgres.Settler
+	relay       *placement.OutboxRelay
+	coherence   *placement.BalanceCoherence
+	// coherenceQueues are the balances' coherence queues, one per shard.
+	coherenceQueues []*emq.Queue
+	healer          *placement.BalanceCacheHealer
 	// archivers are one per shard of the accounts' logs.
 	archivers []*placement.EventArchiver
 }
 
-// New declares the order kind on c.Queue and the coherence queues' kinds, and
+// New declares the order kind on the instruments' queues (c.Symbols, or
+// every instrument PostgreSQL lists) and the coherence queues' kinds, and
 // assembles the settler, which hands each commit's outbox entries to the
 // relay.
 func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
@@ -199,9 +236,28 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	if deps.Metrics == nil {
 		deps.Metrics = prometheus.NewRegistry()
 	}
-	queue := deps.Queues.Queue(c.Queue)
-	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
-		return nil, err
+	c.QueuePrefix = cmp.Or(c.QueuePrefix, orders.QueuePrefix)
+	c.OwnLease = cmp.Or(c.OwnLease, emq.DefaultOwnershipLease)
+	symbols := c.Symbols
+	if len(symbols) == 0 {
+		listed, err := postgres.NewInstruments(deps.DB).ReadInstruments(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for symbol := range listed {
+			symbols = append(symbols, symbol)
+		}
+		slices.Sort(symbols)
+	}
+	if len(symbols) == 0 {
+		return nil, errors.New("settlement: no instruments to settle: PostgreSQL lists none")
+	}
+	instruments := make([]*emq.Queue, len(symbols))
+	for i, symbol := range symbols {
+		instruments[i] = deps.Queues.Queue(c.QueuePrefix + symbol)
+		if err := instruments[i].Declare(ctx, orders.KindPlace); err != nil {
+			return nil, err
+		}
 	}
 	logs := placement.NewEventLogs(deps.Queues)
 	relay := placement.NewOutboxRelay(postgres.NewOutbox(deps.DB), deps.Queues, placement.CoherenceModes, deps.Logger,
@@ -209,9 +265,13 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	if err := relay.Declare(ctx); err != nil {
 		return nil, err
 	}
-	settler := postgres.NewSettler(deps.DB, relay, deps.Logger.With("queue", c.Queue)).
+	settler := postgres.NewSettler(deps.DB, relay, deps.Logger).
 		WithMetrics(postgres.NewSettlementMetrics(deps.Metrics))
 	balances, caches := postgres.NewBalances(deps.DB), coherence.New(deps.Queues.Redis(), coherence.WithLogger(deps.Logger))
+	owner := deps.Owner
+	if owner == nil {
+		owner = postgresOwner(settler)
+	}
 	history := postgres.NewEventHistory(deps.DB)
 	var archivers []*placement.EventArchiver
 	for _, shard := range logs.Queues() {
@@ -221,16 +281,18 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 			placement.WithArchiveMetrics(deps.Metrics)))
 	}
 	return &Worker{
-		config:         c,
-		logger:         deps.Logger,
-		metrics:        emq.NewMetrics(deps.Metrics),
-		orders:         queue,
-		settler:        settler,
-		relay:          relay,
-		coherence:      placement.NewBalanceCoherence(balances, caches, deps.Logger, placement.WithBalanceEvents(logs)),
-		coherenceQueue: deps.Queues.Queue(coherence.Queue(placement.BalancesTable)),
-		healer:         placement.NewBalanceCacheHealer(balances, caches, deps.Logger, placement.WithHealMetrics(deps.Metrics)),
-		archivers:      archivers,
+		config:          c,
+		logger:          deps.Logger,
+		metrics:         emq.NewMetrics(deps.Metrics),
+		queues:          deps.Queues,
+		instruments:     instruments,
+		owner:           owner,
+		settler:         settler,
+		relay:           relay,
+		coherence:       placement.NewBalanceCoherence(balances, caches, deps.Logger, placement.WithBalanceEvents(logs)),
+		coherenceQueues: coherenceQueues(deps.Queues),
+		healer:          placement.NewBalanceCacheHealer(balances, caches, deps.Logger, placement.WithHealMetrics(deps.Metrics)),
+		archivers:       archivers,
 	}, nil
 }
 
@@ -268,16 +330,59 @@ func (w *Worker) heal(ctx context.Context) error {
 	return nil
 }
 
+// settle owns instruments' queues, spread over the workers running (one
+// owner per instrument at a time), and settles the orders of each it owns.
 func (w *Worker) settle(ctx context.Context) error {
-	return w.orders.Work(ctx, Settle(w.settler), emq.WorkerOptions{
+	hostname, _ := os.Hostname()
+	return w.queues.Own(ctx, w.instruments, w.own, emq.OwnOptions{
+		Worker: cmp.Or(hostname, "worker") + "/" + strconv.Itoa(os.Getpid()),
+		// Workers settling other queues (the bench's) spread theirs apart.
+		Roster: w.config.QueuePrefix + "owners",
+		Lease:  w.config.OwnLease,
+		Logger: w.logger,
+	})
+}
+
+// own settles the orders of an instrument while the worker owns its queue:
+// it takes the instrument over in PostgreSQL under the ownership's token,
+// then claims, settles and completes the queue's orders until the
+// ownership ends. Lost (ErrLeaseLost), the orders in flight are cut short
+// at once, another owner may be settling; handed over (ErrHandOver), they
+// finish, within the drain timeout. Either way the instrument is given up.
+func (w *Worker) own(ctx context.Context, owned emq.Owned) error {
+	symbol, _ := orders.QueueSymbol(w.config.QueuePrefix, owned.Queue.Name())
+	logger := w.logger.With("symbol", symbol, "token", owned.Token)
+	if err := w.owner.TakeOver(ctx, symbol, owned.Token); err != nil {
+		if epoch, fenced := fencedEpoch(err); fenced {
+			return &emq.FencedError{Floor: epoch, Err: err}
+		}
+		return err
+	}
+	defer w.owner.GiveUp(symbol)
+	logger.Info("settling an instrument")
+	settle := Settle(w.settler)
+	handler := func(jobCtx context.Context, claim emq.Claim) error {
+		jobCtx, cancel := context.WithCancelCause(jobCtx)
+		defer cancel(nil)
+		stop := context.AfterFunc(ctx, func() {
+			if cause := context.Cause(ctx); errors.Is(cause, emq.ErrLeaseLost) {
+				cancel(cause)
+			}
+		})
+		defer stop()
+		return settle(jobCtx, claim)
+	}
+	err := owned.Queue.Work(ctx, handler, emq.WorkerOptions{
 		Concurrency:  w.config.Concurrency,
 		Batch:        w.config.Batch,
 		Lease:        w.config.Lease,
 		Retry:        w.config.Retry,
 		DrainTimeout: w.config.DrainTimeout,
-		Logger:       w.logger,
+		Logger:       logger,
 		Metrics:      w.metrics,
 	})
+	logger.Info("stopped settling an instrument", "cause", context.Cause(ctx))
+	return err
 }
 
 func (w *Worker) sweep(ctx context.Context) error {
@@ -292,14 +397,37 @@ func (w *Worker) sweep(ctx context.Context) error {
 func (w *Worker) applyCoherence(ctx context.Context) error {
 	retry := w.config.Retry
 	retry.MaxAttempts = coherenceAttempts
-	return w.coherenceQueue.Work(ctx, w.coherence.Handle, emq.WorkerOptions{
-		Concurrency:  placement.CoherenceBatch,
-		Lease:        w.config.Lease,
-		Retry:        retry,
-		DrainTimeout: w.config.DrainTimeout,
-		Logger:       w.logger,
-		Metrics:      w.metrics,
-	})
+	// A shard's worker that fails stops the others: the process exits
+	// rather than settle with some balances' changes no longer applied.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	errs := make([]error, len(w.coherenceQueues))
+	var working sync.WaitGroup
+	for i, queue := range w.coherenceQueues {
+		working.Go(func() {
+			defer stop()
+			errs[i] = queue.Work(ctx, w.coherence.Handle, emq.WorkerOptions{
+				Concurrency:  placement.CoherenceBatch,
+				Lease:        w.config.Lease,
+				Retry:        retry,
+				DrainTimeout: w.config.DrainTimeout,
+				Logger:       w.logger,
+				Metrics:      w.metrics,
+			})
+		})
+	}
+	working.Wait()
+	return errors.Join(errs...)
+}
+
+// coherenceQueues are the balances' coherence queues of client.
+func coherenceQueues(client *emq.Client) []*emq.Queue {
+	names := placement.CoherenceQueues(placement.BalancesTable)
+	queues := make([]*emq.Queue, len(names))
+	for i, name := range names {
+		queues[i] = client.Queue(name)
+	}
+	return queues
 }
 
 // workBeside runs work and loops together until ctx ends. A loop that fails

@@ -66,13 +66,13 @@ func (e *env) fundAccounts(ctx context.Context) error {
 // limiter on (its Redis call is part of every request) but set so high that
 // it never refuses. The returned stop shuts it down.
 func (e *env) startGateway(ctx context.Context) (url string, stop func(), err error) {
-	ordersQueue := e.queue.Queue(orders.Queue)
-	placer := placement.NewPlacer(ordersQueue, placement.WithHistory(postgres.NewOrders(postgres.NewHistory(e.db), postgres.NewSettler(e.db, nil, nil))))
-	if err := placer.Declare(ctx); err != nil {
-		return "", nil, err
-	}
 	instruments, err := placement.LoadInstruments(ctx, postgres.NewInstruments(e.db))
 	if err != nil {
+		return "", nil, err
+	}
+	queues := placement.NewOrderQueues(e.queue, placement.WithSymbols(instruments.Symbols))
+	placer := placement.NewPlacer(queues, placement.WithHistory(postgres.NewOrders(postgres.NewHistory(e.db), postgres.NewSettler(e.db, nil, nil))))
+	if err := placer.Declare(ctx, instruments.Symbols()...); err != nil {
 		return "", nil, err
 	}
 	config := gateway.DefaultConfig()

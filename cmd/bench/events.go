@@ -77,8 +77,14 @@ func (e *env) events(ctx context.Context, c config, s *servers, peak float64, pr
 	// The admission phase's orders (or the probe's) wait on the orders
 	// queue; the worker would settle that backlog first, while the streams
 	// are timed. Purge drops every key of the queue, logs included.
-	if err := e.queue.Queue(orders.Queue).Purge(ctx); err != nil {
+	queues, err := e.orderQueues(ctx)
+	if err != nil {
 		return r, err
+	}
+	for _, queue := range queues {
+		if err := queue.Purge(ctx); err != nil {
+			return r, err
+		}
 	}
 	base, gatewayPID, stopGateway, err := startGatewayProcess(ctx, s)
 	if err != nil {
@@ -185,14 +191,15 @@ func (e *env) events(ctx context.Context, c config, s *servers, peak float64, pr
 	// The backlog settles; its events still count.
 	drainCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	queue := e.queue.Queue(orders.Queue)
 	if err := waitFor(drainCtx, 2*time.Minute, func() error {
-		stats, err := queue.Stats(drainCtx)
-		if err != nil {
-			return err
-		}
-		if stats.Pending+stats.Active+stats.Delayed > 0 {
-			return fmt.Errorf("%d orders left", stats.Pending+stats.Active+stats.Delayed)
+		for _, queue := range queues {
+			stats, err := queue.Stats(drainCtx)
+			if err != nil {
+				return err
+			}
+			if stats.Pending+stats.Active+stats.Delayed > 0 {
+				return fmt.Errorf("%d orders left on %s", stats.Pending+stats.Active+stats.Delayed, queue.Name())
+			}
 		}
 		return nil
 	}); err != nil {

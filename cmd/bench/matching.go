@@ -13,7 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
@@ -190,18 +189,28 @@ func (e *env) matchRun(ctx context.Context, c matchingConfig, s *servers, name s
 	}
 
 	workerConfig := settlement.DefaultConfig()
-	workerConfig.Queue = orders.Queue + "-match-" + name + "-" + e.run
-	queue := e.queue.Queue(workerConfig.Queue, emq.WithDedupRetention(benchDedupRetention))
-	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
-		return r, err
+	// Each instrument's backlog on a queue of its own, as the gateway
+	// admits them, under a prefix of the run's.
+	workerConfig.QueuePrefix, workerConfig.Symbols = "orders-match-"+name+"-"+e.run+".", symbols
+	queues := map[string]*emq.Queue{}
+	var queueList []*emq.Queue
+	for _, symbol := range symbols {
+		queue := e.queue.Queue(workerConfig.QueuePrefix+symbol, emq.WithDedupRetention(benchDedupRetention))
+		if err := queue.Declare(ctx, orders.KindPlace); err != nil {
+			return r, err
+		}
+		queues[symbol] = queue
+		queueList = append(queueList, queue)
 	}
 	defer func() {
-		if err := queue.Purge(context.WithoutCancel(ctx)); err != nil {
-			inRun("cleaning up %s: %v", queue.Name(), err)
+		for _, queue := range queueList {
+			if err := queue.Purge(context.WithoutCancel(ctx)); err != nil {
+				inRun("cleaning up %s: %v", queue.Name(), err)
+			}
 		}
 	}()
 	inRun("admitting %d orders on %s…", c.orders, strings.Join(symbols, ", "))
-	ids, crossing, err := admitMatchBacklog(ctx, queue, backlog)
+	ids, crossing, err := admitMatchBacklog(ctx, queues, backlog)
 	if err != nil {
 		return r, err
 	}
@@ -221,7 +230,7 @@ func (e *env) matchRun(ctx context.Context, c matchingConfig, s *servers, name s
 		}
 	}
 	inRun("%d workers × concurrency %d matching %d orders…", c.workers, workerConfig.Concurrency, c.orders)
-	seconds, coherenceSeconds, err := e.workThrough(ctx, databaseURL, s.redisURL, c.workers, workerConfig, queue, c.orders, profiler, inRun)
+	seconds, coherenceSeconds, err := e.workThrough(ctx, databaseURL, s.redisURL, c.workers, workerConfig, queueList, c.orders, profiler, inRun)
 	if err != nil {
 		return r, err
 	}
@@ -234,7 +243,11 @@ func (e *env) matchRun(ctx context.Context, c matchingConfig, s *servers, name s
 		return r, err
 	}
 	if r.Taken != r.Orders {
-		dead, _ := queue.DeadCount(ctx)
+		dead := int64(0)
+		for _, queue := range queueList {
+			n, _ := queue.DeadCount(ctx)
+			dead += n
+		}
 		return r, fmt.Errorf("%d of %d orders have a row (%d jobs dead)", r.Taken, r.Orders, dead)
 	}
 	if err := db.QueryRow(ctx, tradeCountSQL).Scan(&r.AllTrades); err != nil {
@@ -246,7 +259,7 @@ func (e *env) matchRun(ctx context.Context, c matchingConfig, s *servers, name s
 	}
 	r.TradesPerSecond = float64(r.AllTrades) / r.Seconds
 
-	latencies, err := doneLatencies(ctx, queue, ids)
+	latencies, err := doneLatencies(ctx, queueList, ids)
 	if err != nil {
 		return r, err
 	}
@@ -297,28 +310,31 @@ func fundMatchAccounts(ctx context.Context, db *pgxpool.Pool, n int, tag string)
 
 // admitMatchBacklog admits the backlog in its order as the placer would
 // (the same jobs) and returns the ids and how many are crossing.
-func admitMatchBacklog(ctx context.Context, queue *emq.Queue, backlog []matchOrder) ([]string, int, error) {
+func admitMatchBacklog(ctx context.Context, queues map[string]*emq.Queue, backlog []matchOrder) ([]string, int, error) {
 	const batch = 1000
 	ids := make([]string, 0, len(backlog))
 	crossing := 0
 	for done := 0; done < len(backlog); {
-		list := make([]emq.Job, min(batch, len(backlog)-done))
-		for i := range list {
+		n := min(batch, len(backlog)-done)
+		lists := map[string][]emq.Job{}
+		for i := range n {
 			o := backlog[done+i]
 			_, job, err := placement.PlaceJob(o.cmd)
 			if err != nil {
 				return nil, 0, err
 			}
-			list[i] = job
+			lists[o.cmd.Symbol] = append(lists[o.cmd.Symbol], job)
 			ids = append(ids, job.ID)
 			if o.crossing {
 				crossing++
 			}
 		}
-		if _, errs := queue.AdmitMany(ctx, list); errors.Join(errs...) != nil {
-			return nil, 0, errors.Join(errs...)
+		for symbol, list := range lists {
+			if _, errs := queues[symbol].AdmitMany(ctx, list); errors.Join(errs...) != nil {
+				return nil, 0, errors.Join(errs...)
+			}
 		}
-		done += len(list)
+		done += n
 	}
 	return ids, crossing, nil
 }
@@ -328,7 +344,7 @@ func admitMatchBacklog(ctx context.Context, queue *emq.Queue, backlog []matchOrd
 // returns the times from the workers' start until each was drained. The
 // profiler (nil: none) gets the workers' metrics and is told when the
 // coherence queue is drained.
-func (e *env) workThrough(ctx context.Context, databaseURL, redisURL string, workers int, config settlement.Config, queue *emq.Queue, total int, profiler *runProfiler, progress func(string, ...any)) (drained, coherent time.Duration, err error) {
+func (e *env) workThrough(ctx context.Context, databaseURL, redisURL string, workers int, config settlement.Config, queues []*emq.Queue, total int, profiler *runProfiler, progress func(string, ...any)) (drained, coherent time.Duration, err error) {
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
 	start := time.Now()
@@ -350,12 +366,15 @@ func (e *env) workThrough(ctx context.Context, databaseURL, redisURL string, wor
 		running.Wait()
 		return errors.Join(errs...)
 	}
-	if drained, err = e.waitDrained(ctx, queue, total, "orders done", progress, start, exited); err != nil {
+	if drained, err = e.waitDrained(ctx, queues, total, "orders done", progress, start, exited); err != nil {
 		return 0, 0, errors.Join(err, stop())
 	}
 	// The coherence queue is shared by every database's workers: it is
 	// drained before the next run's workers start on another database.
-	balances := e.queue.Queue(coherence.Queue(placement.BalancesTable))
+	var balances []*emq.Queue
+	for _, name := range placement.CoherenceQueues(placement.BalancesTable) {
+		balances = append(balances, e.queue.Queue(name))
+	}
 	if coherent, err = e.waitDrained(ctx, balances, 0, "coherence jobs left", progress, start, exited); err != nil {
 		return 0, 0, errors.Join(err, stop())
 	}
@@ -366,7 +385,7 @@ func (e *env) workThrough(ctx context.Context, databaseURL, redisURL string, wor
 // doneLatencies is, for each order whose job record the queue still keeps
 // (the last emq.DefaultRetention finished), the time from its admission to
 // its completion, sorted.
-func doneLatencies(ctx context.Context, queue *emq.Queue, ids []string) ([]time.Duration, error) {
+func doneLatencies(ctx context.Context, queues []*emq.Queue, ids []string) ([]time.Duration, error) {
 	const readers = 16
 	latencies := make([]time.Duration, len(ids))
 	found := make([]bool, len(ids))
@@ -375,7 +394,7 @@ func doneLatencies(ctx context.Context, queue *emq.Queue, ids []string) ([]time.
 	for r := range readers {
 		reading.Go(func() {
 			for i := r; i < len(ids); i += readers {
-				job, err := queue.Job(ctx, ids[i])
+				job, err := findJob(ctx, queues, ids[i])
 				if errors.Is(err, emq.ErrNotFound) {
 					continue
 				}
@@ -465,4 +484,15 @@ func (m matchingResult) targets() []string {
 			what, 100*r.Target, r.PerSecond, m.PgbenchTPS, 100*r.Ratio, r.TradesPerSecond, r.LatencyP99Ms, verdict(r.Met)))
 	}
 	return lines
+}
+
+// findJob reads the job id from whichever of the queues holds it.
+func findJob(ctx context.Context, queues []*emq.Queue, id string) (emq.JobInfo, error) {
+	for _, queue := range queues {
+		job, err := queue.Job(ctx, id)
+		if !errors.Is(err, emq.ErrNotFound) {
+			return job, err
+		}
+	}
+	return emq.JobInfo{}, emq.ErrNotFound
 }

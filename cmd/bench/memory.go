@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
 	"strings"
@@ -389,7 +390,7 @@ func (e *env) measureEvents(ctx context.Context, s *servers, count int, progress
 	}
 	r := eventsMemoryResult{Orders: count, Accounts: len(accounts)}
 	config := settlement.DefaultConfig()
-	config.Queue = "bench-events-" + e.run
+	config.QueuePrefix, config.Symbols = "bench-events-"+e.run+".", []string{"BTC-USD"}
 	config.EventsHotTail = emq.LogHotTail{Count: math.MaxInt32, Age: 24 * time.Hour}
 	config.EventsArchiveDelay = eventsMeasureDelay
 	deps, err := settlement.Connect(ctx, s.databaseURL, s.redisURL, config, e.logger)
@@ -398,6 +399,13 @@ func (e *env) measureEvents(ctx context.Context, s *servers, count int, progress
 	}
 	defer deps.Close()
 	worker, err := settlement.New(ctx, deps, config)
+	if err != nil {
+		return r, err
+	}
+	// The accounts' logs are on the shared shards: what this run's
+	// events cost is what the shards hold beyond what they held before.
+	logs := placement.NewEventLogs(e.queue)
+	logsBefore, err := shardsLogMemory(ctx, logs)
 	if err != nil {
 		return r, err
 	}
@@ -412,9 +420,10 @@ func (e *env) measureEvents(ctx context.Context, s *servers, count int, progress
 	stopWork := sync.OnceValue(func() error { cancelWork(); return <-workDone })
 	defer stopWork()
 
-	queue := e.queue.Queue(config.Queue)
+	queues := placement.NewOrderQueues(e.queue, placement.WithQueuePrefix(config.QueuePrefix))
+	queue := queues.For("BTC-USD")
 	defer func() { _ = queue.Purge(context.WithoutCancel(ctx)) }()
-	placer := placement.NewPlacer(queue)
+	placer := placement.NewPlacer(queues)
 	var next atomic.Int64
 	var placing sync.WaitGroup
 	failures := make(chan error, 32)
@@ -442,15 +451,22 @@ func (e *env) measureEvents(ctx context.Context, s *servers, count int, progress
 		return r, err
 	}
 	progress("memory: events: %d orders placed; waiting for their settlement, events and archiving…", count)
-	coherenceQueue := e.queue.Queue(coherence.Queue(placement.BalancesTable))
+	var coherenceQueues []*emq.Queue
+	for _, name := range placement.CoherenceQueues(placement.BalancesTable) {
+		coherenceQueues = append(coherenceQueues, e.queue.Queue(name))
+	}
 	if err := waitFor(ctx, 10*time.Minute, func() error {
 		stats, err := queue.Stats(ctx)
 		if err != nil {
 			return err
 		}
-		balances, err := coherenceQueue.Stats(ctx)
-		if err != nil {
-			return err
+		var balances emq.Stats
+		for _, queue := range coherenceQueues {
+			shard, err := queue.Stats(ctx)
+			if err != nil {
+				return err
+			}
+			balances.Pending, balances.Active, balances.Delayed = balances.Pending+shard.Pending, balances.Active+shard.Active, balances.Delayed+shard.Delayed
 		}
 		var unrelayed int
 		if err := e.db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE relayed_at IS NULL`).Scan(&unrelayed); err != nil {
@@ -459,13 +475,18 @@ func (e *env) measureEvents(ctx context.Context, s *servers, count int, progress
 		if left := stats.Pending + stats.Active + stats.Delayed + balances.Pending + balances.Active + balances.Delayed + int64(unrelayed); left > 0 {
 			return fmt.Errorf("%d orders, balance changes and outbox rows left", left)
 		}
-		lasts, err := queue.LastLogSequences(ctx, accounts)
-		if err != nil {
-			return err
-		}
-		archived, err := queue.LogsArchived(ctx, accounts)
-		if err != nil {
-			return err
+		lasts, archived := map[string]int64{}, map[string]int64{}
+		for shard, list := range byShard(logs, accounts) {
+			last, err := shard.LastLogSequences(ctx, list)
+			if err != nil {
+				return err
+			}
+			done, err := shard.LogsArchived(ctx, list)
+			if err != nil {
+				return err
+			}
+			maps.Copy(lasts, last)
+			maps.Copy(archived, done)
 		}
 		r.Events = 0
 		for _, account := range accounts {
@@ -484,11 +505,11 @@ func (e *env) measureEvents(ctx context.Context, s *servers, count int, progress
 
 	perOrder := func(bytes int64) float64 { return float64(bytes) / float64(count) }
 	r.EventsPerOrder = float64(r.Events) / float64(count)
-	logs, err := queue.LogMemoryUsage(ctx)
+	logMemory, err := shardsLogMemory(ctx, logs)
 	if err != nil {
 		return r, err
 	}
-	r.LogUsagePerOrder = perOrder(logs.Logs + logs.Index)
+	r.LogUsagePerOrder = perOrder(logMemory - logsBefore)
 	historyAfter, err := history.Size(ctx)
 	if err != nil {
 		return r, err
@@ -501,21 +522,23 @@ func (e *env) measureEvents(ctx context.Context, s *servers, count int, progress
 	if err != nil {
 		return r, err
 	}
-	marks := make([]emq.LogMark, len(accounts))
-	for i, account := range accounts {
-		marks[i] = emq.LogMark{Group: account}
-	}
-	for {
-		marked, err := queue.MarkLogsArchived(ctx, marks, emq.LogHotTail{})
-		if err != nil {
-			return r, err
+	for shard, list := range byShard(logs, accounts) {
+		marks := make([]emq.LogMark, len(list))
+		for i, account := range list {
+			marks[i] = emq.LogMark{Group: account}
 		}
-		dropped := int64(0)
-		for _, m := range marked {
-			dropped += m.Dropped
-		}
-		if dropped == 0 {
-			break
+		for {
+			marked, err := shard.MarkLogsArchived(ctx, marks, emq.LogHotTail{})
+			if err != nil {
+				return r, err
+			}
+			dropped := int64(0)
+			for _, m := range marked {
+				dropped += m.Dropped
+			}
+			if dropped == 0 {
+				break
+			}
 		}
 	}
 	trimmed, err := usedMemory(ctx, e)
@@ -523,12 +546,12 @@ func (e *env) measureEvents(ctx context.Context, s *servers, count int, progress
 		return r, err
 	}
 	r.RedisBytesPerOrder = perOrder(trimmedFrom - trimmed)
-	if logs, err = queue.LogMemoryUsage(ctx); err != nil {
+	if logMemory, err = shardsLogMemory(ctx, logs); err != nil {
 		return r, err
 	}
-	r.RedisLeftPerOrder = perOrder(logs.Logs + logs.Index)
+	r.RedisLeftPerOrder = perOrder(logMemory - logsBefore)
 
-	if r.ResumeEvents, r.ResumeMs, err = e.measureResume(ctx, queue, history, accounts[0], 10_000); err != nil {
+	if r.ResumeEvents, r.ResumeMs, err = e.measureResume(ctx, logs.For(accounts[0]), history, accounts[0], 10_000); err != nil {
 		return r, err
 	}
 	progress("memory: events: %.2f per order, %.0f B of Redis per order in the hot tail, %.0f B of history; %d events resumed from the history in %.0f ms",
@@ -588,4 +611,26 @@ func (e *env) measureResume(ctx context.Context, queue *emq.Queue, history *post
 		}
 	}
 	return count, ms(time.Since(started)), nil
+}
+
+// byShard groups accounts by the queue of their logs.
+func byShard(logs *placement.EventLogs, accounts []string) map[*emq.Queue][]string {
+	groups := map[*emq.Queue][]string{}
+	for _, account := range accounts {
+		groups[logs.For(account)] = append(groups[logs.For(account)], account)
+	}
+	return groups
+}
+
+// shardsLogMemory is what the logs of every shard take, index included.
+func shardsLogMemory(ctx context.Context, logs *placement.EventLogs) (int64, error) {
+	var total int64
+	for _, shard := range logs.Queues() {
+		usage, err := shard.LogMemoryUsage(ctx)
+		if err != nil {
+			return 0, err
+		}
+		total += usage.Logs + usage.Index
+	}
+	return total, nil
 }

@@ -152,15 +152,15 @@ func pgbenchClientsFor(handlers int) int {
 
 // settleBacklog admits the backlog and times the workers through it.
 //
-// The backlog rides a queue of its own, not orders.Queue: the admission
-// phase leaves tens of thousands of unsettled buys on orders.Queue, which
+// The backlog rides a queue of its own, not BTC-USD's orders queue: the
+// admission phase leaves tens of thousands of unsettled buys there, which
 // would make the phase's length depend on the admission rate, and would be
 // matched by the backlog's sells. The queue is otherwise the orders queue: same scripts, same
 // default options, the order job kind, the Settler as handler.
 func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers, progress func(string, ...any)) error {
 	workerConfig := settlement.DefaultConfig()
-	workerConfig.Queue = orders.Queue + "-settle-" + e.run
-	queue := e.queue.Queue(workerConfig.Queue, emq.WithDedupRetention(benchDedupRetention))
+	workerConfig.QueuePrefix, workerConfig.Symbols = "orders-settle-"+e.run+".", []string{"BTC-USD"}
+	queue := e.queue.Queue(workerConfig.QueuePrefix+"BTC-USD", emq.WithDedupRetention(benchDedupRetention))
 	if err := queue.Declare(ctx, orders.KindPlace); err != nil {
 		return err
 	}
@@ -176,7 +176,7 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 
 	progress("settlement: %d workers × concurrency %d settling %d orders…", r.Workers, r.WorkerConcurrency, r.Orders)
 	inPhase := func(format string, a ...any) { progress("settlement: "+format, a...) }
-	settled, coherent, err := e.workThrough(ctx, s.databaseURL, s.redisURL, r.Workers, workerConfig, queue, r.Orders, nil, inPhase)
+	settled, coherent, err := e.workThrough(ctx, s.databaseURL, s.redisURL, r.Workers, workerConfig, []*emq.Queue{queue}, r.Orders, nil, inPhase)
 	if err != nil {
 		return err
 	}
@@ -272,10 +272,21 @@ func stoppedOr(ctx context.Context, err error) error {
 // retry, printing the count left every two seconds (progress names the
 // phase), and returns the time since start. total is the count the progress lines speak of (0: they give
 // the count left).
-func (e *env) waitDrained(ctx context.Context, queue *emq.Queue, total int, what string, progress func(string, ...any), start time.Time, exited <-chan struct{}) (time.Duration, error) {
+func (e *env) waitDrained(ctx context.Context, queues []*emq.Queue, total int, what string, progress func(string, ...any), start time.Time, exited <-chan struct{}) (time.Duration, error) {
 	left := func() (int64, error) {
-		stats, err := queue.Stats(ctx)
-		return stats.Pending + stats.Active + stats.Delayed, err
+		var n int64
+		for _, queue := range queues {
+			stats, err := queue.Stats(ctx)
+			if err != nil {
+				return 0, err
+			}
+			n += stats.Pending + stats.Active + stats.Delayed
+		}
+		return n, nil
+	}
+	name := queues[0].Name()
+	if len(queues) > 1 {
+		name += fmt.Sprintf(" and %d more", len(queues)-1)
 	}
 	lastReport := time.Now()
 	lastChange, lastLeft := time.Now(), int64(-1)
@@ -293,7 +304,7 @@ func (e *env) waitDrained(ctx context.Context, queue *emq.Queue, total int, what
 			lastChange, lastLeft = time.Now(), n
 		}
 		if time.Since(lastChange) > settleStall {
-			return 0, fmt.Errorf("%s: %d jobs left on %s, none finished for %s", what, n, queue.Name(), settleStall)
+			return 0, fmt.Errorf("%s: %d jobs left on %s, none finished for %s", what, n, name, settleStall)
 		}
 		if time.Since(lastReport) >= 2*time.Second {
 			lastReport = time.Now()
@@ -307,7 +318,7 @@ func (e *env) waitDrained(ctx context.Context, queue *emq.Queue, total int, what
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-exited:
-			return 0, fmt.Errorf("%s: a worker stopped with %d jobs left on %s", what, n, queue.Name())
+			return 0, fmt.Errorf("%s: a worker stopped with %d jobs left on %s", what, n, name)
 		case <-ticker.C:
 		}
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"github.com/ordergate/ordergate/api/client"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/settlement"
 )
@@ -107,8 +110,14 @@ func (e *env) soak(ctx context.Context, c soakConfig, s *servers, progress func(
 	if err != nil {
 		return r, err
 	}
-	if err := e.queue.Queue(orders.Queue).Purge(ctx); err != nil {
+	queues, err := e.orderQueues(ctx)
+	if err != nil {
 		return r, err
+	}
+	for _, queue := range queues {
+		if err := queue.Purge(ctx); err != nil {
+			return r, err
+		}
 	}
 	progress("soak: building and starting a gateway process and a worker…")
 	base, _, stopGateway, err := startGatewayProcess(ctx, s)
@@ -187,7 +196,6 @@ func (e *env) soak(ctx context.Context, c soakConfig, s *servers, progress func(
 		return err
 	}
 
-	queue := e.queue.Queue(orders.Queue)
 	history := postgres.NewEventHistory(e.db)
 	started := time.Now()
 	sampleCtx, stopSampling := context.WithCancel(ctx)
@@ -196,7 +204,7 @@ func (e *env) soak(ctx context.Context, c soakConfig, s *servers, progress func(
 		ticker := time.NewTicker(c.sample)
 		defer ticker.Stop()
 		for n := 0; ; n++ {
-			sample, err := e.soakSample(sampleCtx, queue, history, registry, n%3 == 0)
+			sample, err := e.soakSample(sampleCtx, queues, history, registry, n%3 == 0)
 			if err != nil {
 				if sampleCtx.Err() == nil {
 					progress("soak: a sample failed: %v", err)
@@ -239,23 +247,27 @@ func logsText(s soakSample) string {
 
 // soakSample reads Redis's memory, the dedup windows', the logs' when
 // logs, the history's size and the archiver's lag.
-func (e *env) soakSample(ctx context.Context, queue *emq.Queue, history *postgres.EventHistory, registry *prometheus.Registry, logs bool) (soakSample, error) {
+func (e *env) soakSample(ctx context.Context, queues []*emq.Queue, history *postgres.EventHistory, registry *prometheus.Registry, logs bool) (soakSample, error) {
 	var sample soakSample
 	var err error
 	if sample.UsedMemory, err = usedMemory(ctx, e); err != nil {
 		return sample, err
 	}
-	usage, err := queue.MemoryUsage(ctx)
-	if err != nil {
-		return sample, err
-	}
-	sample.Dedup = usage.Dedup
-	if logs {
-		logMemory, err := queue.LogMemoryUsage(ctx)
+	for _, queue := range queues {
+		usage, err := queue.MemoryUsage(ctx)
 		if err != nil {
 			return sample, err
 		}
-		sample.Logs = logMemory.Logs
+		sample.Dedup += usage.Dedup
+	}
+	if logs {
+		for _, shard := range placement.NewEventLogs(e.queue).Queues() {
+			logMemory, err := shard.LogMemoryUsage(ctx)
+			if err != nil {
+				return sample, err
+			}
+			sample.Logs += logMemory.Logs
+		}
 	}
 	if sample.History, err = history.Size(ctx); err != nil {
 		return sample, err
@@ -362,4 +374,19 @@ func (e *env) soakAccounts(ctx context.Context, n int) (accounts, keys []string,
 		return nil, nil, err
 	}
 	return accounts, keys, ctx.Err()
+}
+
+// orderQueues are the queues of every instrument PostgreSQL lists, as the
+// gateway admits onto them.
+func (e *env) orderQueues(ctx context.Context) ([]*emq.Queue, error) {
+	instruments, err := postgres.NewInstruments(e.db).ReadInstruments(ctx)
+	if err != nil {
+		return nil, err
+	}
+	symbols := slices.Sorted(maps.Keys(instruments))
+	queues := make([]*emq.Queue, len(symbols))
+	for i, symbol := range symbols {
+		queues[i] = e.queue.Queue(orders.InstrumentQueue(symbol))
+	}
+	return queues, nil
 }

@@ -23,7 +23,6 @@ import (
 	"github.com/ordergate/ordergate/internal/jsonlog"
 	"github.com/ordergate/ordergate/internal/metricsserver"
 	"github.com/ordergate/ordergate/migrations"
-	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/signing"
@@ -172,13 +171,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	book := postgres.NewOrders(postgres.NewHistory(db), postgres.NewSettler(db, relay, logger))
-	ordersQueue := queueClient.Queue(orders.Queue, emq.WithDedupRetention(c.dedupRetention))
-	placer := placement.NewPlacer(ordersQueue, placement.WithHistory(book))
-	if err := placer.Declare(ctx); err != nil {
-		return err
-	}
 	instruments, err := placement.LoadInstruments(ctx, postgres.NewInstruments(db))
 	if err != nil {
+		return err
+	}
+	// Each instrument's orders on a queue of its own; a look-up by id
+	// searches the queues of the instruments the cache lists.
+	queues := placement.NewOrderQueues(queueClient, placement.WithQueueOptions(emq.WithDedupRetention(c.dedupRetention)),
+		placement.WithSymbols(instruments.Symbols))
+	placer := placement.NewPlacer(queues, placement.WithHistory(book))
+	if err := placer.Declare(ctx, instruments.Symbols()...); err != nil {
 		return err
 	}
 	refreshFailed := func(err error) {
@@ -241,7 +243,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Depth:       postgres.NewBook(db),
 		Fills:       postgres.NewFills(db),
 		Events:      events,
-		StreamSeats: placement.NewStreamSeats(ordersQueue),
+		StreamSeats: placement.NewStreamSeats(queueClient.Queue(placement.StreamSeatsQueue)),
 		Probes:      probes(queueClient, db),
 		Logger:      logger,
 		Metrics:     metrics,

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
@@ -59,15 +58,15 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 		"METRICS_ADDR": metricsAddr, "DEDUP_RETENTION": "2h",
 	})
 	out := gateway.out
-	// DEDUP_RETENTION is the orders queue's, stored with it.
+	// DEDUP_RETENTION is each instrument queue's, stored with it.
 	queues, err := emq.Connect(ctx, redisServer.Client(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if retention, err := queues.Queue(orders.Queue).DedupRetention(ctx); err != nil || retention != 2*time.Hour {
-		t.Errorf("orders queue's dedup retention = %v, %v; want DEDUP_RETENTION's 2h", retention, err)
+	if retention, err := queues.Queue(orders.InstrumentQueue("BTC-USD")).DedupRetention(ctx); err != nil || retention != 2*time.Hour {
+		t.Errorf("BTC-USD's queue's dedup retention = %v, %v; want DEDUP_RETENTION's 2h", retention, err)
 	}
-	balances := queues.Queue(coherence.Queue(placement.BalancesTable))
+	balances := queues.Queue(placement.CoherenceQueues(placement.BalancesTable)[0])
 	if retention, err := balances.DedupRetention(ctx); err != nil || retention != placement.CoherenceDedupRetention {
 		t.Errorf("balances coherence queue's dedup retention = %v, %v; want %v", retention, err, placement.CoherenceDedupRetention)
 	}

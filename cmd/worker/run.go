@@ -32,13 +32,15 @@ type config struct {
 
 const usageHeader = `Usage: worker [flags]
 
-Claims order jobs from the %q queue and settles each in one PostgreSQL
-transaction (matched in its instrument's book: holds, trades, releases,
-balances, the order's row, the outbox),
-with the emq worker runtime: leases renewed by a heartbeat, expired leases
-reaped, failures retried with backoff, and a graceful drain on SIGTERM or
-SIGINT (a second signal stops at once). Migrations are applied at start
-unless -migrate=false.
+Owns instruments' order queues (%q followed by the symbol, one queue per
+instrument PostgreSQL lists at start), one owner per instrument at a time,
+spread over the workers running, and settles each owned queue's orders in
+PostgreSQL transactions (matched in its instrument's book: holds, trades,
+releases, balances, the order's row, the outbox), with the emq worker
+runtime: leases renewed by a heartbeat, expired leases reaped, failures
+retried with backoff, and a graceful drain on SIGTERM or SIGINT (a second
+signal stops at once). Migrations are applied at start unless
+-migrate=false.
 
 Every flag falls back to the environment variable in parentheses, then to the
 default shown.
@@ -55,7 +57,7 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	flags := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	flags.SetOutput(output)
 	flags.Usage = func() {
-		fmt.Fprintf(flags.Output(), usageHeader, defaults.Queue)
+		fmt.Fprintf(flags.Output(), usageHeader, defaults.QueuePrefix)
 		flags.PrintDefaults()
 	}
 	flags.StringVar(&c.redisURL, "redis-url", env.String("REDIS_URL", "redis://127.0.0.1:6379/0"),
@@ -70,6 +72,8 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 		"most orders one claim takes; 0 means the concurrency (WORKER_BATCH)")
 	flags.DurationVar(&c.worker.Lease, "lease", env.Duration("WORKER_LEASE", defaults.Lease),
 		"how long a claim holds an order; a dead worker's orders run again after about this long (WORKER_LEASE)")
+	flags.DurationVar(&c.worker.OwnLease, "own-lease", env.Duration("WORKER_OWN_LEASE", defaults.OwnLease),
+		"lease of an instrument's ownership: a dead worker's instruments are owned again within about this long plus 250ms (WORKER_OWN_LEASE)")
 	flags.IntVar(&c.worker.Retry.MaxAttempts, "max-attempts", env.Int("WORKER_MAX_ATTEMPTS", defaults.Retry.MaxAttempts),
 		fmt.Sprintf("attempts an order gets before it is dead; with the default backoff, %d outlast a PostgreSQL outage of over %d minutes (WORKER_MAX_ATTEMPTS)",
 			defaults.Retry.MaxAttempts, int(defaults.OutageOutlasted().Minutes())))
@@ -115,6 +119,8 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 		return config{}, fmt.Errorf("batch %d: want 0 (the concurrency) or more", c.worker.Batch)
 	case c.worker.Lease < time.Second:
 		return config{}, fmt.Errorf("lease %s: want at least 1s", c.worker.Lease)
+	case c.worker.OwnLease < time.Second:
+		return config{}, fmt.Errorf("own lease %s: want at least 1s", c.worker.OwnLease)
 	case c.worker.Retry.MaxAttempts < 1:
 		return config{}, fmt.Errorf("max attempts %d: want at least 1", c.worker.Retry.MaxAttempts)
 	case c.worker.Retry.BaseDelay <= 0:

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -39,7 +40,7 @@ func TestParseConfig(t *testing.T) {
 		redisURL: "redis://127.0.0.1:6379/0", databaseURL: databaseURL, migrate: true, metricsAddr: "127.0.0.1:9091", logLevel: slog.LevelInfo,
 		logFlush: 100 * time.Millisecond,
 		worker: settlement.Config{
-			Queue: orders.Queue, Concurrency: 512, Lease: 30 * time.Second,
+			QueuePrefix: orders.QueuePrefix, OwnLease: 5 * time.Second, Concurrency: 512, Lease: 30 * time.Second,
 			Retry:        emq.RetryPolicy{MaxAttempts: 60, BaseDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second},
 			DrainTimeout: 10 * time.Second, WaitTimeout: 500 * time.Millisecond,
 			EventsHotTail: emq.LogHotTail{Count: 1000, Age: 10 * time.Minute}, EventsRetention: 7 * 24 * time.Hour,
@@ -59,13 +60,13 @@ func TestParseConfig(t *testing.T) {
 				"REDIS_URL": "redis://queue:6379/1", "WORKER_CONCURRENCY": "32", "WORKER_BATCH": "16",
 				"WORKER_LEASE": "45s", "WORKER_MAX_ATTEMPTS": "5", "WORKER_DRAIN_TIMEOUT": "20s",
 				"METRICS_ADDR": ":9100", "LOG_LEVEL": "debug", "DATABASE_URL": "postgres://other/db", "MIGRATE": "false",
-				"WORKER_RETRY_BASE": "1s", "WORKER_RETRY_CAP": "1m", "LOG_FLUSH_INTERVAL": "0",
+				"WORKER_RETRY_BASE": "1s", "WORKER_RETRY_CAP": "1m", "LOG_FLUSH_INTERVAL": "0", "WORKER_OWN_LEASE": "2s",
 			},
 			want: func(c *config) {
 				c.redisURL, c.worker.Concurrency, c.worker.Batch, c.worker.Lease = "redis://queue:6379/1", 32, 16, 45*time.Second
 				c.worker.Retry.MaxAttempts, c.worker.DrainTimeout, c.metricsAddr, c.logLevel = 5, 20*time.Second, ":9100", slog.LevelDebug
 				c.databaseURL, c.migrate, c.worker.Retry.BaseDelay, c.worker.Retry.MaxDelay = "postgres://other/db", false, time.Second, time.Minute
-				c.logFlush = 0
+				c.logFlush, c.worker.OwnLease = 0, 2*time.Second
 			},
 		},
 		{
@@ -124,7 +125,7 @@ func TestParseConfig(t *testing.T) {
 			}
 			want := defaults
 			tt.want(&want)
-			if got != want {
+			if !reflect.DeepEqual(got, want) {
 				t.Errorf("config = %+v\nwant     %+v", got, want)
 			}
 		})
@@ -228,8 +229,8 @@ func TestWorkerSettlesOrders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queue := client.Queue(orders.Queue)
-	placer := placement.NewPlacer(queue)
+	queue := client.Queue(orders.InstrumentQueue("BTC-USD"))
+	placer := placement.NewPlacer(placement.NewOrderQueues(client))
 	place := func(account, clientOrderID string, side orders.Side, quantity string) orders.Order {
 		t.Helper()
 		placement, err := placer.Place(background, orders.PlaceCommand{
@@ -326,8 +327,8 @@ func TestWorkerSettlesOrders(t *testing.T) {
 		t.Errorf("broken job: attempts %d, last error %q; want dead on its first attempt with the decode error", info.Attempts, info.LastError)
 	}
 	for _, line := range []string{
-		fmt.Sprintf(`"msg":"order settled","queue":"orders","order_id":%q`, affordable.ID),
-		fmt.Sprintf(`"msg":"order rejected","queue":"orders","order_id":%q`, unaffordable.ID),
+		fmt.Sprintf(`"msg":"order settled","order_id":%q`, affordable.ID),
+		fmt.Sprintf(`"msg":"order rejected","order_id":%q`, unaffordable.ID),
 	} {
 		// Log lines are written together every LOG_FLUSH_INTERVAL.
 		waitUntil(t, 5*time.Second, line+" in the log", func() bool { return strings.Contains(out.String(), line) })
@@ -343,11 +344,11 @@ func TestWorkerSettlesOrders(t *testing.T) {
 		status, body := get(t, "http://"+metricsAddr+"/metrics")
 		missing = missing[:0]
 		for _, series := range []string{
-			`emq_jobs_claimed_total{queue="orders"} 4`,
-			`emq_jobs_completed_total{queue="orders"} 3`,
-			`emq_jobs_dead_total{queue="orders"} 1`,
-			`emq_claim_to_complete_seconds_count{queue="orders"} 3`,
-			`emq_pending_jobs{queue="orders"}`,
+			`emq_jobs_claimed_total{queue="orders.BTC-USD"} 4`,
+			`emq_jobs_completed_total{queue="orders.BTC-USD"} 3`,
+			`emq_jobs_dead_total{queue="orders.BTC-USD"} 1`,
+			`emq_claim_to_complete_seconds_count{queue="orders.BTC-USD"} 3`,
+			`emq_pending_jobs{queue="orders.BTC-USD"}`,
 			`go_goroutines`,
 		} {
 			if status != http.StatusOK || !strings.Contains(body, series) {

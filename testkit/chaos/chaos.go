@@ -309,8 +309,8 @@ type run struct {
 	caches *coherence.Client
 	pg     *testserver.PostgresInstance
 	db     *pgxpool.Pool
-	// the test's own view of the queue
-	queue *emq.Queue
+	// the test's own view of the instruments' queues
+	queues []*emq.Queue
 	// events are the accounts' logs of events.
 	events  *placement.EventLogs
 	slots   []*workerSlot
@@ -379,7 +379,13 @@ func Run(t testing.TB, cfg Config) Summary {
 		t.Fatalf("chaos: %v", err)
 	}
 	t.Cleanup(func() { _ = queueClient.Close() })
-	r.queue = queueClient.Queue(orders.Queue)
+	instruments, err := postgres.NewInstruments(r.db).ReadInstruments(ctx)
+	if err != nil {
+		t.Fatalf("chaos: %v", err)
+	}
+	for _, symbol := range slices.Sorted(maps.Keys(instruments)) {
+		r.queues = append(r.queues, queueClient.Queue(orders.InstrumentQueue(symbol)))
+	}
 	r.events = placement.NewEventLogs(queueClient)
 	r.caches = coherence.New(queueClient.Redis())
 	r.env = []string{"REDIS_URL=" + redisURL, "DATABASE_URL=" + database.URL, "MIGRATE=false"}
@@ -518,7 +524,7 @@ func (r *run) startWorker(slot *workerSlot, within time.Duration) error {
 		name := fmt.Sprintf("worker-%d.%d", slot.index+1, slot.instance)
 		slot.stateMu.Unlock()
 		env := append(slices.Clone(r.env),
-			"WORKER_LEASE="+r.cfg.Lease.String(), "WORKER_CONCURRENCY=8",
+			"WORKER_LEASE="+r.cfg.Lease.String(), "WORKER_OWN_LEASE="+r.cfg.Lease.String(), "WORKER_CONCURRENCY=8",
 			"WORKER_RETRY_BASE=50ms", "WORKER_RETRY_CAP=1s", "WORKER_DRAIN_TIMEOUT=2s",
 			// The events a worker appends count as relayed once the replica
 			// holds them, so a failover loses none (checkEvents).
@@ -648,12 +654,23 @@ func (r *run) unrenewedLeases() []string {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Lease)
 	defer cancel()
 	time.Sleep(50 * time.Millisecond)
-	before, err := r.queue.Leases(ctx)
+	leases := func() ([]emq.Lease, error) {
+		var all []emq.Lease
+		for _, queue := range r.queues {
+			held, err := queue.Leases(ctx)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, held...)
+		}
+		return all, nil
+	}
+	before, err := leases()
 	if err != nil {
 		return nil
 	}
 	time.Sleep(r.cfg.Lease / 2)
-	after, err := r.queue.Leases(ctx)
+	after, err := leases()
 	if err != nil {
 		return nil
 	}
@@ -716,7 +733,7 @@ func (r *run) scrapeSlot(client *http.Client, slot *workerSlot) {
 	if proc == nil || !proc.alive() {
 		return
 	}
-	values, err := scrapeCounters(client, "http://"+addr+"/metrics", `queue="`+orders.Queue+`"`, workerCounters...)
+	values, err := scrapeCounters(client, "http://"+addr+"/metrics", `queue="`+orders.QueuePrefix, workerCounters...)
 	if err != nil {
 		return
 	}
@@ -791,7 +808,17 @@ func (r *run) check(ctx context.Context, c *client) Summary {
 		ids = append(ids, a.id)
 	}
 
-	queue := r.queue
+	queueStats := func(ctx context.Context) (emq.Stats, error) {
+		var sum emq.Stats
+		for _, queue := range r.queues {
+			stats, err := queue.Stats(ctx)
+			if err != nil {
+				return sum, err
+			}
+			sum.Pending, sum.Active, sum.Delayed, sum.Dead = sum.Pending+stats.Pending, sum.Active+stats.Active, sum.Delayed+stats.Delayed, sum.Dead+stats.Dead
+		}
+		return sum, nil
+	}
 
 	drainStart := time.Now()
 	deadline := drainStart.Add(r.cfg.Drain)
@@ -801,7 +828,7 @@ func (r *run) check(ctx context.Context, c *client) Summary {
 		final = -1
 		countErr := r.db.QueryRow(ctx, ordersFinalCountSQL, ids).Scan(&final)
 		var statsErr error
-		stats, statsErr = queue.Stats(ctx)
+		stats, statsErr = queueStats(ctx)
 		if countErr == nil && statsErr == nil && final == len(ids) && stats.Pending+stats.Active+stats.Delayed == 0 {
 			break
 		}
@@ -825,7 +852,7 @@ func (r *run) check(ctx context.Context, c *client) Summary {
 		r.errorf("after the run: %v", err)
 	}
 
-	stats, err := queue.Stats(ctx)
+	stats, err := queueStats(ctx)
 	if err != nil {
 		r.errorf("queue stats: %v", err)
 	} else if stats.Pending+stats.Active+stats.Delayed+stats.Dead != 0 {

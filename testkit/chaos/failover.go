@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/orders"
 )
 
 // admitWaitTimeout is the gateway's ADMIT_WAIT_TIMEOUT: far above what a
@@ -53,7 +52,7 @@ func (r *run) failover(behind time.Duration) {
 		return
 	}
 	r.primary, r.replica = promoted, old
-	lost, err := lostAdmissions(old.Addr, promoted.Addr)
+	lost, err := lostAdmissions(old.Addr, promoted.Addr, jobRowKeys(r.queues))
 	if err != nil {
 		r.errorf("failover: %v", err)
 	}
@@ -67,18 +66,24 @@ func (r *run) failover(behind time.Duration) {
 	r.logf("fault: the proxy reaches %s; %s, which alone held %d admissions, follows it", promoted.Addr, old.Addr, len(lost))
 }
 
-// jobRowKeys are the hashes where the orders queue keeps its jobs' rows
-// (docs/protocol.md, the queue keyspace): unfinished ones in jobs, finished
-// ones in finished, trimmed to the last 10,000, so the orders a failover
-// lost, which are the newest, are there.
-var jobRowKeys = []string{emq.JobsKey(orders.Queue), emq.FinishedKey(orders.Queue)}
+// jobRowKeys are the hashes where the instruments' queues keep their jobs'
+// rows (docs/protocol.md, the queue keyspace): unfinished ones in jobs,
+// finished ones in finished, trimmed to the last 10,000, so the orders a
+// failover lost, which are the newest, are there.
+func jobRowKeys(queues []*emq.Queue) []string {
+	var keys []string
+	for _, queue := range queues {
+		keys = append(keys, emq.JobsKey(queue.Name()), emq.FinishedKey(queue.Name()))
+	}
+	return keys
+}
 
 // lostAdmissions returns the orders the old primary holds and the promoted
 // replica does not: what the old primary admitted after the replica stopped
 // following, lost when it follows the promoted one. The old primary is read
 // once its clients are gone (the repoint cut them): a command it had read
 // from them runs before it drops the connection.
-func lostAdmissions(old, promoted string) ([]string, error) {
+func lostAdmissions(old, promoted string, jobRowKeys []string) ([]string, error) {
 	oldClient := redis.NewClient(&redis.Options{Addr: old})
 	defer oldClient.Close()
 	promotedClient := redis.NewClient(&redis.Options{Addr: promoted})
