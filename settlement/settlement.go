@@ -361,6 +361,10 @@ func (w *Worker) own(ctx context.Context, owned emq.Owned) error {
 	defer w.owner.GiveUp(symbol)
 	logger.Info("settling an instrument")
 	settle := Settle(w.settler)
+	// A batch refused by PostgreSQL's fence means another worker owns the
+	// instrument now: stop acting as its owner at once.
+	working, fence := context.WithCancelCause(ctx)
+	defer fence(nil)
 	handler := func(jobCtx context.Context, claim emq.Claim) error {
 		jobCtx, cancel := context.WithCancelCause(jobCtx)
 		defer cancel(nil)
@@ -370,9 +374,13 @@ func (w *Worker) own(ctx context.Context, owned emq.Owned) error {
 			}
 		})
 		defer stop()
-		return settle(jobCtx, claim)
+		err := settle(jobCtx, claim)
+		if errors.Is(err, postgres.ErrFenced) {
+			fence(err)
+		}
+		return err
 	}
-	err := owned.Queue.Work(ctx, handler, emq.WorkerOptions{
+	err := owned.Queue.Work(working, handler, emq.WorkerOptions{
 		Concurrency:  w.config.Concurrency,
 		Batch:        w.config.Batch,
 		Lease:        w.config.Lease,
@@ -381,6 +389,13 @@ func (w *Worker) own(ctx context.Context, owned emq.Owned) error {
 		Logger:       logger,
 		Metrics:      w.metrics,
 	})
+	if cause := context.Cause(working); errors.Is(cause, postgres.ErrFenced) {
+		logger.Warn("PostgreSQL's fence refused a batch: another worker owns the instrument", "err", cause)
+		if epoch, fenced := fencedEpoch(cause); fenced {
+			return &emq.FencedError{Floor: epoch, Err: cause}
+		}
+		return cause
+	}
 	logger.Info("stopped settling an instrument", "cause", context.Cause(ctx))
 	return err
 }
