@@ -116,14 +116,16 @@ func (f *ownedFence) queueMakersGuard(b *pgx.Batch, w *batchWork) {
 
 // relyOn records the resting order a decision of an owner's batch relied
 // on without changing it, when one did: the best opposing order a
-// post-only order was rejected for, the account's own order self-trade
+// post-only order was rejected for or a market order was priced below the
+// minimum notional at, the account's own order self-trade
 // prevention stopped at. A cancel behind the owner's back that took it
 // away must make the write fail as a fill of it would. An order the batch
 // changed is guarded as a maker already, one it rested has no row yet.
 func (w *batchWork) relyOn(order orders.Order, d orders.Decision, page []*bookOrder) {
 	var relied *bookOrder
 	switch {
-	case d.RejectReason == orders.ReasonPostOnlyWouldTake && len(page) > 0:
+	case d.RejectReason == orders.ReasonPostOnlyWouldTake && len(page) > 0,
+		d.CancelReason == orders.CancelBelowMinNotional && len(page) > 0:
 		relied = page[0]
 	case d.CancelReason == orders.CancelSelfTradePrevented:
 		for _, o := range page {

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ordergate/ordergate/orders"
 )
 
 // The owner's batches (settle_owned.go): one driver goroutine per owned
@@ -508,21 +507,14 @@ func (s *Settler) decideOwned(ctx context.Context, st *ownedBook, p *ownedFlight
 	if len(w.takers) > 0 {
 		p.probe = w.takers[0].order.ID
 	}
-	p.deltas = make(map[balanceKey][2]*big.Rat)
-	for _, t := range w.txns {
-		for _, m := range t.Moves {
-			key := balanceKey{m.Account, m.Asset}
-			delta, ok := p.deltas[key]
-			if !ok {
-				delta = [2]*big.Rat{new(big.Rat), new(big.Rat)}
-				p.deltas[key] = delta
-			}
-			part := delta[0]
-			if m.Part == orders.PartHeld {
-				part = delta[1]
-			}
-			part.Add(part, orders.Rational(m.Amount))
+	// Every move of the batch, holds and releases included (they are no
+	// ledger transactions since holds left the ledger).
+	p.deltas = make(map[balanceKey][2]*big.Rat, len(w.balances))
+	for key, b := range w.balances {
+		if b.movedAvailable.Sign() == 0 && b.movedHeld.Sign() == 0 {
+			continue
 		}
+		p.deltas[key] = [2]*big.Rat{new(big.Rat).Set(&b.movedAvailable), new(big.Rat).Set(&b.movedHeld)}
 	}
 	return nil
 }

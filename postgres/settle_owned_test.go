@@ -299,6 +299,7 @@ func TestOwnerLoadsAgainAfterACancelBehindItsBack(t *testing.T) {
 	postOnly := func(o orders.Order) orders.Order { o.PostOnly = true; return o }
 	for _, tc := range []struct {
 		name     string
+		behind   func(m *market) orders.Order // rests behind the canceled order, if set
 		resting  func(m *market) orders.Order
 		next     func(m *market) orders.Order
 		wantNext string
@@ -319,6 +320,13 @@ func TestOwnerLoadsAgainAfterACancelBehindItsBack(t *testing.T) {
 			return withTIF(newOrder(m.bob, "BTC-USD", orders.Sell, "0.1", "50000"), orders.IOC)
 		},
 		wantNext: "canceled(unfilled_ioc) filled 0 notional 0 fees 0 hold 0",
+	}, {
+		// 0.0002 × 45,000 is 9 USD, under the minimum of 10; × 55,000, 11.
+		name:     "a market order priced below the minimum notional at it",
+		behind:   func(m *market) orders.Order { return newOrder(m.alice, "BTC-USD", orders.Sell, "0.01", "55000") },
+		resting:  func(m *market) orders.Order { return newOrder(m.alice, "BTC-USD", orders.Sell, "0.01", "45000") },
+		next:     func(m *market) orders.Order { return newOrder(m.bob, "BTC-USD", orders.Buy, "0.0002", "") },
+		wantNext: "filled(<nil>) filled 0.0002 notional 11 fees 0.022 hold 0",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -331,6 +339,11 @@ func TestOwnerLoadsAgainAfterACancelBehindItsBack(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := owner(t, m, "BTC-USD", time.Now().UnixNano())
+			if tc.behind != nil {
+				if err := s.Settle(ctx, tc.behind(m), 1); err != nil {
+					t.Fatal(err)
+				}
+			}
 			resting := tc.resting(m)
 			if err := s.Settle(ctx, resting, 1); err != nil {
 				t.Fatal(err)
