@@ -104,6 +104,18 @@ func lockRows(ctx context.Context, tx sender, keys []balanceKey, locked map[bala
 // them, in (account, asset) order; the locked rows are read into locked
 // (nil: not read).
 func queueLock(b *pgx.Batch, keys []balanceKey, known map[balanceKey]*lockedBalance, locked map[balanceKey]*lockedBalance) {
+	queueOpen(b, keys, known)
+	accounts, assets := sortedKeys(keys)
+	lock := b.Queue(settleLockSQL, accounts, assets)
+	if locked != nil {
+		lock.Query(func(rows pgx.Rows) error { return scanBalances(rows, locked) })
+	}
+}
+
+// queueOpen opens the rows of keys not known to exist (a new account's
+// first order), so that what the batch inserts can reference them before
+// it locks them.
+func queueOpen(b *pgx.Batch, keys []balanceKey, known map[balanceKey]*lockedBalance) {
 	accounts, assets := sortedKeys(keys)
 	var openAccounts, openAssets []string
 	for i := range accounts {
@@ -113,10 +125,6 @@ func queueLock(b *pgx.Batch, keys []balanceKey, known map[balanceKey]*lockedBala
 	}
 	if len(openAccounts) > 0 {
 		b.Queue(settleOpenSQL, openAccounts, openAssets)
-	}
-	lock := b.Queue(settleLockSQL, accounts, assets)
-	if locked != nil {
-		lock.Query(func(rows pgx.Rows) error { return scanBalances(rows, locked) })
 	}
 }
 

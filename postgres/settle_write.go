@@ -46,10 +46,22 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 	if guarded {
 		batch.Queue(savepointSQL)
 	}
+	// The balance rows are locked last, just before they are written and
+	// the commit: the rows the batch inserts reference them (foreign keys
+	// take KEY SHARE, which the locks, FOR NO KEY UPDATE, let through), so
+	// another instrument's batch that moves the same accounts waits only
+	// for this one's balance updates, events and commit, not its inserts.
 	if len(keys) > 0 {
-		queueLock(batch, keys, known, nil)
+		queueOpen(batch, keys, known)
 	}
-	if guarded {
+	lockAndGuard := func() {
+		if len(keys) > 0 {
+			accounts, assets := sortedKeys(keys)
+			batch.Queue(settleLockSQL, accounts, assets)
+		}
+		if !guarded {
+			return
+		}
 		var accounts, assets []string
 		var atLeast, below []*string
 		for key, b := range w.balances {
@@ -163,6 +175,7 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		}
 		batch.Queue(settleLastPriceSQL, traded, lastPrices)
 	}
+	lockAndGuard()
 	// Each moved balance by what the batch moved its parts by, and one
 	// outbox row per moved balance at the version it reaches: the
 	// coherence consumer acts only on a version newer than the one it

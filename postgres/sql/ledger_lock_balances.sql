@@ -2,4 +2,4 @@
 -- $3) in one fixed order so concurrent transfers cannot deadlock, and reads
 -- what they hold.
 SELECT account_id, available::text FROM balances
-WHERE asset = $1 AND account_id IN ($2, $3) ORDER BY account_id FOR UPDATE
+WHERE asset = $1 AND account_id IN ($2, $3) ORDER BY account_id FOR NO KEY UPDATE
