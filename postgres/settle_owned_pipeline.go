@@ -169,7 +169,7 @@ func (s *Settler) driveOwned(st *ownedBook) {
 			// request comes first, to be decided while it is written.
 			select {
 			case <-flight.done:
-				s.land(st, flight)
+				s.land(st, flight, nil, false)
 				flight = nil
 			case <-st.wake:
 			}
@@ -178,10 +178,9 @@ func (s *Settler) driveOwned(st *ownedBook) {
 		// An order alone, or one the write in flight holds (a redelivery
 		// racing it), is decided after that write landed.
 		if flight != nil && (alone || st.stale || flight.holdsAny(batch)) {
-			ok := s.land(st, flight)
+			ok := s.land(st, flight, batch, alone)
 			flight = nil
 			if !ok {
-				st.requeue(batch, alone)
 				continue
 			}
 		}
@@ -192,11 +191,10 @@ func (s *Settler) driveOwned(st *ownedBook) {
 			continue
 		}
 		if flight != nil {
-			ok := s.land(st, flight)
+			// Decided on a book the failed write left: decide again.
+			ok := s.land(st, flight, batch, false)
 			flight = nil
 			if !ok {
-				// Decided on a book the failed write left: decide again.
-				st.requeue(batch, false)
 				continue
 			}
 		}
@@ -220,10 +218,15 @@ func (s *Settler) driveOwned(st *ownedBook) {
 
 // land waits for the write in flight and answers its orders: true when it
 // committed. When it failed, the book is loaded again before the next
-// decision and its orders settle again (failOwned).
-func (s *Settler) land(st *ownedBook, flight *ownedFlight) bool {
+// decision and its orders settle again (failOwned), ahead of behind, the
+// requests that came after them (to settle alone when alone): time
+// priority and which order holds a client order id stay as they arrived.
+func (s *Settler) land(st *ownedBook, flight *ownedFlight, behind []*settleRequest, alone bool) bool {
 	<-flight.done
 	if flight.err != nil {
+		if len(behind) > 0 {
+			st.requeue(behind, alone)
+		}
 		s.failOwned(st, flight.batch, false, true, flight.err)
 		return false
 	}
