@@ -4,4 +4,10 @@
 -- SETTLEFENCED (SQLSTATE P0001) when another owner took the instrument
 -- over, SETTLESTALE when its terms changed (settlement_owner_fence,
 -- migration 0015).
-SELECT settlement_owner_fence($1::text, $2::bigint, $3::text)
+--
+-- An owner stopped in the middle of sending its batch (SIGSTOP, a stalled
+-- host) would keep the instrument row locked, and the next owner's
+-- take-over waiting, for as long as it stays stopped: the transaction
+-- ends itself after 5 s without a statement, the ownership lease's default.
+SELECT settlement_owner_fence($1::text, $2::bigint, $3::text),
+       set_config('idle_in_transaction_session_timeout', '5s', true)
