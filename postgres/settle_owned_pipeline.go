@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordergate/ordergate/orders"
 )
 
 // The owner's batches (settle_owned.go): one driver goroutine per owned
@@ -425,29 +427,10 @@ func (s *Settler) prepareOwned(st *ownedBook, batch []*settleRequest, flight *ow
 		return nil, err
 	}
 	in := st.book.in
-	takerKeys := make(map[balanceKey]bool)
-	for _, req := range batch {
-		if !existing[req.order.ID] {
-			takerKeys[balanceKey{req.order.Account, in.Base}] = true
-			takerKeys[balanceKey{req.order.Account, in.Quote}] = true
-		}
-	}
-	var missing []balanceKey
-	for key := range takerKeys {
-		if snapshot[key] == nil {
-			missing = append(missing, key)
-		}
-	}
-	if len(missing) > 0 {
-		// A new account's first order: its rows opened, as on the locked
-		// path, and read again.
-		accounts, assets := sortedKeys(missing)
-		open := &pgx.Batch{}
-		open.Queue(settleOpenSQL, accounts, assets)
-		open.Queue(settleTakersSQL, takerAccounts, takerSymbols).Query(readTakers)
-		if err := pooled.SendBatch(ctx, open).Close(); err != nil {
-			return nil, err
-		}
+	takerKeys, err := openTakerRows(ctx, pooled, batch, map[string]orders.Instrument{in.Symbol: in},
+		existing, snapshot, takerAccounts, takerSymbols)
+	if err != nil {
+		return nil, err
 	}
 	release()
 	release = nil

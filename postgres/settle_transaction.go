@@ -154,29 +154,9 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 		return fail(readErr)
 	}
 
-	// The takers' rows: opened where missing (a new account's first order),
-	// as today, and read again.
-	takerKeys := make(map[balanceKey]bool)
-	for _, req := range batch {
-		if in, ok := instruments[req.order.Symbol]; ok && !existing[req.order.ID] {
-			takerKeys[balanceKey{req.order.Account, in.Base}] = true
-			takerKeys[balanceKey{req.order.Account, in.Quote}] = true
-		}
-	}
-	var missing []balanceKey
-	for key := range takerKeys {
-		if snapshot[key] == nil {
-			missing = append(missing, key)
-		}
-	}
-	if len(missing) > 0 {
-		accounts, assets := sortedKeys(missing)
-		second := &pgx.Batch{}
-		second.Queue(settleOpenSQL, accounts, assets)
-		second.Queue(settleTakersSQL, takerAccounts, takerSymbols).Query(readTakers)
-		if err := conn.SendBatch(ctx, second).Close(); err != nil {
-			return fail(err)
-		}
+	takerKeys, err := openTakerRows(ctx, conn, batch, instruments, existing, snapshot, takerAccounts, takerSymbols)
+	if err != nil {
+		return fail(err)
 	}
 	phase = s.metrics.phaseDone(phaseRead, phase)
 
@@ -277,4 +257,37 @@ var afterFirstDecision func()
 func isStale(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "P0001" && strings.HasPrefix(pgErr.Message, staleCodeWord)
+}
+
+// openTakerRows is the balance rows the batch's new takers draw on (their
+// instrument's base and quote), with those missing (a new account's first
+// order) opened and the takers' rows read into snapshot again: a second
+// round trip only when a row was missing.
+func openTakerRows(ctx context.Context, tx sender, batch []*settleRequest, instruments map[string]orders.Instrument,
+	existing map[string]bool, snapshot map[balanceKey]*lockedBalance, takerAccounts, takerSymbols []string) (map[balanceKey]bool, error) {
+	takerKeys := make(map[balanceKey]bool)
+	for _, req := range batch {
+		if in, ok := instruments[req.order.Symbol]; ok && !existing[req.order.ID] {
+			takerKeys[balanceKey{req.order.Account, in.Base}] = true
+			takerKeys[balanceKey{req.order.Account, in.Quote}] = true
+		}
+	}
+	var missing []balanceKey
+	for key := range takerKeys {
+		if snapshot[key] == nil {
+			missing = append(missing, key)
+		}
+	}
+	if len(missing) > 0 {
+		accounts, assets := sortedKeys(missing)
+		open := &pgx.Batch{}
+		open.Queue(settleOpenSQL, accounts, assets)
+		open.Queue(settleTakersSQL, takerAccounts, takerSymbols).Query(func(rows pgx.Rows) error {
+			return scanBalances(rows, snapshot)
+		})
+		if err := tx.SendBatch(ctx, open).Close(); err != nil {
+			return nil, err
+		}
+	}
+	return takerKeys, nil
 }
