@@ -132,21 +132,7 @@ func (st *ownedBook) next(flying bool) (batch []*settleRequest, alone, stop bool
 		st.redo = st.redo[1:]
 		return []*settleRequest{req}, true, false
 	case len(st.waiting) > 0:
-		// As settleQueue.take: a second request of an order in the batch
-		// waits for the next.
-		batch = make([]*settleRequest, 0, min(len(st.waiting), maxSettleBatch))
-		ids := make(map[string]bool, cap(batch))
-		left := st.waiting[:0]
-		for _, req := range st.waiting {
-			if len(batch) == maxSettleBatch || ids[req.order.ID] {
-				left = append(left, req)
-				continue
-			}
-			ids[req.order.ID] = true
-			batch = append(batch, req)
-		}
-		clear(st.waiting[len(left):])
-		st.waiting = left
+		batch, st.waiting = nextBatch(st.waiting)
 		return batch, false, false
 	}
 	if flying {

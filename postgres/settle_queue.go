@@ -105,9 +105,7 @@ func (q *settleQueue) withdraw(req *settleRequest) bool {
 }
 
 // take removes the instrument's next batch from the queue, oldest first,
-// or reports there is none and ends its busy spell. A second request for
-// an order already in the batch (two leases racing) stays for the next
-// batch, which finds the order final.
+// or reports there is none and ends its busy spell.
 func (q *settleQueue) take(symbol string) []*settleRequest {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -116,10 +114,20 @@ func (q *settleQueue) take(symbol string) []*settleRequest {
 		delete(q.inFlight, symbol)
 		return nil
 	}
-	batch := make([]*settleRequest, 0, min(len(sq.waiting), maxSettleBatch))
+	var batch []*settleRequest
+	batch, sq.waiting = nextBatch(sq.waiting)
+	return batch
+}
+
+// nextBatch splits waiting into the next batch, oldest first and at most
+// maxSettleBatch, and what is left, in place. A second request for an
+// order already in the batch (two leases racing) is left for the next
+// batch, which finds the order final.
+func nextBatch(waiting []*settleRequest) (batch, left []*settleRequest) {
+	batch = make([]*settleRequest, 0, min(len(waiting), maxSettleBatch))
 	ids := make(map[string]bool, cap(batch))
-	left := sq.waiting[:0]
-	for _, req := range sq.waiting {
+	left = waiting[:0]
+	for _, req := range waiting {
 		if len(batch) == maxSettleBatch || ids[req.order.ID] {
 			left = append(left, req)
 			continue
@@ -127,9 +135,8 @@ func (q *settleQueue) take(symbol string) []*settleRequest {
 		ids[req.order.ID] = true
 		batch = append(batch, req)
 	}
-	clear(sq.waiting[len(left):])
-	sq.waiting = left
-	return batch
+	clear(waiting[len(left):])
+	return batch, left
 }
 
 // handOn is called by the runner of a transaction when it ends: the orders
