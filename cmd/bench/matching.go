@@ -28,12 +28,17 @@ type matchingConfig struct {
 	workers  int
 	// profile measures where each run's time goes (profile.go).
 	profile bool
+	// cpuProfile and memProfile are where each run's Go CPU and
+	// allocation profiles go (profile_counters.go); none when empty.
+	cpuProfile, memProfile string
 }
 
 func (m *matchingConfig) register(flags *flag.FlagSet) {
 	flags.IntVar(&m.orders, "match-orders", 10000, "orders of each run of the matching phase (half of them crossing)")
 	flags.IntVar(&m.accounts, "match-accounts", 50, "accounts placing the matching phase's orders")
 	flags.IntVar(&m.workers, "match-workers", 4, "worker processes (run in-process, wired as cmd/worker) of the matching phase")
+	flags.StringVar(&m.cpuProfile, "match-cpuprofile", "", "write a Go CPU profile of the bench process (the in-process workers) over each matching run's window to this path plus the run's name")
+	flags.StringVar(&m.memProfile, "match-memprofile", "", "write Go allocation profiles of each matching run's window to this path plus the run's name (and .base at its start: pprof -base)")
 	flags.BoolVar(&m.profile, "profile", false, "profile each matching run: CPU by process, pg_stat_statements, rows written, lock waits, the batch cycle's phases (starts the bench's PostgreSQL with pg_stat_statements)")
 }
 
@@ -221,7 +226,7 @@ func (e *env) matchRun(ctx context.Context, c matchingConfig, s *servers, name s
 		// Closing the pool's connections flushes their backends'
 		// statistics before the counters are read.
 		db.Reset()
-		if profiler, err = newRunProfiler(ctx, s, databaseURL, database); err != nil {
+		if profiler, err = newRunProfiler(ctx, s, e.queue.Redis(), databaseURL, database); err != nil {
 			return r, fmt.Errorf("profile: %w", err)
 		}
 		defer profiler.close()
@@ -230,8 +235,12 @@ func (e *env) matchRun(ctx context.Context, c matchingConfig, s *servers, name s
 		}
 	}
 	inRun("%d workers × concurrency %d matching %d orders…", c.workers, workerConfig.Concurrency, c.orders)
+	profiles := &goProfiles{cpuPath: c.cpuProfile, memPath: c.memProfile}
+	if err := profiles.start(name); err != nil {
+		return r, err
+	}
 	seconds, coherenceSeconds, err := e.workThrough(ctx, databaseURL, s.redisURL, c.workers, workerConfig, queueList, c.orders, profiler, inRun)
-	if err != nil {
+	if err := errors.Join(err, profiles.stop(name)); err != nil {
 		return r, err
 	}
 	if r.Profile, err = profiler.end(ctx); err != nil {
@@ -357,7 +366,7 @@ func (e *env) workThrough(ctx context.Context, databaseURL, redisURL string, wor
 	for i := range workers {
 		metrics := profiler.registerer()
 		running.Go(func() {
-			errs[i] = e.runWorker(workCtx, databaseURL, redisURL, config, metrics)
+			errs[i] = e.runWorker(workCtx, databaseURL, redisURL, config, metrics, profiler.redisHook())
 			exit.Do(func() { close(exited) })
 		})
 	}

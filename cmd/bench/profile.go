@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/postgres"
 )
@@ -80,6 +81,15 @@ type runProfile struct {
 	WAL             walCounters        `json:"wal"`
 	Waits           waitProfile        `json:"waits"`
 	Batches         batchProfile       `json:"batches"`
+	// GoAllocs are the bench process's heap allocations in the window.
+	GoAllocs goAllocs `json:"go_allocs"`
+	// RedisCommands are Redis's commands in the window, most calls first
+	// (the bench's own polling of the queues' depth included).
+	RedisCommands []redisCommand `json:"redis_commands,omitempty"`
+	RedisError    string         `json:"redis_error,omitempty"`
+	// WorkerRedisCalls are the workers' calls to Redis by script (a
+	// command sent directly: "· name"), counted by their clients.
+	WorkerRedisCalls map[string]int64 `json:"worker_redis_calls,omitempty"`
 }
 
 // cpuProfile is the CPU seconds of the window by process.
@@ -299,11 +309,19 @@ type runProfiler struct {
 	samplingErr      error
 	cpuResult        cpuProfile
 	cpuErr           error
+
+	// rdb reads Redis's command counters.
+	rdb                           redis.UniversalClient
+	scripts                       *scriptCounter
+	scriptsBefore, scriptsAfter   map[string]int64
+	allocsBefore, allocs          goAllocs
+	commandsBefore, commandsAfter map[string]redisCommand
+	redisErr                      error
 }
 
 // newRunProfiler connects to the run's database and the server's.
-func newRunProfiler(ctx context.Context, s *servers, databaseURL, database string) (_ *runProfiler, err error) {
-	p := &runProfiler{database: database, waits: map[waitKey]int{}}
+func newRunProfiler(ctx context.Context, s *servers, rdb redis.UniversalClient, databaseURL, database string) (_ *runProfiler, err error) {
+	p := &runProfiler{database: database, waits: map[waitKey]int{}, rdb: rdb, scripts: newScriptCounter()}
 	defer func() {
 		if err != nil {
 			p.close()
@@ -379,9 +397,12 @@ func (p *runProfiler) begin(ctx context.Context) error {
 			p.statementsErr = err
 		}
 	}
+	p.commandsBefore, p.redisErr = readCommandStats(ctx, p.rdb)
 	if err := p.cpu.start(); err != nil {
 		return err
 	}
+	p.allocsBefore = readGoAllocs()
+	p.scriptsBefore = p.scripts.snapshot()
 	p.began = time.Now()
 	p.stopSampling = make(chan struct{})
 	p.sampling.Go(func() { p.sample(ctx) })
@@ -427,6 +448,15 @@ func (p *runProfiler) sample(ctx context.Context) {
 	}
 }
 
+// redisHook counts a worker's Redis calls by script; nil when nothing is
+// measured.
+func (p *runProfiler) redisHook() redis.Hook {
+	if p == nil {
+		return nil
+	}
+	return p.scripts
+}
+
 // registerer is where a worker of the run registers its metrics: nil (a
 // registry of its own) when nothing is measured.
 func (p *runProfiler) registerer() prometheus.Registerer {
@@ -444,9 +474,14 @@ func (p *runProfiler) drained() {
 		return
 	}
 	p.drainedAt = time.Now()
+	p.allocs = readGoAllocs().minus(p.allocsBefore)
+	p.scriptsAfter = p.scripts.snapshot()
 	close(p.stopSampling)
 	p.sampling.Wait()
 	p.cpuResult, p.cpuErr = p.cpu.end()
+	if p.redisErr == nil {
+		p.commandsAfter, p.redisErr = readCommandStats(context.Background(), p.rdb)
+	}
 }
 
 // end reads the counters once the workers have stopped and their
@@ -476,7 +511,18 @@ func (p *runProfiler) end(ctx context.Context) (*runProfile, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	r := &runProfile{Seconds: p.drainedAt.Sub(p.began).Seconds(), CPU: p.cpuResult}
+	r := &runProfile{Seconds: p.drainedAt.Sub(p.began).Seconds(), CPU: p.cpuResult, GoAllocs: p.allocs}
+	if p.redisErr != nil {
+		r.RedisError = p.redisErr.Error()
+	} else {
+		r.RedisCommands = commandsBetween(p.commandsBefore, p.commandsAfter)
+	}
+	r.WorkerRedisCalls = map[string]int64{}
+	for name, n := range p.scriptsAfter {
+		if d := n - p.scriptsBefore[name]; d > 0 {
+			r.WorkerRedisCalls[name] = d
+		}
+	}
 	var err error
 	if p.statementsErr == nil {
 		if r.Statements, err = readStatements(ctx, p.admin, p.database); err != nil {

@@ -82,7 +82,12 @@ func profileMarkdown(runs []matchRun) string {
 	})
 	row("other processes on the machine", func(p *runProfile) string { return cores(p, p.CPU.others()) })
 	row("idle", func(p *runProfile) string { return fmt.Sprintf("%.2f", p.CPU.MachineIdle/p.CPU.Seconds) })
+	row("the bench process's Go heap: allocations; KB; per order (GC cycles)", func(p *runProfile) string {
+		return fmt.Sprintf("%.0f; %.1f KB (%d)", perOrder(p, float64(p.GoAllocs.Objects)), perOrder(p, float64(p.GoAllocs.Bytes))/1024, p.GoAllocs.GCCycles)
+	})
 	b.WriteString("\n")
+
+	b.WriteString(redisCommandsMarkdown(profiled))
 
 	header("writes and work (per order; per trade)")
 	row("settlement batches; orders per batch; decided again", func(p *runProfile) string {
@@ -271,4 +276,80 @@ func tableWritten(p *runProfile, name string) int64 {
 		}
 	}
 	return 0
+}
+
+// redisCommandsMarkdown is Redis's commands per order in each run's window,
+// one column per run: every command any run called, most calls first in the
+// first run.
+func redisCommandsMarkdown(profiled []matchRun) string {
+	var b strings.Builder
+	b.WriteString("| Redis commands (INFO commandstats; a script is one evalsha, its commands under their names) per order (µs per order) |")
+	for _, r := range profiled {
+		b.WriteString(" " + r.Name + " |")
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---:|", len(profiled)) + "\n")
+	var names []string
+	for _, r := range profiled {
+		for _, c := range r.Profile.RedisCommands {
+			if !slices.Contains(names, c.Name) {
+				names = append(names, c.Name)
+			}
+		}
+	}
+	cell := func(p *runProfile, calls int64, usec float64) string {
+		orders := float64(max(p.Orders, 1))
+		return fmt.Sprintf("%.2f (%.1f)", float64(calls)/orders, usec/orders)
+	}
+	b.WriteString("| every command |")
+	for _, r := range profiled {
+		if r.Profile.RedisError != "" {
+			b.WriteString(" n/a |")
+			continue
+		}
+		var calls int64
+		var usec float64
+		for _, c := range r.Profile.RedisCommands {
+			calls, usec = calls+c.Calls, usec+c.Usec
+		}
+		b.WriteString(" " + cell(r.Profile, calls, usec) + " |")
+	}
+	b.WriteString("\n")
+	for _, name := range names {
+		b.WriteString("| · " + name + " |")
+		for _, r := range profiled {
+			i := slices.IndexFunc(r.Profile.RedisCommands, func(c redisCommand) bool { return c.Name == name })
+			if i < 0 {
+				b.WriteString(" 0 |")
+				continue
+			}
+			c := r.Profile.RedisCommands[i]
+			b.WriteString(" " + cell(r.Profile, c.Calls, c.Usec) + " |")
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+	b.WriteString("| the workers' Redis calls by script (a command sent directly: · name) per order |")
+	for _, r := range profiled {
+		b.WriteString(" " + r.Name + " |")
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---:|", len(profiled)) + "\n")
+	var scripts []string
+	for _, r := range profiled {
+		for name := range r.Profile.WorkerRedisCalls {
+			if !slices.Contains(scripts, name) {
+				scripts = append(scripts, name)
+			}
+		}
+	}
+	first := profiled[0].Profile.WorkerRedisCalls
+	slices.SortFunc(scripts, func(a, c string) int { return cmp.Or(cmp.Compare(first[c], first[a]), strings.Compare(a, c)) })
+	for _, name := range scripts {
+		b.WriteString("| " + name + " |")
+		for _, r := range profiled {
+			fmt.Fprintf(&b, " %.3f |", float64(r.Profile.WorkerRedisCalls[name])/float64(max(r.Profile.Orders, 1)))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+	return b.String()
 }

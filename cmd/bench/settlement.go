@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
@@ -245,12 +246,15 @@ func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n in
 // own, as settlement.Connect sizes them, and the settlement package's Worker. Only the
 // /metrics listener is left out; nothing scrapes it here. It returns when
 // ctx ends and the worker has drained.
-func (e *env) runWorker(ctx context.Context, databaseURL, redisURL string, config settlement.Config, metrics prometheus.Registerer) error {
+func (e *env) runWorker(ctx context.Context, databaseURL, redisURL string, config settlement.Config, metrics prometheus.Registerer, hook redis.Hook) error {
 	deps, err := settlement.Connect(ctx, databaseURL, redisURL, config, e.logger)
 	if err != nil {
 		return stoppedOr(ctx, err)
 	}
 	defer deps.Close()
+	if hook != nil {
+		deps.Queues.Redis().AddHook(hook)
+	}
 	deps.Metrics = metrics
 	worker, err := settlement.New(ctx, deps, config)
 	if err != nil {
