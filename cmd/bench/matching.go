@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -120,6 +121,8 @@ type matchRun struct {
 // once for both ratios.
 func (e *env) matching(ctx context.Context, c matchingConfig, pgbenchClients int, s *servers, duration time.Duration, progress func(string, ...any)) (matchingResult, error) {
 	r := matchingResult{Workers: c.workers, WorkerConcurrency: settlement.DefaultConfig().Concurrency, Accounts: c.accounts, Orders: c.orders}
+	// The workers run in this process: with cmd/worker's collector target.
+	defer settlement.TuneGC(os.Getenv)()
 	for _, run := range matchingRuns {
 		result, err := e.matchRun(ctx, c, s, run.name, run.symbols, progress)
 		if err != nil {

@@ -160,6 +160,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	// jsonlog.Buffered); the deferred call writes out the last of them.
 	logger, logDone := jsonlog.ProcessLogger(stdout, c.logLevel, c.logFlush)
 	defer logDone()
+	defer settlement.TuneGC(getenv)()
 
 	if c.migrate {
 		if err := migrations.Up(c.databaseURL); err != nil {
