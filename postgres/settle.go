@@ -102,11 +102,30 @@ func (s *Settler) Settle(ctx context.Context, order orders.Order, token int64) e
 	default:
 		logger.Info("order settled", "status", result.status, "reason", result.reason, "trades", result.trades)
 	}
+	if result.relayed != nil {
+		defer close(result.relayed)
+	}
 	if s.relay != nil && len(result.outbox) > 0 {
+		if result.relayAfter != nil {
+			// An events row relayed before its source's previous one finds
+			// a gap in the account's log, and fills it from the outbox row
+			// by row. A relay that hangs holds the next back for a while
+			// at most; what it left, the sweep relays.
+			timer := time.NewTimer(relayOrderWait)
+			select {
+			case <-result.relayAfter:
+			case <-timer.C:
+			}
+			timer.Stop()
+		}
 		s.relay.Relay(ctx, result.outbox)
 	}
 	return nil
 }
+
+// relayOrderWait bounds how long an owner's batch waits for the batch
+// before it to relay before it relays anyway.
+const relayOrderWait = 5 * time.Second
 
 // settleJoined settles the order at once when none of the settler's
 // transactions of its instrument is in flight, and otherwise waits for the
@@ -172,6 +191,12 @@ type settlement struct {
 	// trades is how many trades the order took part in as the taker.
 	trades int
 	outbox []orders.OutboxEntry
+	// An owner's batches relay their outboxes in the order they committed
+	// (settle_owned_pipeline.go, chainRelays): relayAfter is closed once
+	// the batch before relayed, relayed is to close once this one did.
+	// Both nil on the locked path.
+	relayAfter <-chan struct{}
+	relayed    chan struct{}
 }
 
 // classify sorts a failure: an order whose account does not exist, or whose

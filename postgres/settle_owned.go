@@ -181,6 +181,9 @@ type ownedBook struct {
 	generation  int64
 	// stale: a write failed; load the book before deciding again.
 	stale bool
+	// relayed is closed once the last batch answered has relayed its
+	// outbox (answer).
+	relayed <-chan struct{}
 }
 
 // ownedState is the settler's owned instruments.

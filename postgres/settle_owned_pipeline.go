@@ -193,7 +193,7 @@ func (s *Settler) driveOwned(st *ownedBook) {
 				continue
 			}
 			st.book, st.provisional = p.w.books[st.symbol], p.w.provisional
-			answer(p)
+			st.answer(p)
 			continue
 		}
 		flight = p
@@ -218,12 +218,20 @@ func (s *Settler) land(st *ownedBook, flight *ownedFlight, behind []*settleReque
 		s.failOwned(st, flight.batch, false, true, flight.err)
 		return false
 	}
-	answer(flight)
+	st.answer(flight)
 	return true
 }
 
-// answer hands each request of a committed batch its outcome.
-func answer(p *ownedFlight) {
+// answer hands each request of a committed batch its outcome, its outbox
+// to relay after the batch before's (the driver answers them in the order
+// they committed).
+func (st *ownedBook) answer(p *ownedFlight) {
+	for i := range p.outcomes {
+		if r := &p.outcomes[i].result; len(r.outbox) > 0 {
+			relayed := make(chan struct{})
+			r.relayAfter, r.relayed, st.relayed = st.relayed, relayed, relayed
+		}
+	}
 	for i, req := range p.batch {
 		req.result, req.err = p.outcomes[i].result, p.outcomes[i].err
 		close(req.done)

@@ -691,3 +691,99 @@ func staleRefusal(err error) bool {
 	pgErr, ok := errors.AsType[*pgconn.PgError](err)
 	return ok && strings.HasPrefix(pgErr.Message, "SETTLESTALE")
 }
+
+// heldRelay holds its first call until released, and records the order
+// in which calls start and end.
+type heldRelay struct {
+	first   sync.Once
+	started chan struct{}
+	release chan struct{}
+
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *heldRelay) Relay(ctx context.Context, entries []orders.OutboxEntry) {
+	held := false
+	r.first.Do(func() { held = true })
+	r.record(fmt.Sprintf("start %d", len(r.eventsOf("start"))+1))
+	if held {
+		close(r.started)
+		<-r.release
+	}
+	r.record(fmt.Sprintf("end %d", len(r.eventsOf("end"))+1))
+}
+
+func (r *heldRelay) record(event string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, event)
+}
+
+func (r *heldRelay) eventsOf(prefix string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var of []string
+	for _, e := range r.events {
+		if strings.HasPrefix(e, prefix) {
+			of = append(of, e)
+		}
+	}
+	return of
+}
+
+// TestOwnerRelaysItsBatchesInCommitOrder: an owner's batch relays its
+// outbox only once the batch before relayed its own, so an account's
+// events rows reach its log in their source's order (a row relayed before
+// the one before it would find a gap and fill it from the outbox).
+func TestOwnerRelaysItsBatchesInCommitOrder(t *testing.T) {
+	m := newMarket(t)
+	ctx := context.Background()
+	relay := &heldRelay{started: make(chan struct{}), release: make(chan struct{})}
+	s := postgres.NewSettler(m.db, relay, slog.New(slog.DiscardHandler))
+	if err := s.TakeOver(ctx, "BTC-USD", 1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.GiveUp("BTC-USD") })
+
+	var settling sync.WaitGroup
+	settle := func(order orders.Order) {
+		settling.Go(func() {
+			if err := s.Settle(ctx, order, 1); err != nil {
+				t.Errorf("settle %s: %v", order.ID, err)
+			}
+		})
+	}
+	settle(newOrder(m.alice, "BTC-USD", orders.Sell, "0.1", "50000"))
+	select {
+	case <-relay.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first batch never relayed")
+	}
+	// The first batch committed and its relay hangs; the second commits
+	// meanwhile, and its relay waits.
+	bid := newOrder(m.bob, "BTC-USD", orders.Buy, "0.1", "50000")
+	settle(bid)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, found := readOrder(t, m.db, bid.ID); found {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(relay.release)
+			t.Fatal("the second batch never committed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if started := relay.eventsOf("start"); len(started) != 1 {
+		t.Errorf("relays started while the first hangs: %v, want the first alone", started)
+	}
+	close(relay.release)
+	settling.Wait()
+	relay.mu.Lock()
+	defer relay.mu.Unlock()
+	if want := []string{"start 1", "end 1", "start 2", "end 2"}; !slices.Equal(relay.events, want) {
+		t.Errorf("relays: %v, want %v", relay.events, want)
+	}
+}
