@@ -114,6 +114,7 @@ type loadResult struct {
 	Seconds     float64 `json:"seconds"`
 	PerSecond   float64 `json:"orders_per_second"`
 	P50Ms       float64 `json:"p50_ms"`
+	P90Ms       float64 `json:"p90_ms"`
 	P99Ms       float64 `json:"p99_ms"`
 	P999Ms      float64 `json:"p999_ms"`
 	MaxMs       float64 `json:"max_ms"`
@@ -151,7 +152,7 @@ func (t *tally) result(name string, elapsed time.Duration) loadResult {
 	r := loadResult{
 		Name: name, Orders: t.orders, Errors: t.errors, Seconds: elapsed.Seconds(),
 		PerSecond: float64(t.orders) / elapsed.Seconds(),
-		P50Ms:     ms(t.hist.quantile(0.5)), P99Ms: ms(t.hist.quantile(0.99)),
+		P50Ms:     ms(t.hist.quantile(0.5)), P90Ms: ms(t.hist.quantile(0.9)), P99Ms: ms(t.hist.quantile(0.99)),
 		P999Ms: ms(t.hist.quantile(0.999)), MaxMs: ms(t.hist.quantile(1)),
 	}
 	if t.firstError != nil {
@@ -256,42 +257,51 @@ func alternating(ctx context.Context, concurrency int, duration, turn time.Durat
 // time, so a stall counts against every request it delayed (no coordinated
 // omission). Requests still scheduled at the end are sent and counted.
 func openLoop(ctx context.Context, name string, rate float64, senders int, duration time.Duration, progress func(string, ...any), op func(context.Context) error) loadResult {
+	return openLoopAt(ctx, name, rate, senders, duration, progress, func(ctx context.Context, _ int, _ time.Time) error { return op(ctx) })
+}
+
+// openLoopAt is openLoop handing op each request's number (0, 1, …) and its
+// scheduled time, for a caller that times the request past its answer.
+func openLoopAt(ctx context.Context, name string, rate float64, senders int, duration time.Duration, progress func(string, ...any), op func(ctx context.Context, i int, scheduled time.Time) error) loadResult {
 	var t tally
 	total := int(rate * duration.Seconds())
-	due := make(chan time.Time, total+1)
+	type request struct {
+		i         int
+		scheduled time.Time
+	}
+	due := make(chan request, total+1)
 	var wg sync.WaitGroup
 	for range senders {
 		wg.Go(func() {
 			var h histogram
 			var ok, failed int64
 			var first error
-			for scheduled := range due {
-				if err := op(ctx); err != nil {
+			for r := range due {
+				if err := op(ctx, r.i, r.scheduled); err != nil {
 					failed++
 					if first == nil {
 						first = err
 					}
 					continue
 				}
-				h.record(time.Since(scheduled))
+				h.record(time.Since(r.scheduled))
 				ok++
 			}
 			t.add(&h, ok, failed, first)
 		})
 	}
 	stopProgress := ticking(name, duration, progress)
-	interval := time.Duration(float64(time.Second) / rate)
 	start := time.Now()
 	ticker := time.NewTicker(time.Millisecond)
 	next := 0
 	for next < total && ctx.Err() == nil {
 		now := <-ticker.C
 		for ; next < total; next++ {
-			scheduled := start.Add(time.Duration(next) * interval)
+			scheduled := scheduledAt(start, rate, next)
 			if scheduled.After(now) {
 				break
 			}
-			due <- scheduled
+			due <- request{next, scheduled}
 		}
 	}
 	ticker.Stop()
@@ -301,6 +311,11 @@ func openLoop(ctx context.Context, name string, rate float64, senders int, durat
 	r := t.result(name, time.Since(start))
 	r.TargetRate = rate
 	return r
+}
+
+// scheduledAt is request i's time in an open loop at rate started at start.
+func scheduledAt(start time.Time, rate float64, i int) time.Time {
+	return start.Add(time.Duration(float64(i) * float64(time.Second) / rate))
 }
 
 // ticking prints name's progress every two seconds until the returned stop.

@@ -58,3 +58,73 @@ func TestAlternatingTakesTurns(t *testing.T) {
 		t.Errorf("overall ratio %.2f, want about 0.5", whole)
 	}
 }
+
+// TestOpenLoopAtKeepsItsScheduleAndCountsQueueing offers 100 requests/s
+// for 300 ms to one sender whose request takes 20 ms, so requests queue:
+// each must still be scheduled 10 ms after the one before, start no
+// earlier than scheduled, and be timed from its scheduled time, queueing
+// included (a closed loop would report 20 ms for each).
+func TestOpenLoopAtKeepsItsScheduleAndCountsQueueing(t *testing.T) {
+	const (
+		rate    = 100
+		cost    = 20 * time.Millisecond
+		total   = 30
+		spacing = time.Second / rate
+	)
+	var mu sync.Mutex
+	scheduled := make([]time.Time, total)
+	started := make([]time.Time, total)
+	calls := 0
+	r := openLoopAt(context.Background(), "test", rate, 1, total*spacing, func(string, ...any) {}, func(_ context.Context, i int, at time.Time) error {
+		mu.Lock()
+		scheduled[i], started[i] = at, time.Now()
+		calls++
+		mu.Unlock()
+		time.Sleep(cost)
+		return nil
+	})
+	if calls != total || r.Orders != total || r.Errors != 0 {
+		t.Fatalf("%d calls, %d orders, %d errors; want %d, %d, 0", calls, r.Orders, r.Errors, total, total)
+	}
+	for i := range total {
+		if got := scheduled[i].Sub(scheduled[0]); got != time.Duration(i)*spacing {
+			t.Errorf("request %d scheduled %v after the first, want %v", i, got, time.Duration(i)*spacing)
+		}
+		if started[i].Before(scheduled[i]) {
+			t.Errorf("request %d started %v before its scheduled time", i, scheduled[i].Sub(started[i]))
+		}
+	}
+	// One sender serves one request every 20 ms at best, so request i
+	// starts no earlier than i × 20 ms and waits i × 10 ms or more past
+	// its schedule: the last one's latency is at least 29 × 10 + 20 ms,
+	// the median's 15 × 10 + 20.
+	if last := 29*spacing + cost; r.MaxMs < ms(last) {
+		t.Errorf("max latency %.1f ms, want ≥ %.1f ms (the queueing behind the earlier requests)", r.MaxMs, ms(last))
+	}
+	if median := 15*spacing + cost; r.P50Ms < ms(median) {
+		t.Errorf("p50 %.1f ms, want ≥ %.1f ms", r.P50Ms, ms(median))
+	}
+	if r.TargetRate != rate {
+		t.Errorf("target rate %v, want %v", r.TargetRate, rate)
+	}
+}
+
+func TestScheduledAtSpacesRequestsEvenly(t *testing.T) {
+	start := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		rate float64
+		i    int
+		want time.Duration
+	}{
+		{1000, 0, 0},
+		{1000, 1, time.Millisecond},
+		{1000, 60_000, time.Minute},
+		{3, 1, 333_333_333},
+		{3, 3, time.Second},
+		{1234.5, 1234, 999_594_977},
+	} {
+		if got := scheduledAt(start, c.rate, c.i).Sub(start); got != c.want {
+			t.Errorf("rate %v, request %d: %v after the start, want %v", c.rate, c.i, got, c.want)
+		}
+	}
+}

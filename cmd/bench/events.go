@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -14,7 +16,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/ordergate/ordergate/api/client"
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/settlement"
@@ -24,30 +30,30 @@ import (
 // one gateway, each of an account of its own.
 const eventStreams = 1_000
 
+// eventsSeed makes every run's sustained load the same orders; the load at
+// half the admission peak draws others.
+const eventsSeed = 2
+
 // eventsResult is the events phase: 1,000 streams (GET /v1/events) open on
-// one gateway process, one per account, while those accounts' orders are
-// admitted at half the gateway's peak, buys and sells at one price so they
-// trade, and settled by a worker; how long events took to reach the
-// clients, and what an idle stream costs the gateway and Redis.
+// one gateway process, one per account, on a database of the phase's own,
+// while those accounts' orders are placed over HTTP in an open loop over
+// the matching phase's three instruments (its order mix: resting and
+// crossing orders, so they trade) and settled by the matching phase's
+// in-process workers: first a sustained load at half the matching phase's
+// spread rate, then a load at half the admission peak. For each load:
+// placement → decided (from each order's scheduled send to its first
+// event at its account's client), how long events took to reach the
+// clients, the backlog left; and what an idle stream costs the gateway and
+// Redis.
 type eventsResult struct {
-	Streams   int        `json:"streams"`
-	Accounts  int        `json:"accounts"`
-	Admission loadResult `json:"admission"`
-	// Events is what the streams received; Reconnects how often one had
-	// to reconnect (a slow client is dropped and resumes).
-	Events     int64 `json:"events_received"`
-	Reconnects int64 `json:"reconnects"`
-	// CommitToClient is order.filled events, from the commit of the
-	// settlement that filled the order (PostgreSQL's commit timestamp of
-	// the order's row; its finished_at, the transaction's start, when the
-	// server does not track them: CommitFrom says which) to the client;
-	// AppendToClient every event, from its append to the account's log
-	// (the event's time) to the client.
-	CommitFrom  string  `json:"commit_from"`
-	CommitP50Ms float64 `json:"commit_to_client_p50_ms"`
-	CommitP99Ms float64 `json:"commit_to_client_p99_ms"`
-	AppendP50Ms float64 `json:"append_to_client_p50_ms"`
-	AppendP99Ms float64 `json:"append_to_client_p99_ms"`
+	Streams  int      `json:"streams"`
+	Accounts int      `json:"accounts"`
+	Workers  int      `json:"workers"`
+	Symbols  []string `json:"symbols"`
+	// Sustained is the load at half the matching peak; AdmissionHalf the
+	// one at half the admission peak.
+	Sustained     streamLoad `json:"sustained"`
+	AdmissionHalf streamLoad `json:"admission_half_peak"`
 	// GatewayBytesPerStream is the gateway process's resident memory per
 	// idle stream; RedisBytesPerStream is Redis's used memory per idle
 	// stream, and RedisClients its connections with every stream open.
@@ -56,27 +62,107 @@ type eventsResult struct {
 	RedisClients          int64   `json:"redis_clients_with_streams_open"`
 }
 
-// events runs the phase. peak is the admission phase's closed-loop orders/s
-// over HTTP (0 when it did not run: a short closed loop finds it).
-func (e *env) events(ctx context.Context, c config, s *servers, peak float64, progress func(string, ...any)) (eventsResult, error) {
-	r := eventsResult{Streams: eventStreams, Accounts: eventStreams}
+// streamLoad is one open-loop load of the events phase.
+type streamLoad struct {
+	// Peak is the rate the load is half of, and PeakFrom where it comes
+	// from; Rate the rate offered.
+	Peak     float64 `json:"peak_orders_per_second,omitempty"`
+	PeakFrom string  `json:"peak_from,omitempty"`
+	Rate     float64 `json:"rate"`
+	Duration string  `json:"duration"`
+	// Admission is the placements, each timed from its scheduled send to
+	// the gateway's 202.
+	Admission loadResult `json:"admission"`
+	// Decided is placement → decided: from each accepted order's scheduled
+	// send to its first event at its account's client; DecidedToLog the
+	// same to that event's append to the account's log (its time, after
+	// the settlement's commit and the relay). Undecided counts accepted
+	// orders whose stream showed no event.
+	Decided      latency `json:"placement_to_decided_at_client"`
+	DecidedToLog latency `json:"placement_to_decided_in_log"`
+	Undecided    int     `json:"undecided"`
+	// Backlog is the jobs left on the instruments' queues when the load
+	// ended; DrainSeconds how long they then took to settle.
+	Backlog      int64   `json:"backlog_at_end"`
+	DrainSeconds float64 `json:"drain_seconds"`
+	// Events is what the streams received from the load's start until the
+	// next load's. Commit is order.filled events, from the commit of the
+	// settlement that filled the order (PostgreSQL's commit timestamp of
+	// the order's row; its finished_at, the transaction's start, when the
+	// server does not track them: CommitFrom says which) to the client;
+	// Append every event, from its append to the account's log (the
+	// event's time) to the client.
+	Events     int64   `json:"events_received"`
+	CommitFrom string  `json:"commit_from"`
+	Commit     latency `json:"commit_to_client"`
+	Append     latency `json:"append_to_client"`
+}
+
+// events runs the phase. admissionPeak is the admission phase's
+// closed-loop orders/s over HTTP, matchingPeak the matching phase's spread
+// orders/s (0 when the phase did not run: a short closed loop, a short
+// matching run, finds it).
+func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, matchingPeak float64, progress func(string, ...any)) (eventsResult, error) {
+	symbols := matchingRuns[len(matchingRuns)-1].symbols
+	r := eventsResult{Streams: eventStreams, Accounts: eventStreams, Workers: c.matching.workers, Symbols: symbols}
 	if s.redisAddr == "" {
 		progress("events: skipped (REDIS_URL given: the phase empties the orders queue of the bench's Redis first)")
 		return r, nil
 	}
-	progress("events: funding %d accounts, building and starting a gateway process…", eventStreams)
-	keys, err := e.streamAccounts(ctx)
+	sustainedFrom, admissionFrom := "the matching phase's spread run", "the admission phase's closed loop"
+	if c.sustainedDuration > 0 && c.sustainedRate <= 0 && matchingPeak <= 0 {
+		progress("events: the matching phase did not run; a short spread run finds its peak…")
+		probe := c.matching
+		probe.orders, probe.profile = 3000, false
+		run, err := e.matchRun(ctx, probe, s, "probe", symbols, progress)
+		if err != nil {
+			return r, fmt.Errorf("events: matching peak probe: %w", err)
+		}
+		matchingPeak, sustainedFrom = run.PerSecond, fmt.Sprintf("a %d-order spread matching run", probe.orders)
+	}
+
+	database := "bench_events_" + e.run
+	databaseURL, drop, err := createDatabase(ctx, s.databaseURL, database)
 	if err != nil {
 		return r, err
 	}
-	if peak <= 0 && c.eventsRate <= 0 {
-		if peak, err = probePeak(ctx, s, keys, "p"+e.run+"-", progress); err != nil {
+	defer func() {
+		if err := drop(); err != nil {
+			progress("events: %v", err)
+		}
+	}()
+	if err := migrations.Up(databaseURL); err != nil {
+		return r, err
+	}
+	db, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		return r, err
+	}
+	defer db.Close()
+	progress("events: funding %d accounts on a database of the phase's own…", eventStreams)
+	accounts, keys, err := streamAccounts(ctx, db, eventStreams, e.run)
+	if err != nil {
+		return r, err
+	}
+	if admissionPeak <= 0 && c.eventsRate <= 0 {
+		if admissionPeak, err = probePeak(ctx, s, databaseURL, keys, "p"+e.run+"-", progress); err != nil {
+			return r, err
+		}
+		admissionFrom = "a 2 s closed loop"
+	}
+	all, err := postgres.NewInstruments(db).ReadInstruments(ctx)
+	if err != nil {
+		return r, err
+	}
+	instruments := make([]orders.Instrument, len(symbols))
+	for i, symbol := range symbols {
+		if instruments[i], err = instrumentOf(all, symbol); err != nil {
 			return r, err
 		}
 	}
 	// The admission phase's orders (or the probe's) wait on the orders
-	// queue; the worker would settle that backlog first, while the streams
-	// are timed. Purge drops every key of the queue, logs included.
+	// queues; the workers would settle that backlog first, while the
+	// streams are timed. Purge drops every key of a queue, logs included.
 	queues, err := e.orderQueues(ctx)
 	if err != nil {
 		return r, err
@@ -86,80 +172,32 @@ func (e *env) events(ctx context.Context, c config, s *servers, peak float64, pr
 			return r, err
 		}
 	}
-	base, gatewayPID, stopGateway, err := startGatewayProcess(ctx, s)
+	progress("events: building and starting a gateway process, %d workers…", c.matching.workers)
+	base, gatewayPID, stopGateway, err := startGatewayProcess(ctx, s, databaseURL)
 	if err != nil {
 		return r, err
 	}
 	defer stopGateway()
-	url := base + "/v1/orders"
-	deps, err := settlement.Connect(ctx, s.databaseURL, s.redisURL, settlement.DefaultConfig(), e.logger)
+	stopWorkers, err := e.startWorkers(ctx, databaseURL, s.redisURL, c.matching.workers)
 	if err != nil {
 		return r, err
 	}
-	defer deps.Close()
-	worker, err := settlement.New(ctx, deps, settlement.DefaultConfig())
-	if err != nil {
-		return r, err
-	}
-	workCtx, stopWork := context.WithCancel(ctx)
-	workDone := make(chan error, 1)
-	go func() { workDone <- worker.Run(workCtx) }()
-	defer func() { stopWork(); <-workDone }()
+	defer func() {
+		if err := stopWorkers(); err != nil {
+			progress("events: the workers: %v", err)
+		}
+	}()
 
 	gatewayBefore, redisBefore, err := e.memoryNow(ctx, gatewayPID)
 	if err != nil {
 		return r, err
 	}
 	progress("events: opening %d streams, one per account…", eventStreams)
-	streamCtx, stopStreams := context.WithCancel(ctx)
-	defer stopStreams()
-	var (
-		readers  sync.WaitGroup
-		mu       sync.Mutex
-		appended histogram
-		filled   []filledEvent
-		received atomic.Int64
-	)
-	transport := &http.Transport{MaxIdleConnsPerHost: eventStreams, MaxConnsPerHost: 0}
-	defer transport.CloseIdleConnections()
-	for i := range eventStreams {
-		key := keys[i]
-		api, err := client.NewClient(base, client.WithHTTPClient(&http.Client{Transport: transport}),
-			client.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
-				req.Header.Set("Authorization", "Bearer "+key)
-				return nil
-			}))
-		if err != nil {
-			return r, err
-		}
-		stream, err := api.Events(streamCtx, client.EventsOptions{})
-		if err != nil {
-			return r, fmt.Errorf("events: stream %d: %w", i, err)
-		}
-		readers.Go(func() {
-			defer stream.Close()
-			var mineAppended histogram
-			var mine []filledEvent
-			for {
-				event, err := stream.Next()
-				if err != nil {
-					break
-				}
-				now := time.Now()
-				received.Add(1)
-				mineAppended.record(now.Sub(event.Time))
-				if event.Type == client.EventType(orders.EventOrderFilled) {
-					if order, err := event.Data.AsOrder(); err == nil && order.FinishedAt != nil {
-						mine = append(mine, filledEvent{order: order.ID, finished: *order.FinishedAt, received: now})
-					}
-				}
-			}
-			mu.Lock()
-			filled = append(filled, mine...)
-			appended.merge(&mineAppended)
-			mu.Unlock()
-		})
+	streams, err := openStreams(ctx, base, keys)
+	if err != nil {
+		return r, err
 	}
+	defer streams.stop()
 	time.Sleep(time.Second)
 	gatewayAfter, redisAfter, err := e.memoryNow(ctx, gatewayPID)
 	if err != nil {
@@ -171,54 +209,224 @@ func (e *env) events(ctx context.Context, c config, s *servers, peak float64, pr
 		return r, err
 	}
 
-	rate := peak / 2
+	keyOf := make(map[string]int, len(accounts))
+	for i, account := range accounts {
+		keyOf[account] = i
+	}
+	load := func(name, prefix string, seed uint64, peak float64, from string, rate float64, duration time.Duration) (streamLoad, error) {
+		l := streamLoad{Peak: peak, PeakFrom: from, Rate: rate, Duration: duration.String()}
+		n := int(rate * duration.Seconds())
+		backlog, err := matchBacklog(instruments, accounts, n, prefix, seed)
+		if err != nil {
+			return l, err
+		}
+		bodies := make([][]byte, n)
+		for i, o := range backlog {
+			if bodies[i], err = placeOrderBody(o.cmd); err != nil {
+				return l, err
+			}
+		}
+		track := newOrderTrack(prefix, n)
+		streams.follow(track)
+		client := newOrderClient(base+"/v1/orders", keys, prefix, 128)
+		defer client.close()
+		l.Admission = openLoopAt(ctx, "events: "+name, rate, 128, duration, progress, func(ctx context.Context, i int, scheduled time.Time) error {
+			err := client.placeBody(ctx, keyOf[backlog[i].cmd.Account], bodies[i])
+			track.sent(i, scheduled, err == nil)
+			return err
+		})
+		if l.Admission.Orders == 0 {
+			return l, fmt.Errorf("events: %s placed no order: %s", name, l.Admission.FirstError)
+		}
+		ended := time.Now()
+		if l.Backlog, err = backlogOf(ctx, queues); err != nil {
+			return l, err
+		}
+		// The backlog settles; its events still count.
+		drainCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if err := waitFor(drainCtx, 2*time.Minute, func() error {
+			left, err := backlogOf(drainCtx, queues)
+			if err == nil && left > 0 {
+				err = fmt.Errorf("%d orders left on the instruments' queues", left)
+			}
+			return err
+		}); err != nil {
+			return l, fmt.Errorf("events: %s: the backlog did not settle: %w", name, err)
+		}
+		l.DrainSeconds = time.Since(ended).Seconds()
+		time.Sleep(2 * time.Second) // the last events' relay and fan-out
+		toClient, toLog, undecided := track.decided()
+		l.Decided, l.DecidedToLog, l.Undecided = summarize(&toClient), summarize(&toLog), undecided
+		track.mu.Lock()
+		filled, every := track.filled, track.every
+		l.Events = track.events
+		track.mu.Unlock()
+		commit, from, err := commitToClient(ctx, db, filled)
+		if err != nil {
+			return l, err
+		}
+		l.CommitFrom, l.Commit, l.Append = from, summarize(&commit), summarize(&every)
+		progress("events: %s: %d orders at %.0f/s (%.0f offered), backlog %d at the end, drained in %.1f s; placement → decided p50 %.1f p99 %.1f max %.1f ms (%d undecided); commit → client p50 %.1f p99 %.1f ms; append → client p50 %.1f p99 %.1f ms",
+			name, l.Admission.Orders, l.Admission.PerSecond, rate, l.Backlog, l.DrainSeconds, l.Decided.P50Ms, l.Decided.P99Ms, l.Decided.MaxMs, l.Undecided,
+			l.Commit.P50Ms, l.Commit.P99Ms, l.Append.P50Ms, l.Append.P99Ms)
+		return l, nil
+	}
+	if c.sustainedDuration > 0 {
+		rate := matchingPeak / 2
+		if c.sustainedRate > 0 {
+			rate, matchingPeak, sustainedFrom = c.sustainedRate, 0, "-sustained-rate"
+		}
+		if r.Sustained, err = load("sustained, half the matching peak", "s"+e.run, eventsSeed, matchingPeak, sustainedFrom, rate, c.sustainedDuration); err != nil {
+			return r, err
+		}
+	}
+	rate := admissionPeak / 2
 	if c.eventsRate > 0 {
-		rate = c.eventsRate
+		rate, admissionPeak, admissionFrom = c.eventsRate, 0, "-events-rate"
 	}
-	buys := newSidedOrderClient(url, keys, "eb"+e.run+"-", 64, "buy")
-	sells := newSidedOrderClient(url, keys, "es"+e.run+"-", 64, "sell")
-	defer buys.close()
-	defer sells.close()
-	var turn atomic.Int64
-	place := func(ctx context.Context) error {
-		if turn.Add(1)%2 == 0 {
-			return sells.place(ctx)
-		}
-		return buys.place(ctx)
-	}
-	load := c.duration / 2
-	r.Admission = openLoop(ctx, "events: admission at half its peak", rate, 128, load, progress, place)
-	// The backlog settles; its events still count.
-	drainCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := waitFor(drainCtx, 2*time.Minute, func() error {
-		for _, queue := range queues {
-			stats, err := queue.Stats(drainCtx)
-			if err != nil {
-				return err
-			}
-			if stats.Pending+stats.Active+stats.Delayed > 0 {
-				return fmt.Errorf("%d orders left on %s", stats.Pending+stats.Active+stats.Delayed, queue.Name())
-			}
-		}
-		return nil
-	}); err != nil {
-		return r, fmt.Errorf("events: the backlog did not settle: %w", err)
-	}
-	time.Sleep(2 * time.Second) // the last events' relay and fan-out
-	stopStreams()
-	readers.Wait()
-	r.Events = received.Load()
-	commit, from, err := e.commitToClient(ctx, filled)
-	if err != nil {
+	if r.AdmissionHalf, err = load("half the admission peak", "a"+e.run, eventsSeed+1, admissionPeak, admissionFrom, rate, c.duration/2); err != nil {
 		return r, err
 	}
-	r.CommitFrom = from
-	r.CommitP50Ms, r.CommitP99Ms = ms(commit.quantile(0.5)), ms(commit.quantile(0.99))
-	r.AppendP50Ms, r.AppendP99Ms = ms(appended.quantile(0.5)), ms(appended.quantile(0.99))
-	progress("events: %d events to %d streams; commit to client p50 %.1f ms p99 %.1f ms; append to client p50 %.1f ms p99 %.1f ms",
-		r.Events, eventStreams, r.CommitP50Ms, r.CommitP99Ms, r.AppendP50Ms, r.AppendP99Ms)
 	return r, nil
+}
+
+// instrumentOf is symbol's instrument.
+func instrumentOf(all map[string]orders.Instrument, symbol string) (orders.Instrument, error) {
+	in, ok := all[symbol]
+	if !ok {
+		return orders.Instrument{}, fmt.Errorf("no instrument %s", symbol)
+	}
+	return in, nil
+}
+
+// placeOrderBody is cmd as the body of POST /v1/orders.
+func placeOrderBody(cmd orders.PlaceCommand) ([]byte, error) {
+	return json.Marshal(struct {
+		ClientOrderID string `json:"client_order_id"`
+		Symbol        string `json:"symbol"`
+		Side          string `json:"side"`
+		Type          string `json:"type"`
+		TimeInForce   string `json:"time_in_force,omitempty"`
+		Quantity      string `json:"quantity"`
+		Price         string `json:"price"`
+	}{cmd.ClientOrderID, cmd.Symbol, string(cmd.Side), string(cmd.Type), string(cmd.TimeInForce), cmd.Quantity.String(), cmd.Price.String()})
+}
+
+// backlogOf is the jobs pending, leased or waiting for a retry on queues.
+func backlogOf(ctx context.Context, queues []*emq.Queue) (int64, error) {
+	var n int64
+	for _, queue := range queues {
+		stats, err := queue.Stats(ctx)
+		if err != nil {
+			return 0, err
+		}
+		n += stats.Pending + stats.Active + stats.Delayed
+	}
+	return n, nil
+}
+
+// startWorkers runs n in-process workers wired as cmd/worker at its
+// defaults, as the matching phase does; stop stops them and returns what
+// failed.
+func (e *env) startWorkers(ctx context.Context, databaseURL, redisURL string, n int) (stop func() error, err error) {
+	workCtx, stopWork := context.WithCancel(ctx)
+	errs := make([]error, n)
+	var running sync.WaitGroup
+	for i := range n {
+		running.Go(func() { errs[i] = e.runWorker(workCtx, databaseURL, redisURL, settlement.DefaultConfig(), nil, nil) })
+	}
+	return func() error {
+		stopWork()
+		running.Wait()
+		return errors.Join(errs...)
+	}, nil
+}
+
+// streamSet is the phase's open streams, one reader each; each event goes
+// to the load being followed.
+type streamSet struct {
+	stopStreams context.CancelFunc
+	readers     sync.WaitGroup
+	transport   *http.Transport
+	// loads are every load followed so far; an order's events go to its
+	// load by its client order id, other events to the current one, the
+	// last.
+	mu    sync.RWMutex
+	loads []*orderTrack
+}
+
+// openStreams opens an event stream for each key on the gateway at base.
+func openStreams(ctx context.Context, base string, keys []string) (*streamSet, error) {
+	streamCtx, stopStreams := context.WithCancel(ctx)
+	set := &streamSet{stopStreams: stopStreams, transport: &http.Transport{MaxIdleConnsPerHost: len(keys)}}
+	for i, key := range keys {
+		api, err := client.NewClient(base, client.WithHTTPClient(&http.Client{Transport: set.transport}),
+			client.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+				req.Header.Set("Authorization", "Bearer "+key)
+				return nil
+			}))
+		if err != nil {
+			set.stop()
+			return nil, err
+		}
+		stream, err := api.Events(streamCtx, client.EventsOptions{})
+		if err != nil {
+			set.stop()
+			return nil, fmt.Errorf("events: stream %d: %w", i, err)
+		}
+		set.readers.Go(func() {
+			defer stream.Close()
+			for {
+				event, err := stream.Next()
+				if err != nil {
+					return
+				}
+				set.received(event, time.Now())
+			}
+		})
+	}
+	return set, nil
+}
+
+// follow makes track the current load.
+func (s *streamSet) follow(track *orderTrack) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loads = append(s.loads, track)
+}
+
+// received routes an event that reached a client at now.
+func (s *streamSet) received(event client.Event, now time.Time) {
+	s.mu.RLock()
+	loads := s.loads
+	s.mu.RUnlock()
+	if len(loads) == 0 {
+		return
+	}
+	if strings.HasPrefix(string(event.Type), "order.") {
+		if order, err := event.Data.AsOrder(); err == nil {
+			for _, track := range loads {
+				i, ok := track.index(string(order.ClientOrderID))
+				if !ok {
+					continue
+				}
+				track.orderEvent(i, event.Time, now)
+				if event.Type == client.EventType(orders.EventOrderFilled) && order.FinishedAt != nil {
+					track.orderFilled(filledEvent{order: string(order.ID), finished: *order.FinishedAt, received: now})
+				}
+				break
+			}
+		}
+	}
+	loads[len(loads)-1].event(event.Time, now)
+}
+
+// stop closes the streams and waits for their readers.
+func (s *streamSet) stop() {
+	s.stopStreams()
+	s.readers.Wait()
+	s.transport.CloseIdleConnections()
 }
 
 // filledEvent is an order.filled event as a stream received it.
@@ -231,13 +439,13 @@ type filledEvent struct {
 // settlement that filled their order, read from PostgreSQL's commit
 // timestamps; from the order's finished_at, the transaction's start, when
 // the server keeps none. from names the start used.
-func (e *env) commitToClient(ctx context.Context, filled []filledEvent) (h histogram, from string, err error) {
+func commitToClient(ctx context.Context, db *pgxpool.Pool, filled []filledEvent) (h histogram, from string, err error) {
 	ids := make([]string, len(filled))
 	for i, event := range filled {
 		ids[i] = event.order
 	}
 	commits := make(map[string]time.Time, len(ids))
-	rows, err := e.db.Query(ctx, orderCommitsSQL, ids)
+	rows, err := db.Query(ctx, orderCommitsSQL, ids)
 	if err == nil {
 		for rows.Next() {
 			var id string
@@ -267,8 +475,8 @@ func (e *env) commitToClient(ctx context.Context, filled []filledEvent) (h histo
 // probePeak finds the admission peak of a gateway process with a short
 // closed loop, for a phase run without the admission phase; the gateway
 // is stopped after it.
-func probePeak(ctx context.Context, s *servers, keys []string, prefix string, progress func(string, ...any)) (float64, error) {
-	base, _, stop, err := startGatewayProcess(ctx, s)
+func probePeak(ctx context.Context, s *servers, databaseURL string, keys []string, prefix string, progress func(string, ...any)) (float64, error) {
+	base, _, stop, err := startGatewayProcess(ctx, s, databaseURL)
 	if err != nil {
 		return 0, err
 	}
@@ -296,33 +504,46 @@ func (e *env) memoryNow(ctx context.Context, pid int) (resident, redisUsed int64
 	return 1024 * kB, used, err
 }
 
-// streamAccounts creates the phase's accounts, funded to trade, and returns
-// their API keys.
-func (e *env) streamAccounts(ctx context.Context) ([]string, error) {
-	ledger := postgres.NewLedger(e.db)
-	accounts := postgres.NewAccounts(e.db)
-	keys := make([]string, eventStreams)
-	for i := range keys {
-		account, err := accounts.Create(ctx, "bench-stream-"+strconv.Itoa(i))
-		if err != nil {
-			return nil, err
-		}
-		for _, funds := range [][2]string{{"USD", "1000000000.00"}, {"BTC", "1000"}} {
-			if err := ledger.Deposit(ctx, account, funds[0], funds[1]); err != nil {
-				return nil, fmt.Errorf("fund %s: %w", account, err)
+// streamAccounts creates n accounts on db, each funded in every asset of
+// the matching phase's instruments beyond what its orders hold, with an
+// API key each; 8 at a time.
+func streamAccounts(ctx context.Context, db *pgxpool.Pool, n int, run string) (accounts, keys []string, err error) {
+	ledger, store := postgres.NewLedger(db), postgres.NewAccounts(db)
+	accounts, keys = make([]string, n), make([]string, n)
+	var next atomic.Int64
+	var creating sync.WaitGroup
+	errs := make([]error, 8)
+	for w := range errs {
+		creating.Go(func() {
+			for i := int(next.Add(1) - 1); i < n && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+				account, err := store.Create(ctx, "bench-stream-"+run+"-"+strconv.Itoa(i))
+				for _, funds := range [][2]string{{"USD", "1000000000"}, {"BTC", "10000"}, {"ETH", "100000"}} {
+					if err == nil {
+						err = ledger.Deposit(ctx, account, funds[0], funds[1])
+					}
+				}
+				if err == nil {
+					_, keys[i], err = store.IssueKey(ctx, account)
+				}
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				accounts[i] = account
 			}
-		}
-		if _, keys[i], err = accounts.IssueKey(ctx, account); err != nil {
-			return nil, err
-		}
+		})
 	}
-	return keys, nil
+	creating.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	return accounts, keys, ctx.Err()
 }
 
 // startGatewayProcess builds cmd/gateway and runs it against the bench's
-// servers, its rate limit out of the way, and returns its base URL, its
+// Redis and the database at databaseURL, its rate limit out of the way, and returns its base URL, its
 // process id and what stops it.
-func startGatewayProcess(ctx context.Context, s *servers) (base string, pid int, stop func(), err error) {
+func startGatewayProcess(ctx context.Context, s *servers, databaseURL string) (base string, pid int, stop func(), err error) {
 	binary := filepath.Join(s.dir, "gateway")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", binary, "./cmd/gateway").CombinedOutput(); err != nil {
 		return "", 0, nil, fmt.Errorf("build the gateway: %w\n%s", err, out)
@@ -337,7 +558,7 @@ func startGatewayProcess(ctx context.Context, s *servers) (base string, pid int,
 		return "", 0, nil, err
 	}
 	cmd := exec.Command(binary)
-	cmd.Env = append(os.Environ(), "GATEWAY_ADDR="+addr, "METRICS_ADDR=", "REDIS_URL="+s.redisURL, "DATABASE_URL="+s.databaseURL,
+	cmd.Env = append(os.Environ(), "GATEWAY_ADDR="+addr, "METRICS_ADDR=", "REDIS_URL="+s.redisURL, "DATABASE_URL="+databaseURL,
 		"MIGRATE=false", "RATE_LIMIT_BURST=1000000", "RATE_LIMIT_PER_SECOND=1000000", "LOG_LEVEL=warn",
 		// Its streams all come from one address, one per key.
 		"EVENTS_STREAMS_PER_ADDRESS=0")
@@ -388,21 +609,87 @@ func infoField(info, name string) (int64, error) {
 	return 0, fmt.Errorf("INFO has no %s", name)
 }
 
-// markdown is the phase's table.
+// markdown is the phase's table, a column per load.
 func (r eventsResult) markdown() string {
-	if r.Streams == 0 || r.Admission.Orders == 0 {
+	loads := make([]streamLoad, 0, 2)
+	names := make([]string, 0, 2)
+	for i, l := range []streamLoad{r.Sustained, r.AdmissionHalf} {
+		if l.Admission.Orders > 0 {
+			loads, names = append(loads, l), append(names, []string{"sustained, half the matching peak", "half the admission peak"}[i])
+		}
+	}
+	if len(loads) == 0 {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| %d event streams, one per account, admission at %.0f orders/s | p50 ms | p99 ms |\n|---|---:|---:|\n",
-		r.Streams, r.Admission.TargetRate)
-	start := "its commit timestamp"
-	if r.CommitFrom != "commit" {
-		start = "the order's finished_at, the transaction's start"
+	fmt.Fprintf(&b, "| %d event streams, one per account; their orders over HTTP, open loop, on %s; %d workers |",
+		r.Streams, strings.Join(r.Symbols, ", "), r.Workers)
+	for _, name := range names {
+		b.WriteString(" " + name + " |")
 	}
-	fmt.Fprintf(&b, "| settlement commit (%s) to order.filled at the client | %.1f | %.1f |\n", start, r.CommitP50Ms, r.CommitP99Ms)
-	fmt.Fprintf(&b, "| append to the account's log to client (every event) | %.1f | %.1f |\n", r.AppendP50Ms, r.AppendP99Ms)
-	fmt.Fprintf(&b, "\n%d events received, %d orders admitted. An idle stream costs the gateway %.0f B of resident memory and Redis %.0f B; Redis had %d connections with every stream open.\n\n",
-		r.Events, r.Admission.Orders, r.GatewayBytesPerStream, r.RedisBytesPerStream, r.RedisClients)
+	b.WriteString("\n|---|" + strings.Repeat("---:|", len(loads)) + "\n")
+	row := func(label string, cell func(streamLoad) string) {
+		b.WriteString("| " + label + " |")
+		for _, l := range loads {
+			b.WriteString(" " + cell(l) + " |")
+		}
+		b.WriteString("\n")
+	}
+	quantiles := func(l latency) string {
+		return fmt.Sprintf("%.1f / %.1f / %.1f / %.1f", l.P50Ms, l.P90Ms, l.P99Ms, l.MaxMs)
+	}
+	row("orders/s offered for (half of, from)", func(l streamLoad) string {
+		if l.Peak > 0 {
+			return fmt.Sprintf("%.0f for %s (½ of %.0f, %s)", l.Rate, l.Duration, l.Peak, l.PeakFrom)
+		}
+		return fmt.Sprintf("%.0f for %s (%s)", l.Rate, l.Duration, l.PeakFrom)
+	})
+	row("orders accepted (202) at orders/s; errors", func(l streamLoad) string {
+		return fmt.Sprintf("%d at %.0f; %d", l.Admission.Orders, l.Admission.PerSecond, l.Admission.Errors)
+	})
+	row("scheduled send → 202, p50 / p90 / p99 / max ms", func(l streamLoad) string {
+		return fmt.Sprintf("%.1f / %.1f / %.1f / %.1f", l.Admission.P50Ms, l.Admission.P90Ms, l.Admission.P99Ms, l.Admission.MaxMs)
+	})
+	row("**placement → decided** (scheduled send → the order's first event at its client), p50 / p90 / p99 / max ms", func(l streamLoad) string { return quantiles(l.Decided) })
+	row("scheduled send → that event's append to the account's log (after the commit and the relay)", func(l streamLoad) string { return quantiles(l.DecidedToLog) })
+	row("accepted orders whose stream showed no event", func(l streamLoad) string { return strconv.Itoa(l.Undecided) })
+	row("backlog on the queues when the load ended; seconds to drain it", func(l streamLoad) string {
+		return fmt.Sprintf("%d; %.1f", l.Backlog, l.DrainSeconds)
+	})
+	row("settlement commit → order.filled at the client, p50 / p90 / p99 / max ms", func(l streamLoad) string {
+		if l.CommitFrom != "commit" {
+			return quantiles(l.Commit) + " (from finished_at, the transaction's start)"
+		}
+		return quantiles(l.Commit)
+	})
+	row("append to the account's log → client, every event", func(l streamLoad) string { return quantiles(l.Append) })
+	row("events received", func(l streamLoad) string { return strconv.FormatInt(l.Events, 10) })
+	fmt.Fprintf(&b, "\nAn idle stream costs the gateway %.0f B of resident memory and Redis %.0f B; Redis had %d connections with every stream open.\n\n",
+		r.GatewayBytesPerStream, r.RedisBytesPerStream, r.RedisClients)
 	return b.String()
+}
+
+// targets are the phase's rows of the targets table.
+func (r eventsResult) targets() []string {
+	var lines []string
+	if l := r.Sustained; l.Admission.Orders > 0 {
+		share := ""
+		if l.Peak > 0 {
+			share = fmt.Sprintf(" = %.1f%% of the matching peak %.0f", 100*l.Admission.PerSecond/l.Peak, l.Peak)
+		}
+		lines = append(lines, fmt.Sprintf("| sustained open loop, %d instruments at half the matching peak for %s: placement → decided p99 ≤ 50 ms | p99 %.1f ms (p50 %.1f, max %.1f; %d undecided) at %.0f orders/s%s; backlog %d at the end | %s |",
+			len(r.Symbols), l.Duration, l.Decided.P99Ms, l.Decided.P50Ms, l.Decided.MaxMs, l.Undecided, l.Admission.PerSecond, share, l.Backlog,
+			verdict(l.Decided.P99Ms <= 50 && l.Undecided == 0 && l.Admission.Errors == 0)))
+	}
+	for _, l := range []struct {
+		load streamLoad
+		at   string
+	}{{r.Sustained, "half the matching peak"}, {r.AdmissionHalf, "half the admission peak"}} {
+		if l.load.Admission.Orders == 0 {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("| event stream p99 ≤ 20 ms, settlement commit to client, %d streams, at %s | %.1f ms (p50 %.1f) at %.0f orders/s | %s |",
+			r.Streams, l.at, l.load.Commit.P99Ms, l.load.Commit.P50Ms, l.load.Admission.PerSecond, verdict(l.load.Commit.P99Ms <= 20 && l.load.Commit.Samples > 0)))
+	}
+	return lines
 }

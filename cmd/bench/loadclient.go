@@ -113,15 +113,31 @@ func newSidedOrderClient(rawURL string, keys []string, prefix string, conns int,
 
 // place sends one order and counts it placed only on 202 Accepted.
 func (c *orderClient) place(ctx context.Context) error {
+	n := c.seq.Add(1)
+	return c.send(ctx, func(b []byte) []byte { return c.appendRequest(b, n) })
+}
+
+// placeBody sends the order body (a placeOrder request's JSON) with the
+// key of index key, counted as place counts it.
+func (c *orderClient) placeBody(ctx context.Context, key int, body []byte) error {
+	return c.send(ctx, func(b []byte) []byte {
+		b = append(b, c.heads[key]...)
+		b = strconv.AppendInt(b, int64(len(body)), 10)
+		b = append(b, "\r\n\r\n"...)
+		return append(b, body...)
+	})
+}
+
+// send writes the request build appends and reads its answer.
+func (c *orderClient) send(ctx context.Context, build func([]byte) []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	n := c.seq.Add(1)
 	conn, err := c.take(ctx)
 	if err != nil {
 		return err
 	}
-	conn.request = c.appendRequest(conn.request[:0], n)
+	conn.request = build(conn.request[:0])
 	status, keepAlive, err := c.roundTrip(conn)
 	if err != nil && conn.reused && stale(err) {
 		// Nothing of this request reached a handler: the gateway had closed
@@ -130,7 +146,7 @@ func (c *orderClient) place(ctx context.Context) error {
 		if conn, err = c.dial(ctx); err != nil {
 			return err
 		}
-		conn.request = c.appendRequest(conn.request[:0], n)
+		conn.request = build(conn.request[:0])
 		status, keepAlive, err = c.roundTrip(conn)
 	}
 	if err != nil {

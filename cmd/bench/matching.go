@@ -484,6 +484,16 @@ func (m matchingResult) markdown() string {
 	return b.String()
 }
 
+// spreadRate is the spread run's orders/s; 0 when it did not run.
+func (m matchingResult) spreadRate() float64 {
+	for _, r := range m.Runs {
+		if len(r.Symbols) > 1 {
+			return r.PerSecond
+		}
+	}
+	return 0
+}
+
 // targets are the phase's rows of the targets table.
 func (m matchingResult) targets() []string {
 	lines := make([]string, 0, len(m.Runs))

@@ -77,10 +77,9 @@ func (r report) markdown() string {
 		}
 		target("| for reference: the same with the reap interval set to %.0f ms | %s | (%s) |", rec.ReapIntervalMs, line, verdict(rec.Met))
 	}
-	if ev := r.Events; ev.Admission.Orders > 0 {
-		b.WriteString(ev.markdown())
-		target("| event stream p99 ≤ 20 ms, settlement commit to client, %d streams | %.1f ms (p50 %.1f ms) | %s |",
-			ev.Streams, ev.CommitP99Ms, ev.CommitP50Ms, verdict(ev.CommitP99Ms <= 20))
+	if ev := r.Events.markdown(); ev != "" {
+		b.WriteString(ev)
+		targets = append(targets, r.Events.targets()...)
 	}
 	if tr := r.Tracking; tr.Invalidations > 0 {
 		b.WriteString(tr.markdown())

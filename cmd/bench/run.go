@@ -39,6 +39,11 @@ type config struct {
 	// eventsRate is the events phase's admission rate; 0 is half the
 	// admission peak.
 	eventsRate float64
+	// sustainedDuration is the events phase's sustained load's length (0
+	// skips it); sustainedRate its rate, 0 for half the matching phase's
+	// spread rate.
+	sustainedDuration time.Duration
+	sustainedRate     float64
 	// settlement is the settlement phase's flags (settlement.go).
 	settlement settlementConfig
 	// matching is the matching phase's flags (matching.go).
@@ -67,7 +72,9 @@ func parseConfig(args []string, stdout io.Writer) (config, error) {
 	flags.IntVar(&c.jobs, "jobs", 100_000, "order jobs admitted for the memory measurement")
 	flags.IntVar(&c.eventOrders, "event-orders", 10_000, "orders the memory phase settles to measure their events in Redis and PostgreSQL (0 skips it)")
 	flags.IntVar(&c.queueJobs, "queue-jobs", 40_000, "jobs per pass of the queue phase (emq against asynq)")
-	flags.Float64Var(&c.eventsRate, "events-rate", 0, "orders/s admitted while the events phase's streams are open; 0 is half the admission peak")
+	flags.Float64Var(&c.eventsRate, "events-rate", 0, "orders/s of the events phase's second load; 0 is half the admission peak")
+	flags.DurationVar(&c.sustainedDuration, "sustained-duration", 60*time.Second, "length of the events phase's sustained open loop over three instruments (0 skips it)")
+	flags.Float64Var(&c.sustainedRate, "sustained-rate", 0, "orders/s of the events phase's sustained load; 0 is half the matching phase's spread rate (a short matching run finds it when that phase does not run)")
 	c.settlement.register(flags)
 	c.matching.register(flags)
 	c.soak.register(flags)
@@ -98,6 +105,9 @@ func parseConfig(args []string, stdout io.Writer) (config, error) {
 	}
 	if err := c.soak.validate(); err != nil {
 		return config{}, err
+	}
+	if c.sustainedDuration != 0 && c.sustainedDuration < time.Second || c.sustainedRate < 0 || c.eventsRate < 0 {
+		return config{}, errors.New("want -sustained-duration ≥ 1s (or 0 to skip it), -sustained-rate ≥ 0 and -events-rate ≥ 0")
 	}
 	if c.sweepDuration != 0 && c.sweepDuration < time.Second {
 		return config{}, errors.New("want -sweep-duration ≥ 1s, or 0 to skip the sweep")
@@ -206,7 +216,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			return nil
 		},
 		"events": func() (err error) {
-			r.Events, err = e.events(ctx, c, servers, r.HTTPClosed.PerSecond, progress)
+			r.Events, err = e.events(ctx, c, servers, r.HTTPClosed.PerSecond, r.Matching.spreadRate(), progress)
 			return err
 		},
 		"soak": func() (err error) {

@@ -120,7 +120,7 @@ func (e *env) soak(ctx context.Context, c soakConfig, s *servers, progress func(
 		}
 	}
 	progress("soak: building and starting a gateway process and a worker…")
-	base, _, stopGateway, err := startGatewayProcess(ctx, s)
+	base, _, stopGateway, err := startGatewayProcess(ctx, s, s.databaseURL)
 	if err != nil {
 		return r, err
 	}
