@@ -11,10 +11,11 @@ import (
 // orderTrack follows one open-loop load's orders from their scheduled send
 // to their accounts' event streams. Order i's client order id is prefix-i;
 // the senders note when each was scheduled and whether it was accepted,
-// the stream readers when its first event came (an order's events, from
-// order.accepted on, are rendered from the settlement batch that decided
-// it, so its first event is its decision reaching the client) and the
-// event's own time (its append to the account's log). Every time is the
+// the stream readers when its first state event came (order.open,
+// .partially_filled, .filled, .canceled or .rejected: the outbox relay
+// renders them from the settlement batch that decided the order, so the
+// first is its decision reaching the client) and that event's own time
+// (its append to the account's log). Every time is the
 // machine's wall clock in Unix nanoseconds: the bench, the gateway, Redis
 // and PostgreSQL run on one machine, so one clock.
 type orderTrack struct {
@@ -85,7 +86,7 @@ func (t *orderTrack) orderFilled(event filledEvent) {
 	t.filled = append(t.filled, event)
 }
 
-// decided is, over the accepted orders whose first event came, the time
+// decided is, over the accepted orders whose first state event came, the time
 // from their scheduled send to that event at the client (toClient) and to
 // its append to the account's log (toLog), and how many accepted orders
 // had no event.
