@@ -239,6 +239,9 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 		if l.Admission.Orders == 0 {
 			return l, fmt.Errorf("events: %s placed no order: %s", name, l.Admission.FirstError)
 		}
+		if l.Admission.Errors > 0 {
+			progress("events: %s: %d placements failed, the first: %s", name, l.Admission.Errors, l.Admission.FirstError)
+		}
 		ended := time.Now()
 		if l.Backlog, err = backlogOf(ctx, queues); err != nil {
 			return l, err
