@@ -119,6 +119,13 @@ type loadResult struct {
 	P999Ms      float64 `json:"p999_ms"`
 	MaxMs       float64 `json:"max_ms"`
 	FirstError  string  `json:"first_error,omitempty"`
+	// ReleaseP99Ms and TakenP99Ms are an open loop's own lag, part of
+	// every latency it reports: from a request's scheduled time to the
+	// ticker's release of it (the generator's lateness), and to a sender
+	// taking it (that, plus the wait for a sender whose last request is
+	// still unanswered).
+	ReleaseP99Ms float64 `json:"release_lag_p99_ms,omitempty"`
+	TakenP99Ms   float64 `json:"taken_lag_p99_ms,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -263,7 +270,8 @@ func openLoop(ctx context.Context, name string, rate float64, senders int, durat
 // openLoopAt is openLoop handing op each request's number (0, 1, …) and its
 // scheduled time, for a caller that times the request past its answer.
 func openLoopAt(ctx context.Context, name string, rate float64, senders int, duration time.Duration, progress func(string, ...any), op func(ctx context.Context, i int, scheduled time.Time) error) loadResult {
-	var t tally
+	var t, takenAll tally
+	var released histogram
 	total := int(rate * duration.Seconds())
 	type request struct {
 		i         int
@@ -276,7 +284,10 @@ func openLoopAt(ctx context.Context, name string, rate float64, senders int, dur
 			var h histogram
 			var ok, failed int64
 			var first error
+			var taken histogram
+			defer func() { takenAll.add(&taken, 0, 0, nil) }()
 			for r := range due {
+				taken.record(time.Since(r.scheduled))
 				if err := op(ctx, r.i, r.scheduled); err != nil {
 					failed++
 					if first == nil {
@@ -301,6 +312,7 @@ func openLoopAt(ctx context.Context, name string, rate float64, senders int, dur
 			if scheduled.After(now) {
 				break
 			}
+			released.record(time.Since(scheduled))
 			due <- request{next, scheduled}
 		}
 	}
@@ -310,6 +322,7 @@ func openLoopAt(ctx context.Context, name string, rate float64, senders int, dur
 	stopProgress()
 	r := t.result(name, time.Since(start))
 	r.TargetRate = rate
+	r.ReleaseP99Ms, r.TakenP99Ms = ms(released.quantile(0.99)), ms(takenAll.hist.quantile(0.99))
 	return r
 }
 

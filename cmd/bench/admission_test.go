@@ -104,6 +104,12 @@ func TestOpenLoopAtKeepsItsScheduleAndCountsQueueing(t *testing.T) {
 	if median := 14*spacing + cost; r.P50Ms < ms(median) {
 		t.Errorf("p50 %.1f ms, want ≥ %.1f ms", r.P50Ms, ms(median))
 	}
+	// Request 29 waits for the sender from its schedule (290 ms) until the
+	// 29 before it are done (580 ms at best): the lag to a sender shows
+	// that wait, apart from the ticker's own lateness.
+	if r.TakenP99Ms < 280 || r.ReleaseP99Ms > r.TakenP99Ms {
+		t.Errorf("lag p99 to a sender %.1f ms, to the release %.1f ms; want ≥ 280 ms and the release's below it", r.TakenP99Ms, r.ReleaseP99Ms)
+	}
 	if r.TargetRate != rate {
 		t.Errorf("target rate %v, want %v", r.TargetRate, rate)
 	}

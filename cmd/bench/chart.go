@@ -273,13 +273,13 @@ func (r report) sweepMarkdown() string {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| open-loop sweep (%s per rate) | target/s | achieved/s | p50 ms | p99 ms | p99.9 ms | errors |\n|---|---:|---:|---:|---:|---:|---:|\n", r.SweepDuration)
+	fmt.Fprintf(&b, "| open-loop sweep (%s per rate) | target/s | achieved/s | p50 ms | p99 ms | p99.9 ms | errors | p99 lag to release; to a sender, ms |\n|---|---:|---:|---:|---:|---:|---:|---:|\n", r.SweepDuration)
 	for _, l := range r.Sweep {
 		share := ""
 		if r.HTTPClosed.PerSecond > 0 {
 			share = fmt.Sprintf("%.0f%% of closed-loop peak", 100*l.TargetRate/r.HTTPClosed.PerSecond)
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.2f | %.2f | %.2f | %d |\n", share, l.TargetRate, l.PerSecond, l.P50Ms, l.P99Ms, l.P999Ms, l.Errors)
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.2f | %.2f | %.2f | %d | %.2f; %.2f |\n", share, l.TargetRate, l.PerSecond, l.P50Ms, l.P99Ms, l.P999Ms, l.Errors, l.ReleaseP99Ms, l.TakenP99Ms)
 	}
 	fmt.Fprintf(&b, "\n![admission latency vs throughput](%s)\n\n", r.chartFile())
 	return b.String()

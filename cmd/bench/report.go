@@ -40,6 +40,10 @@ func (r report) markdown() string {
 			fmt.Fprintf(&b, "\nThe ceiling and the closed loop took turns, %d rounds of %s each; the ratio of the round ranged %.1f%%–%.1f%%.\n",
 				len(r.HTTPRounds), r.roundLength(), 100*slices.Min(r.HTTPRounds), 100*slices.Max(r.HTTPRounds))
 		}
+		if l := r.HTTPOpen; l.Orders > 0 {
+			fmt.Fprintf(&b, "\nThe open loop's own lag, inside its latencies: p99 %.2f ms from a request's scheduled time to its release by the generator's ticker, %.2f ms to a sender taking it.\n",
+				l.ReleaseP99Ms, l.TakenP99Ms)
+		}
 		b.WriteString("\n")
 		b.WriteString(r.sweepMarkdown())
 		target("| HTTP admission ≥ 40%% of the admit-script ceiling | %.0f / %.0f = %.1f%% | %s |",
