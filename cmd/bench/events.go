@@ -110,6 +110,9 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 		progress("events: skipped (REDIS_URL given: the phase empties the orders queue of the bench's Redis first)")
 		return r, nil
 	}
+	// The workers run in this process, as in the matching phase: with
+	// cmd/worker's collector target (the streams' readers share it).
+	defer settlement.TuneGC(os.Getenv)()
 	sustainedFrom, admissionFrom := "the matching phase's spread run", "the admission phase's closed loop"
 	if c.sustainedDuration > 0 && c.sustainedRate <= 0 && matchingPeak <= 0 {
 		progress("events: the matching phase did not run; a short spread run finds its peak…")
