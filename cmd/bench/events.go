@@ -689,8 +689,12 @@ func (r eventsResult) targets() []string {
 		if l.Peak > 0 {
 			share = fmt.Sprintf(" = %.1f%% of the matching peak %.0f", 100*l.Admission.PerSecond/l.Peak, l.Peak)
 		}
-		lines = append(lines, fmt.Sprintf("| sustained open loop, %d instruments at half the matching peak for %s: placement → decided p99 ≤ 50 ms | p99 %.1f ms (p50 %.1f, max %.1f; %d undecided) at %.0f orders/s%s; backlog %d at the end | %s |",
-			len(r.Symbols), l.Duration, l.Decided.P99Ms, l.Decided.P50Ms, l.Decided.MaxMs, l.Undecided, l.Admission.PerSecond, share, l.Backlog,
+		at := "half the matching peak"
+		if l.Peak == 0 {
+			at = fmt.Sprintf("%.0f orders/s (%s)", l.Rate, l.PeakFrom)
+		}
+		lines = append(lines, fmt.Sprintf("| sustained open loop, %d instruments at %s for %s: placement → decided p99 ≤ 50 ms | p99 %.1f ms (p50 %.1f, max %.1f; %d undecided) at %.0f orders/s%s; backlog %d at the end | %s |",
+			len(r.Symbols), at, l.Duration, l.Decided.P99Ms, l.Decided.P50Ms, l.Decided.MaxMs, l.Undecided, l.Admission.PerSecond, share, l.Backlog,
 			verdict(l.Decided.P99Ms <= 50 && l.Undecided == 0 && l.Admission.Errors == 0)))
 	}
 	for _, l := range []struct {
@@ -699,6 +703,9 @@ func (r eventsResult) targets() []string {
 	}{{r.Sustained, "half the matching peak"}, {r.AdmissionHalf, "half the admission peak"}} {
 		if l.load.Admission.Orders == 0 {
 			continue
+		}
+		if l.load.Peak == 0 {
+			l.at = fmt.Sprintf("%.0f orders/s (%s)", l.load.Rate, l.load.PeakFrom)
 		}
 		lines = append(lines, fmt.Sprintf("| event stream p99 ≤ 20 ms, settlement commit to client, %d streams, at %s | %.1f ms (p50 %.1f) at %.0f orders/s | %s |",
 			r.Streams, l.at, l.load.Commit.P99Ms, l.load.Commit.P50Ms, l.load.Admission.PerSecond, verdict(l.load.Commit.P99Ms <= 20 && l.load.Commit.Samples > 0)))
