@@ -2,12 +2,15 @@ package migrations_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/testkit/testserver"
@@ -117,6 +120,87 @@ func TestLedgerRefusesUnbalancedAndRewrittenEntries(t *testing.T) {
 		if _, err := db.Exec(ctx, rewrite); err == nil {
 			t.Errorf("%s accepted on an append-only ledger", rewrite)
 		}
+	}
+}
+
+// TestKeysCheckedPerStatement: since 0016 the keys of ledger entries,
+// trades and orders are checked by a trigger per statement instead of
+// foreign keys, and the rows they name refuse to go.
+func TestKeysCheckedPerStatement(t *testing.T) {
+	database := testserver.Postgres(t)
+	if err := migrations.Up(database.URL); err != nil {
+		t.Fatal(err)
+	}
+	db := database.Pool(t)
+	ctx := context.Background()
+	const venue, external = "ACC_0000000000000000000000000V", "ACC_0000000000000000000000000X"
+	setup := []string{
+		`INSERT INTO balances (account_id, asset) VALUES ('` + venue + `', 'USD'), ('` + external + `', 'USD')`,
+		`INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price, status, created_at)
+			VALUES ('ORD_00000000000000000000000001', '` + venue + `', 'a', 'BTC-USD', 'buy', 'limit', 1, 1, 'canceled', now()),
+			('ORD_00000000000000000000000002', '` + external + `', 'b', 'BTC-USD', 'sell', 'limit', 1, 1, 'canceled', now())`,
+		`INSERT INTO ledger_transactions (id, kind, order_id) OVERRIDING SYSTEM VALUE VALUES (1000, 'trade', 'ORD_00000000000000000000000002'),
+			(1001, 'trade', 'ORD_00000000000000000000000002')`,
+		`INSERT INTO trades (symbol, maker_order_id, taker_order_id, maker_account_id, taker_account_id, taker_side, price,
+			quantity, maker_fee, taker_fee, ledger_transaction_id, maker_fee_bps, taker_fee_bps)
+			VALUES ('BTC-USD', 'ORD_00000000000000000000000001', 'ORD_00000000000000000000000002', '` + venue + `', '` + external + `',
+			'sell', 1, 1, 0, 0, 1000, 0, 0)`,
+	}
+	for _, statement := range setup {
+		if _, err := db.Exec(ctx, statement); err != nil {
+			t.Fatalf("%s: %v", statement, err)
+		}
+	}
+	trade := func(symbol, maker, taker, makerAccount string, txn int) string {
+		return `INSERT INTO trades (symbol, maker_order_id, taker_order_id, maker_account_id, taker_account_id, taker_side, price,
+			quantity, maker_fee, taker_fee, ledger_transaction_id, maker_fee_bps, taker_fee_bps)
+			VALUES ('` + symbol + `', '` + maker + `', '` + taker + `', '` + makerAccount + `', '` + external + `', 'sell', 1, 1, 0, 0, ` +
+			strconv.Itoa(txn) + `, 0, 0)`
+	}
+	const o1, o2, nobody = "ORD_00000000000000000000000001", "ORD_00000000000000000000000002", "ACC_00000000000000000000000000"
+	tests := []struct {
+		name, sql, want string
+	}{
+		{"entry of no transaction", `INSERT INTO ledger_entries (transaction_id, account_id, asset, amount)
+			VALUES (999999, '` + venue + `', 'USD', 1), (999999, '` + external + `', 'USD', -1)`, "ledger transaction 999999 does not exist"},
+		{"entry of no balance", `WITH tx AS (INSERT INTO ledger_transactions (kind) VALUES ('deposit') RETURNING id)
+			INSERT INTO ledger_entries (transaction_id, account_id, asset, amount)
+			SELECT id, '` + venue + `', 'BTC', 1 FROM tx UNION ALL SELECT id, '` + external + `', 'BTC', -1 FROM tx`, "balance (" + venue + ", BTC) does not exist"},
+		{"trade of no instrument", trade("XXX-USD", o1, o2, venue, 1001), "instrument XXX-USD does not exist"},
+		{"trade of no account", trade("BTC-USD", o1, o2, nobody, 1001), "account " + nobody + " does not exist"},
+		{"trade of no order", trade("BTC-USD", "ORD_00000000000000000000000009", o2, venue, 1001), "order ORD_00000000000000000000000009 does not exist"},
+		{"trade of no transaction", trade("BTC-USD", o1, o2, venue, 999999), "ledger transaction 999999 does not exist"},
+		{"order of no account", `INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price, status, created_at)
+			VALUES ('ORD_00000000000000000000000003', '` + nobody + `', 'c', 'BTC-USD', 'buy', 'limit', 1, 1, 'canceled', now())`, "account " + nobody + " does not exist"},
+		{"order of no instrument", `INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price, status, created_at)
+			VALUES ('ORD_00000000000000000000000003', '` + venue + `', 'c', 'XXX-USD', 'buy', 'limit', 1, 1, 'canceled', now())`, "instrument XXX-USD does not exist"},
+		{"order moved to no account", `UPDATE orders SET account_id = '` + nobody + `' WHERE id = '` + o1 + `'`, "refers to a row that does not exist"},
+		{"trade moved to no account", `UPDATE trades SET maker_account_id = '` + nobody + `'`, "refers to a row that does not exist"},
+		{"a traded order deleted", `DELETE FROM orders WHERE id = '` + o1 + `'`, "has trades"},
+		{"an account deleted", `DELETE FROM accounts WHERE id = '` + venue + `'`, "DELETE on accounts refused"},
+		{"an instrument renamed", `UPDATE instruments SET symbol = 'XBT-USD' WHERE symbol = 'BTC-USD'`, "UPDATE on instruments refused"},
+		{"a balance deleted", `DELETE FROM balances`, "DELETE on balances refused"},
+		{"balances truncated", `TRUNCATE balances CASCADE`, "TRUNCATE on balances refused"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := db.Exec(ctx, tt.sql)
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || !strings.Contains(pgErr.Message, tt.want) {
+				t.Fatalf("got %v, want an error naming %q", err, tt.want)
+			}
+			if pgErr.Code != "23503" {
+				t.Errorf("SQLSTATE %s, want 23503 (foreign_key_violation)", pgErr.Code)
+			}
+		})
+	}
+	// An order no trade names may go, as before.
+	if _, err := db.Exec(ctx, `INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price, status, created_at)
+		VALUES ('ORD_00000000000000000000000003', '`+venue+`', 'c', 'BTC-USD', 'buy', 'limit', 1, 1, 'canceled', now())`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `DELETE FROM orders WHERE id = 'ORD_00000000000000000000000003'`); err != nil {
+		t.Fatalf("an order without trades: %v", err)
 	}
 }
 

@@ -47,10 +47,10 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		batch.Queue(savepointSQL)
 	}
 	// The balance rows are locked last, just before they are written and
-	// the commit: the rows the batch inserts reference them (foreign keys
-	// take KEY SHARE, which the locks, FOR NO KEY UPDATE, let through), so
-	// another instrument's batch that moves the same accounts waits only
-	// for this one's balance updates, events and commit, not its inserts.
+	// the commit: the rows the batch inserts reference them, checked per
+	// statement without a lock (migration 0016), so another instrument's
+	// batch that moves the same accounts waits only for this one's balance
+	// updates, events and commit, not its inserts.
 	if len(keys) > 0 {
 		queueOpen(batch, keys, known)
 	}

@@ -1,7 +1,8 @@
 -- Writes a settlement batch's ledger transactions, their entries and its
 -- trades in one statement. The batch names a transaction by its position
 -- (1-based) in the order it decided them; ids are drawn here, ascending in
--- that order.
+-- that order, from the identity's sequence named as such (looked up once at
+-- parse time, not per row as pg_get_serial_sequence would be).
 --   $1 kinds (hold, release, trade), $2 the order each is for (the taker of
 --      a trade): one per transaction.
 --   $3..$7 entries: transaction position, account, asset, signed amount,
@@ -14,7 +15,7 @@
 -- settle_move_balances.sql; each transaction's entries are checked to
 -- balance by this statement's trigger (ledger_entries_balanced, 0014).
 WITH drawn AS MATERIALIZED (
-    SELECT t.position, t.kind, t.order_id, nextval(pg_get_serial_sequence('ledger_transactions', 'id')) AS id
+    SELECT t.position, t.kind, t.order_id, nextval('ledger_transactions_id_seq') AS id
     FROM (SELECT * FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(kind, order_id, position)
           ORDER BY position) AS t
 ), transactions AS (
