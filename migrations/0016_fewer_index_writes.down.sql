@@ -1,3 +1,5 @@
+DROP TRIGGER orders_delete_waits ON orders;
+DROP FUNCTION orders_delete_waits_for_trades();
 DROP TRIGGER orders_stay_truncate ON orders;
 DROP TRIGGER orders_stay ON orders;
 DROP TRIGGER balances_stay_truncate ON balances;

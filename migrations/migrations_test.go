@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -387,5 +388,81 @@ func TestKeyScopesAndSigning(t *testing.T) {
 		if err := db.QueryRow(ctx, `SELECT revoked_at IS NOT NULL FROM api_keys WHERE id = $1`, key.id).Scan(&revoked); err != nil || revoked != key.revoked {
 			t.Errorf("%s with scopes %s after going down: revoked %v, %v; want %v", key.id, key.scopes, revoked, err, key.revoked)
 		}
+	}
+}
+
+// TestOrderDeleteWaitsForTradesInFlight: a trade's key check locks nothing,
+// so a delete of the order it names waits for the trade's transaction and
+// then refuses, as the foreign key's lock made it.
+func TestOrderDeleteWaitsForTradesInFlight(t *testing.T) {
+	database := testserver.Postgres(t)
+	if err := migrations.Up(database.URL); err != nil {
+		t.Fatal(err)
+	}
+	db := database.Pool(t)
+	ctx := context.Background()
+	const venue, external = "ACC_0000000000000000000000000V", "ACC_0000000000000000000000000X"
+	const maker, taker = "ORD_00000000000000000000000001", "ORD_00000000000000000000000002"
+	for _, statement := range []string{
+		`INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price, status, created_at)
+			VALUES ('` + maker + `', '` + venue + `', 'a', 'BTC-USD', 'buy', 'limit', 1, 1, 'canceled', now()),
+			('` + taker + `', '` + external + `', 'b', 'BTC-USD', 'sell', 'limit', 1, 1, 'canceled', now())`,
+		`INSERT INTO ledger_transactions (id, kind, order_id) OVERRIDING SYSTEM VALUE VALUES (1000, 'trade', '` + taker + `')`,
+	} {
+		if _, err := db.Exec(ctx, statement); err != nil {
+			t.Fatalf("%s: %v", statement, err)
+		}
+	}
+	inserter, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = inserter.Rollback(ctx) })
+	if _, err := inserter.Exec(ctx, `INSERT INTO trades (symbol, maker_order_id, taker_order_id, maker_account_id, taker_account_id,
+			taker_side, price, quantity, maker_fee, taker_fee, ledger_transaction_id, maker_fee_bps, taker_fee_bps)
+			VALUES ('BTC-USD', '`+maker+`', '`+taker+`', '`+venue+`', '`+external+`', 'sell', 1, 1, 0, 0, 1000, 0, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	deleted := make(chan error, 1)
+	go func() {
+		_, err := db.Exec(ctx, `DELETE FROM orders WHERE id = '`+maker+`'`)
+		deleted <- err
+	}()
+	// The delete must be waiting on the trade's transaction, not done.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting bool
+		if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM orders%')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case err := <-deleted:
+			t.Fatalf("the delete did not wait for the trade in flight: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the delete neither waited nor returned")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := inserter.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = <-deleted
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23503" || !strings.Contains(pgErr.Message, "has trades") {
+		t.Fatalf("delete after the trade committed: got %v, want a refusal naming its trades", err)
+	}
+	var dangling int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM trades t
+		WHERE NOT EXISTS (SELECT FROM orders o WHERE o.id = t.maker_order_id)`).Scan(&dangling); err != nil {
+		t.Fatal(err)
+	}
+	if dangling != 0 {
+		t.Errorf("%d trade(s) name an order that does not exist", dangling)
 	}
 }
