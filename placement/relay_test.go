@@ -363,7 +363,11 @@ func TestKeepSweepingRelaysUntilCancelled(t *testing.T) {
 		f.relay.KeepSweeping(ctx, 20*time.Millisecond)
 	}()
 	waitFor(t, 10*time.Second, "the sweeper relays the row", func() bool { return f.unrelayed(t) == 0 })
-	f.depositWithOutbox(t, account, "USD", "1.00")
+	// Not depositWithOutbox: the running sweeper may relay and delete the
+	// row before the helper reads it back.
+	if err := f.ledger.Deposit(ctx, account, "USD", "1.00"); err != nil {
+		t.Fatalf("deposit: %v", err)
+	}
 	waitFor(t, 10*time.Second, "the sweeper relays a later row", func() bool { return f.unrelayed(t) == 0 })
 	cancel()
 	select {

@@ -115,6 +115,7 @@ func (s *Settler) Settle(ctx context.Context, order orders.Order, token int64) e
 			select {
 			case <-result.relayAfter:
 			case <-timer.C:
+			case <-ctx.Done():
 			}
 			timer.Stop()
 		}

@@ -12,7 +12,7 @@ WITH relayed AS (
     SELECT * FROM unnest($1::text[], $2::bigint[]) AS r(name, version)
 ), deleted AS (
     DELETE FROM outbox o USING relayed r
-    WHERE o.name = r.name AND o.version = r.version AND o.name NOT LIKE 'events:%'
+    WHERE o.name = r.name AND o.version = r.version AND o.name LIKE 'balances:%'
 )
 UPDATE outbox o SET relayed_at = now()
 FROM relayed r
