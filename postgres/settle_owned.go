@@ -299,6 +299,7 @@ func (s *Settler) GiveUp(symbol string) {
 	if exited != nil {
 		<-exited
 	}
+	s.logGivenUpBook(st)
 }
 
 // ownedBookOf is the settler's owned instrument symbol, loaded, or nil.

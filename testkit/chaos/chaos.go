@@ -48,6 +48,11 @@
 //     every acknowledged order's order.accepted, and its events end each
 //     order at the state PostgreSQL holds (the workers wait for the replica
 //     on their appends, WORKER_WAIT_REPLICAS=1), within 20 s of the drain;
+//   - the book of every instrument, its resting orders in PostgreSQL, is
+//     the one each owner held when the workers stopped (its digest, which
+//     the owner logs as it gives the instrument up) and the one a fresh
+//     owner taking the instrument over loads (orders, priority and
+//     sequences, remaining quantities, holds);
 //   - every cached account is served its balances as PostgreSQL holds them
 //     within 15 s of the drain: through the Redis kill and the failovers,
 //     the coherence job mode and the cache's heals leave nothing behind;
@@ -246,7 +251,11 @@ type Summary struct {
 	WorkerRestarts  int
 	GatewayAdmitted float64
 	GatewayReplayed float64
-	CheckerProblems []string
+	// LiveBooks counts the books owners held when the workers stopped,
+	// LoadedBooks those a fresh owner loaded, each compared with
+	// PostgreSQL's resting orders (checkBooks).
+	LiveBooks, LoadedBooks int
+	CheckerProblems        []string
 }
 
 func (s Summary) String() string {
@@ -264,6 +273,7 @@ func (s Summary) String() string {
 	fmt.Fprintf(&b, "  workers (orders queue, at least; a killed process loses its last counts): reaped=%.0f stale refusals=%.0f retries=%.0f\n",
 		s.Reaped, s.StaleRefusals, s.WorkerRetries)
 	fmt.Fprintf(&b, "  gateway: orders_admitted_total=%.0f orders_replayed_total=%.0f\n", s.GatewayAdmitted, s.GatewayReplayed)
+	fmt.Fprintf(&b, "  books compared with PostgreSQL's: %d held by owners as they stopped, %d loaded by a fresh owner\n", s.LiveBooks, s.LoadedBooks)
 	fmt.Fprintf(&b, "  placing took %s, drain took %s after the last acknowledgement\n", s.PlaceTime.Round(time.Millisecond), s.DrainTime.Round(time.Millisecond))
 	if len(s.CheckerProblems) == 0 {
 		b.WriteString("  checker: OK (one row per acknowledged order, one holder per client order, queue empty, one hold per taken order, audit clean)\n")
@@ -447,6 +457,10 @@ func Run(t testing.TB, cfg Config) Summary {
 	if gw, err := scrapeCounters(&http.Client{Timeout: 2 * time.Second}, "http://"+r.gwMetricsAddr+"/metrics", "",
 		"orders_admitted_total", "orders_replayed_total"); err == nil {
 		summary.GatewayAdmitted, summary.GatewayReplayed = gw["orders_admitted_total"], gw["orders_replayed_total"]
+	}
+	summary.LiveBooks, summary.LoadedBooks = r.checkBooks(ctx)
+	if summary.LiveBooks == 0 {
+		r.errorf("books: no worker logged the book it gave up when it stopped")
 	}
 	r.checkLogsHoldNoKeys(keys)
 	r.errMu.Lock()

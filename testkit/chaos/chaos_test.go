@@ -111,7 +111,8 @@ func TestCheckerQueriesRun(t *testing.T) {
 	db := database.Pool(t)
 	ctx := context.Background()
 	for name, query := range map[string]string{"hold_doubles": holdDoublesSQL, "trades_count": tradesCountSQL,
-		"orders_status_count": ordersStatusCountSQL, "orders_read": ordersReadSQL} {
+		"orders_status_count": ordersStatusCountSQL, "orders_read": ordersReadSQL, "resting_read": restingReadSQL,
+		"owner_epochs": ownerEpochsSQL} {
 		rows, err := db.Query(ctx, query)
 		if err == nil {
 			rows.Close()
@@ -127,6 +128,9 @@ func TestCheckerQueriesRun(t *testing.T) {
 	}
 	if keys := fund(t, db, 3); len(keys) != 3 {
 		t.Errorf("fund made %d keys", len(keys))
+	}
+	if books, err := readBooks(ctx, db); err != nil || len(books) != 0 {
+		t.Errorf("books of the funded market: %v %v", books, err)
 	}
 	if violations, err := postgres.Audit(ctx, db); err != nil || len(violations) > 0 {
 		t.Errorf("audit of the funded books: %v %v", violations, err)
