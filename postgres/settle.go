@@ -141,7 +141,12 @@ func (s *Settler) settleJoined(ctx context.Context, order orders.Order, token in
 		if !unowned {
 			return result, err
 		}
-		// Given up before it was decided: under the instrument's lock.
+		// Given up before it was decided: under the instrument's lock,
+		// once PostgreSQL no longer says the instrument has an owner.
+		select {
+		case <-st.released:
+		case <-settleCtx.Done():
+		}
 	}
 	req := &settleRequest{ctx: settleCtx, order: order, token: token, done: make(chan struct{})}
 	if s.queue.join(req) {

@@ -155,8 +155,10 @@ func ownedPage(side []*bookOrder, s orders.Side, worst decimal.Decimal) []*bookO
 type ownedBook struct {
 	symbol string
 	epoch  int64
-	// ready is closed once TakeOver loaded the book or failed.
-	ready chan struct{}
+	// ready is closed once TakeOver loaded the book or failed; released
+	// once GiveUp cleared PostgreSQL's owner mark (or could not), after
+	// which the requests it handed back settle under the instrument's lock.
+	ready, released chan struct{}
 
 	mu sync.Mutex
 	// waiting are the requests for the next batch; redo those to settle
@@ -235,7 +237,8 @@ type ownedFlight struct {
 // settling under the instrument's lock finish first.
 func (s *Settler) TakeOver(ctx context.Context, symbol string, epoch int64) error {
 	s.GiveUp(symbol)
-	st := &ownedBook{symbol: symbol, epoch: epoch, ready: make(chan struct{}), wake: make(chan struct{}, 1)}
+	st := &ownedBook{symbol: symbol, epoch: epoch, ready: make(chan struct{}), released: make(chan struct{}),
+		wake: make(chan struct{}, 1)}
 	s.owned.mu.Lock()
 	if s.owned.books == nil {
 		s.owned.books = make(map[string]*ownedBook)
@@ -276,9 +279,10 @@ func (s *Settler) lockedInFlight(symbol string) bool {
 }
 
 // GiveUp ends the settler's ownership of symbol: it waits for the batches
-// decided to be written, drops the book, and the Settle calls of symbol
-// settle under the instrument's lock again, those waiting included. It
-// changes nothing in PostgreSQL: the next owner's epoch fences this one.
+// decided to be written, drops the book, clears PostgreSQL's mark that the
+// instrument has an owner (unless a newer owner took it over: its epoch
+// fences this one), and the Settle calls of symbol settle under the
+// instrument's lock again, those waiting included.
 func (s *Settler) GiveUp(symbol string) {
 	s.owned.mu.Lock()
 	st := s.owned.books[symbol]
@@ -300,6 +304,13 @@ func (s *Settler) GiveUp(symbol string) {
 		<-exited
 	}
 	s.logGivenUpBook(st)
+	st.mu.Lock()
+	fenced := st.fenced
+	st.mu.Unlock()
+	if fenced == nil {
+		s.release(st)
+	}
+	close(st.released)
 }
 
 // ownedBookOf is the settler's owned instrument symbol, loaded, or nil.

@@ -204,7 +204,7 @@ func (s *Settler) settleBatch(batch []*settleRequest) {
 		for i, req := range batch {
 			req.result, req.err, req.alone = outcomes[i].result, outcomes[i].err, outcomes[i].alone
 		}
-	case ctx.Err() == nil && (refusedByServer(err) || len(batch) > 1 && errors.Is(err, errDecision)):
+	case ctx.Err() == nil && !errors.Is(err, ErrOwned) && (refusedByServer(err) || len(batch) > 1 && errors.Is(err, errDecision)):
 		s.logger.Warn("settlement batch refused; its orders are settled one by one", "orders", len(batch), "err", err)
 		for _, req := range batch {
 			req.alone = true

@@ -80,7 +80,7 @@ const (
 func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([]batchOutcome, error) {
 	n := len(batch)
 	fail := func(err error) ([]batchOutcome, error) {
-		return nil, fmt.Errorf("postgres: settle a batch of %d: %w", n, err)
+		return nil, fmt.Errorf("postgres: settle a batch of %d: %w", n, ownedRefusal(err))
 	}
 	phase := s.metrics.now()
 	select {
@@ -120,6 +120,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 	first.Queue(settleInstrumentsSQL, symbols).Query(func(rows pgx.Rows) error {
 		return scanInstruments(rows, instruments, &readErr)
 	})
+	first.Queue(settleUnownedSQL, symbols)
 	first.Queue(settleExistingSQL, ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id string

@@ -1,0 +1,2 @@
+DROP FUNCTION settlement_unowned(TEXT[]);
+ALTER TABLE instruments DROP COLUMN owned;
