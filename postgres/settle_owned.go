@@ -52,6 +52,8 @@ var (
 	settleOwnedFenceSQL string
 	//go:embed sql/settle_owned_makers.sql
 	settleOwnedMakersSQL string
+	//go:embed sql/settle_owned_lock_timeout.sql
+	settleOwnedLockTimeoutSQL string
 )
 
 const fencedCodeWord = "SETTLEFENCED"
@@ -234,7 +236,10 @@ type ownedFlight struct {
 // (settle_owned.go), until GiveUp. A row at epoch or above fails with a
 // *FencedError (errors.Is ErrFenced) naming PostgreSQL's epoch. Settle calls
 // of the instrument that arrive meanwhile wait for the book; those already
-// settling under the instrument's lock finish first.
+// settling under the instrument's lock finish first, within takeOverWait:
+// a batch, or another connection's transaction, holding the instrument
+// longer fails the take-over with ErrTakeOverBlocked (nothing changed; try
+// again), and the whole take-over ends within settleTimeout.
 func (s *Settler) TakeOver(ctx context.Context, symbol string, epoch int64) error {
 	s.GiveUp(symbol)
 	st := &ownedBook{symbol: symbol, epoch: epoch, ready: make(chan struct{}), released: make(chan struct{}),
@@ -260,14 +265,20 @@ func (s *Settler) TakeOver(ctx context.Context, symbol string, epoch int64) erro
 func (s *Settler) takeOver(ctx context.Context, st *ownedBook) error {
 	// A batch of the instrument already under its lock would write behind
 	// the book loaded: let it end.
+	waited := time.After(takeOverWait)
 	for s.lockedInFlight(st.symbol) {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("postgres: take over %s: %w", st.symbol, context.Cause(ctx))
+		case <-waited:
+			return fmt.Errorf("postgres: take over %s: a batch under its lock still runs after %s: %w",
+				st.symbol, takeOverWait, ErrTakeOverBlocked)
 		case <-time.After(time.Millisecond):
 		}
 	}
-	return s.loadOwned(ctx, st, true)
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	return takeOverBlocked(s.loadOwned(ctx, st, true))
 }
 
 // lockedInFlight reports whether a batch of the instrument settles under its
@@ -346,6 +357,9 @@ func (s *Settler) loadOwned(ctx context.Context, st *ownedBook, takeOver bool) e
 	var readErr error
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		if takeOver {
+			if _, err := tx.Exec(ctx, settleOwnedLockTimeoutSQL, takeOverWait.String()); err != nil {
+				return err
+			}
 			err := tx.QueryRow(ctx, settleOwnedTakeOverSQL, st.symbol, st.epoch).Scan(new(string))
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return err

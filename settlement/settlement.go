@@ -352,7 +352,7 @@ func (w *Worker) settle(ctx context.Context) error {
 func (w *Worker) own(ctx context.Context, owned emq.Owned) error {
 	symbol, _ := orders.QueueSymbol(w.config.QueuePrefix, owned.Queue.Name())
 	logger := w.logger.With("symbol", symbol, "token", owned.Token)
-	if err := w.owner.TakeOver(ctx, symbol, owned.Token); err != nil {
+	if err := takeOver(ctx, w.owner, symbol, owned.Token, logger); err != nil {
 		if epoch, fenced := fencedEpoch(err); fenced {
 			return &emq.FencedError{Floor: epoch, Err: err}
 		}

@@ -1,0 +1,5 @@
+package settlement
+
+// TakeOverRetrying is the worker's take-over of an instrument, tried again
+// while a stuck transaction blocks it.
+var TakeOverRetrying = takeOver
