@@ -152,7 +152,7 @@ func WithArchiveDelay(delay time.Duration) EventArchiverOption {
 
 // WithArchiveMetrics registers the archiver's series on registerer.
 func WithArchiveMetrics(registerer prometheus.Registerer) EventArchiverOption {
-	return func(a *EventArchiver) { a.metrics = newArchiveMetrics(registerer) }
+	return func(a *EventArchiver) { a.metrics = newArchiveMetrics(registerer, a.queue.Name()) }
 }
 
 // NewEventArchiver archives the account logs of the orders queue to
@@ -170,7 +170,7 @@ func NewEventArchiver(queue *emq.Queue, archive EventArchive, logger *slog.Logge
 		opt(a)
 	}
 	if a.metrics.events == nil {
-		a.metrics = newArchiveMetrics(nil)
+		a.metrics = newArchiveMetrics(nil, a.queue.Name())
 	}
 	return a
 }
@@ -497,13 +497,15 @@ func (a *EventArchiver) Prune(ctx context.Context, now time.Time) (int64, error)
 	return pruned, ctx.Err()
 }
 
-// archiveMetrics are the archiver's series.
+// archiveMetrics are the archiver's series. The counters add up over the
+// process's archivers; the gauges are each archiver's own, one series per
+// shard (events.<n>), or the shards' archivers would overwrite each other's.
 type archiveMetrics struct {
 	events, chunks, dropped, pruned prometheus.Counter
 	lag, behind                     prometheus.Gauge
 }
 
-func newArchiveMetrics(registerer prometheus.Registerer) archiveMetrics {
+func newArchiveMetrics(registerer prometheus.Registerer, shard string) archiveMetrics {
 	return archiveMetrics{
 		events: collectors.Register(registerer, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "events_archived_total",
@@ -521,13 +523,13 @@ func newArchiveMetrics(registerer prometheus.Registerer) archiveMetrics {
 			Name: "events_history_pruned_chunks_total",
 			Help: "Chunks of the event history this process deleted past EVENTS_RETENTION.",
 		})),
-		lag: collectors.Register(registerer, prometheus.NewGauge(prometheus.GaugeOpts{
+		lag: collectors.Register(registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "events_archive_lag_seconds",
-			Help: "How long the oldest event this process's archiver knows of has waited in Redis unarchived (ArchiveDelay at rest): Redis holds this much beyond the hot tail.",
-		})),
-		behind: collectors.Register(registerer, prometheus.NewGauge(prometheus.GaugeOpts{
+			Help: "How long the oldest event this process's archiver of the shard knows of has waited in Redis unarchived (ArchiveDelay at rest): Redis holds this much beyond the hot tail.",
+		}, []string{"shard"})).WithLabelValues(shard),
+		behind: collectors.Register(registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "events_archive_behind",
-			Help: "Events this process's archiver knows are in Redis and not yet archived.",
-		})),
+			Help: "Events this process's archiver of the shard knows are in Redis and not yet archived.",
+		}, []string{"shard"})).WithLabelValues(shard),
 	}
 }

@@ -67,7 +67,8 @@ type soakSample struct {
 	Dedup      int64 `json:"dedup"`
 	// History is account_event_chunks' size in PostgreSQL.
 	History int64 `json:"history"`
-	// ArchiveLag is the worker's events_archive_lag_seconds.
+	// ArchiveLag is the worker's events_archive_lag_seconds, the largest
+	// over the shards.
 	ArchiveLag float64 `json:"archive_lag_seconds"`
 }
 
@@ -277,8 +278,11 @@ func (e *env) soakSample(ctx context.Context, queues []*emq.Queue, history *post
 		return sample, err
 	}
 	for _, family := range families {
-		if family.GetName() == "events_archive_lag_seconds" && len(family.GetMetric()) > 0 {
-			sample.ArchiveLag = family.GetMetric()[0].GetGauge().GetValue()
+		if family.GetName() == "events_archive_lag_seconds" {
+			// One series per shard: the lag is the shard furthest behind.
+			for _, metric := range family.GetMetric() {
+				sample.ArchiveLag = max(sample.ArchiveLag, metric.GetGauge().GetValue())
+			}
 		}
 	}
 	return sample, nil
