@@ -109,8 +109,8 @@ func (q *OrderQueues) For(symbol string) *emq.Queue {
 	return queue
 }
 
-// Declare registers the order job kind (and the dedup retention, when the
-// queues have one) on the symbols' queues.
+// Declare registers the order and instrument command job kinds (and the
+// dedup retention, when the queues have one) on the symbols' queues.
 func (q *OrderQueues) Declare(ctx context.Context, symbols ...string) error {
 	for _, symbol := range symbols {
 		if err := q.declare(ctx, symbol); err != nil {
@@ -121,7 +121,7 @@ func (q *OrderQueues) Declare(ctx context.Context, symbols ...string) error {
 }
 
 func (q *OrderQueues) declare(ctx context.Context, symbol string) error {
-	if err := q.For(symbol).Declare(ctx, orders.KindPlace); err != nil {
+	if err := q.For(symbol).Declare(ctx, orders.KindPlace, orders.KindCommand); err != nil {
 		return fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
 	}
 	q.mu.Lock()

@@ -203,6 +203,8 @@ type settlement struct {
 	// Both nil on the locked path.
 	relayAfter <-chan struct{}
 	relayed    chan struct{}
+	// canceled are the resting orders an instrument command canceled.
+	canceled []string
 }
 
 // classify sorts a failure: an order whose account does not exist, or whose

@@ -164,6 +164,9 @@ func (w *batchWork) decideAll(batch []*settleRequest, existing map[string]bool) 
 // (nothing of it is written); the error returned is the batch's, which
 // nothing of the batch survives.
 func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, error) {
+	if req.command != nil {
+		return w.decideCommand(req)
+	}
 	order := req.order
 	book := w.books[order.Symbol]
 	switch {

@@ -165,7 +165,7 @@ func (s *Settler) driveOwned(st *ownedBook) {
 		}
 		// An order alone, or one the write in flight holds (a redelivery
 		// racing it), is decided after that write landed.
-		if flight != nil && (alone || st.stale || flight.holdsAny(batch)) {
+		if flight != nil && (alone || st.stale || flight.blocks(batch)) {
 			ok := s.land(st, flight, batch, alone)
 			flight = nil
 			if !ok {
@@ -504,7 +504,7 @@ func (s *Settler) decideOwned(ctx context.Context, st *ownedBook, p *ownedFlight
 // decided again on the locked rows in the same transaction, as on the
 // locked path.
 func (s *Settler) writeOwned(st *ownedBook, p *ownedFlight, mayRedecide bool) (err error) {
-	if len(p.w.takers) == 0 {
+	if len(p.w.takers) == 0 && len(p.w.makers) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)

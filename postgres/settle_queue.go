@@ -50,6 +50,11 @@ type settleRequest struct {
 	unowned bool
 	// tries counts the owner's attempts of the order alone (settle_owned.go).
 	tries int
+	// command, when set, makes the request an instrument command
+	// (settle_command.go) rather than an order: order then carries only
+	// what the batch keys it by (the order it acts on, or the command's id,
+	// its account and instrument).
+	command *orders.Command
 }
 
 // settleQueue holds, per instrument, the orders waiting for the settler's

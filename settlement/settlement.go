@@ -255,7 +255,7 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	instruments := make([]*emq.Queue, len(symbols))
 	for i, symbol := range symbols {
 		instruments[i] = deps.Queues.Queue(c.QueuePrefix + symbol)
-		if err := instruments[i].Declare(ctx, orders.KindPlace); err != nil {
+		if err := instruments[i].Declare(ctx, orders.KindPlace, orders.KindCommand); err != nil {
 			return nil, err
 		}
 	}
@@ -470,17 +470,29 @@ func workBeside(ctx context.Context, loops []func(context.Context) error, work f
 // Settle is the emq.Handler of the orders queue: it decodes the claimed
 // order, settles it under the claim's fencing token, and buries (emq.Permanent)
 // a job that no retry can settle — a payload that is no order, or an order
-// postgres refuses as ErrUnsettleable.
+// postgres refuses as ErrUnsettleable. An instrument command
+// (orders.KindCommand: a cancel of resting orders) is decided the same
+// way, in sequence with the orders (postgres.Settler.Command).
 func Settle(settler *postgres.Settler) emq.Handler {
 	return func(ctx context.Context, claim emq.Claim) error {
-		if claim.Kind != orders.KindPlace {
-			return emq.Permanent(fmt.Errorf("%w: job %s is of kind %q, not %q", orders.ErrMalformedOrder, claim.ID, claim.Kind, orders.KindPlace))
+		var err error
+		switch claim.Kind {
+		case orders.KindPlace:
+			var order orders.Order
+			if order, err = orders.DecodeOrder(claim.ID, claim.Payload); err != nil {
+				return emq.Permanent(err)
+			}
+			err = settler.Settle(ctx, order, claim.Token)
+		case orders.KindCommand:
+			var cmd orders.Command
+			if cmd, err = orders.DecodeCommand(claim.ID, claim.Payload); err != nil {
+				return emq.Permanent(err)
+			}
+			_, err = settler.Command(ctx, claim.ID, cmd, claim.Token)
+		default:
+			return emq.Permanent(fmt.Errorf("%w: job %s is of kind %q, not %q or %q", orders.ErrMalformedOrder, claim.ID,
+				claim.Kind, orders.KindPlace, orders.KindCommand))
 		}
-		order, err := orders.DecodeOrder(claim.ID, claim.Payload)
-		if err != nil {
-			return emq.Permanent(err)
-		}
-		err = settler.Settle(ctx, order, claim.Token)
 		if errors.Is(err, postgres.ErrUnsettleable) {
 			return emq.Permanent(err)
 		}
