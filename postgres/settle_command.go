@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/govalues/decimal"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordergate/ordergate/orders"
 )
@@ -168,4 +169,17 @@ func (w *batchWork) cancelResting(book *instrumentBook, o *bookOrder) {
 // probe to tell whether the write's balance moves are committed.
 func (f *ownedFlight) blocks(batch []*settleRequest) bool {
 	return f.holdsAny(batch) || f.probe == "" && len(f.deltas) > 0
+}
+
+// RegisterOwnerMetrics registers orders_settlement_book_loads_total: the
+// books the settler loaded as an instrument's owner, one at each TakeOver
+// and one after each write PostgreSQL refused because the book or a
+// balance moved behind the owner. Cancels the owner decides itself load
+// nothing; a count rising with the cancels means they reach the book
+// behind its back.
+func (s *Settler) RegisterOwnerMetrics(registerer prometheus.Registerer) error {
+	return registerer.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "orders_settlement_book_loads_total",
+		Help: "Books loaded by instruments' owners: one at each take-over, one after each write refused because the book or a balance moved behind the owner.",
+	}, func() float64 { return float64(s.owned.loads.Load()) }))
 }

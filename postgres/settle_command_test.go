@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
@@ -218,4 +219,82 @@ func TestCommandOfAnUnknownKindIsUnsettleable(t *testing.T) {
 			t.Errorf("%s: %v, want ErrUnsettleable", name, err)
 		}
 	}
+}
+
+// TestOwnerCancelsOrdersOfTheBatchesInFlight: while the write that rests
+// alice's first bid is held and a batch of bob's is decided behind it, her
+// second bid and a cancel-all of hers join the batch after, together: the
+// cancel-all cancels the first bid (rested by a batch before, its row
+// updated) and the second (rested by the order before it in its own
+// batch, its row inserted canceled). Nothing stays held, and the owner
+// loads nothing again.
+func TestOwnerCancelsOrdersOfTheBatchesInFlight(t *testing.T) {
+	m := newMarket(t)
+	ctx := context.Background()
+	s := owner(t, m, "BTC-USD", 1)
+	entered, hold := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	postgres.SetBeforeOwnedWrite(t, func() {
+		once.Do(func() { close(entered); <-hold })
+	})
+	joined := make(chan struct{}, 8)
+	postgres.SetOwnedJoined(t, func() {
+		select {
+		case joined <- struct{}{}:
+		default:
+		}
+	})
+	first := newOrder(m.alice, "BTC-USD", orders.Buy, "0.1", "49000")
+	bobs := newOrder(m.bob, "BTC-USD", orders.Buy, "0.1", "48000")
+	second := newOrder(m.alice, "BTC-USD", orders.Buy, "0.1", "49500")
+	var wg sync.WaitGroup
+	settle := func(order orders.Order) {
+		wg.Go(func() {
+			if err := s.Settle(ctx, order, 1); err != nil {
+				t.Errorf("settle %s: %v", order.ID, err)
+			}
+		})
+		<-joined
+	}
+	settle(first)
+	<-entered
+	settle(bobs)
+	deadline := time.Now().Add(10 * time.Second)
+	for postgres.OwnedOverlaps(s) == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	// The driver now waits for the held write: what joins goes together.
+	settle(second)
+	var got postgres.CommandOutcome
+	wg.Go(func() {
+		var err error
+		got, err = s.Command(ctx, "CMD_1", orders.Command{Kind: orders.CommandCancelAll, Account: m.alice, Symbol: "BTC-USD"}, 1)
+		if err != nil {
+			t.Errorf("cancel all: %v", err)
+		}
+	})
+	<-joined
+	close(hold)
+	wg.Wait()
+	want := []string{first.ID, second.ID}
+	slices.Sort(got.Canceled)
+	slices.Sort(want)
+	if !slices.Equal(got.Canceled, want) {
+		t.Errorf("canceled %v, want %v", got.Canceled, want)
+	}
+	for _, id := range want {
+		if row := mustOrder(t, m.db, id); row.state() != "canceled(<nil>) filled 0 notional 0 fees 0 hold 0" || row.sequence != nil {
+			t.Errorf("%s is %s", id, row.state())
+		}
+	}
+	if row := mustOrder(t, m.db, bobs.ID); row.status != "open" {
+		t.Errorf("bob's bid is %s", row.state())
+	}
+	if got := balanceOf(t, m.db, m.alice, "USD"); got.available != "100000" || got.held != "0" {
+		t.Errorf("alice's USD %+v", got)
+	}
+	if loads := postgres.OwnedLoads(s); loads != 1 {
+		t.Errorf("the owner loaded its book %d times, want the take-over's only", loads)
+	}
+	mustAudit(t, m.db)
 }

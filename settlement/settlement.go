@@ -267,6 +267,9 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	}
 	settler := postgres.NewSettler(deps.DB, relay, deps.Logger).
 		WithMetrics(postgres.NewSettlementMetrics(deps.Metrics))
+	if err := settler.RegisterOwnerMetrics(deps.Metrics); err != nil {
+		return nil, err
+	}
 	balances, caches := postgres.NewBalances(deps.DB), coherence.New(deps.Queues.Redis(), coherence.WithLogger(deps.Logger))
 	owner := deps.Owner
 	if owner == nil {
