@@ -114,6 +114,15 @@ func (s *Server) getOrder(c echo.Context) error {
 
 func (s *Server) cancelOrder(c echo.Context) error {
 	order, err := s.placer.Cancel(c.Request().Context(), account(c), c.Param("id"))
+	var undecided *placement.CancelUndecidedError
+	if errors.As(err, &undecided) && len(undecided.Orders) == 1 {
+		// Queued, not decided within the wait: the order as it stands, and
+		// where to read what becomes of it.
+		order := undecided.Orders[0]
+		c.Response().Header().Set(echo.HeaderLocation, "/v1/orders/"+order.ID)
+		s.requestLogger(c).Info("order cancel queued, not decided yet", "order_id", order.ID, "account", order.Account)
+		return c.JSON(http.StatusAccepted, order)
+	}
 	var unrecorded *orders.CancelNotRecordedError
 	if errors.As(err, &unrecorded) {
 		// The queue canceled the job, but until the canceled row exists a
@@ -147,6 +156,14 @@ func (s *Server) cancelAllOrders(c echo.Context) error {
 		return err
 	}
 	canceled, err := s.placer.CancelAll(c.Request().Context(), account(c), symbol)
+	var undecided *placement.CancelUndecidedError
+	if errors.As(err, &undecided) {
+		// Some resting orders' cancels are queued, not decided within the
+		// wait: the orders canceled and those still resting.
+		s.requestLogger(c).Info("orders canceled, some cancels queued", "account", account(c), "symbol", symbol,
+			"count", len(canceled), "undecided", len(undecided.Orders)-len(canceled))
+		return c.JSON(http.StatusAccepted, orderList{Orders: undecided.Orders})
+	}
 	if err != nil {
 		return err
 	}

@@ -56,6 +56,14 @@ func (h *restingMeanwhile) CancelAllResting(context.Context, string, string) ([]
 	return nil, nil
 }
 
+func (h *restingMeanwhile) RestingOrders(context.Context, string, string) ([]orders.Order, error) {
+	return nil, nil
+}
+
+func (h *restingMeanwhile) Orders(context.Context, string, []string) ([]orders.Order, error) {
+	return nil, nil
+}
+
 // An order a worker rests between the cancel's read and the queue's cancel
 // is canceled in the book, not refused as if it could no longer be.
 func TestCancelOfAnOrderThatCameToRestMeanwhile(t *testing.T) {

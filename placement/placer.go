@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,6 +35,12 @@ type History interface {
 	// CancelAllResting cancels every resting order of the account (of the
 	// symbol, unless empty) as CancelResting does, and returns them.
 	CancelAllResting(ctx context.Context, account, symbol string) ([]orders.Order, error)
+	// RestingOrders are the account's resting orders (of the symbol, unless
+	// empty), oldest first.
+	RestingOrders(ctx context.Context, account, symbol string) ([]orders.Order, error)
+	// Orders are the account's orders of the ids that have a row, in the
+	// order given.
+	Orders(ctx context.Context, account string, ids []string) ([]orders.Order, error)
 }
 
 // Placer admits orders onto their instruments' queues and reads them back:
@@ -44,6 +51,10 @@ type Placer struct {
 	// history is nil for a Placer on the queue alone, which then knows no
 	// final state but canceled and lists nothing.
 	history History
+	// cancelWait, above zero, sends the cancels of resting orders through
+	// their instruments' queues and bounds the wait for their decision
+	// (WithQueuedCancels).
+	cancelWait time.Duration
 }
 
 // PlacerOption configures a Placer.
@@ -343,10 +354,7 @@ func (p *Placer) Cancel(ctx context.Context, account, id string) (orders.Order, 
 		return orders.Order{}, &orders.NotCancelableError{OrderID: id, Status: order.Status}
 	}
 	if order.Status.Resting() && p.history != nil {
-		// In the book: PostgreSQL decides, under the instrument's lock, so
-		// a cancel and a match of the order take turns.
-		canceled, err := p.history.CancelResting(ctx, account, id)
-		return withDefaults(canceled), err
+		return p.cancelResting(ctx, account, order)
 	}
 	err = p.queues.For(order.Symbol).Cancel(ctx, id)
 	switch {
@@ -356,8 +364,7 @@ func (p *Placer) Cancel(ctx context.Context, account, id string) (orders.Order, 
 		// came to rest: it is still cancelable, in the book.
 		var notCancelable *orders.NotCancelableError
 		if errors.As(refusal, &notCancelable) && notCancelable.Status.Resting() && p.history != nil {
-			canceled, err := p.history.CancelResting(ctx, account, id)
-			return withDefaults(canceled), err
+			return p.cancelResting(ctx, account, order)
 		}
 		return orders.Order{}, refusal
 	case errors.Is(err, emq.ErrNotFound):
@@ -392,6 +399,18 @@ func (p *Placer) Cancel(ctx context.Context, account, id string) (orders.Order, 
 		return withDefaults(row), nil
 	}
 	return canceled, nil
+}
+
+// cancelResting cancels the account's order, resting in the book: through
+// its instrument's queue (cancelQueued) when the placer queues cancels, or
+// else in PostgreSQL, under the instrument's lock, so a cancel and a match
+// of the order take turns.
+func (p *Placer) cancelResting(ctx context.Context, account string, order orders.Order) (orders.Order, error) {
+	if p.cancelWait > 0 {
+		return p.cancelQueued(ctx, account, order)
+	}
+	canceled, err := p.history.CancelResting(ctx, account, order.ID)
+	return withDefaults(canceled), err
 }
 
 // symbolMember is the member of an order's queue payload (its JSON, the
@@ -469,6 +488,11 @@ func (p *Placer) CancelAll(ctx context.Context, account, symbol string) ([]order
 	withdrawn := make([]orders.Order, 0, len(jobs))
 	var unconfirmed []orders.Order
 	for _, job := range jobs {
+		if job.Kind != orders.KindPlace {
+			// A queued cancel, withdrawn: the resting orders it was for are
+			// canceled below.
+			continue
+		}
 		order, err := orderOf(job)
 		if err != nil {
 			// Canceled in the queue, but no order can be recorded from it.
@@ -501,7 +525,16 @@ func (p *Placer) CancelAll(ctx context.Context, account, symbol string) ([]order
 			canceled = append(canceled, withDefaults(row))
 		}
 	}
-	if recorded {
+	var undecided *CancelUndecidedError
+	if recorded && p.cancelWait > 0 {
+		resting, err := p.cancelAllQueued(ctx, account, symbol)
+		canceled = append(canceled, resting...)
+		if errors.As(err, &undecided) {
+			undecided.Orders = slices.Concat(canceled[:len(canceled)-len(resting)], undecided.Orders)
+		} else if err != nil {
+			failures = append(failures, err)
+		}
+	} else if recorded {
 		resting, err := p.history.CancelAllResting(ctx, account, symbol)
 		for _, order := range resting {
 			canceled = append(canceled, withDefaults(order))
@@ -511,6 +544,9 @@ func (p *Placer) CancelAll(ctx context.Context, account, symbol string) ([]order
 		}
 	}
 	if len(failures) == 0 {
+		if undecided != nil {
+			return canceled, undecided
+		}
 		return canceled, nil
 	}
 	err := errors.Join(failures...)

@@ -1797,6 +1797,13 @@ type ClientInterface interface {
 	// cancel could not be recorded (`getOrder` tells what became of each);
 	// a second call cancels the rest.
 	//
+	// The resting orders' cancels go to their instruments' queues, one
+	// per instrument, each decided in sequence with the orders there; the
+	// call waits for them as `cancelOrder` does. When some are not
+	// decided within the wait, the answer is `202` with the orders
+	// canceled and, in their current status, the resting ones whose
+	// cancel is still queued.
+	//
 	// Corresponds with DELETE /v1/orders (the `CancelAllOrders` operationId).
 	CancelAllOrders(ctx context.Context, params *CancelAllOrdersParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -1889,6 +1896,15 @@ type ClientInterface interface {
 	// `409` and the problem's `detail` names the status. Canceling an
 	// order twice is answered `409` as well: the second call finds it
 	// `canceled`.
+	//
+	// A resting order's cancel goes to its instrument's queue and is
+	// decided in sequence with the orders there (a fill placed before the
+	// cancel fills first). The call waits a bounded time for the decision
+	// (the gateway's `CANCEL_WAIT`, 2 s by default): past it the answer is
+	// `202` with the order as it stands (still resting) and a `Location`
+	// to read it at; the cancel stays queued, and `getOrder` shows it
+	// `canceled` once decided (or `filled`, when a fill came first). A
+	// retry of the call waits for the same queued cancel.
 	//
 	// Corresponds with DELETE /v1/orders/{id} (the `CancelOrder` operationId).
 	CancelOrder(ctx context.Context, id OrderID, params *CancelOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2151,6 +2167,13 @@ func (c *Client) GetBook(ctx context.Context, symbol Symbol, params *GetBookPara
 // cancel could not be recorded (`getOrder` tells what became of each);
 // a second call cancels the rest.
 //
+// The resting orders' cancels go to their instruments' queues, one
+// per instrument, each decided in sequence with the orders there; the
+// call waits for them as `cancelOrder` does. When some are not
+// decided within the wait, the answer is `202` with the orders
+// canceled and, in their current status, the resting ones whose
+// cancel is still queued.
+//
 // Corresponds with DELETE /v1/orders (the `CancelAllOrders` operationId).
 func (c *Client) CancelAllOrders(ctx context.Context, params *CancelAllOrdersParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCancelAllOrdersRequest(c.Server, params)
@@ -2283,6 +2306,15 @@ func (c *Client) PlaceOrder(ctx context.Context, params *PlaceOrderParams, body 
 // `409` and the problem's `detail` names the status. Canceling an
 // order twice is answered `409` as well: the second call finds it
 // `canceled`.
+//
+// A resting order's cancel goes to its instrument's queue and is
+// decided in sequence with the orders there (a fill placed before the
+// cancel fills first). The call waits a bounded time for the decision
+// (the gateway's `CANCEL_WAIT`, 2 s by default): past it the answer is
+// `202` with the order as it stands (still resting) and a `Location`
+// to read it at; the cancel stays queued, and `getOrder` shows it
+// `canceled` once decided (or `filled`, when a fill came first). A
+// retry of the call waits for the same queued cancel.
 //
 // Corresponds with DELETE /v1/orders/{id} (the `CancelOrder` operationId).
 func (c *Client) CancelOrder(ctx context.Context, id OrderID, params *CancelOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3284,6 +3316,13 @@ type ClientWithResponsesInterface interface {
 	// cancel could not be recorded (`getOrder` tells what became of each);
 	// a second call cancels the rest.
 	//
+	// The resting orders' cancels go to their instruments' queues, one
+	// per instrument, each decided in sequence with the orders there; the
+	// call waits for them as `cancelOrder` does. When some are not
+	// decided within the wait, the answer is `202` with the orders
+	// canceled and, in their current status, the resting ones whose
+	// cancel is still queued.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /v1/orders (the `CancelAllOrders` operationId).
@@ -3380,6 +3419,15 @@ type ClientWithResponsesInterface interface {
 	// `409` and the problem's `detail` names the status. Canceling an
 	// order twice is answered `409` as well: the second call finds it
 	// `canceled`.
+	//
+	// A resting order's cancel goes to its instrument's queue and is
+	// decided in sequence with the orders there (a fill placed before the
+	// cancel fills first). The call waits a bounded time for the decision
+	// (the gateway's `CANCEL_WAIT`, 2 s by default): past it the answer is
+	// `202` with the order as it stands (still resting) and a `Location`
+	// to read it at; the cancel stays queued, and `getOrder` shows it
+	// `canceled` once decided (or `filled`, when a fill came first). A
+	// retry of the call waits for the same queued cancel.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4224,6 +4272,14 @@ type CancelAllOrdersResponse200Headers struct {
 	XRequestID         string
 }
 
+// CancelAllOrdersResponse202Headers the declared response headers of an HTTP 202 response for CancelAllOrders
+type CancelAllOrdersResponse202Headers struct {
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	XRequestID         string
+}
+
 // CancelAllOrdersResponse400Headers the declared response headers of an HTTP 400 response for CancelAllOrders
 type CancelAllOrdersResponse400Headers struct {
 	RateLimitLimit     *int
@@ -4274,6 +4330,8 @@ type CancelAllOrdersResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *OrderList
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *OrderList
 	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationProblemJSON400 *Problem
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
@@ -4288,6 +4346,8 @@ type CancelAllOrdersResponse struct {
 	ApplicationProblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *CancelAllOrdersResponse200Headers
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *CancelAllOrdersResponse202Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *CancelAllOrdersResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -4305,6 +4365,11 @@ type CancelAllOrdersResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r CancelAllOrdersResponse) GetJSON200() *OrderList {
 	return r.JSON200
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r CancelAllOrdersResponse) GetJSON202() *OrderList {
+	return r.JSON202
 }
 
 // GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
@@ -4762,6 +4827,15 @@ type CancelOrderResponse200Headers struct {
 	XRequestID         string
 }
 
+// CancelOrderResponse202Headers the declared response headers of an HTTP 202 response for CancelOrder
+type CancelOrderResponse202Headers struct {
+	Location           *string
+	RateLimitLimit     *int
+	RateLimitRemaining *int
+	RateLimitReset     *int
+	XRequestID         string
+}
+
 // CancelOrderResponse401Headers the declared response headers of an HTTP 401 response for CancelOrder
 type CancelOrderResponse401Headers struct {
 	WWWAuthenticate string
@@ -4820,6 +4894,8 @@ type CancelOrderResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Order
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Order
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -4836,6 +4912,8 @@ type CancelOrderResponse struct {
 	ApplicationProblemJSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *CancelOrderResponse200Headers
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *CancelOrderResponse202Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *CancelOrderResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
@@ -4855,6 +4933,11 @@ type CancelOrderResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r CancelOrderResponse) GetJSON200() *Order {
 	return r.JSON200
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r CancelOrderResponse) GetJSON202() *Order {
+	return r.JSON202
 }
 
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -5304,6 +5387,13 @@ func (c *ClientWithResponses) GetBookWithResponse(ctx context.Context, symbol Sy
 // cancel could not be recorded (`getOrder` tells what became of each);
 // a second call cancels the rest.
 //
+// The resting orders' cancels go to their instruments' queues, one
+// per instrument, each decided in sequence with the orders there; the
+// call waits for them as `cancelOrder` does. When some are not
+// decided within the wait, the answer is `202` with the orders
+// canceled and, in their current status, the resting ones whose
+// cancel is still queued.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /v1/orders (the `CancelAllOrders` operationId).
@@ -5424,6 +5514,15 @@ func (c *ClientWithResponses) PlaceOrderWithResponse(ctx context.Context, params
 // `409` and the problem's `detail` names the status. Canceling an
 // order twice is answered `409` as well: the second call finds it
 // `canceled`.
+//
+// A resting order's cancel goes to its instrument's queue and is
+// decided in sequence with the orders there (a fill placed before the
+// cancel fills first). The call waits a bounded time for the decision
+// (the gateway's `CANCEL_WAIT`, 2 s by default): past it the answer is
+// `202` with the order as it stands (still resting) and a `Location`
+// to read it at; the cancel stays queued, and `getOrder` shows it
+// `canceled` once decided (or `filled`, when a fill came first). A
+// retry of the call waits for the same queued cancel.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -6808,6 +6907,13 @@ func ParseCancelAllOrdersResponse(rsp *http.Response) (*CancelAllOrdersResponse,
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest OrderList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6884,6 +6990,37 @@ func ParseCancelAllOrdersResponse(rsp *http.Response) (*CancelAllOrdersResponse,
 			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 202:
+		var headers CancelAllOrdersResponse202Headers
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers202 = &headers
 	case rsp.StatusCode == 400:
 		var headers CancelAllOrdersResponse400Headers
 		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
@@ -7820,6 +7957,13 @@ func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) 
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Order
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7903,6 +8047,44 @@ func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) 
 			headers.XRequestID = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 202:
+		var headers CancelOrderResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Limit"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Limit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Remaining"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Remaining", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitRemaining = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Reset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Reset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitReset = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers202 = &headers
 	case rsp.StatusCode == 401:
 		var headers CancelOrderResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {

@@ -124,6 +124,9 @@ func TestConfigurationRefusesWhatItCannotRunWith(t *testing.T) {
 	}{
 		{"defaults", nil, nil, false},
 		{"timeout from the environment", nil, map[string]string{"REQUEST_TIMEOUT": "2s"}, false},
+		{"cancel wait", nil, map[string]string{"CANCEL_WAIT": "500ms"}, false},
+		{"cancels in PostgreSQL", []string{"-cancel-wait", "0"}, nil, false},
+		{"negative cancel wait", nil, map[string]string{"CANCEL_WAIT": "-1s"}, true},
 		{"malformed timeout", nil, map[string]string{"REQUEST_TIMEOUT": "soon"}, true},
 		{"zero timeout", nil, map[string]string{"REQUEST_TIMEOUT": "0s"}, true},
 		{"negative timeout", []string{"-request-timeout", "-1s"}, nil, true},

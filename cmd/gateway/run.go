@@ -37,6 +37,7 @@ type config struct {
 	logFlush          time.Duration
 	migrate           bool
 	dedupRetention    time.Duration
+	cancelWait        time.Duration
 	waitReplicas      int
 	waitTimeout       time.Duration
 	instrumentRefresh time.Duration
@@ -71,6 +72,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.IntVar(&c.waitReplicas, "admit-wait-replicas", env.Int("ADMIT_WAIT_REPLICAS", 0), "Redis replicas that must hold an admitted order before it is answered 202; 0 answers when the primary has it (ADMIT_WAIT_REPLICAS)")
 	flags.DurationVar(&c.waitTimeout, "admit-wait-timeout", env.Duration("ADMIT_WAIT_TIMEOUT", 100*time.Millisecond), "how long an admission waits for its replicas before it is answered 503 (ADMIT_WAIT_TIMEOUT)")
 	flags.DurationVar(&c.dedupRetention, "dedup-retention", env.Duration("DEDUP_RETENTION", emq.DefaultDedupRetention), "how long a client_order_id is held in Redis at least; stored with the orders queue, so the last gateway to start sets it for all (DEDUP_RETENTION)")
+	flags.DurationVar(&c.cancelWait, "cancel-wait", env.Duration("CANCEL_WAIT", placement.DefaultCancelWait), "how long a cancel of a resting order waits for its instrument's owner to decide it before it is answered 202 (at most three quarters of what is left of the request's timeout); 0 cancels in PostgreSQL under the instrument's lock instead, for workers that predate queued cancels (CANCEL_WAIT)")
 	flags.DurationVar(&c.instrumentRefresh, "instrument-refresh", env.Duration("INSTRUMENT_REFRESH", 5*time.Second), "how often instruments are reread (INSTRUMENT_REFRESH)")
 	flags.DurationVar(&c.keyCacheTTL, "key-cache-ttl", env.Duration("KEY_CACHE_TTL", placement.DefaultKeyCacheTTL), "how long an API key's account is trusted from memory when no revocation broadcast arrives (KEY_CACHE_TTL)")
 	flags.DurationVar(&c.keyStaleIfError, "key-cache-stale-if-error", env.Duration("KEY_CACHE_STALE_IF_ERROR", placement.DefaultKeyStaleIfError), "how long after PostgreSQL last confirmed an API key its cached copy still answers while PostgreSQL is down (also how long a key revoked just before an outage may work on a gateway that missed the broadcast); 0 turns it off (KEY_CACHE_STALE_IF_ERROR)")
@@ -107,6 +109,8 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		return config{}, errors.New("ADMIT_WAIT_TIMEOUT (or -admit-wait-timeout) must be a positive duration when ADMIT_WAIT_REPLICAS is set")
 	case c.dedupRetention <= 0:
 		return config{}, errors.New("DEDUP_RETENTION (or -dedup-retention) must be a positive duration")
+	case c.cancelWait < 0:
+		return config{}, errors.New("CANCEL_WAIT (or -cancel-wait) must be a duration of 0 (cancel in PostgreSQL) or more")
 	case c.instrumentRefresh <= 0:
 		return config{}, errors.New("INSTRUMENT_REFRESH (or -instrument-refresh) must be a positive duration")
 	case c.keyCacheTTL <= 0:
@@ -179,7 +183,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	// searches the queues of the instruments the cache lists.
 	queues := placement.NewOrderQueues(queueClient, placement.WithQueueOptions(emq.WithDedupRetention(c.dedupRetention)),
 		placement.WithSymbols(instruments.Symbols))
-	placer := placement.NewPlacer(queues, placement.WithHistory(book))
+	placer := placement.NewPlacer(queues, placement.WithHistory(book), placement.WithQueuedCancels(c.cancelWait))
 	if err := placer.Declare(ctx, instruments.Symbols()...); err != nil {
 		return err
 	}

@@ -289,16 +289,22 @@ func (m *maker) place(ctx context.Context, symbol string, q quote, clientOrderID
 // themselves.
 func (m *maker) cancel(ctx context.Context, symbol string) (missing []string, ok bool) {
 	res, err := m.api.CancelAllOrdersWithResponse(ctx, &client.CancelAllOrdersParams{Symbol: &symbol})
-	switch {
-	case err != nil:
+	if err != nil {
 		m.logger.Warn("cancel", "symbol", symbol, "error", err)
 		return nil, false
-	case res.JSON200 == nil:
+	}
+	// 202: some cancels are queued, not decided yet; the ones still
+	// resting are canceled by their queued cancel (or fill meanwhile).
+	list := res.JSON200
+	if list == nil {
+		list = res.JSON202
+	}
+	if list == nil {
 		m.logger.Warn("cancel refused", "symbol", symbol, "status", res.StatusCode(), "body", string(res.Body))
 		return nil, false
 	}
 	canceled := map[string]bool{}
-	for _, o := range res.JSON200.Orders {
+	for _, o := range list.Orders {
 		canceled[o.ID] = true
 	}
 	for _, id := range m.placed[symbol] {
@@ -365,12 +371,17 @@ func (m *maker) cancelEverything(ctx context.Context) error {
 		switch {
 		case err != nil:
 			return fmt.Errorf("DELETE /v1/orders: %w", err)
+		case res.JSON202 != nil:
+			// Queued cancels not decided yet: the next call finds them
+			// canceled, or cancels what is left.
+			m.logger.Info("cancels queued", "orders", len(res.JSON202.Orders))
 		case res.JSON200 == nil:
 			return fmt.Errorf("DELETE /v1/orders: %d %s", res.StatusCode(), strings.TrimSpace(string(res.Body)))
 		case len(res.JSON200.Orders) == 0:
 			return nil
+		default:
+			m.logger.Info("canceled", "orders", len(res.JSON200.Orders))
 		}
-		m.logger.Info("canceled", "orders", len(res.JSON200.Orders))
 		m.placed = map[string][]string{}
 		select {
 		case <-ctx.Done():
