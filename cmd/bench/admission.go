@@ -217,6 +217,8 @@ func (t *tally) closedLoop(ctx context.Context, concurrency int, duration time.D
 type closedLoopOp struct {
 	name string
 	op   func(context.Context) error
+	// cost, when set, adds up what each of its turns cost (costWatch).
+	cost *costWatch
 }
 
 // alternating runs the closed loops a and b in turns of about turn each, in
@@ -242,7 +244,9 @@ func alternating(ctx context.Context, concurrency int, duration, turn time.Durat
 				which = 1 - i
 			}
 			var t tally
+			ops[which].cost.begin(ctx)
 			took := t.closedLoop(ctx, concurrency, turn, ops[which].op)
+			ops[which].cost.end(ctx, t.orders)
 			rates[which] = float64(t.orders) / took.Seconds()
 			tallies[which].merge(&t)
 			elapsed[which] += took

@@ -17,7 +17,7 @@ func TestAlternatingTakesTurns(t *testing.T) {
 	var mu sync.Mutex
 	var turns []string
 	op := func(name string, cost time.Duration) closedLoopOp {
-		return closedLoopOp{name, func(context.Context) error {
+		return closedLoopOp{name: name, op: func(context.Context) error {
 			mu.Lock()
 			if len(turns) == 0 || turns[len(turns)-1] != name {
 				turns = append(turns, name)

@@ -60,7 +60,7 @@ func (e *env) replication(ctx context.Context, c config, s *servers, progress fu
 	if err != nil {
 		return r, err
 	}
-	a, b := closedLoopOp{"admit script, one replica", without}, closedLoopOp{"the same, WAIT 1", withWait}
+	a, b := closedLoopOp{name: "admit script, one replica", op: without}, closedLoopOp{name: "the same, WAIT 1", op: withWait}
 	alternating(ctx, c.concurrency, time.Second, time.Second, func(string, ...any) {}, a, b)
 	progress("replication: the admit script with one replica, without and with WAIT 1, %d callers, taking turns for %s each…", c.concurrency, c.duration)
 	r.Without, r.WithWait, r.Rounds = alternating(ctx, c.concurrency, c.duration, time.Second, progress, a, b)

@@ -131,6 +131,10 @@ type report struct {
 	// ratio in each round.
 	HTTPRatio  float64   `json:"http_to_ceiling_ratio"`
 	HTTPRounds []float64 `json:"http_to_ceiling_ratio_rounds"`
+	// CeilingCost and HTTPCost are what each side's rounds cost: CPU by
+	// process and Redis commands (admission_cost.go).
+	CeilingCost sideCost `json:"admit_script_ceiling_cost"`
+	HTTPCost    sideCost `json:"http_closed_loop_cost"`
 	// Sweep is the open loop at rising shares of the closed-loop peak: the
 	// latency-vs-throughput chart.
 	Sweep         []loadResult `json:"http_open_loop_sweep,omitempty"`
@@ -275,14 +279,23 @@ func (e *env) admission(ctx context.Context, c config, r *report, progress func(
 	if err := client.place(ctx); err != nil { // one order first: fail fast when the gateway refuses
 		return err
 	}
-	ceiling := closedLoopOp{"admit script ceiling", admit}
-	overHTTP := closedLoopOp{"admission closed loop", client.place}
+	ceiling := closedLoopOp{name: "admit script ceiling", op: admit}
+	overHTTP := closedLoopOp{name: "admission closed loop", op: client.place}
 	// A second of each first, not counted: connections, scripts and the
 	// queues' first keys are in place before the rounds compare them.
 	progress("warming up: the admit script and the gateway, %d callers each", c.concurrency)
 	alternating(ctx, c.concurrency, time.Second, time.Second, func(string, ...any) {}, ceiling, overHTTP)
 	progress("admit script ceiling and admission closed loop, %d callers, taking turns for %s each…", c.concurrency, c.duration)
+	ceiling.cost, overHTTP.cost = newCostWatch(e.queue.Redis()), newCostWatch(e.queue.Redis())
 	r.Ceiling, r.HTTPClosed, r.HTTPRounds = alternating(ctx, c.concurrency, c.duration, time.Second, progress, ceiling, overHTTP)
+	var costErr error
+	r.CeilingCost, costErr = ceiling.cost.result()
+	if r.HTTPCost, err = overHTTP.cost.result(); costErr == nil {
+		costErr = err
+	}
+	if costErr != nil {
+		progress("admission: the rounds' CPU and commands were not read: %v", costErr)
+	}
 	if r.HTTPClosed.Orders == 0 {
 		return fmt.Errorf("admission closed loop placed no order: %s", r.HTTPClosed.FirstError)
 	}
