@@ -171,6 +171,12 @@ func (in Instrument) CheckAmounts(cmd PlaceCommand) error {
 		return err
 	}
 	limit := in.MaxNotional()
+	// The worst case is a buy's hold at the budget price: exact in the
+	// decimal type when it fits there (every order that passes, no
+	// allocation), and as a big.Rat otherwise.
+	if hold, err := Hold(Buy, cmd.Quantity, price, in.TakerFeeBps); err == nil && hold.Cmp(limit) <= 0 {
+		return nil
+	}
 	worst := in.worstCase(cmd.Quantity, price)
 	if worst.Cmp(Rational(limit)) <= 0 {
 		return nil

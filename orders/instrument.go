@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"math/bits"
 
 	"github.com/govalues/decimal"
 )
@@ -115,7 +116,7 @@ func (in Instrument) Check(cmd PlaceCommand) []FieldError {
 			refuse(field, "cannot be checked: %s has no %s", in.Symbol, gridName)
 		case amount.Scale() > grid.Scale():
 			refuse(field, "has %d decimals; %s allows at most %d", amount.Scale(), in.Symbol, grid.Scale())
-		case !new(big.Rat).Quo(Rational(amount), Rational(grid)).IsInt():
+		case !onGridExactly(amount, grid):
 			// Exactly, however large: an amount too large to settle is
 			// CheckAmounts's to refuse, naming the limit.
 			refuse(field, "must be a multiple of the %s %s", gridName, grid)
@@ -132,16 +133,44 @@ func (in Instrument) Check(cmd PlaceCommand) []FieldError {
 	if cmd.Type == Limit {
 		price, priceOK = cmd.Price, onGrid("price", cmd.Price, in.TickSize, "tick size")
 	}
-	if quantityOK && priceOK {
-		notional := new(big.Rat).Mul(Rational(cmd.Quantity), Rational(price))
-		if notional.Cmp(Rational(in.MinNotional)) < 0 {
-			// Below the minimum, so small enough to multiply exactly.
-			shown, _ := cmd.Quantity.Mul(price)
-			refuse("quantity", "quantity × price is %s %s, under the minimum notional %s %s",
-				shown.Trim(0), in.Quote, in.MinNotional.Trim(0), in.Quote)
-		}
+	if quantityOK && priceOK && underMinimum(cmd.Quantity, price, in.MinNotional) {
+		// Below the minimum, so small enough to multiply exactly.
+		shown, _ := cmd.Quantity.Mul(price)
+		refuse("quantity", "quantity × price is %s %s, under the minimum notional %s %s",
+			shown.Trim(0), in.Quote, in.MinNotional.Trim(0), in.Quote)
 	}
 	return refused
+}
+
+// onGridExactly reports whether amount is a whole multiple of grid, both
+// above zero and amount with no more decimals than grid: amount's
+// coefficient brought to grid's scale, modulo grid's coefficient, in 128
+// bits. Exact for every pair of decimals, without the allocations of a
+// big.Rat quotient, which every admission paid twice.
+func onGridExactly(amount, grid decimal.Decimal) bool {
+	hi, lo := bits.Mul64(amount.Coef(), powersOfTen64[grid.Scale()-amount.Scale()])
+	return bits.Rem64(hi, lo, grid.Coef()) == 0
+}
+
+// powersOfTen64[i] is 10^i, for every scale a decimal can have (10^19 still
+// fits a uint64).
+var powersOfTen64 = func() [decimal.MaxScale + 1]uint64 {
+	var p [decimal.MaxScale + 1]uint64
+	p[0] = 1
+	for i := 1; i < len(p); i++ {
+		p[i] = p[i-1] * 10
+	}
+	return p
+}()
+
+// underMinimum reports whether quantity × price is below minimum, exactly:
+// in the decimal type when the product fits it (the common case, no
+// allocation), as a big.Rat otherwise.
+func underMinimum(quantity, price, minimum decimal.Decimal) bool {
+	if notional, err := exactMul(quantity, price); err == nil {
+		return notional.Cmp(minimum) < 0
+	}
+	return new(big.Rat).Mul(Rational(quantity), Rational(price)).Cmp(Rational(minimum)) < 0
 }
 
 // ErrUnknownInstrument: no instrument has the symbol.

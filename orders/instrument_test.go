@@ -1,6 +1,7 @@
 package orders
 
 import (
+	"math/big"
 	"strings"
 	"testing"
 
@@ -151,5 +152,89 @@ func TestPriceBand(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOnGridExactly holds the grid rule's 128-bit check to the exact
+// quotient at the extremes of the decimal type: the largest coefficient,
+// a scale gap of all 19 digits, grids that are not powers of ten.
+func TestOnGridExactly(t *testing.T) {
+	tests := []struct{ amount, grid string }{
+		{"0.01000", "0.00001"},
+		{"0.00011", "0.00002"},
+		{"50000.00", "0.01"},
+		{"50000.05", "0.05"},
+		{"50000.04", "0.05"},
+		{"9999999999999999999", "1"},
+		{"9999999999999999999", "3"},
+		{"9999999999999999998", "3"},
+		{"18446744073709551615", "5"},
+		{"9999999999999999999", "0.0000000000000000003"},
+		{"1", "0.0000000000000000003"},
+		{"3", "0.0000000000000000003"},
+		{"0.0000000000000000003", "0.0000000000000000003"},
+		{"7", "0.7"},
+		{"0.7", "0.07"},
+		{"0.72", "0.25"},
+		{"0.75", "0.25"},
+	}
+	for _, tt := range tests {
+		amount, err := decimal.Parse(tt.amount)
+		if err != nil {
+			continue // beyond the type: nothing to check
+		}
+		grid := decimal.MustParse(tt.grid)
+		if amount.Scale() > grid.Scale() {
+			t.Fatalf("%s is finer than %s: not a case the rule reaches", tt.amount, tt.grid)
+		}
+		want := new(big.Rat).Quo(Rational(amount), Rational(grid)).IsInt()
+		if got := onGridExactly(amount, grid); got != want {
+			t.Errorf("onGridExactly(%s, %s) = %v, want %v", amount, grid, got, want)
+		}
+	}
+}
+
+// TestUnderMinimum holds the minimum notional's check to the exact
+// product, in the decimal type and past it.
+func TestUnderMinimum(t *testing.T) {
+	tests := []struct{ quantity, price, minimum string }{
+		{"0.00001", "50000", "1"},
+		{"0.0002", "50000", "10"},
+		{"0.0001", "50000", "5"},
+		{"0.000099", "50000", "5"},
+		{"9999999999", "9999999999", "1"},
+		{"0.0000000001", "0.000000001", "0.0000000000000000001"},
+		{"0.0000000001", "0.0000000009", "0.0000000000000000001"},
+		{"0.0000000001", "0.000000001", "0.0000000000000000002"},
+	}
+	for _, tt := range tests {
+		quantity, price, minimum := decimal.MustParse(tt.quantity), decimal.MustParse(tt.price), decimal.MustParse(tt.minimum)
+		want := new(big.Rat).Mul(Rational(quantity), Rational(price)).Cmp(Rational(minimum)) < 0
+		if got := underMinimum(quantity, price, minimum); got != want {
+			t.Errorf("underMinimum(%s, %s, %s) = %v, want %v", quantity, price, minimum, got, want)
+		}
+	}
+}
+
+// TestCheckAllocatesNothing: the rules every admission runs, on an order
+// that passes them, cost no allocation (a big.Rat cost dozens).
+func TestCheckAllocatesNothing(t *testing.T) {
+	in := seeded(t)["BTC-USD"]
+	for _, cmd := range []PlaceCommand{
+		{Symbol: in.Symbol, Side: Buy, Type: Limit, Quantity: decimal.MustParse("0.01000"), Price: decimal.MustParse("50000.00")},
+		{Symbol: in.Symbol, Side: Sell, Type: Limit, Quantity: decimal.MustParse("0.01000"), Price: decimal.MustParse("50000.00")},
+		{Symbol: in.Symbol, Side: Buy, Type: Market, Quantity: decimal.MustParse("0.01000")},
+	} {
+		allocs := testing.AllocsPerRun(100, func() {
+			if refused := in.Check(cmd); refused != nil {
+				t.Fatalf("Check refused %+v", refused)
+			}
+			if err := in.CheckAmounts(cmd); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s %s: Check and CheckAmounts allocate %.0f times, want none", cmd.Side, cmd.Type, allocs)
+		}
 	}
 }
