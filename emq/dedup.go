@@ -222,6 +222,38 @@ func (q *Queue) dedupWindows(s dedupSettings, now time.Time, skew time.Duration)
 	return write, others, expireAt
 }
 
+// heldWindows is what admitWindows last answered, and for which
+// settings, skew allowance and windows.
+type heldWindows struct {
+	text                  string
+	skew, from, to, write int64
+	writeKey              string
+	others                []string
+	expireAt              int64
+}
+
+// admitWindows is dedupWindows for an admission: the windows change only
+// when now crosses a window's edge (minutes apart), so the last answer is
+// kept and handed out again while the settings and the windows it covers
+// are the same, sparing each admission the spelling of its keys. Settings
+// with earlier ones still running are computed afresh. The others it
+// returns are shared: callers copy them.
+func (q *Queue) admitWindows(s dedupSettings, now time.Time, skew time.Duration) (write string, others []string, expireAt int64) {
+	if len(s.earlier) > 0 {
+		return q.dedupWindows(s, now, skew)
+	}
+	// The window range settingWindows walks for the current setting, and
+	// the one written to: the whole of what the answer depends on.
+	at, allowance, length := now.UnixMilli(), skew.Milliseconds(), s.current.window
+	from, to, window := (at-s.current.retention-allowance)/length, (at+allowance)/length, at/length
+	if held := q.windows.Load(); held != nil && held.text == s.text && held.skew == allowance && held.from == from && held.to == to && held.write == window {
+		return held.writeKey, held.others, held.expireAt
+	}
+	write, others, expireAt = q.dedupWindows(s, now, skew)
+	q.windows.Store(&heldWindows{text: s.text, skew: allowance, from: from, to: to, write: window, writeKey: write, others: others, expireAt: expireAt})
+	return write, others, expireAt
+}
+
 // settingWindows hands add the windows an admission at at looks in under one
 // setting, its own included, and returns when that one may expire.
 func (q *Queue) settingWindows(s dedupSetting, at, skew int64, add func(string)) (expireAt int64) {

@@ -105,6 +105,37 @@ func TestDedupWindows(t *testing.T) {
 	}
 }
 
+// TestAdmitWindowsHoldTheirAnswer: the answer an admission reuses is the
+// one dedupWindows gives, at every moment, across windows' edges and the
+// skew allowance's, under settings that change between calls.
+func TestAdmitWindowsHoldTheirAnswer(t *testing.T) {
+	queue := (&Client{}).Queue("work")
+	var settings []dedupSettings
+	for _, text := range []string{"", "600000 300000", "60000 60000", "200 100", "600000 300000 3600000 1800000 1767225600000"} {
+		s, err := parseDedupSettings(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		settings = append(settings, s)
+	}
+	start := time.UnixMilli(1767225600000 - 3*time.Minute.Milliseconds())
+	for step := time.Duration(0); step < 20*time.Minute; step += 997 * time.Millisecond {
+		for i, skew := range []time.Duration{time.Minute, 250 * time.Millisecond} {
+			s := settings[(int(step/time.Second)+i)%len(settings)]
+			// Twice at each moment, and once a millisecond on: the second
+			// call is answered from what the first kept.
+			for _, now := range []time.Time{start.Add(step), start.Add(step), start.Add(step + time.Millisecond)} {
+				write, others, expireAt := queue.admitWindows(s, now, skew)
+				wantWrite, wantOthers, wantExpireAt := queue.dedupWindows(s, now, skew)
+				if write != wantWrite || !slices.Equal(others, wantOthers) || expireAt != wantExpireAt {
+					t.Fatalf("settings %q, skew %s, at %d: admitWindows = %s + %v until %d, want %s + %v until %d",
+						s.text, skew, now.UnixMilli(), write, others, expireAt, wantWrite, wantOthers, wantExpireAt)
+				}
+			}
+		}
+	}
+}
+
 // TestDedupAcrossWindows admits the same dedup key at two moments by two
 // clocks and checks whether the second admission sees the first.
 func TestDedupAcrossWindows(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,11 @@ type Queue struct {
 	// heads are the groups at the head of the rotation as the last claim
 	// left it: the lanes the next claim names.
 	heads atomic.Pointer[[]string]
+	// admitKeys are the keys every admission names, spelled once; windows
+	// the dedup windows the last admission named (admitWindows).
+	admitKeysOnce sync.Once
+	admitKeys     [8]string
+	windows       atomic.Pointer[heldWindows]
 }
 
 // QueueOption configures a Queue.
@@ -74,8 +80,12 @@ func (q *Queue) Name() string { return q.name }
 // Callers outside emq ask the queue what they need to know instead.
 func (q *Queue) key(suffix string) string { return q.prefix + suffix }
 
+// namedKey is key(kind + name) in one concatenation: a group's lane and a
+// bucket are spelled on every admission.
+func (q *Queue) namedKey(kind, name string) string { return q.prefix + kind + name }
+
 func (q *Queue) jobsKey() string             { return JobsKey(q.name) }
-func (q *Queue) laneKey(group string) string { return q.key("lane:" + group) }
+func (q *Queue) laneKey(group string) string { return q.namedKey("lane:", group) }
 func (q *Queue) kindsKey() string            { return q.key("kinds") }
 func (q *Queue) frontKey() string            { return q.key("front") }
 func (q *Queue) rotationKey() string         { return q.key("rotation") }
@@ -228,9 +238,13 @@ func (q *Queue) admitCall(job Job, now time.Time) ([]string, []any, error) {
 		dedup = job.ID
 	}
 	settings := q.dedupSettings()
-	window, others, expireAt := q.dedupWindows(settings, now, q.client.skew())
-	keys := append(make([]string, 0, 13+len(others)), q.kindsKey(), q.jobsKey(), q.laneKey(job.Group),
-		q.rotationKey(), q.lanesKey(), q.tagsKey(), q.clockKey(), q.dedupKey(), window)
+	window, others, expireAt := q.admitWindows(settings, now, q.client.skew())
+	q.admitKeysOnce.Do(func() {
+		q.admitKeys = [8]string{q.kindsKey(), q.jobsKey(), "", q.rotationKey(), q.lanesKey(), q.tagsKey(), q.clockKey(), q.dedupKey()}
+	})
+	keys := append(make([]string, 0, 13+len(others)), q.admitKeys[:]...)
+	keys[2] = q.laneKey(job.Group)
+	keys = append(keys, window)
 	keys = append(keys, others...)
 	args := []any{job.ID, job.Kind, job.Group, job.Payload, job.Fingerprint, dedupDigest(dedup), expireAt, settings.text}
 	if limit := job.RateLimit; limit != nil {

@@ -60,7 +60,7 @@ const MaxBucketSize = 1_000_000
 // BucketKey is the Redis key of the queue's rate-limit bucket: a string under the
 // queue's hash tag, so that an admission can take from it in the same
 // script run.
-func (q *Queue) BucketKey(bucket string) string { return q.key("bucket:" + bucket) }
+func (q *Queue) BucketKey(bucket string) string { return q.namedKey("bucket:", bucket) }
 
 // TakePermit takes one permit from the queue's named bucket, or refuses when it
 // is empty, in one script (lua/ratelimit.lua) on the server's clock. It is
