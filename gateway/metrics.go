@@ -3,6 +3,7 @@ package gateway
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -38,6 +39,11 @@ type metrics struct {
 	// streamsRefused those refused for a cap, by cap.
 	streamsEnded   *prometheus.CounterVec
 	streamsRefused *prometheus.CounterVec
+	// admissions are the series every admitted placement adds to, found
+	// once rather than by their labels on each (admissionSeries).
+	admissions     sync.Once
+	admittedCount  prometheus.Counter
+	admissionTimes prometheus.Observer
 }
 
 // newMetrics registers the gateway's series on registry; one registry backs
@@ -115,6 +121,13 @@ func (s *Server) measure(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		method := methodLabel(c.Request().Method)
 		status := c.Response().Status
+		if route == placeOrderRoute && method == http.MethodPost && status == http.StatusAccepted {
+			requests, times := s.metrics.admissionSeries()
+			requests.Inc()
+			times.Observe(time.Since(start).Seconds())
+			s.metrics.admitted.Inc()
+			return err
+		}
 		s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
 		s.metrics.duration.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
 		if route == placeOrderRoute && method == http.MethodPost {
@@ -122,6 +135,17 @@ func (s *Server) measure(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return err
 	}
+}
+
+// admissionSeries are the request count and duration of admitted
+// placements (POST /v1/orders answered 202), the most frequent answer:
+// the series' labels are looked up once.
+func (m *metrics) admissionSeries() (prometheus.Counter, prometheus.Observer) {
+	m.admissions.Do(func() {
+		m.admittedCount = m.requests.WithLabelValues(placeOrderRoute, http.MethodPost, strconv.Itoa(http.StatusAccepted))
+		m.admissionTimes = m.duration.WithLabelValues(placeOrderRoute, http.MethodPost)
+	})
+	return m.admittedCount, m.admissionTimes
 }
 
 // countPlacement reads the outcome of a placement from its status, which the

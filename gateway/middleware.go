@@ -37,8 +37,10 @@ type requestState struct {
 	// untimed is the request's context before deadline bounded it: a
 	// stream lives past the request timeout, which bounds its opening.
 	untimed context.Context
-	// stopTimer ends the request's current deadline (restartDeadline).
-	stopTimer context.CancelFunc
+	// stopTimer ends the request's current deadline (restartDeadline), which
+	// started at timerStarted.
+	stopTimer    context.CancelFunc
+	timerStarted time.Time
 	// logger adds the request id to every line; made on first use.
 	logger *slog.Logger
 }
@@ -168,10 +170,17 @@ func (s *Server) deadline(next echo.HandlerFunc) echo.HandlerFunc {
 
 // startDeadline gives the request the request timeout from now.
 func (s *Server) startDeadline(c echo.Context, st *requestState) {
-	ctx, cancel := context.WithTimeout(st.untimed, s.config.RequestTimeout)
+	st.timerStarted = time.Now()
+	ctx, cancel := context.WithDeadline(st.untimed, st.timerStarted.Add(s.config.RequestTimeout))
 	st.stopTimer = cancel
 	c.SetRequest(c.Request().WithContext(ctx))
 }
+
+// restartShare: a body that arrived within this share of the request
+// timeout keeps the first deadline, which leaves the work all but that
+// share of it. A restart costs a context, a timer and a copy of the
+// request, and nearly every body comes with its headers.
+const restartShare = 100
 
 // restartDeadline gives the request the whole request timeout again once
 // its body has arrived: the timeout bounds the gateway's work, not the
@@ -179,10 +188,11 @@ func (s *Server) startDeadline(c echo.Context, st *requestState) {
 // came whole only after the first deadline passed would otherwise be
 // worked on with a context already ended: an admission sent with it may
 // still reach Redis while the answer is 503, and a permit taken with it
-// fails as if the limiter were down.
+// fails as if the limiter were down. A body that came within a hundredth
+// of the timeout keeps the first deadline (restartShare).
 func (s *Server) restartDeadline(c echo.Context) {
 	st := state(c)
-	if st.stopTimer == nil {
+	if st.stopTimer == nil || time.Since(st.timerStarted) < s.config.RequestTimeout/restartShare {
 		return
 	}
 	st.stopTimer()
