@@ -52,14 +52,15 @@ func (m matchingConfig) validate() error {
 
 // matchingRuns are the matching phase's runs: every order on one hot
 // instrument, then spread over three, each with the share of pgbench's TPS
-// it must reach.
+// it must reach (issue 24's targets: the engine's, not the locked design's
+// 30 % and 50 %).
 var matchingRuns = []struct {
 	name    string
 	symbols []string
 	target  float64
 }{
-	{"hot", []string{"BTC-USD"}, 0.30},
-	{"spread", []string{"BTC-USD", "ETH-USD", "ETH-BTC"}, 0.50},
+	{"hot", []string{"BTC-USD"}, 1.00},
+	{"spread", []string{"BTC-USD", "ETH-USD", "ETH-BTC"}, 1.50},
 }
 
 // matchSeed makes every run's backlog the same orders.
