@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -68,18 +69,31 @@ type outboxExecer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
+// balancesPrefix begins the outbox name of a balance (orders.BalanceName).
+const balancesPrefix = "balances:"
+
 // markRelayed marks the rows of entries, found by their unique name and
-// version, so an entry handed over without its row id is marked too.
+// version, so an entry handed over without its row id is marked too: a
+// balance's row is deleted, any other stamped relayed_at; a row a sweep
+// holds is left to it. The entries are sorted into the two here, not by
+// their names' prefixes in the statement (outbox_mark_relayed.sql).
 func markRelayed(ctx context.Context, db outboxExecer, entries []orders.OutboxEntry) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	names := make([]string, len(entries))
-	versions := make([]int64, len(entries))
-	for i, entry := range entries {
-		names[i], versions[i] = entry.Name, entry.Version
+	var deleted, stamped struct {
+		names    []string
+		versions []int64
 	}
-	if _, err := db.Exec(ctx, outboxMarkRelayedSQL, names, versions); err != nil {
+	for _, entry := range entries {
+		rows := &stamped
+		if strings.HasPrefix(entry.Name, balancesPrefix) {
+			rows = &deleted
+		}
+		rows.names, rows.versions = append(rows.names, entry.Name), append(rows.versions, entry.Version)
+	}
+	if _, err := db.Exec(ctx, outboxMarkRelayedSQL, deleted.names, deleted.versions,
+		stamped.names, stamped.versions); err != nil {
 		return fmt.Errorf("postgres: mark outbox rows relayed: %w", err)
 	}
 	return nil

@@ -1,0 +1,174 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/postgres"
+)
+
+// insertOutboxRow writes an outbox row named name at version, created age
+// ago and relayed relayedAgo ago (never when negative), and returns it.
+func insertOutboxRow(t testing.TB, db *pgxpool.Pool, name string, version int64, age, relayedAgo time.Duration) orders.OutboxEntry {
+	t.Helper()
+	entry := orders.OutboxEntry{Name: name, Version: version, Payload: fmt.Sprintf("%s@%d", name, version)}
+	var relayedAt *time.Time
+	if relayedAgo >= 0 {
+		at := time.Now().Add(-relayedAgo)
+		relayedAt = &at
+	}
+	if err := db.QueryRow(context.Background(),
+		`INSERT INTO outbox (name, version, payload, created_at, relayed_at) VALUES ($1, $2, $3, now() - $4::interval, $5) RETURNING id`,
+		entry.Name, entry.Version, entry.Payload, age, relayedAt).Scan(&entry.ID); err != nil {
+		t.Fatalf("insert outbox row %s: %v", entry.Payload, err)
+	}
+	return entry
+}
+
+// outboxRow is what MarkRelayed left of a row: whether it is still there,
+// and when it was stamped relayed (zero: never).
+func outboxRow(t testing.TB, db *pgxpool.Pool, entry orders.OutboxEntry) (exists bool, relayedAt time.Time) {
+	t.Helper()
+	var stamped *time.Time
+	err := db.QueryRow(context.Background(), `SELECT relayed_at FROM outbox WHERE name = $1 AND version = $2`,
+		entry.Name, entry.Version).Scan(&stamped)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, time.Time{}
+	case err != nil:
+		t.Fatalf("read outbox row %s: %v", entry.Payload, err)
+	case stamped != nil:
+		return true, *stamped
+	}
+	return true, time.Time{}
+}
+
+func TestMarkRelayedSettlesEachRowByItsFamily(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	outbox := postgres.NewOutbox(db)
+	hourAgo := time.Now().Add(-time.Hour)
+	tests := []struct {
+		name       string
+		row        string
+		relayedAgo time.Duration // negative: unrelayed
+		marked     bool
+		wantGone   bool
+		wantFresh  bool // stamped by this mark, not before
+	}{
+		{"a balance's row is deleted", orders.BalanceName("ACC_A", "USD"), -1, true, true, false},
+		{"an events row is stamped and kept", orders.EventsTable + ":ACC_A:BTC-USD", -1, true, false, true},
+		{"a row of another family is stamped, never deleted", "trades:ACC_A", -1, true, false, true},
+		{"an events row stamped before keeps its stamp", orders.EventsTable + ":ACC_B:BTC-USD", time.Hour, true, false, false},
+		{"a balance's row not named stays unrelayed", orders.BalanceName("ACC_B", "USD"), -1, false, false, false},
+		{"an events row not named stays unrelayed", orders.EventsTable + ":ACC_C:BTC-USD", -1, false, false, false},
+	}
+	var entries []orders.OutboxEntry
+	rows := make([]orders.OutboxEntry, len(tests))
+	for i, tt := range tests {
+		rows[i] = insertOutboxRow(t, db, tt.row, 3, time.Minute, tt.relayedAgo)
+		if tt.marked {
+			entry := rows[i]
+			entry.ID = 0 // marked by name and version, not id
+			entries = append(entries, entry)
+		}
+	}
+	// A name at a version that has no row settles nothing.
+	entries = append(entries, orders.OutboxEntry{Name: orders.BalanceName("ACC_B", "USD"), Version: 4})
+	if err := outbox.MarkRelayed(ctx, entries); err != nil {
+		t.Fatal(err)
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			exists, relayedAt := outboxRow(t, db, rows[i])
+			switch {
+			case tt.wantGone:
+				if exists {
+					t.Errorf("%s is still there", tt.row)
+				}
+			case !exists:
+				t.Errorf("%s is gone", tt.row)
+			case tt.wantFresh && !relayedAt.After(hourAgo.Add(time.Minute)):
+				t.Errorf("%s relayed at %v; want now", tt.row, relayedAt)
+			case !tt.wantFresh && tt.relayedAgo < 0 && !relayedAt.IsZero():
+				t.Errorf("%s relayed at %v; want unrelayed", tt.row, relayedAt)
+			case !tt.wantFresh && tt.relayedAgo >= 0 && relayedAt.After(hourAgo.Add(time.Minute)):
+				t.Errorf("%s stamped again at %v", tt.row, relayedAt)
+			}
+		})
+	}
+	// Only balances, only others, none: each pair may be empty.
+	for _, only := range [][]orders.OutboxEntry{rows[4:5], rows[5:6], nil} {
+		if err := outbox.MarkRelayed(ctx, only); err != nil {
+			t.Errorf("MarkRelayed(%v): %v", payloadsOf(only), err)
+		}
+	}
+	if exists, _ := outboxRow(t, db, rows[4]); exists {
+		t.Errorf("%s is still there after its own mark", rows[4].Payload)
+	}
+	if _, relayedAt := outboxRow(t, db, rows[5]); relayedAt.IsZero() {
+		t.Errorf("%s unstamped after its own mark", rows[5].Payload)
+	}
+}
+
+// A row a sweep holds (locked while it carries it to Redis) is left to the
+// sweep: marking does not wait for it.
+func TestMarkRelayedSkipsRowsASweepHolds(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	outbox := postgres.NewOutbox(db)
+	rows := []orders.OutboxEntry{
+		insertOutboxRow(t, db, orders.BalanceName("ACC_A", "USD"), 1, time.Minute, -1),
+		insertOutboxRow(t, db, orders.EventsTable+":ACC_A:BTC-USD", 1, time.Minute, -1),
+	}
+	free := insertOutboxRow(t, db, orders.BalanceName("ACC_B", "USD"), 1, time.Minute, -1)
+	sweep, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sweep.Rollback(ctx)
+	if _, err := sweep.Exec(ctx, `SELECT id FROM outbox WHERE id = ANY($1) FOR UPDATE`, []int64{rows[0].ID, rows[1].ID}); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := outbox.MarkRelayed(waitCtx, append(slices.Clone(rows), free)); err != nil {
+		t.Fatalf("MarkRelayed while a sweep holds rows: %v", err)
+	}
+	for _, row := range rows {
+		if exists, relayedAt := outboxRow(t, db, row); !exists || !relayedAt.IsZero() {
+			t.Errorf("%s held by the sweep: exists %v, relayed at %v; want left to it", row.Payload, exists, relayedAt)
+		}
+	}
+	if exists, _ := outboxRow(t, db, free); exists {
+		t.Errorf("%s, held by nobody, is still there", free.Payload)
+	}
+	if err := sweep.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.MarkRelayed(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	if exists, _ := outboxRow(t, db, rows[0]); exists {
+		t.Errorf("%s is still there once the sweep let it go", rows[0].Payload)
+	}
+	if _, relayedAt := outboxRow(t, db, rows[1]); relayedAt.IsZero() {
+		t.Errorf("%s unstamped once the sweep let it go", rows[1].Payload)
+	}
+}
+
+func payloadsOf(entries []orders.OutboxEntry) []string {
+	payloads := make([]string, len(entries))
+	for i, entry := range entries {
+		payloads[i] = entry.Payload
+	}
+	return payloads
+}
