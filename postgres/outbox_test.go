@@ -165,6 +165,48 @@ func TestMarkRelayedSkipsRowsASweepHolds(t *testing.T) {
 	}
 }
 
+func TestSweepBatchTakesTheOldUnrelayedRowsOldestFirst(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	outbox := postgres.NewOutbox(db)
+	oldest := insertOutboxRow(t, db, orders.BalanceName("ACC_A", "USD"), 1, time.Hour, -1)
+	insertOutboxRow(t, db, orders.EventsTable+":ACC_A:BTC-USD", 1, 2*time.Hour, time.Hour) // relayed
+	young := insertOutboxRow(t, db, orders.BalanceName("ACC_A", "BTC"), 1, time.Second, -1)
+	older := insertOutboxRow(t, db, orders.EventsTable+":ACC_A:BTC-USD", 2, 90*time.Minute, -1)
+	old := insertOutboxRow(t, db, orders.BalanceName("ACC_B", "USD"), 1, time.Minute, -1)
+
+	tests := []struct {
+		name      string
+		limit     int
+		carry     int // how many of the rows taken carry returns
+		wantTaken []orders.OutboxEntry
+	}{
+		{"the oldest rows up to the limit, none carried", 2, 0, []orders.OutboxEntry{older, oldest}},
+		{"every old row, the first carried", 10, 1, []orders.OutboxEntry{older, oldest, old}},
+		{"what is left, carried", 10, 2, []orders.OutboxEntry{oldest, old}},
+		{"nothing old left", 10, 0, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []orders.OutboxEntry
+			taken, marked, err := outbox.SweepBatch(ctx, 5*time.Second, tt.limit,
+				func(_ context.Context, entries []orders.OutboxEntry) []orders.OutboxEntry {
+					got = entries
+					return entries[:tt.carry]
+				})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if taken != len(tt.wantTaken) || marked != tt.carry || !slices.Equal(got, tt.wantTaken) {
+				t.Errorf("SweepBatch took %d %v, marked %d; want %v, %d", taken, payloadsOf(got), marked, payloadsOf(tt.wantTaken), tt.carry)
+			}
+		})
+	}
+	if exists, relayedAt := outboxRow(t, db, young); !exists || !relayedAt.IsZero() {
+		t.Errorf("the young row: exists %v, relayed at %v; want left to the relay", exists, relayedAt)
+	}
+}
+
 func payloadsOf(entries []orders.OutboxEntry) []string {
 	payloads := make([]string, len(entries))
 	for i, entry := range entries {
