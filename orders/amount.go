@@ -81,11 +81,36 @@ func ParseExact(text string) (decimal.Decimal, error) {
 	if err != nil {
 		return decimal.Decimal{}, fmt.Errorf("orders: %q is not a decimal: %w", text, err)
 	}
+	if fitsExactly(text) {
+		return d, nil
+	}
 	exact, ok := new(big.Rat).SetString(text)
 	if !ok || Rational(d).Cmp(exact) != 0 {
 		return decimal.Decimal{}, fmt.Errorf("%w: %s does not fit the decimal type", ErrInexact, text)
 	}
 	return d, nil
+}
+
+// fitsExactly: text is plain positional notation (a sign, digits, at most
+// one point) of at most 19 digits in all, which the decimal type holds
+// without rounding. Every amount the relay renders is such text, and
+// proving it exact as a big.Rat cost more than the rest of its rendering.
+func fitsExactly(text string) bool {
+	if len(text) > 0 && (text[0] == '-' || text[0] == '+') {
+		text = text[1:]
+	}
+	digits, point := 0, false
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.' && !point:
+			point = true
+		default:
+			return false
+		}
+	}
+	return digits > 0 && digits <= decimal.MaxPrec
 }
 
 // The decimal type rounds a result that needs more than 19 digits. These

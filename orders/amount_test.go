@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/govalues/decimal"
+	"pgregory.net/rapid"
 )
 
 func TestParseAmount(t *testing.T) {
@@ -75,6 +76,12 @@ func TestParseExact(t *testing.T) {
 		{in: "1234567890.1234567891", err: ErrInexact},
 		{in: "1e21"},
 		{in: "abc"},
+		// 19 digits fit without the big.Rat check; 20 need it.
+		{in: "9999999999999999999", want: "9999999999999999999"},
+		{in: "-123456789.0123456789", want: "-123456789.0123456789"},
+		{in: "0.1234567890123456789", want: "0.1234567890123456789"},
+		{in: "0.12345678901234567891", err: ErrInexact},
+		{in: "12345678901234567890"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -89,6 +96,21 @@ func TestParseExact(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ParseExact's shortcut for short plain text must accept what the
+// big.Rat check accepts, and read the same value.
+func TestParseExactShortcutAgrees(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		text := rapid.StringMatching(`-?[0-9]{1,12}(\.[0-9]{1,12})?`).Draw(t, "text")
+		got, err := ParseExact(text)
+		d, parseErr := decimal.Parse(text)
+		exact, _ := new(big.Rat).SetString(text)
+		wantOK := parseErr == nil && Rational(d).Cmp(exact) == 0
+		if (err == nil) != wantOK || err == nil && got != d {
+			t.Fatalf("ParseExact(%q) = %v, %v; the big.Rat check says exact: %v (%v)", text, got, err, wantOK, d)
+		}
+	})
 }
 
 func TestExactArithmetic(t *testing.T) {
