@@ -25,6 +25,10 @@ type eventSnapshot struct {
 	Accepted []string `json:"accepted"`
 }
 
+// eventDataSize is room for a typical event's data (an order's JSON is
+// the longest), so a row's buffer seldom grows.
+const eventDataSize = 384
+
 // jsonRow is a row as a JSON array of its columns; Scan reads it as pgx
 // reads a row, so scanOrder and scanExecution read a snapshot as they read
 // a query.
@@ -121,7 +125,13 @@ func RenderEvents(entry orders.OutboxEntry) ([]orders.EventDraft, error) {
 	if err := json.Unmarshal([]byte(entry.Payload), &snapshot); err != nil {
 		return nil, fmt.Errorf("postgres: events %s@%d: %w", entry.Name, entry.Version, err)
 	}
-	drafts := make([]orders.EventDraft, 0, len(snapshot.Accepted)+len(snapshot.Orders)+len(snapshot.Fills))
+	events := len(snapshot.Accepted) + len(snapshot.Orders) + len(snapshot.Fills)
+	drafts := make([]orders.EventDraft, 0, events)
+	// Every event's data is encoded into one buffer, without reflection
+	// (AppendJSON writes what encoding/json would), and cut into the
+	// drafts once it no longer grows: one allocation for a row's data.
+	data := make([]byte, 0, events*eventDataSize)
+	ends := make([]int, 0, events)
 	list := make([]orders.Order, len(snapshot.Orders))
 	for i, row := range snapshot.Orders {
 		order, err := scanOrder(row)
@@ -130,35 +140,38 @@ func RenderEvents(entry orders.OutboxEntry) ([]orders.EventDraft, error) {
 		}
 		list[i] = order
 	}
+	var err error
 	for _, id := range snapshot.Accepted {
 		i := slices.IndexFunc(list, func(o orders.Order) bool { return o.ID == id })
 		if i < 0 {
 			return nil, fmt.Errorf("postgres: events %s@%d: accepted order %s is not in the snapshot", entry.Name, entry.Version, id)
 		}
-		data, err := json.Marshal(list[i].Admitted())
-		if err != nil {
+		if data, err = list[i].Admitted().AppendJSON(data); err != nil {
 			return nil, err
 		}
-		drafts = append(drafts, orders.EventDraft{ID: orders.AcceptedEventID(id), Type: orders.EventOrderAccepted, Data: data})
+		drafts, ends = append(drafts, orders.EventDraft{ID: orders.AcceptedEventID(id), Type: orders.EventOrderAccepted}), append(ends, len(data))
 	}
 	for _, row := range snapshot.Fills {
 		fill, err := scanExecution(row)
 		if err != nil {
 			return nil, fmt.Errorf("postgres: events %s@%d: %w", entry.Name, entry.Version, err)
 		}
-		data, err := json.Marshal(fill)
-		if err != nil {
+		if data, err = fill.AppendJSON(data); err != nil {
 			return nil, err
 		}
-		drafts = append(drafts, orders.EventDraft{ID: fill.ID, Type: orders.EventFill, Data: data})
+		drafts, ends = append(drafts, orders.EventDraft{ID: fill.ID, Type: orders.EventFill}), append(ends, len(data))
 	}
-	source := entry.Name + "@" + strconv.FormatInt(entry.Version, 10)
+	source := ":" + entry.Name + "@" + strconv.FormatInt(entry.Version, 10)
 	for _, order := range list {
-		data, err := json.Marshal(order)
-		if err != nil {
+		if data, err = order.AppendJSON(data); err != nil {
 			return nil, err
 		}
-		drafts = append(drafts, orders.EventDraft{ID: order.ID + ":" + source, Type: orders.OrderEventType(order.Status), Data: data})
+		drafts, ends = append(drafts, orders.EventDraft{ID: order.ID + source, Type: orders.OrderEventType(order.Status)}), append(ends, len(data))
+	}
+	begin := 0
+	for i, end := range ends {
+		drafts[i].Data = data[begin:end:end]
+		begin = end
 	}
 	return drafts, nil
 }
