@@ -19,20 +19,19 @@ var settleEventsSQL string
 // as the write left them, each a row of the columns scanOrder and
 // scanExecution read.
 type eventSnapshot struct {
-	Orders []jsonRow `json:"orders"`
-	Fills  []jsonRow `json:"fills"`
+	Orders, Fills []jsonRow
 	// Accepted are the ids of the orders whose row the write inserted.
-	Accepted []string `json:"accepted"`
+	Accepted []string
 }
 
 // eventDataSize is room for a typical event's data (an order's JSON is
 // the longest), so a row's buffer seldom grows.
 const eventDataSize = 384
 
-// jsonRow is a row as a JSON array of its columns; Scan reads it as pgx
-// reads a row, so scanOrder and scanExecution read a snapshot as they read
-// a query.
-type jsonRow []json.RawMessage
+// jsonRow is a row as the JSON text of each of its columns
+// (parseSnapshot); Scan reads it as pgx reads a row, so scanOrder and
+// scanExecution read a snapshot as they read a query.
+type jsonRow []string
 
 func (r jsonRow) Scan(dest ...any) error {
 	if len(dest) != len(r) {
@@ -49,8 +48,7 @@ func (r jsonRow) Scan(dest ...any) error {
 // scanColumn reads one JSON value into dest: the types scanOrder and
 // scanExecution scan into directly, without reflection (the relay renders
 // every order a batch touched), anything else through encoding/json.
-func scanColumn(column json.RawMessage, dest any) error {
-	text := string(column)
+func scanColumn(text string, dest any) error {
 	null := text == "null"
 	switch d := dest.(type) {
 	case *string:
@@ -95,7 +93,7 @@ func scanColumn(column json.RawMessage, dest any) error {
 		*d = t
 		return err
 	}
-	return json.Unmarshal(column, dest)
+	return json.Unmarshal([]byte(text), dest)
 }
 
 // unquote reads a JSON string: without escapes (ids, codes, decimals,
@@ -121,8 +119,8 @@ func unquote(text string, into *string) error {
 // SQL: a snapshot row is the columns settle_events.sql builds, read by the
 // scanners of the queries that read the same rows.
 func RenderEvents(entry orders.OutboxEntry) ([]orders.EventDraft, error) {
-	var snapshot eventSnapshot
-	if err := json.Unmarshal([]byte(entry.Payload), &snapshot); err != nil {
+	snapshot, err := parseSnapshot(entry.Payload)
+	if err != nil {
 		return nil, fmt.Errorf("postgres: events %s@%d: %w", entry.Name, entry.Version, err)
 	}
 	events := len(snapshot.Accepted) + len(snapshot.Orders) + len(snapshot.Fills)
@@ -140,7 +138,6 @@ func RenderEvents(entry orders.OutboxEntry) ([]orders.EventDraft, error) {
 		}
 		list[i] = order
 	}
-	var err error
 	for _, id := range snapshot.Accepted {
 		i := slices.IndexFunc(list, func(o orders.Order) bool { return o.ID == id })
 		if i < 0 {
