@@ -84,20 +84,23 @@ func (f *Fills) List(ctx context.Context, account string, q orders.ExecutionQuer
 // from the account's side, on the instrument's grid as an order's amounts
 // (scanOrder).
 func scanExecution(row pgx.Row) (orders.Execution, error) {
-	var (
+	// One allocation for every column scanned, as in scanOrder: Scan is an
+	// interface call, so each variable would escape on its own.
+	c := new(struct {
 		e                               orders.Execution
 		tradeID                         int64
 		liquidity, takerSide            string
 		price, quantity, fee            string
 		created                         time.Time
 		tickScale, lotScale, quoteScale int
-	)
-	if err := row.Scan(&tradeID, &e.OrderID, &e.Symbol, &liquidity, &takerSide, &price, &quantity, &fee,
-		&created, &tickScale, &lotScale, &quoteScale, &e.FeeAsset); err != nil {
+	})
+	e := &c.e
+	if err := row.Scan(&c.tradeID, &e.OrderID, &e.Symbol, &c.liquidity, &c.takerSide, &c.price, &c.quantity, &c.fee,
+		&c.created, &c.tickScale, &c.lotScale, &c.quoteScale, &e.FeeAsset); err != nil {
 		return orders.Execution{}, fmt.Errorf("%w: read fills: %w", orders.ErrUnavailable, err)
 	}
-	e.ID, e.Liquidity, e.CreatedAt = orders.FillID(tradeID), orders.Liquidity(liquidity), created.UTC()
-	e.Side = orders.Side(takerSide)
+	e.ID, e.Liquidity, e.CreatedAt = orders.FillID(c.tradeID), orders.Liquidity(c.liquidity), c.created.UTC()
+	e.Side = orders.Side(c.takerSide)
 	if e.Liquidity == orders.LiquidityMaker {
 		e.Side = e.Side.Opposite()
 	}
@@ -106,14 +109,14 @@ func scanExecution(row pgx.Row) (orders.Execution, error) {
 		scale int
 		into  *decimal.Decimal
 	}{
-		{price, tickScale, &e.Price},
-		{quantity, lotScale, &e.Quantity},
-		{fee, quoteScale, &e.Fee},
+		{c.price, c.tickScale, &e.Price},
+		{c.quantity, c.lotScale, &e.Quantity},
+		{c.fee, c.quoteScale, &e.Fee},
 	} {
 		var err error
 		if *field.into, err = exactAmount(field.text, field.scale); err != nil {
 			return orders.Execution{}, fmt.Errorf("postgres: fill %s: %w", e.ID, err)
 		}
 	}
-	return e, nil
+	return *e, nil
 }

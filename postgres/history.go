@@ -171,7 +171,11 @@ func collectOrders(rows pgx.Rows) ([]orders.Order, error) {
 // fill price is exact when the decimal type holds it (trimmed, then padded
 // to the tick size), and otherwise rounded to its 19 digits.
 func scanOrder(row pgx.Row) (orders.Order, error) {
-	var (
+	// One allocation holds every column scanned and every value the order
+	// points at: Scan is an interface call, so each variable it scans
+	// into would otherwise escape to the heap on its own (the relay scans
+	// every order a batch touched).
+	c := new(struct {
 		order                             orders.Order
 		side, typ, tif, status, quantity  string
 		filled, notional, remaining, fees string
@@ -180,32 +184,35 @@ func scanOrder(row pgx.Row) (orders.Order, error) {
 		postOnly                          bool
 		created, finished                 time.Time
 		tickScale, lotScale, quoteScale   int
-	)
-	if err := row.Scan(&order.ID, &order.ClientOrderID, &order.Account, &order.Symbol, &side, &typ, &tif, &postOnly,
-		&quantity, &price, &status, &reason, &cancelReason, &duplicateOf, &filled, &notional, &remaining, &fees,
-		&created, &finished, &tickScale, &lotScale, &quoteScale); err != nil {
+		// What the order points at.
+		limit, filledQuantity, remainingQuantity, paid, average decimal.Decimal
+	})
+	order := &c.order
+	if err := row.Scan(&order.ID, &order.ClientOrderID, &order.Account, &order.Symbol, &c.side, &c.typ, &c.tif, &c.postOnly,
+		&c.quantity, &c.price, &c.status, &c.reason, &c.cancelReason, &c.duplicateOf, &c.filled, &c.notional, &c.remaining, &c.fees,
+		&c.created, &c.finished, &c.tickScale, &c.lotScale, &c.quoteScale); err != nil {
 		return orders.Order{}, fmt.Errorf("postgres: read order row: %w", err)
 	}
-	order.Side, order.Type, order.Status = orders.Side(side), orders.OrderType(typ), orders.Status(status)
-	order.TimeInForce, order.PostOnly = orders.TimeInForce(tif), postOnly
+	order.Side, order.Type, order.Status = orders.Side(c.side), orders.OrderType(c.typ), orders.Status(c.status)
+	order.TimeInForce, order.PostOnly = orders.TimeInForce(c.tif), c.postOnly
 	if !order.Status.Final() && !order.Status.Resting() {
-		return orders.Order{}, fmt.Errorf("postgres: order %s has status %q in the orders table", order.ID, status)
+		return orders.Order{}, fmt.Errorf("postgres: order %s has status %q in the orders table", order.ID, c.status)
 	}
-	order.CreatedAt, finished = created.UTC(), finished.UTC()
+	order.CreatedAt, c.finished = c.created.UTC(), c.finished.UTC()
 	if order.Status.Final() {
-		order.FinishedAt = &finished
+		order.FinishedAt = &c.finished
 	}
 	if order.Status == orders.StatusCanceled {
-		order.CanceledAt = &finished
+		order.CanceledAt = &c.finished
 	}
-	if reason != nil {
-		order.RejectReason = orders.RejectReason(*reason)
+	if c.reason != nil {
+		order.RejectReason = orders.RejectReason(*c.reason)
 	}
-	if cancelReason != nil {
-		order.CancelReason = orders.CancelReason(*cancelReason)
+	if c.cancelReason != nil {
+		order.CancelReason = orders.CancelReason(*c.cancelReason)
 	}
-	if duplicateOf != nil {
-		order.DuplicateOf = *duplicateOf
+	if c.duplicateOf != nil {
+		order.DuplicateOf = *c.duplicateOf
 	}
 	amount := func(text string, scale int) (decimal.Decimal, error) {
 		// A stored amount is shown exactly or not at all.
@@ -216,39 +223,38 @@ func scanOrder(row pgx.Row) (orders.Order, error) {
 		return d.Pad(scale), nil
 	}
 	var err error
-	if order.Quantity, err = amount(quantity, lotScale); err != nil {
+	if order.Quantity, err = amount(c.quantity, c.lotScale); err != nil {
 		return orders.Order{}, err
 	}
-	if price != nil {
-		p, err := amount(*price, tickScale)
-		if err != nil {
+	if c.price != nil {
+		if c.limit, err = amount(*c.price, c.tickScale); err != nil {
 			return orders.Order{}, err
 		}
-		order.Price = &p
+		order.Price = &c.limit
 	}
-	var filledQuantity, filledNotional, remainingQuantity, paid decimal.Decimal
+	var filledNotional decimal.Decimal
 	for _, field := range []struct {
 		text   string
 		scale  int
 		target *decimal.Decimal
 	}{
-		{filled, lotScale, &filledQuantity},
-		{notional, 0, &filledNotional},
-		{remaining, lotScale, &remainingQuantity},
-		{fees, quoteScale, &paid},
+		{c.filled, c.lotScale, &c.filledQuantity},
+		{c.notional, 0, &filledNotional},
+		{c.remaining, c.lotScale, &c.remainingQuantity},
+		{c.fees, c.quoteScale, &c.paid},
 	} {
 		if *field.target, err = amount(field.text, field.scale); err != nil {
 			return orders.Order{}, err
 		}
 	}
-	order.FilledQuantity, order.RemainingQuantity, order.Fees = &filledQuantity, &remainingQuantity, &paid
-	if filledQuantity.IsPos() {
-		average, err := filledNotional.Quo(filledQuantity)
+	order.FilledQuantity, order.RemainingQuantity, order.Fees = &c.filledQuantity, &c.remainingQuantity, &c.paid
+	if c.filledQuantity.IsPos() {
+		average, err := filledNotional.Quo(c.filledQuantity)
 		if err != nil {
 			return orders.Order{}, fmt.Errorf("postgres: order %s: average fill price: %w", order.ID, err)
 		}
-		average = average.Trim(0).Pad(tickScale)
-		order.AverageFillPrice = &average
+		c.average = average.Trim(0).Pad(c.tickScale)
+		order.AverageFillPrice = &c.average
 	}
-	return order, nil
+	return *order, nil
 }
