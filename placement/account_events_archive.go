@@ -61,6 +61,16 @@ const (
 	// archiveWait is the longest an archiver waits for announcements
 	// before it looks at what is due.
 	archiveWait = time.Second
+	// archivePace is the least time between the starts of two passes of
+	// Run (ArchiveDelay when shorter): a pass that returns at the first
+	// announcement costs a round of Redis reads for a few events, and
+	// the shards' archivers in every worker run at once. Waiting gathers
+	// the announcements into fewer, fuller passes; the events wait at
+	// most this much longer in Redis.
+	archivePace = time.Second
+	// archiveTake is the most announcements a pass takes: a pass that
+	// takes this many is behind, and the next starts at once.
+	archiveTake = 4096
 	// archiveReconcileInterval is how often an archiver compares every
 	// log's positions; archiveScanPage how many logs it compares a pass.
 	archiveReconcileInterval = time.Minute
@@ -105,6 +115,8 @@ type EventArchiver struct {
 	// pending holds the accounts whose logs hold events this archiver was
 	// told of and has not archived yet.
 	pending map[string]*pendingLog
+	// taken is how many announcements the last pass took.
+	taken int
 	// scan is where the reconcile's scan of the logs' positions is, and
 	// scanning whether one is under way; reconciled is when the last began.
 	scan       uint64
@@ -187,7 +199,9 @@ func (a *EventArchiver) Run(ctx context.Context) {
 		_ = a.queue.LeaveLogChanges(leave, archiveShare, a.reader, archiveReaderIdle)
 	}()
 	failures := outage.Tracker{Loop: "event archiver"}
+	pace := min(archivePace, a.delay)
 	for ctx.Err() == nil {
+		start := time.Now()
 		if err := a.Pass(ctx, archiveWait); err != nil {
 			if ctx.Err() != nil {
 				return
@@ -197,6 +211,12 @@ func (a *EventArchiver) Run(ctx context.Context) {
 			continue
 		}
 		failures.Recover(a.logger)
+		a.mu.Lock()
+		behind := a.taken >= archiveTake
+		a.mu.Unlock()
+		if !behind {
+			outage.Sleep(ctx, pace-time.Since(start))
+		}
 	}
 }
 
@@ -205,12 +225,13 @@ func (a *EventArchiver) Run(ctx context.Context) {
 // way, archives the accounts that are due, and trims the logs whose hot
 // tail aged.
 func (a *EventArchiver) Pass(ctx context.Context, wait time.Duration) error {
-	changes, err := a.queue.TakeLogChanges(ctx, archiveShare, a.reader, wait, 4096)
+	changes, err := a.queue.TakeLogChanges(ctx, archiveShare, a.reader, wait, archiveTake)
 	if err != nil {
 		return err
 	}
 	now := time.Now()
 	a.mu.Lock()
+	a.taken = len(changes)
 	for _, change := range changes {
 		a.note(change.Group, change.Sequence, -1, now)
 	}
