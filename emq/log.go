@@ -48,6 +48,9 @@ func (q *Queue) logSourcesKey() string      { return q.key("logsrc") }
 func (q *Queue) logChangesKey() string      { return q.key("logchanges") }
 func (q *Queue) logArchivedKey() string     { return q.key("logarchived") }
 func (q *Queue) logDueKey() string          { return q.key("logdue") }
+func (q *Queue) logClaimKey(group string) string {
+	return q.key("logclaim:" + group)
+}
 
 // logAppendScript is Once: a second run of an append without a source
 // would append its entries twice.

@@ -102,6 +102,59 @@ func (q *Queue) MarkLogsArchived(ctx context.Context, marks []LogMark, hot LogHo
 	return marked, errors.Join(errs...)
 }
 
+// logClaimScript is Repeatable: a second run renews what the first took.
+var logClaimScript = scriptpipe.Repeatable(lua.LogClaim)
+
+// ClaimLogs claims the groups' logs for holder for ttl, renewing those it
+// holds already, in one round trip, and returns the groups it holds now
+// (the others are another holder's). A claim keeps the archivers that
+// share a queue's logs from copying the same entries at once; it is a
+// hint, not a fence (lua/log_claim.lua): the archive must still refuse
+// what it holds.
+func (q *Queue) ClaimLogs(ctx context.Context, groups []string, holder string, ttl time.Duration) ([]string, error) {
+	if ttl <= 0 {
+		return nil, fmt.Errorf("emq: claim logs for %s on %s: a ttl of %s", holder, q.name, ttl)
+	}
+	return q.claimLogs(ctx, groups, holder, max(ttl.Milliseconds(), 1))
+}
+
+// ReleaseLogs releases holder's claims of the groups' logs (ClaimLogs), so
+// another holder takes them at once: an archiver whose copy failed lets
+// the others try.
+func (q *Queue) ReleaseLogs(ctx context.Context, groups []string, holder string) error {
+	_, err := q.claimLogs(ctx, groups, holder, 0)
+	return err
+}
+
+// claimLogs runs lua/log_claim.lua: ttl milliseconds, 0 to release.
+func (q *Queue) claimLogs(ctx context.Context, groups []string, holder string, ttl int64) ([]string, error) {
+	if len(groups) == 0 {
+		return nil, nil
+	}
+	keys := make([]string, len(groups))
+	for i, group := range groups {
+		keys[i] = q.logClaimKey(group)
+	}
+	cmds, err := scriptpipe.Run(ctx, q.client.rdb, logClaimScript, []scriptpipe.Call{{Keys: keys, Args: []any{holder, ttl}}})
+	if err != nil {
+		return nil, fmt.Errorf("emq: claim %d logs for %s on %s: %w", len(groups), holder, q.name, scriptError(err))
+	}
+	reply, err := cmds[0].Int64Slice()
+	if err == nil && len(reply) != len(groups) {
+		err = fmt.Errorf("unexpected reply %v", reply)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("emq: claim %d logs for %s on %s: %w", len(groups), holder, q.name, scriptError(err))
+	}
+	held := make([]string, 0, len(groups))
+	for i, group := range groups {
+		if reply[i] == 1 {
+			held = append(held, group)
+		}
+	}
+	return held, nil
+}
+
 // LogsArchived reports, by group, each group's archived position (0 for a
 // log never marked), in one round trip.
 func (q *Queue) LogsArchived(ctx context.Context, groups []string) (map[string]int64, error) {

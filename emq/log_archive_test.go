@@ -229,3 +229,45 @@ func TestScanLogPositionsWalksEveryLog(t *testing.T) {
 		t.Errorf("positions %v\nwant %v", got, want)
 	}
 }
+
+// A log's claim is its holder's until it expires or the holder releases
+// it: the holder renews it, another holder is refused it, and anyone
+// takes it once it expired or was released; only its holder releases it.
+func TestALogClaimIsItsHoldersUntilItExpires(t *testing.T) {
+	ctx := context.Background()
+	queue, _ := newQueue(t)
+	const ttl = 400 * time.Millisecond
+	steps := []struct {
+		name   string
+		holder string
+		groups []string
+		wait   time.Duration
+		// releaser, when set, releases release before the claim.
+		releaser string
+		release  []string
+		want     []string
+	}{
+		{name: "free logs are taken", holder: "a", groups: []string{"g1", "g2"}, want: []string{"g1", "g2"}},
+		{name: "another holder is refused them", holder: "b", groups: []string{"g1", "g2", "g3"}, want: []string{"g3"}},
+		{name: "the holder renews its own", holder: "a", groups: []string{"g1", "g3"}, wait: ttl / 2, want: []string{"g1"}},
+		{name: "renewed claims outlast the first ttl", holder: "b", groups: []string{"g1"}, wait: ttl * 3 / 4, want: []string{}},
+		{name: "expired claims are anyone's", holder: "b", groups: []string{"g1", "g2"}, wait: ttl + ttl/4, want: []string{"g1", "g2"}},
+		{name: "another's release frees nothing", releaser: "a", release: []string{"g1"}, holder: "a", groups: []string{"g1"}, want: []string{}},
+		{name: "released claims are anyone's", releaser: "b", release: []string{"g1", "g2"}, holder: "a", groups: []string{"g1", "g2"}, want: []string{"g1", "g2"}},
+	}
+	for _, step := range steps {
+		time.Sleep(step.wait)
+		if step.releaser != "" {
+			if err := queue.ReleaseLogs(ctx, step.release, step.releaser); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := queue.ClaimLogs(ctx, step.groups, step.holder, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, step.want) {
+			t.Fatalf("%s: %s holds %v, want %v", step.name, step.holder, got, step.want)
+		}
+	}
+}

@@ -55,6 +55,8 @@ var (
 	logAppend string
 	//go:embed log_archived.lua
 	logArchived string
+	//go:embed log_claim.lua
+	logClaim string
 )
 
 // The scripts, one per state move, each with the shared helpers in front.
@@ -100,6 +102,9 @@ var (
 	// LogArchived raises a group's archived position and trims its log to
 	// its hot tail. It moves no job, so it goes with the clock alone.
 	LogArchived = clock + logLib + logArchived
+	// LogClaim claims groups' logs for one archiver a while. Its claims
+	// expire by the server's clock (PX), so it needs none of its own.
+	LogClaim = logClaim
 )
 
 //go:embed ratelimit.lua

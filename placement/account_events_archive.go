@@ -33,6 +33,14 @@ import (
 // an event the history does not hold, so a stream finds every event in one
 // or the other (account_events_stream.go).
 //
+// An account's appends are announced to all of its shard's archivers in
+// turn, so each finds it due at about the same moment; before reading an
+// account's log an archiver claims it for a few seconds
+// (emq.Queue.ClaimLogs, renewed as it archives the account again), and
+// the others leave it to the holder. The claim only saves work: the
+// history still refuses what it holds, so an expired claim costs a
+// wasted offer, never a duplicate.
+//
 // Announcements are taken at most once, and the change stream keeps only
 // its newest; so once a minute, and at start, the archiver compares every
 // log's last sequence with its archived one (emq.Queue.ScanLogPositions),
@@ -68,6 +76,14 @@ const (
 	// the announcements into fewer, fuller passes; the events wait at
 	// most this much longer in Redis.
 	archivePace = time.Second
+	// archiveClaim is how long an archiver's claim of an account lasts
+	// unless it archives the account again (emq.Queue.ClaimLogs), and how
+	// long another archiver refused the account waits before it tries
+	// again: every archiver of a shard hears of a busy account's appends
+	// and finds it due at about the same moment, and all but one would
+	// read and offer the same events, to wait on the history's lock and
+	// be refused.
+	archiveClaim = 5 * time.Second
 	// archiveTake is the most announcements a pass takes: a pass that
 	// takes this many is behind, and the next starts at once.
 	archiveTake = 4096
@@ -131,6 +147,9 @@ type pendingLog struct {
 	// last is the last sequence announced; archived the log's archived
 	// position as last read, -1 before the first read.
 	last, archived int64
+	// retry, when set, is when the account may be archived again: another
+	// archiver claimed it.
+	retry time.Time
 }
 
 // EventArchiverOption configures NewEventArchiver.
@@ -349,7 +368,7 @@ func (a *EventArchiver) due(now time.Time) []string {
 	}
 	var due []candidate
 	for account, p := range a.pending {
-		if p.archived >= 0 && (p.last-p.archived >= eventChunk || now.Sub(p.since) >= a.delay) {
+		if p.archived >= 0 && !now.Before(p.retry) && (p.last-p.archived >= eventChunk || now.Sub(p.since) >= a.delay) {
 			due = append(due, candidate{account, p.since})
 		}
 	}
@@ -363,11 +382,34 @@ func (a *EventArchiver) due(now time.Time) []string {
 
 // archiveAccounts archives the accounts' events past their archived
 // positions, up to a chunk each: read from their logs, written to the
-// history, then marked archived as far as the history goes.
-func (a *EventArchiver) archiveAccounts(ctx context.Context, accounts []string) error {
+// history, then marked archived as far as the history goes. It archives
+// only the accounts it claims; those another archiver claimed wait
+// archiveClaim, and leave its pending once their archived positions show
+// their events archived. A failure releases its claims.
+func (a *EventArchiver) archiveAccounts(ctx context.Context, accounts []string) (err error) {
+	claimed, err := a.queue.ClaimLogs(ctx, accounts, a.reader, archiveClaim)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			// Another archiver (whose PostgreSQL may answer) need not
+			// wait for the claims to expire.
+			release, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			_ = a.queue.ReleaseLogs(release, claimed, a.reader)
+		}
+	}()
 	archived, err := a.queue.LogsArchived(ctx, accounts)
 	if err != nil {
 		return err
+	}
+	if len(claimed) < len(accounts) {
+		archived = a.refused(claimed, archived)
+		accounts = claimed
+	}
+	if len(accounts) == 0 {
+		return nil
 	}
 	read, err := a.queue.ReadLogs(ctx, archived, eventChunk)
 	if err != nil {
@@ -440,6 +482,33 @@ func (a *EventArchiver) archiveAccounts(ctx context.Context, accounts []string) 
 	a.metrics.events.Add(float64(events))
 	a.metrics.chunks.Add(float64(len(runs)))
 	return err
+}
+
+// refused notes that the accounts of archived (their archived positions)
+// not in claimed are another archiver's for now: they wait archiveClaim,
+// and those whose positions show their events archived leave pending. It
+// returns the positions of the claimed accounts.
+func (a *EventArchiver) refused(claimed []string, archived map[string]int64) map[string]int64 {
+	mine := make(map[string]int64, len(claimed))
+	for _, account := range claimed {
+		mine[account] = archived[account]
+	}
+	retry := time.Now().Add(archiveClaim)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for account, position := range archived {
+		p := a.pending[account]
+		if _, ok := mine[account]; ok || p == nil {
+			continue
+		}
+		p.archived = max(p.archived, position)
+		if p.last <= p.archived {
+			delete(a.pending, account)
+			continue
+		}
+		p.retry = retry
+	}
+	return mine
 }
 
 // trimAged trims the logs whose archived events left their hot tail

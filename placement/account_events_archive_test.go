@@ -257,6 +257,55 @@ func TestArchiversRunningAtOnceWriteEachEventOnce(t *testing.T) {
 	}
 }
 
+// countingArchive counts the chunks offered to the history.
+type countingArchive struct {
+	*postgres.EventHistory
+	offered atomic.Int64
+}
+
+func (c *countingArchive) ArchiveEvents(ctx context.Context, runs map[string][]orders.Event) (map[string]int64, error) {
+	c.offered.Add(int64(len(runs)))
+	return c.EventHistory.ArchiveEvents(ctx, runs)
+}
+
+// An account one archiver archives is its own a while: another archiver
+// that finds it due leaves it to the holder, reading and offering nothing,
+// and takes it once the claim expired; an archiver whose write failed lets
+// the others take its accounts at once.
+func TestAnArchiverLeavesAnAccountAnotherClaimedToIt(t *testing.T) {
+	f := newArchiveFixture(t)
+	hot := emq.LogHotTail{Count: 10, Age: time.Hour}
+	holder, other := &countingArchive{EventHistory: f.history}, &countingArchive{EventHistory: f.history}
+	first, second := f.archiver(holder, hot), f.archiver(other, hot)
+	pass(t, first)
+	pass(t, second)
+	appendEvents(t, f.queue, "acct", 20)
+	pass(t, first)
+	appendEvents(t, f.queue, "acct", 20)
+	pass(t, second)
+	pass(t, second)
+	if got := other.offered.Load(); got != 0 {
+		t.Fatalf("the second archiver offered %d chunks of an account the first claimed", got)
+	}
+	f.historyOf(t, "acct", 20)
+	time.Sleep(placement.ArchiveClaim)
+	pass(t, second)
+	f.historyOf(t, "acct", 40)
+	if got, want := [2]int64{holder.offered.Load(), other.offered.Load()}, [2]int64{1, 1}; got != want {
+		t.Errorf("the archivers offered %v chunks, want %v", got, want)
+	}
+
+	down := f.archiver(failingArchive{f.history}, hot)
+	pass(t, down)
+	appendEvents(t, f.queue, "fails", 5)
+	if err := down.Pass(context.Background(), time.Millisecond); err == nil {
+		t.Fatal("a pass with the history down succeeded")
+	}
+	// A new archiver (told of nothing, it reconciles) need not wait.
+	pass(t, f.archiver(nil, hot))
+	f.historyOf(t, "fails", 5)
+}
+
 // Prune deletes the history archived longer than the retention ago, in
 // batches of 1,000 chunks, and keeps the rest.
 func TestPruneDeletesTheHistoryPastItsRetention(t *testing.T) {

@@ -7,3 +7,6 @@ func CoherenceWaiting(c *BalanceCoherence) int {
 	defer c.mu.Unlock()
 	return len(c.waiting)
 }
+
+// ArchiveClaim is how long an archiver's claim of an account lasts.
+const ArchiveClaim = archiveClaim
