@@ -312,6 +312,20 @@ func (s *Settler) fencedError(st *ownedBook, err error) *FencedError {
 	return fenced
 }
 
+// passFence runs the owner's fence alone, for a batch that writes nothing
+// yet is answered: a cancel decided as nothing on a book a newer owner
+// moved since (it rested the order) would otherwise complete its job with
+// the order open, and the gateway's retries find that done job.
+func (s *Settler) passFence(ctx context.Context, fence *ownedFence) error {
+	pooled, release, err := s.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	_, err = pooled.Exec(ctx, settleOwnedFenceSQL, fence.symbol, fence.epoch, fence.terms)
+	return err
+}
+
 // isFenced reports whether err is settle_owned_fence.sql's refusal.
 func isFenced(err error) bool {
 	var pgErr *pgconn.PgError
@@ -504,11 +518,11 @@ func (s *Settler) decideOwned(ctx context.Context, st *ownedBook, p *ownedFlight
 // decided again on the locked rows in the same transaction, as on the
 // locked path.
 func (s *Settler) writeOwned(st *ownedBook, p *ownedFlight, mayRedecide bool) (err error) {
-	if len(p.w.takers) == 0 && len(p.w.makers) == 0 {
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
+	if len(p.w.takers) == 0 && len(p.w.makers) == 0 {
+		return s.passFence(ctx, p.w.owned)
+	}
 	defer func() {
 		if recovered := recover(); recovered != nil {
 			s.logger.Error("writing an owner's batch panicked", "orders", len(p.batch), "panic", fmt.Sprint(recovered),
