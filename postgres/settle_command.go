@@ -59,6 +59,16 @@ func (s *Settler) Command(ctx context.Context, id string, cmd orders.Command, to
 			s.relayInOrder(ctx, result)
 			return CommandOutcome{Canceled: result.canceled}, nil
 		}
+		// Given up before it was decided: under the instrument's lock once
+		// the owner's writes landed, as a handed-back order (settleJoined).
+		// At once, a cancel-all would overtake the write in flight of an
+		// order sequenced before it, which then rests after it.
+		select {
+		case <-st.released:
+		case <-ctx.Done():
+			return CommandOutcome{}, fmt.Errorf("postgres: command %s (%s): waiting for the owner to give up: %w",
+				id, cmd.Kind, context.Cause(ctx))
+		}
 	}
 	return s.commandLocked(ctx, cmd)
 }

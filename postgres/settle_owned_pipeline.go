@@ -33,11 +33,10 @@ var ownedJoined, beforeOwnedWrite func()
 // settler gave the instrument up before deciding the order, which then
 // settles under the instrument's lock.
 func (s *Settler) settleOwned(ctx context.Context, st *ownedBook, req *settleRequest) (result settlement, unowned bool, err error) {
-	if err := st.join(s, req); err != nil {
-		return settlement{}, false, err
-	}
-	if req.unowned {
-		return settlement{}, true, nil
+	// join's answer, not req.unowned: once req is queued, handBack may set
+	// that field under the lock at any time until it closes req.done.
+	if unowned, err := st.join(s, req); err != nil || unowned {
+		return settlement{}, unowned, err
 	}
 	select {
 	case <-req.done:
@@ -51,16 +50,15 @@ func (s *Settler) settleOwned(ctx context.Context, st *ownedBook, req *settleReq
 }
 
 // join queues req for the next batch and starts the driver if none runs.
-// A fenced owner fails it; one giving up marks it unowned.
-func (st *ownedBook) join(s *Settler, req *settleRequest) error {
+// A fenced owner fails it; one giving up does not queue it (unowned).
+func (st *ownedBook) join(s *Settler, req *settleRequest) (unowned bool, err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	switch {
 	case st.fenced != nil:
-		return st.fenced
+		return false, st.fenced
 	case st.leaving:
-		req.unowned = true
-		return nil
+		return true, nil
 	}
 	st.waiting = append(st.waiting, req)
 	if ownedJoined != nil {
@@ -74,7 +72,7 @@ func (st *ownedBook) join(s *Settler, req *settleRequest) error {
 	case st.wake <- struct{}{}:
 	default:
 	}
-	return nil
+	return false, nil
 }
 
 // withdraw takes a request out if no batch has taken it yet.
