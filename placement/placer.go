@@ -487,10 +487,12 @@ func (p *Placer) CancelAll(ctx context.Context, account, symbol string) ([]order
 	}
 	withdrawn := make([]orders.Order, 0, len(jobs))
 	var unconfirmed []orders.Order
+	var commands []emq.JobInfo
 	for _, job := range jobs {
 		if job.Kind != orders.KindPlace {
 			// A queued cancel, withdrawn: the resting orders it was for are
 			// canceled below.
+			commands = append(commands, job)
 			continue
 		}
 		order, err := orderOf(job)
@@ -515,15 +517,22 @@ func (p *Placer) CancelAll(ctx context.Context, account, symbol string) ([]order
 		cancel()
 		if err != nil {
 			// PostgreSQL failed: the rest are not written either, nor the
-			// book swept.
+			// book swept. The call fails (503, with what it canceled and
+			// withdrew): a 202 would promise a sweep nobody will do.
 			recorded = false
 			unconfirmed = append(unconfirmed, batch...)
-			failures = append(failures, err)
+			failures = append(failures, fmt.Errorf("%w: record the cancels of %d orders withdrawn from the queue: %w",
+				orders.ErrUnavailable, len(batch), err))
 			continue
 		}
 		for _, row := range rows {
 			canceled = append(canceled, withDefaults(row))
 		}
+	}
+	if !recorded {
+		// The queued cancels withdrawn were to be replaced by the sweep of
+		// the book: without it they go back on the queues.
+		failures = append(failures, p.readmitCommands(ctx, commands)...)
 	}
 	var undecided *CancelUndecidedError
 	if recorded && p.cancelWait > 0 {
@@ -554,6 +563,31 @@ func (p *Placer) CancelAll(ctx context.Context, account, symbol string) ([]order
 		return nil, err
 	}
 	return nil, &PartialCancelError{Canceled: canceled, Unconfirmed: unconfirmed, Err: err}
+}
+
+// readmitCommands puts the instrument commands CancelAll withdrew back on
+// their queues, a cancel under a key naming the one withdrawn (so a retry
+// of its DELETE finds it), and returns what failed.
+func (p *Placer) readmitCommands(ctx context.Context, jobs []emq.JobInfo) []error {
+	var failures []error
+	for _, job := range jobs {
+		if job.Kind != orders.KindCommand {
+			continue
+		}
+		cmd, err := orders.DecodeCommand(job.ID, job.Payload)
+		if err != nil {
+			failures = append(failures, err)
+			continue
+		}
+		dedup := ""
+		if cmd.Kind == orders.CommandCancel {
+			dedup = orders.CancelDedupKey(cmd.OrderID)
+		}
+		if _, _, err := p.admitCommand(ctx, cmd, dedup); err != nil {
+			failures = append(failures, err)
+		}
+	}
+	return failures
 }
 
 // notCancelable turns the queue's refusal into the order status that caused
