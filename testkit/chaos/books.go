@@ -31,6 +31,8 @@ var (
 	restingReadSQL string
 	//go:embed sql/owner_epochs.sql
 	ownerEpochsSQL string
+	//go:embed sql/owned_instruments.sql
+	ownedInstrumentsSQL string
 )
 
 // readBooks reads every instrument's resting orders from the orders table
@@ -128,6 +130,19 @@ func (r *run) checkBooks(ctx context.Context) (live, loaded int) {
 		path   string
 		offset int64
 	}
+	// Every instrument owned now must have its book logged: one owner's
+	// book alone would let the others' go unchecked.
+	rows, err := r.db.Query(ctx, ownedInstrumentsSQL)
+	if err != nil {
+		r.errorf("books: read the owned instruments: %v", err)
+		return 0, 0
+	}
+	owned, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		r.errorf("books: read the owned instruments: %v", err)
+		return 0, 0
+	}
+	logged := make(map[string]bool)
 	var logs []logFrom
 	var stopping sync.WaitGroup
 	for _, slot := range r.slots {
@@ -150,7 +165,10 @@ func (r *run) checkBooks(ctx context.Context) (live, loaded int) {
 			continue
 		}
 		scanner := bufio.NewScanner(bytes.NewReader(content[min(l.offset, int64(len(content))):]))
-		scanner.Buffer(nil, 1<<20)
+		// A line longer than the buffer ends the scan (bufio.ErrTooLong),
+		// which Err reports below rather than the books after it going
+		// unchecked.
+		scanner.Buffer(nil, 64<<20)
 		for scanner.Scan() {
 			var line struct {
 				Msg    string `json:"msg"`
@@ -162,15 +180,24 @@ func (r *run) checkBooks(ctx context.Context) (live, loaded int) {
 				continue
 			}
 			live++
+			logged[line.Symbol] = true
 			if want := bookOf(line.Symbol); line.Digest != want.Digest() {
 				r.errorf("books: the owner of %s stopped holding a book of %d orders (digest %.12s) that is not PostgreSQL's %d orders (digest %.12s)",
 					line.Symbol, line.Orders, line.Digest, want.Orders(), want.Digest())
 			}
 		}
+		if err := scanner.Err(); err != nil {
+			r.errorf("books: read %s: %v", l.path, err)
+		}
+	}
+	for _, symbol := range owned {
+		if !logged[symbol] {
+			r.errorf("books: the owner of %s logged no book when it stopped", symbol)
+		}
 	}
 
 	// A fresh owner's load.
-	rows, err := r.db.Query(ctx, ownerEpochsSQL)
+	rows, err = r.db.Query(ctx, ownerEpochsSQL)
 	if err != nil {
 		r.errorf("books: read the owner epochs: %v", err)
 		return live, 0

@@ -112,7 +112,7 @@ func TestCheckerQueriesRun(t *testing.T) {
 	ctx := context.Background()
 	for name, query := range map[string]string{"hold_doubles": holdDoublesSQL, "trades_count": tradesCountSQL,
 		"orders_status_count": ordersStatusCountSQL, "orders_read": ordersReadSQL, "resting_read": restingReadSQL,
-		"owner_epochs": ownerEpochsSQL} {
+		"owner_epochs": ownerEpochsSQL, "owned_instruments": ownedInstrumentsSQL} {
 		rows, err := db.Query(ctx, query)
 		if err == nil {
 			rows.Close()
