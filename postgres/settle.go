@@ -102,26 +102,32 @@ func (s *Settler) Settle(ctx context.Context, order orders.Order, token int64) e
 	default:
 		logger.Info("order settled", "status", result.status, "reason", result.reason, "trades", result.trades)
 	}
+	s.relayInOrder(ctx, result)
+	return nil
+}
+
+// relayInOrder relays a settlement's outbox, an owner's batch's after the
+// batch before it relayed, and lets the next one go. An events row relayed
+// before its source's previous one finds a gap in the account's log, and
+// fills it from the outbox row by row. A relay that hangs holds the next
+// back for a while at most; what it left, the sweep relays.
+func (s *Settler) relayInOrder(ctx context.Context, result settlement) {
 	if result.relayed != nil {
 		defer close(result.relayed)
 	}
-	if s.relay != nil && len(result.outbox) > 0 {
-		if result.relayAfter != nil {
-			// An events row relayed before its source's previous one finds
-			// a gap in the account's log, and fills it from the outbox row
-			// by row. A relay that hangs holds the next back for a while
-			// at most; what it left, the sweep relays.
-			timer := time.NewTimer(relayOrderWait)
-			select {
-			case <-result.relayAfter:
-			case <-timer.C:
-			case <-ctx.Done():
-			}
-			timer.Stop()
-		}
-		s.relay.Relay(ctx, result.outbox)
+	if s.relay == nil || len(result.outbox) == 0 {
+		return
 	}
-	return nil
+	if result.relayAfter != nil {
+		timer := time.NewTimer(relayOrderWait)
+		select {
+		case <-result.relayAfter:
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		timer.Stop()
+	}
+	s.relay.Relay(ctx, result.outbox)
 }
 
 // relayOrderWait bounds how long an owner's batch waits for the batch

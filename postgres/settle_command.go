@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/govalues/decimal"
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,26 +70,6 @@ func (s *Settler) Command(ctx context.Context, id string, cmd orders.Command, to
 		}
 	}
 	return s.commandLocked(ctx, cmd)
-}
-
-// relayInOrder relays an owner's batch's outbox after the batch before
-// it relayed, as Settle does (settle.go), and lets the next one go.
-func (s *Settler) relayInOrder(ctx context.Context, result settlement) {
-	if result.relayed != nil {
-		defer close(result.relayed)
-	}
-	if s.relay == nil || len(result.outbox) == 0 {
-		return
-	}
-	if result.relayAfter != nil {
-		timer := time.NewTimer(relayOrderWait)
-		select {
-		case <-result.relayAfter:
-		case <-timer.C:
-		}
-		timer.Stop()
-	}
-	s.relay.Relay(ctx, result.outbox)
 }
 
 // commandLocked decides cmd under the instrument's lock, as a settler that
