@@ -325,10 +325,7 @@ func (s *Settler) passFence(ctx context.Context, fence *ownedFence) error {
 }
 
 // isFenced reports whether err is settle_owned_fence.sql's refusal.
-func isFenced(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "P0001" && strings.HasPrefix(pgErr.Message, fencedCodeWord)
-}
+func isFenced(err error) bool { return raisedWith(err, fencedCodeWord) }
 
 // isFundsStale reports whether err is settle_guard.sql's: a balance, not
 // the book, moved.

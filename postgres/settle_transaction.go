@@ -255,9 +255,13 @@ var afterFirstDecision func()
 
 // isStale reports whether err is settle_guard.sql's: a balance row moved
 // past what the batch decided on.
-func isStale(err error) bool {
+func isStale(err error) bool { return raisedWith(err, staleCodeWord) }
+
+// raisedWith reports whether err is a RAISE EXCEPTION (SQLSTATE P0001) of
+// one of the project's SQL whose message starts with codeWord.
+func raisedWith(err error, codeWord string) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "P0001" && strings.HasPrefix(pgErr.Message, staleCodeWord)
+	return errors.As(err, &pgErr) && pgErr.Code == "P0001" && strings.HasPrefix(pgErr.Message, codeWord)
 }
 
 // openTakerRows is the balance rows the batch's new takers draw on (their

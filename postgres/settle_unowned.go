@@ -5,10 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The locked path and owned instruments (migration 0018): a settler that is
@@ -39,10 +36,7 @@ var ErrOwned = errors.New("postgres: the instrument has an owner; only it settle
 const giveUpTimeout = 5 * time.Second
 
 // isOwned reports whether err is settle_unowned.sql's refusal.
-func isOwned(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "P0001" && strings.HasPrefix(pgErr.Message, ownedCodeWord)
-}
+func isOwned(err error) bool { return raisedWith(err, ownedCodeWord) }
 
 // ownedRefusal makes the locked path's refusal match ErrOwned.
 func ownedRefusal(err error) error {
