@@ -277,17 +277,6 @@ func stoppedOr(ctx context.Context, err error) error {
 // phase), and returns the time since start. total is the count the progress lines speak of (0: they give
 // the count left).
 func (e *env) waitDrained(ctx context.Context, queues []*emq.Queue, total int, what string, progress func(string, ...any), start time.Time, exited <-chan struct{}) (time.Duration, error) {
-	left := func() (int64, error) {
-		var n int64
-		for _, queue := range queues {
-			stats, err := queue.Stats(ctx)
-			if err != nil {
-				return 0, err
-			}
-			n += stats.Pending + stats.Active + stats.Delayed
-		}
-		return n, nil
-	}
 	name := queues[0].Name()
 	if len(queues) > 1 {
 		name += fmt.Sprintf(" and %d more", len(queues)-1)
@@ -297,7 +286,7 @@ func (e *env) waitDrained(ctx context.Context, queues []*emq.Queue, total int, w
 	ticker := time.NewTicker(20 * time.Millisecond)
 	defer ticker.Stop()
 	for {
-		n, err := left()
+		n, err := backlogOf(ctx, queues)
 		if err != nil {
 			return 0, err
 		}
