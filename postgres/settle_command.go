@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/govalues/decimal"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordergate/ordergate/orders"
@@ -131,7 +130,6 @@ func (w *batchWork) decideCommand(req *settleRequest) (batchOutcome, error) {
 // ledger transaction, one change of the row's version).
 func (w *batchWork) cancelResting(book *instrumentBook, o *bookOrder) {
 	o = w.claim(book, o, make(map[string]*bookOrder, 1))
-	book.remove(o)
 	if o.hold.IsPos() {
 		asset := book.in.Base
 		if o.side == orders.Buy {
@@ -139,17 +137,9 @@ func (w *batchWork) cancelResting(book *instrumentBook, o *bookOrder) {
 		}
 		w.record(orders.Release(o.id, o.account, asset, o.hold))
 	}
-	if row := o.taker; row != nil {
-		// A taker of this batch that came to rest: its row is inserted
-		// canceled.
-		row.status, row.cancelReason, row.hold, row.rests = orders.StatusCanceled, "", decimal.Zero, false
-		o.hold = decimal.Zero
-		return
-	}
-	w.touch(o)
-	o.status, o.cancelReason = orders.StatusCanceled, ""
-	addTo(&o.givenUp, o.hold)
-	o.hold = decimal.Zero
+	// As the market cancels a maker, with no reason: a taker of this batch
+	// that came to rest has its row inserted canceled.
+	w.cancelMaker(book, o, orders.CanceledMaker{OrderID: o.id, Account: o.account, Release: o.hold})
 }
 
 // blocks reports whether batch must wait for the write in flight to land
