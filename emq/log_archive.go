@@ -136,10 +136,10 @@ func (q *Queue) claimLogs(ctx context.Context, groups []string, holder string, t
 		keys[i] = q.logClaimKey(group)
 	}
 	cmds, err := scriptpipe.Run(ctx, q.client.rdb, logClaimScript, []scriptpipe.Call{{Keys: keys, Args: []any{holder, ttl}}})
-	if err != nil {
-		return nil, fmt.Errorf("emq: claim %d logs for %s on %s: %w", len(groups), holder, q.name, scriptError(err))
+	var reply []int64
+	if err == nil {
+		reply, err = cmds[0].Int64Slice()
 	}
-	reply, err := cmds[0].Int64Slice()
 	if err == nil && len(reply) != len(groups) {
 		err = fmt.Errorf("unexpected reply %v", reply)
 	}
