@@ -244,8 +244,9 @@ func (q *Queue) admitWindows(s dedupSettings, now time.Time, skew time.Duration)
 	}
 	// The window range settingWindows walks for the current setting, and
 	// the one written to: the whole of what the answer depends on.
-	at, allowance, length := now.UnixMilli(), skew.Milliseconds(), s.current.window
-	from, to, window := (at-s.current.retention-allowance)/length, (at+allowance)/length, at/length
+	at, allowance := now.UnixMilli(), skew.Milliseconds()
+	from, to := windowRange(s.current, at, allowance)
+	window := at / s.current.window
 	if held := q.windows.Load(); held != nil && held.text == s.text && held.skew == allowance && held.from == from && held.to == to && held.write == window {
 		return held.writeKey, held.others, held.expireAt
 	}
@@ -260,10 +261,17 @@ func (q *Queue) settingWindows(s dedupSetting, at, skew int64, add func(string))
 	length := s.window
 	span := (s.retention + length - 1) / length
 	window := at / length
-	// Back to the window of at - R - skew: a key the first admitter wrote
-	// by a clock running behind ours by up to skew is still within its R.
-	for w := (at - s.retention - skew) / length; w*length <= at+skew; w++ {
+	from, to := windowRange(s, at, skew)
+	for w := from; w <= to; w++ {
 		add(q.dedupWindowKey(length, w))
 	}
 	return (window+span+1)*length + skew
+}
+
+// windowRange is the first and the last window an admission at at looks
+// in under one setting: back to the window of at - R - skew, since a key
+// the first admitter wrote by a clock running behind ours by up to skew is
+// still within its R, and on to the window of at + skew.
+func windowRange(s dedupSetting, at, skew int64) (from, to int64) {
+	return (at - s.retention - skew) / s.window, (at + skew) / s.window
 }
