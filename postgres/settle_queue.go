@@ -209,7 +209,7 @@ func (s *Settler) settleBatch(batch []*settleRequest) {
 		for i, req := range batch {
 			req.result, req.err, req.alone = outcomes[i].result, outcomes[i].err, outcomes[i].alone
 		}
-	case ctx.Err() == nil && !errors.Is(err, ErrOwned) && (refusedByServer(err) || len(batch) > 1 && errors.Is(err, errDecision)):
+	case ctx.Err() == nil && (refusedByServer(err) || len(batch) > 1 && errors.Is(err, errDecision)):
 		s.logger.Warn("settlement batch refused; its orders are settled one by one", "orders", len(batch), "err", err)
 		for _, req := range batch {
 			req.alone = true
@@ -225,10 +225,11 @@ func (s *Settler) settleBatch(batch []*settleRequest) {
 // which rolls the transaction back, for a reason that may be one order's: a
 // constraint, a value out of range, a deadlock. A lost connection, a
 // cancelled statement or a server shutting down is not, and the commit's
-// fate may be unknown.
+// fate may be unknown. Nor is an owned instrument's refusal
+// (SETTLEOWNED): its orders wait for the owner, not for one by one.
 func refusedByServer(err error) bool {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
+	if !errors.As(err, &pgErr) || isOwned(err) {
 		return false
 	}
 	switch pgErr.Code[:2] {
