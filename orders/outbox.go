@@ -18,8 +18,12 @@ type OutboxEntry struct {
 	Payload string
 }
 
+// BalancesTable names the outbox rows of balances (BalanceName); their
+// coherence queue and cache keys carry it too.
+const BalancesTable = "balances"
+
 // BalanceName is the outbox name of one account's balance of one asset.
-func BalanceName(account, asset string) string { return "balances:" + account + ":" + asset }
+func BalanceName(account, asset string) string { return BalancesTable + ":" + account + ":" + asset }
 
 // EventsTable names the outbox rows of accounts' events: one per account
 // and instrument a write touched (EventsName), each a source of the

@@ -19,7 +19,7 @@ import (
 
 // BalancesTable names balances in coherence: their outbox names,
 // their job queue (coherence.Queue) and their cache keys all carry it.
-const BalancesTable = "balances"
+const BalancesTable = orders.BalancesTable
 
 // CoherenceModes declares how each table's changes reach the caches.
 // Balances use the job mode: a stale balance costs money, so the message

@@ -70,7 +70,7 @@ type outboxExecer interface {
 }
 
 // balancesPrefix begins the outbox name of a balance (orders.BalanceName).
-const balancesPrefix = "balances:"
+const balancesPrefix = orders.BalancesTable + ":"
 
 // markRelayed marks the rows of entries, found by their unique name and
 // version, so an entry handed over without its row id is marked too: a
