@@ -84,9 +84,9 @@ func readBooks(ctx context.Context, db *pgxpool.Pool) (map[string]*postgres.Owne
 	return books, nil
 }
 
-// bookDifferences lists how got differs from want, at most a few lines;
-// sequences compared when withSequences.
-func bookDifferences(got, want postgres.OwnerBook, withSequences bool) []string {
+// bookDifferences lists how got differs from want, sequences included, at
+// most a few lines.
+func bookDifferences(got, want postgres.OwnerBook) []string {
 	var diffs []string
 	for _, side := range []struct {
 		name      string
@@ -98,7 +98,7 @@ func bookDifferences(got, want postgres.OwnerBook, withSequences bool) []string 
 		for i := range min(len(side.got), len(side.want)) {
 			g, w := side.got[i], side.want[i]
 			if g.ID != w.ID || g.Account != w.Account || g.Side != w.Side || g.Price.Cmp(w.Price) != 0 ||
-				g.Remaining.Cmp(w.Remaining) != 0 || g.Hold.Cmp(w.Hold) != 0 || withSequences && g.Sequence != w.Sequence {
+				g.Remaining.Cmp(w.Remaining) != 0 || g.Hold.Cmp(w.Hold) != 0 || g.Sequence != w.Sequence {
 				diffs = append(diffs, fmt.Sprintf("%s #%d: %+v, PostgreSQL %+v", side.name, i, g, w))
 				break
 			}
@@ -225,7 +225,7 @@ func (r *run) checkBooks(ctx context.Context) (live, loaded int) {
 			continue
 		}
 		loaded++
-		for _, diff := range bookDifferences(got, bookOf(symbol), true) {
+		for _, diff := range bookDifferences(got, bookOf(symbol)) {
 			r.errorf("books: %s as its next owner loads it: %s", symbol, diff)
 		}
 	}

@@ -45,7 +45,7 @@ func TestBookComparisonsSeeEveryDifference(t *testing.T) {
 			if differs := got.Digest() != want.Digest(); differs != tc.digest {
 				t.Errorf("digest differs %v, want %v", differs, tc.digest)
 			}
-			if diffs := bookDifferences(got, want, true); (len(diffs) > 0) != tc.withSeqs {
+			if diffs := bookDifferences(got, want); (len(diffs) > 0) != tc.withSeqs {
 				t.Errorf("differences %q, want some: %v", diffs, tc.withSeqs)
 			}
 		})
