@@ -121,16 +121,18 @@ func (s *Server) measure(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		method := methodLabel(c.Request().Method)
 		status := c.Response().Status
-		if route == placeOrderRoute && method == http.MethodPost && status == http.StatusAccepted {
-			requests, times := s.metrics.admissionSeries()
-			requests.Inc()
-			times.Observe(time.Since(start).Seconds())
-			s.metrics.admitted.Inc()
-			return err
+		placement := route == placeOrderRoute && method == http.MethodPost
+		var requests prometheus.Counter
+		var times prometheus.Observer
+		if placement && status == http.StatusAccepted {
+			requests, times = s.metrics.admissionSeries()
+		} else {
+			requests = s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(status))
+			times = s.metrics.duration.WithLabelValues(route, method)
 		}
-		s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
-		s.metrics.duration.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
-		if route == placeOrderRoute && method == http.MethodPost {
+		requests.Inc()
+		times.Observe(time.Since(start).Seconds())
+		if placement {
 			s.metrics.countPlacement(status)
 		}
 		return err
