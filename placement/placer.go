@@ -413,6 +413,21 @@ func (p *Placer) cancelResting(ctx context.Context, account string, order orders
 	return withDefaults(canceled), err
 }
 
+// cancelAllResting cancels the account's resting orders (of symbol, or of
+// every instrument when empty) as cancelResting cancels one: through their
+// instruments' queues (cancelAllQueued) when the placer queues cancels, or
+// else in PostgreSQL under each instrument's lock.
+func (p *Placer) cancelAllResting(ctx context.Context, account, symbol string) ([]orders.Order, error) {
+	if p.cancelWait > 0 {
+		return p.cancelAllQueued(ctx, account, symbol)
+	}
+	resting, err := p.history.CancelAllResting(ctx, account, symbol)
+	for i := range resting {
+		resting[i] = withDefaults(resting[i])
+	}
+	return resting, err
+}
+
 // symbolMember is the member of an order's queue payload (its JSON, the
 // json tag of orders.Order.Symbol) that CancelAll matches a symbol on.
 const symbolMember = "symbol"
@@ -535,20 +550,13 @@ func (p *Placer) CancelAll(ctx context.Context, account, symbol string) ([]order
 		failures = append(failures, p.readmitCommands(ctx, commands)...)
 	}
 	var undecided *CancelUndecidedError
-	if recorded && p.cancelWait > 0 {
-		resting, err := p.cancelAllQueued(ctx, account, symbol)
+	if recorded {
+		before := len(canceled)
+		resting, err := p.cancelAllResting(ctx, account, symbol)
 		canceled = append(canceled, resting...)
 		if errors.As(err, &undecided) {
-			undecided.Orders = slices.Concat(canceled[:len(canceled)-len(resting)], undecided.Orders)
+			undecided.Orders = slices.Concat(canceled[:before], undecided.Orders)
 		} else if err != nil {
-			failures = append(failures, err)
-		}
-	} else if recorded {
-		resting, err := p.history.CancelAllResting(ctx, account, symbol)
-		for _, order := range resting {
-			canceled = append(canceled, withDefaults(order))
-		}
-		if err != nil {
 			failures = append(failures, err)
 		}
 	}
