@@ -344,12 +344,7 @@ func (a *EventArchiver) learnPositions(ctx context.Context) error {
 		}
 		a.mu.Lock()
 		for _, account := range accounts {
-			if p := a.pending[account]; p != nil {
-				p.archived = max(p.archived, archived[account])
-				if p.last <= p.archived {
-					delete(a.pending, account)
-				}
-			}
+			a.learnArchived(account, archived[account])
 		}
 		a.mu.Unlock()
 	}
@@ -497,18 +492,31 @@ func (a *EventArchiver) refused(claimed []string, archived map[string]int64) map
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for account, position := range archived {
-		p := a.pending[account]
-		if _, ok := mine[account]; ok || p == nil {
+		if _, ok := mine[account]; ok {
 			continue
 		}
-		p.archived = max(p.archived, position)
-		if p.last <= p.archived {
-			delete(a.pending, account)
-			continue
+		if p := a.learnArchived(account, position); p != nil {
+			p.retry = retry
 		}
-		p.retry = retry
 	}
 	return mine
+}
+
+// learnArchived raises the account's archived position to what its log
+// says and forgets the account once all its events are archived; it
+// returns the account's pending entry while some are not (nil otherwise).
+// a.mu is held.
+func (a *EventArchiver) learnArchived(account string, position int64) *pendingLog {
+	p := a.pending[account]
+	if p == nil {
+		return nil
+	}
+	p.archived = max(p.archived, position)
+	if p.last <= p.archived {
+		delete(a.pending, account)
+		return nil
+	}
+	return p
 }
 
 // trimAged trims the logs whose archived events left their hot tail
