@@ -95,15 +95,7 @@ func (h *History) RecordAllCanceled(ctx context.Context, list []orders.Order) ([
 		if err != nil {
 			return err
 		}
-		byID := make(map[string]orders.Order, len(read))
-		for _, order := range read {
-			byID[order.ID] = order
-		}
-		for _, id := range ids {
-			if order, ok := byID[id]; ok {
-				canceled = append(canceled, order)
-			}
-		}
+		canceled = append(canceled, inIDOrder(read, ids)...)
 		return nil
 	})
 	if err != nil {
@@ -244,13 +236,9 @@ func (s *Settler) CancelResting(ctx context.Context, account, orderID string) (o
 // between the listing and its cancel) is left out; the first other failure
 // stops it, returned with the orders canceled until then.
 func (s *Settler) CancelAllResting(ctx context.Context, account, symbol string) ([]orders.Order, error) {
-	rows, err := s.db.Query(ctx, cancelListSQL, account, symbol)
+	ids, err := restingIDs(ctx, s.db, account, symbol)
 	if err != nil {
-		return nil, fmt.Errorf("%w: list resting orders of %s: %w", orders.ErrUnavailable, account, err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("%w: list resting orders of %s: %w", orders.ErrUnavailable, account, err)
+		return nil, err
 	}
 	var canceled []orders.Order
 	for _, id := range ids {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordergate/ordergate/orders"
 )
@@ -13,7 +14,18 @@ import (
 // or of every instrument when symbol is empty, oldest first, as Order reads
 // them: what a cancel-all sends its instruments' owners to cancel.
 func (h *History) RestingOrders(ctx context.Context, account, symbol string) ([]orders.Order, error) {
-	rows, err := h.db.Query(ctx, cancelListSQL, account, symbol)
+	ids, err := restingIDs(ctx, h.db, account, symbol)
+	if err != nil {
+		return nil, err
+	}
+	return h.Orders(ctx, account, ids)
+}
+
+// restingIDs lists the ids of the account's resting orders, of the
+// instrument symbol or of every instrument when symbol is empty, oldest
+// first (cancel_list.sql).
+func restingIDs(ctx context.Context, db *pgxpool.Pool, account, symbol string) ([]string, error) {
+	rows, err := db.Query(ctx, cancelListSQL, account, symbol)
 	if err != nil {
 		return nil, fmt.Errorf("%w: list resting orders of %s: %w", orders.ErrUnavailable, account, err)
 	}
@@ -21,7 +33,7 @@ func (h *History) RestingOrders(ctx context.Context, account, symbol string) ([]
 	if err != nil {
 		return nil, fmt.Errorf("%w: list resting orders of %s: %w", orders.ErrUnavailable, account, err)
 	}
-	return h.Orders(ctx, account, ids)
+	return ids, nil
 }
 
 // Orders are the account's orders of the ids that have a row, as Order
@@ -38,6 +50,12 @@ func (h *History) Orders(ctx context.Context, account string, ids []string) ([]o
 	if err != nil {
 		return nil, fmt.Errorf("%w: read %d orders of %s: %w", orders.ErrUnavailable, len(ids), account, err)
 	}
+	return inIDOrder(read, ids), nil
+}
+
+// inIDOrder lists the orders read in the order of ids; an id none of them
+// has is left out.
+func inIDOrder(read []orders.Order, ids []string) []orders.Order {
 	byID := make(map[string]orders.Order, len(read))
 	for _, order := range read {
 		byID[order.ID] = order
@@ -48,5 +66,5 @@ func (h *History) Orders(ctx context.Context, account string, ids []string) ([]o
 			list = append(list, order)
 		}
 	}
-	return list, nil
+	return list
 }
