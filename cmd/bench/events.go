@@ -182,10 +182,7 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 		return r, err
 	}
 	defer stopGateway()
-	stopWorkers, err := e.startWorkers(ctx, databaseURL, s.redisURL, c.matching.workers)
-	if err != nil {
-		return r, err
-	}
+	stopWorkers := e.startWorkers(ctx, databaseURL, s.redisURL, c.matching.workers)
 	defer func() {
 		if err := stopWorkers(); err != nil {
 			progress("events: the workers: %v", err)
@@ -336,7 +333,7 @@ func backlogOf(ctx context.Context, queues []*emq.Queue) (int64, error) {
 // startWorkers runs n in-process workers wired as cmd/worker at its
 // defaults, as the matching phase does; stop stops them and returns what
 // failed.
-func (e *env) startWorkers(ctx context.Context, databaseURL, redisURL string, n int) (stop func() error, err error) {
+func (e *env) startWorkers(ctx context.Context, databaseURL, redisURL string, n int) (stop func() error) {
 	workCtx, stopWork := context.WithCancel(ctx)
 	errs := make([]error, n)
 	var running sync.WaitGroup
@@ -347,7 +344,7 @@ func (e *env) startWorkers(ctx context.Context, databaseURL, redisURL string, n 
 		stopWork()
 		running.Wait()
 		return errors.Join(errs...)
-	}, nil
+	}
 }
 
 // streamSet is the phase's open streams, one reader each; each event goes

@@ -127,9 +127,6 @@ type goProfiles struct {
 }
 
 func (g *goProfiles) start(run string) error {
-	if g == nil {
-		return nil
-	}
 	if g.memPath != "" {
 		if err := writeAllocs(g.memPath + "." + run + ".base"); err != nil {
 			return err
@@ -146,9 +143,6 @@ func (g *goProfiles) start(run string) error {
 }
 
 func (g *goProfiles) stop(run string) error {
-	if g == nil {
-		return nil
-	}
 	var err error
 	if g.stopCPU != nil {
 		err = g.stopCPU()
@@ -238,9 +232,6 @@ func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // snapshot is the calls counted so far, by script (commands sent
 // directly are named "· command").
 func (c *scriptCounter) snapshot() map[string]int64 {
-	if c == nil {
-		return nil
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return maps.Clone(c.calls)
