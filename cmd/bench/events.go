@@ -154,15 +154,9 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 		}
 		admissionFrom = "a 2 s closed loop"
 	}
-	all, err := postgres.NewInstruments(db).ReadInstruments(ctx)
+	instruments, err := readInstruments(ctx, db, symbols)
 	if err != nil {
 		return r, err
-	}
-	instruments := make([]orders.Instrument, len(symbols))
-	for i, symbol := range symbols {
-		if instruments[i], err = instrumentOf(all, symbol); err != nil {
-			return r, err
-		}
 	}
 	// The admission phase's orders (or the probe's) wait on the orders
 	// queues; the workers would settle that backlog first, while the
@@ -293,15 +287,6 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 		return r, err
 	}
 	return r, nil
-}
-
-// instrumentOf is symbol's instrument.
-func instrumentOf(all map[string]orders.Instrument, symbol string) (orders.Instrument, error) {
-	in, ok := all[symbol]
-	if !ok {
-		return orders.Instrument{}, fmt.Errorf("no instrument %s", symbol)
-	}
-	return in, nil
 }
 
 // placeOrderBody is cmd as the body of POST /v1/orders.
@@ -526,7 +511,7 @@ func streamAccounts(ctx context.Context, db *pgxpool.Pool, n int, run string) (a
 		creating.Go(func() {
 			for i := int(next.Add(1) - 1); i < n && ctx.Err() == nil; i = int(next.Add(1) - 1) {
 				account, err := store.Create(ctx, "bench-stream-"+run+"-"+strconv.Itoa(i))
-				for _, funds := range [][2]string{{"USD", "1000000000"}, {"BTC", "10000"}, {"ETH", "100000"}} {
+				for _, funds := range matchFunds {
 					if err == nil {
 						err = ledger.Deposit(ctx, account, funds[0], funds[1])
 					}

@@ -180,17 +180,9 @@ func (e *env) matchRun(ctx context.Context, c matchingConfig, s *servers, name s
 	if err != nil {
 		return r, err
 	}
-	all, err := postgres.NewInstruments(db).ReadInstruments(ctx)
+	instruments, err := readInstruments(ctx, db, symbols)
 	if err != nil {
 		return r, err
-	}
-	instruments := make([]orders.Instrument, len(symbols))
-	for i, symbol := range symbols {
-		in, ok := all[symbol]
-		if !ok {
-			return r, fmt.Errorf("no instrument %s", symbol)
-		}
-		instruments[i] = in
 	}
 	backlog, err := matchBacklog(instruments, accounts, c.orders, "match-"+name+"-"+e.run, matchSeed)
 	if err != nil {
@@ -311,7 +303,7 @@ func fundMatchAccounts(ctx context.Context, db *pgxpool.Pool, n int, tag string)
 		if err != nil {
 			return nil, err
 		}
-		for _, funds := range [][2]string{{"USD", "1000000000"}, {"BTC", "10000"}, {"ETH", "100000"}} {
+		for _, funds := range matchFunds {
 			if err := ledger.Deposit(ctx, account, funds[0], funds[1]); err != nil {
 				return nil, fmt.Errorf("fund %s: %w", account, err)
 			}
@@ -518,4 +510,25 @@ func findJob(ctx context.Context, queues []*emq.Queue, id string) (emq.JobInfo, 
 		}
 	}
 	return emq.JobInfo{}, emq.ErrNotFound
+}
+
+// matchFunds is what every account of the matching and events phases is
+// given of each asset: enough that no order is rejected for funds.
+var matchFunds = [][2]string{{"USD", "1000000000"}, {"BTC", "10000"}, {"ETH", "100000"}}
+
+// readInstruments reads the instruments of symbols, in their order.
+func readInstruments(ctx context.Context, db *pgxpool.Pool, symbols []string) ([]orders.Instrument, error) {
+	all, err := postgres.NewInstruments(db).ReadInstruments(ctx)
+	if err != nil {
+		return nil, err
+	}
+	instruments := make([]orders.Instrument, len(symbols))
+	for i, symbol := range symbols {
+		in, ok := all[symbol]
+		if !ok {
+			return nil, fmt.Errorf("no instrument %s", symbol)
+		}
+		instruments[i] = in
+	}
+	return instruments, nil
 }
