@@ -58,11 +58,7 @@ func TestUpDownUp(t *testing.T) {
 }
 
 func TestLedgerRefusesUnbalancedAndRewrittenEntries(t *testing.T) {
-	database := testserver.Postgres(t)
-	if err := migrations.Up(database.URL); err != nil {
-		t.Fatal(err)
-	}
-	db := database.Pool(t)
+	db := testserver.MigratedPostgres(t).Pool(t)
 	ctx := context.Background()
 	setup := `INSERT INTO balances (account_id, asset) VALUES ('ACC_0000000000000000000000000V', 'USD'), ('ACC_0000000000000000000000000X', 'USD'),
 		('ACC_0000000000000000000000000V', 'BTC')`
@@ -128,11 +124,7 @@ func TestLedgerRefusesUnbalancedAndRewrittenEntries(t *testing.T) {
 // trades and orders are checked by a trigger per statement instead of
 // foreign keys, and the rows they name refuse to go.
 func TestKeysCheckedPerStatement(t *testing.T) {
-	database := testserver.Postgres(t)
-	if err := migrations.Up(database.URL); err != nil {
-		t.Fatal(err)
-	}
-	db := database.Pool(t)
+	db := testserver.MigratedPostgres(t).Pool(t)
 	ctx := context.Background()
 	const venue, external = "ACC_0000000000000000000000000V", "ACC_0000000000000000000000000X"
 	setup := []string{
@@ -395,11 +387,7 @@ func TestKeyScopesAndSigning(t *testing.T) {
 // so a delete of the order it names waits for the trade's transaction and
 // then refuses, as the foreign key's lock made it.
 func TestOrderDeleteWaitsForTradesInFlight(t *testing.T) {
-	database := testserver.Postgres(t)
-	if err := migrations.Up(database.URL); err != nil {
-		t.Fatal(err)
-	}
-	db := database.Pool(t)
+	db := testserver.MigratedPostgres(t).Pool(t)
 	ctx := context.Background()
 	const venue, external = "ACC_0000000000000000000000000V", "ACC_0000000000000000000000000X"
 	const maker, taker = "ORD_00000000000000000000000001", "ORD_00000000000000000000000002"
