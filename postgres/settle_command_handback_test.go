@@ -38,31 +38,14 @@ func TestHandedBackCancelAllWaitsForTheWritesBeforeIt(t *testing.T) {
 			<-hold2
 		}
 	})
-	joined := make(chan struct{}, 8)
-	postgres.SetOwnedJoined(t, func() {
-		select {
-		case joined <- struct{}{}:
-		default:
-		}
-	})
 	first := newOrder(m.alice, "BTC-USD", orders.Buy, "0.1", "49000")
 	second := newOrder(m.alice, "BTC-USD", orders.Buy, "0.1", "49500")
 	var wg sync.WaitGroup
-	settle := func(order orders.Order) {
-		wg.Go(func() {
-			if err := s.Settle(ctx, order, 1); err != nil {
-				t.Errorf("settle %s: %v", order.ID, err)
-			}
-		})
-		<-joined
-	}
+	settle, joined := settleJoining(t, ctx, s, &wg)
 	settle(first)
 	<-entered1
 	settle(second)
-	deadline := time.Now().Add(10 * time.Second)
-	for postgres.OwnedOverlaps(s) == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitOverlap(s)
 	// The second bid is decided after the first, its write to follow; the
 	// driver waits for the first write. The cancel-all joins behind both.
 	var got postgres.CommandOutcome

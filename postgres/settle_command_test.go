@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
@@ -237,32 +236,15 @@ func TestOwnerCancelsOrdersOfTheBatchesInFlight(t *testing.T) {
 	postgres.SetBeforeOwnedWrite(t, func() {
 		once.Do(func() { close(entered); <-hold })
 	})
-	joined := make(chan struct{}, 8)
-	postgres.SetOwnedJoined(t, func() {
-		select {
-		case joined <- struct{}{}:
-		default:
-		}
-	})
 	first := newOrder(m.alice, "BTC-USD", orders.Buy, "0.1", "49000")
 	bobs := newOrder(m.bob, "BTC-USD", orders.Buy, "0.1", "48000")
 	second := newOrder(m.alice, "BTC-USD", orders.Buy, "0.1", "49500")
 	var wg sync.WaitGroup
-	settle := func(order orders.Order) {
-		wg.Go(func() {
-			if err := s.Settle(ctx, order, 1); err != nil {
-				t.Errorf("settle %s: %v", order.ID, err)
-			}
-		})
-		<-joined
-	}
+	settle, joined := settleJoining(t, ctx, s, &wg)
 	settle(first)
 	<-entered
 	settle(bobs)
-	deadline := time.Now().Add(10 * time.Second)
-	for postgres.OwnedOverlaps(s) == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitOverlap(s)
 	// The driver now waits for the held write: what joins goes together.
 	settle(second)
 	var got postgres.CommandOutcome

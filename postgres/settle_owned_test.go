@@ -125,6 +125,38 @@ func TestAStaleOwnerIsFencedByPostgres(t *testing.T) {
 	mustAudit(t, m.db)
 }
 
+// settleJoining returns settle: it settles an order on s in a goroutine
+// of wg, failing t if that fails, and returns once the order joined the
+// owner's queue, so each order joins after the one settled before it.
+// joined hears of every other call that joins (a Command's).
+func settleJoining(t testing.TB, ctx context.Context, s *postgres.Settler, wg *sync.WaitGroup) (settle func(orders.Order), joined <-chan struct{}) {
+	t.Helper()
+	joins := make(chan struct{}, 8)
+	postgres.SetOwnedJoined(t, func() {
+		select {
+		case joins <- struct{}{}:
+		default:
+		}
+	})
+	return func(order orders.Order) {
+		wg.Go(func() {
+			if err := s.Settle(ctx, order, 1); err != nil {
+				t.Errorf("settle %s: %v", order.ID, err)
+			}
+		})
+		<-joins
+	}, joins
+}
+
+// waitOverlap waits, 10 s at most, until s's owner has decided a batch
+// while another was written.
+func waitOverlap(s *postgres.Settler) {
+	deadline := time.Now().Add(10 * time.Second)
+	for postgres.OwnedOverlaps(s) == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // settleInOrder settles the orders on s each in its own goroutine, each
 // call joining the owner's queue only after the one before joined, so the
 // owner decides them in this order, in batches of whatever waited.
@@ -456,10 +488,7 @@ func TestOwnerDecidesTheNextBatchWhileOneIsWritten(t *testing.T) {
 		t.Fatal("the ask's write never started")
 	}
 	settle(bid)
-	deadline := time.Now().Add(10 * time.Second)
-	for postgres.OwnedOverlaps(s) == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitOverlap(s)
 	if got := postgres.OwnedOverlaps(s); got != 1 {
 		close(hold)
 		t.Fatalf("%d batches decided while one was written, want 1", got)
