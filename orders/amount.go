@@ -188,11 +188,22 @@ func Rational(d decimal.Decimal) *big.Rat {
 	return r
 }
 
-// powersOfTen[i] is 10^i, for every scale a decimal can have.
+// powersOfTen64[i] is 10^i, for every scale a decimal can have (10^19 still
+// fits a uint64).
+var powersOfTen64 = func() [decimal.MaxScale + 1]uint64 {
+	var p [decimal.MaxScale + 1]uint64
+	p[0] = 1
+	for i := 1; i < len(p); i++ {
+		p[i] = p[i-1] * 10
+	}
+	return p
+}()
+
+// powersOfTen[i] is 10^i as a big.Int, for every scale a decimal can have.
 var powersOfTen = func() [decimal.MaxScale + 1]*big.Int {
 	var p [decimal.MaxScale + 1]*big.Int
 	for i := range p {
-		p[i] = new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(i)), nil)
+		p[i] = new(big.Int).SetUint64(powersOfTen64[i])
 	}
 	return p
 }()

@@ -152,17 +152,6 @@ func onGridExactly(amount, grid decimal.Decimal) bool {
 	return bits.Rem64(hi, lo, grid.Coef()) == 0
 }
 
-// powersOfTen64[i] is 10^i, for every scale a decimal can have (10^19 still
-// fits a uint64).
-var powersOfTen64 = func() [decimal.MaxScale + 1]uint64 {
-	var p [decimal.MaxScale + 1]uint64
-	p[0] = 1
-	for i := 1; i < len(p); i++ {
-		p[i] = p[i-1] * 10
-	}
-	return p
-}()
-
 // underMinimum reports whether quantity × price is below minimum, exactly:
 // in the decimal type when the product fits it (the common case, no
 // allocation), as a big.Rat otherwise.
