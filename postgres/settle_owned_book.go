@@ -73,10 +73,16 @@ func (s *Settler) OwnedBook(symbol string) (OwnerBook, bool) {
 	// when no driver runs (and none can start: st.mu held).
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.driving || st.book == nil || st.stale || st.fenced != nil {
+	if st.driving || !st.bookCommitted() {
 		return OwnerBook{}, false
 	}
 	return bookOf(symbol, st.book), true
+}
+
+// bookCommitted reports whether st's book is PostgreSQL's: loaded, every
+// write of it committed (not stale) and the owner not fenced. st.mu held.
+func (st *ownedBook) bookCommitted() bool {
+	return st.book != nil && !st.stale && st.fenced == nil
 }
 
 // bookOf copies an owner's in-memory book.
@@ -100,7 +106,7 @@ func bookOf(symbol string, b *instrumentBook) OwnerBook {
 func (s *Settler) logGivenUpBook(st *ownedBook) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.book == nil || st.stale || st.fenced != nil {
+	if !st.bookCommitted() {
 		return
 	}
 	book := bookOf(st.symbol, st.book)
