@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -23,6 +24,13 @@ import (
 // and whose accounts hold funds.
 func newQueuedCancelFixture(t testing.TB, accounts int, wait time.Duration) *fixture {
 	t.Helper()
+	return newQueuedCancelFixtureWith(t, accounts, wait, func(h placement.History) placement.History { return h })
+}
+
+// newQueuedCancelFixtureWith is newQueuedCancelFixture whose gateway's
+// history is wrap of PostgreSQL's, for tests that make its writes fail.
+func newQueuedCancelFixtureWith(t testing.TB, accounts int, wait time.Duration, wrap func(placement.History) placement.History) *fixture {
+	t.Helper()
 	f := newFixture(t, accounts)
 	ledger := postgres.NewLedger(f.db)
 	for _, account := range f.accounts {
@@ -33,7 +41,7 @@ func newQueuedCancelFixture(t testing.TB, accounts int, wait time.Duration) *fix
 		}
 	}
 	f.deps.Placer = placement.NewPlacer(f.deps.Placer.Queues(),
-		placement.WithHistory(postgres.NewOrders(postgres.NewHistory(f.db), postgres.NewSettler(f.db, nil, nil))),
+		placement.WithHistory(wrap(postgres.NewOrders(postgres.NewHistory(f.db), postgres.NewSettler(f.db, nil, nil)))),
 		placement.WithQueuedCancels(wait))
 	f.url, _ = f.startGateway(t, prometheus.NewRegistry())
 	return f
@@ -43,7 +51,15 @@ func newQueuedCancelFixture(t testing.TB, accounts int, wait time.Duration) *fix
 // until the test ends, and returns its metrics once it owns every one.
 func (f *fixture) startOwner(t testing.TB) *prometheus.Registry {
 	t.Helper()
-	registry := prometheus.NewRegistry()
+	registry, _ := f.runOwner(t)
+	return registry
+}
+
+// runOwner is startOwner's worker, which also stops when stop is called:
+// stop returns once the worker has finished.
+func (f *fixture) runOwner(t testing.TB) (registry *prometheus.Registry, stop func()) {
+	t.Helper()
+	registry = prometheus.NewRegistry()
 	config := settlement.DefaultConfig()
 	config.Concurrency = 16
 	config.Symbols = []string{"BTC-USD", "ETH-USD"}
@@ -60,11 +76,12 @@ func (f *fixture) startOwner(t testing.TB) *prometheus.Registry {
 			t.Errorf("worker: %v", err)
 		}
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	stop = sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(stop)
 	f.waitFor(t, "the worker owns both instruments", func() bool {
 		return loads(t, registry) == 2
 	})
-	return registry
+	return registry, stop
 }
 
 // loads is the worker's count of the books its owners loaded.
@@ -297,6 +314,63 @@ func TestCancelAllThroughTheOwners(t *testing.T) {
 	}
 	if got := loads(t, metrics); got != 2 {
 		t.Errorf("the owners loaded %d books, want the two take-overs' only", got)
+	}
+	f.audit(t)
+}
+
+// unrecordedCancels is a history whose writes of the cancels CancelAll
+// withdrew from the queues fail, as when PostgreSQL refuses them.
+type unrecordedCancels struct{ placement.History }
+
+func (unrecordedCancels) RecordAllCanceled(context.Context, []orders.Order) ([]orders.Order, error) {
+	return nil, errors.New("the write of the canceled rows failed")
+}
+
+// TestCancelAllThatCannotRecordPutsQueuedCancelsBack: DELETE /v1/orders
+// withdraws a pending order and a resting order's queued cancel from the
+// queue, and then cannot write the pending order's canceled row. It
+// answers 503 naming the pending order unconfirmed and sweeps no book, so
+// the queued cancel it withdrew goes back on the queue: once an owner runs
+// again, the resting order is canceled and its hold released, and a GET of
+// the pending order records its cancel.
+func TestCancelAllThatCannotRecordPutsQueuedCancelsBack(t *testing.T) {
+	f := newQueuedCancelFixtureWith(t, 1, 300*time.Millisecond,
+		func(h placement.History) placement.History { return unrecordedCancels{h} })
+	key, account := f.keys[0], f.accounts[0]
+	_, stop := f.runOwner(t)
+	resting := f.placeResting(t, key, orderBody("rest-1", "BTC-USD", "buy", "0.01000", "49000.00"))
+	stop()
+
+	// No owner: the cancel waits on the queue past the wait.
+	if res := f.cancel(t, key, resting); res.status != http.StatusAccepted || res.json(t)["status"] != "open" {
+		t.Fatalf("DELETE of the resting order with no owner: %d %s, want 202 open", res.status, res.body)
+	}
+	pending := f.placeNew(t, key, "pending-1")
+
+	res := f.do(t, f.http, http.MethodDelete, "/v1/orders", key, "", "")
+	if res.status != http.StatusServiceUnavailable {
+		t.Fatalf("DELETE /v1/orders: %d %s, want 503", res.status, res.body)
+	}
+	body := res.json(t)
+	if unconfirmed, _ := body["unconfirmed"].([]any); len(unconfirmed) != 1 || unconfirmed[0] != pending {
+		t.Errorf("unconfirmed = %v, want [%s]", body["unconfirmed"], pending)
+	}
+	if canceled, _ := body["canceled"].([]any); len(canceled) != 0 {
+		t.Errorf("canceled = %v, want none: nothing was recorded", canceled)
+	}
+	if held := f.held(t, account, "USD"); held == "0" {
+		t.Fatalf("the resting bid lost its hold though no book was swept")
+	}
+
+	f.startOwner(t)
+	f.waitFor(t, "the readmitted cancel cancels the resting order", func() bool {
+		return f.get(t, key, resting).json(t)["status"] == "canceled"
+	})
+	if held := f.held(t, account, "USD"); held != "0" {
+		t.Errorf("USD held after the cancel: %s", held)
+	}
+	if status := f.get(t, key, pending).json(t)["status"]; status != "canceled" {
+		t.Errorf("the withdrawn pending order reads %v, want canceled", status)
 	}
 	f.audit(t)
 }
