@@ -41,10 +41,22 @@ const MaxChunkEvents = 1023
 // reads them, and a pruner deletes what is older than the retention.
 type EventHistory struct {
 	db *pgxpool.Pool
+	// writers bounds the ArchiveEvents calls at work at once.
+	writers chan struct{}
 }
 
+// archiveWriters is how many ArchiveEvents calls of one EventHistory write
+// at once; the others wait their turn. A worker's archivers, one per shard
+// of the logs, share its history and its pool with settlement: all sixteen
+// writing at once held most of the pool's connections, each paying its own
+// first plans and caches (≈ 17 µs of PostgreSQL's CPU an order in a
+// 10,000-order bench run; docs/performance.md), for writes nobody waits on.
+const archiveWriters = 2
+
 // NewEventHistory uses db.
-func NewEventHistory(db *pgxpool.Pool) *EventHistory { return &EventHistory{db: db} }
+func NewEventHistory(db *pgxpool.Pool) *EventHistory {
+	return &EventHistory{db: db, writers: make(chan struct{}, archiveWriters)}
+}
 
 // ArchiveEvents writes each account's events (consecutive sequences,
 // oldest first, at most MaxChunkEvents) as one chunk, all in one
@@ -81,6 +93,12 @@ func (h *EventHistory) ArchiveEvents(ctx context.Context, runs map[string][]orde
 		events := runs[account]
 		firsts[i], lasts[i] = events[0].Sequence, events[len(events)-1].Sequence
 		chunks[i] = string(encodeChunk(events))
+	}
+	select {
+	case h.writers <- struct{}{}:
+		defer func() { <-h.writers }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("postgres: archive events of %d accounts: %w", len(accounts), context.Cause(ctx))
 	}
 	// One batch is one implicit transaction: the locks are held until the
 	// archive statement, which reads under a snapshot taken after them, is
