@@ -14,27 +14,29 @@ import (
 	"github.com/ordergate/ordergate/orders"
 )
 
-// CoherenceBatch is the most deliveries one apply of the balance coherence
-// consumer takes. A batch gathers the deliveries whose handlers wait at the
-// same time, so the consumer's worker runs with this concurrency (and claims as many
-// at once) for batches to fill under load.
+// CoherenceBatch is the most deliveries (a job's entries each) one apply of
+// the balance coherence consumer takes, and the most names the relay puts
+// in one job. A batch gathers the deliveries whose handlers wait at the
+// same time, so the consumer's worker runs with this concurrency (and
+// claims as many at once) for batches to fill under load.
 const CoherenceBatch = 64
 
-// BalanceCoherence consumes the balances coherence queue: each job says a
-// balance reached a version, and the cache takes the balance's current row
+// BalanceCoherence consumes the balances coherence queues: each job lists
+// balances that reached a version, and the cache takes each one's current row
 // from PostgreSQL by the conditional fill, which writes only a version newer
 // than the one it holds. The cache is the only record of what it applied: a
 // record elsewhere (PostgreSQL's outbox_applied, before) outlives a cache
 // that Redis loses, and then refuses the very refill that would heal it.
 //
-// Concurrent deliveries share that step. Each joins the deliveries waiting
-// for the applier, a goroutine that takes up to CoherenceBatch of them at a
-// time and applies them together (one read, one cache round trip, one write),
-// then answers each. A lone delivery is applied at once: deliveries gather
-// only while a batch is in flight, so batches grow with the load and none is
-// held back on a timer. A failure answers every delivery of the batch with
-// the error, and each comes again through the queue's retry; that is safe
-// because applying is idempotent.
+// Concurrent deliveries share that step; each entry of a job is a delivery
+// of its own. Each joins the deliveries waiting for the applier, a goroutine
+// that takes up to CoherenceBatch of them at a time and applies them
+// together (one read, one cache round trip, one write), then answers each.
+// A lone delivery is applied at once: deliveries gather only while a batch
+// is in flight, so batches grow with the load and none is held back on a
+// timer. A failure answers every delivery of the batch with the error, and
+// the jobs they belong to come again, whole, through the queue's retry;
+// that is safe because applying is idempotent.
 type BalanceCoherence struct {
 	db     BalanceRows
 	cache  *coherence.Client
@@ -51,7 +53,8 @@ type BalanceCoherence struct {
 	applying bool
 }
 
-// coherenceDelivery is one Apply waiting for its batch.
+// coherenceDelivery is one entry of a job (or of an Apply) waiting for its
+// batch.
 type coherenceDelivery struct {
 	// ctx is the caller's: a caller that gave up is left out of its batch.
 	ctx            context.Context
@@ -94,57 +97,110 @@ func NewBalanceCoherence(db BalanceRows, cache *coherence.Client, logger *slog.L
 	return c
 }
 
-// Handle is the emq.Handler of the balances coherence queue. A malformed
-// payload fails permanently; a failure to reach PostgreSQL or Redis is
-// returned for a retry.
+// Handle is the emq.Handler of the balances coherence queues. A job lists
+// entries, "<name>@<version>" a line (CoherenceJobs); a job of one entry is
+// the form every job had before, and jobs of that form still queued when
+// the workers are upgraded are read the same way.
+//
+// The job completes only once every entry is applied: the cache holds the
+// balance at the entry's version or a newer one, or the balance does not
+// exist. Any failure fails the whole job, and its retry applies every entry
+// again, which is safe because applying is idempotent. An entry that is
+// not a balance's name@version is logged and skipped, so it does not bury
+// the good entries beside it (no retry could make it readable); a job with
+// no entry it can read fails permanently.
 func (c *BalanceCoherence) Handle(ctx context.Context, claim emq.Claim) error {
-	_, err := c.Apply(ctx, string(claim.Payload))
-	if errors.Is(err, ErrOutboxPayload) {
+	entries, err := c.entriesOf(string(claim.Payload), claim.ID)
+	if err != nil {
 		return emq.Permanent(err)
 	}
+	_, err = c.applyEntries(ctx, entries)
 	return err
 }
 
-// Apply acts on one "<name>@<version>" announcement: it reads the balance's
-// current row and fills the cache with it if the cache holds an older
-// version, and reports whether the fill wrote. A duplicate, or a version
-// that arrives after a newer one was cached, writes nothing. Of deliveries
-// of one name applied in the same batch only the highest version is read
-// and filled (and reports so): the lower ones have nothing left to do.
+// Apply acts on a payload of either form, one "<name>@<version>" or a job's
+// list of them: for each entry it reads the balance's current row and fills
+// the cache with it if the cache holds an older version, and it reports
+// whether a fill wrote. A duplicate, or a version that arrives after a
+// newer one was cached, writes nothing. Of deliveries of one name applied
+// in the same batch only the highest version is read and filled (and
+// reports so): the lower ones have nothing left to do.
 //
 // Two appliers of one name may both fill; the conditional fill keeps the
 // newer balance. A redelivery after Redis lost the cache fills again, as it
 // should: nothing outside the cache says it was applied.
 func (c *BalanceCoherence) Apply(ctx context.Context, payload string) (bool, error) {
-	name, version, err := parseOutboxPayload(payload)
+	entries, err := c.entriesOf(payload, "")
 	if err != nil {
 		return false, err
 	}
-	account, asset, ok := parseBalanceName(name)
-	if !ok {
-		return false, fmt.Errorf("%w: %q names no balance", ErrOutboxPayload, payload)
+	return c.applyEntries(ctx, entries)
+}
+
+// entriesOf reads a payload's entries, one a line, as deliveries without a
+// context yet. Malformed entries are logged and left out; it fails with
+// ErrOutboxPayload only when none is left.
+func (c *BalanceCoherence) entriesOf(payload, job string) ([]*coherenceDelivery, error) {
+	var (
+		entries   []*coherenceDelivery
+		malformed []error
+	)
+	for line := range strings.Lines(payload) {
+		line = strings.TrimSuffix(line, "\n")
+		name, version, err := parseOutboxPayload(line)
+		if err != nil {
+			malformed = append(malformed, err)
+			continue
+		}
+		account, asset, ok := parseBalanceName(name)
+		if !ok {
+			malformed = append(malformed, fmt.Errorf("%w: %q names no balance", ErrOutboxPayload, line))
+			continue
+		}
+		entries = append(entries, &coherenceDelivery{name: name, account: account, asset: asset, version: version})
 	}
-	delivery := &coherenceDelivery{
-		ctx: ctx, name: name, account: account, asset: asset, version: version, done: make(chan struct{}),
+	switch {
+	case len(entries) == 0 && len(malformed) == 0:
+		return nil, fmt.Errorf("%w: empty payload", ErrOutboxPayload)
+	case len(entries) == 0:
+		return nil, errors.Join(malformed...)
+	}
+	for _, err := range malformed {
+		c.logger.Error("coherence job entry skipped: it names no balance's version", "job", job, "err", err)
+	}
+	return entries, nil
+}
+
+// applyEntries hands entries to the applier together, so they share
+// batches, and waits until each is answered. It reports whether any fill
+// wrote; it fails with the first failure, and then the whole job is to be
+// retried.
+func (c *BalanceCoherence) applyEntries(ctx context.Context, entries []*coherenceDelivery) (bool, error) {
+	for _, delivery := range entries {
+		delivery.ctx, delivery.done = ctx, make(chan struct{})
 	}
 	c.mu.Lock()
-	c.waiting = append(c.waiting, delivery)
+	c.waiting = append(c.waiting, entries...)
 	start := !c.applying
 	c.applying = true
 	c.mu.Unlock()
 	if start {
 		go c.applyWaiting()
 	}
-	select {
-	case <-delivery.done:
-	case <-ctx.Done():
-		// The batch may still apply it; the retry then finds it applied.
-		return false, fmt.Errorf("orders: apply %s: %w", payload, context.Cause(ctx))
+	advanced := false
+	for _, delivery := range entries {
+		select {
+		case <-delivery.done:
+		case <-ctx.Done():
+			// The batch may still apply it; the retry then finds it applied.
+			return false, fmt.Errorf("orders: apply %s@%d: %w", delivery.name, delivery.version, context.Cause(ctx))
+		}
+		if delivery.err != nil {
+			return false, fmt.Errorf("orders: apply %s@%d: %w", delivery.name, delivery.version, delivery.err)
+		}
+		advanced = advanced || delivery.advanced
 	}
-	if delivery.err != nil {
-		return false, fmt.Errorf("orders: apply %s: %w", payload, delivery.err)
-	}
-	return delivery.advanced, nil
+	return advanced, nil
 }
 
 // applyWaiting is the applier: it applies what waits, a batch at a time,

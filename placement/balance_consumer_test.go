@@ -411,3 +411,90 @@ func TestRefilledBalancesAreAnnouncedOncePerVersion(t *testing.T) {
 		t.Errorf("after version 4 the log gained %+v, %v; want one event, sequence 2", logged, err)
 	}
 }
+
+// TestAJobAppliesEveryEntryItCanRead: a job lists its entries a line each;
+// the consumer fills the cache with every balance it names, and announces
+// each, before the job completes. An entry it cannot read is skipped, not
+// allowed to bury the others; only a job with none it can read fails for
+// good. One entry is the form jobs had before, still read.
+func TestAJobAppliesEveryEntryItCanRead(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// good are how many funded balances the job names, malformed the
+		// unreadable entries it lists besides.
+		good      int
+		malformed []string
+		missing   bool // plus a balance that does not exist
+		permanent bool
+	}{
+		{name: "the old single-entry form", good: 1},
+		{name: "several accounts' balances", good: 5},
+		{name: "with a balance that does not exist", good: 2, missing: true},
+		{name: "malformed entries among good ones", good: 3, malformed: []string{"balances:ACC_X:USD@seven", "instruments:BTC-USD@4", ""}},
+		{name: "only malformed entries", malformed: []string{"balances:ACC_X@4", "balances::USD@4"}, permanent: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			f := newCoherenceFixture(t)
+			events := placement.NewEventLogs(f.client)
+			consumer := placement.NewBalanceCoherence(postgres.NewBalances(f.db), f.caches, f.logger, placement.WithBalanceEvents(events))
+			var names, lines []string
+			if c.good > 0 {
+				names = f.fundNames(t, c.good, []string{"USD"}, 2)
+			}
+			for _, name := range names {
+				lines = append(lines, payloadOf(name, 2))
+			}
+			if c.missing {
+				lines = append(lines, payloadOf(orders.BalanceName(f.newAccount(t), "DOGE"), 1))
+			}
+			lines = append(lines, c.malformed...)
+			slices.Sort(lines)
+			claim := emq.Claim{ID: "JOB_1", Kind: placement.KindBalanceCoherence, Group: "shard.0", Payload: []byte(strings.Join(lines, "\n")), Token: 1}
+
+			err := consumer.Handle(ctx, claim)
+			if permanent := errors.Is(err, emq.ErrPermanent); permanent != c.permanent || (err != nil && !c.permanent) {
+				t.Fatalf("Handle(%q) = %v, want permanent %v", claim.Payload, err, c.permanent)
+			}
+			f.assertCacheCurrent(t, names)
+			for _, name := range names {
+				account, _ := splitBalanceName(t, name)
+				logged, err := events.For(account).ReadLog(ctx, account, 0, 10)
+				if err != nil || len(logged) != 1 || logged[0].ID != payloadOf(name, 2) {
+					t.Errorf("%s's log holds %+v, %v; want the balance event of %s@2", account, logged, err, name)
+				}
+			}
+		})
+	}
+}
+
+// TestAJobThatFailsIsRetriedWhole: with Redis down no entry of a job is
+// applied and the job fails for a retry; the retry applies every entry,
+// the ones another job applied meanwhile included.
+func TestAJobThatFailsIsRetriedWhole(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	names := f.fundNames(t, 4, []string{"USD", "BTC"}, 1)
+	var lines []string
+	for _, name := range names {
+		lines = append(lines, payloadOf(name, 1))
+	}
+	claim := emq.Claim{ID: "JOB_1", Kind: placement.KindBalanceCoherence, Group: "shard.0", Payload: []byte(strings.Join(lines, "\n")), Token: 1}
+
+	f.redis.Stop(t)
+	if err := f.consumer.Handle(ctx, claim); err == nil || errors.Is(err, emq.ErrPermanent) {
+		t.Fatalf("Handle with Redis down = %v, want an error to retry", err)
+	}
+	f.redis.Restart(t)
+	waitFor(t, 10*time.Second, "the client reaches the restarted Redis", func() bool {
+		return f.rdb.Ping(ctx).Err() == nil
+	})
+	if _, err := f.consumer.Apply(ctx, lines[0]); err != nil {
+		t.Fatal(err)
+	}
+	claim.Token = 2
+	if err := f.consumer.Handle(ctx, claim); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	f.assertCacheCurrent(t, names)
+}
