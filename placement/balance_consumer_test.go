@@ -498,3 +498,36 @@ func TestAJobThatFailsIsRetriedWhole(t *testing.T) {
 	}
 	f.assertCacheCurrent(t, names)
 }
+
+// TestSingleEntryJobsQueuedBeforeAnUpgradeAreConsumed: jobs admitted by a
+// relay of the previous release, one entry each in the account's lane, sit
+// on the shard's queue beside the new relay's job; the consumer applies
+// them all.
+func TestSingleEntryJobsQueuedBeforeAnUpgradeAreConsumed(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	account := f.newAccount(t)
+	old := []orders.OutboxEntry{
+		f.depositWithOutbox(t, account, "USD", "1.00"),
+		f.depositWithOutbox(t, account, "BTC", "1"),
+	}
+	queue := f.client.Queue(placement.CoherenceQueue(placement.BalancesTable, account))
+	for i, entry := range old {
+		job := emq.Job{ID: "JOB_OLD" + strconv.Itoa(i), Kind: placement.KindBalanceCoherence, Group: account, Payload: []byte(entry.Payload), DedupKey: entry.Payload}
+		if _, err := queue.Admit(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.relay.Relay(ctx, []orders.OutboxEntry{f.depositWithOutbox(t, account, "ETH", "1"), f.depositWithOutbox(t, account, "USD", "1.00")})
+
+	claims := f.claimAll(t)
+	if len(claims) != 3 {
+		t.Fatalf("claimed %d jobs, want the 2 old ones and the new one", len(claims))
+	}
+	for _, claim := range claims {
+		if err := f.consumer.Handle(ctx, claim); err != nil {
+			t.Errorf("Handle(%q): %v", claim.Payload, err)
+		}
+	}
+	f.assertCacheCurrent(t, []string{orders.BalanceName(account, "USD"), orders.BalanceName(account, "BTC"), orders.BalanceName(account, "ETH")})
+}

@@ -1,10 +1,12 @@
 package placement
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,7 +24,7 @@ import (
 const KindBalanceCoherence = "coherence.balance"
 
 // CoherenceShards is how many queues a job-mode table's changes are spread
-// over, by a hash of their lane (for balances, the account): each is a
+// over, by a hash of their id (for balances, the account): each is a
 // Redis Cluster slot of its own, so one slot does not carry every balance
 // change of every trade.
 const CoherenceShards = 16
@@ -38,7 +40,7 @@ func CoherenceQueues(table string) []string {
 }
 
 // CoherenceQueue is the name of the coherence queue of table that carries
-// the changes of lane group.
+// the changes of the id group (for balances, the account).
 func CoherenceQueue(table, group string) string {
 	return coherence.Queue(table) + "." + strconv.Itoa(shardOf(group, CoherenceShards))
 }
@@ -68,8 +70,9 @@ const (
 )
 
 // CoherenceDedupRetention is the dedup retention of every job-mode coherence
-// queue: how long a name@version key refuses a second job (10 to 16 minutes
-// in Redis; see emq.WithDedupRetention).
+// queue: how long a job's key, its sorted name@version entries, refuses a
+// second job carrying the same entries (10 to 16 minutes in Redis; see
+// emq.WithDedupRetention).
 //
 // The key only has to outlive the second carry of a row carried once. A
 // settlement relays its rows right after its commit, once (a redelivered,
@@ -93,7 +96,8 @@ const (
 const CoherenceDedupRetention = 10 * time.Minute
 
 // ErrOutboxPayload: a coherence message is not "<name>@<version>" of a
-// known table. The job mode buries such a job: no retry can fix it.
+// known table. The job mode skips such an entry of a job and applies the
+// rest; it buries a job with no entry it can read: no retry can fix it.
 var ErrOutboxPayload = errors.New("orders: malformed coherence payload")
 
 // OutboxRelay carries outbox rows by the coherence mode their table
@@ -392,66 +396,141 @@ func (r *OutboxRelay) carry(ctx context.Context, entries []orders.OutboxEntry) (
 	return carried, errors.Join(errs...)
 }
 
-// admit puts one job per entry on its shard of the table's coherence
-// queues, a round trip per shard, the shards at once. The dedup key is the payload
-// (name@version), so relaying an entry again, from Relay and the sweep or
-// from two sweeps, admits it once: an entry's shard is its lane's, always
-// the same.
+// admit puts the entries on the table's coherence queues, one job per shard
+// (CoherenceJobs), a round trip per shard, the shards at once, and returns
+// the entries of the jobs admitted or refused as duplicates. A job is one
+// admission: its entries go, or stay for the sweep, together.
 func (r *OutboxRelay) admit(ctx context.Context, table string, entries []orders.OutboxEntry) ([]orders.OutboxEntry, error) {
-	byQueue := map[string][]int{}
-	jobs := make([]emq.Job, len(entries))
-	for i, entry := range entries {
-		jobs[i] = CoherenceJob(entry)
-		name := CoherenceQueue(table, jobs[i].Group)
-		byQueue[name] = append(byQueue[name], i)
+	byQueue := map[string][]orders.OutboxEntry{}
+	for _, entry := range entries {
+		_, group := outboxTableAndGroup(entry.Name)
+		name := CoherenceQueue(table, group)
+		byQueue[name] = append(byQueue[name], entry)
 	}
-	errs := make([]error, len(entries))
+	var (
+		mu       sync.Mutex
+		admitted = make([]orders.OutboxEntry, 0, len(entries))
+		failed   []error
+	)
 	var admitting sync.WaitGroup
-	for name, indexes := range byQueue {
-		// The shards at once: each writes its own entries' errors.
+	for name, entries := range byQueue {
 		admitting.Go(func() {
-			list := make([]emq.Job, len(indexes))
-			for j, i := range indexes {
-				list[j] = jobs[i]
-			}
-			_, queueErrs := r.client.Queue(name).AdmitMany(ctx, list)
-			for j, i := range indexes {
-				errs[i] = queueErrs[j]
+			jobs, carries := CoherenceJobs(entries)
+			_, errs := r.client.Queue(name).AdmitMany(ctx, jobs)
+			mu.Lock()
+			defer mu.Unlock()
+			for i, err := range errs {
+				if err != nil {
+					failed = append(failed, fmt.Errorf("relay %d entries on %s: %w", len(carries[i]), name, err))
+					continue
+				}
+				admitted = append(admitted, carries[i]...)
 			}
 		})
 	}
 	admitting.Wait()
-	admitted := make([]orders.OutboxEntry, 0, len(entries))
-	var failed []error
-	for i, err := range errs {
-		if err != nil {
-			failed = append(failed, fmt.Errorf("relay %s: %w", entries[i].Payload, err))
-			continue
-		}
-		admitted = append(admitted, entries[i])
-	}
 	return admitted, errors.Join(failed...)
 }
 
-// CoherenceJob is the job that carries entry onto its table's coherence
-// queue, under a new JOB id: exactly what the relay admits, for callers that
-// admit such jobs themselves (the bench). It rides the lane of the entry's
-// id (for balances, the account), and its dedup key is the payload,
-// name@version.
-func CoherenceJob(entry orders.OutboxEntry) emq.Job {
-	table, group := outboxTableAndGroup(entry.Name)
-	return emq.Job{
-		ID:       "JOB_" + ulid.Make().String(),
-		Kind:     coherenceKind(table),
-		Group:    group,
-		Payload:  []byte(entry.Payload),
-		DedupKey: entry.Payload,
+// CoherenceJobs are the jobs that carry entries of one table, all of one
+// shard (CoherenceQueue of their ids), onto their coherence queue: one job
+// for all of them, or one per CoherenceBatch names when there are more, so
+// a job fits one batch of the consumer and a retry redoes no more than
+// that. carries[i] are the entries jobs[i] carries.
+//
+// A job's payload lists its entries, "<name>@<version>" a line, sorted,
+// each name once at its highest version: applying that one leaves the cache
+// at or past the lower ones. One entry is the form every job had before
+// (and the bench's CoherenceJob still admits); the consumer reads both. A
+// worker of a release before the consumer read lists would bury a job of
+// several entries as one malformed name, so a fleet must not mix such
+// workers with relays of this one.
+//
+// Delivery stays at least once: the rows are marked relayed only once their
+// job is admitted, and the job completes only once the consumer applied
+// every entry. The dedup key is the payload, which emq keeps only as a
+// digest (a SHA-256 prefix, whatever the payload's length): the same
+// entries relayed again, by Relay and a sweep
+// or by two sweeps, make the same payload and are admitted once. The sweep
+// may group rows otherwise than the relay did (it takes rows by age, not by
+// settlement), and then a second job carries entries a first one did; that
+// costs one more read and fill, and changes nothing: the fill is
+// conditional on the version, and the balance event goes once per version.
+//
+// Its lane is the shard, not an account: a job now carries many accounts'
+// changes, so no account lane is its own, and every job on a shard's queue
+// is the same work (one read and one fill per name, bounded by
+// CoherenceBatch), for balances no tenant can flood; first in, first out is
+// as fair as rotation here, and one lane per shard keeps the queue from
+// holding a lane per account.
+func CoherenceJobs(entries []orders.OutboxEntry) (jobs []emq.Job, carries [][]orders.OutboxEntry) {
+	if len(entries) == 0 {
+		return nil, nil
 	}
+	sorted := slices.Clone(entries)
+	slices.SortFunc(sorted, func(a, b orders.OutboxEntry) int {
+		return cmp.Or(strings.Compare(a.Name, b.Name), cmp.Compare(payloadVersion(a), payloadVersion(b)))
+	})
+	table, group := outboxTableAndGroup(sorted[0].Name)
+	lane := "shard." + strconv.Itoa(shardOf(group, CoherenceShards))
+	var payload strings.Builder
+	var carried []orders.OutboxEntry
+	names := 0
+	flush := func() {
+		jobs = append(jobs, emq.Job{
+			ID:       "JOB_" + ulid.Make().String(),
+			Kind:     coherenceKind(table),
+			Group:    lane,
+			Payload:  []byte(payload.String()),
+			DedupKey: payload.String(),
+		})
+		carries = append(carries, carried)
+		payload.Reset()
+		carried, names = nil, 0
+	}
+	for i, entry := range sorted {
+		carried = append(carried, entry)
+		// The highest version of a name is the last of its run.
+		if i+1 < len(sorted) && sorted[i+1].Name == entry.Name {
+			continue
+		}
+		if names > 0 {
+			payload.WriteByte('\n')
+		}
+		payload.WriteString(entry.Payload)
+		if names++; names == CoherenceBatch {
+			flush()
+		}
+	}
+	if names > 0 {
+		flush()
+	}
+	return jobs, carries
+}
+
+// payloadVersion is the version an entry's payload announces (0 for a
+// malformed one, which the consumer refuses anyway); it orders a name's
+// entries even when Version was not read with them.
+func payloadVersion(entry orders.OutboxEntry) int64 {
+	_, version, err := parseOutboxPayload(entry.Payload)
+	if err != nil {
+		return 0
+	}
+	return version
+}
+
+// CoherenceJob is the job that carries one entry onto its table's coherence
+// queue, under a new JOB id: exactly what the relay admits for a shard with
+// one entry to carry, for callers that admit such jobs themselves (the
+// bench). Its payload and dedup key are the entry's name@version.
+func CoherenceJob(entry orders.OutboxEntry) emq.Job {
+	jobs, _ := CoherenceJobs([]orders.OutboxEntry{entry})
+	return jobs[0]
 }
 
 // outboxTableAndGroup splits an outbox name, "<table>:<id>[:...]", into its
-// table and the fair lane its jobs ride: the id, which for balances is the
-// account, so one busy account's changes do not hold up another's.
+// table and the id its coherence shard is chosen by: for balances the
+// account, so an account's changes all go to one shard.
 func outboxTableAndGroup(name string) (table, group string) {
 	table, rest, found := strings.Cut(name, ":")
 	if !found || rest == "" {

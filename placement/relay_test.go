@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -128,6 +129,17 @@ func (f *coherenceFixture) pending(t testing.TB) int64 {
 	return n
 }
 
+// carried are the entries the claims carry, a job's payload listing them
+// one a line, sorted.
+func carried(claims []emq.Claim) []string {
+	var entries []string
+	for _, claim := range claims {
+		entries = append(entries, strings.Split(string(claim.Payload), "\n")...)
+	}
+	slices.Sort(entries)
+	return entries
+}
+
 // claimAll takes every pending coherence job, as a consumer would.
 func (f *coherenceFixture) claimAll(t testing.TB) []emq.Claim {
 	t.Helper()
@@ -157,45 +169,137 @@ func payloadsOf(entries []orders.OutboxEntry) []string {
 	return payloads
 }
 
-func TestRelayPutsOneJobPerRowOnTheCoherenceQueue(t *testing.T) {
+// TestRelayPutsOneJobPerShardOnTheCoherenceQueue: a relay's entries that
+// go to one shard ride one job, which lists them sorted, each name at its
+// highest version, in the shard's lane; relayed again, in any order, the
+// same entries make the same job, refused by its dedup key.
+func TestRelayPutsOneJobPerShardOnTheCoherenceQueue(t *testing.T) {
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
-	account := f.newAccount(t)
-	entries := []orders.OutboxEntry{
-		f.depositWithOutbox(t, account, "USD", "10.00"),
-		f.depositWithOutbox(t, account, "USD", "5.00"),
-		f.depositWithOutbox(t, account, "BTC", "0.5"),
+	// Accounts until two share a shard and one is on another.
+	var shared [2]string
+	var alone string
+	first := map[string]string{} // by shard, its first account
+	for shared[0] == "" || alone == "" {
+		account := f.newAccount(t)
+		queue := placement.CoherenceQueue(placement.BalancesTable, account)
+		if held, seen := first[queue]; !seen {
+			first[queue] = account
+		} else if shared[0] == "" {
+			shared = [2]string{held, account}
+		}
+		for queue, account := range first {
+			if shared[0] != "" && queue != placement.CoherenceQueue(placement.BalancesTable, shared[0]) {
+				alone = account
+			}
+		}
 	}
-	if f.unrelayed(t) != 3 {
-		t.Fatalf("%d unrelayed rows before the relay, want 3", f.unrelayed(t))
+	entries := []orders.OutboxEntry{
+		f.depositWithOutbox(t, shared[0], "USD", "10.00"),
+		f.depositWithOutbox(t, shared[0], "USD", "5.00"),
+		f.depositWithOutbox(t, shared[1], "BTC", "0.5"),
+		f.depositWithOutbox(t, shared[0], "BTC", "0.5"),
+		f.depositWithOutbox(t, alone, "ETH", "2"),
+	}
+	if f.unrelayed(t) != len(entries) {
+		t.Fatalf("%d unrelayed rows before the relay, want %d", f.unrelayed(t), len(entries))
 	}
 
 	f.relay.Relay(ctx, entries)
-	if got := f.pending(t); got != 3 {
-		t.Errorf("%d coherence jobs pending, want 3", got)
+	if got := f.pending(t); got != 2 {
+		t.Errorf("%d coherence jobs pending, want one per shard, 2", got)
 	}
 	if got := f.unrelayed(t); got != 0 {
 		t.Errorf("%d rows left unrelayed", got)
 	}
-	// Relayed again (a sweep racing the relay, a retried settlement): the
-	// dedup key, name@version, admits each once.
-	f.relay.Relay(ctx, entries)
-	if got := f.pending(t); got != 3 {
-		t.Errorf("after relaying again %d jobs pending, want still 3", got)
+	// Relayed again, in another order (a sweep racing the relay, a retried
+	// settlement): the same jobs, each admitted once.
+	f.relay.Relay(ctx, []orders.OutboxEntry{entries[4], entries[3], entries[2], entries[1], entries[0]})
+	if got := f.pending(t); got != 2 {
+		t.Errorf("after relaying again %d jobs pending, want still 2", got)
 	}
 
-	claims := f.claimAll(t)
-	var payloads []string
-	for _, claim := range claims {
-		if claim.Kind != placement.KindBalanceCoherence || claim.Group != account {
-			t.Errorf("job %s: kind %q group %q, want %q in the account's lane", claim.ID, claim.Kind, claim.Group, placement.KindBalanceCoherence)
-		}
-		payloads = append(payloads, string(claim.Payload))
+	want := map[string]string{
+		placement.CoherenceQueue(placement.BalancesTable, shared[0]): strings.Join(payloadsOf(entries[1:4]), "\n"),
+		placement.CoherenceQueue(placement.BalancesTable, alone):     entries[4].Payload,
 	}
-	slices.Sort(payloads)
-	want := payloadsOf(entries)
-	if !slices.Equal(payloads, want) {
-		t.Errorf("job payloads %q, want %q", payloads, want)
+	for name, payload := range want {
+		claims, err := f.client.Queue(name).Claim(ctx, 10, time.Minute)
+		if err != nil || len(claims) != 1 {
+			t.Fatalf("%s: claimed %+v, %v; want one job", name, claims, err)
+		}
+		claim := claims[0]
+		shard := name[strings.LastIndexByte(name, '.')+1:]
+		if claim.Kind != placement.KindBalanceCoherence || claim.Group != "shard."+shard {
+			t.Errorf("job %s on %s: kind %q lane %q, want %q in the shard's lane", claim.ID, name, claim.Kind, claim.Group, placement.KindBalanceCoherence)
+		}
+		if string(claim.Payload) != payload {
+			t.Errorf("job on %s carries %q, want %q", name, claim.Payload, payload)
+		}
+		if err := f.consumer.Handle(ctx, claim); err != nil {
+			t.Errorf("Handle(%s): %v", claim.Payload, err)
+		}
+	}
+	f.assertCacheCurrent(t, []string{
+		orders.BalanceName(shared[0], "USD"), orders.BalanceName(shared[0], "BTC"),
+		orders.BalanceName(shared[1], "BTC"), orders.BalanceName(alone, "ETH"),
+	})
+
+	// Grouped otherwise, as the sweep may take them: another job, which
+	// the consumer applies without changing anything.
+	f.relay.Relay(ctx, entries[2:3])
+	claims := f.claimAll(t)
+	if len(claims) != 1 || string(claims[0].Payload) != entries[2].Payload {
+		t.Fatalf("after relaying one entry again, claimed %+v; want its own job", claims)
+	}
+	if advanced, err := f.consumer.Apply(ctx, string(claims[0].Payload)); advanced || err != nil {
+		t.Errorf("the regrouped entry's job advanced = %v, %v; want false", advanced, err)
+	}
+}
+
+// TestCoherenceJobsSplitAtABatch: a shard's entries past CoherenceBatch
+// names go to further jobs, and every entry is carried by one of them.
+func TestCoherenceJobsSplitAtABatch(t *testing.T) {
+	for _, c := range []struct {
+		names, versions int
+		jobs            []int
+	}{
+		{names: 1, versions: 1, jobs: []int{1}},
+		{names: 3, versions: 4, jobs: []int{3}},
+		{names: placement.CoherenceBatch, versions: 2, jobs: []int{placement.CoherenceBatch}},
+		{names: placement.CoherenceBatch + 1, versions: 1, jobs: []int{placement.CoherenceBatch, 1}},
+	} {
+		t.Run(fmt.Sprintf("%d names, %d versions each", c.names, c.versions), func(t *testing.T) {
+			var entries []orders.OutboxEntry
+			for i := range c.names {
+				name := orders.BalanceName("ACC_X", fmt.Sprintf("A%03d", i))
+				for version := range c.versions {
+					entries = append(entries, orders.OutboxEntry{Name: name, Version: int64(version + 1), Payload: fmt.Sprintf("%s@%d", name, version+1)})
+				}
+			}
+			jobs, carries := placement.CoherenceJobs(entries)
+			var sizes []int
+			var all []orders.OutboxEntry
+			for i, job := range jobs {
+				lines := strings.Split(string(job.Payload), "\n")
+				sizes = append(sizes, len(lines))
+				if !slices.IsSorted(lines) || job.DedupKey != string(job.Payload) || job.Group != jobs[0].Group {
+					t.Errorf("job %d: payload %q, key %q, lane %q", i, job.Payload, job.DedupKey, job.Group)
+				}
+				for _, line := range lines {
+					if !strings.HasSuffix(line, fmt.Sprintf("@%d", c.versions)) {
+						t.Errorf("job %d carries %s, want each name at its highest version, %d", i, line, c.versions)
+					}
+				}
+				all = append(all, carries[i]...)
+			}
+			if !slices.Equal(sizes, c.jobs) {
+				t.Errorf("jobs of %v names, want %v", sizes, c.jobs)
+			}
+			if got, want := payloadsOf(all), payloadsOf(entries); !slices.Equal(got, want) {
+				t.Errorf("the jobs carry %d entries, want all %d", len(got), len(want))
+			}
+		})
 	}
 }
 
@@ -267,8 +371,9 @@ func TestSweepRelaysRowsACrashLeftBehind(t *testing.T) {
 	if got := f.unrelayed(t); got != 0 {
 		t.Errorf("%d rows left unrelayed", got)
 	}
-	if got := f.pending(t); got != int64(len(entries)) {
-		t.Errorf("%d jobs pending, want %d", got, len(entries))
+	// One account, one shard: one job carries both rows.
+	if got, want := carried(f.claimAll(t)), payloadsOf(entries); !slices.Equal(got, want) {
+		t.Errorf("the jobs carry %q, want %q", got, want)
 	}
 	if n, err := f.relay.Sweep(ctx); err != nil || n != 0 {
 		t.Errorf("a second sweep relayed %d, %v; want none", n, err)
@@ -314,8 +419,15 @@ func TestConcurrentSweepsShareTheBacklog(t *testing.T) {
 	if got := f.unrelayed(t); got != 0 {
 		t.Errorf("%d rows left unrelayed", got)
 	}
-	if got := f.pending(t); got != rows {
-		t.Errorf("%d jobs pending, want %d", got, rows)
+	// Each account's highest version is carried; the lower ones ride the
+	// same jobs or others, and are covered by it either way.
+	entries := carried(f.claimAll(t))
+	for account := range 7 {
+		newest := rows - (rows-account)%7
+		name := "balances:ACC_" + fmt.Sprintf("%026d", account) + ":USD"
+		if !slices.Contains(entries, fmt.Sprintf("%s@%d", name, newest)) {
+			t.Errorf("no job carries %s@%d", name, newest)
+		}
 	}
 }
 
@@ -376,13 +488,15 @@ func TestKeepSweepingRelaysUntilCancelled(t *testing.T) {
 		t.Fatal("KeepSweeping did not return after its context was cancelled")
 	}
 	// The sweeper may relay the external account's side of a deposit before
-	// depositWithOutbox deletes it; only the customer's lane is counted.
-	lanes, err := f.client.Queue(placement.CoherenceQueue(placement.BalancesTable, account)).LaneDepths(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	// depositWithOutbox deletes it; only the customer's entries are counted.
+	mine := 0
+	for _, entry := range carried(f.claimAll(t)) {
+		if strings.HasPrefix(entry, orders.BalanceName(account, "USD")+"@") {
+			mine++
+		}
 	}
-	if got := lanes[account]; got != 2 {
-		t.Errorf("%d jobs pending in %s's lane, want 2 (lanes %v)", got, account, lanes)
+	if mine != 2 {
+		t.Errorf("%d of %s's entries carried, want 2", mine, account)
 	}
 }
 
@@ -400,6 +514,7 @@ func TestWhileSweepingRelayLeavesMarkingToTheLoop(t *testing.T) {
 	}()
 
 	var entries []orders.OutboxEntry
+	relays := 0
 	for _, c := range []struct {
 		name     string
 		deposits int
@@ -413,9 +528,11 @@ func TestWhileSweepingRelayLeavesMarkingToTheLoop(t *testing.T) {
 		}
 		entries = append(entries, relayed...)
 		f.relay.Relay(ctx, relayed)
-		// Carried at once; only the marking waits.
-		if got := f.pending(t); got != int64(len(entries)) {
-			t.Errorf("%s: %d jobs pending after Relay, want %d", c.name, got, len(entries))
+		relays++
+		// Carried at once, a job per relay (one account); only the marking
+		// waits.
+		if got := f.pending(t); got != int64(relays) {
+			t.Errorf("%s: %d jobs pending after Relay, want %d", c.name, got, relays)
 		}
 		if c.name == "marked on a tick" {
 			waitFor(t, 10*time.Second, "the loop marks the carried rows", func() bool { return f.unrelayed(t) == 0 })
@@ -437,8 +554,8 @@ func TestWhileSweepingRelayLeavesMarkingToTheLoop(t *testing.T) {
 		t.Errorf("%d rows unrelayed after Relay with no loop running", got)
 	}
 	claims := f.claimAll(t)
-	if len(claims) != len(entries)+1 {
-		t.Errorf("%d coherence jobs, want one per row, %d", len(claims), len(entries)+1)
+	if len(claims) != relays+1 {
+		t.Errorf("%d coherence jobs, want one per relay, %d", len(claims), relays+1)
 	}
 }
 
