@@ -104,7 +104,7 @@ func (m memoryResult) dedupMarkdown() string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("\n| Redis memory a sustained rate leaves: dedup entries, jobs finished, records trimmed | orders | balance changes |\n|---|---:|---:|\n")
+	b.WriteString("\n| Redis memory a sustained rate leaves: dedup entries, jobs finished, records trimmed | orders | balance coherence jobs, one change each |\n|---|---:|---:|\n")
 	o, c := m.OrderDedup, m.CoherenceDedup
 	row := func(name, format string, value func(dedupResult) float64) {
 		fmt.Fprintf(&b, "| %s | "+format+" | "+format+" |\n", name, value(o), value(c))
@@ -115,6 +115,7 @@ func (m memoryResult) dedupMarkdown() string {
 	row("B per job, used_memory delta / job", "%.0f", func(d dedupResult) float64 { return d.BytesPerJob })
 	row("B per job, MEMORY USAGE of the dedup windows / job", "%.0f", func(d dedupResult) float64 { return d.UsagePerJob })
 	row("**B per job admitted an hour, per hour of retention** (used_memory × held / R)", "%.0f", func(d dedupResult) float64 { return d.PerJobPerHour })
+	b.WriteString("\nThe relay puts a shard's balance changes of one settlement in one coherence job (up to placement.CoherenceBatch), so per balance change the coherence column is the most it costs.\n")
 	return b.String()
 }
 
@@ -306,7 +307,9 @@ func (e *env) measureDedup(ctx context.Context, name, kind string, retention tim
 
 // measureDedups measures the dedup entries of order jobs under the orders'
 // default retention, and of balance coherence jobs (two assets per account,
-// versions rising) under the coherence queues'.
+// versions rising) under the coherence queues'. Each coherence job carries
+// one change, the relay's form for a shard with one change to carry: per
+// change, the most a job costs, since the relay's jobs mostly carry more.
 func (e *env) measureDedups(ctx context.Context, jobs int, progress func(string, ...any)) (orderDedup, coherenceDedup dedupResult, err error) {
 	orderDedup, err = e.measureDedup(ctx, "bench-dedup-"+e.run, orders.KindPlace, emq.DefaultDedupRetention, jobs, func(i int) (emq.Job, error) {
 		return orderJob(e.accounts[i%len(e.accounts)], fmt.Sprintf("dedup-%s-%07d", e.run, i), orders.Buy)
