@@ -112,6 +112,8 @@ type OutboxRelay struct {
 	sweepAge time.Duration
 	// eventsLogs are the queues whose logs take accounts' events.
 	eventsLogs *EventLogs
+	// coherenceJobSize is the most balance changes one coherence job lists.
+	coherenceJobSize int
 
 	mu sync.Mutex
 	// markers counts the KeepSweeping loops running; while there is one,
@@ -149,6 +151,15 @@ func WithEventsLogs(logs *EventLogs) RelayOption {
 	return func(r *OutboxRelay) { r.eventsLogs = logs }
 }
 
+// WithCoherenceJobSize sets the most balance changes one coherence job
+// lists, 1 to CoherenceBatch (CoherenceBatch otherwise). 1 writes the form
+// of one change a job that workers of releases before lists read: set it
+// while such workers still run (COHERENCE_JOB_SIZE=1), since they would
+// bury a list as one malformed name.
+func WithCoherenceJobSize(size int) RelayOption {
+	return func(r *OutboxRelay) { r.coherenceJobSize = min(max(size, 1), CoherenceBatch) }
+}
+
 // WithSweepAge sets how old an unrelayed row must be before Sweep takes it
 // (DefaultSweepAge otherwise); zero takes every unrelayed row.
 func WithSweepAge(age time.Duration) RelayOption {
@@ -166,7 +177,7 @@ func NewOutboxRelay(db Outbox, client *emq.Client, modes coherence.Modes, logger
 		logger = slog.Default()
 	}
 	r := &OutboxRelay{db: db, client: client, caches: coherence.New(client.Redis(), coherence.WithLogger(logger)),
-		modes: modes, logger: logger, sweepAge: DefaultSweepAge, eventsLogs: NewEventLogs(client)}
+		modes: modes, logger: logger, sweepAge: DefaultSweepAge, eventsLogs: NewEventLogs(client), coherenceJobSize: CoherenceBatch}
 	for _, opt := range opts {
 		opt(r)
 	}
@@ -415,7 +426,7 @@ func (r *OutboxRelay) admit(ctx context.Context, table string, entries []orders.
 	var admitting sync.WaitGroup
 	for name, entries := range byQueue {
 		admitting.Go(func() {
-			jobs, carries := CoherenceJobs(entries)
+			jobs, carries := coherenceJobs(entries, r.coherenceJobSize)
 			_, errs := r.client.Queue(name).AdmitMany(ctx, jobs)
 			mu.Lock()
 			defer mu.Unlock()
@@ -443,8 +454,8 @@ func (r *OutboxRelay) admit(ctx context.Context, table string, entries []orders.
 // at or past the lower ones. One entry is the form every job had before
 // (and the bench's CoherenceJob still admits); the consumer reads both. A
 // worker of a release before the consumer read lists would bury a job of
-// several entries as one malformed name, so a fleet must not mix such
-// workers with relays of this one.
+// several entries as one malformed name, so while such workers run the
+// relays write one entry a job (WithCoherenceJobSize(1)).
 //
 // Delivery stays at least once: the rows are marked relayed only once their
 // job is admitted, and the job completes only once the consumer applied
@@ -464,6 +475,11 @@ func (r *OutboxRelay) admit(ctx context.Context, table string, entries []orders.
 // as fair as rotation here, and one lane per shard keeps the queue from
 // holding a lane per account.
 func CoherenceJobs(entries []orders.OutboxEntry) (jobs []emq.Job, carries [][]orders.OutboxEntry) {
+	return coherenceJobs(entries, CoherenceBatch)
+}
+
+// coherenceJobs is CoherenceJobs with at most size names a job.
+func coherenceJobs(entries []orders.OutboxEntry, size int) (jobs []emq.Job, carries [][]orders.OutboxEntry) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
@@ -498,7 +514,7 @@ func CoherenceJobs(entries []orders.OutboxEntry) (jobs []emq.Job, carries [][]or
 			payload.WriteByte('\n')
 		}
 		payload.WriteString(entry.Payload)
-		if names++; names == CoherenceBatch {
+		if names++; names == size {
 			flush()
 		}
 	}

@@ -257,6 +257,40 @@ func TestRelayPutsOneJobPerShardOnTheCoherenceQueue(t *testing.T) {
 	}
 }
 
+// TestARelayOfJobSizeOneWritesTheFormOlderWorkersRead: with
+// WithCoherenceJobSize(1), for a fleet that still runs workers reading one
+// change a job, every job carries one "<name>@<version>", the name's
+// highest version relayed, and the consumer applies it; relayed again,
+// the same jobs are refused by their keys.
+func TestARelayOfJobSizeOneWritesTheFormOlderWorkersRead(t *testing.T) {
+	ctx := context.Background()
+	f := newCoherenceFixture(t, placement.WithCoherenceJobSize(1))
+	account := f.newAccount(t)
+	entries := []orders.OutboxEntry{
+		f.depositWithOutbox(t, account, "USD", "10.00"),
+		f.depositWithOutbox(t, account, "USD", "5.00"),
+		f.depositWithOutbox(t, account, "BTC", "0.5"),
+	}
+	f.relay.Relay(ctx, entries)
+	f.relay.Relay(ctx, entries)
+	claims := f.claimAll(t)
+	var payloads []string
+	for _, claim := range claims {
+		payloads = append(payloads, string(claim.Payload))
+		if err := f.consumer.Handle(ctx, claim); err != nil {
+			t.Errorf("Handle(%s): %v", claim.Payload, err)
+		}
+	}
+	slices.Sort(payloads)
+	if want := payloadsOf(entries[1:]); !slices.Equal(payloads, want) {
+		t.Errorf("jobs carry %q, want one each of %q", payloads, want)
+	}
+	if got := f.unrelayed(t); got != 0 {
+		t.Errorf("%d rows left unrelayed", got)
+	}
+	f.assertCacheCurrent(t, []string{orders.BalanceName(account, "USD"), orders.BalanceName(account, "BTC")})
+}
+
 // TestCoherenceJobsSplitAtABatch: a shard's entries past CoherenceBatch
 // names go to further jobs, and every entry is carried by one of them.
 func TestCoherenceJobsSplitAtABatch(t *testing.T) {

@@ -73,6 +73,11 @@ type Config struct {
 	// wait before they are archived, unless they are a chunk's worth
 	// (placement.DefaultEventArchiveDelay otherwise).
 	EventsArchiveDelay time.Duration
+	// CoherenceJobSize is the most balance changes one coherence job
+	// lists (placement.WithCoherenceJobSize; 0 is
+	// placement.CoherenceBatch); 1 while workers of a release that reads
+	// one change a job still run (COHERENCE_JOB_SIZE).
+	CoherenceJobSize int
 }
 
 // DefaultConfig is what a worker deployed without flags runs with.
@@ -108,8 +113,9 @@ func DefaultConfig() Config {
 		DrainTimeout: 10 * time.Second,
 		WaitTimeout:  500 * time.Millisecond,
 		// Redis holds minutes of each account's events, PostgreSQL a week.
-		EventsHotTail:   emq.DefaultLogHotTail,
-		EventsRetention: placement.DefaultEventsRetention,
+		EventsHotTail:    emq.DefaultLogHotTail,
+		EventsRetention:  placement.DefaultEventsRetention,
+		CoherenceJobSize: placement.CoherenceBatch,
 	}
 }
 
@@ -261,7 +267,7 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	}
 	logs := placement.NewEventLogs(deps.Queues)
 	relay := placement.NewOutboxRelay(postgres.NewOutbox(deps.DB), deps.Queues, placement.CoherenceModes, deps.Logger,
-		placement.WithEventsLogs(logs))
+		placement.WithEventsLogs(logs), placement.WithCoherenceJobSize(cmp.Or(c.CoherenceJobSize, placement.CoherenceBatch)))
 	if err := relay.Declare(ctx); err != nil {
 		return nil, err
 	}

@@ -38,6 +38,7 @@ type config struct {
 	migrate           bool
 	dedupRetention    time.Duration
 	cancelWait        time.Duration
+	coherenceJobSize  int
 	waitReplicas      int
 	waitTimeout       time.Duration
 	instrumentRefresh time.Duration
@@ -72,6 +73,8 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.IntVar(&c.waitReplicas, "admit-wait-replicas", env.Int("ADMIT_WAIT_REPLICAS", 0), "Redis replicas that must hold an admitted order before it is answered 202; 0 answers when the primary has it (ADMIT_WAIT_REPLICAS)")
 	flags.DurationVar(&c.waitTimeout, "admit-wait-timeout", env.Duration("ADMIT_WAIT_TIMEOUT", 100*time.Millisecond), "how long an admission waits for its replicas before it is answered 503 (ADMIT_WAIT_TIMEOUT)")
 	flags.DurationVar(&c.dedupRetention, "dedup-retention", env.Duration("DEDUP_RETENTION", emq.DefaultDedupRetention), "how long a client_order_id is held in Redis at least; stored with the orders queue, so the last gateway to start sets it for all (DEDUP_RETENTION)")
+	flags.IntVar(&c.coherenceJobSize, "coherence-job-size", env.Int("COHERENCE_JOB_SIZE", placement.CoherenceBatch),
+		"most balance changes one coherence job of a cancel's release lists; 1 while workers of a release reading one change a job still run (COHERENCE_JOB_SIZE)")
 	flags.DurationVar(&c.cancelWait, "cancel-wait", env.Duration("CANCEL_WAIT", placement.DefaultCancelWait), "how long a cancel of a resting order waits for its instrument's owner to decide it before it is answered 202 (at most three quarters of what is left of the request's timeout); 0 cancels in PostgreSQL under the instrument's lock instead, for workers that predate queued cancels (CANCEL_WAIT)")
 	flags.DurationVar(&c.instrumentRefresh, "instrument-refresh", env.Duration("INSTRUMENT_REFRESH", 5*time.Second), "how often instruments are reread (INSTRUMENT_REFRESH)")
 	flags.DurationVar(&c.keyCacheTTL, "key-cache-ttl", env.Duration("KEY_CACHE_TTL", placement.DefaultKeyCacheTTL), "how long an API key's account is trusted from memory when no revocation broadcast arrives (KEY_CACHE_TTL)")
@@ -109,6 +112,8 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 		return config{}, errors.New("ADMIT_WAIT_TIMEOUT (or -admit-wait-timeout) must be a positive duration when ADMIT_WAIT_REPLICAS is set")
 	case c.dedupRetention <= 0:
 		return config{}, errors.New("DEDUP_RETENTION (or -dedup-retention) must be a positive duration")
+	case c.coherenceJobSize < 1 || c.coherenceJobSize > placement.CoherenceBatch:
+		return config{}, fmt.Errorf("COHERENCE_JOB_SIZE (or -coherence-job-size) must be 1 to %d", placement.CoherenceBatch)
 	case c.cancelWait < 0:
 		return config{}, errors.New("CANCEL_WAIT (or -cancel-wait) must be a duration of 0 (cancel in PostgreSQL) or more")
 	case c.instrumentRefresh <= 0:
@@ -170,7 +175,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	// A cancel of a resting order releases its hold; the relay carries the
 	// balances' outbox rows at once, as a worker's does after a settlement.
-	relay := placement.NewOutboxRelay(postgres.NewOutbox(db), queueClient, placement.CoherenceModes, logger)
+	relay := placement.NewOutboxRelay(postgres.NewOutbox(db), queueClient, placement.CoherenceModes, logger,
+		placement.WithCoherenceJobSize(c.coherenceJobSize))
 	if err := relay.Declare(ctx); err != nil {
 		return err
 	}

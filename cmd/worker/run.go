@@ -16,6 +16,7 @@ import (
 	"github.com/ordergate/ordergate/internal/jsonlog"
 	"github.com/ordergate/ordergate/internal/metricsserver"
 	"github.com/ordergate/ordergate/migrations"
+	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/settlement"
 )
@@ -93,6 +94,8 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 		"and the most archived events each log keeps, however young; events not archived yet are always kept (EVENTS_HOT_COUNT)")
 	flags.DurationVar(&c.worker.EventsRetention, "events-retention", env.Duration("EVENTS_RETENTION", defaults.EventsRetention),
 		"how long PostgreSQL keeps the accounts' events: a stream resumes from any position younger (EVENTS_RETENTION)")
+	flags.IntVar(&c.worker.CoherenceJobSize, "coherence-job-size", env.Int("COHERENCE_JOB_SIZE", defaults.CoherenceJobSize),
+		"most balance changes one coherence job lists; 1 while workers of a release reading one change a job still run (COHERENCE_JOB_SIZE)")
 	flags.StringVar(&c.metricsAddr, "metrics-addr", env.String("METRICS_ADDR", "127.0.0.1:9091"),
 		"where /metrics (Prometheus) and /healthz are served; empty serves neither (METRICS_ADDR)")
 	flags.TextVar(&c.logLevel, "log-level", env.Level("LOG_LEVEL", slog.LevelInfo), "debug, info, warn or error (LOG_LEVEL)")
@@ -135,6 +138,8 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 		return config{}, errors.New("EVENTS_HOT_COUNT (or -events-hot-count) must be 0 or more")
 	case c.worker.EventsRetention < c.worker.EventsHotTail.Age:
 		return config{}, errors.New("EVENTS_RETENTION (or -events-retention) must be at least EVENTS_HOT_RETENTION")
+	case c.worker.CoherenceJobSize < 1 || c.worker.CoherenceJobSize > placement.CoherenceBatch:
+		return config{}, fmt.Errorf("COHERENCE_JOB_SIZE (or -coherence-job-size) must be 1 to %d", placement.CoherenceBatch)
 	case c.worker.WaitReplicas < 0:
 		return config{}, errors.New("WORKER_WAIT_REPLICAS (or -wait-replicas) must be 0 or more")
 	case c.worker.WaitReplicas > 0 && c.worker.WaitTimeout <= 0:

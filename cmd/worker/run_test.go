@@ -44,6 +44,7 @@ func TestParseConfig(t *testing.T) {
 			Retry:        emq.RetryPolicy{MaxAttempts: 60, BaseDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second},
 			DrainTimeout: 10 * time.Second, WaitTimeout: 500 * time.Millisecond,
 			EventsHotTail: emq.LogHotTail{Count: 1000, Age: 10 * time.Minute}, EventsRetention: 7 * 24 * time.Hour,
+			CoherenceJobSize: 64,
 		},
 	}
 	tests := []struct {
@@ -89,6 +90,10 @@ func TestParseConfig(t *testing.T) {
 			want: func(c *config) {
 				c.worker.EventsHotTail, c.worker.EventsRetention = emq.LogHotTail{Count: 50, Age: time.Minute}, time.Hour
 			}},
+		{name: "one balance change a coherence job", env: map[string]string{"COHERENCE_JOB_SIZE": "1"},
+			want: func(c *config) { c.worker.CoherenceJobSize = 1 }},
+		{name: "coherence jobs of no change", env: map[string]string{"COHERENCE_JOB_SIZE": "0"}, wantErr: "COHERENCE_JOB_SIZE"},
+		{name: "coherence jobs past a consumer's batch", args: []string{"-coherence-job-size", "65"}, wantErr: "COHERENCE_JOB_SIZE"},
 		{name: "no hot retention", env: map[string]string{"EVENTS_HOT_RETENTION": "0s"}, wantErr: "EVENTS_HOT_RETENTION"},
 		{name: "a negative hot count", env: map[string]string{"EVENTS_HOT_COUNT": "-1"}, wantErr: "EVENTS_HOT_COUNT"},
 		{name: "a history shorter than the hot tail", env: map[string]string{"EVENTS_RETENTION": "5m"}, wantErr: "EVENTS_RETENTION"},
