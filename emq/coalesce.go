@@ -74,13 +74,19 @@ func (c *coalescer) run(ctx context.Context, keys []string, args ...any) *redis.
 // runAcked is run, and reports how many replicas acknowledged the call's
 // writes when the coalescer waits for them.
 func (c *coalescer) runAcked(ctx context.Context, keys []string, args ...any) (*redis.Cmd, int) {
+	return c.runCall(ctx, scriptpipe.Call{Keys: keys, Args: args})
+}
+
+// runCall is runAcked with the call as the caller built it (its keys boxed
+// already, say: scriptpipe.Call.KeyArgs).
+func (c *coalescer) runCall(ctx context.Context, run scriptpipe.Call) (*redis.Cmd, int) {
 	c.start.Do(func() {
 		for range coalescedPipelines {
 			c.senders.Add(1)
 			go c.send()
 		}
 	})
-	call := &coalescedCall{call: scriptpipe.Call{Keys: keys, Args: args}, done: make(chan struct{})}
+	call := &coalescedCall{call: run, done: make(chan struct{})}
 	failed := func(err error) *redis.Cmd {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)

@@ -24,12 +24,12 @@ func (q *Queue) AdmitMany(ctx context.Context, jobs []Job) ([]Admission, []error
 		index := make([]int, 0, len(todo))
 		now := time.Now()
 		for _, i := range todo {
-			keys, args, err := q.admitCall(jobs[i], now)
+			call, err := q.admitCall(jobs[i], now)
 			if err != nil {
 				errs[i] = err
 				continue
 			}
-			calls = append(calls, scriptpipe.Call{Keys: keys, Args: args})
+			calls = append(calls, call)
 			index = append(index, i)
 		}
 		cmds, err := scriptpipe.Run(ctx, q.client.rdb, admitScript, calls)

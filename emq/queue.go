@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ordergate/ordergate/internal/scriptpipe"
 )
 
 // Job states, as JobInfo names them.
@@ -39,10 +41,13 @@ type Queue struct {
 	// heads are the groups at the head of the rotation as the last claim
 	// left it: the lanes the next claim names.
 	heads atomic.Pointer[[]string]
-	// admitKeys are the keys every admission names, spelled once; windows
-	// the dedup windows the last admission named (admitWindows).
+	// admitKeys are the keys every admission names, spelled once, and
+	// admitKeyArgs the same boxed as command arguments once (the lane's,
+	// third, is the job's own); windows the dedup windows the last
+	// admission named (admitWindows).
 	admitKeysOnce sync.Once
 	admitKeys     [8]string
+	admitKeyArgs  [8]any
 	windows       atomic.Pointer[heldWindows]
 }
 
@@ -210,11 +215,11 @@ func (q *Queue) Admit(ctx context.Context, job Job) (Admission, error) {
 // admitAt is Admit with the windows cut by clock.
 func (q *Queue) admitAt(ctx context.Context, job Job, clock func() time.Time) (Admission, error) {
 	for round := 1; ; round++ {
-		keys, args, err := q.admitCall(job, clock())
+		call, err := q.admitCall(job, clock())
 		if err != nil {
 			return Admission{}, err
 		}
-		cmd, acked := q.client.admits.runAcked(ctx, keys, args...)
+		cmd, acked := q.client.admits.runCall(ctx, call)
 		admission, err := q.admission(job, cmd)
 		if round < dedupRounds && q.learnedDedup(err) {
 			continue
@@ -226,12 +231,12 @@ func (q *Queue) admitAt(ctx context.Context, job Job, clock func() time.Time) (A
 	}
 }
 
-// admitCall is the admit script's keys and arguments for job, with the
-// dedup windows of now by this process's clock under the queue's dedup
-// settings as this client last read them.
-func (q *Queue) admitCall(job Job, now time.Time) ([]string, []any, error) {
+// admitCall is the admit script's call for job, with the dedup windows of
+// now by this process's clock under the queue's dedup settings as this
+// client last read them.
+func (q *Queue) admitCall(job Job, now time.Time) (scriptpipe.Call, error) {
 	if err := validJob(job); err != nil {
-		return nil, nil, err
+		return scriptpipe.Call{}, err
 	}
 	dedup := job.DedupKey
 	if dedup == "" {
@@ -241,23 +246,36 @@ func (q *Queue) admitCall(job Job, now time.Time) ([]string, []any, error) {
 	window, others, expireAt := q.admitWindows(settings, now, q.client.skew())
 	q.admitKeysOnce.Do(func() {
 		q.admitKeys = [8]string{q.kindsKey(), q.jobsKey(), "", q.rotationKey(), q.lanesKey(), q.tagsKey(), q.clockKey(), q.dedupKey()}
+		for i, key := range q.admitKeys {
+			q.admitKeyArgs[i] = key
+		}
 	})
+	// The keys and their boxed twins (scriptpipe.Call.KeyArgs) grow in step.
 	keys := append(make([]string, 0, 13+len(others)), q.admitKeys[:]...)
+	keyArgs := append(make([]any, 0, 13+len(others)), q.admitKeyArgs[:]...)
 	keys[2] = q.laneKey(job.Group)
+	keyArgs[2] = keys[2]
 	keys = append(keys, window)
 	keys = append(keys, others...)
+	for _, key := range keys[len(keyArgs):] {
+		keyArgs = append(keyArgs, key)
+	}
 	args := []any{job.ID, job.Kind, job.Group, job.Payload, job.Fingerprint, dedupDigest(dedup), expireAt, settings.text}
 	if limit := job.RateLimit; limit != nil {
 		keys = append(keys, q.BucketKey(limit.Bucket))
+		keyArgs = append(keyArgs, keys[len(keys)-1])
 		args = append(args, limit.Limit.Capacity, limit.Limit.PerSecond)
 	} else if job.Log != nil {
 		args = append(args, "", "")
 	}
 	if entry := job.Log; entry != nil {
 		keys = append(keys, q.logKey(job.Group), q.logSequencesKey(), q.logChangesKey())
+		for _, key := range keys[len(keyArgs):] {
+			keyArgs = append(keyArgs, key)
+		}
 		args = append(args, entry.ID, entry.Type, entry.Data)
 	}
-	return keys, args, nil
+	return scriptpipe.Call{Keys: keys, Args: args, KeyArgs: keyArgs}, nil
 }
 
 // admission reads the admit script's reply to job.

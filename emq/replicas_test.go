@@ -56,11 +56,11 @@ func TestReplicatedBatchKeepsAnotherNodesAdmissions(t *testing.T) {
 		}
 	}
 	callOf := func(q *Queue, id string) scriptpipe.Call {
-		keys, args, err := q.admitCall(dedupJob(id, id), time.Now())
+		call, err := q.admitCall(dedupJob(id, id), time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
-		return scriptpipe.Call{Keys: keys, Args: args}
+		return call
 	}
 	proxy.DropReply("JOB-ON-B")
 	cmds, _, err := client.admits.runPipeline(ctx, []scriptpipe.Call{callOf(a, "JOB-ON-A"), callOf(b, "JOB-ON-B")})

@@ -30,6 +30,8 @@ type Script struct {
 	src  string
 	hash string
 	once bool
+	// hashArg is hash as a command argument, boxed once: every call sends it.
+	hashArg any
 }
 
 // Repeatable declares a script whose second run of a call changes nothing the
@@ -45,15 +47,16 @@ func Once(src string) *Script { return newScript(src, true) }
 
 func newScript(src string, once bool) *Script {
 	sum := sha1.Sum([]byte(src))
-	return &Script{src: src, hash: hex.EncodeToString(sum[:]), once: once}
+	hash := hex.EncodeToString(sum[:])
+	return &Script{src: src, hash: hash, once: once, hashArg: hash}
 }
 
 // Run runs one call of the script: EVALSHA, then EVAL when the server answers
 // NOSCRIPT (after a restart or SCRIPT FLUSH: the script did not run).
 func (s *Script) Run(ctx context.Context, rdb redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
-	cmd := s.process(ctx, rdb, "evalsha", s.hash, keys, args)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		cmd = s.process(ctx, rdb, "eval", s.src, keys, args)
+	cmd := s.process(ctx, rdb, "evalsha", s.hashArg, keys, nil, args)
+	if noScript(cmd.Err()) {
+		cmd = s.process(ctx, rdb, "eval", s.src, keys, nil, args)
 	}
 	return cmd
 }
@@ -62,6 +65,11 @@ func (s *Script) Run(ctx context.Context, rdb redis.UniversalClient, keys []stri
 type Call struct {
 	Keys []string
 	Args []any
+	// KeyArgs, when not nil, is Keys as command arguments, in order: a
+	// caller that sends the same keys on every call boxes them once, which
+	// spares each call an allocation per key. Keys still names them (a
+	// cluster finds the slot by the first).
+	KeyArgs []any
 }
 
 // Run runs calls of script in one round trip, EVALSHA first. A pipeline
@@ -102,7 +110,7 @@ func run(ctx context.Context, rdb redis.UniversalClient, script *Script, calls [
 	for round := 0; round < 2 && len(pending) > 0; round++ {
 		pipe := rdb.Pipeline()
 		for _, i := range pending {
-			cmds[i] = script.process(ctx, pipe, "evalsha", script.hash, calls[i].Keys, calls[i].Args)
+			cmds[i] = script.process(ctx, pipe, "evalsha", script.hashArg, calls[i].Keys, calls[i].KeyArgs, calls[i].Args)
 		}
 		var wait *redis.IntCmd
 		if r != nil {
@@ -115,7 +123,7 @@ func run(ctx context.Context, rdb redis.UniversalClient, script *Script, calls [
 		_, _ = pipe.Exec(ctx) // errors are read per command below
 		var missing []int
 		for _, i := range pending {
-			if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+			if noScript(cmds[i].Err()) {
 				missing = append(missing, i)
 				continue
 			}
@@ -135,6 +143,10 @@ func run(ctx context.Context, rdb redis.UniversalClient, script *Script, calls [
 	return cmds, acked, nil
 }
 
+// noScript reports a NOSCRIPT refusal: the script was not loaded and did
+// not run. Most calls have no error, and HasErrorPrefix allocates to find out.
+func noScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
+
 // processor is a client or a pipeline.
 type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
@@ -143,11 +155,17 @@ type processor interface {
 // process sends EVALSHA or EVAL as go-redis's own Eval does (the keys from
 // the fourth argument on, for a cluster client to find the slot), marked
 // NoRetry when the script is Once.
-func (s *Script) process(ctx context.Context, rdb processor, name, payload string, keys []string, args []any) *redis.Cmd {
+// The name and payload come boxed (a constant name costs nothing to box,
+// the hash is boxed once per Script), and so may the keys (keyArgs).
+func (s *Script) process(ctx context.Context, rdb processor, name, payload any, keys []string, keyArgs, args []any) *redis.Cmd {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, name, payload, len(keys))
-	for _, key := range keys {
-		cmdArgs = append(cmdArgs, key)
+	if keyArgs != nil {
+		cmdArgs = append(cmdArgs, keyArgs...)
+	} else {
+		for _, key := range keys {
+			cmdArgs = append(cmdArgs, key)
+		}
 	}
 	cmdArgs = append(cmdArgs, args...)
 	cmd := redis.NewCmd(ctx, cmdArgs...)
