@@ -28,7 +28,10 @@ const dedupSkewAllowance = time.Minute
 const dedupDigestBytes = 14
 
 func dedupDigest(dedup string) string {
-	sum := sha256.Sum256([]byte(dedup))
+	// Hashed from a stack buffer: []byte(dedup) is on the heap once the key
+	// is longer than 32 bytes, as an account:client order id often is.
+	var buf [128]byte
+	sum := sha256.Sum256(append(buf[:0], dedup...))
 	return string(sum[:dedupDigestBytes])
 }
 

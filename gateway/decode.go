@@ -382,12 +382,34 @@ func plainString(body []byte, i int) (value string, next int, ok bool) {
 			if !utf8.Valid(body[start:j]) {
 				return "", 0, false
 			}
-			return string(body[start:j]), j + 1, true
+			return internedString(body[start:j]), j + 1, true
 		case c == '\\' || c < 0x20:
 			return "", 0, false
 		}
 	}
 	return "", 0, false
+}
+
+// internedString is string(b), without an allocation for the words that
+// fill a placement's side, type and time in force.
+func internedString(b []byte) string {
+	switch string(b) { // the comparisons convert nothing
+	case "buy":
+		return "buy"
+	case "sell":
+		return "sell"
+	case "limit":
+		return "limit"
+	case "market":
+		return "market"
+	case "gtc":
+		return "gtc"
+	case "ioc":
+		return "ioc"
+	case "fok":
+		return "fok"
+	}
+	return string(b)
 }
 
 func stringHint(name string) string {

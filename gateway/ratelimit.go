@@ -30,7 +30,8 @@ const keyBucketPrefix = "key:"
 // hex, a prefix of the key_hash it is stored under, so an operator can find
 // the key behind a bucket. The key itself never reaches Redis or a log.
 func keyDigest(key string) string {
-	sum := sha256.Sum256([]byte(key))
+	var buf [96]byte // hashed from the stack, as orders.KeyHash does
+	sum := sha256.Sum256(append(buf[:0], key...))
 	return hex.EncodeToString(sum[:16])
 }
 
@@ -179,6 +180,9 @@ func keyRefusal(err error) bool {
 // answerTake puts take on the answer as the RateLimit-* headers and, when
 // the bucket was empty, returns the 429 refusal with its Retry-After.
 func (s *Server) answerTake(c echo.Context, take placement.Take) error {
+	if take.Allowed {
+		return s.answerTakeAs(c, take, "") // no refusal: no detail to spell
+	}
 	limit := s.limit()
 	return s.answerTakeAs(c, take, fmt.Sprintf("this API key may make %d requests at once and %d a second", limit.Capacity, limit.PerSecond))
 }
@@ -186,11 +190,13 @@ func (s *Server) answerTake(c echo.Context, take placement.Take) error {
 // answerTakeAs is answerTake, detail naming the limit in a refusal.
 func (s *Server) answerTakeAs(c echo.Context, take placement.Take, detail string) error {
 	// Assigned in their canonical form: Header.Set would canonicalize
-	// "RateLimit-…" into a new string on every request.
+	// "RateLimit-…" into a new string on every request. The three values
+	// share one allocation, each capped so an Add cannot write into the next.
 	header := c.Response().Header()
-	header[headerRateLimitLimit] = []string{s.limitText}
-	header[headerRateLimitRemaining] = []string{strconv.Itoa(take.Remaining)}
-	header[headerRateLimitReset] = []string{strconv.Itoa(wholeSeconds(take.ResetAfter, 0))}
+	values := []string{s.limitText, strconv.Itoa(take.Remaining), strconv.Itoa(wholeSeconds(take.ResetAfter, 0))}
+	header[headerRateLimitLimit] = values[0:1:1]
+	header[headerRateLimitRemaining] = values[1:2:2]
+	header[headerRateLimitReset] = values[2:3:3]
 	if take.Allowed {
 		return nil
 	}
