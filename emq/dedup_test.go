@@ -477,3 +477,47 @@ func TestDedupHeld(t *testing.T) {
 		}
 	}
 }
+
+// An admission's boxed keys (scriptpipe.Call.KeyArgs) are its keys, in
+// order, whatever the job carries: the script reads KEYS by position.
+func TestAdmitCallBoxesItsKeys(t *testing.T) {
+	queue := dedupQueue(t, 2*time.Hour)
+	limit := &RateLimit{Bucket: "key:b", Limit: Rate{Capacity: 5, PerSecond: 5}}
+	entry := &LogEntry{ID: "E1", Type: "order.accepted", Data: []byte("{}")}
+	for _, tt := range []struct {
+		name      string
+		limit     *RateLimit
+		log       *LogEntry
+		extraKeys int
+	}{
+		{"plain", nil, nil, 0},
+		{"rate limited", limit, nil, 1},
+		{"logged", nil, entry, 3},
+		{"rate limited and logged", limit, entry, 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, group := range []string{"g1", "g2"} { // the lane changes, the fixed keys do not
+				job := dedupJob("J-"+group, "D-"+group)
+				job.Group, job.RateLimit, job.Log = group, tt.limit, tt.log
+				call, err := queue.admitCall(job, time.Now())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(call.KeyArgs) != len(call.Keys) {
+					t.Fatalf("%d boxed keys for %d keys", len(call.KeyArgs), len(call.Keys))
+				}
+				for i, key := range call.Keys {
+					if boxed, _ := call.KeyArgs[i].(string); boxed != key {
+						t.Errorf("key %d: boxed %q, key %q", i+1, boxed, key)
+					}
+				}
+				if call.Keys[2] != queue.laneKey(group) {
+					t.Errorf("KEYS[3] = %q, want the lane %q", call.Keys[2], queue.laneKey(group))
+				}
+				if windows := len(call.Keys) - 8 - tt.extraKeys; windows < 1 {
+					t.Errorf("%d keys leave %d dedup windows", len(call.Keys), windows)
+				}
+			}
+		})
+	}
+}
