@@ -171,7 +171,11 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 		}
 	}
 	progress("events: building and starting a gateway process, %d workers…", c.matching.workers)
-	base, gatewayPID, stopGateway, err := startGatewayProcess(ctx, s, databaseURL)
+	var gatewayEnv []string
+	if c.eventsCPUProfile != "" {
+		gatewayEnv = append(gatewayEnv, "CPU_PROFILE="+c.eventsCPUProfile+".gateway")
+	}
+	base, gatewayPID, stopGateway, err := startGatewayProcess(ctx, s, databaseURL, gatewayEnv...)
 	if err != nil {
 		return r, err
 	}
@@ -275,7 +279,14 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 		if c.sustainedRate > 0 {
 			rate, matchingPeak, sustainedFrom = c.sustainedRate, 0, "-sustained-rate"
 		}
-		if r.Sustained, err = load("sustained, half the matching peak", "s"+e.run, eventsSeed, matchingPeak, sustainedFrom, rate, c.sustainedDuration); err != nil {
+		stopProfile := func() error { return nil }
+		if c.eventsCPUProfile != "" {
+			if stopProfile, err = startCPUProfile(c.eventsCPUProfile + ".bench"); err != nil {
+				return r, err
+			}
+		}
+		r.Sustained, err = load("sustained, half the matching peak", "s"+e.run, eventsSeed, matchingPeak, sustainedFrom, rate, c.sustainedDuration)
+		if err = errors.Join(err, stopProfile()); err != nil {
 			return r, err
 		}
 	}
@@ -536,8 +547,8 @@ func streamAccounts(ctx context.Context, db *pgxpool.Pool, n int, run string) (a
 
 // startGatewayProcess builds cmd/gateway and runs it against the bench's
 // Redis and the database at databaseURL, its rate limit out of the way, and returns its base URL, its
-// process id and what stops it.
-func startGatewayProcess(ctx context.Context, s *servers, databaseURL string) (base string, pid int, stop func(), err error) {
+// process id and what stops it. env adds to its environment.
+func startGatewayProcess(ctx context.Context, s *servers, databaseURL string, env ...string) (base string, pid int, stop func(), err error) {
 	binary := filepath.Join(s.dir, "gateway")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", binary, "./cmd/gateway").CombinedOutput(); err != nil {
 		return "", 0, nil, fmt.Errorf("build the gateway: %w\n%s", err, out)
@@ -556,6 +567,7 @@ func startGatewayProcess(ctx context.Context, s *servers, databaseURL string) (b
 		"MIGRATE=false", "RATE_LIMIT_BURST=1000000", "RATE_LIMIT_PER_SECOND=1000000", "LOG_LEVEL=warn",
 		// Its streams all come from one address, one per key.
 		"EVENTS_STREAMS_PER_ADDRESS=0")
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		logFile.Close()

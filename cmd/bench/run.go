@@ -53,6 +53,10 @@ type config struct {
 	// cpuProfile is where the HTTP closed loop's CPU profile goes; none when
 	// empty.
 	cpuProfile string
+	// eventsCPUProfile is where the events phase's Go CPU profiles go (the
+	// bench process's over the sustained load, the gateway process's over
+	// its life); none when empty.
+	eventsCPUProfile string
 }
 
 // phaseNames are the phases in the order a run takes them; a run without
@@ -79,6 +83,7 @@ func parseConfig(args []string, stdout io.Writer) (config, error) {
 	c.matching.register(flags)
 	c.soak.register(flags)
 	flags.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the admission closed loop over HTTP (gateway and load generator; an extra run, not counted) to this file")
+	flags.StringVar(&c.eventsCPUProfile, "events-cpuprofile", "", "write Go CPU profiles of the events phase: the bench process's over the sustained load to this path plus .bench, the gateway process's over its life plus .gateway")
 	flags.StringVar(&c.out, "out", "bench/results", "directory for the JSON and Markdown reports")
 	phases := flags.String("phases", strings.Join(defaultPhases, ","), "comma-separated phases to run, of "+strings.Join(phaseNames, ", "))
 	if err := flags.Parse(args[1:]); err != nil {

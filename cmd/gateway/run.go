@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -47,6 +49,9 @@ type config struct {
 	tracking          bool
 	trackingTTL       time.Duration
 	shutdownTimeout   time.Duration
+	// cpuProfile is where a Go CPU profile of the whole run goes; none
+	// when empty.
+	cpuProfile string
 	// sealer opens the signing secrets of keys that require signatures;
 	// nil when SIGNING_KEY_ENCRYPTION_KEY is unset, and such keys' requests
 	// are then refused.
@@ -82,6 +87,7 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.BoolVar(&c.tracking, "tracking", env.Bool("TRACKING", true), "keep a local copy of API key stamps and balances that Redis invalidates (the tracking coherence mode); refused on a Redis Cluster (TRACKING)")
 	flags.DurationVar(&c.trackingTTL, "tracking-ttl", env.Duration("TRACKING_TTL", coherence.DefaultTrackingTTL), "longest an entry of the local copy is served without a read from Redis, jittered down by up to a quarter (TRACKING_TTL)")
 	flags.DurationVar(&c.shutdownTimeout, "shutdown-timeout", env.Duration("SHUTDOWN_TIMEOUT", 10*time.Second), "how long in-flight requests may take at shutdown (SHUTDOWN_TIMEOUT)")
+	flags.StringVar(&c.cpuProfile, "cpuprofile", env.String("CPU_PROFILE", ""), "write a Go CPU profile of the process, from its start to its stop, to this file (CPU_PROFILE)")
 	flags.Int64Var(&c.http.BodyLimit, "body-limit", defaults.BodyLimit, "largest request body in bytes")
 	flags.DurationVar(&c.http.RequestTimeout, "request-timeout", env.Duration("REQUEST_TIMEOUT", defaults.RequestTimeout), "time bound of one request (REQUEST_TIMEOUT)")
 	flags.IntVar(&c.http.RateLimitBurst, "rate-limit-burst", env.Int("RATE_LIMIT_BURST", defaults.RateLimitBurst), "requests one API key may make at once; 0 turns rate limiting off (RATE_LIMIT_BURST)")
@@ -154,6 +160,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	// jsonlog.Buffered); the deferred call writes out the last of them.
 	logger, logDone := jsonlog.ProcessLogger(stdout, c.logLevel, c.logFlush)
 	defer logDone()
+	if c.cpuProfile != "" {
+		stop, err := startCPUProfile(c.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer func() {
+			if err := stop(); err != nil {
+				logger.Error("cpu profile not written", "err", err)
+			}
+		}()
+	}
 
 	if c.migrate {
 		if err := migrations.Up(c.databaseURL); err != nil {
@@ -345,4 +362,21 @@ func trackedCaches(c config, queueClient *emq.Client, metrics prometheus.Registe
 		return nil
 	}
 	return local
+}
+
+// startCPUProfile profiles the process's CPU into path until the returned
+// stop.
+func startCPUProfile(path string) (stop func() error, err error) {
+	file, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(file); err != nil {
+		file.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return file.Close()
+	}, nil
 }
