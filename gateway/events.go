@@ -115,21 +115,27 @@ func (s *Server) streamEvents(c echo.Context) error {
 	if err := stream.write(append(message, "\n\n"...)); err != nil {
 		return nil
 	}
-	for {
-		event, ok, err := subscription.Next(ctx, s.config.EventHeartbeat)
+	for err == nil {
+		var event orders.Event
+		var ok bool
+		event, ok, err = subscription.Next(ctx, s.config.EventHeartbeat)
 		if err != nil {
-			var why *streamEnd
-			if errors.As(context.Cause(ctx), &why) {
-				s.requestLogger(c).Info("event stream ended: "+why.detail, "account", account(c))
-				_ = stream.write(appendEndComment(message[:0], why))
-				return nil
-			}
-			s.endStream(c, err)
-			return nil
+			break
 		}
 		message = message[:0]
+		sent := 0
 		if ok {
+			// The events already at hand go out in the same write and
+			// flush: a batch settled for the account, or a page read while
+			// catching up, costs one write(2) instead of one per event. An
+			// error ends the stream once the events before it are sent.
 			message = appendEventMessage(message, event)
+			for sent = 1; err == nil && len(message) < eventBatchBytes && subscription.Ready(); {
+				if event, ok, err = subscription.Next(ctx, 0); err == nil && ok {
+					message = appendEventMessage(message, event)
+					sent++
+				}
+			}
 		} else {
 			message = append(message, ": heartbeat\n\n"...)
 		}
@@ -137,11 +143,21 @@ func (s *Server) streamEvents(c echo.Context) error {
 			s.requestLogger(c).Debug("event stream write failed", "err", err)
 			return nil
 		}
-		if ok {
-			s.metrics.eventsSent.Inc()
-		}
+		s.metrics.eventsSent.Add(float64(sent))
 	}
+	var why *streamEnd
+	if errors.As(context.Cause(ctx), &why) {
+		s.requestLogger(c).Info("event stream ended: "+why.detail, "account", account(c))
+		_ = stream.write(appendEndComment(message[:0], why))
+		return nil
+	}
+	s.endStream(c, err)
+	return nil
 }
+
+// eventBatchBytes is about the most a stream writes at once: the events
+// at hand past it wait for the next write.
+const eventBatchBytes = 64 << 10
 
 // appendEndComment appends the comment that ends a stream the gateway
 // ended for its key: ": ended <problem slug>: <why>", the slug being the
@@ -169,13 +185,13 @@ func (s *Server) endStream(c echo.Context, err error) {
 	}
 }
 
-// eventWriter writes a stream's messages, each sent at once.
+// eventWriter writes a stream's messages, each write sent at once.
 type eventWriter struct {
 	response *echo.Response
 	control  *http.ResponseController
 }
 
-// write sends one message, with a write deadline of its own: the server's
+// write sends messages, with a write deadline of its own: the server's
 // WriteTimeout would otherwise end the stream.
 func (w *eventWriter) write(message []byte) error {
 	if err := w.control.SetWriteDeadline(time.Now().Add(eventWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {

@@ -647,6 +647,14 @@ func (s *Subscription) Next(ctx context.Context, wait time.Duration) (orders.Eve
 	}
 }
 
+// Ready reports whether Next has an event at hand, read and not yet
+// returned or handed over by the tail loop, so that it answers without a
+// wait: its reader can send the events at hand together. (One handed over
+// that Next had read itself already is skipped, and Next then waits.)
+func (s *Subscription) Ready() bool {
+	return len(s.read) > 0 || (s.stage == following && len(s.events) > 0)
+}
+
 // readThrough is the sequence of the last event read: the last in s.read,
 // or the last returned.
 func (s *Subscription) readThrough() int64 {
