@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,7 +19,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ordergate/ordergate/api/client"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
@@ -361,29 +361,27 @@ func openStreams(ctx context.Context, base string, keys []string) (*streamSet, e
 	streamCtx, stopStreams := context.WithCancel(ctx)
 	set := &streamSet{stopStreams: stopStreams, transport: &http.Transport{MaxIdleConnsPerHost: len(keys)}}
 	for i, key := range keys {
-		api, err := client.NewClient(base, client.WithHTTPClient(&http.Client{Transport: set.transport}),
-			client.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
-				req.Header.Set("Authorization", "Bearer "+key)
-				return nil
-			}))
+		request, err := http.NewRequestWithContext(streamCtx, http.MethodGet, base+"/v1/events", nil)
 		if err != nil {
 			set.stop()
 			return nil, err
 		}
-		stream, err := api.Events(streamCtx, client.EventsOptions{})
+		request.Header.Set("Authorization", "Bearer "+key)
+		request.Header.Set("Accept", "text/event-stream")
+		response, err := set.transport.RoundTrip(request)
 		if err != nil {
 			set.stop()
 			return nil, fmt.Errorf("events: stream %d: %w", i, err)
 		}
+		if response.StatusCode != http.StatusOK {
+			body, _ := io.ReadAll(io.LimitReader(response.Body, 4096))
+			response.Body.Close()
+			set.stop()
+			return nil, fmt.Errorf("events: stream %d: %s: %s", i, response.Status, body)
+		}
 		set.readers.Go(func() {
-			defer stream.Close()
-			for {
-				event, err := stream.Next()
-				if err != nil {
-					return
-				}
-				set.received(event, time.Now())
-			}
+			defer response.Body.Close()
+			_ = readEvents(response.Body, set.received)
 		})
 	}
 	return set, nil
@@ -397,31 +395,29 @@ func (s *streamSet) follow(track *orderTrack) {
 }
 
 // received routes an event that reached a client at now.
-func (s *streamSet) received(event client.Event, now time.Time) {
+func (s *streamSet) received(event benchEvent, now time.Time) {
 	s.mu.RLock()
 	loads := s.loads
 	s.mu.RUnlock()
 	if len(loads) == 0 {
 		return
 	}
-	if strings.HasPrefix(string(event.Type), "order.") {
-		if order, err := event.Data.AsOrder(); err == nil {
-			for _, track := range loads {
-				i, ok := track.index(string(order.ClientOrderID))
-				if !ok {
-					continue
-				}
-				// order.accepted tells the admission, whoever appends it;
-				// the order's state events are rendered from the batch that
-				// decided it.
-				if event.Type != client.EventType(orders.EventOrderAccepted) {
-					track.orderEvent(i, event.Time, now)
-				}
-				if event.Type == client.EventType(orders.EventOrderFilled) && order.FinishedAt != nil {
-					track.orderFilled(filledEvent{order: string(order.ID), finished: *order.FinishedAt, received: now})
-				}
-				break
+	if event.ClientOrderID != "" {
+		for _, track := range loads {
+			i, ok := track.index(event.ClientOrderID)
+			if !ok {
+				continue
 			}
+			// order.accepted tells the admission, whoever appends it; the
+			// order's state events are rendered from the batch that
+			// decided it.
+			if event.Type != string(orders.EventOrderAccepted) {
+				track.orderEvent(i, event.Time, now)
+			}
+			if event.Type == string(orders.EventOrderFilled) && event.FinishedAt != nil {
+				track.orderFilled(filledEvent{order: event.OrderID, finished: *event.FinishedAt, received: now})
+			}
+			break
 		}
 	}
 	loads[len(loads)-1].event(event.Time, now)
