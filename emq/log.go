@@ -247,7 +247,8 @@ func (q *Queue) ReadLogs(ctx context.Context, after map[string]int64, count int6
 	return events, nil
 }
 
-// LogChange announces an append: group's log was given sequence Sequence.
+// LogChange announces an append: group's log was given sequence Sequence
+// (an append of several entries announces its last alone).
 type LogChange struct {
 	Group    string
 	Sequence int64

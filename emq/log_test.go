@@ -223,3 +223,42 @@ func TestLastLogSequencesReadsManyGroupsAtOnce(t *testing.T) {
 		t.Errorf("last sequences %v, %v; want a 2, b 5, never 0", lasts, err)
 	}
 }
+
+// An append of several entries announces its last sequence alone: the
+// readers read the log after their position, and each announcement costs
+// an XADD and a parse in every reader.
+func TestLogAppendAnnouncesItsLastEntryOnce(t *testing.T) {
+	ctx := context.Background()
+	queue, _ := newQueue(t)
+	start, err := queue.LogChangesPosition(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		group   string
+		entries int
+		want    emq.LogChange
+	}{
+		{"a", 3, emq.LogChange{Group: "a", Sequence: 3}},
+		{"b", 1, emq.LogChange{Group: "b", Sequence: 1}},
+		{"a", 2, emq.LogChange{Group: "a", Sequence: 5}},
+	}
+	var want []emq.LogChange
+	for _, tt := range tests {
+		entries := make([]emq.LogEntry, tt.entries)
+		for i := range entries {
+			entries[i] = emq.LogEntry{ID: tt.group + strconv.Itoa(i), Type: "t"}
+		}
+		if _, err := queue.AppendLog(ctx, tt.group, emq.LogSource{}, entries); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, tt.want)
+	}
+	changes, _, err := queue.WaitLogChanges(ctx, start, 100*time.Millisecond, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(changes, want) {
+		t.Errorf("changes = %v, want %v", changes, want)
+	}
+}

@@ -10,7 +10,8 @@
 -- KEYS[1] emq:{q}:log:<group>  stream the group's log
 -- KEYS[2] emq:{q}:logseq       hash   group -> last sequence
 -- KEYS[3] emq:{q}:logsrc       hash   source -> last version appended
--- KEYS[4] emq:{q}:logchanges   stream every append, announced (log_lib.lua)
+-- KEYS[4] emq:{q}:logchanges   stream every append, announced: one entry
+--                              per call, with its last sequence (log_lib.lua)
 --
 -- ARGV[1] group
 -- ARGV[2] source; '' for none: the entries are appended whatever came before
@@ -46,11 +47,13 @@ if source ~= '' then
 end
 
 local at = now()
-local first = 0
+local first, last = 0, 0
 for i = 5, #ARGV, 3 do
-  local sequence = log_append(KEYS[1], KEYS[2], KEYS[4], group, ARGV[i], ARGV[i + 1], ARGV[i + 2], at)
-  if first == 0 then first = sequence end
+  last = log_append_unannounced(KEYS[1], KEYS[2], group, ARGV[i], ARGV[i + 1], ARGV[i + 2], at)
+  if first == 0 then first = last end
 end
+-- One announcement for the batch: its last sequence.
+if last > 0 then log_announce(KEYS[4], group, last) end
 if source ~= '' then
   redis.call('HSET', KEYS[3], source, version)
   held = version

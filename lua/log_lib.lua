@@ -12,11 +12,19 @@
 -- emq:{q}:logchanges, an entry {g = group, s = sequence} under an ID the
 -- server picks, so a reader following many logs blocks on that one stream
 -- instead of on every log; it keeps about the newest log_changes_keep.
+-- A script that appends several entries to one log announces the last
+-- alone: its readers read the log after their position, so the sequence
+-- tells them all they need, and each announcement costs an XADD here and
+-- a parse in every reader.
 --
 -- log_append(log, sequences, changes, group, id, type, data, at)
---   appends one entry and returns its sequence. It drops nothing: a log
---   drops only entries its archiver has marked as kept elsewhere
---   (log_archived.lua), so no entry is lost that was not archived.
+--   appends one entry, announces it and returns its sequence. It drops
+--   nothing: a log drops only entries its archiver has marked as kept
+--   elsewhere (log_archived.lua), so no entry is lost that was not
+--   archived.
+-- log_append_unannounced(log, sequences, group, id, type, data, at)
+--   is log_append without the announcement; log_announce(changes, group,
+--   sequence) makes it, for the last of the entries.
 
 local log_changes_keep = 100000
 
@@ -28,9 +36,18 @@ local function log_entry_at(fields)
   return nil
 end
 
-local function log_append(log, sequences, changes, group, id, kind, data, at)
+local function log_append_unannounced(log, sequences, group, id, kind, data, at)
   local sequence = redis.call('HINCRBY', sequences, group, 1)
   redis.call('XADD', log, sequence .. '-0', 'id', id, 'type', kind, 'at', at, 'data', data)
+  return sequence
+end
+
+local function log_announce(changes, group, sequence)
   redis.call('XADD', changes, 'MAXLEN', '~', log_changes_keep, '*', 'g', group, 's', sequence)
+end
+
+local function log_append(log, sequences, changes, group, id, kind, data, at)
+  local sequence = log_append_unannounced(log, sequences, group, id, kind, data, at)
+  log_announce(changes, group, sequence)
   return sequence
 end
