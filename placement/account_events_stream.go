@@ -547,6 +547,8 @@ type Subscription struct {
 	events chan *orders.Event
 	ended  chan struct{}
 	err    error
+	// timer times Next's waits.
+	timer *time.Timer
 }
 
 type subscriptionStage int
@@ -568,10 +570,10 @@ func (s *Subscription) Position() int64 { return s.last }
 // the context's, an *EventsExpiredError when the log dropped events before
 // they were read, or orders.ErrUnavailable.
 func (s *Subscription) Next(ctx context.Context, wait time.Duration) (orders.Event, bool, error) {
-	var timer *time.Timer
+	timing := false
 	defer func() {
-		if timer != nil {
-			timer.Stop()
+		if timing {
+			s.timer.Stop()
 		}
 	}()
 	for {
@@ -613,36 +615,57 @@ func (s *Subscription) Next(ctx context.Context, wait time.Duration) (orders.Eve
 				s.stage = following
 			}
 		case following:
-			if timer == nil {
-				timer = time.NewTimer(wait)
-			}
+			// The events at hand are taken without a timer: a reader
+			// sending a batch asks for them one by one. An end comes
+			// first, as soon as it is seen.
 			select {
-			case event := <-s.events:
-				// Events s read itself while it joined come again from the
-				// tail loop: the sequence tells them.
-				if event.Sequence <= s.last {
-					continue
-				}
-				if event.Sequence > s.last+1 {
-					// The loop read on past events the log had dropped
-					// (archived) before it read them: s reads them itself,
-					// from the history, and the loop's event follows them.
-					if err := s.fill(ctx, event.Sequence-1); err != nil {
-						return orders.Event{}, false, err
-					}
-					if s.readThrough() == event.Sequence-1 {
-						s.read = append(s.read, *event)
-					}
-					continue
-				}
-				return s.deliver(ctx, *event)
 			case <-s.ended:
 				return orders.Event{}, false, s.err
-			case <-ctx.Done():
-				return orders.Event{}, false, ctx.Err()
-			case <-timer.C:
-				return orders.Event{}, false, nil
+			default:
 			}
+			var event *orders.Event
+			select {
+			case event = <-s.events:
+			default:
+				if !timing {
+					// One timer for the subscription's life, not one per
+					// wait (Go 1.23 timers: Reset needs no drain).
+					if s.timer == nil {
+						s.timer = time.NewTimer(wait)
+					} else {
+						s.timer.Reset(wait)
+					}
+					timing = true
+				}
+				select {
+				case event = <-s.events:
+				case <-s.ended:
+					return orders.Event{}, false, s.err
+				case <-ctx.Done():
+					return orders.Event{}, false, ctx.Err()
+				case <-s.timer.C:
+					timing = false
+					return orders.Event{}, false, nil
+				}
+			}
+			// Events s read itself while it joined come again from the
+			// tail loop: the sequence tells them.
+			if event.Sequence <= s.last {
+				continue
+			}
+			if event.Sequence > s.last+1 {
+				// The loop read on past events the log had dropped
+				// (archived) before it read them: s reads them itself,
+				// from the history, and the loop's event follows them.
+				if err := s.fill(ctx, event.Sequence-1); err != nil {
+					return orders.Event{}, false, err
+				}
+				if s.readThrough() == event.Sequence-1 {
+					s.read = append(s.read, *event)
+				}
+				continue
+			}
+			return s.deliver(ctx, *event)
 		}
 	}
 }
