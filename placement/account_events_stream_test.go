@@ -418,3 +418,53 @@ func TestOnlyAPositionPastTheHistorysRetentionIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// Ready tells the events Next answers at once: those read while catching
+// up, and those the tail loop handed over, so a reader sends them
+// together; Next(ctx, 0) takes them, and without them answers nothing.
+func TestSubscriptionReadyTellsTheEventsAtHand(t *testing.T) {
+	ctx := context.Background()
+	queue := eventsQueue(t)
+	streams := newEventStreams(t, queue)
+	appendEvents(t, queue, "acct", 3)
+	subscription, err := streams.Subscribe(ctx, "acct", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer subscription.Close()
+	readUntil(t, subscription, 1)
+	// Caught up: the first page holds the other two.
+	for _, want := range []int64{2, 3} {
+		if !subscription.Ready() {
+			t.Fatalf("before event %d: not ready", want)
+		}
+		if event, ok, err := subscription.Next(ctx, 0); err != nil || !ok || event.Sequence != want {
+			t.Fatalf("Next(0) = %d, %v, %v; want event %d", event.Sequence, ok, err, want)
+		}
+	}
+	if _, ok, err := subscription.Next(ctx, 0); ok || err != nil {
+		t.Fatalf("Next(0) with nothing at hand = %v, %v; want nothing", ok, err)
+	}
+	// Following: a batch appended at once is handed over together.
+	entries := make([]emq.LogEntry, 3)
+	for i := range entries {
+		entries[i] = emq.LogEntry{ID: "ev", Type: string(orders.EventBalance), Data: []byte(`{"asset":"USD"}`)}
+	}
+	if _, err := queue.AppendLog(ctx, "acct", emq.LogSource{}, entries); err != nil {
+		t.Fatal(err)
+	}
+	if event, ok, err := subscription.Next(ctx, 5*time.Second); err != nil || !ok || event.Sequence != 4 {
+		t.Fatalf("Next = %d, %v, %v; want event 4", event.Sequence, ok, err)
+	}
+	for _, want := range []int64{5, 6} {
+		if !subscription.Ready() {
+			t.Fatalf("before event %d: not ready", want)
+		}
+		if event, ok, err := subscription.Next(ctx, 0); err != nil || !ok || event.Sequence != want {
+			t.Fatalf("Next(0) = %d, %v, %v; want event %d", event.Sequence, ok, err, want)
+		}
+	}
+	if subscription.Ready() {
+		t.Error("ready with nothing at hand")
+	}
+}
