@@ -457,6 +457,11 @@ func TestSubscriptionReadyTellsTheEventsAtHand(t *testing.T) {
 		t.Fatalf("Next = %d, %v, %v; want event 4", event.Sequence, ok, err)
 	}
 	for _, want := range []int64{5, 6} {
+		// The tail loop hands the batch's events over one by one: the
+		// reader may take the first before the next is in.
+		for deadline := time.Now().Add(time.Second); !subscription.Ready() && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
 		if !subscription.Ready() {
 			t.Fatalf("before event %d: not ready", want)
 		}
