@@ -222,16 +222,7 @@ func (q *Queue) ReadLogs(ctx context.Context, after map[string]int64, count int6
 	if len(after) == 0 {
 		return map[string][]LogEvent{}, nil
 	}
-	streams := make([]string, len(after), 2*len(after))
-	groups := make(map[string]string, len(after))
-	i := 0
-	for group, sequence := range after {
-		key := q.logKey(group)
-		streams[i] = key
-		streams = append(streams, strconv.FormatInt(sequence, 10)+"-0")
-		groups[key] = group
-		i++
-	}
+	streams, groups := logStreams(q, after)
 	// Block -1: no BLOCK argument, so XREAD answers at once.
 	read, err := q.client.rdb.XRead(ctx, &redis.XReadArgs{Streams: streams, Count: count, Block: -1}).Result()
 	if errors.Is(err, redis.Nil) {
@@ -240,11 +231,78 @@ func (q *Queue) ReadLogs(ctx context.Context, after map[string]int64, count int6
 	if err != nil {
 		return nil, fmt.Errorf("emq: read %d logs on %s: %w", len(after), q.name, err)
 	}
+	return logReads(read, groups), nil
+}
+
+// ReadLogsAndChanges is ReadLogs together with a look, without waiting,
+// at the appends announced after position on the change stream (up to
+// changes of them, and the position after the last): one round trip for a
+// reader that follows many logs to read those that changed and learn of
+// the next changes, where a read and then a wait would take two while
+// appends keep coming.
+func (q *Queue) ReadLogsAndChanges(ctx context.Context, after map[string]int64, count int64, position string, changes int64) (map[string][]LogEvent, []LogChange, string, error) {
+	if len(after) == 0 {
+		return map[string][]LogEvent{}, nil, position, nil
+	}
+	streams, groups := logStreams(q, after)
+	pipe := q.client.rdb.Pipeline()
+	logs := pipe.XRead(ctx, &redis.XReadArgs{Streams: streams, Count: count, Block: -1})
+	announced := pipe.XRead(ctx, &redis.XReadArgs{Streams: []string{q.logChangesKey(), position}, Count: changes, Block: -1})
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, nil, position, fmt.Errorf("emq: read %d logs and their changes on %s: %w", len(after), q.name, err)
+	}
+	read, err := logs.Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, nil, position, fmt.Errorf("emq: read %d logs on %s: %w", len(after), q.name, err)
+	}
+	next, err := announced.Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, nil, position, fmt.Errorf("emq: read log changes on %s: %w", q.name, err)
+	}
+	found, position := logChangesOf(next, position)
+	return logReads(read, groups), found, position, nil
+}
+
+// logStreams is XREAD's streams argument for reading each group's log
+// after the sequence given, and the groups by their log's key.
+func logStreams(q *Queue, after map[string]int64) (streams []string, groups map[string]string) {
+	streams = make([]string, len(after), 2*len(after))
+	groups = make(map[string]string, len(after))
+	i := 0
+	for group, sequence := range after {
+		key := q.logKey(group)
+		streams[i] = key
+		streams = append(streams, strconv.FormatInt(sequence, 10)+"-0")
+		groups[key] = group
+		i++
+	}
+	return streams, groups
+}
+
+// logReads is an XREAD of logs by group.
+func logReads(read []redis.XStream, groups map[string]string) map[string][]LogEvent {
 	events := make(map[string][]LogEvent, len(read))
 	for _, stream := range read {
 		events[groups[stream.Stream]] = logEventsOf(stream.Messages)
 	}
-	return events, nil
+	return events
+}
+
+// logChangesOf is an XREAD of the change stream as changes, and the
+// position after the last (position when there is none).
+func logChangesOf(read []redis.XStream, position string) ([]LogChange, string) {
+	var changes []LogChange
+	for _, stream := range read {
+		for _, message := range stream.Messages {
+			change := LogChange{}
+			change.Group, _ = message.Values["g"].(string)
+			text, _ := message.Values["s"].(string)
+			change.Sequence, _ = strconv.ParseInt(text, 10, 64)
+			changes = append(changes, change)
+			position = message.ID
+		}
+	}
+	return changes, position
 }
 
 // LogChange announces an append: group's log was given sequence Sequence
@@ -284,17 +342,7 @@ func (q *Queue) WaitLogChanges(ctx context.Context, position string, block time.
 	if err != nil {
 		return nil, position, fmt.Errorf("emq: wait for log changes on %s: %w", q.name, err)
 	}
-	var changes []LogChange
-	for _, stream := range read {
-		for _, message := range stream.Messages {
-			change := LogChange{}
-			change.Group, _ = message.Values["g"].(string)
-			text, _ := message.Values["s"].(string)
-			change.Sequence, _ = strconv.ParseInt(text, 10, 64)
-			changes = append(changes, change)
-			position = message.ID
-		}
-	}
+	changes, position := logChangesOf(read, position)
 	return changes, position, nil
 }
 

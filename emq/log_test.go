@@ -262,3 +262,46 @@ func TestLogAppendAnnouncesItsLastEntryOnce(t *testing.T) {
 		t.Errorf("changes = %v, want %v", changes, want)
 	}
 }
+
+// ReadLogsAndChanges reads the logs and, in the same round trip, the
+// changes announced after a position, without waiting for any.
+func TestReadLogsAndChangesLooksAtTheNextChanges(t *testing.T) {
+	ctx := context.Background()
+	queue, _ := newQueue(t)
+	start, err := queue.LogChangesPosition(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, group := range []string{"a", "b"} {
+		if _, err := queue.AppendLog(ctx, group, emq.LogSource{}, []emq.LogEntry{{ID: group + "1", Type: "t"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end, err := queue.LogChangesPosition(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		position string
+		want     []emq.LogChange
+		next     string
+	}{
+		{"changes after the position", start, []emq.LogChange{{Group: "a", Sequence: 1}, {Group: "b", Sequence: 1}}, end},
+		{"none after the end", end, nil, end},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			read, changes, position, err := queue.ReadLogsAndChanges(ctx, map[string]int64{"a": 0, "c": 0}, 10, tt.position, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(read) != 1 || !slices.Equal(logged(read["a"]), []string{"1 a1"}) {
+				t.Errorf("read = %v, want a's entry alone", read)
+			}
+			if !slices.Equal(changes, tt.want) || position != tt.next {
+				t.Errorf("changes = %v at %q, want %v at %q", changes, position, tt.want, tt.next)
+			}
+		})
+	}
+}

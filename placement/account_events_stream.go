@@ -328,8 +328,12 @@ func (e *eventShard) tail() {
 	defer e.loops.Done()
 	retry, checked := time.Duration(0), time.Now()
 	position, missed := "", false
-	// announced counts the changes the waits gave since the last reconcile.
+	// announced counts the changes the waits gave since the last reconcile;
+	// ahead holds those the last read of the logs found after position,
+	// taken without a wait (ahead is true when it looked and found some).
 	announced := 0
+	var next []emq.LogChange
+	ahead := false
 	for {
 		e.mu.Lock()
 		if e.closed || len(e.followed) == 0 {
@@ -341,12 +345,18 @@ func (e *eventShard) tail() {
 
 		var changes []emq.LogChange
 		var err error
-		if position == "" {
+		switch {
+		case position == "":
 			// Whatever was appended before the position is read from the
 			// logs themselves, below.
 			position, err = e.queue.LogChangesPosition(e.stop)
 			missed = true
-		} else {
+			ahead = false
+		case ahead:
+			// While appends keep coming, the read of the logs brought the
+			// next changes: no wait, and one round trip a turn.
+			changes, ahead = next, false
+		default:
 			changes, position, err = e.queue.WaitLogChanges(e.stop, position, e.block, changePage)
 		}
 		if err != nil {
@@ -381,7 +391,12 @@ func (e *eventShard) tail() {
 			}
 			checked, missed, announced = time.Now(), false, 0
 		}
-		e.readChanged(changed)
+		if position != "" {
+			next, position = e.readChanged(changed, position)
+			ahead = len(next) > 0
+		} else {
+			e.readChanged(changed, "")
+		}
 	}
 }
 
@@ -400,27 +415,40 @@ func (e *eventShard) changed(changes []emq.LogChange) map[string]int64 {
 }
 
 // readChanged reads the logs of the accounts changed names, after the
-// position given for each, page by page, and hands out their events.
-func (e *eventShard) readChanged(changed map[string]int64) {
+// position given for each, page by page, and hands out their events. With
+// a position on the change stream, each read also looks at the changes
+// announced after it, without waiting: it returns them and the position
+// after them (none and position when there are none, or no read was made).
+func (e *eventShard) readChanged(changed map[string]int64, position string) ([]emq.LogChange, string) {
+	var next []emq.LogChange
 	for len(changed) > 0 {
-		read, err := e.queue.ReadLogs(e.stop, changed, eventPage)
+		var read map[string][]emq.LogEvent
+		var err error
+		if position == "" {
+			read, err = e.queue.ReadLogs(e.stop, changed, eventPage)
+		} else {
+			var found []emq.LogChange
+			read, found, position, err = e.queue.ReadLogsAndChanges(e.stop, changed, eventPage, position, changePage)
+			next = append(next, found...)
+		}
 		if err != nil {
 			// The next reconcile finds them behind again.
 			if e.stop.Err() == nil {
 				e.logger.Warn("event streams: reading the account logs failed", "accounts", len(changed), "err", err)
 			}
-			return
+			return next, position
 		}
 		again := e.hand(read, changed)
-		next := map[string]int64{}
+		more := map[string]int64{}
 		for name, entries := range read {
 			if len(entries) == eventPage {
-				next[name] = entries[len(entries)-1].Sequence
+				more[name] = entries[len(entries)-1].Sequence
 			}
 		}
-		maps.Copy(next, again)
-		changed = next
+		maps.Copy(more, again)
+		changed = more
 	}
+	return next, position
 }
 
 // reconcile returns the loop's position in the log of each followed
