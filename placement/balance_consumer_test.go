@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -530,4 +531,84 @@ func TestSingleEntryJobsQueuedBeforeAnUpgradeAreConsumed(t *testing.T) {
 		}
 	}
 	f.assertCacheCurrent(t, []string{orders.BalanceName(account, "USD"), orders.BalanceName(account, "BTC"), orders.BalanceName(account, "ETH")})
+}
+
+// TestAJobAnsweredDoneHasEveryEntryCached attacks the job form: jobs that
+// list names of one account at several versions, handled at once, some of
+// them cancelled mid-job (a lost lease) and handled again. A job answered
+// nil must find every entry's balance cached at the entry's version or a
+// newer one, whichever job's delivery of a name the batch applied.
+func TestAJobAnsweredDoneHasEveryEntryCached(t *testing.T) {
+	const versions, jobs = 4, 48
+	f := newCoherenceFixture(t)
+	names := f.fundNames(t, 6, []string{"USD", "BTC"}, versions)
+	random := rand.New(rand.NewPCG(1, 2))
+	payloads := make([][]string, jobs)
+	for i := range payloads {
+		seen := map[string]bool{}
+		for range 1 + random.IntN(12) {
+			line := payloadOf(names[random.IntN(len(names))], 1+random.Int64N(versions))
+			if !seen[line] {
+				seen[line] = true
+				payloads[i] = append(payloads[i], line)
+			}
+		}
+		slices.Sort(payloads[i])
+	}
+	delays := make([]time.Duration, jobs)
+	for i := range delays {
+		delays[i] = time.Duration(random.IntN(3)) * time.Millisecond
+	}
+	var (
+		mu     sync.Mutex
+		stale  []string
+		failed []error
+	)
+	start := make(chan struct{})
+	var handling sync.WaitGroup
+	for i, lines := range payloads {
+		handling.Go(func() {
+			<-start
+			claim := emq.Claim{ID: "JOB_" + strconv.Itoa(i), Kind: placement.KindBalanceCoherence, Group: "shard.0",
+				Payload: []byte(strings.Join(lines, "\n")), Token: 1}
+			for attempt := 0; ; attempt++ {
+				ctx, cancel := context.WithCancelCause(context.Background())
+				if attempt == 0 && i%3 == 0 {
+					// The lease is lost while the job's entries wait.
+					time.AfterFunc(delays[i], func() { cancel(emq.ErrLeaseLost) })
+				}
+				err := f.consumer.Handle(ctx, claim)
+				cancel(nil)
+				if err != nil {
+					if errors.Is(err, emq.ErrLeaseLost) && attempt < 3 {
+						continue
+					}
+					mu.Lock()
+					failed = append(failed, fmt.Errorf("job %d attempt %d: %w", i, attempt, err))
+					mu.Unlock()
+					return
+				}
+				break
+			}
+			for _, line := range lines {
+				at := strings.LastIndexByte(line, '@')
+				version, _ := strconv.ParseInt(line[at+1:], 10, 64)
+				account, asset, _ := strings.Cut(strings.TrimPrefix(line[:at], placement.BalancesTable+":"), ":")
+				cached, err := f.caches.ReadCache(context.Background(), placement.BalanceCacheKey(account))
+				mu.Lock()
+				if err != nil {
+					failed = append(failed, err)
+				} else if cached[asset].Version < version {
+					stale = append(stale, fmt.Sprintf("job %d done with %s cached at %d", i, line, cached[asset].Version))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	handling.Wait()
+	if len(failed) > 0 || len(stale) > 0 {
+		t.Fatalf("failed: %v\nstale: %v", failed, stale)
+	}
+	f.assertCacheCurrent(t, names)
 }
