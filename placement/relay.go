@@ -65,7 +65,8 @@ const (
 	markInterval = 200 * time.Millisecond
 	// mostUnmarked bounds the carried rows waiting to be marked (PostgreSQL
 	// down, say); past it rows are not kept, and the sweep carries them
-	// again, which the job mode's dedup key makes a no-op.
+	// again: harmless, the fill being conditional on the version, but not
+	// a dedup hit unless the sweep groups them as the relay did.
 	mostUnmarked = 50_000
 )
 
@@ -217,8 +218,10 @@ func (r *OutboxRelay) Declare(ctx context.Context) error {
 // While KeepSweeping runs, the marking is left to it: it marks every row
 // carried since its last tick in one statement, instead of a transaction per
 // settlement. A row carried but not marked (the process died first) is
-// carried again by the sweep, and the job mode's dedup key turns that into
-// a no-op, so the deferral risks nothing but a second admission attempt.
+// carried again by the sweep, which groups rows by age, not by settlement:
+// its job is a dedup hit only when it lists the same entries, and otherwise
+// costs one more read and fill per name, which the conditional fill makes
+// harmless. The deferral risks nothing but that.
 func (r *OutboxRelay) Relay(ctx context.Context, entries []orders.OutboxEntry) {
 	if len(entries) == 0 {
 		return
@@ -233,8 +236,8 @@ func (r *OutboxRelay) Relay(ctx context.Context, entries []orders.OutboxEntry) {
 		return
 	}
 	if err := r.db.MarkRelayed(ctx, carried); err != nil {
-		// Carried but not marked: the sweep carries them again, and the
-		// job mode's dedup key turns that into a no-op.
+		// Carried but not marked: the sweep carries them again, a
+		// second job unless it groups them the same; harmless.
 		r.logger.Warn("outbox rows carried but not marked relayed", "entries", len(carried), "err", err)
 	}
 }
