@@ -393,6 +393,15 @@ func (r *OutboxRelay) carry(ctx context.Context, entries []orders.OutboxEntry) (
 			carried = append(carried, entry)
 		}
 	}
+	// The accounts' events go beside the coherence jobs, not after them:
+	// a trader's order events need not wait for the balance cache's
+	// round trips, which the consumer applies later anyway.
+	var appended []orders.OutboxEntry
+	var appendErr error
+	var appending sync.WaitGroup
+	if len(events) > 0 {
+		appending.Go(func() { appended, appendErr = r.appendEvents(ctx, events) })
+	}
 	for table, entries := range jobs {
 		admitted, err := r.admit(ctx, table, entries)
 		carried = append(carried, admitted...)
@@ -400,12 +409,10 @@ func (r *OutboxRelay) carry(ctx context.Context, entries []orders.OutboxEntry) (
 			errs = append(errs, err)
 		}
 	}
-	if len(events) > 0 {
-		appended, err := r.appendEvents(ctx, events)
-		carried = append(carried, appended...)
-		if err != nil {
-			errs = append(errs, err)
-		}
+	appending.Wait()
+	carried = append(carried, appended...)
+	if appendErr != nil {
+		errs = append(errs, appendErr)
 	}
 	return carried, errors.Join(errs...)
 }
