@@ -268,16 +268,7 @@ func (q *Queue) TakeLogChanges(ctx context.Context, share, reader string, block 
 	if err != nil {
 		return nil, fmt.Errorf("emq: take log changes for %s of %s on %s: %w", reader, share, q.name, err)
 	}
-	var changes []LogChange
-	for _, stream := range read {
-		for _, message := range stream.Messages {
-			change := LogChange{}
-			change.Group, _ = message.Values["g"].(string)
-			text, _ := message.Values["s"].(string)
-			change.Sequence, _ = strconv.ParseInt(text, 10, 64)
-			changes = append(changes, change)
-		}
-	}
+	changes, _ := logChangesOf(read, "")
 	return changes, nil
 }
 
