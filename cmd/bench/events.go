@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/cpuprofile"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
@@ -281,7 +282,7 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 		}
 		stopProfile := func() error { return nil }
 		if c.eventsCPUProfile != "" {
-			if stopProfile, err = startCPUProfile(c.eventsCPUProfile + ".bench"); err != nil {
+			if stopProfile, err = cpuprofile.Start(c.eventsCPUProfile + ".bench"); err != nil {
 				return r, err
 			}
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ordergate/ordergate/internal/cpuprofile"
 	"github.com/ordergate/ordergate/lua"
 )
 
@@ -133,7 +134,7 @@ func (g *goProfiles) start(run string) error {
 		}
 	}
 	if g.cpuPath != "" {
-		stop, err := startCPUProfile(g.cpuPath + "." + run)
+		stop, err := cpuprofile.Start(g.cpuPath + "." + run)
 		if err != nil {
 			return err
 		}

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/cpuprofile"
 	"github.com/ordergate/ordergate/internal/jsonlog"
 	"github.com/ordergate/ordergate/migrations"
 )
@@ -306,7 +305,7 @@ func (e *env) admission(ctx context.Context, c config, r *report, progress func(
 	}
 	if c.cpuProfile != "" {
 		progress("admission closed loop under the CPU profiler for %s (not counted)…", c.duration)
-		stopProfile, err := startCPUProfile(c.cpuProfile)
+		stopProfile, err := cpuprofile.Start(c.cpuProfile)
 		if err != nil {
 			return err
 		}
@@ -338,21 +337,4 @@ func (e *env) admission(ctx context.Context, c config, r *report, progress func(
 		r.Sweep = append(r.Sweep, openLoop(ctx, name, rate, senders, c.sweepDuration, progress, client.place))
 	}
 	return ctx.Err()
-}
-
-// startCPUProfile profiles the process's CPU into path until the returned
-// stop.
-func startCPUProfile(path string) (stop func() error, err error) {
-	file, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(file); err != nil {
-		file.Close()
-		return nil, err
-	}
-	return func() error {
-		pprof.StopCPUProfile()
-		return file.Close()
-	}, nil
 }

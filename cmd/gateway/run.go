@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"runtime/pprof"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -21,6 +19,7 @@ import (
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/gateway"
+	"github.com/ordergate/ordergate/internal/cpuprofile"
 	"github.com/ordergate/ordergate/internal/environ"
 	"github.com/ordergate/ordergate/internal/jsonlog"
 	"github.com/ordergate/ordergate/internal/metricsserver"
@@ -161,7 +160,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	logger, logDone := jsonlog.ProcessLogger(stdout, c.logLevel, c.logFlush)
 	defer logDone()
 	if c.cpuProfile != "" {
-		stop, err := startCPUProfile(c.cpuProfile)
+		stop, err := cpuprofile.Start(c.cpuProfile)
 		if err != nil {
 			return fmt.Errorf("cpu profile: %w", err)
 		}
@@ -362,21 +361,4 @@ func trackedCaches(c config, queueClient *emq.Client, metrics prometheus.Registe
 		return nil
 	}
 	return local
-}
-
-// startCPUProfile profiles the process's CPU into path until the returned
-// stop.
-func startCPUProfile(path string) (stop func() error, err error) {
-	file, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(file); err != nil {
-		file.Close()
-		return nil, err
-	}
-	return func() error {
-		pprof.StopCPUProfile()
-		return file.Close()
-	}, nil
 }
