@@ -493,10 +493,22 @@ func coherenceJobs(entries []orders.OutboxEntry, size int) (jobs []emq.Job, carr
 	if len(entries) == 0 {
 		return nil, nil
 	}
-	sorted := slices.Clone(entries)
-	slices.SortFunc(sorted, func(a, b orders.OutboxEntry) int {
-		return cmp.Or(strings.Compare(a.Name, b.Name), cmp.Compare(payloadVersion(a), payloadVersion(b)))
+	// Each payload's version is read once, not at every comparison.
+	type versioned struct {
+		entry   orders.OutboxEntry
+		version int64
+	}
+	byName := make([]versioned, len(entries))
+	for i, entry := range entries {
+		byName[i] = versioned{entry, payloadVersion(entry)}
+	}
+	slices.SortFunc(byName, func(a, b versioned) int {
+		return cmp.Or(strings.Compare(a.entry.Name, b.entry.Name), cmp.Compare(a.version, b.version))
 	})
+	sorted := make([]orders.OutboxEntry, len(byName))
+	for i, v := range byName {
+		sorted[i] = v.entry
+	}
 	table, group := outboxTableAndGroup(sorted[0].Name)
 	lane := "shard." + strconv.Itoa(shardOf(group, CoherenceShards))
 	var payload strings.Builder
