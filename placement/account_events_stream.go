@@ -391,12 +391,8 @@ func (e *eventShard) tail() {
 			}
 			checked, missed, announced = time.Now(), false, 0
 		}
-		if position != "" {
-			next, position = e.readChanged(changed, position)
-			ahead = len(next) > 0
-		} else {
-			e.readChanged(changed, "")
-		}
+		next, position = e.readChanged(changed, position)
+		ahead = len(next) > 0
 	}
 }
 
