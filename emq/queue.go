@@ -250,30 +250,27 @@ func (q *Queue) admitCall(job Job, now time.Time) (scriptpipe.Call, error) {
 			q.admitKeyArgs[i] = key
 		}
 	})
-	// The keys and their boxed twins (scriptpipe.Call.KeyArgs) grow in step.
 	keys := append(make([]string, 0, 13+len(others)), q.admitKeys[:]...)
-	keyArgs := append(make([]any, 0, 13+len(others)), q.admitKeyArgs[:]...)
 	keys[2] = q.laneKey(job.Group)
-	keyArgs[2] = keys[2]
 	keys = append(keys, window)
 	keys = append(keys, others...)
-	for _, key := range keys[len(keyArgs):] {
-		keyArgs = append(keyArgs, key)
-	}
 	args := []any{job.ID, job.Kind, job.Group, job.Payload, job.Fingerprint, dedupDigest(dedup), expireAt, settings.text}
 	if limit := job.RateLimit; limit != nil {
 		keys = append(keys, q.BucketKey(limit.Bucket))
-		keyArgs = append(keyArgs, keys[len(keys)-1])
 		args = append(args, limit.Limit.Capacity, limit.Limit.PerSecond)
 	} else if job.Log != nil {
 		args = append(args, "", "")
 	}
 	if entry := job.Log; entry != nil {
 		keys = append(keys, q.logKey(job.Group), q.logSequencesKey(), q.logChangesKey())
-		for _, key := range keys[len(keyArgs):] {
-			keyArgs = append(keyArgs, key)
-		}
 		args = append(args, entry.ID, entry.Type, entry.Data)
+	}
+	// The keys boxed as arguments (scriptpipe.Call.KeyArgs): the fixed ones
+	// were boxed once, the job's lane and the rest are boxed here.
+	keyArgs := append(make([]any, 0, len(keys)), q.admitKeyArgs[:]...)
+	keyArgs[2] = keys[2]
+	for _, key := range keys[len(keyArgs):] {
+		keyArgs = append(keyArgs, key)
 	}
 	return scriptpipe.Call{Keys: keys, Args: args, KeyArgs: keyArgs}, nil
 }
