@@ -61,6 +61,9 @@ type eventsResult struct {
 	GatewayBytesPerStream float64 `json:"gateway_bytes_per_idle_stream"`
 	RedisBytesPerStream   float64 `json:"redis_bytes_per_idle_stream"`
 	RedisClients          int64   `json:"redis_clients_with_streams_open"`
+	// Idle is what the open streams cost the gateway with no order
+	// flowing (idleStreamsWindow).
+	Idle gatewayCost `json:"idle_streams_cost"`
 }
 
 // streamLoad is one open-loop load of the events phase.
@@ -98,6 +101,8 @@ type streamLoad struct {
 	CommitFrom string  `json:"commit_from"`
 	Commit     latency `json:"commit_to_client"`
 	Append     latency `json:"append_to_client"`
+	// Cost is what the gateway spent while the load was offered.
+	Cost gatewayCost `json:"gateway_cost"`
 }
 
 // events runs the phase. admissionPeak is the admission phase's
@@ -208,6 +213,15 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 	if r.RedisClients, err = e.redisClients(ctx); err != nil {
 		return r, err
 	}
+	idle, err := startCost(ctx, db, gatewayPID)
+	if err != nil {
+		return r, err
+	}
+	time.Sleep(idleStreamsWindow)
+	if r.Idle, err = idle.stop(ctx); err != nil {
+		return r, err
+	}
+	progress("events: %d idle streams: %s", eventStreams, r.Idle)
 
 	keyOf := make(map[string]int, len(accounts))
 	for i, account := range accounts {
@@ -230,6 +244,10 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 		streams.follow(track)
 		client := newOrderClient(base+"/v1/orders", keys, prefix, 128)
 		defer client.close()
+		cost, err := startCost(ctx, db, gatewayPID)
+		if err != nil {
+			return l, err
+		}
 		l.Admission = openLoopAt(ctx, "events: "+name, rate, 128, duration, progress, func(ctx context.Context, i int, scheduled time.Time) error {
 			err := client.placeBody(ctx, keyOf[backlog[i].cmd.Account], bodies[i])
 			track.sent(i, scheduled, err == nil)
@@ -242,6 +260,9 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 			progress("events: %s: %d placements failed, the first: %s", name, l.Admission.Errors, l.Admission.FirstError)
 		}
 		ended := time.Now()
+		if l.Cost, err = cost.stop(ctx); err != nil {
+			return l, err
+		}
 		if l.Backlog, err = backlogOf(ctx, queues); err != nil {
 			return l, err
 		}
@@ -273,6 +294,7 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 		progress("events: %s: %d orders at %.0f/s (%.0f offered), backlog %d at the end, drained in %.1f s; placement → decided p50 %.1f p99 %.1f max %.1f ms (%d undecided); commit → client p50 %.1f p99 %.1f ms; append → client p50 %.1f p99 %.1f ms",
 			name, l.Admission.Orders, l.Admission.PerSecond, rate, l.Backlog, l.DrainSeconds, l.Decided.P50Ms, l.Decided.P99Ms, l.Decided.MaxMs, l.Undecided,
 			l.Commit.P50Ms, l.Commit.P99Ms, l.Append.P50Ms, l.Append.P99Ms)
+		progress("events: %s: %s", name, l.Cost)
 		return l, nil
 	}
 	if c.sustainedDuration > 0 {
@@ -667,8 +689,11 @@ func (r eventsResult) markdown() string {
 	})
 	row("append to the account's log → client, every event", func(l streamLoad) string { return quantiles(l.Append) })
 	row("events received", func(l streamLoad) string { return strconv.FormatInt(l.Events, 10) })
-	fmt.Fprintf(&b, "\nAn idle stream costs the gateway %.0f B of resident memory and Redis %.0f B; Redis had %d connections with every stream open.\n\n",
-		r.GatewayBytesPerStream, r.RedisBytesPerStream, r.RedisClients)
+	row("gateway CPU s/s; PostgreSQL key lookups/s, during the load", func(l streamLoad) string {
+		return fmt.Sprintf("%.3f; %.0f", l.Cost.CPUPerSecond, l.Cost.KeyLookupsPerSecond)
+	})
+	fmt.Fprintf(&b, "\nAn idle stream costs the gateway %.0f B of resident memory and Redis %.0f B; Redis had %d connections with every stream open. The idle streams together cost the gateway %.3f s of CPU a second and PostgreSQL %.0f key lookups a second.\n\n",
+		r.GatewayBytesPerStream, r.RedisBytesPerStream, r.RedisClients, r.Idle.CPUPerSecond, r.Idle.KeyLookupsPerSecond)
 	return b.String()
 }
 
