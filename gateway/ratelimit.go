@@ -32,8 +32,11 @@ const keyBucketPrefix = "key:"
 func keyDigest(key string) string {
 	var buf [96]byte // hashed from the stack, as orders.KeyHash does
 	sum := sha256.Sum256(append(buf[:0], key...))
-	return hex.EncodeToString(sum[:16])
+	return hex.EncodeToString(sum[:keyDigestBytes])
 }
+
+// keyDigestBytes is how much of a key's SHA-256 its digest holds.
+const keyDigestBytes = 16
 
 // rateLimit takes a permit from the authenticated key's bucket before the
 // request is served, and refuses it with 429 when the bucket is empty. Every

@@ -221,7 +221,7 @@ func New(deps Deps, config Config) *Server {
 		limitText:   strconv.Itoa(config.RateLimitBurst),
 	}
 	s.refusals = newRefusalLog(s.logger, s.metrics.refusalsUnlogged.Inc)
-	s.streams.server = s
+	s.streams.watch(s, deps.Accounts)
 	s.keys, _ = deps.Accounts.(KeyRecognizer)
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"sync"
@@ -15,23 +17,46 @@ import (
 )
 
 // An event stream is authorized when it opens, and lives for hours. So the
-// gateway keeps its open streams by API key, and a loop re-checks each key
-// with a stream every streamCheckInterval, through the very lookup a
-// request's authentication makes (the key cache: its local copy answers
-// from memory, and a revocation raises the key's stamp, which drops the
-// copy on every gateway). A key found revoked, or without the read scope,
-// has its streams ended at once, each with a last comment saying why. The
-// same loop renews the streams' seats (placement.StreamSeats), which cap
-// the streams open per key and per client address across gateways.
+// gateway keeps its open streams by API key and checks each key again
+// through the very lookup a request's authentication makes (the key
+// cache), when the cache's answer about it is due: a key revoked while
+// the gateway heard the revocation's broadcast is checked at once (the
+// cache tells the registry, NotifyRevocations), and one whose broadcast
+// this gateway missed, or whose scopes changed, when the cache would
+// next ask PostgreSQL anyway, a KEY_CACHE_TTL after it last did. Checking
+// every key on a fixed short cadence instead cost ≈ 10 % of a gateway's
+// CPU with 1,000 streams open, whatever the order rate
+// (docs/performance.md, "Stream key checks"). A key found revoked, or
+// without the read scope, has its streams ended at once, each with a last
+// comment saying why. The same loop renews the streams' seats
+// (placement.StreamSeats), which cap the streams open per key and per
+// client address across gateways.
 
-// streamCheckInterval is how often the keys of open streams are checked:
-// a revoked key's streams end within about this long of the revocation
-// reaching the key cache.
-const streamCheckInterval = 500 * time.Millisecond
+// streamCheckInterval is how often the loop looks for keys due a check
+// (and seats due a renewal): a key is checked at most this long after
+// its answer is due.
+const streamCheckInterval = 100 * time.Millisecond
+
+// streamPollInterval is how often a key is checked when the gateway's
+// Authenticator does not say until when its answers stand.
+const streamPollInterval = 500 * time.Millisecond
+
+// streamRetryInterval is how soon a key whose check failed (PostgreSQL
+// down past the key cache's stale-if-error period) is checked again.
+const streamRetryInterval = time.Second
 
 // streamCheckTimeout bounds one round of checks: keys not checked within
-// it (PostgreSQL hanging) keep their streams until the next round.
+// it (PostgreSQL hanging) keep their streams until they are retried.
 const streamCheckTimeout = 2 * time.Second
+
+// KeyWatcher is an Authenticator that says until when its answer about a
+// key stands, and tells of the revocations it hears (placement.KeyCache):
+// the gateway then checks its streams' keys when their answers are due
+// rather than every streamPollInterval.
+type KeyWatcher interface {
+	AuthenticateUntil(ctx context.Context, key string) (orders.Caller, time.Time, error)
+	NotifyRevocations(notify func(hash [sha256.Size]byte))
+}
 
 // streamEndGrace is how long an ended stream has to write its last
 // comment and return before its connection's write deadline is put in the
@@ -85,12 +110,54 @@ type streamRegistry struct {
 	seatsMu sync.RWMutex
 	// failures keeps a failing check or renewal from logging every round.
 	failures outage.Sparse
+
+	// watcher is the server's Authenticator when it is a KeyWatcher.
+	watcher KeyWatcher
+	// wake has the loop look for due keys at once: one was revoked.
+	wake chan struct{}
 }
 
 type keyStreams struct {
 	// key is the API key as sent, for the check's lookup.
-	key     string
+	key string
+	// due is when the key is next checked: when the answer of its last
+	// check stops standing; zero at the loop's next round.
+	due time.Time
+	// heard counts the revocations of the key heard: a check that began
+	// before one does not put the next check off.
+	heard   uint64
 	streams map[*openStream]struct{}
+}
+
+// watch has the registry follow the revocations accounts hears, if it
+// tells of them.
+func (r *streamRegistry) watch(s *Server, accounts Authenticator) {
+	r.server = s
+	r.wake = make(chan struct{}, 1)
+	if watcher, ok := accounts.(KeyWatcher); ok {
+		r.watcher = watcher
+		watcher.NotifyRevocations(r.revoked)
+	}
+}
+
+// revoked has the key with this hash checked at once, if it has a stream
+// open here. It runs on the key cache's broadcast loop, so it never waits
+// for the check.
+func (r *streamRegistry) revoked(hash [sha256.Size]byte) {
+	digest := hex.EncodeToString(hash[:keyDigestBytes])
+	r.mu.Lock()
+	k := r.keys[digest]
+	if k != nil {
+		k.due = time.Time{}
+		k.heard++
+	}
+	r.mu.Unlock()
+	if k != nil {
+		select {
+		case r.wake <- struct{}{}:
+		default: // a wake is pending already
+		}
+	}
 }
 
 // join follows stream, whose key is key, and starts the loop if it is not
@@ -130,44 +197,63 @@ func (r *streamRegistry) leave(stream *openStream) {
 	r.server.closeSeats(stream.seat)
 }
 
-// check is the loop: every streamCheckInterval it checks each key with an
-// open stream, ends the streams of those revoked or without the read
-// scope, and renews the seats when due. It returns once no stream is open.
+// check is the loop: every streamCheckInterval, or at once when a key
+// with a stream was revoked, it checks each key whose check is due, ends
+// the streams of those revoked or without the read scope, and renews the
+// seats when due. It returns once no stream is open.
 func (r *streamRegistry) check() {
 	ticker := time.NewTicker(streamCheckInterval)
 	defer ticker.Stop()
-	for range ticker.C {
+	for {
+		select {
+		case <-ticker.C:
+		case <-r.wake:
+		}
 		r.mu.Lock()
 		if len(r.keys) == 0 {
 			r.checking = false
 			r.mu.Unlock()
 			return
 		}
-		keys := make(map[string]string, len(r.keys))
+		now := time.Now()
+		var due []dueKey
 		for digest, k := range r.keys {
-			keys[digest] = k.key
+			if !now.Before(k.due) {
+				due = append(due, dueKey{digest: digest, streams: k, heard: k.heard})
+			}
 		}
-		renew := time.Since(r.renewed) >= placement.StreamSeatRenewal
+		renew := now.Sub(r.renewed) >= placement.StreamSeatRenewal
 		if renew {
-			r.renewed = time.Now()
+			r.renewed = now
 		}
 		r.mu.Unlock()
-		r.checkKeys(keys)
+		if len(due) > 0 {
+			r.checkKeys(due)
+		}
 		if renew {
 			r.renewSeats()
 		}
 	}
 }
 
-// checkKeys looks each key up as a request's authentication does and ends
-// the streams of a key revoked or without the read scope. A lookup that
-// fails (PostgreSQL down past the key cache's stale-if-error period) ends nothing:
-// a key cannot be revoked while PostgreSQL is down.
-func (r *streamRegistry) checkKeys(keys map[string]string) {
+// dueKey is a key due a check, by its digest, with the revocations of it
+// heard when the check began.
+type dueKey struct {
+	digest  string
+	streams *keyStreams
+	heard   uint64
+}
+
+// checkKeys looks each key up as a request's authentication does, ends
+// the streams of a key revoked or without the read scope, and sets when
+// each is next checked. A lookup that fails (PostgreSQL down past the key
+// cache's stale-if-error period) ends nothing: a key cannot be revoked
+// while PostgreSQL is down.
+func (r *streamRegistry) checkKeys(keys []dueKey) {
 	ctx, cancel := context.WithTimeout(context.Background(), streamCheckTimeout)
 	defer cancel()
-	for digest, key := range keys {
-		caller, err := r.server.accounts.Authenticate(ctx, key)
+	for _, k := range keys {
+		caller, until, err := r.authenticate(ctx, k.streams.key)
 		var end *streamEnd
 		switch {
 		case errors.Is(err, orders.ErrUnauthenticated):
@@ -176,14 +262,28 @@ func (r *streamRegistry) checkKeys(keys map[string]string) {
 			if r.failures.Allow() {
 				r.server.logger.Warn("event streams: an API key could not be checked; its streams go on (logged at most every 10 s)", "err", err)
 			}
-			continue
+			until = time.Now().Add(streamRetryInterval)
 		case caller.Permits(orders.ScopeRead) != nil:
 			end = endForbidden
-		default:
-			continue
 		}
-		r.end(digest, end)
+		r.mu.Lock()
+		if r.keys[k.digest] == k.streams && k.streams.heard == k.heard {
+			k.streams.due = until
+		}
+		r.mu.Unlock()
+		if end != nil {
+			r.end(k.digest, end)
+		}
 	}
+}
+
+// authenticate checks key, and says until when the answer stands.
+func (r *streamRegistry) authenticate(ctx context.Context, key string) (orders.Caller, time.Time, error) {
+	if r.watcher != nil {
+		return r.watcher.AuthenticateUntil(ctx, key)
+	}
+	caller, err := r.server.accounts.Authenticate(ctx, key)
+	return caller, time.Now().Add(streamPollInterval), err
 }
 
 // end ends every stream of the key with the digest, for why.

@@ -84,6 +84,8 @@ type KeyCache struct {
 	revocations uint64
 	// stamps, when set, reads the keys' stamps (TrackRevocations).
 	stamps StampReader
+	// notify holds what NotifyRevocations was given, under mu.
+	notify []func(hash [sha256.Size]byte)
 }
 
 type cachedKey struct {
@@ -270,9 +272,19 @@ func (c *KeyCache) StaleAnswers() uint64 { return c.staleAnswers.Load() }
 
 // Authenticate returns what requests with an active API key act as.
 func (c *KeyCache) Authenticate(ctx context.Context, key string) (orders.Caller, error) {
+	caller, _, err := c.AuthenticateUntil(ctx, key)
+	return caller, err
+}
+
+// AuthenticateUntil is Authenticate, and also says until when its answer
+// stands without PostgreSQL being asked again: a revocation heard
+// (NotifyRevocations) or a key's stamp raised may still change it sooner,
+// but nothing else. It is zero when there is no answer to keep (the
+// lookup failed and no stale copy answered, or the key is malformed).
+func (c *KeyCache) AuthenticateUntil(ctx context.Context, key string) (orders.Caller, time.Time, error) {
 	hash, ok := orders.KeyHash(key)
 	if !ok {
-		return orders.Caller{}, orders.ErrUnauthenticated
+		return orders.Caller{}, time.Time{}, orders.ErrUnauthenticated
 	}
 	now := c.now()
 	entry, found := c.entry(hash)
@@ -280,7 +292,7 @@ func (c *KeyCache) Authenticate(ctx context.Context, key string) (orders.Caller,
 	// the lookup raises it past what the answer is cached with.
 	stamp, tracked := c.stamp(ctx, hash)
 	if found && now.Before(entry.expires) && (!tracked || stamp == entry.stamp) {
-		return entry.caller, entry.err()
+		return entry.caller, entry.expires, entry.err()
 	}
 	if !tracked {
 		stamp = unknownStamp
@@ -300,21 +312,24 @@ func (c *KeyCache) Authenticate(ctx context.Context, key string) (orders.Caller,
 	if err != nil && !errors.Is(err, orders.ErrUnauthenticated) {
 		if stale && ctx.Err() == nil {
 			if answer, ok := c.answerStale(hash, revocations, now); ok {
-				return answer.caller, answer.err()
+				return answer.caller, answer.expires, answer.err()
 			}
 		}
-		return orders.Caller{}, err
+		return orders.Caller{}, time.Time{}, err
 	}
 	var caller orders.Caller
 	if err == nil {
 		caller = c.callerOf(active)
 	}
+	// An answer that raced a revocation is not kept: it stands until now.
+	until := now
 	c.mu.Lock()
 	if c.revocations == revocations {
-		c.put(hash, cachedKey{caller: caller, expires: now.Add(c.ttl), confirmed: now, stamp: stamp})
+		until = now.Add(c.ttl)
+		c.put(hash, cachedKey{caller: caller, expires: until, confirmed: now, stamp: stamp})
 	}
 	c.mu.Unlock()
-	return caller, err
+	return caller, until, err
 }
 
 // stamp reads the key's stamp; false without stamps or when it cannot be
@@ -363,7 +378,23 @@ func (c *KeyCache) forget(hashHex string) {
 	c.active.Remove(hash)
 	c.unknown.Remove(hash)
 	c.revocations++
+	notify := c.notify
 	c.mu.Unlock()
+	for _, f := range notify {
+		f(hash)
+	}
+}
+
+// NotifyRevocations has notify called with the hash of each key a
+// revocation broadcast names (FollowRevocations), once the cache dropped
+// its copy: a follower of the key, such as the gateway's event streams,
+// asks about it again at once rather than when its answer would expire.
+// A scope change is broadcast the same way, so the key may still be
+// active. notify runs on the broadcast's apply loop and must not block.
+func (c *KeyCache) NotifyRevocations(notify func(hash [sha256.Size]byte)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.notify = append(c.notify[:len(c.notify):len(c.notify)], notify)
 }
 
 // FollowRevocations drops a key from the cache as soon as a coherence

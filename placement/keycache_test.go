@@ -87,6 +87,80 @@ func TestKeyCacheServesFromMemoryUntilRevoked(t *testing.T) {
 	}
 }
 
+// TestKeyCacheSaysUntilWhenItsAnswerStands: AuthenticateUntil gives the
+// time the cache next asks PostgreSQL about the key (a ttl after it last
+// did, whatever the answer), and the cache tells NotifyRevocations of
+// each revocation broadcast it hears, with the key's hash, once its copy
+// is gone: what a follower of the key (the gateway's event streams)
+// needs to check the key only when its answer may have changed.
+func TestKeyCacheSaysUntilWhenItsAnswerStands(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	caches := coherence.New(testserver.StartRedis(t).Client(t))
+	accounts := postgres.NewAccounts(db)
+	account, err := accounts.Create(ctx, "erin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = time.Hour
+	lookups := &countingAccounts{Accounts: accounts}
+	cache := placement.NewKeyCache(lookups, ttl)
+	heard := make(chan [sha256.Size]byte, 8)
+	cache.NotifyRevocations(func(hash [sha256.Size]byte) { heard <- hash })
+	followRevocations(t, cache, caches)
+	keyID, key, err := accounts.IssueKey(ctx, account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash := sha256.Sum256([]byte(key))
+	for _, tt := range []struct {
+		name        string
+		before      func(t *testing.T)
+		wantErr     error
+		wantLookups int64
+	}{
+		{"first asked: looked up", nil, nil, 1},
+		{"asked again: from memory, until the same time", nil, nil, 0},
+		{"revoked and broadcast: told, and looked up again", func(t *testing.T) {
+			if err := control.New(db, caches).RevokeKey(ctx, keyID); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case got := <-heard:
+				if got != hash {
+					t.Errorf("told of %x, want the key's hash %x", got, hash)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("not told of the revocation within 5 s")
+			}
+		}, orders.ErrUnauthenticated, 1},
+		{"revoked, asked again: from memory", nil, orders.ErrUnauthenticated, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.before != nil {
+				tt.before(t)
+			}
+			lookedUp := lookups.n.Load()
+			asked := time.Now()
+			got, until, err := cache.AuthenticateUntil(ctx, key)
+			if !errors.Is(err, tt.wantErr) || (err == nil && got.Account != account) {
+				t.Fatalf("authenticate = %q, %v; want %v", got.Account, err, tt.wantErr)
+			}
+			if n := lookups.n.Load() - lookedUp; n != tt.wantLookups {
+				t.Errorf("%d lookups, want %d", n, tt.wantLookups)
+			}
+			// A lookup just made stands a ttl from now; one from memory
+			// stands until the lookup's ttl ran out.
+			if latest := asked.Add(ttl); until.After(latest.Add(time.Second)) || until.Before(latest.Add(-5*time.Second)) {
+				t.Errorf("stands until %v, want about a ttl from now (%v)", until, latest)
+			}
+		})
+	}
+	if _, until, err := cache.AuthenticateUntil(ctx, "not a key"); !errors.Is(err, orders.ErrUnauthenticated) || !until.IsZero() {
+		t.Errorf("a malformed key: until %v, %v; want zero, ErrUnauthenticated", until, err)
+	}
+}
+
 // TestKeyCacheAnswersStaleWhilePostgresIsDown: once lookups fail, a copy
 // PostgreSQL confirmed within the stale-if-error window still answers (a
 // known key and an unknown one alike) and the key is not asked again on
@@ -147,12 +221,18 @@ func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
 					return errors.Is(err, orders.ErrUnavailable)
 				})
 			}
-			got, err := cache.Authenticate(ctx, key)
+			asked := time.Now()
+			got, until, err := cache.AuthenticateUntil(ctx, key)
 			switch {
 			case tt.wantStale && (err != nil || got.Account != account):
 				t.Fatalf("during the outage = %q, %v; want %s from the stale copy", got.Account, err, account)
+			case tt.wantStale && (until.Before(asked) || until.After(asked.Add(ttl+time.Second))):
+				// Asked again a ttl later, not on every request.
+				t.Errorf("the stale answer stands until %v, want within a ttl of %v", until, asked)
 			case !tt.wantStale && !errors.Is(err, tt.wantErrKey):
 				t.Fatalf("during the outage = %q, %v; want %v", got.Account, err, tt.wantErrKey)
+			case !tt.wantStale && !until.IsZero():
+				t.Errorf("no answer, yet it stands until %v", until)
 			}
 			if !tt.wantStale {
 				return
