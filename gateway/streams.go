@@ -49,12 +49,13 @@ const streamRetryInterval = time.Second
 // it (PostgreSQL hanging) keep their streams until they are retried.
 const streamCheckTimeout = 2 * time.Second
 
-// KeyWatcher is an Authenticator that says until when its answer about a
-// key stands, and tells of the revocations it hears (placement.KeyCache):
-// the gateway then checks its streams' keys when their answers are due
-// rather than every streamPollInterval.
+// KeyWatcher is an Authenticator that says until when its answers about
+// keys stand, answering several keys with one lookup, and tells of the
+// revocations it hears (placement.KeyCache): the gateway then checks its
+// streams' keys when their answers are due, those due together at once,
+// rather than every key every streamPollInterval.
 type KeyWatcher interface {
-	AuthenticateUntil(ctx context.Context, key string) (orders.Caller, time.Time, error)
+	AuthenticateAll(ctx context.Context, keys []string) []placement.KeyAnswer
 	NotifyRevocations(notify func(hash [sha256.Size]byte))
 }
 
@@ -244,31 +245,31 @@ type dueKey struct {
 	heard   uint64
 }
 
-// checkKeys looks each key up as a request's authentication does, ends
-// the streams of a key revoked or without the read scope, and sets when
-// each is next checked. A lookup that fails (PostgreSQL down past the key
-// cache's stale-if-error period) ends nothing: a key cannot be revoked
-// while PostgreSQL is down.
+// checkKeys looks the keys up as a request's authentication does (those
+// due together with one lookup), ends the streams of a key revoked or
+// without the read scope, and sets when each is next checked. A lookup
+// that fails (PostgreSQL down past the key cache's stale-if-error period)
+// ends nothing: a key cannot be revoked while PostgreSQL is down.
 func (r *streamRegistry) checkKeys(keys []dueKey) {
 	ctx, cancel := context.WithTimeout(context.Background(), streamCheckTimeout)
 	defer cancel()
-	for _, k := range keys {
-		caller, until, err := r.authenticate(ctx, k.streams.key)
+	for i, answer := range r.authenticate(ctx, keys) {
+		k := keys[i]
 		var end *streamEnd
-		switch {
+		switch err := answer.Err; {
 		case errors.Is(err, orders.ErrUnauthenticated):
 			end = endRevoked
 		case err != nil:
 			if r.failures.Allow() {
 				r.server.logger.Warn("event streams: an API key could not be checked; its streams go on (logged at most every 10 s)", "err", err)
 			}
-			until = time.Now().Add(streamRetryInterval)
-		case caller.Permits(orders.ScopeRead) != nil:
+			answer.Until = time.Now().Add(streamRetryInterval)
+		case answer.Caller.Permits(orders.ScopeRead) != nil:
 			end = endForbidden
 		}
 		r.mu.Lock()
 		if r.keys[k.digest] == k.streams && k.streams.heard == k.heard {
-			k.streams.due = until
+			k.streams.due = answer.Until
 		}
 		r.mu.Unlock()
 		if end != nil {
@@ -277,13 +278,21 @@ func (r *streamRegistry) checkKeys(keys []dueKey) {
 	}
 }
 
-// authenticate checks key, and says until when the answer stands.
-func (r *streamRegistry) authenticate(ctx context.Context, key string) (orders.Caller, time.Time, error) {
+// authenticate checks keys, and says until when each answer stands.
+func (r *streamRegistry) authenticate(ctx context.Context, keys []dueKey) []placement.KeyAnswer {
 	if r.watcher != nil {
-		return r.watcher.AuthenticateUntil(ctx, key)
+		plain := make([]string, len(keys))
+		for i, k := range keys {
+			plain[i] = k.streams.key
+		}
+		return r.watcher.AuthenticateAll(ctx, plain)
 	}
-	caller, err := r.server.accounts.Authenticate(ctx, key)
-	return caller, time.Now().Add(streamPollInterval), err
+	answers := make([]placement.KeyAnswer, len(keys))
+	for i, k := range keys {
+		answers[i].Caller, answers[i].Err = r.server.accounts.Authenticate(ctx, k.streams.key)
+		answers[i].Until = time.Now().Add(streamPollInterval)
+	}
+	return answers
 }
 
 // end ends every stream of the key with the digest, for why.

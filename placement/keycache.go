@@ -332,6 +332,113 @@ func (c *KeyCache) AuthenticateUntil(ctx context.Context, key string) (orders.Ca
 	return caller, until, err
 }
 
+// KeyAnswer is AuthenticateAll's answer about one key: AuthenticateUntil's.
+type KeyAnswer struct {
+	Caller orders.Caller
+	Until  time.Time
+	Err    error
+}
+
+// KeysLookup finds the active API keys among hashes in one round trip
+// (postgres.Accounts): a hash with no key in the answer is unknown or
+// revoked.
+type KeysLookup interface {
+	Keys(ctx context.Context, hashes [][sha256.Size]byte) ([]orders.ActiveKey, error)
+}
+
+// AuthenticateAll answers AuthenticateUntil for each of keys, in order,
+// with one lookup in PostgreSQL for all those it holds no fresh answer
+// about when the cache's KeyLookup is a KeysLookup: the gateway's event
+// streams check their keys due together.
+func (c *KeyCache) AuthenticateAll(ctx context.Context, keys []string) []KeyAnswer {
+	answers := make([]KeyAnswer, len(keys))
+	batch, ok := c.accounts.(KeysLookup)
+	type pending struct {
+		i     int
+		hash  [sha256.Size]byte
+		stamp int64
+		// stale: a copy may answer if the lookup fails.
+		stale bool
+	}
+	var due []pending
+	now := c.now()
+	anyStale := false
+	for i, key := range keys {
+		hash, wellFormed := orders.KeyHash(key)
+		if !wellFormed {
+			answers[i].Err = orders.ErrUnauthenticated
+			continue
+		}
+		entry, found := c.entry(hash)
+		stamp, tracked := c.stamp(ctx, hash)
+		if found && now.Before(entry.expires) && (!tracked || stamp == entry.stamp) {
+			answers[i] = KeyAnswer{Caller: entry.caller, Until: entry.expires, Err: entry.err()}
+			continue
+		}
+		if !ok {
+			answers[i].Caller, answers[i].Until, answers[i].Err = c.AuthenticateUntil(ctx, key)
+			continue
+		}
+		if !tracked {
+			stamp = unknownStamp
+		}
+		p := pending{i: i, hash: hash, stamp: stamp,
+			stale: found && now.Before(entry.confirmed.Add(c.staleIfError)) && (!tracked || stamp == entry.stamp)}
+		anyStale = anyStale || p.stale
+		due = append(due, p)
+	}
+	if len(due) == 0 {
+		return answers
+	}
+	c.mu.Lock()
+	revocations := c.revocations
+	c.mu.Unlock()
+	lookupCtx := ctx
+	if anyStale {
+		var cancel context.CancelFunc
+		lookupCtx, cancel = context.WithTimeout(ctx, staleLookupTimeout)
+		defer cancel()
+	}
+	hashes := make([][sha256.Size]byte, len(due))
+	for j, p := range due {
+		hashes[j] = p.hash
+	}
+	active, err := batch.Keys(lookupCtx, hashes)
+	if err != nil {
+		for _, p := range due {
+			answers[p.i].Err = err
+			if p.stale && ctx.Err() == nil {
+				if answer, ok := c.answerStale(p.hash, revocations, now); ok {
+					answers[p.i] = KeyAnswer{Caller: answer.caller, Until: answer.expires, Err: answer.err()}
+				}
+			}
+		}
+		return answers
+	}
+	callers := make(map[[sha256.Size]byte]orders.Caller, len(active))
+	for _, key := range active {
+		callers[key.Hash] = c.callerOf(key)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Answers that raced a revocation are not kept: they stand until now.
+	until, keep := now, c.revocations == revocations
+	if keep {
+		until = now.Add(c.ttl)
+	}
+	for _, p := range due {
+		caller := callers[p.hash]
+		if keep {
+			c.put(p.hash, cachedKey{caller: caller, expires: until, confirmed: now, stamp: p.stamp})
+		}
+		answers[p.i] = KeyAnswer{Caller: caller, Until: until}
+		if caller.Account == "" {
+			answers[p.i].Err = orders.ErrUnauthenticated
+		}
+	}
+	return answers
+}
+
 // stamp reads the key's stamp; false without stamps or when it cannot be
 // read.
 func (c *KeyCache) stamp(ctx context.Context, hash [sha256.Size]byte) (int64, bool) {

@@ -336,6 +336,92 @@ func (c *countingAccounts) Key(ctx context.Context, hash [sha256.Size]byte) (ord
 	return c.Accounts.Key(ctx, hash)
 }
 
+// countingBatches counts the lookups of several keys at once apart from
+// the single ones.
+type countingBatches struct {
+	countingAccounts
+	batches atomic.Int64
+}
+
+func (c *countingBatches) Keys(ctx context.Context, hashes [][sha256.Size]byte) ([]orders.ActiveKey, error) {
+	c.batches.Add(1)
+	return c.Accounts.Keys(ctx, hashes)
+}
+
+// TestKeyCacheAuthenticatesKeysDueTogetherWithOneLookup: AuthenticateAll
+// answers from memory the keys it holds fresh answers about, and looks
+// all the others up in one query; each answer says until when it stands,
+// and a key revoked behind the cache's back is refused once its answer
+// is due again.
+func TestKeyCacheAuthenticatesKeysDueTogetherWithOneLookup(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	accounts := postgres.NewAccounts(db)
+	account, err := accounts.Create(ctx, "frank")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	var revokedID string
+	for i := range 3 {
+		id, key, err := accounts.IssueKey(ctx, account)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, key)
+		if i == 2 {
+			revokedID = id
+		}
+	}
+	keys = append(keys, "ogk_"+strings.Repeat("u", 40), "not a key")
+	const ttl = 300 * time.Millisecond
+	lookups := &countingBatches{countingAccounts: countingAccounts{Accounts: accounts}}
+	cache := placement.NewKeyCache(lookups, ttl)
+	active, unknown := account, orders.ErrUnauthenticated
+	for _, tt := range []struct {
+		name        string
+		before      func(t *testing.T)
+		wantBatches int64
+		// want is each key's account; "" refused.
+		want []string
+	}{
+		{"first: one lookup for all", nil, 1, []string{active, active, active, "", ""}},
+		{"revoked behind its back, within the ttl: from memory", func(t *testing.T) {
+			if _, err := db.Exec(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1`, revokedID); err != nil {
+				t.Fatal(err)
+			}
+		}, 0, []string{active, active, active, "", ""}},
+		{"past the ttl: one lookup, the revoked key refused", func(t *testing.T) { time.Sleep(ttl) }, 1, []string{active, active, "", "", ""}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.before != nil {
+				tt.before(t)
+			}
+			batches, singles := lookups.batches.Load(), lookups.n.Load()
+			asked := time.Now()
+			answers := cache.AuthenticateAll(ctx, keys)
+			if n := lookups.batches.Load() - batches; n != tt.wantBatches {
+				t.Errorf("%d lookups of several keys, want %d", n, tt.wantBatches)
+			}
+			if n := lookups.n.Load() - singles; n != 0 {
+				t.Errorf("%d lookups of one key, want none", n)
+			}
+			for i, answer := range answers {
+				switch {
+				case tt.want[i] != "" && (answer.Err != nil || answer.Caller.Account != tt.want[i]):
+					t.Errorf("key %d: %q, %v; want %s", i, answer.Caller.Account, answer.Err, tt.want[i])
+				case tt.want[i] == "" && !errors.Is(answer.Err, unknown):
+					t.Errorf("key %d: %q, %v; want %v", i, answer.Caller.Account, answer.Err, unknown)
+				case i == len(keys)-1 && !answer.Until.IsZero():
+					t.Errorf("the malformed key's answer stands until %v, want zero", answer.Until)
+				case i < len(keys)-1 && (answer.Until.Before(asked) || answer.Until.After(asked.Add(ttl+time.Second))):
+					t.Errorf("key %d's answer stands until %v, want within a ttl of %v", i, answer.Until, asked)
+				}
+			}
+		})
+	}
+}
+
 // TestKeyCachePreloadsActiveKeys: after Preload the active keys are
 // recognized and answered without a lookup, and a revoked one is not
 // loaded.

@@ -29,6 +29,8 @@ var (
 	apiKeyActiveSQL string
 	//go:embed sql/api_keys_active.sql
 	apiKeysActiveSQL string
+	//go:embed sql/api_keys_active_among.sql
+	apiKeysActiveAmongSQL string
 )
 
 // Accounts keeps accounts and their API keys in PostgreSQL. A key is stored
@@ -148,13 +150,36 @@ func (a *Accounts) Key(ctx context.Context, hash [sha256.Size]byte) (orders.Acti
 	return key, nil
 }
 
+// Keys finds the active API keys among hashes in one query: a hash with
+// no key in the answer is unknown or revoked.
+func (a *Accounts) Keys(ctx context.Context, hashes [][sha256.Size]byte) ([]orders.ActiveKey, error) {
+	args := make([][]byte, len(hashes))
+	for i := range hashes {
+		args[i] = hashes[i][:]
+	}
+	keys, err := a.collectKeys(ctx, apiKeysActiveAmongSQL, args)
+	if err != nil {
+		return nil, fmt.Errorf("%w: authenticate %d keys: %w", orders.ErrUnavailable, len(hashes), err)
+	}
+	return keys, nil
+}
+
 // ActiveKeys lists the active API keys, newest first, at most most.
 func (a *Accounts) ActiveKeys(ctx context.Context, most int) ([]orders.ActiveKey, error) {
-	rows, err := a.db.Query(ctx, apiKeysActiveSQL, most)
+	keys, err := a.collectKeys(ctx, apiKeysActiveSQL, most)
 	if err != nil {
 		return nil, fmt.Errorf("%w: list active keys: %w", orders.ErrUnavailable, err)
 	}
-	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (orders.ActiveKey, error) {
+	return keys, nil
+}
+
+// collectKeys runs a query whose rows are keys led by their hash.
+func (a *Accounts) collectKeys(ctx context.Context, query string, args ...any) ([]orders.ActiveKey, error) {
+	rows, err := a.db.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (orders.ActiveKey, error) {
 		var key orders.ActiveKey
 		var hash []byte
 		if err := scanKey(row, &key, &hash); err != nil {
@@ -165,10 +190,6 @@ func (a *Accounts) ActiveKeys(ctx context.Context, most int) ([]orders.ActiveKey
 		}
 		return key, nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: list active keys: %w", orders.ErrUnavailable, err)
-	}
-	return keys, nil
 }
 
 // scanKey reads a key's columns into key: first what leading names (the
