@@ -19,7 +19,8 @@ const idleStreamsWindow = 10 * time.Second
 // gatewayCost is what the gateway process spent over a window: CPU
 // seconds a second (all its threads), and the API key lookups a second
 // PostgreSQL served (the streams' key checks, and requests' keys whose
-// cached copy expired).
+// cached copy expired), each a query of one key or of the several keys
+// the streams check together.
 type gatewayCost struct {
 	Seconds             float64 `json:"seconds"`
 	CPUPerSecond        float64 `json:"gateway_cpu_per_second"`
