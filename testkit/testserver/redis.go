@@ -473,6 +473,12 @@ func (c *RedisCluster) waitUntilOK(timeout time.Duration) error {
 	return nil
 }
 
+// URL is a redis:// URL naming every node, in the form emq.Open reads as a
+// cluster: redis://addr0?addr=addr1&addr=addr2.
+func (c *RedisCluster) URL() string {
+	return "redis://" + c.Addrs[0] + "?addr=" + strings.Join(c.Addrs[1:], "&addr=")
+}
+
 // Client returns a go-redis cluster client for c, closed at t.Cleanup.
 func (c *RedisCluster) Client(t testing.TB) *redis.ClusterClient {
 	t.Helper()

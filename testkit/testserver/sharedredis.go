@@ -143,10 +143,41 @@ func ClusterMode() bool {
 
 // QueueRedis returns a go-redis UniversalClient for queue tests: a fresh single redis-server (StartRedis) by default,
 // or the shared cluster, emptied, when the environment variable EMQ_TEST_REDIS=cluster is set. Closed at cleanup.
+// It is QueueRedisServer(t, opts...).Client(t); see QueueRedisServer for opts and the rules of cluster mode.
+func QueueRedis(t testing.TB, opts ...RedisOption) redis.UniversalClient {
+	t.Helper()
+	return QueueRedisServer(t, opts...).Client(t)
+}
+
+// SingleRedis is StartRedis for a test of the order path that needs a
+// server of its own, which the shared cluster cannot be: it stops or
+// restarts Redis, makes it a replica, tracks its keys (RESP3 client-side
+// caching, which the gateway refuses on a cluster) or configures it. In
+// cluster mode (EMQ_TEST_REDIS=cluster) it skips the test, giving why, since
+// the single-server leg runs it.
+func SingleRedis(t testing.TB, why string, opts ...RedisOption) *Redis {
+	t.Helper()
+	if ClusterMode() {
+		t.Skip("needs a single redis-server of its own (" + why + "); the single-server leg runs it")
+	}
+	return StartRedis(t, opts...)
+}
+
+// QueueServer is the Redis a test of the order path runs on: a single
+// server of its own, or the shared cluster (EMQ_TEST_REDIS=cluster). Tests
+// that reach it through a client, or hand a process its URL, run unchanged
+// on either.
+type QueueServer struct {
+	single  *Redis
+	cluster *RedisCluster
+}
+
+// QueueRedisServer returns a fresh single redis-server (StartRedis) by
+// default, or the shared cluster, emptied, when EMQ_TEST_REDIS=cluster.
 //
-// opts apply only to the single server. In cluster mode QueueRedis fails a
-// test that passes opts, rather than ignore them: a test that needs special
-// server configuration skips itself first,
+// opts apply only to the single server. In cluster mode QueueRedisServer
+// fails a test that passes opts, rather than ignore them: a test that needs
+// special server configuration skips itself first,
 //
 //	if testserver.ClusterMode() {
 //		t.Skip("needs maxmemory-policy allkeys-lru, which the shared cluster does not have")
@@ -157,23 +188,56 @@ func ClusterMode() bool {
 // TestMain to call Main, so that a missing one shows in the ordinary run. Any
 // EMQ_TEST_REDIS value other than unset, "", "single" or "cluster" fails the
 // test, so that a typo cannot silently run the single-server suite twice.
-func QueueRedis(t testing.TB, opts ...RedisOption) redis.UniversalClient {
+func QueueRedisServer(t testing.TB, opts ...RedisOption) *QueueServer {
 	t.Helper()
 	requireMain(t, "QueueRedis")
 	switch mode := os.Getenv(QueueRedisEnv); mode {
 	case "", "single":
-		return StartRedis(t, opts...).Client(t)
+		return &QueueServer{single: StartRedis(t, opts...)}
 	case "cluster":
 		if len(opts) > 0 {
 			t.Fatalf("testserver: QueueRedis got %d RedisOption(s), which cannot apply to the shared cluster (%s=cluster); "+
 				"skip the test in cluster mode: if testserver.ClusterMode() { t.Skip(...) }", len(opts), QueueRedisEnv)
 		}
-		return SharedRedisCluster(t).Client(t)
+		return &QueueServer{cluster: SharedRedisCluster(t)}
 	default:
 		t.Fatalf(`testserver: %s=%q: want "cluster", "single", "" or unset`, QueueRedisEnv, mode)
 		return nil
 	}
 }
+
+// Client returns a go-redis client for the server, closed at t.Cleanup: a
+// *redis.Client or a *redis.ClusterClient.
+func (s *QueueServer) Client(t testing.TB) redis.UniversalClient {
+	t.Helper()
+	if s.cluster != nil {
+		return s.cluster.Client(t)
+	}
+	return s.single.Client(t)
+}
+
+// URL is the REDIS_URL the gateway and the worker take for the server (a
+// cluster's names every master: see emq.Open).
+func (s *QueueServer) URL() string {
+	if s.cluster != nil {
+		return s.cluster.URL()
+	}
+	return s.single.URL()
+}
+
+// Single returns the single server, for the part of a test that stops,
+// restarts or reconfigures it; in cluster mode it skips the test, giving
+// why, as SingleRedis does.
+func (s *QueueServer) Single(t testing.TB, why string) *Redis {
+	t.Helper()
+	if s.single == nil {
+		t.Skip("needs a single redis-server of its own (" + why + "); the single-server leg runs it")
+	}
+	return s.single
+}
+
+// Cluster returns the shared cluster, or nil on a single server.
+func (s *QueueServer) Cluster() *RedisCluster { return s.cluster }
 
 // Keys returns the keys matching pattern, sorted, from every master when rdb
 // is a cluster client. rdb.Keys would ask only one node of a cluster and
@@ -205,4 +269,24 @@ func Keys(t testing.TB, rdb redis.UniversalClient, pattern string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// FlushAll empties the server, every master when rdb is a cluster client,
+// as a Redis that lost its data would be. rdb.FlushAll would empty only one
+// node of a cluster.
+func FlushAll(t testing.TB, rdb redis.UniversalClient) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), redisAdminTimeout)
+	defer cancel()
+	var err error
+	if cluster, ok := rdb.(*redis.ClusterClient); ok {
+		err = cluster.ForEachMaster(ctx, func(ctx context.Context, master *redis.Client) error {
+			return master.FlushAll(ctx).Err()
+		})
+	} else {
+		err = rdb.FlushAll(ctx).Err()
+	}
+	if err != nil {
+		t.Fatalf("testserver: FLUSHALL: %v", err)
+	}
 }

@@ -602,3 +602,42 @@ func (r *fatalRecorder) Fatal(args ...any) {
 	r.fatal = fmt.Sprint(args...)
 	runtime.Goexit()
 }
+
+func TestQueueRedisServer(t *testing.T) {
+	ctx := context.Background()
+	for _, mode := range []string{"single", "cluster"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Setenv("EMQ_TEST_REDIS", mode)
+			server := testserver.QueueRedisServer(t)
+			if mode == "cluster" {
+				opts, err := redis.ParseClusterURL(server.URL())
+				if err != nil || len(opts.Addrs) != 3 || !slices.Equal(opts.Addrs, server.Cluster().Addrs) {
+					t.Errorf("URL %q: %v, %v; want the cluster's three nodes", server.URL(), opts, err)
+				}
+			} else if _, err := redis.ParseURL(server.URL()); err != nil || server.Cluster() != nil {
+				t.Errorf("URL %q: %v, cluster %v; want one server", server.URL(), err, server.Cluster())
+			}
+			rdb := server.Client(t)
+			for _, key := range []string{"{a}:k", "{b}:k", "{c}:k"} {
+				if err := rdb.Set(ctx, key, "v", 0).Err(); err != nil {
+					t.Fatalf("SET %s: %v", key, err)
+				}
+			}
+			testserver.FlushAll(t, rdb)
+			if keys := testserver.Keys(t, rdb, "*"); len(keys) != 0 {
+				t.Errorf("after FlushAll: %v, want no key on any node", keys)
+			}
+			// Single and SingleRedis skip in cluster mode, and only there.
+			for name, single := range map[string]func(testing.TB){
+				"Single":      func(tb testing.TB) { server.Single(tb, "test") },
+				"SingleRedis": func(tb testing.TB) { testserver.SingleRedis(tb, "test") },
+			} {
+				reached := false
+				t.Run(name, func(t *testing.T) { single(t); reached = true })
+				if reached == (mode == "cluster") {
+					t.Errorf("%s in mode %s: the test went on %v", name, mode, reached)
+				}
+			}
+		})
+	}
+}
