@@ -211,8 +211,9 @@ func TestBalancesWhenADependencyIsDown(t *testing.T) {
 
 	// The cache is what keeps versions from going back; without it, 503.
 	t.Run("Redis down", func(t *testing.T) {
-		f.redis.Stop(t)
-		defer f.redis.Restart(t)
+		server := f.redis.Single(t, "stops Redis")
+		server.Stop(t)
+		defer server.Restart(t)
 		res := f.listAt(t, f.url, f.keys[0])
 		if res.status != http.StatusServiceUnavailable {
 			t.Errorf("%d %s, want 503", res.status, res.body)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/tmaxmax/go-sse"
 
 	"github.com/ordergate/ordergate/emq"
@@ -469,20 +470,46 @@ func TestAThousandEventStreamsShareAFewRedisConnections(t *testing.T) {
 			}
 		}
 	}
-	info, err := f.rdb.Info(context.Background(), "clients").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	connected := 0
-	for line := range strings.Lines(info) {
-		if value, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_clients:"); ok {
-			connected, _ = strconv.Atoi(value)
-		}
-	}
+	connected := connectedClients(t, f.rdb)
 	if connected == 0 || connected > 40 {
 		t.Errorf("%d Redis connections for %d streams, want a few", connected, accounts*perAccount)
 	}
 	t.Logf("%d streams, %d Redis connections", accounts*perAccount, connected)
+}
+
+// connectedClients is INFO clients' connected_clients, summed over the
+// masters on a cluster: rdb.Info would ask one node.
+func connectedClients(t testing.TB, rdb redis.UniversalClient) int {
+	t.Helper()
+	ctx := context.Background()
+	var infos []string
+	var mu sync.Mutex
+	read := func(ctx context.Context, node *redis.Client) error {
+		info, err := node.Info(ctx, "clients").Result()
+		mu.Lock()
+		infos = append(infos, info)
+		mu.Unlock()
+		return err
+	}
+	var err error
+	if cluster, ok := rdb.(*redis.ClusterClient); ok {
+		err = cluster.ForEachMaster(ctx, read)
+	} else {
+		err = read(ctx, rdb.(*redis.Client))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	connected := 0
+	for _, info := range infos {
+		for line := range strings.Lines(info) {
+			if value, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_clients:"); ok {
+				n, _ := strconv.Atoi(value)
+				connected += n
+			}
+		}
+	}
+	return connected
 }
 
 // readUntilLine reads lines until one holds want, for at most timeout.

@@ -40,8 +40,8 @@ func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 // accounts and their API keys.
 type fixture struct {
 	url   string
-	redis *testserver.Redis
-	rdb   *redis.Client
+	redis *testserver.QueueServer
+	rdb   redis.UniversalClient
 	db    *pgxpool.Pool
 	// queue is BTC-USD's orders queue, for tests that play the worker.
 	queue *emq.Queue
@@ -92,7 +92,7 @@ func newFixture(t testing.TB, accounts int) *fixture {
 func newFixtureWith(t testing.TB, accounts int, config gateway.Config, keyOptions ...placement.KeyCacheOption) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	f := &fixture{redis: testserver.StartRedis(t), logs: &logbuffer.Buffer{}, metrics: prometheus.NewRegistry()}
+	f := &fixture{redis: testserver.QueueRedisServer(t), logs: &logbuffer.Buffer{}, metrics: prometheus.NewRegistry()}
 	var err error
 	if f.sealer, err = signing.NewSealer(bytes.Repeat([]byte{0x5E}, signing.EncryptionKeyBytes)); err != nil {
 		t.Fatal(err)
@@ -342,10 +342,7 @@ func (f *fixture) claim(t testing.TB, id string) emq.Claim {
 // declared kinds, nor the rate limiter's buckets).
 func (f *fixture) queueKeys(t testing.TB) []string {
 	t.Helper()
-	all, err := f.rdb.Keys(context.Background(), "*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	all := testserver.Keys(t, f.rdb, "*")
 	var written []string
 	for _, key := range all {
 		// Any queue's rate-limit buckets (the instruments' and the

@@ -264,7 +264,7 @@ func TestHealthAndReadiness(t *testing.T) {
 	if mismatch.status != http.StatusServiceUnavailable {
 		t.Errorf("readyz with a foreign protocol version: %d %s", mismatch.status, mismatch.body)
 	}
-	f.redis.Stop(t)
+	f.redis.Single(t, "stops Redis").Stop(t)
 	var down response
 	var checks map[string]any
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {

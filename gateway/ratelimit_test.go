@@ -22,6 +22,7 @@ import (
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/secret"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 func limited(burst, perSecond int) gateway.Config {
@@ -195,10 +196,7 @@ func TestRateLimitBucketsArePerKey(t *testing.T) {
 	}
 
 	// Reads take from the limits shards' buckets (placement.PermitShards).
-	buckets, err := f.rdb.Keys(context.Background(), "emq:{"+placement.PermitsQueuePrefix+"*}:bucket:*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	buckets := testserver.Keys(t, f.rdb, "emq:{"+placement.PermitsQueuePrefix+"*}:bucket:*")
 	nameOf := func(bucket string) string { _, name, _ := strings.Cut(bucket, "}:bucket:"); return name }
 	want := map[string]bool{}
 	for _, key := range f.keys {
@@ -306,7 +304,7 @@ func TestRateLimitFailsOpenWhenRedisIsDown(t *testing.T) {
 	if res := f.list(t, key, nil); res.status != http.StatusOK {
 		t.Fatalf("before the outage: %d", res.status)
 	}
-	f.redis.Stop(t)
+	f.redis.Single(t, "stops Redis").Stop(t)
 	for i := range 3 { // past the burst of 1: the bucket is not consulted
 		res := f.list(t, key, nil)
 		if res.status != http.StatusOK {

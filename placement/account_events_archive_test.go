@@ -340,7 +340,7 @@ func TestPruneDeletesTheHistoryPastItsRetention(t *testing.T) {
 // another event. Once a replica holds it, it is archived.
 func TestAnArchiverKeepsNothingItsReplicasLack(t *testing.T) {
 	f := newArchiveFixture(t)
-	primary := testserver.StartRedis(t)
+	primary := testserver.SingleRedis(t, "a replica of it is started later")
 	rdb := primary.Client(t)
 	appender, err := emq.Connect(context.Background(), rdb)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 // a stream of the account reads it there.
 func TestEventLogsSpreadAccountsOverShards(t *testing.T) {
 	ctx := context.Background()
-	client, err := emq.Connect(ctx, testserver.StartRedis(t).Client(t))
+	client, err := emq.Connect(ctx, testserver.QueueRedis(t))
 	if err != nil {
 		t.Fatal(err)
 	}

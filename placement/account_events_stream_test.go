@@ -18,7 +18,7 @@ import (
 // eventsQueue is the orders queue on a Redis of its own.
 func eventsQueue(t testing.TB) *emq.Queue {
 	t.Helper()
-	client, err := emq.Connect(context.Background(), testserver.StartRedis(t).Client(t))
+	client, err := emq.Connect(context.Background(), testserver.QueueRedis(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestClosingEventStreamsEndsTheirSubscriptions(t *testing.T) {
 // than wait past events that will never come.
 func TestEventSubscriptionsEndWhenTheLogLosesEvents(t *testing.T) {
 	ctx := context.Background()
-	rdb := testserver.StartRedis(t).Client(t)
+	rdb := testserver.QueueRedis(t)
 	client, err := emq.Connect(ctx, rdb)
 	if err != nil {
 		t.Fatal(err)
@@ -264,7 +264,7 @@ func TestEventSubscriptionsEndWhenTheLogLosesEvents(t *testing.T) {
 // instead of reading the same gap at every turn.
 func TestEventSubscriptionsEndWhenTheLogLacksTheirNextEvent(t *testing.T) {
 	ctx := context.Background()
-	rdb := testserver.StartRedis(t).Client(t)
+	rdb := testserver.QueueRedis(t)
 	client, err := emq.Connect(ctx, rdb)
 	if err != nil {
 		t.Fatal(err)

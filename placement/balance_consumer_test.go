@@ -280,7 +280,8 @@ func TestABatchThatCannotFillTheCacheAdvancesNothing(t *testing.T) {
 		rest = append(rest, payloadOf(name, 1), payloadOf(name, 2))
 	}
 
-	f.redis.Stop(t)
+	server := f.redis.Single(t, "stops Redis")
+	server.Stop(t)
 	first, results, _ := f.applyGathered(t, payloadOf(blocker, 1), rest)
 	for _, result := range append(results, first) {
 		err := f.consumer.Handle(ctx, emq.Claim{ID: "JOB_X", Kind: placement.KindBalanceCoherence, Payload: []byte(result.payload), Token: 1})
@@ -288,7 +289,7 @@ func TestABatchThatCannotFillTheCacheAdvancesNothing(t *testing.T) {
 			t.Errorf("Apply(%s) with Redis down = %v, %v; want an error to retry (Handle: %v)", result.payload, result.advanced, result.err, err)
 		}
 	}
-	f.redis.Restart(t)
+	server.Restart(t)
 	// After a run of failed dials the client waits before dialing again;
 	// the queue's retries would wait longer still.
 	waitFor(t, 10*time.Second, "the client reaches the restarted Redis", func() bool {
@@ -482,11 +483,12 @@ func TestAJobThatFailsIsRetriedWhole(t *testing.T) {
 	}
 	claim := emq.Claim{ID: "JOB_1", Kind: placement.KindBalanceCoherence, Group: "shard.0", Payload: []byte(strings.Join(lines, "\n")), Token: 1}
 
-	f.redis.Stop(t)
+	server := f.redis.Single(t, "stops Redis")
+	server.Stop(t)
 	if err := f.consumer.Handle(ctx, claim); err == nil || errors.Is(err, emq.ErrPermanent) {
 		t.Fatalf("Handle with Redis down = %v, want an error to retry", err)
 	}
-	f.redis.Restart(t)
+	server.Restart(t)
 	waitFor(t, 10*time.Second, "the client reaches the restarted Redis", func() bool {
 		return f.rdb.Ping(ctx).Err() == nil
 	})

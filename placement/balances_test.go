@@ -179,8 +179,9 @@ func TestBalancesOfOutages(t *testing.T) {
 	// Serving PostgreSQL while the cache is unreadable could show a version
 	// the cache does not hold, and the next cached read would go back.
 	t.Run("Redis down", func(t *testing.T) {
-		f.redis.Stop(t)
-		defer f.redis.Restart(t)
+		server := f.redis.Single(t, "stops Redis")
+		server.Stop(t)
+		defer server.Restart(t)
 		for _, account := range []string{cached, uncached} {
 			if got, err := f.balances.Of(ctx, account); !errors.Is(err, orders.ErrUnavailable) {
 				t.Errorf("Of = %v, %v; want ErrUnavailable", got, err)
@@ -189,8 +190,9 @@ func TestBalancesOfOutages(t *testing.T) {
 	})
 
 	t.Run("both down", func(t *testing.T) {
-		f.redis.Stop(t)
-		defer f.redis.Restart(t)
+		server := f.redis.Single(t, "stops Redis")
+		server.Stop(t)
+		defer server.Restart(t)
 		balances := placement.NewBalances(postgres.NewBalances(deadDatabase(t)), f.caches, f.logger)
 		if _, err := balances.Of(ctx, cached); !errors.Is(err, orders.ErrUnavailable) {
 			t.Errorf("Of = %v, want ErrUnavailable", err)
@@ -217,7 +219,7 @@ func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
 			f := newCoherenceFixture(t)
 			var tracking *coherence.Tracking
 			if local {
-				tracking = newTracking(t, f.redis)
+				tracking = newTracking(t, f.redis.Single(t, "tracks its keys"))
 				f.balances.WithLocalCopy(coherence.New(tracking.Client()))
 			}
 			readersNeverSeeABalanceGoBack(t, f)

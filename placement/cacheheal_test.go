@@ -225,7 +225,7 @@ func TestAReadBeforeALossDoesNotFillAfterIt(t *testing.T) {
 	ctx := context.Background()
 	logger := slog.New(slog.DiscardHandler)
 	db := migratedPool(t)
-	server := testserver.StartRedis(t)
+	server := testserver.SingleRedis(t, "restarted without persistence")
 	caches := coherence.New(server.Client(t))
 	truth := postgres.NewBalances(db)
 	gate := &gatedReader{BalanceReader: truth, read: make(chan struct{}), open: make(chan struct{})}
@@ -288,7 +288,7 @@ func TestReadersDoNotTrustWholeHashesWhileAHealRuns(t *testing.T) {
 	ctx := context.Background()
 	logger := slog.New(slog.DiscardHandler)
 	db := migratedPool(t)
-	rdb := testserver.StartRedis(t).Client(t)
+	rdb := testserver.QueueRedis(t)
 	caches := coherence.New(rdb)
 	truth := postgres.NewBalances(db)
 	reads := placement.NewBalances(truth, caches, logger)

@@ -24,7 +24,7 @@ import (
 // of one records it; a second CancelAll cancels the rest.
 func TestCancelAllRecordsWhatItWithdrewBeforeRedisFailed(t *testing.T) {
 	ctx := context.Background()
-	server := testserver.StartRedis(t)
+	server := testserver.SingleRedis(t, "a proxy before it loses a reply")
 	proxy := testserver.StartProxy(t, server.Addr)
 	client, err := emq.Dial(ctx, "redis://"+proxy.Addr(server.Addr)+"/0?read_timeout=500ms")
 	if err != nil {

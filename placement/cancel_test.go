@@ -16,9 +16,9 @@ import (
 
 // placerOnRedis is a Placer on a fresh Redis, and its queue for playing the
 // worker.
-func placerOnRedis(t testing.TB) (*placement.Placer, *emq.Queue, *testserver.Redis) {
+func placerOnRedis(t testing.TB) (*placement.Placer, *emq.Queue, *testserver.QueueServer) {
 	t.Helper()
-	server := testserver.StartRedis(t)
+	server := testserver.QueueRedisServer(t)
 	client, err := emq.Connect(context.Background(), server.Client(t))
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestCancelHidesOtherAccountsOrdersAndReportsOutages(t *testing.T) {
 	if read, err := placer.Order(ctx, owner, placed.ID); err != nil || read.Status != orders.StatusPending {
 		t.Errorf("the owner's order: %+v, %v; want it pending", read, err)
 	}
-	server.Stop(t)
+	server.Single(t, "stops Redis").Stop(t)
 	if _, err := placer.Cancel(ctx, owner, placed.ID); !errors.Is(err, orders.ErrUnavailable) {
 		t.Errorf("Cancel with Redis down = %v, want ErrUnavailable", err)
 	}

@@ -121,7 +121,7 @@ func placeAndSettle(t testing.TB, placer *placement.Placer, queue *emq.Queue, se
 // returns a client of the replica.
 func replicatedRedis(t testing.TB) (primary, replica *testserver.Redis, replicaClient *redis.Client) {
 	t.Helper()
-	primary, replica = testserver.StartRedis(t), testserver.StartRedis(t)
+	primary, replica = testserver.SingleRedis(t, "fails over to a replica of it"), testserver.StartRedis(t)
 	replicaClient = replica.Client(t)
 	host, port, err := net.SplitHostPort(primary.Addr)
 	if err != nil {

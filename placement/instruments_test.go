@@ -22,7 +22,7 @@ func TestHaltReachesGatewaysByBroadcast(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	db := migratedPool(t)
-	caches := coherence.New(testserver.StartRedis(t).Client(t))
+	caches := coherence.New(testserver.QueueRedis(t))
 	instruments, err := placement.LoadInstruments(ctx, postgres.NewInstruments(db))
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +78,7 @@ func (c *countingInstruments) ReadInstruments(ctx context.Context) (map[string]o
 func TestHaltReachesGatewaysByTracking(t *testing.T) {
 	ctx := context.Background()
 	db := migratedPool(t)
-	srv := testserver.StartRedis(t)
+	srv := testserver.SingleRedis(t, "tracks its keys")
 	tracking := newTracking(t, srv)
 	reader := &countingInstruments{InstrumentReader: postgres.NewInstruments(db)}
 	instruments, err := placement.LoadInstruments(ctx, reader)

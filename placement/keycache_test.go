@@ -27,7 +27,7 @@ func TestKeyCacheServesFromMemoryUntilRevoked(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	db := migratedPool(t)
-	caches := coherence.New(testserver.StartRedis(t).Client(t))
+	caches := coherence.New(testserver.QueueRedis(t))
 	accounts := postgres.NewAccounts(db)
 	account, err := accounts.Create(ctx, "carol")
 	if err != nil {
@@ -174,7 +174,7 @@ func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
 	}
 	db := database.Pool(t)
 	accounts := postgres.NewAccounts(db)
-	caches := coherence.New(testserver.StartRedis(t).Client(t))
+	caches := coherence.New(testserver.QueueRedis(t))
 	account, err := accounts.Create(ctx, "dave")
 	if err != nil {
 		t.Fatal(err)
@@ -476,7 +476,7 @@ func TestKeyCachePreloadsActiveKeys(t *testing.T) {
 func TestKeyCacheRefusesARevokedKeyOnTheNextRequest(t *testing.T) {
 	ctx := context.Background()
 	db := migratedPool(t)
-	srv := testserver.StartRedis(t)
+	srv := testserver.SingleRedis(t, "tracks its keys")
 	tracking := newTracking(t, srv)
 	accounts := &countingAccounts{Accounts: postgres.NewAccounts(db)}
 	cache := placement.NewKeyCache(accounts, time.Hour, placement.TrackRevocations(coherence.New(tracking.Client())))

@@ -18,7 +18,7 @@ import (
 // instrument's queue; a client order id is held per account and instrument.
 func TestOrdersOfEachInstrumentOnTheirOwnQueue(t *testing.T) {
 	ctx := context.Background()
-	client, err := emq.Connect(ctx, testserver.StartRedis(t).Client(t))
+	client, err := emq.Connect(ctx, testserver.QueueRedis(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ import (
 // balance reader, with one funded customer account.
 type coherenceFixture struct {
 	db     *pgxpool.Pool
-	redis  *testserver.Redis
+	redis  *testserver.QueueServer
 	rdb    redis.UniversalClient
 	client *emq.Client
 	caches *coherence.Client
@@ -46,7 +46,7 @@ type coherenceFixture struct {
 func newCoherenceFixture(t testing.TB, opts ...placement.RelayOption) *coherenceFixture {
 	t.Helper()
 	ctx := context.Background()
-	f := &coherenceFixture{db: migratedPool(t), redis: testserver.StartRedis(t)}
+	f := &coherenceFixture{db: migratedPool(t), redis: testserver.QueueRedisServer(t)}
 	// emq.Open bounds every call, so the outage tests fail fast.
 	rdb, err := emq.Open(f.redis.URL())
 	if err != nil {
@@ -471,7 +471,8 @@ func TestRelayDuringARedisOutageLeavesTheRowsForTheSweep(t *testing.T) {
 	account := f.newAccount(t)
 	entries := []orders.OutboxEntry{f.depositWithOutbox(t, account, "USD", "10.00")}
 
-	f.redis.Stop(t)
+	server := f.redis.Single(t, "stops Redis")
+	server.Stop(t)
 	began := time.Now()
 	f.relay.Relay(ctx, entries)
 	if took := time.Since(began); took > 10*time.Second {
@@ -484,7 +485,7 @@ func TestRelayDuringARedisOutageLeavesTheRowsForTheSweep(t *testing.T) {
 		t.Errorf("a sweep during the outage = %d, %v; want nothing relayed and no error (the rows wait)", n, err)
 	}
 
-	f.redis.Restart(t)
+	server.Restart(t)
 	// The restarted server kept nothing: declare again, as a restarted
 	// worker does.
 	if err := f.relay.Declare(ctx); err != nil {
@@ -743,13 +744,14 @@ func TestCoherenceRetriesWhenTheCacheCannotBeRefreshed(t *testing.T) {
 	account := f.newAccount(t)
 	v1 := f.depositWithOutbox(t, account, "USD", "1.00")
 
-	f.redis.Stop(t)
+	server := f.redis.Single(t, "stops Redis")
+	server.Stop(t)
 	claim := emq.Claim{ID: "JOB_1", Kind: placement.KindBalanceCoherence, Group: account, Payload: []byte(v1.Payload), Token: 1}
 	err := f.consumer.Handle(ctx, claim)
 	if err == nil || errors.Is(err, emq.ErrPermanent) {
 		t.Fatalf("Handle with Redis down = %v, want an error to retry", err)
 	}
-	f.redis.Restart(t)
+	server.Restart(t)
 	if err := f.consumer.Handle(ctx, claim); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
@@ -820,9 +822,7 @@ func TestALogThatLostItsSourcesIsNotRefilledWithHistory(t *testing.T) {
 	if _, err := f.db.Exec(ctx, `UPDATE outbox SET relayed_at = now() - interval '1 hour' WHERE relayed_at IS NOT NULL`); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.rdb.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	testserver.FlushAll(t, f.rdb)
 	if err := placer.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -94,7 +94,7 @@ func TestKeyCacheOpensSigningSecrets(t *testing.T) {
 // of another key is apart.
 func TestSignaturesFirstUseOnce(t *testing.T) {
 	ctx := context.Background()
-	rdb := testserver.StartRedis(t).Client(t)
+	rdb := testserver.QueueRedis(t)
 	signatures := placement.NewSignatures(rdb)
 	signature := bytes.Repeat([]byte{0xAB}, 32)
 	const ttl = 300 * time.Millisecond
@@ -135,7 +135,7 @@ func TestSignaturesFirstUseOnce(t *testing.T) {
 // itself. Another call with the signature is a replay.
 func TestSignaturesResentSetIsStillTheFirstUse(t *testing.T) {
 	ctx := context.Background()
-	server := testserver.StartRedis(t)
+	server := testserver.SingleRedis(t, "a proxy before it drops and delays replies")
 	proxy := testserver.StartProxy(t, server.Addr)
 	faults := []struct {
 		name string

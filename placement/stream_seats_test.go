@@ -58,7 +58,7 @@ func TestStreamSeatsCapStreamsPerKeyAndPerAddress(t *testing.T) {
 			if err := seats.Open(ctx, tt.streams[last], tt.limit); err != nil {
 				t.Errorf("open once one closed: %v", err)
 			}
-			server.Stop(t)
+			server.Single(t, "stops Redis").Stop(t)
 			if err := seats.Open(ctx, placement.StreamSeat{ID: "down", Key: "k9", Address: "a9"}, tt.limit); !errors.Is(err, orders.ErrUnavailable) {
 				t.Errorf("open with Redis down: %v, want unavailable", err)
 			}

@@ -290,7 +290,7 @@ func jsonOf(t testing.TB, order orders.Order) map[string]any {
 func placerWithHistory(t testing.TB) (*placement.Placer, *emq.Queue, *pgxpool.Pool, string) {
 	t.Helper()
 	db := migratedPool(t)
-	client, err := emq.Connect(context.Background(), testserver.StartRedis(t).Client(t))
+	client, err := emq.Connect(context.Background(), testserver.QueueRedis(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ var statusRank = map[orders.Status]int{
 func TestEveryAccountsLogHoldsEveryEventOfItsOrders(t *testing.T) {
 	ctx := context.Background()
 	database := testserver.MigratedPostgres(t)
-	redisServer := testserver.StartRedis(t)
+	redisServer := testserver.QueueRedisServer(t)
 	logger := slog.New(slog.DiscardHandler)
 	config := settlement.DefaultConfig()
 	config.Concurrency = 64

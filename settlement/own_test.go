@@ -73,7 +73,7 @@ func (o *loggedOwner) GiveUp(symbol string) {
 func TestWorkersOwnInstrumentsAndSettleTheirOrders(t *testing.T) {
 	ctx := context.Background()
 	database := testserver.MigratedPostgres(t)
-	redisServer := testserver.StartRedis(t)
+	redisServer := testserver.QueueRedisServer(t)
 	db := database.Pool(t)
 	logger := slog.New(slog.DiscardHandler)
 	config := settlement.DefaultConfig()

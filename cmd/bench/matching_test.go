@@ -22,9 +22,9 @@ func TestMatchRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs worker processes over two fresh databases")
 	}
-	redisServer := testserver.StartRedis(t)
+	redisServer := testserver.QueueRedisServer(t)
 	database := testserver.Postgres(t)
-	s := &servers{redisURL: "redis://" + redisServer.Addr + "/0", databaseURL: database.URL}
+	s := &servers{redisURL: redisServer.URL(), databaseURL: database.URL}
 	ctx := context.Background()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	queue, err := emq.Dial(ctx, s.redisURL, emq.WithLogger(logger))

@@ -138,9 +138,9 @@ func TestMatchRunProfile(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs worker processes over a fresh database")
 	}
-	redisServer := testserver.StartRedis(t)
+	redisServer := testserver.QueueRedisServer(t)
 	database := testserver.Postgres(t)
-	s := &servers{redisURL: "redis://" + redisServer.Addr + "/0", databaseURL: database.URL}
+	s := &servers{redisURL: redisServer.URL(), databaseURL: database.URL}
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	queue, err := emq.Dial(ctx, s.redisURL, emq.WithLogger(log))

@@ -28,7 +28,7 @@ func envOf(values map[string]string) func(string) string {
 }
 
 func TestGatewayRefusesAnotherProtocolVersion(t *testing.T) {
-	redisServer := testserver.StartRedis(t)
+	redisServer := testserver.QueueRedisServer(t)
 	redisServer.Client(t).Set(context.Background(), "{emq}:version", "echomq:1.0.0", 0)
 	database := testserver.Postgres(t)
 	var out bytes.Buffer
@@ -49,7 +49,7 @@ func TestGatewayRefusesAnotherProtocolVersion(t *testing.T) {
 // GATEWAY_ADDR, its metrics on METRICS_ADDR and not on the API, and a
 // shutdown that drains a request in flight while the metrics still answer.
 func TestGatewayServesAndShutsDown(t *testing.T) {
-	redisServer := testserver.StartRedis(t)
+	redisServer := testserver.QueueRedisServer(t)
 	database := testserver.Postgres(t)
 	addr, metricsAddr := testserver.FreeAddr(t), testserver.FreeAddr(t)
 	ctx := context.Background()
@@ -105,9 +105,17 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 		t.Fatalf("GET /v1/events: %d, first line %q, %v", stream.StatusCode, line, err)
 	}
 	status, metrics := get(t, "http://"+metricsAddr+"/metrics")
-	for _, series := range []string{"http_requests_total", "api_key_stale_answers_total", "event_streams_open", "coherence_tracking_hits_total", "coherence_tracking_flushes_total", "go_goroutines", "process_open_fds"} {
+	for _, series := range []string{"http_requests_total", "api_key_stale_answers_total", "event_streams_open", "go_goroutines", "process_open_fds"} {
 		if status != http.StatusOK || !strings.Contains(metrics, "\n"+series) {
 			t.Errorf("GET /metrics on METRICS_ADDR: %d, no %s series", status, series)
+		}
+	}
+	// The local copy of Redis reads is refused on a cluster (trackedCaches),
+	// and with it its series.
+	for _, series := range []string{"coherence_tracking_hits_total", "coherence_tracking_flushes_total"} {
+		if tracked := strings.Contains(metrics, "\n"+series); tracked == testserver.ClusterMode() {
+			t.Errorf("GET /metrics on METRICS_ADDR: %s series present %v on a cluster %v; want it only on a single server",
+				series, tracked, testserver.ClusterMode())
 		}
 	}
 	if status, body := get(t, "http://"+metricsAddr+"/healthz"); status != http.StatusOK {

@@ -25,7 +25,7 @@ import (
 // encryption key says so in its log and answers the key 503.
 func TestGoClientSignsForARealGateway(t *testing.T) {
 	ctx := context.Background()
-	redisServer := testserver.StartRedis(t)
+	redisServer := testserver.QueueRedisServer(t)
 	database := testserver.Postgres(t)
 	if err := migrations.Up(database.URL); err != nil {
 		t.Fatal(err)

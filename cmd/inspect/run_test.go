@@ -28,7 +28,7 @@ type fixture struct {
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	server := testserver.StartRedis(t)
+	server := testserver.QueueRedisServer(t)
 	client, err := emq.Connect(ctx, server.Client(t))
 	if err != nil {
 		t.Fatal(err)

@@ -152,7 +152,7 @@ func TestUsageNamesEveryEnvironmentVariable(t *testing.T) {
 }
 
 func TestWorkerRefusesAnotherProtocolVersion(t *testing.T) {
-	redisServer := testserver.StartRedis(t)
+	redisServer := testserver.QueueRedisServer(t)
 	redisServer.Client(t).Set(context.Background(), "{emq}:version", "echomq:1.0.0", 0)
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"worker"}, envOf(map[string]string{
@@ -189,7 +189,7 @@ func waitUntil(t testing.TB, timeout time.Duration, what string, condition func(
 // consumer brings the cached balances up to the settlement; it serves its
 // metrics and drains on cancel.
 func TestWorkerSettlesOrders(t *testing.T) {
-	redisServer := testserver.StartRedis(t)
+	redisServer := testserver.QueueRedisServer(t)
 	database := testserver.Postgres(t)
 	metricsAddr := testserver.FreeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
