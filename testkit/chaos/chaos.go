@@ -312,6 +312,9 @@ type run struct {
 	// test goroutine, which runs the faults on the servers, uses them).
 	proxy            *testserver.Proxy
 	primary, replica *testserver.Redis
+	// cluster is the Redis Cluster the run uses instead of primary and
+	// replica in cluster mode (EMQ_TEST_REDIS=cluster, see onCluster).
+	cluster *testserver.RedisCluster
 	// lost holds the orders whose admission a failover lost: the old
 	// primary admitted them and the promoted replica never held them.
 	lost map[string]bool
@@ -348,24 +351,19 @@ func (r *run) logf(format string, args ...any) {
 	r.t.Logf("[%8s] %s", time.Since(r.start).Round(time.Millisecond), fmt.Sprintf(format, args...))
 }
 
-// Run performs one chaos run. It uses the package's shared PostgreSQL
-// (testserver.Postgres) and stops and starts it, so the calling test must
-// not run in parallel with other PostgreSQL tests.
-func Run(t testing.TB, cfg Config) Summary {
+// startRedis starts the run's Redis and returns the REDIS_URL of the
+// processes: a primary and its replica behind the proxy, or, in cluster
+// mode, a 3-master cluster of its own with a replica per master, so that
+// the admissions and event appends waiting for a replica (ADMIT_ and
+// WORKER_WAIT_REPLICAS=1) wait as they do on the single server. Not the
+// shared cluster, which has no replicas.
+func (r *run) startRedis() string {
+	t := r.t
 	t.Helper()
-	cfg.defaults()
-	ctx := context.Background()
-	r := &run{t: t, cfg: cfg, dir: t.TempDir(), start: time.Now(), lost: map[string]bool{}}
-	faults := Schedule(cfg.Seed, cfg.Span, cfg.Lease, cfg.Workers)
-	t.Logf("chaos: seed %d, %d orders over %s, %d workers (lease %s); replay with: make chaos SEED=%d ORDERS=%d",
-		cfg.Seed, cfg.Orders, cfg.Span, cfg.Workers, cfg.Lease, cfg.Seed, cfg.Orders)
-	for _, f := range faults {
-		t.Logf("chaos: scheduled at +%s: %s", f.At.Round(time.Millisecond), f)
+	if testserver.ClusterMode() {
+		r.cluster = testserver.StartRedisCluster(t, testserver.WithReplicas(1))
+		return r.cluster.URL()
 	}
-
-	// Servers. A replica syncs at once (no wait for other replicas to
-	// share a diskless sync, 5 s by default), so the admissions that wait
-	// for it after a restart or a failover are refused for a moment only.
 	redisConfig := []testserver.RedisOption{testserver.WithRedisConfig("appendonly", "yes"),
 		testserver.WithRedisConfig("appendfsync", "always"), testserver.WithRedisConfig("repl-diskless-sync-delay", "0")}
 	r.primary, r.replica = testserver.StartRedis(t, redisConfig...), testserver.StartRedis(t, redisConfig...)
@@ -376,7 +374,34 @@ func Run(t testing.TB, cfg Config) Summary {
 		t.Fatalf("chaos: %v", err)
 	}
 	r.proxy = testserver.StartProxy(t, r.primary.Addr)
-	redisURL := "redis://" + r.proxy.Addr(r.primary.Addr) + "/0"
+	return "redis://" + r.proxy.Addr(r.primary.Addr) + "/0"
+}
+
+// Run performs one chaos run. It uses the package's shared PostgreSQL
+// (testserver.Postgres) and stops and starts it, so the calling test must
+// not run in parallel with other PostgreSQL tests.
+func Run(t testing.TB, cfg Config) Summary {
+	t.Helper()
+	cfg.defaults()
+	ctx := context.Background()
+	r := &run{t: t, cfg: cfg, dir: t.TempDir(), start: time.Now(), lost: map[string]bool{}}
+	faults := Schedule(cfg.Seed, cfg.Span, cfg.Lease, cfg.Workers)
+	if testserver.ClusterMode() {
+		faults = slices.DeleteFunc(faults, func(f Fault) bool { return f.Kind == RestartRedis || f.Kind == FailoverRedis })
+		t.Logf("chaos: on a 3-master Redis Cluster with a replica each (EMQ_TEST_REDIS=cluster), " +
+			"without the Redis restart and failovers, which fail over a single primary through the proxy " +
+			"(the single-server leg runs them)")
+	}
+	t.Logf("chaos: seed %d, %d orders over %s, %d workers (lease %s); replay with: make chaos SEED=%d ORDERS=%d",
+		cfg.Seed, cfg.Orders, cfg.Span, cfg.Workers, cfg.Lease, cfg.Seed, cfg.Orders)
+	for _, f := range faults {
+		t.Logf("chaos: scheduled at +%s: %s", f.At.Round(time.Millisecond), f)
+	}
+
+	// Servers. A replica syncs at once (no wait for other replicas to
+	// share a diskless sync, 5 s by default), so the admissions that wait
+	// for it after a restart or a failover are refused for a moment only.
+	redisURL := r.startRedis()
 	database := testserver.Postgres(t)
 	r.pg = testserver.PostgresServer(t)
 	if err := migrations.Up(database.URL); err != nil {
@@ -862,8 +887,10 @@ func (r *run) check(ctx context.Context, c *client) Summary {
 
 	// The last failover's old primary follows the new one, so another
 	// failover would lose no acknowledged order.
-	if err := waitInSync(r.replica.Addr, 30*time.Second); err != nil {
-		r.errorf("after the run: %v", err)
+	if r.replica != nil {
+		if err := waitInSync(r.replica.Addr, 30*time.Second); err != nil {
+			r.errorf("after the run: %v", err)
+		}
 	}
 
 	stats, err := queueStats(ctx)
