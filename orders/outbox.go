@@ -47,6 +47,18 @@ type Relayer interface {
 	Relay(ctx context.Context, entries []OutboxEntry)
 }
 
+// TurnRelayer is a Relayer that relays in a line: RelayInTurn is Relay for
+// entries whose events rows must reach their accounts' logs after those of
+// the relay before them, which closes turn once its own are in line (nil:
+// none is before them). It
+// calls inLine once entries are in line behind them (or never will be),
+// so the next relay may go, and returns once they are relayed, like Relay.
+// What need not wait (the coherence jobs) goes at once.
+type TurnRelayer interface {
+	Relayer
+	RelayInTurn(ctx context.Context, entries []OutboxEntry, turn <-chan struct{}, inLine func())
+}
+
 // BalanceVersion says one account's balance of one asset reached Version:
 // what an outbox row of a balance announces.
 type BalanceVersion struct {

@@ -51,41 +51,65 @@ func logEntry(draft orders.EventDraft) emq.LogEntry {
 // log yet (their relay is late, or was lost with Redis) has them appended
 // first, read from the outbox; rows gone from it are skipped for good.
 func (r *OutboxRelay) appendEvents(ctx context.Context, entries []orders.OutboxEntry) ([]orders.OutboxEntry, error) {
-	// A source's versions in order: one pipeline runs its calls in order.
+	rendered := r.renderEvents(entries)
+	appended, err := r.eventsLogs.AppendLogs(ctx, rendered.appends)
+	return r.appendedEvents(ctx, rendered, appended, err)
+}
+
+// renderedEvents are events rows rendered as log appends: appends[i] is
+// sent[i]'s; carried are the rows with nothing to append.
+type renderedEvents struct {
+	appends []emq.LogAppend
+	sent    []orders.OutboxEntry
+	carried []orders.OutboxEntry
+}
+
+// renderEvents renders the events rows, each source's versions in order
+// (one pipeline runs its calls in order).
+func (r *OutboxRelay) renderEvents(entries []orders.OutboxEntry) renderedEvents {
 	slices.SortFunc(entries, func(a, b orders.OutboxEntry) int {
 		return cmp.Or(strings.Compare(a.Name, b.Name), cmp.Compare(a.Version, b.Version))
 	})
-	appends := make([]emq.LogAppend, 0, len(entries))
-	sent := make([]orders.OutboxEntry, 0, len(entries))
-	carried := make([]orders.OutboxEntry, 0, len(entries))
+	out := renderedEvents{
+		appends: make([]emq.LogAppend, 0, len(entries)),
+		sent:    make([]orders.OutboxEntry, 0, len(entries)),
+		carried: make([]orders.OutboxEntry, 0, len(entries)),
+	}
 	for _, entry := range entries {
 		append_, err := r.eventAppend(entry, false)
 		if err != nil {
 			// No retry renders it: it is marked relayed, its events left
 			// out, and the source's next row is forced past it.
 			r.logger.Error("events row cannot be rendered; its events are left out", "name", entry.Name, "version", entry.Version, "err", err)
-			carried = append(carried, entry)
+			out.carried = append(out.carried, entry)
 			continue
 		}
 		if len(append_.Entries) == 0 {
-			carried = append(carried, entry)
+			out.carried = append(out.carried, entry)
 			continue
 		}
-		appends, sent = append(appends, append_), append(sent, entry)
+		out.appends, out.sent = append(out.appends, append_), append(out.sent, entry)
 	}
-	appended, err := r.eventsLogs.AppendLogs(ctx, appends)
+	return out
+}
+
+// appendedEvents sorts out the answers to rendered's appends (err, the
+// call's, when appended is nil) and returns the rows appended (or found
+// appended already), with those that had nothing to append.
+func (r *OutboxRelay) appendedEvents(ctx context.Context, rendered renderedEvents, appended []emq.LogAppended, err error) ([]orders.OutboxEntry, error) {
+	carried := rendered.carried
 	if appended == nil {
 		return carried, err
 	}
 	// An append past a gap is made after the rows before it; any other
 	// failure waits for the sweep.
 	var errs []error
-	for i, entry := range sent {
+	for i, entry := range rendered.sent {
 		var gap *emq.LogGapError
 		switch failure := appended[i].Err; {
 		case failure == nil:
 		case errors.As(failure, &gap):
-			failure = r.appendEventsFrom(ctx, r.eventsLogs.For(appends[i].Group), entry)
+			failure = r.appendEventsFrom(ctx, r.eventsLogs.For(rendered.appends[i].Group), entry)
 			if failure != nil {
 				errs = append(errs, failure)
 				continue

@@ -115,6 +115,8 @@ type OutboxRelay struct {
 	eventsLogs *EventLogs
 	// coherenceJobSize is the most balance changes one coherence job lists.
 	coherenceJobSize int
+	// line sends RelayInTurn's appends in turn (relay_line.go).
+	line appendLine
 
 	mu sync.Mutex
 	// markers counts the KeepSweeping loops running; while there is one,
@@ -182,6 +184,7 @@ func NewOutboxRelay(db Outbox, client *emq.Client, modes coherence.Modes, logger
 	for _, opt := range opts {
 		opt(r)
 	}
+	r.line.logs = r.eventsLogs
 	return r
 }
 
@@ -229,6 +232,12 @@ func (r *OutboxRelay) Relay(ctx context.Context, entries []orders.OutboxEntry) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relayTimeout)
 	defer cancel()
 	carried, err := r.carry(ctx, entries)
+	r.relayed(ctx, entries, carried, err)
+}
+
+// relayed marks the rows a relay of entries carried, or leaves them to the
+// KeepSweeping loop, and logs its failure.
+func (r *OutboxRelay) relayed(ctx context.Context, entries, carried []orders.OutboxEntry, err error) {
 	if err != nil {
 		r.logger.Warn("outbox relay failed; the sweep relays the rows left", "entries", len(entries), "carried", len(carried), "err", err)
 	}
@@ -359,16 +368,40 @@ func (r *OutboxRelay) KeepSweeping(ctx context.Context, interval time.Duration) 
 // earlier relay admitted them), broadcast entries published, and entries of a
 // table of mode none, which have nowhere to go.
 func (r *OutboxRelay) carry(ctx context.Context, entries []orders.OutboxEntry) ([]orders.OutboxEntry, error) {
+	events, others := splitEvents(entries)
+	// The accounts' events go beside the coherence jobs, not after them:
+	// a trader's order events need not wait for the balance cache's
+	// round trips, which the consumer applies later anyway.
+	var appended []orders.OutboxEntry
+	var appendErr error
+	var appending sync.WaitGroup
+	if len(events) > 0 {
+		appending.Go(func() { appended, appendErr = r.appendEvents(ctx, events) })
+	}
+	carried, err := r.carryCoherence(ctx, others)
+	appending.Wait()
+	return append(carried, appended...), errors.Join(err, appendErr)
+}
+
+// splitEvents sorts entries into the accounts' events rows and the rest.
+func splitEvents(entries []orders.OutboxEntry) (events, others []orders.OutboxEntry) {
+	for _, entry := range entries {
+		if table, _ := outboxTableAndGroup(entry.Name); table == orders.EventsTable {
+			events = append(events, entry)
+		} else {
+			others = append(others, entry)
+		}
+	}
+	return events, others
+}
+
+// carryCoherence is carry of entries that are no events rows.
+func (r *OutboxRelay) carryCoherence(ctx context.Context, entries []orders.OutboxEntry) ([]orders.OutboxEntry, error) {
 	carried := make([]orders.OutboxEntry, 0, len(entries))
 	jobs := map[string][]orders.OutboxEntry{}
-	var events []orders.OutboxEntry
 	var errs []error
 	for _, entry := range entries {
 		table, _ := outboxTableAndGroup(entry.Name)
-		if table == orders.EventsTable {
-			events = append(events, entry)
-			continue
-		}
 		switch r.modes.Of(table) {
 		case coherence.ModeJob:
 			jobs[table] = append(jobs[table], entry)
@@ -393,26 +426,12 @@ func (r *OutboxRelay) carry(ctx context.Context, entries []orders.OutboxEntry) (
 			carried = append(carried, entry)
 		}
 	}
-	// The accounts' events go beside the coherence jobs, not after them:
-	// a trader's order events need not wait for the balance cache's
-	// round trips, which the consumer applies later anyway.
-	var appended []orders.OutboxEntry
-	var appendErr error
-	var appending sync.WaitGroup
-	if len(events) > 0 {
-		appending.Go(func() { appended, appendErr = r.appendEvents(ctx, events) })
-	}
 	for table, entries := range jobs {
 		admitted, err := r.admit(ctx, table, entries)
 		carried = append(carried, admitted...)
 		if err != nil {
 			errs = append(errs, err)
 		}
-	}
-	appending.Wait()
-	carried = append(carried, appended...)
-	if appendErr != nil {
-		errs = append(errs, appendErr)
 	}
 	return carried, errors.Join(errs...)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -111,11 +112,23 @@ func (s *Settler) Settle(ctx context.Context, order orders.Order, token int64) e
 // before its source's previous one finds a gap in the account's log, and
 // fills it from the outbox row by row. A relay that hangs holds the next
 // back for a while at most; what it left, the sweep relays.
+//
+// A relay that can keep the line itself (orders.TurnRelayer) lets the next
+// batch go as soon as its events are in line behind the batch before's,
+// not once they reached Redis: a batch's relay then waits for no round
+// trip of the one before.
 func (s *Settler) relayInOrder(ctx context.Context, result settlement) {
+	var letNext func()
 	if result.relayed != nil {
-		defer close(result.relayed)
+		var once sync.Once
+		letNext = func() { once.Do(func() { close(result.relayed) }) }
+		defer letNext()
 	}
 	if s.relay == nil || len(result.outbox) == 0 {
+		return
+	}
+	if turns, ok := s.relay.(orders.TurnRelayer); ok && result.relayed != nil {
+		turns.RelayInTurn(ctx, result.outbox, result.relayAfter, letNext)
 		return
 	}
 	if result.relayAfter != nil {

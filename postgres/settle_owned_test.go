@@ -816,3 +816,78 @@ func TestOwnerRelaysItsBatchesInCommitOrder(t *testing.T) {
 		t.Errorf("relays: %v, want %v", relay.events, want)
 	}
 }
+
+// turnRelay is a TurnRelayer that holds its first call once it is in
+// line, until released, and records when calls start, take their place
+// in line and end.
+type turnRelay struct {
+	heldRelay
+	calls int
+}
+
+func (r *turnRelay) RelayInTurn(ctx context.Context, entries []orders.OutboxEntry, turn <-chan struct{}, inLine func()) {
+	r.mu.Lock()
+	r.calls++
+	n := r.calls
+	r.mu.Unlock()
+	r.record(fmt.Sprintf("start %d", n))
+	if turn != nil {
+		<-turn
+	}
+	r.record(fmt.Sprintf("in line %d", n))
+	inLine()
+	if n == 1 {
+		close(r.started)
+		<-r.release
+	}
+	r.record(fmt.Sprintf("end %d", n))
+}
+
+// TestOwnerLetsTheNextBatchRelayOnceItsEventsAreInLine: with a relay that
+// keeps the line itself, an owner's batch takes its turn once the batch
+// before is in line, not once that one's relay returned: a relay that
+// hangs after taking its place holds no later batch back, and the places
+// are still taken in commit order.
+func TestOwnerLetsTheNextBatchRelayOnceItsEventsAreInLine(t *testing.T) {
+	m := newMarket(t)
+	ctx := context.Background()
+	relay := &turnRelay{heldRelay: heldRelay{started: make(chan struct{}), release: make(chan struct{})}}
+	s := postgres.NewSettler(m.db, relay, slog.New(slog.DiscardHandler))
+	if err := s.TakeOver(ctx, "BTC-USD", 1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.GiveUp("BTC-USD") })
+
+	var settling sync.WaitGroup
+	settle := func(order orders.Order) {
+		settling.Go(func() {
+			if err := s.Settle(ctx, order, 1); err != nil {
+				t.Errorf("settle %s: %v", order.ID, err)
+			}
+		})
+	}
+	settle(newOrder(m.alice, "BTC-USD", orders.Sell, "0.1", "50000"))
+	select {
+	case <-relay.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first batch never relayed")
+	}
+	// The first batch is in line and its relay hangs; the second commits
+	// meanwhile and relays all the same.
+	settle(newOrder(m.bob, "BTC-USD", orders.Buy, "0.1", "50000"))
+	deadline := time.Now().Add(10 * time.Second)
+	for len(relay.eventsOf("end")) == 0 {
+		if time.Now().After(deadline) {
+			close(relay.release)
+			t.Fatalf("the second batch's relay waited for the first's to return: %v", relay.eventsOf(""))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(relay.release)
+	settling.Wait()
+	relay.mu.Lock()
+	defer relay.mu.Unlock()
+	if want := []string{"start 1", "in line 1", "start 2", "in line 2", "end 2", "end 1"}; !slices.Equal(relay.events, want) {
+		t.Errorf("relays: %v, want %v", relay.events, want)
+	}
+}
