@@ -115,8 +115,6 @@ type OutboxRelay struct {
 	eventsLogs *EventLogs
 	// coherenceJobSize is the most balance changes one coherence job lists.
 	coherenceJobSize int
-	// line sends RelayInTurn's appends in turn (relay_line.go).
-	line appendLine
 
 	mu sync.Mutex
 	// markers counts the KeepSweeping loops running; while there is one,
@@ -126,6 +124,9 @@ type OutboxRelay struct {
 	unmarked []orders.OutboxEntry
 	// dropped counts rows refused marking since the last warning.
 	dropped int
+	// lines send RelayInTurn's appends in turn, one per instrument
+	// (relay_line.go).
+	lines map[string]*appendLine
 }
 
 // Outbox is the outbox the relay carries rows of (postgres.Outbox).
@@ -184,7 +185,6 @@ func NewOutboxRelay(db Outbox, client *emq.Client, modes coherence.Modes, logger
 	for _, opt := range opts {
 		opt(r)
 	}
-	r.line.logs = r.eventsLogs
 	return r
 }
 

@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,7 +20,10 @@ import (
 // with less: a batch waits only until the one before has put its appends
 // in the relay's line, and the line sends the appends in the order they
 // joined it, all those waiting in one round trip while the one before is
-// in flight (as a database's group commit does). The coherence jobs need
+// in flight (as a database's group commit does). A source is one
+// account's events on one instrument, and an owner's batch is one
+// instrument's, so there is a line per instrument: one instrument's
+// appends wait for no other's round trip. The coherence jobs need
 // no order (their fill is conditional on the version) and go at once.
 
 // turnWait bounds how long a relay waits for the one before it to take
@@ -58,7 +62,7 @@ func (r *OutboxRelay) RelayInTurn(ctx context.Context, entries []orders.OutboxEn
 	waitTurn(turn)
 	var call *lineCall
 	if len(rendered.appends) > 0 {
-		call = r.line.join(rendered.appends)
+		call = r.lineOf(rendered.sent[0].Name).join(rendered.appends)
 	}
 	letNext()
 
@@ -71,6 +75,22 @@ func (r *OutboxRelay) RelayInTurn(ctx context.Context, entries []orders.OutboxEn
 	}
 	admitting.Wait()
 	r.relayed(appendCtx, entries, append(carried, appended...), errors.Join(coherenceErr, appendErr))
+}
+
+// lineOf is the line of the instrument an events row's name is of.
+func (r *OutboxRelay) lineOf(name string) *appendLine {
+	symbol := name[strings.LastIndexByte(name, ':')+1:]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	line := r.lines[symbol]
+	if line == nil {
+		if r.lines == nil {
+			r.lines = map[string]*appendLine{}
+		}
+		line = &appendLine{logs: r.eventsLogs}
+		r.lines[symbol] = line
+	}
+	return line
 }
 
 // waitTurn waits for turn, turnWait at most.
