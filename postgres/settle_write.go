@@ -175,6 +175,27 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		}
 		batch.Queue(settleLastPriceSQL, traded, lastPrices)
 	}
+	// The batch's events, one outbox row per account and instrument, after
+	// every write they snapshot (the orders, makers and trades: no balance);
+	// the takers' rows are the ones it inserts (an order settled before is
+	// not decided again), so their order.accepted events come with it.
+	// Before the balance locks: the heaviest statement of the write, it
+	// would otherwise hold other instruments' batches that move the same
+	// accounts for its whole run.
+	touched := make([]string, 0, len(w.takers)+len(w.makers))
+	takers := make([]string, 0, len(w.takers))
+	for _, row := range w.takers {
+		touched, takers = append(touched, row.order.ID), append(takers, row.order.ID)
+	}
+	for _, m := range w.makers {
+		touched = append(touched, m.id)
+	}
+	var events []orders.OutboxEntry
+	batch.Queue(settleEventsSQL, touched, takers, takers).Query(func(rows pgx.Rows) error {
+		var err error
+		events, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
+		return err
+	})
 	lockAndGuard()
 	// Each moved balance by what the batch moved its parts by, and one
 	// outbox row per moved balance at the version it reaches: the
@@ -207,24 +228,6 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 			return err
 		})
 	}
-	// The batch's events, one outbox row per account and instrument, after
-	// every write they snapshot; the takers' rows are the ones it inserts
-	// (an order settled before is not decided again), so their
-	// order.accepted events come with it.
-	touched := make([]string, 0, len(w.takers)+len(w.makers))
-	takers := make([]string, 0, len(w.takers))
-	for _, row := range w.takers {
-		touched, takers = append(touched, row.order.ID), append(takers, row.order.ID)
-	}
-	for _, m := range w.makers {
-		touched = append(touched, m.id)
-	}
-	var events []orders.OutboxEntry
-	batch.Queue(settleEventsSQL, touched, takers, takers).Query(func(rows pgx.Rows) error {
-		var err error
-		events, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
-		return err
-	})
 	batch.Queue(commitSQL).Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() != commitSQL {
 			return fmt.Errorf("the commit answered %s", tag)
@@ -234,7 +237,8 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, err
 	}
-	return append(outbox, events...), nil
+	// In the order of their ids, as the sweep relays them.
+	return append(events, outbox...), nil
 }
 
 func decimalText(d *decimal.Decimal) *string {
