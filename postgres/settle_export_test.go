@@ -69,3 +69,7 @@ func SetBeforeOwnedWrite(t interface{ Cleanup(func()) }, f func()) {
 	beforeOwnedWrite = f
 	t.Cleanup(func() { beforeOwnedWrite = nil })
 }
+
+// OwnedExtended is how many requests the settler's owners decided into a
+// batch already decided, while the write before it was in flight.
+func OwnedExtended(s *Settler) int64 { return s.owned.extended.Load() }

@@ -19,7 +19,38 @@ type SettlementMetrics struct {
 	decided  prometheus.Counter
 	// phases are orders_settlement_phase_seconds' series, by settlePhase.
 	phases [phaseCount]prometheus.Observer
+	// stages are orders_settlement_owned_stage_seconds' series, by
+	// ownedStage.
+	stages [stageCount]prometheus.Observer
 }
+
+// ownedStage is a part of an order's way through its owner's pipeline
+// (settle_owned_pipeline.go), from its admission to its answer: each
+// order's, observed when its batch is answered.
+type ownedStage int
+
+const (
+	// stageAdmitted runs from the order's creation at the gateway (its
+	// clock) to its joining the owner's queue: the admission, the wait on
+	// the instrument's queue in Redis, the claim.
+	stageAdmitted ownedStage = iota
+	// stageQueued runs until the driver takes it into a batch.
+	stageQueued
+	// stageDecided runs until its batch is decided (read and decided; a
+	// write landed first when the batch had to wait for it).
+	stageDecided
+	// stageHeld runs until its batch's write starts: the write before it
+	// in flight.
+	stageHeld
+	// stageWritten runs until its batch committed (a connection, the one
+	// round trip, the commit).
+	stageWritten
+	// stageAnswered runs until the driver answers it.
+	stageAnswered
+	stageCount
+)
+
+var ownedStageNames = [stageCount]string{"admitted", "queued", "decided", "held", "written", "answered"}
 
 // settlePhase is a part of a batch's cycle (settleTogether), as
 // orders_settlement_phase_seconds names it.
@@ -89,7 +120,15 @@ func NewSettlementMetrics(registerer prometheus.Registerer) *SettlementMetrics {
 	for phase, name := range settlePhaseNames {
 		m.phases[phase] = phases.WithLabelValues(name)
 	}
-	registerer.MustRegister(m.outcomes, m.duration, m.batch, m.decided, phases)
+	stages := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "orders_settlement_owned_stage_seconds",
+		Help:    "Time of each stage of an order settled by its instrument's owner: admitted (from its creation at the gateway, by the gateway's clock, to joining the owner's queue: the queue in Redis and the claim), queued (until a batch took it), decided (until the batch was decided), held (until its write started, after the write before it), written (until it committed), answered (until the order had its outcome).",
+		Buckets: prometheus.ExponentialBucketsRange(0.00002, settleTimeout.Seconds(), 38),
+	}, []string{"stage"})
+	for stage, name := range ownedStageNames {
+		m.stages[stage] = stages.WithLabelValues(name)
+	}
+	registerer.MustRegister(m.outcomes, m.duration, m.batch, m.decided, phases, stages)
 	return m
 }
 
@@ -123,6 +162,32 @@ func (m *SettlementMetrics) observe(result settlement, took time.Duration) {
 		m.outcomes.WithLabelValues("duplicate", "").Inc()
 	default:
 		m.outcomes.WithLabelValues(string(result.status), result.reason).Inc()
+	}
+}
+
+// observeStages observes the stages of each order of a batch answered
+// now: writing and committed are the batch's (zero: nothing was written).
+func (m *SettlementMetrics) observeStages(batch []*settleRequest, writing, committed time.Time) {
+	if m == nil {
+		return
+	}
+	now := time.Now()
+	for _, req := range batch {
+		if req.joined.IsZero() {
+			continue
+		}
+		decided, writing, committed := req.decided, writing, committed
+		if writing.IsZero() {
+			writing, committed = decided, decided
+		}
+		if !req.order.CreatedAt.IsZero() {
+			m.stages[stageAdmitted].Observe(max(req.joined.Sub(req.order.CreatedAt), 0).Seconds())
+		}
+		m.stages[stageQueued].Observe(req.taken.Sub(req.joined).Seconds())
+		m.stages[stageDecided].Observe(decided.Sub(req.taken).Seconds())
+		m.stages[stageHeld].Observe(writing.Sub(decided).Seconds())
+		m.stages[stageWritten].Observe(committed.Sub(writing).Seconds())
+		m.stages[stageAnswered].Observe(now.Sub(committed).Seconds())
 	}
 }
 

@@ -195,8 +195,9 @@ type ownedState struct {
 	mu    sync.Mutex
 	books map[string]*ownedBook
 	// overlaps counts batches decided while the write before was in
-	// flight; loads the books loaded (TakeOver and after a failed write).
-	overlaps, loads atomic.Int64
+	// flight; extended the requests decided into such a batch after it
+	// (gather); loads the books loaded (TakeOver and after a failed write).
+	overlaps, extended, loads atomic.Int64
 }
 
 // ownedFlight is a batch decided on an owner's book: its writes in flight,
@@ -223,6 +224,11 @@ type ownedFlight struct {
 	probe          string
 	pendingHolders map[clientOrderKey]string
 	deltas         map[balanceKey][2]*big.Rat
+
+	// writing and committed are when the batch's write started and
+	// committed (the stages' metrics; zero when unmeasured or nothing was
+	// written).
+	writing, committed time.Time
 
 	done chan struct{}
 	err  error

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -60,6 +61,7 @@ func (st *ownedBook) join(s *Settler, req *settleRequest) (unowned bool, err err
 	case st.leaving:
 		return true, nil
 	}
+	req.joined = s.metrics.now()
 	st.waiting = append(st.waiting, req)
 	if ownedJoined != nil {
 		ownedJoined()
@@ -128,9 +130,11 @@ func (st *ownedBook) next(flying bool) (batch []*settleRequest, alone, stop bool
 	case len(st.redo) > 0:
 		req := st.redo[0]
 		st.redo = st.redo[1:]
+		taken([]*settleRequest{req})
 		return []*settleRequest{req}, true, false
 	case len(st.waiting) > 0:
 		batch, st.waiting = nextBatch(st.waiting)
+		taken(batch)
 		return batch, false, false
 	}
 	if flying {
@@ -139,6 +143,29 @@ func (st *ownedBook) next(flying bool) (batch []*settleRequest, alone, stop bool
 	st.driving = false
 	close(st.exited)
 	return nil, false, true
+}
+
+// taken marks when a batch took the requests measured.
+func taken(batch []*settleRequest) {
+	var now time.Time
+	for _, req := range batch {
+		if !req.joined.IsZero() {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			req.taken = now
+		}
+	}
+}
+
+// decided marks when the requests measured were decided (at: zero when
+// nothing is measured).
+func decided(batch []*settleRequest, at time.Time) {
+	for _, req := range batch {
+		if !req.joined.IsZero() {
+			req.decided = at
+		}
+	}
 }
 
 // driveOwned decides and writes the instrument's batches until none is
@@ -170,28 +197,33 @@ func (s *Settler) driveOwned(st *ownedBook) {
 				continue
 			}
 		}
-		s.metrics.observeBatch(len(batch))
 		p, err := s.prepareOwned(st, batch, flight)
 		if err != nil {
 			s.failOwned(st, batch, alone, false, err)
 			continue
 		}
 		if flight != nil {
+			// The requests that join while the write before is in flight
+			// join this batch, decided on top of it.
+			if p = s.gather(st, p, flight); p == nil {
+				continue
+			}
 			// Decided on a book the failed write left: decide again.
-			ok := s.land(st, flight, batch, false)
+			ok := s.land(st, flight, p.batch, false)
 			flight = nil
 			if !ok {
 				continue
 			}
 		}
 		st.book, st.provisional = p.w.books[st.symbol], p.w.provisional
+		s.metrics.observeBatch(len(p.batch))
 		if alone {
 			if err := s.writeOwned(st, p, true); err != nil {
 				s.failOwned(st, batch, true, true, err)
 				continue
 			}
 			st.book, st.provisional = p.w.books[st.symbol], p.w.provisional
-			st.answer(p)
+			s.answer(st, p)
 			continue
 		}
 		flight = p
@@ -200,6 +232,138 @@ func (s *Settler) driveOwned(st *ownedBook) {
 			p.err = s.writeOwned(st, p, false)
 		}()
 	}
+}
+
+// gather waits for the write in flight (flight) to land, and meanwhile
+// decides the requests that join on top of p, the batch decided to be
+// written next, into p: an order arriving while a write is in flight then
+// waits for that write and its own batch's, not also for a batch decided
+// before it came. It returns p, or nil when p had to be dropped (deciding
+// a request into it failed midway): p's requests and those then wait
+// again, first, to be decided anew on the book as the flight leaves it.
+func (s *Settler) gather(st *ownedBook, p, flight *ownedFlight) *ownedFlight {
+	for {
+		select {
+		case <-flight.done:
+			return p
+		case <-st.wake:
+		}
+		more := st.more(p, flight)
+		if len(more) == 0 {
+			continue
+		}
+		err := s.extendOwned(st, p, flight, more)
+		switch {
+		case err == nil:
+		case errors.Is(err, errDecision):
+			s.logger.Warn("deciding requests into an owner's next batch failed; deciding it again",
+				"symbol", st.symbol, "orders", len(p.batch)+len(more), "err", err)
+			st.requeue(slices.Concat(p.batch, more), false)
+			return nil
+		default:
+			// p stands; more waits for the batch after it.
+			st.requeue(more, false)
+			return p
+		}
+	}
+}
+
+// more takes, for p, the requests waiting at the front that p's batch may
+// take: up to maxSettleBatch in all, none of an order p or the write in
+// flight holds (a redelivery racing them), none while an order waits to
+// settle alone or the owner stops.
+func (st *ownedBook) more(p, flight *ownedFlight) []*settleRequest {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.fenced != nil || st.leaving || st.stale || len(st.redo) > 0 || flight.blocks(nil) {
+		return nil
+	}
+	ids := make(map[string]bool, len(p.batch))
+	for _, req := range p.batch {
+		ids[req.order.ID] = true
+	}
+	n := 0
+	for _, req := range st.waiting {
+		if len(p.batch)+n == maxSettleBatch || ids[req.order.ID] || flight.ids[req.order.ID] {
+			break
+		}
+		ids[req.order.ID] = true
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	more := slices.Clone(st.waiting[:n])
+	st.waiting = slices.Delete(st.waiting, 0, n)
+	taken(more)
+	return more
+}
+
+// extendOwned decides more on top of p's batch, into it: read as a batch
+// of its own would be (the write in flight, flight, taken into account),
+// the balance rows p's batch has not read added to its own. An error
+// matching errDecision leaves p half decided, to be dropped; any other
+// leaves p as it was.
+func (s *Settler) extendOwned(st *ownedBook, p, flight *ownedFlight, more []*settleRequest) (err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	defer func() {
+		if recovered := recover(); recovered != nil {
+			s.logger.Error("deciding requests into an owner's batch panicked", "orders", len(more), "panic", fmt.Sprint(recovered),
+				"stack", string(debug.Stack()))
+			err = fmt.Errorf("%w: panic: %v", errDecision, recovered)
+		}
+	}()
+	r, err := s.readOwned(ctx, st, more, flight)
+	if err != nil {
+		return err
+	}
+	phase := s.metrics.now()
+	w := p.w
+	for id := range r.existing {
+		p.existing[id] = true
+	}
+	for pair, holder := range r.holders {
+		// p's own takers hold theirs already in w.holders.
+		if _, ok := w.holders[pair]; !ok {
+			w.holders[pair] = holder
+		}
+		if _, ok := p.holders[pair]; !ok {
+			p.holders[pair] = holder
+		}
+	}
+	for key := range r.takerKeys {
+		p.takerKeys[key] = true
+	}
+	for key, read := range r.snapshot {
+		if _, ok := p.snapshot[key]; ok {
+			// Read for p's batch: w has it, moved by p's decisions.
+			continue
+		}
+		p.snapshot[key] = read
+		switch b := w.balances[key]; {
+		case b == nil:
+			w.balances[key] = &lockedBalance{available: new(big.Rat).Set(read.available),
+				held: new(big.Rat).Set(read.held), known: true, name: read.name, asset: read.asset, acc: read.acc,
+				start: read.available}
+		case !b.known:
+			// A maker's row p's batch moved without reading it: its value
+			// now is what was read plus those moves.
+			b.available.Add(read.available, &b.movedAvailable)
+			b.held.Add(read.held, &b.movedHeld)
+			b.known, b.start = true, read.available
+		}
+	}
+	w.ctx = ctx
+	outcomes, err := w.decideAll(more, p.existing)
+	if err != nil {
+		return err
+	}
+	p.batch, p.outcomes = append(p.batch, more...), append(p.outcomes, outcomes...)
+	p.record()
+	decided(more, s.metrics.phaseDone(phaseDecide, phase))
+	s.owned.extended.Add(int64(len(more)))
+	return nil
 }
 
 // land waits for the write in flight and answers its orders: true when it
@@ -216,14 +380,15 @@ func (s *Settler) land(st *ownedBook, flight *ownedFlight, behind []*settleReque
 		s.failOwned(st, flight.batch, false, true, flight.err)
 		return false
 	}
-	st.answer(flight)
+	s.answer(st, flight)
 	return true
 }
 
 // answer hands each request of a committed batch its outcome, its outbox
 // to relay after the batch before's (the driver answers them in the order
 // they committed).
-func (st *ownedBook) answer(p *ownedFlight) {
+func (s *Settler) answer(st *ownedBook, p *ownedFlight) {
+	s.metrics.observeStages(p.batch, p.writing, p.committed)
 	for i := range p.outcomes {
 		if r := &p.outcomes[i].result; len(r.outbox) > 0 {
 			relayed := make(chan struct{})
@@ -378,10 +543,46 @@ func (s *Settler) prepareOwned(st *ownedBook, batch []*settleRequest, flight *ow
 			return nil, err
 		}
 	}
+	r, err := s.readOwned(ctx, st, batch, flight)
+	if err != nil {
+		return nil, err
+	}
+	phase := s.metrics.now()
+	p = &ownedFlight{batch: batch, base: st.book, baseProvisional: st.provisional, existing: r.existing,
+		holders: r.holders, snapshot: r.snapshot, takerKeys: r.takerKeys, done: make(chan struct{})}
+	if err := s.decideOwned(ctx, st, p, r.snapshot); err != nil {
+		return nil, err
+	}
+	decided(batch, s.metrics.phaseDone(phaseDecide, phase))
+	if flight != nil {
+		select {
+		case <-flight.done:
+		default:
+			s.owned.overlaps.Add(1)
+		}
+	}
+	return p, nil
+}
+
+// ownedRead is what a batch of an owner reads besides the book: which of
+// its orders have a row, who holds their client order ids, its takers'
+// balances (as the write in flight leaves them) and the balance rows its
+// takers lock.
+type ownedRead struct {
+	existing  map[string]bool
+	holders   map[clientOrderKey]string
+	snapshot  map[balanceKey]*lockedBalance
+	takerKeys map[balanceKey]bool
+}
+
+// readOwned reads, outside any transaction, what batch needs besides the
+// book (flight: the write in flight, its changes to the takers' balances
+// added unless the read saw them committed).
+func (s *Settler) readOwned(ctx context.Context, st *ownedBook, batch []*settleRequest, flight *ownedFlight) (ownedRead, error) {
 	phase := s.metrics.now()
 	pooled, release, err := s.acquire(ctx)
 	if err != nil {
-		return nil, err
+		return ownedRead{}, err
 	}
 	defer func() {
 		if release != nil {
@@ -427,17 +628,17 @@ func (s *Settler) prepareOwned(st *ownedBook, batch []*settleRequest, flight *ow
 	readTakers := func(rows pgx.Rows) error { return scanBalances(rows, snapshot) }
 	read.Queue(settleTakersSQL, takerAccounts, takerSymbols).Query(readTakers)
 	if err := pooled.SendBatch(ctx, read).Close(); err != nil {
-		return nil, err
+		return ownedRead{}, err
 	}
 	in := st.book.in
 	takerKeys, err := openTakerRows(ctx, pooled, batch, map[string]orders.Instrument{in.Symbol: in},
 		existing, snapshot, takerAccounts, takerSymbols)
 	if err != nil {
-		return nil, err
+		return ownedRead{}, err
 	}
 	release()
 	release = nil
-	phase = s.metrics.phaseDone(phaseRead, phase)
+	s.metrics.phaseDone(phaseRead, phase)
 
 	if flight != nil {
 		if !committed {
@@ -454,20 +655,7 @@ func (s *Settler) prepareOwned(st *ownedBook, batch []*settleRequest, flight *ow
 			}
 		}
 	}
-	p = &ownedFlight{batch: batch, base: st.book, baseProvisional: st.provisional, existing: existing,
-		holders: holders, snapshot: snapshot, takerKeys: takerKeys, done: make(chan struct{})}
-	if err := s.decideOwned(ctx, st, p, snapshot); err != nil {
-		return nil, err
-	}
-	s.metrics.phaseDone(phaseDecide, phase)
-	if flight != nil {
-		select {
-		case <-flight.done:
-		default:
-			s.owned.overlaps.Add(1)
-		}
-	}
-	return p, nil
+	return ownedRead{existing: existing, holders: holders, snapshot: snapshot, takerKeys: takerKeys}, nil
 }
 
 // decideOwned decides p's batch on p.base with the balances given, and
@@ -483,6 +671,13 @@ func (s *Settler) decideOwned(ctx context.Context, st *ownedBook, p *ownedFlight
 		return err
 	}
 	p.w, p.outcomes = w, outcomes
+	p.record()
+	return nil
+}
+
+// record sets what a batch decided after p, before p commits, must know.
+func (p *ownedFlight) record() {
+	w := p.w
 	p.ids = make(map[string]bool, len(w.takers))
 	p.pendingHolders = make(map[clientOrderKey]string, len(w.takers))
 	for _, row := range w.takers {
@@ -504,7 +699,6 @@ func (s *Settler) decideOwned(ctx context.Context, st *ownedBook, p *ownedFlight
 		}
 		p.deltas[key] = [2]*big.Rat{new(big.Rat).Set(&b.movedAvailable), new(big.Rat).Set(&b.movedHeld)}
 	}
-	return nil
 }
 
 // writeOwned writes p's batch in one transaction behind the owner's fence
@@ -534,6 +728,7 @@ func (s *Settler) writeOwned(st *ownedBook, p *ownedFlight, mayRedecide bool) (e
 		beforeOwnedWrite()
 	}
 	phase := s.metrics.now()
+	p.writing = phase
 	pooled, release, err := s.acquire(ctx)
 	if err != nil {
 		return err
@@ -570,6 +765,7 @@ func (s *Settler) writeOwned(st *ownedBook, p *ownedFlight, mayRedecide bool) (e
 	if err != nil {
 		return err
 	}
+	p.committed = s.metrics.now()
 	for i := range p.outcomes {
 		if p.outcomes[i].err == nil && !p.outcomes[i].result.duplicate {
 			p.outcomes[i].result.outbox = outbox

@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -55,6 +56,10 @@ type settleRequest struct {
 	// what the batch keys it by (the order it acts on, or the command's id,
 	// its account and instrument).
 	command *orders.Command
+	// joined, taken and decided are when the request joined its owner's
+	// queue, a batch took it and decided it (the stages' metrics; zero
+	// when unmeasured).
+	joined, taken, decided time.Time
 }
 
 // settleQueue holds, per instrument, the orders waiting for the settler's

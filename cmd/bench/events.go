@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/internal/cpuprofile"
@@ -103,6 +104,10 @@ type streamLoad struct {
 	Append     latency `json:"append_to_client"`
 	// Cost is what the gateway spent while the load was offered.
 	Cost gatewayCost `json:"gateway_cost"`
+	// Stages split the owners' part of each order's way, from its
+	// creation at the gateway to its answer
+	// (orders_settlement_owned_stage_seconds, summed over the workers).
+	Stages []phaseProfile `json:"owner_stages"`
 }
 
 // events runs the phase. admissionPeak is the admission phase's
@@ -186,7 +191,7 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 		return r, err
 	}
 	defer stopGateway()
-	stopWorkers := e.startWorkers(ctx, databaseURL, s.redisURL, c.matching.workers)
+	stopWorkers, registries := e.startWorkers(ctx, databaseURL, s.redisURL, c.matching.workers)
 	defer func() {
 		if err := stopWorkers(); err != nil {
 			progress("events: the workers: %v", err)
@@ -240,6 +245,10 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 				return l, err
 			}
 		}
+		stagesBefore, err := gatherHistograms(registries, "orders_settlement_owned_stage_seconds", "stage")
+		if err != nil {
+			return l, err
+		}
 		track := newOrderTrack(prefix, n)
 		streams.follow(track)
 		client := newOrderClient(base+"/v1/orders", keys, prefix, 128)
@@ -291,6 +300,19 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 			return l, err
 		}
 		l.CommitFrom, l.Commit, l.Append = from, summarize(&commit), summarize(&every)
+		stagesAfter, err := gatherHistograms(registries, "orders_settlement_owned_stage_seconds", "stage")
+		if err != nil {
+			return l, err
+		}
+		var split []string
+		for _, name := range []string{"admitted", "queued", "decided", "held", "written", "answered"} {
+			if h := stagesAfter[name].minus(stagesBefore[name]); h.count > 0 {
+				stage := h.profile(name)
+				l.Stages = append(l.Stages, stage)
+				split = append(split, fmt.Sprintf("%s %.1f/%.1f", name, stage.P50Ms, stage.P99Ms))
+			}
+		}
+		progress("events: %s: the owners' stages, p50/p99 ms: %s", name, strings.Join(split, ", "))
 		progress("events: %s: %d orders at %.0f/s (%.0f offered), backlog %d at the end, drained in %.1f s; placement → decided p50 %.1f p99 %.1f max %.1f ms (%d undecided); commit → client p50 %.1f p99 %.1f ms; append → client p50 %.1f p99 %.1f ms",
 			name, l.Admission.Orders, l.Admission.PerSecond, rate, l.Backlog, l.DrainSeconds, l.Decided.P50Ms, l.Decided.P99Ms, l.Decided.MaxMs, l.Undecided,
 			l.Commit.P50Ms, l.Commit.P99Ms, l.Append.P50Ms, l.Append.P99Ms)
@@ -352,18 +374,22 @@ func backlogOf(ctx context.Context, queues []*emq.Queue) (int64, error) {
 // startWorkers runs n in-process workers wired as cmd/worker at its
 // defaults, as the matching phase does; stop stops them and returns what
 // failed.
-func (e *env) startWorkers(ctx context.Context, databaseURL, redisURL string, n int) (stop func() error) {
+func (e *env) startWorkers(ctx context.Context, databaseURL, redisURL string, n int) (stop func() error, registries []*prometheus.Registry) {
 	workCtx, stopWork := context.WithCancel(ctx)
 	errs := make([]error, n)
 	var running sync.WaitGroup
 	for i := range n {
-		running.Go(func() { errs[i] = e.runWorker(workCtx, databaseURL, redisURL, settlement.DefaultConfig(), nil, nil) })
+		registry := prometheus.NewRegistry()
+		registries = append(registries, registry)
+		running.Go(func() {
+			errs[i] = e.runWorker(workCtx, databaseURL, redisURL, settlement.DefaultConfig(), registry, nil)
+		})
 	}
 	return func() error {
 		stopWork()
 		running.Wait()
 		return errors.Join(errs...)
-	}
+	}, registries
 }
 
 // streamSet is the phase's open streams, one reader each; each event goes

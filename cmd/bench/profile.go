@@ -721,6 +721,73 @@ func gatherBatches(registries []*prometheus.Registry) (batchProfile, error) {
 	return b, nil
 }
 
+// histogramSum is one histogram series summed over registries.
+type histogramSum struct {
+	uppers     []float64
+	cumulative []uint64
+	count      uint64
+	sum        float64
+}
+
+// gatherHistograms sums family's histograms over registries, by the value
+// of label.
+func gatherHistograms(registries []*prometheus.Registry, family, label string) (map[string]histogramSum, error) {
+	sums := make(map[string]histogramSum)
+	for _, registry := range registries {
+		families, err := registry.Gather()
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range families {
+			if f.GetName() != family {
+				continue
+			}
+			for _, metric := range f.GetMetric() {
+				name := ""
+				for _, l := range metric.GetLabel() {
+					if l.GetName() == label {
+						name = l.GetValue()
+					}
+				}
+				h, sum := metric.GetHistogram(), sums[name]
+				if sum.uppers == nil {
+					for _, bucket := range h.GetBucket() {
+						sum.uppers = append(sum.uppers, bucket.GetUpperBound())
+					}
+					sum.cumulative = make([]uint64, len(sum.uppers))
+				}
+				for i, bucket := range h.GetBucket() {
+					if i < len(sum.cumulative) {
+						sum.cumulative[i] += bucket.GetCumulativeCount()
+					}
+				}
+				sum.count += h.GetSampleCount()
+				sum.sum += h.GetSampleSum()
+				sums[name] = sum
+			}
+		}
+	}
+	return sums, nil
+}
+
+// minus is what h observed since before.
+func (h histogramSum) minus(before histogramSum) histogramSum {
+	d := histogramSum{uppers: h.uppers, cumulative: slices.Clone(h.cumulative), count: h.count - before.count, sum: h.sum - before.sum}
+	for i := range d.cumulative {
+		if i < len(before.cumulative) {
+			d.cumulative[i] -= before.cumulative[i]
+		}
+	}
+	return d
+}
+
+// profile is h as a phase's figures.
+func (h histogramSum) profile(name string) phaseProfile {
+	return phaseProfile{Name: name, Count: h.count, Seconds: h.sum,
+		P50Ms: 1000 * bucketQuantile(0.50, h.uppers, h.cumulative, h.count),
+		P99Ms: 1000 * bucketQuantile(0.99, h.uppers, h.cumulative, h.count)}
+}
+
 // bucketQuantile is the q-quantile of a histogram's cumulative buckets,
 // interpolated within its bucket as Prometheus's histogram_quantile does;
 // past the last finite bound it is that bound.
