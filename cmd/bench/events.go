@@ -608,7 +608,9 @@ func startGatewayProcess(ctx context.Context, s *servers, databaseURL string, en
 		return "", 0, nil, err
 	}
 	cmd := exec.Command(binary)
-	cmd.Env = append(os.Environ(), "GATEWAY_ADDR="+addr, "METRICS_ADDR=", "REDIS_URL="+s.redisURL, "DATABASE_URL="+databaseURL,
+	// METRICS_ADDR empty is its default, 127.0.0.1:9090, which another
+	// gateway on the machine may hold: any free port.
+	cmd.Env = append(os.Environ(), "GATEWAY_ADDR="+addr, "METRICS_ADDR=127.0.0.1:0", "REDIS_URL="+s.redisURL, "DATABASE_URL="+databaseURL,
 		"MIGRATE=false", "RATE_LIMIT_BURST=1000000", "RATE_LIMIT_PER_SECOND=1000000", "LOG_LEVEL=warn",
 		// Its streams all come from one address, one per key.
 		"EVENTS_STREAMS_PER_ADDRESS=0")
@@ -624,7 +626,9 @@ func startGatewayProcess(ctx context.Context, s *servers, databaseURL string, en
 		logFile.Close()
 	}
 	base = "http://" + addr
-	if err := waitFor(ctx, 30*time.Second, func() error {
+	// A loaded machine (other runs beside the bench) has seen the gateway
+	// take over 30 s to answer.
+	if err := waitFor(ctx, 90*time.Second, func() error {
 		response, err := http.Get(base + "/healthz")
 		if err != nil {
 			return err
@@ -636,7 +640,8 @@ func startGatewayProcess(ctx context.Context, s *servers, databaseURL string, en
 		return nil
 	}); err != nil {
 		stop()
-		return "", 0, nil, fmt.Errorf("the gateway process (log in %s): %w", logFile.Name(), err)
+		log, _ := os.ReadFile(logFile.Name())
+		return "", 0, nil, fmt.Errorf("the gateway process (log in %s): %w\n%s", logFile.Name(), err, log[max(0, len(log)-2000):])
 	}
 	return base, cmd.Process.Pid, stop, nil
 }
