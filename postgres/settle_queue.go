@@ -131,21 +131,22 @@ func (q *settleQueue) take(symbol string) []*settleRequest {
 
 // nextBatch splits waiting into the next batch, oldest first and at most
 // maxSettleBatch, and what is left, in place. A second request for an
-// order already in the batch (two leases racing) is left for the next
-// batch, which finds the order final.
+// order already in the batch (two leases racing, or a cancel keyed by the
+// order it cancels) ends the batch: it and every request behind it wait
+// for the next, so none is decided before a request that came first (a
+// cancel overtaken by an order that fills the order it cancels).
 func nextBatch(waiting []*settleRequest) (batch, left []*settleRequest) {
-	batch = make([]*settleRequest, 0, min(len(waiting), maxSettleBatch))
-	ids := make(map[string]bool, cap(batch))
-	left = waiting[:0]
+	n := 0
+	ids := make(map[string]bool, min(len(waiting), maxSettleBatch))
 	for _, req := range waiting {
-		if len(batch) == maxSettleBatch || ids[req.order.ID] {
-			left = append(left, req)
-			continue
+		if n == maxSettleBatch || ids[req.order.ID] {
+			break
 		}
 		ids[req.order.ID] = true
-		batch = append(batch, req)
+		n++
 	}
-	clear(waiting[len(left):])
+	batch = slices.Clone(waiting[:n])
+	left = slices.Delete(waiting, 0, n)
 	return batch, left
 }
 
