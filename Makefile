@@ -16,8 +16,8 @@ run:
 # tests share one cluster (testserver.QueueRedisServer), so a script touching
 # keys of two slots (CROSSSLOT) fails the build, and the instruments' queues
 # are on at least two masters (TestInstrumentQueuesLandOnSeveralMasters).
-# The chaos run goes on a cluster with replicas of its own (seed 1 and a
-# random one, 500 orders, no Redis faults: testkit/chaos Run). A test that
+# The chaos run goes on a cluster with replicas of its own (one random
+# seed, 500 orders, no Redis faults: testkit/chaos Run). A test that
 # needs a server of its own (an outage, a replica, tracking, a proxy) skips
 # there, saying so. Left out, as they would only run again what the first
 # run ran: testkit/testserver (its tests pick their mode themselves), and

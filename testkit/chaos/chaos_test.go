@@ -26,8 +26,8 @@ var (
 // CI size of 2,000 orders, the others at 500 to keep the package near two
 // minutes) and one random seed printed in the log. It stops and starts the
 // shared PostgreSQL, so no test of this package may run in parallel with it.
-// With EMQ_TEST_REDIS=cluster it runs seed 1 and a random one, at 500
-// orders, on a Redis Cluster (see Run).
+// With EMQ_TEST_REDIS=cluster it runs one random seed, at 500 orders, on
+// a Redis Cluster (see Run).
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos run: real processes, faults and thousands of orders")
@@ -55,9 +55,11 @@ func TestChaos(t *testing.T) {
 		}
 		runs = append(runs, runSpec{seed, orders})
 	} else if testserver.ClusterMode() {
-		// The cluster leg's share of make test's time: seed 1 and a random
-		// one, at 500 orders, on a cluster of their own (Run).
-		runs = append(runs, runSpec{1, 500}, runSpec{rand.Uint64() % 1_000_000_000, 500})
+		// The cluster leg's share of make test's time: one random seed
+		// (printed, for a replay), 500 orders, on a cluster of its own
+		// (Run). The seeds fixed above run on a single server already;
+		// a second cluster run cost ≈ 35 s of a make test near 19 minutes.
+		runs = append(runs, runSpec{rand.Uint64() % 1_000_000_000, 500})
 	} else {
 		random := rand.Uint64() % 1_000_000_000
 		runs = append(runs, runSpec{1, 2000}, runSpec{2, 500}, runSpec{3, 500}, runSpec{random, 500})
