@@ -287,22 +287,15 @@ func (c *KeyCache) AuthenticateUntil(ctx context.Context, key string) (orders.Ca
 		return orders.Caller{}, time.Time{}, orders.ErrUnauthenticated
 	}
 	now := c.now()
-	entry, found := c.entry(hash)
-	// The stamp is read before PostgreSQL: a revocation that lands after
-	// the lookup raises it past what the answer is cached with.
-	stamp, tracked := c.stamp(ctx, hash)
-	if found && now.Before(entry.expires) && (!tracked || stamp == entry.stamp) {
-		return entry.caller, entry.expires, entry.err()
+	h := c.held(ctx, hash, now)
+	if h.fresh {
+		return h.entry.caller, h.entry.expires, h.entry.err()
 	}
-	if !tracked {
-		stamp = unknownStamp
-	}
+	stamp, stale := h.stamp, h.stale
 	c.mu.Lock()
 	revocations := c.revocations
 	c.mu.Unlock()
 	lookupCtx := ctx
-	// A key whose stamp moved was revoked (or changed): no stale answer.
-	stale := found && now.Before(entry.confirmed.Add(c.staleIfError)) && (!tracked || stamp == entry.stamp)
 	if stale {
 		var cancel context.CancelFunc
 		lookupCtx, cancel = context.WithTimeout(ctx, staleLookupTimeout)
@@ -369,21 +362,16 @@ func (c *KeyCache) AuthenticateAll(ctx context.Context, keys []string) []KeyAnsw
 			answers[i].Err = orders.ErrUnauthenticated
 			continue
 		}
-		entry, found := c.entry(hash)
-		stamp, tracked := c.stamp(ctx, hash)
-		if found && now.Before(entry.expires) && (!tracked || stamp == entry.stamp) {
-			answers[i] = KeyAnswer{Caller: entry.caller, Until: entry.expires, Err: entry.err()}
+		h := c.held(ctx, hash, now)
+		if h.fresh {
+			answers[i] = KeyAnswer{Caller: h.entry.caller, Until: h.entry.expires, Err: h.entry.err()}
 			continue
 		}
 		if !ok {
 			answers[i].Caller, answers[i].Until, answers[i].Err = c.AuthenticateUntil(ctx, key)
 			continue
 		}
-		if !tracked {
-			stamp = unknownStamp
-		}
-		p := pending{i: i, hash: hash, stamp: stamp,
-			stale: found && now.Before(entry.confirmed.Add(c.staleIfError)) && (!tracked || stamp == entry.stamp)}
+		p := pending{i: i, hash: hash, stamp: h.stamp, stale: h.stale}
 		anyStale = anyStale || p.stale
 		due = append(due, p)
 	}
@@ -437,6 +425,33 @@ func (c *KeyCache) AuthenticateAll(ctx context.Context, keys []string) []KeyAnsw
 		}
 	}
 	return answers
+}
+
+// heldKey is what the cache holds about a key, for a lookup at one moment.
+type heldKey struct {
+	entry cachedKey
+	// fresh: entry answers without PostgreSQL.
+	fresh bool
+	// stale: entry may answer if PostgreSQL does not (within staleIfError
+	// of its confirmation). A key whose stamp moved was revoked (or
+	// changed): neither.
+	stale bool
+	// stamp is what a new answer is cached with: read before PostgreSQL,
+	// so a revocation that lands after the lookup raises it past it.
+	stamp int64
+}
+
+// held reads the cache's copy of the key with the hash, and its stamp.
+func (c *KeyCache) held(ctx context.Context, hash [sha256.Size]byte, now time.Time) heldKey {
+	entry, found := c.entry(hash)
+	stamp, tracked := c.stamp(ctx, hash)
+	current := found && (!tracked || stamp == entry.stamp)
+	if !tracked {
+		stamp = unknownStamp
+	}
+	return heldKey{entry: entry, stamp: stamp,
+		fresh: current && now.Before(entry.expires),
+		stale: current && now.Before(entry.confirmed.Add(c.staleIfError))}
 }
 
 // stamp reads the key's stamp; false without stamps or when it cannot be
