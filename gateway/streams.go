@@ -267,6 +267,12 @@ func (r *streamRegistry) checkKeys(keys []dueKey) {
 		case answer.Caller.Permits(orders.ScopeRead) != nil:
 			end = endForbidden
 		}
+		if end != nil {
+			// Checked again next round while its ended streams are on
+			// their way out (a cache hit): a stream authorized before the
+			// change that joins them meanwhile ends too, not a ttl later.
+			answer.Until = time.Time{}
+		}
 		r.mu.Lock()
 		if r.keys[k.digest] == k.streams && k.streams.heard == k.heard {
 			k.streams.due = answer.Until

@@ -330,3 +330,41 @@ func TestEventStreamsAreCappedPerKeyAndPerAddress(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestAStreamThatJoinsAKeysEndedStreamsEndsToo: a stream whose request
+// was authorized just before its key's revocation was heard, and that
+// joins the registry after the key's streams were ended for it while one
+// of them is still on its way out (its client reads nothing), ends at
+// once as they did, not a KEY_CACHE_TTL later (an hour in the fixture).
+func TestAStreamThatJoinsAKeysEndedStreamsEndsToo(t *testing.T) {
+	f := newFixture(t, 0)
+	ctx := context.Background()
+	issued := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes})
+	key := issued.Key.Reveal()
+	if _, err := f.deps.Accounts.Authenticate(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	deps := f.deps
+	deps.Metrics = prometheus.NewRegistry()
+	server := gateway.New(deps, f.config)
+	lingering, leave := gateway.FollowStream(server, key)
+	defer leave()
+	// The registry's first check of the key, a cache hit, puts the next
+	// an hour away.
+	time.Sleep(300 * time.Millisecond)
+	if err := control.New(f.db, f.caches).RevokeKey(ctx, issued.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lingering:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the key's stream was not ended 5 s after its revocation")
+	}
+	late, leaveLate := gateway.FollowStream(server, key)
+	defer leaveLate()
+	select {
+	case <-late:
+	case <-time.After(time.Second):
+		t.Error("a stream that joined the revoked key's ended streams was still open 1 s later")
+	}
+}
