@@ -142,3 +142,86 @@ func TestARelayInTurnAdmitsItsCoherenceJobsBeforeItsTurn(t *testing.T) {
 		t.Errorf("%d of the account's rows left unrelayed", left)
 	}
 }
+
+// TestRelaysInTurnBehindOneThatNeverTakesItsTurnAppendEveryRowOnce: the
+// relays of one source's rows start in the reverse order of the rows, and
+// the first's turn never comes (the batch before it never relays): in one
+// owner's line, or in an old owner's line beside the new owner's, whose
+// first relay has no turn to wait for. Each relay goes once its wait
+// ends, the later ones' waits racing the earlier ones' places in line,
+// the gaps a late relay leaves are filled from the outbox, and the log
+// holds every row once, in the source's order, with none left unrelayed.
+func TestRelaysInTurnBehindOneThatNeverTakesItsTurnAppendEveryRowOnce(t *testing.T) {
+	const n = 4
+	never := make(chan struct{})
+	for _, tt := range []struct {
+		name string
+		// turn is the turn of relay i, given the places in line.
+		turn func(i int, inLine []chan struct{}) <-chan struct{}
+	}{
+		{"one owner", func(i int, inLine []chan struct{}) <-chan struct{} {
+			if i == 0 {
+				return never
+			}
+			return inLine[i-1]
+		}},
+		{"an old owner's line beside the new owner's", func(i int, inLine []chan struct{}) <-chan struct{} {
+			switch i {
+			case 0:
+				return never
+			case n / 2:
+				return nil
+			}
+			return inLine[i-1]
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			f := newCoherenceFixture(t)
+			account := f.buyer(t)
+			queue, placer := f.ordersQueue(t)
+			settler := postgres.NewSettler(f.db, nil, f.logger)
+			var placed []string
+			for i := range n {
+				placed = append(placed, restingBuy(t, placer, queue, settler, account, "late-"+string(rune('a'+i))).ID)
+			}
+			outbox := postgres.NewOutbox(f.db)
+			relay := placement.NewOutboxRelay(outbox, f.client, placement.CoherenceModes, f.logger)
+			rows, err := outbox.EventRows(ctx, orders.EventsName(account, "BTC-USD"), 0, 100)
+			if err != nil || len(rows) != n {
+				t.Fatalf("events rows %v, %v; want %d", rows, err, n)
+			}
+			inLine := make([]chan struct{}, n)
+			for i := range inLine {
+				inLine[i] = make(chan struct{})
+			}
+			began := time.Now()
+			var relaying sync.WaitGroup
+			for i := n - 1; i >= 0; i-- {
+				turn := tt.turn(i, inLine)
+				relaying.Go(func() {
+					relay.RelayInTurn(ctx, rows[i:i+1], turn, func() { close(inLine[i]) })
+				})
+			}
+			relaying.Wait()
+			if took := time.Since(began); took > 8*time.Second {
+				t.Errorf("the relays took %v behind one whose turn never came, want about one turn's wait", took)
+			}
+			var want []string
+			for _, id := range placed {
+				want = append(want, "order.accepted "+id, "order.open "+id)
+			}
+			if got := logOf(t, placement.NewEventLogs(f.client).For(account), account); !slices.Equal(got, want) {
+				t.Errorf("the log holds %v, want %v", got, want)
+			}
+			var unrelayed int
+			if err := f.db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE name = $1 AND relayed_at IS NULL`,
+				orders.EventsName(account, "BTC-USD")).Scan(&unrelayed); err != nil {
+				t.Fatal(err)
+			}
+			if unrelayed != 0 {
+				t.Errorf("%d events rows left unrelayed", unrelayed)
+			}
+		})
+	}
+}
