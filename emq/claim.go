@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/internal/outage"
 )
@@ -27,6 +30,7 @@ func (w *worker) claimLoop(ctx context.Context) {
 			<-w.slots
 		}
 		var wait time.Duration
+		idleQueue := false
 		switch {
 		case err != nil:
 			trouble.Fail(w.logger, err)
@@ -34,6 +38,7 @@ func (w *worker) claimLoop(ctx context.Context) {
 		case len(claims) == 0:
 			trouble.Recover(w.logger)
 			wait, idle = idle, min(idle*2, idleCeiling)
+			idleQueue = true
 		default:
 			trouble.Recover(w.logger)
 			idle = w.options.IdlePoll
@@ -49,10 +54,41 @@ func (w *worker) claimLoop(ctx context.Context) {
 				w.start(claim, sentAt, deadlines[i])
 			}
 		}
-		if wait > 0 && !outage.Sleep(ctx, wait) {
+		if idleQueue {
+			if !w.awaitAdmission(ctx, wait) {
+				return
+			}
+		} else if wait > 0 && !outage.Sleep(ctx, wait) {
 			return
 		}
 	}
+}
+
+// awaitAdmission waits up to d for an admission to the queue, which the
+// claim that found it empty armed (claim.lua, admit.lua): a job admitted to
+// an idle queue is claimed at once rather than after the rest of the idle
+// poll. Jobs that become pending otherwise (a retry's delay ending, a
+// reaped lease) are found by the poll. It returns false when ctx is
+// cancelled.
+func (w *worker) awaitAdmission(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	start := time.Now()
+	// The reply must come within the client's read timeout, or the
+	// connection is dropped as broken: a shorter wait polls sooner.
+	if readTimeout := w.queue.client.readTimeout(); readTimeout > 0 && d > readTimeout/2 {
+		d = readTimeout / 2
+	}
+	// BLPOP takes its timeout in seconds, fractions allowed (Redis 6 and
+	// Valkey); go-redis's BLPop rounds anything under a second up to one.
+	err := w.queue.client.rdb.Do(ctx, "blpop", w.queue.wakeKey(), strconv.FormatFloat(d.Seconds(), 'f', 3, 64)).Err()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		// The server is away or the call failed: the claim that follows
+		// reports it; wait out the poll meanwhile.
+		return outage.Sleep(ctx, d-time.Since(start))
+	}
+	return ctx.Err() == nil
 }
 
 // acquireSlots waits for one free slot, then takes whatever more are free, up

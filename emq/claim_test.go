@@ -68,3 +68,61 @@ func TestWorkerBoundsJobsInFlight(t *testing.T) {
 		})
 	}
 }
+
+// TestAnAdmissionWakesAnIdleWorker: a worker that found its queue empty
+// claims a job admitted next at once, not after its idle poll, here far
+// longer than the test waits; a job that turns pending otherwise (a retry's
+// delay ending) is still found by the poll.
+func TestAnAdmissionWakesAnIdleWorker(t *testing.T) {
+	const idlePoll = 20 * time.Second
+	queue, _ := newQueue(t)
+	started := make(chan emq.Claim, 8)
+	startWorker(t, queue, payloadHandler(started, nil), emq.WorkerOptions{Concurrency: 4, Lease: 10 * time.Second, IdlePoll: idlePoll})
+	for i, group := range []string{"a", "b", "c"} {
+		// Let the worker claim the queue empty and block on it.
+		time.Sleep(200 * time.Millisecond)
+		id := admitPayloads(t, queue, group, "ok")[0]
+		select {
+		case claim := <-started:
+			if claim.ID != id {
+				t.Fatalf("admission %d: the worker started %s, want %s", i, claim.ID, id)
+			}
+		case <-time.After(idlePoll / 4):
+			t.Fatalf("admission %d: %s not started within %s of its admission (the idle poll is %s)", i, id, idlePoll/4, idlePoll)
+		}
+	}
+}
+
+// TestTheWakeTokenIsOneAndGoesWithAnEmptyClaim: an admission leaves one
+// token however many jobs wait, and a claim that finds nothing pending takes
+// a leftover token away, so the next wait blocks until an admission.
+func TestTheWakeTokenIsOneAndGoesWithAnEmptyClaim(t *testing.T) {
+	ctx := context.Background()
+	queue, rdb := newQueue(t)
+	tokens := func() int64 {
+		t.Helper()
+		n, err := rdb.LLen(ctx, queue.Key("wake")).Result()
+		if err != nil {
+			t.Fatalf("LLEN wake: %v", err)
+		}
+		return n
+	}
+	admitPayloads(t, queue, "a", "ok", "ok", "ok")
+	if n := tokens(); n != 1 {
+		t.Fatalf("after three admissions: %d wake tokens, want 1", n)
+	}
+	claims, err := queue.Claim(ctx, 3, time.Minute)
+	if err != nil || len(claims) != 3 {
+		t.Fatalf("claim: %d jobs, %v; want 3", len(claims), err)
+	}
+	if n := tokens(); n != 1 {
+		t.Fatalf("after a claim that took every job: %d wake tokens, want the one left", n)
+	}
+	claims, err = queue.Claim(ctx, 3, time.Minute)
+	if err != nil || len(claims) != 0 {
+		t.Fatalf("claim of an empty queue: %d jobs, %v", len(claims), err)
+	}
+	if n := tokens(); n != 0 {
+		t.Fatalf("after a claim that found nothing: %d wake tokens, want 0", n)
+	}
+}

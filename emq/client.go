@@ -71,6 +71,15 @@ func (c *Client) checkAdmitReplicas() error {
 	if c.admitReplicaTimeout < time.Millisecond {
 		return fmt.Errorf("emq: admit replicas: a wait of %v; want at least 1ms", c.admitReplicaTimeout)
 	}
+	if readTimeout := c.readTimeout(); readTimeout > 0 && c.admitReplicaTimeout >= readTimeout {
+		return fmt.Errorf("emq: admit replicas: a wait of %v, not shorter than the client's read timeout %v", c.admitReplicaTimeout, readTimeout)
+	}
+	return nil
+}
+
+// readTimeout is how long the client waits for a reply; negative for no
+// bound (go-redis's -1).
+func (c *Client) readTimeout() time.Duration {
 	var readTimeout time.Duration
 	switch rdb := c.rdb.(type) {
 	case *redis.Client:
@@ -81,10 +90,7 @@ func (c *Client) checkAdmitReplicas() error {
 	if readTimeout == 0 {
 		readTimeout = 3 * time.Second // go-redis's default
 	}
-	if readTimeout > 0 && c.admitReplicaTimeout >= readTimeout {
-		return fmt.Errorf("emq: admit replicas: a wait of %v, not shorter than the client's read timeout %v", c.admitReplicaTimeout, readTimeout)
-	}
-	return nil
+	return readTimeout
 }
 
 // WithLogger sets the logger for start-up warnings; slog.Default otherwise.

@@ -53,8 +53,8 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]Claim,
 		}
 		want := n - len(claims)
 		groups = groups[:min(len(groups), want*laneSlack)]
-		keys := append(make([]string, 0, 7+len(groups)),
-			q.jobsKey(), q.frontKey(), q.rotationKey(), q.lanesKey(), q.clockKey(), q.activeKey(), q.tagsKey())
+		keys := append(make([]string, 0, 8+len(groups)),
+			q.jobsKey(), q.frontKey(), q.rotationKey(), q.lanesKey(), q.clockKey(), q.activeKey(), q.tagsKey(), q.wakeKey())
 		args := append(make([]any, 0, 3+len(groups)), lease.Milliseconds(), want, max(n*laneSlack, headsListed))
 		for _, group := range groups {
 			keys = append(keys, q.laneKey(group))

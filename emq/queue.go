@@ -46,8 +46,8 @@ type Queue struct {
 	// third, is the job's own); windows the dedup windows the last
 	// admission named (admitWindows).
 	admitKeysOnce sync.Once
-	admitKeys     [8]string
-	admitKeyArgs  [8]any
+	admitKeys     [9]string
+	admitKeyArgs  [9]any
 	windows       atomic.Pointer[heldWindows]
 }
 
@@ -102,6 +102,7 @@ func (q *Queue) delayedKey() string          { return q.key("delayed") }
 func (q *Queue) deadKey() string             { return q.key("dead") }
 func (q *Queue) doneKey() string             { return q.key("done") }
 func (q *Queue) finishedKey() string         { return FinishedKey(q.name) }
+func (q *Queue) wakeKey() string             { return q.key("wake") }
 
 // Declare registers the job kinds the queue accepts; admission refuses others
 // with ErrKind. Declaring is additive and safe to repeat from every process.
@@ -245,12 +246,12 @@ func (q *Queue) admitCall(job Job, now time.Time) (scriptpipe.Call, error) {
 	settings := q.dedupSettings()
 	window, others, expireAt := q.admitWindows(settings, now, q.client.skew())
 	q.admitKeysOnce.Do(func() {
-		q.admitKeys = [8]string{q.kindsKey(), q.jobsKey(), "", q.rotationKey(), q.lanesKey(), q.tagsKey(), q.clockKey(), q.dedupKey()}
+		q.admitKeys = [9]string{q.kindsKey(), q.jobsKey(), "", q.rotationKey(), q.lanesKey(), q.tagsKey(), q.clockKey(), q.dedupKey(), q.wakeKey()}
 		for i, key := range q.admitKeys {
 			q.admitKeyArgs[i] = key
 		}
 	})
-	keys := append(make([]string, 0, 13+len(others)), q.admitKeys[:]...)
+	keys := append(make([]string, 0, 14+len(others)), q.admitKeys[:]...)
 	keys[2] = q.laneKey(job.Group)
 	keys = append(keys, window)
 	keys = append(keys, others...)

@@ -24,8 +24,10 @@
 -- KEYS[6]    emq:{q}:tags                hash   group -> finish tag, kept while its lane is empty
 -- KEYS[7]    emq:{q}:clock               string virtual time: the highest tag claimed
 -- KEYS[8]    emq:{q}:dedup               string the queue's dedup settings (see declare.lua)
--- KEYS[9]    emq:{q}:dedup:<W>:<w>       hash   digest -> "<job id> <fingerprint>"; this admission's window
--- KEYS[10..] emq:{q}:dedup:<W>:<...>     hash   the other windows to look in
+-- KEYS[9]    emq:{q}:wake                list   a token for a claimer that found the queue empty
+--                                               (see claim.lua): pushed when the list is empty
+-- KEYS[10]   emq:{q}:dedup:<W>:<w>       hash   digest -> "<job id> <fingerprint>"; this admission's window
+-- KEYS[11..] emq:{q}:dedup:<W>:<...>     hash   the other windows to look in
 -- KEYS[n]    emq:{q}:bucket:<name>       string with ARGV[9]: the rate-limit bucket to take
 --                                               from first (see permit_bucket.lua); the last key,
 --                                               or the last but three with a log entry
@@ -105,7 +107,7 @@ if take and take[1] == 0 then
   return reply('limited', '', '')
 end
 
-for i = 9, last_window do
+for i = 10, last_window do
   local prior = redis.call('HGET', KEYS[i], digest)
   if prior then
     local space = string.find(prior, ' ', 1, true)
@@ -126,10 +128,17 @@ if logged then
   sequence = log_append(KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS], group, ARGV[11], ARGV[12], ARGV[13], at)
 end
 
-redis.call('HSET', KEYS[9], digest, id .. ' ' .. fingerprint)
+redis.call('HSET', KEYS[10], digest, id .. ' ' .. fingerprint)
 -- NX for a new window; GT keeps the latest expiry an admission asked for.
-if redis.call('PEXPIREAT', KEYS[9], ARGV[7], 'NX') == 0 then
-  redis.call('PEXPIREAT', KEYS[9], ARGV[7], 'GT')
+if redis.call('PEXPIREAT', KEYS[10], ARGV[7], 'NX') == 0 then
+  redis.call('PEXPIREAT', KEYS[10], ARGV[7], 'GT')
+end
+-- One token wakes a claimer blocked on an empty queue; a busy queue keeps
+-- its token (a claim removes it only when it finds nothing), so this costs
+-- it one LLEN.
+if redis.call('LLEN', KEYS[9]) == 0 then
+  redis.call('RPUSH', KEYS[9], '1')
+  redis.call('PEXPIRE', KEYS[9], wake_ttl_ms)
 end
 
 return reply('admitted', id, fingerprint)

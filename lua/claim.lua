@@ -17,12 +17,15 @@
 -- KEYS[5]   emq:{q}:clock         string virtual time: the highest tag claimed
 -- KEYS[6]   emq:{q}:active        zset   active ids by lease deadline (ms)
 -- KEYS[7]   emq:{q}:tags          hash   group -> finish tag, kept while its lane is empty
--- KEYS[8..] emq:{q}:lane:<group>  list   one per group in ARGV order
+-- KEYS[8]   emq:{q}:wake          list   admit.lua's token for a claimer blocked on an empty
+--                                        queue; a claim that finds nothing pending drops it,
+--                                        so the caller's BLPOP waits for the next admission
+-- KEYS[9..] emq:{q}:lane:<group>  list   one per group in ARGV order
 --
 -- ARGV[1]    lease in milliseconds
 -- ARGV[2]    N, the most jobs to claim
 -- ARGV[3]    M, how many groups at the head of the rotation to list in the reply
--- ARGV[4..]  the groups whose lanes KEYS[8..] name
+-- ARGV[4..]  the groups whose lanes KEYS[9..] name
 --
 -- Reply: {deadline, claimed, id, row, id, row, ..., group, group, ...}
 --   deadline is the lease's end in server milliseconds; claimed is how many
@@ -63,11 +66,16 @@ end
 -- The lane whose head has the lowest tag gives one job and goes back into
 -- the rotation one tag later, or, run empty, leaves its finish tag in tags.
 local named = {}
-for i = 4, #ARGV do named[ARGV[i]] = KEYS[i + 4] end
+for i = 4, #ARGV do named[ARGV[i]] = KEYS[i + 5] end
 local virtual = -1
 while claimed < limit do
   local head = redis.call('ZPOPMIN', KEYS[3])
-  if #head == 0 then break end
+  if #head == 0 then
+    -- Nothing is pending (the front list ran empty before the lanes): a
+    -- token still here was pushed for a job someone claimed already.
+    redis.call('DEL', KEYS[8])
+    break
+  end
   local group, tag = head[1], tonumber(head[2])
   local lane = named[group]
   if not lane then -- not named: the caller claims the rest with the reply's heads

@@ -23,6 +23,8 @@
 --                           the finished row
 -- trim_finished(done, finished, retention)
 --                           drops the oldest finished records past retention
+-- wake_ttl_ms               how long a wake token (emq:{q}:wake: admit.lua pushes it, a claimer
+--                           blocked on an empty queue pops it) outlives a queue nobody claims from
 --
 -- A job row is one string, the value of field <id> in emq:{q}:jobs (and, once
 -- finished, in emq:{q}:finished): a job costs one hash entry, not a key with
@@ -37,6 +39,8 @@
 -- first three always take the same eight bytes, attempts as a 32-bit
 -- unsigned integer, so that claim and the fenced moves read and rewrite them
 -- in place, without unpacking the payload. emq/row.go reads the same format.
+
+local wake_ttl_ms = 60000
 
 local state_codes = {pending = 'p', active = 'a', delayed = 'w', dead = 'x', done = 'd', canceled = 'c'}
 local state_names = {p = 'pending', a = 'active', w = 'delayed', x = 'dead', d = 'done', c = 'canceled'}
