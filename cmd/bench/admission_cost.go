@@ -41,12 +41,23 @@ type sideCost struct {
 	RedisCPU float64 `json:"redis_cpu_seconds"`
 	// Commands are the Redis commands run, by name, over the turns.
 	Commands map[string]int64 `json:"redis_commands"`
+	// Reads are the reads Redis served (INFO stats total_reads_processed),
+	// one per round trip a pipeline or a lone call makes: per order, it
+	// says how many calls a pipeline carried.
+	Reads int64 `json:"redis_reads"`
+	// ScriptMicros is the time Redis spent in EVALSHA and EVAL (INFO
+	// commandstats usec, the script's own commands included), wall time
+	// of its one thread: the scripts' part of RedisCPU, give or take the
+	// moments the machine took the thread away.
+	ScriptMicros int64 `json:"redis_script_usec"`
 }
 
 // costSample is one reading of the counters.
 type costSample struct {
 	bench, redis float64
 	commands     map[string]int64
+	reads        int64
+	scriptMicros int64
 }
 
 func newCostWatch(rdb redis.UniversalClient) *costWatch {
@@ -87,8 +98,10 @@ func (w *costWatch) end(ctx context.Context, orders int64) {
 	for name, calls := range sample.commands {
 		w.total.Commands[name] += calls - w.began.commands[name]
 	}
-	// The watch's own INFO between the two readings.
+	// The watch's own INFO between the two readings, and its read.
 	w.total.Commands["info"]--
+	w.total.Reads += sample.reads - w.began.reads - 1
+	w.total.ScriptMicros += sample.scriptMicros - w.began.scriptMicros
 }
 
 // result is the accumulated cost; its error is the first failed reading.
@@ -110,21 +123,22 @@ func (w *costWatch) sample(ctx context.Context) (costSample, error) {
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
 		return costSample{}, err
 	}
-	info, err := w.rdb.Info(ctx, "cpu", "commandstats").Result()
+	info, err := w.rdb.Info(ctx, "cpu", "stats", "commandstats").Result()
 	if err != nil {
 		return costSample{}, err
 	}
-	redisCPU, commands, err := parseCostInfo(info)
+	redisCPU, commands, reads, scripts, err := parseCostInfo(info)
 	if err != nil {
 		return costSample{}, err
 	}
 	bench := float64(usage.Utime.Nano()+usage.Stime.Nano()) / 1e9
-	return costSample{bench: bench, redis: redisCPU, commands: commands}, nil
+	return costSample{bench: bench, redis: redisCPU, commands: commands, reads: reads, scriptMicros: scripts}, nil
 }
 
-// parseCostInfo reads used_cpu_user + used_cpu_sys (seconds) and each
-// cmdstat_<name>'s calls from INFO cpu and commandstats.
-func parseCostInfo(info string) (cpu float64, commands map[string]int64, err error) {
+// parseCostInfo reads used_cpu_user + used_cpu_sys (seconds),
+// total_reads_processed, each cmdstat_<name>'s calls, and the usec of
+// evalsha and eval from INFO cpu, stats and commandstats.
+func parseCostInfo(info string) (cpu float64, commands map[string]int64, reads, scriptMicros int64, err error) {
 	commands = map[string]int64{}
 	found := 0
 	scanner := bufio.NewScanner(strings.NewReader(info))
@@ -137,23 +151,35 @@ func parseCostInfo(info string) (cpu float64, commands map[string]int64, err err
 		case name == "used_cpu_user" || name == "used_cpu_sys":
 			seconds, err := strconv.ParseFloat(value, 64)
 			if err != nil {
-				return 0, nil, fmt.Errorf("INFO %s: %w", name, err)
+				return 0, nil, 0, 0, fmt.Errorf("INFO %s: %w", name, err)
 			}
 			cpu += seconds
 			found++
+		case name == "total_reads_processed":
+			if reads, err = strconv.ParseInt(value, 10, 64); err != nil {
+				return 0, nil, 0, 0, fmt.Errorf("INFO %s: %w", name, err)
+			}
 		case strings.HasPrefix(name, "cmdstat_"):
 			calls, _, _ := strings.Cut(strings.TrimPrefix(value, "calls="), ",")
 			n, err := strconv.ParseInt(calls, 10, 64)
 			if err != nil {
-				return 0, nil, fmt.Errorf("INFO %s: %w", name, err)
+				return 0, nil, 0, 0, fmt.Errorf("INFO %s: %w", name, err)
 			}
-			commands[strings.TrimPrefix(name, "cmdstat_")] = n
+			command := strings.TrimPrefix(name, "cmdstat_")
+			commands[command] = n
+			if command == "evalsha" || command == "eval" {
+				_, rest, _ := strings.Cut(value, "usec=")
+				usec, _, _ := strings.Cut(rest, ",")
+				if scriptMicros, err = addMicros(scriptMicros, usec); err != nil {
+					return 0, nil, 0, 0, fmt.Errorf("INFO %s: %w", name, err)
+				}
+			}
 		}
 	}
 	if found != 2 {
-		return 0, nil, fmt.Errorf("INFO cpu without used_cpu_user and used_cpu_sys")
+		return 0, nil, 0, 0, fmt.Errorf("INFO cpu without used_cpu_user and used_cpu_sys")
 	}
-	return cpu, commands, nil
+	return cpu, commands, reads, scriptMicros, nil
 }
 
 // perOrderMicros is seconds spread over the orders, in µs.
@@ -162,6 +188,19 @@ func (c sideCost) perOrderMicros(seconds float64) float64 {
 		return 0
 	}
 	return 1e6 * seconds / float64(c.Orders)
+}
+
+func addMicros(sum int64, usec string) (int64, error) {
+	n, err := strconv.ParseInt(usec, 10, 64)
+	return sum + n, err
+}
+
+// perOrder is n spread over the orders.
+func (c sideCost) perOrder(n int64) float64 {
+	if c.Orders == 0 {
+		return 0
+	}
+	return float64(n) / float64(c.Orders)
 }
 
 // commandsLine lists the Redis commands per order, most first.
@@ -198,5 +237,8 @@ func (r report) admissionCostMarkdown() string {
 		c.perOrderMicros(c.BenchCPU), h.perOrderMicros(h.BenchCPU))
 	fmt.Fprintf(&b, "| CPU µs: redis-server | %.1f | %.1f |\n", c.perOrderMicros(c.RedisCPU), h.perOrderMicros(h.RedisCPU))
 	fmt.Fprintf(&b, "| Redis commands (INFO commandstats) | %s | %s |\n", c.commandsLine(), h.commandsLine())
+	fmt.Fprintf(&b, "| µs in scripts, of redis-server's (INFO commandstats usec of evalsha, eval) | %.1f | %.1f |\n",
+		c.perOrder(c.ScriptMicros), h.perOrder(h.ScriptMicros))
+	fmt.Fprintf(&b, "| Redis reads, one a round trip (INFO stats) | %.2f | %.2f |\n", c.perOrder(c.Reads), h.perOrder(h.Reads))
 	return b.String()
 }
