@@ -51,10 +51,14 @@ type coalescedCall struct {
 }
 
 const (
-	// coalescedPipelines is how many pipelines may be in flight at once: a
-	// few, so a slow reply does not hold every caller back, and few enough
-	// that callers queue up behind them and share a pipeline.
-	coalescedPipelines = 4
+	// coalescedPipelines is how many pipelines may be in flight at once:
+	// one, so that every caller arriving during a round trip joins the next
+	// pipeline. With four, a busy gateway's calls mostly found a sender idle
+	// and went alone or in twos, a write, a read and a server wakeup each
+	// (docs/performance.md, "the door"). A slow reply holds every caller
+	// back, but it would with four as well: each pipeline carries calls for
+	// every queue, and one server runs them one at a time.
+	coalescedPipelines = 1
 	// coalescedMost bounds one pipeline, so a flood is sent in slices.
 	coalescedMost = 128
 )
