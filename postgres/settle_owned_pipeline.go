@@ -303,14 +303,7 @@ func (st *ownedBook) more(p, flight *ownedFlight) []*settleRequest {
 	for _, req := range p.batch {
 		ids[req.order.ID] = true
 	}
-	n := 0
-	for _, req := range st.waiting {
-		if len(p.batch)+n == maxSettleBatch || ids[req.order.ID] || flight.ids[req.order.ID] {
-			break
-		}
-		ids[req.order.ID] = true
-		n++
-	}
+	n := batchFront(st.waiting, max(maxSettleBatch-len(p.batch), 0), ids, flight.ids)
 	if n == 0 {
 		return nil
 	}

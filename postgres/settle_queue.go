@@ -130,24 +130,31 @@ func (q *settleQueue) take(symbol string) []*settleRequest {
 }
 
 // nextBatch splits waiting into the next batch, oldest first and at most
-// maxSettleBatch, and what is left, in place. A second request for an
-// order already in the batch (two leases racing, or a cancel keyed by the
+// maxSettleBatch, and what is left, in place.
+func nextBatch(waiting []*settleRequest) (batch, left []*settleRequest) {
+	n := batchFront(waiting, maxSettleBatch)
+	batch = slices.Clone(waiting[:n])
+	left = slices.Delete(waiting, 0, n)
+	return batch, left
+}
+
+// batchFront counts the requests at the front of waiting that one batch
+// may take: at most room. A second request for an order already in the
+// batch or in one of held (two leases racing, or a cancel keyed by the
 // order it cancels) ends the batch: it and every request behind it wait
 // for the next, so none is decided before a request that came first (a
 // cancel overtaken by an order that fills the order it cancels).
-func nextBatch(waiting []*settleRequest) (batch, left []*settleRequest) {
+func batchFront(waiting []*settleRequest, room int, held ...map[string]bool) int {
+	ids := make(map[string]bool, min(len(waiting), room))
 	n := 0
-	ids := make(map[string]bool, min(len(waiting), maxSettleBatch))
 	for _, req := range waiting {
-		if n == maxSettleBatch || ids[req.order.ID] {
+		if n == room || ids[req.order.ID] || slices.ContainsFunc(held, func(h map[string]bool) bool { return h[req.order.ID] }) {
 			break
 		}
 		ids[req.order.ID] = true
 		n++
 	}
-	batch = slices.Clone(waiting[:n])
-	left = slices.Delete(waiting, 0, n)
-	return batch, left
+	return n
 }
 
 // handOn is called by the runner of a transaction when it ends: the orders
