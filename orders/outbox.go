@@ -2,15 +2,19 @@ package orders
 
 import (
 	"context"
+	"strconv"
 	"strings"
 )
 
 // OutboxEntry is one row of the outbox: a balance changed to a new
-// version, or a write's events of one account on one instrument. A
-// balance's Name is "balances:<account>:<asset>" (BalanceName) and its
-// Payload "<name>@<version>", the message both coherence modes carry and
-// the job mode's dedup key; an events row's Name is EventsName's, its
-// Payload the events' snapshot (postgres.RenderEvents).
+// version, a settlement write's balances, or a write's events of one
+// account on one instrument. A balance's Name is
+// "balances:<account>:<asset>" (BalanceName) and its Payload
+// "<name>@<version>", the message both coherence modes carry and the job
+// mode's dedup key; a settlement write's row is BalancesWriteName's,
+// its Payload those lines, one per balance (BalanceEntries); an events
+// row's Name is EventsName's, its Payload the events' snapshot
+// (postgres.RenderEvents).
 type OutboxEntry struct {
 	ID      int64
 	Name    string
@@ -24,6 +28,40 @@ const BalancesTable = "balances"
 
 // BalanceName is the outbox name of one account's balance of one asset.
 func BalanceName(account, asset string) string { return BalancesTable + ":" + account + ":" + asset }
+
+// BalancesWriteName names the one outbox row a settlement write (a batch,
+// a cancel's release) inserts for all the balances it moved: its Payload
+// lists them, "<name>@<version>" a line, each balance once. One row a
+// write, not one a balance, is one insert and one delete (once relayed)
+// where a batch of a hundred balances cost a hundred of each. Its version
+// is the row's own id, so every write's row is unique under the one name.
+// It is under the balances' prefix, so where the outbox tells families
+// apart by name it is a balances row: relayed by their coherence mode,
+// deleted once relayed.
+const BalancesWriteName = BalancesTable + ":*"
+
+// BalanceEntries are the balances' entries entry announces: for a
+// settlement write's row (BalancesWriteName), one per line of its payload,
+// as the balance's own row would read (a line that is no name@version
+// keeps its text as name and payload, at version 0, for the consumer to
+// refuse); for any other entry, entry itself.
+func BalanceEntries(entry OutboxEntry) []OutboxEntry {
+	if entry.Name != BalancesWriteName {
+		return []OutboxEntry{entry}
+	}
+	entries := make([]OutboxEntry, 0, strings.Count(entry.Payload, "\n")+1)
+	for line := range strings.Lines(entry.Payload) {
+		line = strings.TrimSuffix(line, "\n")
+		name, version := line, int64(0)
+		if at := strings.LastIndexByte(line, '@'); at > 0 {
+			if v, err := strconv.ParseInt(line[at+1:], 10, 64); err == nil {
+				name, version = line[:at], v
+			}
+		}
+		entries = append(entries, OutboxEntry{Name: name, Version: version, Payload: line})
+	}
+	return entries
+}
 
 // EventsTable names the outbox rows of accounts' events: one per account
 // and instrument a write touched (EventsName), each a source of the

@@ -395,22 +395,58 @@ func splitEvents(entries []orders.OutboxEntry) (events, others []orders.OutboxEn
 	return events, others
 }
 
-// carryCoherence is carry of entries that are no events rows.
+// carryCoherence is carry of entries that are no events rows. A
+// settlement write's row, which lists the balances it moved, goes as one
+// entry per balance (orders.BalanceEntries), each as its own row would,
+// and is carried only once every one of them went: a row partly carried
+// stays unrelayed, and the sweep carries it whole again (the lines that
+// went are then dedup hits, or a fill that changes nothing).
 func (r *OutboxRelay) carryCoherence(ctx context.Context, entries []orders.OutboxEntry) ([]orders.OutboxEntry, error) {
+	var (
+		flat []orders.OutboxEntry
+		// of is the entry each of flat comes from; left counts, per
+		// entry, its flat entries not carried yet.
+		of   = make([]int, 0, len(entries))
+		left = make([]int, len(entries))
+	)
+	for i, entry := range entries {
+		balances := orders.BalanceEntries(entry)
+		flat = append(flat, balances...)
+		for range balances {
+			of = append(of, i)
+		}
+		left[i] = len(balances)
+	}
+	went, err := r.carryEach(ctx, flat)
+	for _, k := range went {
+		left[of[k]]--
+	}
 	carried := make([]orders.OutboxEntry, 0, len(entries))
-	jobs := map[string][]orders.OutboxEntry{}
+	for i, entry := range entries {
+		if left[i] == 0 {
+			carried = append(carried, entry)
+		}
+	}
+	return carried, err
+}
+
+// carryEach sends each entry by its table's mode and returns the positions
+// of those that went (carry).
+func (r *OutboxRelay) carryEach(ctx context.Context, entries []orders.OutboxEntry) ([]int, error) {
+	went := make([]int, 0, len(entries))
+	jobs := map[string][]int{}
 	var errs []error
-	for _, entry := range entries {
+	for i, entry := range entries {
 		table, _ := outboxTableAndGroup(entry.Name)
 		switch r.modes.Of(table) {
 		case coherence.ModeJob:
-			jobs[table] = append(jobs[table], entry)
+			jobs[table] = append(jobs[table], i)
 		case coherence.ModeBroadcast:
 			if err := r.caches.Broadcast(ctx, table, entry.Payload); err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			carried = append(carried, entry)
+			went = append(went, i)
 		case coherence.ModeTracking:
 			// The item's stamp: Redis invalidates every local copy of it.
 			_, item := outboxTableAndGroup(entry.Name)
@@ -418,44 +454,49 @@ func (r *OutboxRelay) carryCoherence(ctx context.Context, entries []orders.Outbo
 				errs = append(errs, err)
 				continue
 			}
-			carried = append(carried, entry)
+			went = append(went, i)
 		default:
 			if _, declared := r.modes[table]; !declared {
 				r.logger.Warn("outbox entry of a table that declares no coherence mode; marked relayed", "name", entry.Name)
 			}
-			carried = append(carried, entry)
+			went = append(went, i)
 		}
 	}
-	for table, entries := range jobs {
-		admitted, err := r.admit(ctx, table, entries)
-		carried = append(carried, admitted...)
+	for table, positions := range jobs {
+		admitted, err := r.admit(ctx, table, entries, positions)
+		went = append(went, admitted...)
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
-	return carried, errors.Join(errs...)
+	return went, errors.Join(errs...)
 }
 
-// admit puts the entries on the table's coherence queues, one job per shard
-// (CoherenceJobs), a round trip per shard, the shards at once, and returns
-// the entries of the jobs admitted or refused as duplicates. A job is one
-// admission: its entries go, or stay for the sweep, together.
-func (r *OutboxRelay) admit(ctx context.Context, table string, entries []orders.OutboxEntry) ([]orders.OutboxEntry, error) {
-	byQueue := map[string][]orders.OutboxEntry{}
-	for _, entry := range entries {
-		_, group := outboxTableAndGroup(entry.Name)
+// admit puts the entries at positions, all of table, on the table's
+// coherence queues, one job per shard (CoherenceJobs), a round trip per
+// shard, the shards at once, and returns the positions of the entries of
+// the jobs admitted or refused as duplicates. A job is one admission: its
+// entries go, or stay for the sweep, together.
+func (r *OutboxRelay) admit(ctx context.Context, table string, entries []orders.OutboxEntry, positions []int) ([]int, error) {
+	byQueue := map[string][]int{}
+	for _, k := range positions {
+		_, group := outboxTableAndGroup(entries[k].Name)
 		name := CoherenceQueue(table, group)
-		byQueue[name] = append(byQueue[name], entry)
+		byQueue[name] = append(byQueue[name], k)
 	}
 	var (
 		mu       sync.Mutex
-		admitted = make([]orders.OutboxEntry, 0, len(entries))
+		admitted = make([]int, 0, len(positions))
 		failed   []error
 	)
 	var admitting sync.WaitGroup
-	for name, entries := range byQueue {
+	for name, positions := range byQueue {
 		admitting.Go(func() {
-			jobs, carries := coherenceJobs(entries, r.coherenceJobSize)
+			shard := make([]orders.OutboxEntry, len(positions))
+			for i, k := range positions {
+				shard[i] = entries[k]
+			}
+			jobs, carries := coherenceJobs(shard, r.coherenceJobSize)
 			_, errs := r.client.Queue(name).AdmitMany(ctx, jobs)
 			mu.Lock()
 			defer mu.Unlock()
@@ -464,7 +505,9 @@ func (r *OutboxRelay) admit(ctx context.Context, table string, entries []orders.
 					failed = append(failed, fmt.Errorf("relay %d entries on %s: %w", len(carries[i]), name, err))
 					continue
 				}
-				admitted = append(admitted, carries[i]...)
+				for _, j := range carries[i] {
+					admitted = append(admitted, positions[j])
+				}
 			}
 		})
 	}
@@ -504,34 +547,38 @@ func (r *OutboxRelay) admit(ctx context.Context, table string, entries []orders.
 // as fair as rotation here, and one lane per shard keeps the queue from
 // holding a lane per account.
 func CoherenceJobs(entries []orders.OutboxEntry) (jobs []emq.Job, carries [][]orders.OutboxEntry) {
-	return coherenceJobs(entries, CoherenceBatch)
+	jobs, positions := coherenceJobs(entries, CoherenceBatch)
+	carries = make([][]orders.OutboxEntry, len(positions))
+	for i, job := range positions {
+		for _, k := range job {
+			carries[i] = append(carries[i], entries[k])
+		}
+	}
+	return jobs, carries
 }
 
-// coherenceJobs is CoherenceJobs with at most size names a job.
-func coherenceJobs(entries []orders.OutboxEntry, size int) (jobs []emq.Job, carries [][]orders.OutboxEntry) {
+// coherenceJobs is CoherenceJobs with at most size names a job; carries[i]
+// are the positions in entries of those jobs[i] carries.
+func coherenceJobs(entries []orders.OutboxEntry, size int) (jobs []emq.Job, carries [][]int) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
 	// Each payload's version is read once, not at every comparison.
 	type versioned struct {
-		entry   orders.OutboxEntry
-		version int64
+		position int
+		version  int64
 	}
 	byName := make([]versioned, len(entries))
 	for i, entry := range entries {
-		byName[i] = versioned{entry, payloadVersion(entry)}
+		byName[i] = versioned{i, payloadVersion(entry)}
 	}
 	slices.SortFunc(byName, func(a, b versioned) int {
-		return cmp.Or(strings.Compare(a.entry.Name, b.entry.Name), cmp.Compare(a.version, b.version))
+		return cmp.Or(strings.Compare(entries[a.position].Name, entries[b.position].Name), cmp.Compare(a.version, b.version))
 	})
-	sorted := make([]orders.OutboxEntry, len(byName))
-	for i, v := range byName {
-		sorted[i] = v.entry
-	}
-	table, group := outboxTableAndGroup(sorted[0].Name)
+	table, group := outboxTableAndGroup(entries[byName[0].position].Name)
 	lane := "shard." + strconv.Itoa(shardOf(group, CoherenceShards))
 	var payload strings.Builder
-	var carried []orders.OutboxEntry
+	var carried []int
 	names := 0
 	flush := func() {
 		jobs = append(jobs, emq.Job{
@@ -545,10 +592,11 @@ func coherenceJobs(entries []orders.OutboxEntry, size int) (jobs []emq.Job, carr
 		payload.Reset()
 		carried, names = nil, 0
 	}
-	for i, entry := range sorted {
-		carried = append(carried, entry)
+	for i, v := range byName {
+		entry := entries[v.position]
+		carried = append(carried, v.position)
 		// The highest version of a name is the last of its run.
-		if i+1 < len(sorted) && sorted[i+1].Name == entry.Name {
+		if i+1 < len(byName) && entries[byName[i+1].position].Name == entry.Name {
 			continue
 		}
 		if names > 0 {
