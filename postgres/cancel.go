@@ -180,10 +180,11 @@ func (s *Settler) CancelResting(ctx context.Context, account, orderID string) (o
 		if hold.IsPos() {
 			// The release moves the hold back to available on the balance
 			// row: one change of its version, no ledger transaction (it
-			// changes no total), and the outbox row at the version reached.
+			// changes no total), and the write's outbox row, listing it at
+			// the version reached.
 			name := orders.BalanceName(account, asset)
 			rows, err := tx.Query(ctx, settleBalancesSQL, []string{name}, []string{account}, []string{asset},
-				[]string{hold.String()}, []string{hold.Neg().String()}, []int64{1})
+				[]string{hold.String()}, []string{hold.Neg().String()}, []int64{1}, orders.BalancesWriteName)
 			if err != nil {
 				return unavailable(err)
 			}

@@ -22,7 +22,8 @@ var (
 )
 
 // Outbox is the outbox settlement writes beside the balances it changes:
-// one row per changed balance, marked once the relay has carried it.
+// one row per write listing them (orders.BalancesWriteName; a deposit's
+// rows are one per balance), marked once the relay has carried it.
 type Outbox struct {
 	db *pgxpool.Pool
 }

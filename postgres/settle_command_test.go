@@ -74,8 +74,8 @@ func TestCommandCancelsARestingOrder(t *testing.T) {
 				t.Errorf("the cancel's outbox was relayed before its commit")
 			}
 			last, events := splitEvents(t, calls[len(calls)-1])
-			if len(last) != 1 || last[0].Name != orders.BalanceName(m.alice, "USD") || last[0].Version != after.version {
-				t.Errorf("the cancel relayed %v", last)
+			if got, want := announced(t, last), map[string]int64{orders.BalanceName(m.alice, "USD"): after.version}; len(last) != 1 || !maps.Equal(got, want) {
+				t.Errorf("the cancel relayed %v, want one row announcing %v", last, want)
 			}
 			if want := map[string][]string{orders.EventsName(m.alice, "BTC-USD"): {"order.canceled " + bid.ID}}; !maps.EqualFunc(events, want, slices.Equal) {
 				t.Errorf("the cancel's events %v, want %v", events, want)

@@ -408,23 +408,24 @@ func TestCrossingOrdersTradeAtTheMakersPrice(t *testing.T) {
 	if err := m.db.QueryRow(context.Background(), `SELECT trim_scale(last_price)::text FROM instruments WHERE symbol = 'BTC-USD'`).Scan(&last); err != nil || last != "50000" {
 		t.Errorf("last price %q, %v", last, err)
 	}
-	// One outbox row per moved balance, at its final version, relayed after
-	// the commit, and one of events per account: the taker's order.accepted
-	// (its row is new), its fill, then its order's new state.
+	// One outbox row for the write, listing every moved balance at its
+	// final version, relayed after the commit, and one of events per
+	// account: the taker's order.accepted (its row is new), its fill,
+	// then its order's new state.
 	all := outboxAfter(t, m.db, outboxBefore)
 	outbox, events := splitEvents(t, all)
-	versions := map[string]int64{}
-	for _, e := range outbox {
-		versions[e.Name] = e.Version
+	if len(outbox) != 1 || outbox[0].Name != orders.BalancesWriteName || outbox[0].Version != outbox[0].ID {
+		t.Errorf("balances' outbox rows %v, want one %s at its id", outbox, orders.BalancesWriteName)
 	}
+	versions := announced(t, outbox)
 	if want := map[string][]string{
 		orders.EventsName(m.alice, "BTC-USD"): {"fill " + ask.ID, "order.partially_filled " + ask.ID},
 		orders.EventsName(m.bob, "BTC-USD"):   {"order.accepted " + bid.ID, "fill " + bid.ID, "order.filled " + bid.ID},
 	}; !maps.EqualFunc(events, want, slices.Equal) {
 		t.Errorf("events %v, want %v", events, want)
 	}
-	if len(outbox) != len(want) {
-		t.Errorf("%d outbox rows, want %d: %v", len(outbox), len(want), outbox)
+	if len(versions) != len(want) {
+		t.Errorf("%d balances announced, want %d: %v", len(versions), len(want), versions)
 	}
 	for key, w := range want {
 		if versions[key] != w.version {
@@ -520,8 +521,8 @@ func TestPartialFillThenCancelReleasesTheRemainder(t *testing.T) {
 	}
 	calls, _ := m.relay.Calls()
 	last, events := splitEvents(t, calls[len(calls)-1])
-	if len(last) != 1 || last[0].Name != orders.BalanceName(m.alice, "USD") || last[0].Version != after.version {
-		t.Errorf("the cancel relayed %v", last)
+	if got, want := announced(t, last), map[string]int64{orders.BalanceName(m.alice, "USD"): after.version}; len(last) != 1 || !maps.Equal(got, want) {
+		t.Errorf("the cancel relayed %v, want one row announcing %v", last, want)
 	}
 	if want := map[string][]string{orders.EventsName(m.alice, "BTC-USD"): {"order.canceled " + bid.ID}}; !maps.EqualFunc(events, want, slices.Equal) {
 		t.Errorf("the cancel's events %v, want %v", events, want)
@@ -893,6 +894,22 @@ func TestInstrumentRatesGuardTheHolds(t *testing.T) {
 	if _, err := m.db.Exec(ctx, `UPDATE instruments SET maker_fee_bps = 5 WHERE symbol = 'ETH-USD'`); err != nil {
 		t.Fatalf("fee change on an empty book: %v", err)
 	}
+}
+
+// announced are the balances the outbox rows of balances announce, by name,
+// each at its version; a balance announced twice fails the test.
+func announced(t testing.TB, rows []orders.OutboxEntry) map[string]int64 {
+	t.Helper()
+	versions := map[string]int64{}
+	for _, row := range rows {
+		for _, entry := range orders.BalanceEntries(row) {
+			if _, twice := versions[entry.Name]; twice || entry.Version <= 0 {
+				t.Errorf("%s announced twice or at no version: %v", entry.Name, rows)
+			}
+			versions[entry.Name] = entry.Version
+		}
+	}
+	return versions
 }
 
 // splitEvents splits outbox rows into the balances' rows and the events,

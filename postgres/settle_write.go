@@ -198,10 +198,10 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 	})
 	lockAndGuard()
 	// Each moved balance by what the batch moved its parts by, and one
-	// outbox row per moved balance at the version it reaches: the
-	// coherence consumer acts only on a version newer than the one it
+	// outbox row listing every moved balance at the version it reaches:
+	// the coherence consumer acts only on a version newer than the one it
 	// applied, and then reads the balance as it is, so the versions the
-	// batch passed through on the way need no row of their own.
+	// batch passed through on the way need no line of their own.
 	var moved []*lockedBalance
 	for _, b := range w.balances {
 		if b.changes > 0 {
@@ -222,7 +222,8 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 			changes[i] = b.changes
 		}
 		// Every moved row exists: the batch locked it (settle_lock.sql).
-		batch.Queue(settleBalancesSQL, names, accounts, assets, available, held, changes).Query(func(rows pgx.Rows) error {
+		batch.Queue(settleBalancesSQL, names, accounts, assets, available, held, changes,
+			orders.BalancesWriteName).Query(func(rows pgx.Rows) error {
 			var err error
 			outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
 			return err

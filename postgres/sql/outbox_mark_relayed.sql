@@ -1,8 +1,9 @@
 -- Settles the outbox rows of the entries relayed, found by their unique
 -- name and version, so an entry handed over without its row id is settled
--- too: $1, $2 (parallel arrays) the balances rows ("balances:..."), which
--- are deleted; $3, $4 every other row (the events rows, "events:..."),
--- which are stamped relayed_at. Returns nothing.
+-- too: $1, $2 (parallel arrays) the balances rows ("balances:...": a
+-- settlement write's "balances:*", once every balance it lists went, or a
+-- balance's own), which are deleted; $3, $4 every other row (the events
+-- rows, "events:..."), which are stamped relayed_at. Returns nothing.
 --
 -- Nothing reads a balance's row once it is relayed (the consumer reads the
 -- balance itself), and a delete writes the row once more where an update

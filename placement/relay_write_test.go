@@ -1,0 +1,363 @@
+package placement_test
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/govalues/decimal"
+
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/postgres"
+)
+
+// settledWrite is what a settlement write left in PostgreSQL: the
+// balances it moved, by name at the version each reached, and the outbox
+// rows it inserted (its balances' row and its events rows).
+type settledWrite struct {
+	moved    map[string]int64
+	balances []orders.OutboxEntry
+	events   []orders.OutboxEntry
+}
+
+// versions are every balance's version, by name.
+func (f *coherenceFixture) versions(t testing.TB) map[string]int64 {
+	t.Helper()
+	rows, err := f.db.Query(context.Background(), `SELECT account_id, asset, version FROM balances`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	versions := map[string]int64{}
+	for rows.Next() {
+		var account, asset string
+		var version int64
+		if err := rows.Scan(&account, &asset, &version); err != nil {
+			t.Fatal(err)
+		}
+		versions[orders.BalanceName(account, asset)] = version
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return versions
+}
+
+// makers are n accounts, each resting a sell of 0.1 BTC at 45000, settled
+// by settler; with apart, none of them on the coherence shard of apart.
+func (f *coherenceFixture) makers(t testing.TB, n int, apart string, placer *placement.Placer, settler *postgres.Settler) []string {
+	t.Helper()
+	queue := placement.NewOrderQueues(f.client).For("BTC-USD")
+	var accounts []string
+	for len(accounts) < n {
+		account := f.newAccount(t)
+		if apart != "" && placement.CoherenceQueue(placement.BalancesTable, account) == placement.CoherenceQueue(placement.BalancesTable, apart) {
+			continue
+		}
+		if err := f.ledger.Deposit(context.Background(), account, "BTC", "1"); err != nil {
+			t.Fatal(err)
+		}
+		placeAndSettle(t, placer, queue, settler, orders.PlaceCommand{Account: account, ClientOrderID: "sell",
+			Symbol: "BTC-USD", Side: orders.Sell, Type: orders.Limit, Quantity: decimal.MustParse("0.1"), Price: decimal.MustParse("45000")})
+		accounts = append(accounts, account)
+	}
+	return accounts
+}
+
+// takeAll settles a buy of taker that takes every maker's sell (0.1 each;
+// with none it rests, holding its cost) with settler, which relays
+// nothing, and returns what its write left.
+func (f *coherenceFixture) takeAll(t testing.TB, taker string, makers int, placer *placement.Placer, settler *postgres.Settler) settledWrite {
+	t.Helper()
+	ctx := context.Background()
+	var after int64
+	if err := f.db.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM outbox`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	before := f.versions(t)
+	quantity := decimal.MustParse("0.1")
+	if makers > 0 {
+		quantity = decimal.MustNew(int64(makers), 1)
+	}
+	queue := placement.NewOrderQueues(f.client).For("BTC-USD")
+	placeAndSettle(t, placer, queue, settler, orders.PlaceCommand{Account: taker, ClientOrderID: "take",
+		Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit, Quantity: quantity, Price: decimal.MustParse("45000")})
+	var w settledWrite
+	w.moved = map[string]int64{}
+	for name, version := range f.versions(t) {
+		if version != before[name] {
+			w.moved[name] = version
+		}
+	}
+	rows, err := f.db.Query(ctx, `SELECT id, name, version, payload FROM outbox WHERE id > $1 ORDER BY id`, after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var entry orders.OutboxEntry
+		if err := rows.Scan(&entry.ID, &entry.Name, &entry.Version, &entry.Payload); err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(entry.Name, orders.EventsTable+":") {
+			w.events = append(w.events, entry)
+		} else {
+			w.balances = append(w.balances, entry)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// consumeAll claims every pending coherence job and applies it, as the
+// consumer does, and returns the entries the jobs carried and how many
+// jobs there were.
+func (f *coherenceFixture) consumeAll(t testing.TB) (entries []string, jobs int) {
+	t.Helper()
+	claims := f.claimAll(t)
+	for _, claim := range claims {
+		if err := f.consumer.Handle(context.Background(), claim); err != nil {
+			t.Errorf("Handle(%s): %v", claim.Payload, err)
+		}
+	}
+	return carried(claims), len(claims)
+}
+
+// assertCachedAt fails unless the cache holds each balance at its version.
+func (f *coherenceFixture) assertCachedAt(t testing.TB, versions map[string]int64) {
+	t.Helper()
+	for name, version := range versions {
+		account, asset := splitBalanceName(t, name)
+		cached, err := f.caches.ReadCache(context.Background(), placement.BalanceCacheKey(account))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cached[asset].Version; got != version {
+			t.Errorf("%s: the cache holds version %d, want %d", name, got, version)
+		}
+	}
+}
+
+// lines are the "<name>@<version>" lines of versions, sorted.
+func lines(versions map[string]int64) []string {
+	var lines []string
+	for name, version := range versions {
+		lines = append(lines, name+"@"+strconv.FormatInt(version, 10))
+	}
+	slices.Sort(lines)
+	return lines
+}
+
+// TestASettlementWriteIsOneOutboxRowTheRelayCarriesWhole: a settlement
+// write that moves N balances inserts one outbox row listing each at the
+// version it reached; the relay carries every line to the coherence
+// queues (one job per shard, or per line at job size 1), deletes the row,
+// and the consumer leaves each cached balance, cached before the write,
+// at its new version.
+func TestASettlementWriteIsOneOutboxRowTheRelayCarriesWhole(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		makers  int
+		jobSize int
+		// balances the write moves: the taker's USD (and BTC when it
+		// trades), each maker's BTC and USD, the venue's fees.
+		balances int
+	}{
+		{name: "a resting buy, one balance", makers: 0, balances: 1},
+		{name: "one trade", makers: 1, balances: 5},
+		{name: "four trades", makers: 4, balances: 11},
+		{name: "four trades, one change a job", makers: 4, jobSize: 1, balances: 11},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			var opts []placement.RelayOption
+			if c.jobSize > 0 {
+				opts = append(opts, placement.WithCoherenceJobSize(c.jobSize))
+			}
+			f := newCoherenceFixture(t, append(opts, placement.WithSweepAge(0))...)
+			_, placer := f.ordersQueue(t)
+			settler := postgres.NewSettler(f.db, nil, f.logger) // relays nothing itself
+			taker := f.buyer(t)
+			f.makers(t, c.makers, "", placer, settler)
+			// Every balance cached at its version before the write.
+			if _, err := f.relay.Sweep(ctx); err != nil {
+				t.Fatal(err)
+			}
+			f.consumeAll(t)
+
+			w := f.takeAll(t, taker, c.makers, placer, settler)
+			if len(w.moved) != c.balances {
+				t.Fatalf("the write moved %d balances %v, want %d", len(w.moved), w.moved, c.balances)
+			}
+			if len(w.balances) != 1 || w.balances[0].Name != orders.BalancesWriteName || w.balances[0].Version != w.balances[0].ID {
+				t.Fatalf("the write's balances rows %v, want one %s at its id", w.balances, orders.BalancesWriteName)
+			}
+			row := w.balances[0]
+			if got, want := strings.Split(row.Payload, "\n"), lines(w.moved); !slices.Equal(slices.Sorted(slices.Values(got)), want) {
+				t.Errorf("the row lists %q, want %q", got, want)
+			}
+
+			f.relay.Relay(ctx, append(w.events, row))
+			if got := f.unrelayed(t); got != 0 {
+				t.Errorf("%d rows left unrelayed", got)
+			}
+			var left int
+			if err := f.db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE id = $1`, row.ID).Scan(&left); err != nil || left != 0 {
+				t.Errorf("the write's row is still there (%d, %v); want it deleted", left, err)
+			}
+			entries, jobs := f.consumeAll(t)
+			if want := lines(w.moved); !slices.Equal(entries, want) {
+				t.Errorf("the jobs carry %q, want %q", entries, want)
+			}
+			shards := map[string]bool{}
+			for name := range w.moved {
+				account, _ := splitBalanceName(t, name)
+				shards[placement.CoherenceQueue(placement.BalancesTable, account)] = true
+			}
+			if want := len(shards); c.jobSize == 1 {
+				want = len(w.moved)
+				if jobs != want {
+					t.Errorf("%d jobs, want one a change, %d", jobs, want)
+				}
+			} else if jobs != want {
+				t.Errorf("%d jobs, want one a shard, %d", jobs, want)
+			}
+			f.assertCachedAt(t, w.moved)
+		})
+	}
+}
+
+// TestSweepCarriesBothFormsOfBalancesRows: the sweep carries what a relay
+// left behind, a settlement write's row whole (every line, then the row
+// deleted) and balances' rows of their own (deposits, and rows written
+// before the upgrade) alike, in one sweep.
+func TestSweepCarriesBothFormsOfBalancesRows(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		write, deposits bool
+	}{
+		{name: "a settlement write's row", write: true},
+		{name: "a deposit's rows, one a balance", deposits: true},
+		{name: "both, as at an upgrade", write: true, deposits: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			f := newCoherenceFixture(t, placement.WithSweepAge(0))
+			_, placer := f.ordersQueue(t)
+			settler := postgres.NewSettler(f.db, nil, f.logger) // relays nothing itself
+			taker := f.buyer(t)
+			f.makers(t, 2, "", placer, settler)
+			if _, err := f.relay.Sweep(ctx); err != nil {
+				t.Fatal(err)
+			}
+			f.consumeAll(t)
+
+			want := map[string]int64{}
+			rows := 0
+			if c.write {
+				w := f.takeAll(t, taker, 2, placer, settler)
+				maps.Copy(want, w.moved)
+				rows += len(w.balances) + len(w.events)
+			}
+			if c.deposits {
+				account := f.newAccount(t)
+				for _, asset := range []string{"USD", "ETH"} {
+					entry := f.depositWithOutbox(t, account, asset, "3")
+					want[entry.Name] = entry.Version
+					rows++
+				}
+			}
+			if got := f.unrelayed(t); got != rows {
+				t.Fatalf("%d rows unrelayed before the sweep, want %d", got, rows)
+			}
+			if n, err := f.relay.Sweep(ctx); err != nil || n != rows {
+				t.Errorf("Sweep = %d, %v; want %d", n, err, rows)
+			}
+			if got := f.unrelayed(t); got != 0 {
+				t.Errorf("%d rows left unrelayed", got)
+			}
+			var left int
+			if err := f.db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE name LIKE 'balances:%'`).Scan(&left); err != nil || left != 0 {
+				t.Errorf("%d balances rows left after the sweep (%v); want every one deleted", left, err)
+			}
+			entries, _ := f.consumeAll(t)
+			for _, line := range lines(want) {
+				if !slices.Contains(entries, line) {
+					t.Errorf("no job carries %s (carried %q)", line, entries)
+				}
+			}
+			f.assertCachedAt(t, want)
+		})
+	}
+}
+
+// TestAPartlyCarriedWriteRowStaysUnrelayed: one shard's queue refuses the
+// write's job (its declared kinds are gone, as after a purge), the other
+// shards take theirs. The row is not marked relayed, by Relay or by the
+// sweep, until every line went: then the sweep carries it whole (the lines
+// that went before are dedup hits) and deletes it, and every balance
+// reaches the cache.
+func TestAPartlyCarriedWriteRowStaysUnrelayed(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		first func(ctx context.Context, f *coherenceFixture, w settledWrite) (int, error)
+	}{
+		{name: "relayed after its commit", first: func(ctx context.Context, f *coherenceFixture, w settledWrite) (int, error) {
+			f.relay.Relay(ctx, w.balances)
+			return 0, nil
+		}},
+		{name: "swept", first: func(ctx context.Context, f *coherenceFixture, w settledWrite) (int, error) {
+			return f.relay.Sweep(ctx)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			f := newCoherenceFixture(t, placement.WithSweepAge(0))
+			_, placer := f.ordersQueue(t)
+			settler := postgres.NewSettler(f.db, nil, f.logger) // relays nothing itself
+			taker := f.buyer(t)
+			f.makers(t, 2, taker, placer, settler)
+			if _, err := f.relay.Sweep(ctx); err != nil {
+				t.Fatal(err)
+			}
+			f.consumeAll(t)
+			w := f.takeAll(t, taker, 2, placer, settler)
+			// The events rows are not what this is about.
+			f.relay.Relay(ctx, w.events)
+
+			refusing := f.client.Queue(placement.CoherenceQueue(placement.BalancesTable, taker))
+			if err := refusing.Purge(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := c.first(ctx, f, w); n != 0 || err != nil {
+				t.Errorf("the carry relayed %d, %v; want nothing marked and no error", n, err)
+			}
+			if got := f.unrelayed(t); got != 1 {
+				t.Fatalf("%d rows unrelayed after a partly failed carry, want the write's 1", got)
+			}
+			if got := f.pending(t); got == 0 {
+				t.Errorf("no job admitted: the other shards' jobs should have gone")
+			}
+
+			if err := f.relay.Declare(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := f.relay.Sweep(ctx); n != 1 || err != nil {
+				t.Errorf("Sweep once the queue takes jobs = %d, %v; want the row", n, err)
+			}
+			if got := f.unrelayed(t); got != 0 {
+				t.Errorf("%d rows left unrelayed", got)
+			}
+			entries, _ := f.consumeAll(t)
+			if want := lines(w.moved); !slices.Equal(entries, want) {
+				t.Errorf("the jobs carry %q, want each line once, %q", entries, want)
+			}
+			f.assertCachedAt(t, w.moved)
+		})
+	}
+}
