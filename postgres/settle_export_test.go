@@ -73,3 +73,6 @@ func SetBeforeOwnedWrite(t interface{ Cleanup(func()) }, f func()) {
 // OwnedExtended is how many requests the settler's owners decided into a
 // batch already decided, while the write before it was in flight.
 func OwnedExtended(s *Settler) int64 { return s.owned.extended.Load() }
+
+// SettleEventsSQL is settle_events.sql, for the tests that run it on its own.
+var SettleEventsSQL = settleEventsSQL
