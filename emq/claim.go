@@ -38,7 +38,7 @@ func (w *worker) claimLoop(ctx context.Context) {
 		case len(claims) == 0:
 			trouble.Recover(w.logger)
 			wait, idle = idle, min(idle*2, idleCeiling)
-			idleQueue = true
+			idleQueue = w.options.WakeOnAdmission
 		default:
 			trouble.Recover(w.logger)
 			idle = w.options.IdlePoll
@@ -67,7 +67,7 @@ func (w *worker) claimLoop(ctx context.Context) {
 // awaitAdmission waits up to d for an admission to the queue, which the
 // claim that found it empty armed (claim.lua, admit.lua): a job admitted to
 // an idle queue is claimed at once rather than after the rest of the idle
-// poll. Jobs that become pending otherwise (a retry's delay ending, a
+// poll (WorkerOptions.WakeOnAdmission). Jobs that become pending otherwise (a retry's delay ending, a
 // reaped lease) are found by the poll. It returns false when ctx is
 // cancelled.
 func (w *worker) awaitAdmission(ctx context.Context, d time.Duration) bool {

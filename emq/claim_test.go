@@ -70,14 +70,13 @@ func TestWorkerBoundsJobsInFlight(t *testing.T) {
 }
 
 // TestAnAdmissionWakesAnIdleWorker: a worker that found its queue empty
-// claims a job admitted next at once, not after its idle poll, here far
-// longer than the test waits; a job that turns pending otherwise (a retry's
-// delay ending) is still found by the poll.
+// (WakeOnAdmission) claims a job admitted next at once, not after its
+// idle poll, here far longer than the test waits.
 func TestAnAdmissionWakesAnIdleWorker(t *testing.T) {
 	const idlePoll = 20 * time.Second
 	queue, _ := newQueue(t)
 	started := make(chan emq.Claim, 8)
-	startWorker(t, queue, payloadHandler(started, nil), emq.WorkerOptions{Concurrency: 4, Lease: 10 * time.Second, IdlePoll: idlePoll})
+	startWorker(t, queue, payloadHandler(started, nil), emq.WorkerOptions{Concurrency: 4, Lease: 10 * time.Second, IdlePoll: idlePoll, WakeOnAdmission: true})
 	for i, group := range []string{"a", "b", "c"} {
 		// Let the worker claim the queue empty and block on it.
 		time.Sleep(200 * time.Millisecond)

@@ -75,6 +75,14 @@ type WorkerOptions struct {
 	// (default 50ms); it doubles while the queue stays empty, up to 200ms or
 	// IdlePoll if that is longer.
 	IdlePoll time.Duration
+	// WakeOnAdmission has the worker, once a claim found the queue empty,
+	// wait for the next admission (BLPOP on the queue's wake token) instead
+	// of sleeping the idle poll, so an admitted job is claimed at once. The
+	// wait holds a connection of the client's pool for up to the poll: turn
+	// it on for the few queues whose latency matters (an instrument's
+	// orders), not for many queues of one client, whose waits would take
+	// the pool from every other call.
+	WakeOnAdmission bool
 	// DrainTimeout bounds how long Work takes to return once its context is
 	// cancelled (default 10s). In-flight jobs may finish until shortly before
 	// it; the handlers still running then are cancelled and their jobs released.

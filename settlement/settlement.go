@@ -389,14 +389,17 @@ func (w *Worker) own(ctx context.Context, owned emq.Owned) error {
 		}
 		return err
 	}
+	// An order admitted to an idle instrument is claimed at once; the
+	// coherence shards, sixteen queues of the same client, poll.
 	err := owned.Queue.Work(working, handler, emq.WorkerOptions{
-		Concurrency:  w.config.Concurrency,
-		Batch:        w.config.Batch,
-		Lease:        w.config.Lease,
-		Retry:        w.config.Retry,
-		DrainTimeout: w.config.DrainTimeout,
-		Logger:       logger,
-		Metrics:      w.metrics,
+		Concurrency:     w.config.Concurrency,
+		Batch:           w.config.Batch,
+		Lease:           w.config.Lease,
+		Retry:           w.config.Retry,
+		DrainTimeout:    w.config.DrainTimeout,
+		WakeOnAdmission: true,
+		Logger:          logger,
+		Metrics:         w.metrics,
 	})
 	if cause := context.Cause(working); errors.Is(cause, postgres.ErrFenced) {
 		logger.Warn("PostgreSQL's fence refused a batch: another worker owns the instrument", "err", cause)
