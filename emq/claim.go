@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/debug"
 	"strconv"
 	"time"
@@ -74,6 +75,12 @@ func (w *worker) awaitAdmission(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}
+	// The waits may hold only part of the pool (wakeWaits); past it, sleep.
+	select {
+	case w.queue.client.waits <- struct{}{}:
+	default:
+		return outage.Sleep(ctx, d)
+	}
 	start := time.Now()
 	// The reply must come within the client's read timeout, or the
 	// connection is dropped as broken: a shorter wait polls sooner.
@@ -82,11 +89,26 @@ func (w *worker) awaitAdmission(ctx context.Context, d time.Duration) bool {
 	}
 	// BLPOP takes its timeout in seconds, fractions allowed (Redis 6 and
 	// Valkey); go-redis's BLPop rounds anything under a second up to one.
-	err := w.queue.client.rdb.Do(ctx, "blpop", w.queue.wakeKey(), strconv.FormatFloat(d.Seconds(), 'f', 3, 64)).Err()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		// The server is away or the call failed: the claim that follows
-		// reports it; wait out the poll meanwhile.
-		return outage.Sleep(ctx, d-time.Since(start))
+	// Whole milliseconds, rounded up: a timeout that rounds to 0 blocks
+	// until an admission.
+	timeout := strconv.FormatFloat(math.Ceil(float64(d)/float64(time.Millisecond))/1000, 'f', 3, 64)
+	// go-redis does not interrupt a blocked read when ctx is cancelled: the
+	// wait runs on its own, and a cancelled worker goes on to its drain
+	// while the wait ends within d, giving its connection back.
+	waited := make(chan error, 1)
+	go func() {
+		defer func() { <-w.queue.client.waits }()
+		waited <- w.queue.client.rdb.Do(context.WithoutCancel(ctx), "blpop", w.queue.wakeKey(), timeout).Err()
+	}()
+	select {
+	case <-ctx.Done():
+		return false
+	case err := <-waited:
+		if err != nil && !errors.Is(err, redis.Nil) {
+			// The server is away or the call failed: the claim that follows
+			// reports it; wait out the poll meanwhile.
+			return outage.Sleep(ctx, d-time.Since(start))
+		}
 	}
 	return ctx.Err() == nil
 }

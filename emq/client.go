@@ -45,6 +45,9 @@ type Client struct {
 	// reload asks a cluster client to reload its map of the cluster after
 	// a failure that says the map may be stale; nil on a single server.
 	reload *clusterReload
+	// waits holds a slot per claim loop blocked on its queue's wake token
+	// (claim.go, awaitAdmission), each on a connection of rdb's pool.
+	waits chan struct{}
 }
 
 // Option configures Connect.
@@ -93,6 +96,29 @@ func (c *Client) readTimeout() time.Duration {
 	return readTimeout
 }
 
+// wakeWaits is how many claim loops may block on a wake token at once: a
+// quarter of rdb's pool (per node on a cluster, so a quarter of a node's
+// at most), at least one. A process runs a claim loop per queue it works
+// (settlement: the 16 coherence queues and every owned instrument's), and
+// an idle loop's wait holds its connection for all but the claim between
+// two waits: without a bound the waits take the whole pool, 10 per CPU
+// (5 per node on a cluster), and every call that is no pipeline (a claim,
+// a renewal, a completion) queues for one. Loops beyond the bound sleep out
+// their idle poll, as before the wake token. 0 for a client whose pool is
+// unknown: its loops sleep.
+func wakeWaits(rdb redis.UniversalClient) int {
+	var pool int
+	switch rdb := rdb.(type) {
+	case *redis.Client:
+		pool = rdb.Options().PoolSize
+	case *redis.ClusterClient:
+		pool = rdb.Options().PoolSize
+	default:
+		return 0
+	}
+	return max(1, pool/4)
+}
+
 // WithLogger sets the logger for start-up warnings; slog.Default otherwise.
 func WithLogger(logger *slog.Logger) Option {
 	return func(c *Client) { c.logger = logger }
@@ -114,7 +140,8 @@ func WithLogger(logger *slog.Logger) Option {
 // that a promoted replica is reached within moments of its promotion rather
 // than at go-redis's next periodic reload, up to a minute later.
 func Connect(ctx context.Context, rdb redis.UniversalClient, opts ...Option) (*Client, error) {
-	c := &Client{rdb: rdb, logger: slog.Default(), admits: newCoalescer(rdb, admitScript), permits: newCoalescer(rdb, rateLimitScript)}
+	c := &Client{rdb: rdb, logger: slog.Default(), admits: newCoalescer(rdb, admitScript), permits: newCoalescer(rdb, rateLimitScript),
+		waits: make(chan struct{}, wakeWaits(rdb))}
 	for _, opt := range opts {
 		opt(c)
 	}

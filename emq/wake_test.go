@@ -1,0 +1,144 @@
+package emq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/testkit/testserver"
+)
+
+// TestWorkReturnsWithinItsDrainTimeoutWhileItsQueueIsIdle: a worker waiting
+// on its empty queue's wake token returns from Work within its drain
+// timeout once its context is cancelled, as it did when the wait was a
+// sleep: go-redis does not interrupt a blocked read when the call's context
+// is cancelled, so the wait must not hold Work until its BLPOP times out.
+func TestWorkReturnsWithinItsDrainTimeoutWhileItsQueueIsIdle(t *testing.T) {
+	tests := []struct {
+		name     string
+		idlePoll time.Duration
+	}{
+		// The client's read timeout is 3s: the wait is capped at 1.5s.
+		{name: "idle poll over half the read timeout", idlePoll: 20 * time.Second},
+		{name: "idle poll of a second", idlePoll: time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const drainTimeout = 200 * time.Millisecond
+			queue, _ := newQueue(t)
+			worker := startWorker(t, queue, payloadHandler(nil, nil), emq.WorkerOptions{
+				Concurrency: 2, Lease: 10 * time.Second, IdlePoll: tt.idlePoll, DrainTimeout: drainTimeout,
+			})
+			// Let the worker find the queue empty and block on it.
+			time.Sleep(300 * time.Millisecond)
+			took, err := worker.stop(t)
+			if err != nil {
+				t.Fatalf("work: %v", err)
+			}
+			if took > drainTimeout+100*time.Millisecond {
+				t.Fatalf("Work returned %s after its context was cancelled; want within the drain timeout %s", took, drainTimeout)
+			}
+		})
+	}
+}
+
+// TestIdleWorkersLeaveConnectionsForMoves: workers waiting on their empty
+// queues do not take the client's connections from admissions. A worker
+// process runs a claim loop per queue on one client (settlement: the 16
+// coherence queues and every owned instrument's), whose pool go-redis sizes
+// 10 per CPU: waits that hold a connection each would leave an admission
+// queueing for one.
+func TestIdleWorkersLeaveConnectionsForMoves(t *testing.T) {
+	const (
+		poolSize = 4
+		idle     = 8 // queues with an idle worker, twice the pool
+		admits   = 20
+	)
+	ctx := context.Background()
+	server := testserver.QueueRedisServer(t)
+	url := server.URL()
+	if strings.Contains(url, "?") {
+		url += fmt.Sprintf("&pool_size=%d", poolSize)
+	} else {
+		url += fmt.Sprintf("?pool_size=%d", poolSize)
+	}
+	client, err := emq.Dial(ctx, url)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	for i := range idle {
+		queue := client.Queue(fmt.Sprintf("idle%d", i))
+		if err := queue.Declare(ctx, "test.job"); err != nil {
+			t.Fatalf("declare: %v", err)
+		}
+		startWorker(t, queue, payloadHandler(nil, nil), emq.WorkerOptions{Concurrency: 1, Lease: 10 * time.Second})
+	}
+	busy := client.Queue("work")
+	if err := busy.Declare(ctx, "test.job"); err != nil {
+		t.Fatalf("declare: %v", err)
+	}
+	// Let the idle polls reach their 200ms ceiling.
+	time.Sleep(time.Second)
+	took := make([]time.Duration, admits)
+	for i := range admits {
+		if _, err := busy.Admit(ctx, job(fmt.Sprintf("J%d", i), "g", "")); err != nil {
+			t.Fatalf("admit %d: %v", i, err)
+		}
+		began := time.Now()
+		if claims, err := busy.Claim(ctx, 1, time.Minute); err != nil || len(claims) != 1 {
+			t.Fatalf("claim %d: %d jobs, %v; want 1", i, len(claims), err)
+		}
+		took[i] = time.Since(began)
+		time.Sleep(7 * time.Millisecond)
+	}
+	slices.Sort(took)
+	t.Logf("claims: median %s, max %s", took[admits/2], took[admits-1])
+	if median := took[admits/2]; median > 20*time.Millisecond {
+		t.Fatalf("claims beside %d idle workers on a pool of %d: median %s, max %s; want a median under 20ms",
+			idle, poolSize, median, took[admits-1])
+	}
+}
+
+// TestASubMillisecondIdlePollStillPolls: an idle poll under a millisecond
+// is still a poll. BLPOP's timeout is in seconds, and one that rounds to 0
+// blocks until an admission, so a job that turns pending otherwise (here a
+// retry whose delay ended) would wait for the next admission, or for the
+// client's read timeout to break the connection.
+func TestASubMillisecondIdlePollStillPolls(t *testing.T) {
+	queue, _ := newQueue(t)
+	var mu sync.Mutex
+	var attempts []time.Time
+	handler := func(_ context.Context, claim emq.Claim) error {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts = append(attempts, time.Now())
+		if claim.Token == 1 {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	}
+	startWorker(t, queue, handler, emq.WorkerOptions{
+		Concurrency: 1, Lease: 10 * time.Second, IdlePoll: 100 * time.Microsecond, PromoteInterval: 10 * time.Millisecond,
+		Retry: emq.RetryPolicy{MaxAttempts: 3, BaseDelay: 20 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
+	})
+	// Let the worker find the queue empty before the admission.
+	time.Sleep(50 * time.Millisecond)
+	admitPayloads(t, queue, "g", "ok")
+	eventually(t, 10*time.Second, "the retry runs", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(attempts) == 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if gap := attempts[1].Sub(attempts[0]); gap > time.Second {
+		t.Fatalf("the retry ran %s after the first attempt; its delay is 20ms and the idle poll 100µs", gap)
+	}
+}
