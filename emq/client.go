@@ -98,7 +98,7 @@ func (c *Client) readTimeout() time.Duration {
 
 // wakeWaits is how many claim loops may block on a wake token at once: a
 // quarter of rdb's pool (per node on a cluster, so a quarter of a node's
-// at most), at least one. A process runs a claim loop per queue it works
+// at most), none for a pool under four, which a wait would take whole. A process runs a claim loop per queue it works
 // (settlement: the 16 coherence queues and every owned instrument's), and
 // an idle loop's wait holds its connection for all but the claim between
 // two waits: without a bound the waits take the whole pool, 10 per CPU
@@ -116,7 +116,7 @@ func wakeWaits(rdb redis.UniversalClient) int {
 	default:
 		return 0
 	}
-	return max(1, pool/4)
+	return pool / 4
 }
 
 // WithLogger sets the logger for start-up warnings; slog.Default otherwise.
