@@ -75,6 +75,18 @@ func (w *worker) awaitAdmission(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}
+	// The reply must come within the client's read timeout, or the
+	// connection is dropped as broken: a shorter wait polls sooner, and a
+	// read timeout too short for Redis's late end of a wait (wakeSlack)
+	// sleeps the poll instead.
+	wait := d
+	if readTimeout := w.queue.client.readTimeout(); readTimeout > 0 {
+		wait = min(wait, readTimeout/2, readTimeout-wakeSlack)
+	}
+	if wait <= 0 {
+		return outage.Sleep(ctx, d)
+	}
+	d = wait
 	// The waits may hold only part of the pool (wakeWaits); past it, sleep.
 	select {
 	case w.queue.client.waits <- struct{}{}:
@@ -82,11 +94,6 @@ func (w *worker) awaitAdmission(ctx context.Context, d time.Duration) bool {
 		return outage.Sleep(ctx, d)
 	}
 	start := time.Now()
-	// The reply must come within the client's read timeout, or the
-	// connection is dropped as broken: a shorter wait polls sooner.
-	if readTimeout := w.queue.client.readTimeout(); readTimeout > 0 && d > readTimeout/2 {
-		d = readTimeout / 2
-	}
 	// BLPOP takes its timeout in seconds, fractions allowed (Redis 6 and
 	// Valkey); go-redis's BLPop rounds anything under a second up to one.
 	// Whole milliseconds, rounded up: a timeout that rounds to 0 blocks
@@ -112,6 +119,11 @@ func (w *worker) awaitAdmission(ctx context.Context, d time.Duration) bool {
 	}
 	return ctx.Err() == nil
 }
+
+// wakeSlack is how late Redis may end a BLPOP past its timeout: it ends
+// timed-out waits at its next tick, 100 ms apart at the default hz 10
+// (measured: 100 ms for a timeout of 1-50 ms, up to 320 ms for 200 ms).
+const wakeSlack = 300 * time.Millisecond
 
 // acquireSlots waits for one free slot, then takes whatever more are free, up
 // to Batch. It returns false when ctx is cancelled.

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/testkit/testserver"
@@ -150,5 +153,61 @@ func TestASubMillisecondIdlePollStillPolls(t *testing.T) {
 	defer mu.Unlock()
 	if gap := attempts[1].Sub(attempts[0]); gap > time.Second {
 		t.Fatalf("the retry ran %s after the first attempt; its delay is 20ms and the idle poll 100µs", gap)
+	}
+}
+
+// TestAShortReadTimeoutBreaksNoConnections: Redis ends a BLPOP on its
+// timeout only at its next tick (hz 10: 100 ms, measured 100-320 ms for
+// timeouts of 1-200 ms), so a wait sized to half a short read timeout
+// answers after the client gave up on the connection. An idle worker on a
+// client with a short read timeout must poll without breaking (and
+// redialling) a connection each time.
+func TestAShortReadTimeoutBreaksNoConnections(t *testing.T) {
+	tests := []struct {
+		name        string
+		readTimeout time.Duration
+	}{
+		{name: "100ms", readTimeout: 100 * time.Millisecond},
+		{name: "250ms", readTimeout: 250 * time.Millisecond},
+		{name: "400ms", readTimeout: 400 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			server := testserver.SingleRedis(t, "counts the connections its server received")
+			direct := server.Client(t)
+			rdb := redis.NewClient(&redis.Options{Addr: server.Addr, ReadTimeout: tt.readTimeout})
+			t.Cleanup(func() { _ = rdb.Close() })
+			queue, _ := queueOn(t, rdb)
+			received := func() int64 {
+				t.Helper()
+				info, err := direct.Info(ctx, "stats").Result()
+				if err != nil {
+					t.Fatalf("INFO stats: %v", err)
+				}
+				for line := range strings.Lines(info) {
+					if value, found := strings.CutPrefix(strings.TrimSpace(line), "total_connections_received:"); found {
+						n, err := strconv.ParseInt(value, 10, 64)
+						if err != nil {
+							t.Fatalf("total_connections_received %q: %v", value, err)
+						}
+						return n
+					}
+				}
+				t.Fatal("INFO stats lists no total_connections_received")
+				return 0
+			}
+			worker := startWorker(t, queue, payloadHandler(nil, nil), emq.WorkerOptions{Concurrency: 2, Lease: 10 * time.Second})
+			time.Sleep(500 * time.Millisecond)
+			before := received()
+			time.Sleep(2 * time.Second)
+			dialled := received() - before
+			if _, err := worker.stop(t); err != nil {
+				t.Fatalf("work: %v", err)
+			}
+			if dialled > 2 {
+				t.Fatalf("an idle worker with a read timeout of %s dialled %d connections in 2s; want none", tt.readTimeout, dialled)
+			}
+		})
 	}
 }
