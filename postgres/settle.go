@@ -32,6 +32,9 @@ type Settler struct {
 	logger  *slog.Logger
 	metrics *SettlementMetrics
 	queue   settleQueue
+	// balancesRow names the one outbox row a write lists its moved balances
+	// in; "" for a row per balance (WithBalanceRowEach).
+	balancesRow string
 	// connections holds one token per connection settlement holds, at most
 	// SettlerConnections.
 	connections chan struct{}
@@ -52,7 +55,17 @@ func NewSettler(db *pgxpool.Pool, relay orders.Relayer, logger *slog.Logger) *Se
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Settler{db: db, relay: relay, logger: logger, connections: make(chan struct{}, SettlerConnections)}
+	return &Settler{db: db, relay: relay, logger: logger, connections: make(chan struct{}, SettlerConnections),
+		balancesRow: orders.BalancesWriteName}
+}
+
+// WithBalanceRowEach has s's writes insert an outbox row per balance they
+// move, as releases before the one row a write (orders.BalancesWriteName)
+// did: their relays, which read only that form, may sweep what s wrote
+// while they still run in a rolling deploy (COHERENCE_JOB_SIZE=1).
+func (s *Settler) WithBalanceRowEach() *Settler {
+	s.balancesRow = ""
+	return s
 }
 
 // ErrUnsettleable matches every failure no retry can cure: an order of an

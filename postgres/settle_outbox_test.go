@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"strconv"
 	"testing"
 
 	"github.com/ordergate/ordergate/orders"
@@ -14,7 +15,9 @@ import (
 // locked path, an owner's), a settlement write inserts one outbox row for
 // its balances, named orders.BalancesWriteName at its own id, listing each
 // balance the write moved once, at the version it reached; a balance two
-// orders of a batch moved is listed once, at the last.
+// orders of a batch moved is listed once, at the last. A settler writing
+// for the relays of earlier releases (WithBalanceRowEach) inserts a row
+// per balance instead, each at the version the balance reached.
 func TestAWriteAnnouncesItsBalancesInOneRow(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -22,10 +25,14 @@ func TestAWriteAnnouncesItsBalancesInOneRow(t *testing.T) {
 		// together: the write is a batch of three orders, not one; each
 		// write's bids take the makers' asks (bob's, carol's) at 50000.
 		together bool
+		// rowEach: the settler writes a row per balance.
+		rowEach bool
 	}{
 		{name: "locked path, one order"},
 		{name: "locked path, a batch of three", together: true},
 		{name: "an owner's batch", owned: true},
+		{name: "locked path, a batch of three, a row per balance", together: true, rowEach: true},
+		{name: "an owner's batch, a row per balance", owned: true, rowEach: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -37,6 +44,9 @@ func TestAWriteAnnouncesItsBalancesInOneRow(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { s.GiveUp("BTC-USD") })
+			}
+			if c.rowEach {
+				s.WithBalanceRowEach()
 			}
 			carol := m.newCustomer(t)
 			for _, maker := range []orders.Order{
@@ -76,7 +86,17 @@ func TestAWriteAnnouncesItsBalancesInOneRow(t *testing.T) {
 				}
 			}
 			rows, _ := splitEvents(t, outboxAfter(t, m.db, outboxBefore))
-			if len(rows) != 1 || rows[0].Name != orders.BalancesWriteName || rows[0].Version != rows[0].ID {
+			switch {
+			case c.rowEach:
+				for _, row := range rows {
+					if row.Name == orders.BalancesWriteName || row.Payload != row.Name+"@"+strconv.FormatInt(row.Version, 10) {
+						t.Fatalf("the write's balances rows %v, want one a balance", rows)
+					}
+				}
+				if len(rows) != len(moved) {
+					t.Errorf("%d balances rows for %d balances moved", len(rows), len(moved))
+				}
+			case len(rows) != 1 || rows[0].Name != orders.BalancesWriteName || rows[0].Version != rows[0].ID:
 				t.Fatalf("the write's balances rows %v, want one %s at its id", rows, orders.BalancesWriteName)
 			}
 			if got := announced(t, rows); !maps.Equal(got, moved) {

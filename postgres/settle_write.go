@@ -37,7 +37,9 @@ var (
 // funds checks still come out the same on them (settle_guard.sql, after a
 // savepoint to go back to if not), everything the batch decided, and the
 // commit. It returns the outbox rows.
-func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, known map[balanceKey]*lockedBalance, guarded bool) ([]orders.OutboxEntry, error) {
+func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, known map[balanceKey]*lockedBalance, guarded bool,
+	balancesRow string,
+) ([]orders.OutboxEntry, error) {
 	batch := &pgx.Batch{}
 	if w.owned != nil {
 		// The owner's transaction opens here, behind its fence.
@@ -223,7 +225,7 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		}
 		// Every moved row exists: the batch locked it (settle_lock.sql).
 		batch.Queue(settleBalancesSQL, names, accounts, assets, available, held, changes,
-			orders.BalancesWriteName).Query(func(rows pgx.Rows) error {
+			balancesRow).Query(func(rows pgx.Rows) error {
 			var err error
 			outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
 			return err

@@ -76,7 +76,8 @@ type Config struct {
 	// CoherenceJobSize is the most balance changes one coherence job
 	// lists (placement.WithCoherenceJobSize; 0 is
 	// placement.CoherenceBatch); 1 while workers of a release that reads
-	// one change a job still run (COHERENCE_JOB_SIZE).
+	// one change a job still run (COHERENCE_JOB_SIZE), which also has
+	// settlement write an outbox row per balance, as those releases did.
 	CoherenceJobSize int
 }
 
@@ -273,6 +274,10 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	}
 	settler := postgres.NewSettler(deps.DB, relay, deps.Logger).
 		WithMetrics(postgres.NewSettlementMetrics(deps.Metrics))
+	if c.CoherenceJobSize == 1 {
+		// The rollout form: workers of earlier releases may sweep the rows.
+		settler.WithBalanceRowEach()
+	}
 	if err := settler.RegisterOwnerMetrics(deps.Metrics); err != nil {
 		return nil, err
 	}

@@ -196,7 +196,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := relay.Declare(ctx); err != nil {
 		return err
 	}
-	book := postgres.NewOrders(postgres.NewHistory(db), postgres.NewSettler(db, relay, logger))
+	settler := postgres.NewSettler(db, relay, logger)
+	if c.coherenceJobSize == 1 {
+		// The rollout form: workers of earlier releases may sweep the rows.
+		settler.WithBalanceRowEach()
+	}
+	book := postgres.NewOrders(postgres.NewHistory(db), settler)
 	instruments, err := placement.LoadInstruments(ctx, postgres.NewInstruments(db))
 	if err != nil {
 		return err

@@ -95,7 +95,7 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	flags.DurationVar(&c.worker.EventsRetention, "events-retention", env.Duration("EVENTS_RETENTION", defaults.EventsRetention),
 		"how long PostgreSQL keeps the accounts' events: a stream resumes from any position younger (EVENTS_RETENTION)")
 	flags.IntVar(&c.worker.CoherenceJobSize, "coherence-job-size", env.Int("COHERENCE_JOB_SIZE", defaults.CoherenceJobSize),
-		"most balance changes one coherence job lists; 1 while workers of a release reading one change a job still run (COHERENCE_JOB_SIZE)")
+		"most balance changes one coherence job lists; 1 (also an outbox row per balance) while workers of a release reading one change a job still run (COHERENCE_JOB_SIZE)")
 	flags.StringVar(&c.metricsAddr, "metrics-addr", env.String("METRICS_ADDR", "127.0.0.1:9091"),
 		"where /metrics (Prometheus) and /healthz are served; empty serves neither (METRICS_ADDR)")
 	flags.TextVar(&c.logLevel, "log-level", env.Level("LOG_LEVEL", slog.LevelInfo), "debug, info, warn or error (LOG_LEVEL)")
