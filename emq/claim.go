@@ -68,9 +68,9 @@ func (w *worker) claimLoop(ctx context.Context) {
 // awaitAdmission waits up to d for an admission to the queue, which the
 // claim that found it empty armed (claim.lua, admit.lua): a job admitted to
 // an idle queue is claimed at once rather than after the rest of the idle
-// poll (WorkerOptions.WakeOnAdmission). Jobs that become pending otherwise (a retry's delay ending, a
-// reaped lease) are found by the poll. It returns false when ctx is
-// cancelled.
+// poll (WorkerOptions.WakeOnAdmission). Jobs that become pending otherwise
+// (a retry's delay ending, a reaped lease) are found by the poll. It
+// returns false when ctx is cancelled.
 func (w *worker) awaitAdmission(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil

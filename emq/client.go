@@ -83,13 +83,7 @@ func (c *Client) checkAdmitReplicas() error {
 // readTimeout is how long the client waits for a reply; negative for no
 // bound (go-redis's -1).
 func (c *Client) readTimeout() time.Duration {
-	var readTimeout time.Duration
-	switch rdb := c.rdb.(type) {
-	case *redis.Client:
-		readTimeout = rdb.Options().ReadTimeout
-	case *redis.ClusterClient:
-		readTimeout = rdb.Options().ReadTimeout
-	}
+	readTimeout, _ := clientOptions(c.rdb)
 	if readTimeout == 0 {
 		readTimeout = 3 * time.Second // go-redis's default
 	}
@@ -98,25 +92,29 @@ func (c *Client) readTimeout() time.Duration {
 
 // wakeWaits is how many claim loops may block on a wake token at once: a
 // quarter of rdb's pool (per node on a cluster, so a quarter of a node's
-// at most), none for a pool under four, which a wait would take whole. A process runs a claim loop per queue it works
-// (settlement: the 16 coherence queues and every owned instrument's), and
-// an idle loop's wait holds its connection for all but the claim between
-// two waits: without a bound the waits take the whole pool, 10 per CPU
-// (5 per node on a cluster), and every call that is no pipeline (a claim,
-// a renewal, a completion) queues for one. Loops beyond the bound sleep out
-// their idle poll, as before the wake token. 0 for a client whose pool is
-// unknown: its loops sleep.
+// at most), none for a pool under four, which a wait would take whole. An
+// idle loop's wait (WorkerOptions.WakeOnAdmission) holds its connection
+// for all but the claim between two waits: unbounded, the waits of a
+// process working many queues would take the whole pool, 10 per CPU (5 per
+// node on a cluster), and every call that is no pipeline (a claim, a
+// renewal, a completion) would queue for one. Loops beyond the bound sleep
+// out their idle poll, as loops without the option do. 0 for a client
+// whose pool is unknown: its loops sleep.
 func wakeWaits(rdb redis.UniversalClient) int {
-	var pool int
+	_, pool := clientOptions(rdb)
+	return pool / 4
+}
+
+// clientOptions are rdb's read timeout and pool size as configured (zero
+// when unset, or for a client of another type).
+func clientOptions(rdb redis.UniversalClient) (readTimeout time.Duration, poolSize int) {
 	switch rdb := rdb.(type) {
 	case *redis.Client:
-		pool = rdb.Options().PoolSize
+		return rdb.Options().ReadTimeout, rdb.Options().PoolSize
 	case *redis.ClusterClient:
-		pool = rdb.Options().PoolSize
-	default:
-		return 0
+		return rdb.Options().ReadTimeout, rdb.Options().PoolSize
 	}
-	return pool / 4
+	return 0, 0
 }
 
 // WithLogger sets the logger for start-up warnings; slog.Default otherwise.
