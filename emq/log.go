@@ -367,7 +367,8 @@ func logChangesOf(read []redis.XStream, position string) ([]LogChange, string) {
 }
 
 // LogChange announces an append: group's log was given sequence Sequence
-// (an append of several entries announces its last alone).
+// (a call's entries to a group's log, in one append or several, announce
+// their last alone).
 type LogChange struct {
 	Group    string
 	Sequence int64

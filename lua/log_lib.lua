@@ -12,10 +12,10 @@
 -- emq:{q}:logchanges, an entry {g = group, s = sequence} under an ID the
 -- server picks, so a reader following many logs blocks on that one stream
 -- instead of on every log; it keeps about the newest log_changes_keep.
--- A script that appends several entries to one log announces the last
--- alone: its readers read the log after their position, so the sequence
--- tells them all they need, and each announcement costs an XADD here and
--- a parse in every reader.
+-- A script that appends several entries to one log (in one append or
+-- several) announces the last alone: its readers read the log after their
+-- position, so the sequence tells them all they need, and each
+-- announcement costs an XADD here and a parse in every reader.
 --
 -- log_append(log, sequences, changes, group, id, type, data, at)
 --   appends one entry, announces it and returns its sequence. It drops
