@@ -4,16 +4,7 @@
 -- all of it for a canceled order), new status, cancel reason or NULL: the
 -- batch canceled a maker whose fill it could not compute exactly). A
 -- filled or canceled maker leaves the book: no sequence, finished now.
-UPDATE orders o
-SET filled_quantity = o.filled_quantity + m.quantity,
-    filled_notional = o.filled_notional + m.notional,
-    fees = o.fees + m.fees,
-    hold = o.hold - m.hold,
-    status = m.status,
-    cancel_reason = coalesce(m.cancel_reason, o.cancel_reason),
-    sequence = CASE WHEN m.status IN ('open', 'partially_filled') THEN o.sequence END,
-    updated_at = now(),
-    finished_at = CASE WHEN m.status IN ('open', 'partially_filled') THEN o.finished_at ELSE now() END
-FROM unnest($1::text[], $2::numeric[], $3::numeric[], $4::numeric[], $5::numeric[], $6::text[], $7::text[])
-    AS m(id, quantity, notional, fees, hold, status, cancel_reason)
-WHERE o.id = m.id
+-- Each maker is read by its key, whatever the planner's statistics say of
+-- orders (migration 0022, settlement_update_makers, runs the UPDATE).
+SELECT settlement_update_makers($1::text[], $2::numeric[], $3::numeric[], $4::numeric[], $5::numeric[], $6::text[],
+    $7::text[])
