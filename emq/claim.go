@@ -26,7 +26,11 @@ func (w *worker) claimLoop(ctx context.Context) {
 			return
 		}
 		sentAt := time.Now()
-		claims, err := w.claim(ctx, free)
+		claims, due, err := w.claim(ctx, free)
+		if due.seen {
+			w.reapDue.note(due.reap, sentAt)
+			w.promoteDue.note(due.promote, sentAt)
+		}
 		for range free - len(claims) {
 			<-w.slots
 		}
@@ -36,6 +40,11 @@ func (w *worker) claimLoop(ctx context.Context) {
 		case err != nil:
 			trouble.Fail(w.logger, err)
 			wait = trouble.Backoff(w.options.IdlePoll)
+		case len(claims) == 0 && (due.reap || due.promote):
+			// Jobs turn pending as the kicked loops move them, with no
+			// admission to wake a wait: claim again after the shortest poll.
+			trouble.Recover(w.logger)
+			wait, idle = w.options.IdlePoll, w.options.IdlePoll
 		case len(claims) == 0:
 			trouble.Recover(w.logger)
 			wait, idle = idle, min(idle*2, idleCeiling)
@@ -194,10 +203,10 @@ func (w *worker) leaseDeadlines(claims []Claim, sentAt time.Time) []time.Time {
 
 // claim is not cancelled with ctx: a claim cut off after the server ran it
 // would leave its jobs leased to nobody until the lease expires.
-func (w *worker) claim(ctx context.Context, n int) ([]Claim, error) {
+func (w *worker) claim(ctx context.Context, n int) ([]Claim, dueMoves, error) {
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
 	defer cancel()
-	return w.queue.Claim(callCtx, n, w.options.Lease)
+	return w.queue.claim(callCtx, n, w.options.Lease)
 }
 
 func (w *worker) start(claim Claim, claimedAt, deadline time.Time) {

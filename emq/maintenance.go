@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/ordergate/ordergate/internal/outage"
@@ -15,22 +16,92 @@ const (
 	promoteBatch = 100
 )
 
-// reapLoop takes back expired leases, at once on start (a restarted worker
-// picks up what its previous life left) and every ReapInterval.
-func (w *worker) reapLoop(ctx context.Context) {
-	trouble := outage.Tracker{Loop: "reaper"}
-	for wait := time.Duration(0); outage.Sleep(ctx, wait); {
-		wait = outage.Jittered(w.options.ReapInterval)
-		if err := w.reapExpired(ctx); err != nil {
+// dueSignal is what the claims tell a maintenance loop (reap or promote):
+// claim.lua looks, by server time, whether the move has anything to do.
+// A claim that saw it due kicks the loop, which runs the move at once; one
+// that saw nothing due marks the loop clear as of the claim's send time.
+type dueSignal struct {
+	// clear is when the loop was last known to have nothing to do, in local
+	// UnixNano: the send time of a claim that saw nothing due, or the start
+	// of a run of the move that left nothing due.
+	clear atomic.Int64
+	kick  chan struct{}
+}
+
+func newDueSignal() *dueSignal { return &dueSignal{kick: make(chan struct{}, 1)} }
+
+// note records what a claim sent at sentAt saw.
+func (s *dueSignal) note(due bool, sentAt time.Time) {
+	if !due {
+		s.clear.Store(sentAt.UnixNano())
+		return
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// maintain runs move at once on start (a restarted worker picks up what its
+// previous life left), at once when a claim saw it due, and otherwise once
+// the loop has not been known clear for an interval (jittered): an idle
+// worker's claims, polling more often than that, keep it clear, so an idle
+// queue costs its claim polls and no maintenance calls; a worker whose
+// slots are full claims nothing, and runs the move every interval as
+// before.
+//
+// A lease that runs out at t, or a retry due at t, is moved by the first
+// claim sent after t, or else by the run that comes once the last news
+// that nothing was due, older than t, is an interval old: within 1.1
+// intervals of t (the jitter's most), as with a plain tick.
+func (w *worker) maintain(ctx context.Context, loop string, interval time.Duration, signal *dueSignal,
+	move func(context.Context) error) {
+	trouble := outage.Tracker{Loop: loop}
+	wait := time.Duration(0)
+	for first := true; ; first = false {
+		kicked := false
+		if wait > 0 {
+			timer := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-timer.C:
+			case <-signal.kick:
+				kicked = true
+				timer.Stop()
+			}
+		} else if ctx.Err() != nil {
+			return
+		}
+		start := time.Now()
+		if !kicked && !first {
+			// Still clear: wait until that news is an interval old.
+			if fresh := time.Unix(0, signal.clear.Load()).Add(outage.Jittered(interval)); start.Before(fresh) {
+				wait = fresh.Sub(start)
+				continue
+			}
+		}
+		if err := move(ctx); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			trouble.Fail(w.logger, err)
-			wait = trouble.Backoff(w.options.ReapInterval)
+			wait = trouble.Backoff(interval)
 			continue
 		}
 		trouble.Recover(w.logger)
+		// The move left nothing due as of its start.
+		if at := start.UnixNano(); at > signal.clear.Load() {
+			signal.clear.Store(at)
+		}
+		wait = outage.Jittered(interval)
 	}
+}
+
+// reapLoop takes back expired leases (maintain).
+func (w *worker) reapLoop(ctx context.Context) {
+	w.maintain(ctx, "reaper", w.options.ReapInterval, w.reapDue, w.reapExpired)
 }
 
 func (w *worker) reapExpired(ctx context.Context) error {
@@ -48,23 +119,12 @@ func (w *worker) reapExpired(ctx context.Context) error {
 	}
 }
 
+// promoteLoop moves due retries back to pending (maintain).
 func (w *worker) promoteLoop(ctx context.Context) {
-	trouble := outage.Tracker{Loop: "promoter"}
-	for wait := time.Duration(0); outage.Sleep(ctx, wait); {
-		wait = outage.Jittered(w.options.PromoteInterval)
-		if err := w.promoteDue(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			trouble.Fail(w.logger, err)
-			wait = trouble.Backoff(w.options.PromoteInterval)
-			continue
-		}
-		trouble.Recover(w.logger)
-	}
+	w.maintain(ctx, "promoter", w.options.PromoteInterval, w.promoteDue, w.promoteRetries)
 }
 
-func (w *worker) promoteDue(ctx context.Context) error {
+func (w *worker) promoteRetries(ctx context.Context) error {
 	for {
 		promoted, err := w.queue.Promote(ctx, promoteBatch)
 		if err != nil {

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestWorkerReclaimsJobsOfADeadWorker: a worker that claimed jobs and died
@@ -134,4 +136,126 @@ func TestWorkerSamplesQueueDepths(t *testing.T) {
 	if info := readJob(t, queue, blocker); info.State != emq.StateDone {
 		t.Errorf("blocking job is %s, want done", info.State)
 	}
+}
+
+// scriptCalls counts the script runs a go-redis client sends, by the first
+// key they name.
+type scriptCalls struct {
+	mu      sync.Mutex
+	byFirst map[string]int
+}
+
+func (s *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 3 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
+			s.mu.Lock()
+			s.byFirst[fmt.Sprint(args[3])]++
+			s.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (s *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (s *scriptCalls) reset() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	counts := s.byFirst
+	s.byFirst = map[string]int{}
+	return counts
+}
+
+// TestIdleWorkerLeavesMaintenanceToItsClaims: the claims of a worker on an
+// empty queue look for due retries and expired leases as they poll, so the
+// promoter and the reaper, which poll less often, make no calls of their
+// own; once a claim sees work due, the moves run at once.
+func TestIdleWorkerLeavesMaintenanceToItsClaims(t *testing.T) {
+	ctx := context.Background()
+	rdb := testserver.QueueRedis(t)
+	calls := &scriptCalls{byFirst: map[string]int{}}
+	rdb.AddHook(calls)
+	queue, _ := queueOn(t, rdb)
+	logger, _ := workerLogger(t)
+	done := &completions{}
+	startWorker(t, queue, func(context.Context, emq.Claim) error { return nil },
+		emq.WorkerOptions{Logger: logger, OnComplete: done.record})
+
+	// Past the start's runs and the idle poll's growth to its ceiling.
+	time.Sleep(500 * time.Millisecond)
+	calls.reset()
+	time.Sleep(2 * time.Second)
+	counts := calls.reset()
+	claims, promotes, reaps := counts[queue.Key("jobs")], counts[queue.Key("delayed")], counts[queue.Key("active")]
+	t.Logf("in 2s idle: %d claims, %d promotes, %d reaps", claims, promotes, reaps)
+	if claims < 5 {
+		t.Fatalf("%d claims in 2s idle; the worker should poll every 200ms", claims)
+	}
+	// Plain ticks make 8 promotes and 4 reaps; a claim held up on a loaded
+	// machine may let one through.
+	if promotes > 2 || reaps > 1 {
+		t.Errorf("%d promotes and %d reaps in 2s idle; want none beside the claims", promotes, reaps)
+	}
+
+	// A lease that ran out is taken back and the job run by the idle worker
+	// within its claim poll, not the reap interval after it.
+	ids := admitPayloads(t, queue, "g", "ok")
+	if dead, err := queue.Claim(ctx, 1, 50*time.Millisecond); err != nil || len(dead) != 1 {
+		t.Fatalf("the doomed claim took %d jobs, %v", len(dead), err)
+	}
+	claimedAt := time.Now()
+	eventually(t, 5*time.Second, "the expired lease's job completed", func() bool { return done.total() == len(ids) })
+	t.Logf("an expired lease's job completed %s after a 50ms lease was taken", time.Since(claimedAt))
+	if counts := calls.reset(); counts[queue.Key("active")] == 0 {
+		t.Errorf("no reap ran, yet the job came back")
+	}
+}
+
+// TestFullWorkerStillReaps: a worker whose slots are all taken claims
+// nothing, so no claim tells its reaper anything; the reaper still takes
+// back a lease that ran out within lease + reap interval.
+func TestFullWorkerStillReaps(t *testing.T) {
+	ctx := context.Background()
+	queue, _ := newQueue(t)
+	logger, _ := workerLogger(t)
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	handler := func(ctx context.Context, _ emq.Claim) error {
+		started <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	admitPayloads(t, queue, "busy", "block")
+	const reapInterval = 100 * time.Millisecond
+	startWorker(t, queue, handler, emq.WorkerOptions{
+		Concurrency: 1, Lease: 5 * time.Second, ReapInterval: reapInterval, Logger: logger,
+	})
+	// Cleanups run last first: the handler returns before the worker drains.
+	t.Cleanup(func() { close(release) })
+	<-started
+	// Past the claims the worker made before its slot filled.
+	time.Sleep(300 * time.Millisecond)
+	admitPayloads(t, queue, "dead", "doomed")
+	const lease = 200 * time.Millisecond
+	if dead, err := queue.Claim(ctx, 1, lease); err != nil || len(dead) != 1 {
+		t.Fatalf("the doomed claim took %d jobs, %v", len(dead), err)
+	}
+	claimedAt := time.Now()
+	eventually(t, 5*time.Second, "the expired lease taken back", func() bool {
+		stats, err := queue.Stats(ctx)
+		return err == nil && stats.Pending == 1
+	})
+	took := time.Since(claimedAt)
+	// The reap interval's jitter, then slack for a loaded machine.
+	if bound := lease + reapInterval*11/10 + 500*time.Millisecond; took > bound {
+		t.Errorf("the expired lease came back %s after the claim; want within %s", took, bound)
+	}
+	t.Logf("an expired lease came back %s after a %s lease was taken (reap interval %s)", took, lease, reapInterval)
 }

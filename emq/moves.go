@@ -45,7 +45,26 @@ const headsListed = 64
 // while the rotation stays where the last claim left it, two when it moved.
 // Concurrent claimers pop different jobs off the lists: they never share one.
 func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]Claim, error) {
+	claims, _, err := q.claim(ctx, n, lease)
+	return claims, err
+}
+
+// dueMoves is what a claim saw the maintenance moves had to do, by server
+// time as its first script run began: its zero value, nothing.
+type dueMoves struct {
+	// seen: the claim's first run answered, so the fields below are known.
+	seen bool
+	// promote: a delayed job was due.
+	promote bool
+	// reap: a lease had run out.
+	reap bool
+}
+
+// claim is Claim that also reports what the maintenance moves had to do
+// (claim.lua's due), which the worker's loops go by (maintenance.go).
+func (q *Queue) claim(ctx context.Context, n int, lease time.Duration) ([]Claim, dueMoves, error) {
 	var claims []Claim
+	var due dueMoves
 	for len(claims) < n {
 		var groups []string
 		if heads := q.heads.Load(); heads != nil {
@@ -53,8 +72,9 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]Claim,
 		}
 		want := n - len(claims)
 		groups = groups[:min(len(groups), want*laneSlack)]
-		keys := append(make([]string, 0, 8+len(groups)),
-			q.jobsKey(), q.frontKey(), q.rotationKey(), q.lanesKey(), q.clockKey(), q.activeKey(), q.tagsKey(), q.wakeKey())
+		keys := append(make([]string, 0, 9+len(groups)),
+			q.jobsKey(), q.frontKey(), q.rotationKey(), q.lanesKey(), q.clockKey(), q.activeKey(), q.tagsKey(), q.wakeKey(),
+			q.delayedKey())
 		args := append(make([]any, 0, 3+len(groups)), lease.Milliseconds(), want, max(n*laneSlack, headsListed))
 		for _, group := range groups {
 			keys = append(keys, q.laneKey(group))
@@ -63,16 +83,20 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]Claim,
 		reply, err := claimScript.Run(ctx, q.client.rdb, keys, args...).Slice()
 		var batch []Claim
 		var heads []string
+		var moves int64
 		if err == nil {
-			batch, heads, err = decodeClaims(reply)
+			batch, moves, heads, err = decodeClaims(reply)
 		}
 		if err != nil {
 			if len(claims) > 0 {
 				// The jobs claimed so far are leased to the caller: hand
 				// them over rather than leave them to the reaper.
-				return claims, nil
+				return claims, due, nil
 			}
-			return nil, fmt.Errorf("emq: claim on %s: %w", q.name, scriptError(err))
+			return nil, dueMoves{}, fmt.Errorf("emq: claim on %s: %w", q.name, scriptError(err))
+		}
+		if !due.seen {
+			due = dueMoves{seen: true, promote: moves&1 != 0, reap: moves&2 != 0}
 		}
 		q.heads.Store(&heads)
 		claims = append(claims, batch...)
@@ -80,28 +104,29 @@ func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]Claim,
 			break // no lane holds a job
 		}
 	}
-	return claims, nil
+	return claims, due, nil
 }
 
-// decodeClaims reads the claim script's reply: the claims, then the groups
-// at the head of the rotation.
-func decodeClaims(reply []any) ([]Claim, []string, error) {
-	if len(reply) < 2 {
-		return nil, nil, fmt.Errorf("unexpected claim reply of %d values", len(reply))
+// decodeClaims reads the claim script's reply: the claims, what the
+// maintenance moves have to do, then the groups at the head of the rotation.
+func decodeClaims(reply []any) ([]Claim, int64, []string, error) {
+	if len(reply) < 3 {
+		return nil, 0, nil, fmt.Errorf("unexpected claim reply of %d values", len(reply))
 	}
 	deadline, ok := reply[0].(int64)
 	claimed, ok2 := reply[1].(int64)
-	if !ok || !ok2 || claimed < 0 || int64(len(reply)) < 2+2*claimed {
-		return nil, nil, fmt.Errorf("unexpected claim reply %T %T of %d values", reply[0], reply[1], len(reply))
+	due, ok3 := reply[2].(int64)
+	if !ok || !ok2 || !ok3 || claimed < 0 || int64(len(reply)) < 3+2*claimed {
+		return nil, 0, nil, fmt.Errorf("unexpected claim reply %T %T %T of %d values", reply[0], reply[1], reply[2], len(reply))
 	}
 	claims := make([]Claim, 0, claimed)
-	end := 2 + 2*int(claimed)
-	for i := 2; i < end; i += 2 {
+	end := 3 + 2*int(claimed)
+	for i := 3; i < end; i += 2 {
 		id, _ := reply[i].(string)
 		row, _ := reply[i+1].(string)
 		job, err := decodeRow(id, row)
 		if err != nil {
-			return nil, nil, err
+			return nil, 0, nil, err
 		}
 		claims = append(claims, Claim{
 			ID: id, Token: job.Attempts, Kind: job.Kind, Group: job.Group, Payload: job.Payload,
@@ -113,7 +138,7 @@ func decodeClaims(reply []any) ([]Claim, []string, error) {
 		name, _ := group.(string)
 		heads = append(heads, name)
 	}
-	return claims, heads, nil
+	return claims, due, heads, nil
 }
 
 // Extend renews the lease of a claimed job to lease from now and returns the

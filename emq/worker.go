@@ -185,6 +185,8 @@ func (q *Queue) Work(ctx context.Context, handler Handler, opts WorkerOptions) e
 		slots:       make(chan struct{}, opts.Concurrency),
 		running:     make(map[*runningJob]struct{}),
 		completions: make(chan completionRequest, opts.Concurrency),
+		reapDue:     newDueSignal(),
+		promoteDue:  newDueSignal(),
 		stopped:     make(chan struct{}),
 	}
 	metrics := opts.Metrics
@@ -215,6 +217,9 @@ type worker struct {
 	running map[*runningJob]struct{}
 
 	completions chan completionRequest
+	// reapDue and promoteDue carry what the claims saw to the maintenance
+	// loops (maintenance.go).
+	reapDue, promoteDue *dueSignal
 	// stopped is closed when Work returns; the heartbeat and the completer
 	// end with it.
 	stopped chan struct{}

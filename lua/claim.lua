@@ -20,23 +20,34 @@
 -- KEYS[8]   emq:{q}:wake          list   admit.lua's token for a claimer blocked on an empty
 --                                        queue; a claim that finds nothing pending drops it,
 --                                        so the caller's BLPOP waits for the next admission
--- KEYS[9..] emq:{q}:lane:<group>  list   one per group in ARGV order
+-- KEYS[9]   emq:{q}:delayed       zset   delayed ids by due time (ms), only looked at
+-- KEYS[10..] emq:{q}:lane:<group> list   one per group in ARGV order
 --
 -- ARGV[1]    lease in milliseconds
 -- ARGV[2]    N, the most jobs to claim
 -- ARGV[3]    M, how many groups at the head of the rotation to list in the reply
--- ARGV[4..]  the groups whose lanes KEYS[9..] name
+-- ARGV[4..]  the groups whose lanes KEYS[10..] name
 --
--- Reply: {deadline, claimed, id, row, id, row, ..., group, group, ...}
---   deadline is the lease's end in server milliseconds; claimed is how many
---   jobs follow, each as its id and its row (see lib.lua), whose attempts
+-- Reply: {deadline, claimed, due, id, row, id, row, ..., group, group, ...}
+--   deadline is the lease's end in server milliseconds; due says what the
+--   maintenance moves have to do now, by server time: 1 when a delayed job
+--   is due (promote), 2 when a lease other than these ran out (reap), 3
+--   both, 0 neither, so a worker whose claims keep answering 0 need not run
+--   them (emq/maintenance.go); claimed is how many jobs follow, each as its id and its row (see lib.lua), whose attempts
 --   are the fencing token every later move of this lease must present. Then
 --   the first M groups of the rotation once the claims are made, none when
 --   no lane holds a job.
 
 local lease, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-local deadline = now() + lease
-local reply = {deadline, 0}
+local at = now()
+local deadline = at + lease
+-- Read before this claim's leases are added, which run out after at anyway.
+local due = 0
+local first = redis.call('ZRANGE', KEYS[9], 0, 0, 'WITHSCORES')
+if #first > 0 and tonumber(first[2]) <= at then due = due + 1 end
+first = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
+if #first > 0 and tonumber(first[2]) <= at then due = due + 2 end
+local reply = {deadline, 0, due}
 local claimed = 0
 local taken = {} -- group -> how many of its pending jobs were claimed
 
@@ -66,7 +77,7 @@ end
 -- The lane whose head has the lowest tag gives one job and goes back into
 -- the rotation one tag later, or, run empty, leaves its finish tag in tags.
 local named = {}
-for i = 4, #ARGV do named[ARGV[i]] = KEYS[i + 5] end
+for i = 4, #ARGV do named[ARGV[i]] = KEYS[i + 6] end
 local virtual = -1
 while claimed < limit do
   local head = redis.call('ZPOPMIN', KEYS[3])
