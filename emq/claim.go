@@ -52,6 +52,14 @@ func (w *worker) claimLoop(ctx context.Context) {
 		default:
 			trouble.Recover(w.logger)
 			idle = w.options.IdlePoll
+			if len(claims) < free {
+				// The claim ran the queue empty (and, for a wait, dropped its
+				// wake token): claiming again at once would find nothing, as
+				// every job that drained a queue used to, one empty claim each.
+				// Wait the shortest poll, or for the next admission.
+				wait, idle = idle, min(idle*2, idleCeiling)
+				idleQueue = w.options.WakeOnAdmission && !due.reap && !due.promote
+			}
 			w.metrics.claimed.Add(float64(len(claims)))
 			deadlines := w.leaseDeadlines(claims, sentAt)
 			// Jobs claimed while ctx was being cancelled run too: the drain

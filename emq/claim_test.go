@@ -2,13 +2,17 @@ package emq_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestWorkerBoundsJobsInFlight: never more than Concurrency handlers run,
@@ -123,5 +127,86 @@ func TestTheWakeTokenIsOneAndGoesWithAnEmptyClaim(t *testing.T) {
 	}
 	if n := tokens(); n != 0 {
 		t.Fatalf("after a claim that found nothing: %d wake tokens, want 0", n)
+	}
+}
+
+// claimLog records when each claim script run of a queue was sent and how
+// many jobs it took.
+type claimLog struct {
+	jobsKey string
+	mu      sync.Mutex
+	sent    []time.Time
+	took    []int64
+}
+
+func (c *claimLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *claimLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		sent := time.Now()
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		if len(args) < 4 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") || fmt.Sprint(args[3]) != c.jobsKey {
+			return err
+		}
+		// Claims go out wrapped, so ask for the reply by its method.
+		reply, ok := cmd.(interface{ Slice() ([]any, error) })
+		if !ok {
+			return err
+		}
+		if values, _ := reply.Slice(); len(values) > 1 {
+			took, _ := values[1].(int64)
+			c.mu.Lock()
+			c.sent, c.took = append(c.sent, sent), append(c.took, took)
+			c.mu.Unlock()
+		}
+		return err
+	}
+}
+
+func (c *claimLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// afterTaking returns how long after the first claim that took a job the
+// next claim was sent.
+func (c *claimLog) afterTaking(t testing.TB) time.Duration {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, took := range c.took {
+		if took > 0 && i+1 < len(c.sent) {
+			return c.sent[i+1].Sub(c.sent[i])
+		}
+	}
+	t.Fatalf("no claim after one that took a job, among %d claims", len(c.took))
+	return 0
+}
+
+// TestAClaimThatRanTheQueueEmptyWaitsThePoll: a claim that took fewer jobs
+// than it asked for left the queue empty, so the worker waits the shortest
+// idle poll (or, with WakeOnAdmission, for an admission) before claiming
+// again, rather than sending at once a claim sure to find nothing.
+func TestAClaimThatRanTheQueueEmptyWaitsThePoll(t *testing.T) {
+	for _, wake := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wake on admission %t", wake), func(t *testing.T) {
+			rdb := testserver.QueueRedis(t)
+			claims := &claimLog{}
+			rdb.AddHook(claims)
+			queue, _ := queueOn(t, rdb)
+			claims.jobsKey = queue.Key("jobs")
+			logger, _ := workerLogger(t)
+			done := &completions{}
+			const idlePoll = 100 * time.Millisecond
+			admitPayloads(t, queue, "g", "ok")
+			startWorker(t, queue, func(context.Context, emq.Claim) error { return nil },
+				emq.WorkerOptions{IdlePoll: idlePoll, WakeOnAdmission: wake, Logger: logger, OnComplete: done.record})
+			eventually(t, 5*time.Second, "the job completed", func() bool { return done.total() == 1 })
+			time.Sleep(2 * idlePoll)
+			// The poll, less a loaded machine's early timer.
+			if after := claims.afterTaking(t); after < idlePoll*8/10 {
+				t.Errorf("the next claim went %s after the one that ran the queue empty; want the idle poll, %s", after, idlePoll)
+			}
+		})
 	}
 }
