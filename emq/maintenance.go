@@ -44,7 +44,7 @@ func (s *dueSignal) note(due bool, sentAt time.Time) {
 
 // maintain runs move at once on start (a restarted worker picks up what its
 // previous life left), at once when a claim saw it due, and otherwise once
-// the loop has not been known clear for an interval (jittered): an idle
+// the loop has not been known clear for an interval: an idle
 // worker's claims, polling more often than that, keep it clear, so an idle
 // queue costs its claim polls and no maintenance calls; a worker whose
 // slots are full claims nothing, and runs the move every interval as
@@ -52,8 +52,10 @@ func (s *dueSignal) note(due bool, sentAt time.Time) {
 //
 // A lease that runs out at t, or a retry due at t, is moved by the first
 // claim sent after t, or else by the run that comes once the last news
-// that nothing was due, older than t, is an interval old: within 1.1
-// intervals of t (the jitter's most), as with a plain tick.
+// that nothing was due, older than t, is an interval old: within an
+// interval of t (a plain tick, jittered, took up to 1.1). The window is not
+// jittered: the claims it waits on are spread already, and a shorter one
+// would let through a claim poll of 200 ms against the promoter's 250.
 func (w *worker) maintain(ctx context.Context, loop string, interval time.Duration, signal *dueSignal,
 	move func(context.Context) error) {
 	trouble := outage.Tracker{Loop: loop}
@@ -77,7 +79,7 @@ func (w *worker) maintain(ctx context.Context, loop string, interval time.Durati
 		start := time.Now()
 		if !kicked && !first {
 			// Still clear: wait until that news is an interval old.
-			if fresh := time.Unix(0, signal.clear.Load()).Add(outage.Jittered(interval)); start.Before(fresh) {
+			if fresh := time.Unix(0, signal.clear.Load()).Add(interval); start.Before(fresh) {
 				wait = fresh.Sub(start)
 				continue
 			}
