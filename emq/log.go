@@ -203,10 +203,7 @@ func (q *Queue) logAppendCall(batch []LogAppend) scriptpipe.Call {
 // append of its batch, each with its own Err.
 func (q *Queue) logAppended(batch []LogAppend, cmd *redis.Cmd) []LogAppended {
 	answers := make([]LogAppended, len(batch))
-	reply, err := cmd.Int64Slice()
-	if err == nil && len(reply) != 4*len(batch) {
-		err = fmt.Errorf("unexpected reply %v", reply)
-	}
+	reply, failures, err := logAppendReply(cmd, len(batch))
 	if err != nil {
 		err = fmt.Errorf("emq: append to %d logs on %s: %w", len(batch), q.name, scriptError(err))
 		for i := range answers {
@@ -221,12 +218,52 @@ func (q *Queue) logAppended(batch []LogAppend, cmd *redis.Cmd) []LogAppended {
 			answers[i] = LogAppended{First: first, Count: int(count)}
 		case 1:
 			answers[i].Err = &LogGapError{Source: append_.Source.Name, Held: held}
+		case 3:
+			answers[i].Err = fmt.Errorf("emq: append to log of %s on %s: %s", append_.Group, q.name, failures[0])
+			failures = failures[1:]
 		default:
 			answers[i].Err = fmt.Errorf("emq: append to log of %s on %s: version %d of source %s is not a positive integer",
 				append_.Group, q.name, append_.Source.Version, append_.Source.Name)
 		}
 	}
 	return answers
+}
+
+// logAppendReply splits a log_append reply of n appends into its four
+// integers per append and the messages of the appends the server failed
+// (refused 3), one each, in order.
+func logAppendReply(cmd *redis.Cmd, n int) ([]int64, []string, error) {
+	values, err := cmd.Slice()
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(values) < 4*n {
+		return nil, nil, fmt.Errorf("unexpected reply %v", values)
+	}
+	reply := make([]int64, 4*n)
+	var failed int
+	for i := range reply {
+		number, ok := values[i].(int64)
+		if !ok {
+			return nil, nil, fmt.Errorf("unexpected reply %v", values)
+		}
+		reply[i] = number
+		if i%4 == 3 && number == 3 {
+			failed++
+		}
+	}
+	failures := make([]string, 0, len(values)-4*n)
+	for _, value := range values[4*n:] {
+		message, ok := value.(string)
+		if !ok {
+			return nil, nil, fmt.Errorf("unexpected reply %v", values)
+		}
+		failures = append(failures, message)
+	}
+	if len(failures) != failed {
+		return nil, nil, fmt.Errorf("unexpected reply %v", values)
+	}
+	return reply, failures, nil
 }
 
 // LogBounds reports the first sequence group's log still holds and the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -461,5 +462,81 @@ func TestAppendLogsSpreadsManyAppendsOverCallsInOrder(t *testing.T) {
 		if err != nil || answer.Count != 0 {
 			t.Fatalf("again, append %d: %+v, %v; want a duplicate", i, answer, err)
 		}
+	}
+}
+
+// An append failing midway through a call (here a log key damaged to hold
+// a string) leaves the appends made before it made: Redis keeps a script's
+// writes up to its error, so they must be answered as made and announced,
+// or a retry finds their sources' versions held and nobody ever learns of
+// their entries (and an append without a source would be made twice). The
+// failing append is refused alone, as it was in a call of its own; one
+// failing before any was made fails the call, which made nothing.
+func TestAppendLogsKeepsTheAppendsMadeBeforeAFailure(t *testing.T) {
+	ctx := context.Background()
+	one := func(id string) []emq.LogEntry { return []emq.LogEntry{{ID: id, Type: "t"}} }
+	damaged := emq.LogAppend{Group: "b", Source: emq.LogSource{Name: "sb", Version: 1}, Entries: one("b1")}
+	tests := []struct {
+		name    string
+		appends []emq.LogAppend
+		made    []int64 // per append: its first sequence, 0 for refused
+		logA    []string
+		changes []emq.LogChange
+	}{
+		{
+			name: "failing midway",
+			appends: []emq.LogAppend{
+				{Group: "a", Source: emq.LogSource{Name: "sa", Version: 1}, Entries: one("a1")},
+				{Group: "n", Entries: one("n1")},
+				damaged,
+				{Group: "a", Source: emq.LogSource{Name: "sa", Version: 2}, Entries: one("a2")},
+				{Group: "b", Source: emq.LogSource{Name: "sb", Version: 2}, Entries: one("b2")}, // past the gap
+			},
+			made:    []int64{1, 1, 0, 2, 0},
+			logA:    []string{"1 a1", "2 a2"},
+			changes: []emq.LogChange{{Group: "a", Sequence: 2}, {Group: "n", Sequence: 1}},
+		},
+		{
+			name: "failing first",
+			appends: []emq.LogAppend{
+				damaged,
+				{Group: "a", Source: emq.LogSource{Name: "sa", Version: 1}, Entries: one("a1")},
+			},
+			made: []int64{0, 0},
+			logA: []string{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			queue, rdb := newQueue(t)
+			if err := rdb.Set(ctx, "emq:{work}:log:b", "damaged", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			start, err := queue.LogChangesPosition(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			appended, err := queue.AppendLogs(ctx, tt.appends)
+			if err == nil || len(appended) != len(tt.appends) {
+				t.Fatalf("%v, %v; want an answer per append and an error", appended, err)
+			}
+			for i, first := range tt.made {
+				got := appended[i]
+				var gap *emq.LogGapError
+				switch {
+				case first == 0 && (got.Err == nil || !strings.Contains(got.Err.Error(), "WRONGTYPE")) && !errors.As(got.Err, &gap):
+					t.Errorf("append %d: %+v; want it refused", i, got)
+				case first > 0 && (got.Err != nil || got.First != first || got.Count != 1):
+					t.Errorf("append %d: %+v; want made at %d", i, got, first)
+				}
+			}
+			if got := readAll(t, queue, "a"); !slices.Equal(got, tt.logA) {
+				t.Errorf("log a holds %v, want %v", got, tt.logA)
+			}
+			changes, _, err := queue.WaitLogChanges(ctx, start, 10*time.Millisecond, 100)
+			if err != nil || !slices.Equal(changes, tt.changes) {
+				t.Errorf("changes = %v, %v; want %v", changes, err, tt.changes)
+			}
+		})
 	}
 }

@@ -33,7 +33,14 @@
 --   1  a gap: the source's versions up to the batch's - 1 are not all
 --      appended (the third integer is the last that is); nothing written
 --   2  the version is not a positive integer; nothing written
+--   3  the server failed the append (a damaged key: WRONGTYPE, say) after
+--      others of the call were made; nothing of it is kept but maybe its
+--      sequences; the messages of these failures follow the integers,
+--      in order
 --   error "EMQARG ..."  the arguments do not parse; nothing written
+--   any other error  the first append to write failed (the server refuses
+--                    writes: READONLY, OOM; or a damaged key): nothing
+--                    of the call made
 
 -- Read every append's place in ARGV first, so a malformed call writes
 -- nothing.
@@ -65,8 +72,8 @@ if #sources > 0 then
   for i, source in ipairs(sources) do held_of[source] = tonumber(held[i] or '0') end
 end
 
-local reply, announced, last_of = {}, {}, {}
-local at
+local reply, announced, last_of, failures = {}, {}, {}, {}
+local at, made
 for i, append in ipairs(appends) do
   local a, n = append[1], append[2]
   local group, source, version, force = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3] == '1'
@@ -83,17 +90,30 @@ for i, append in ipairs(appends) do
     reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = 0, 0, held, refused
   else
     at = at or now()
-    local last = log_append_batch(KEYS[3 + i], KEYS[1], group, ARGV, a + 5, n, at)
-    if source ~= '' then
-      redis.call('HSET', KEYS[2], source, version)
-      held_of[source], held = version, version
+    -- Redis keeps a script's writes up to an error it raises: a failure
+    -- after appends were made must not hide them, unannounced, from the
+    -- caller (whose retry would find them held). One before any was made
+    -- fails the call as a whole, keeping the server's error (READONLY
+    -- tells the client its cluster map is stale).
+    local ok, last = pcall(log_append_batch, KEYS[3 + i], KEYS[1], group, ARGV, a + 5, n, at)
+    if not ok then
+      if not made then error(last) end
+      failures[#failures + 1] = type(last) == 'table' and last.err or tostring(last)
+      reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = 0, 0, held, 3
+    else
+      made = true
+      if source ~= '' then
+        redis.call('HSET', KEYS[2], source, version)
+        held_of[source], held = version, version
+      end
+      if not last_of[group] then announced[#announced + 1] = group end
+      last_of[group] = last
+      reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = last - n + 1, n, held, 0
     end
-    if not last_of[group] then announced[#announced + 1] = group end
-    last_of[group] = last
-    reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = last - n + 1, n, held, 0
   end
 end
 -- One announcement per group, its last sequence: its readers read the log
 -- after their position, so that tells them all they need.
 for _, group in ipairs(announced) do log_announce(KEYS[3], group, last_of[group]) end
+for _, failure in ipairs(failures) do reply[#reply + 1] = failure end
 return reply
