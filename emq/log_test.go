@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/testkit/testserver"
 )
@@ -538,5 +540,32 @@ func TestAppendLogsKeepsTheAppendsMadeBeforeAFailure(t *testing.T) {
 				t.Errorf("changes = %v, %v; want %v", changes, err, tt.changes)
 			}
 		})
+	}
+}
+
+// A server refusing writes (a master turned replica) fails a log_append
+// call at its first write: the call must fail with the server's own
+// READONLY, which tells a cluster client its map is stale, not answer
+// it as an append's failure.
+func TestAppendLogsOnAReplicaFailsWithTheServersError(t *testing.T) {
+	ctx := context.Background()
+	master, replica := testserver.StartRedis(t), testserver.StartRedis(t)
+	queue, rdb := queueOn(t, replica.Client(t))
+	host, port, _ := strings.Cut(master.Addr, ":")
+	if err := rdb.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	appended, err := queue.AppendLogs(ctx, []emq.LogAppend{
+		{Group: "a", Entries: []emq.LogEntry{{ID: "a1"}}},
+		{Group: "b", Source: emq.LogSource{Name: "sb", Version: 1}, Entries: []emq.LogEntry{{ID: "b1"}}},
+	})
+	if err == nil || len(appended) != 2 {
+		t.Fatalf("%v, %v; want both refused", appended, err)
+	}
+	for i, answer := range appended {
+		var server redis.Error
+		if !errors.As(answer.Err, &server) || !strings.HasPrefix(server.Error(), "READONLY") {
+			t.Errorf("append %d: %v; want the server's READONLY", i, answer.Err)
+		}
 	}
 }

@@ -97,8 +97,11 @@ for i, append in ipairs(appends) do
     -- tells the client its cluster map is stale).
     local ok, last = pcall(log_append_batch, KEYS[3 + i], KEYS[1], group, ARGV, a + 5, n, at)
     if not ok then
-      if not made then error(last) end
-      failures[#failures + 1] = type(last) == 'table' and last.err or tostring(last)
+      -- pcall gives redis.call's error as its message (a table with it in
+      -- err on some servers); raising it again would prefix ERR.
+      local failure = type(last) == 'table' and last.err or tostring(last)
+      if not made then return redis.error_reply(failure) end
+      failures[#failures + 1] = failure
       reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = 0, 0, held, 3
     else
       made = true
