@@ -42,9 +42,11 @@ func (w *worker) claimLoop(ctx context.Context) {
 			wait = trouble.Backoff(w.options.IdlePoll)
 		case len(claims) == 0 && (due.reap || due.promote):
 			// Jobs turn pending as the kicked loops move them, with no
-			// admission to wake a wait: claim again after the shortest poll.
+			// admission to wake a wait: claim again after the shortest poll,
+			// but an admission meanwhile still ends the wait.
 			trouble.Recover(w.logger)
 			wait, idle = w.options.IdlePoll, w.options.IdlePoll
+			idleQueue = w.options.WakeOnAdmission
 		case len(claims) == 0:
 			trouble.Recover(w.logger)
 			wait, idle = idle, min(idle*2, idleCeiling)
@@ -58,7 +60,9 @@ func (w *worker) claimLoop(ctx context.Context) {
 				// every job that drained a queue used to, one empty claim each.
 				// Wait the shortest poll, or for the next admission.
 				wait, idle = idle, min(idle*2, idleCeiling)
-				idleQueue = w.options.WakeOnAdmission && !due.reap && !due.promote
+				// A wait, even when the kicked loops will make jobs pending:
+				// it lasts no longer than the sleep, and an admission ends it.
+				idleQueue = w.options.WakeOnAdmission
 			}
 			w.metrics.claimed.Add(float64(len(claims)))
 			deadlines := w.leaseDeadlines(claims, sentAt)

@@ -96,6 +96,51 @@ func TestAnAdmissionWakesAnIdleWorker(t *testing.T) {
 	}
 }
 
+// TestAClaimThatSawWorkDueStillWakesOnAdmission: a claim that finds nothing
+// to claim but a lease run out (or a retry due) kicks the reaper (promoter)
+// and polls again after the idle poll; with WakeOnAdmission that poll is a
+// wait on the wake token, so an order admitted meanwhile is claimed at once,
+// not after a deaf sleep of the idle poll. On the order queues the claims
+// see every due retry and expired lease first (the loops keep quiet), so each
+// made every worker deaf to admissions for up to the idle poll.
+func TestAClaimThatSawWorkDueStillWakesOnAdmission(t *testing.T) {
+	const idlePoll = time.Second
+	ctx := context.Background()
+	queue, _ := newQueue(t)
+	// A lease of another worker, run out by the time the idle worker's
+	// first wait ends.
+	admitPayloads(t, queue, "dead", "ok")
+	if dead, err := queue.Claim(ctx, 1, 300*time.Millisecond); err != nil || len(dead) != 1 {
+		t.Fatalf("the doomed claim took %d jobs, %v", len(dead), err)
+	}
+	started := make(chan emq.Claim, 8)
+	startWorker(t, queue, payloadHandler(started, nil), emq.WorkerOptions{
+		Concurrency: 4, Lease: 10 * time.Second, IdlePoll: idlePoll, ReapInterval: time.Minute, WakeOnAdmission: true,
+	})
+	// The worker's claim after its first wait sees the lease run out and
+	// kicks the reaper, which puts the job back to pending.
+	eventually(t, 5*time.Second, "the expired lease taken back", func() bool {
+		stats, err := queue.Stats(ctx)
+		return err == nil && stats.Pending == 1
+	})
+	admittedAt := time.Now()
+	id := admitPayloads(t, queue, "order", "ok")[0]
+	deadline := time.After(idlePoll / 2)
+	for {
+		select {
+		case claim := <-started:
+			if claim.ID != id {
+				continue // the reaped job
+			}
+			t.Logf("admitted after a claim saw a lease run out: started %s later", time.Since(admittedAt))
+			return
+		case <-deadline:
+			t.Fatalf("%s not started within %s of its admission (idle poll %s): the worker slept instead of waiting on the wake token",
+				id, idlePoll/2, idlePoll)
+		}
+	}
+}
+
 // TestTheWakeTokenIsOneAndGoesWithAnEmptyClaim: an admission leaves one
 // token however many jobs wait, and a claim that finds nothing pending takes
 // a leftover token away, so the next wait blocks until an admission.
