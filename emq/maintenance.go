@@ -21,19 +21,31 @@ const (
 // A claim that saw it due kicks the loop, which runs the move at once; one
 // that saw nothing due marks the loop clear as of the claim's send time.
 type dueSignal struct {
-	// clear is when the loop was last known to have nothing to do, in local
-	// UnixNano: the send time of a claim that saw nothing due, or the start
-	// of a run of the move that left nothing due.
-	clear atomic.Int64
-	kick  chan struct{}
+	// clear is when the loop was last known to have nothing to do, as the
+	// monotonic time since origin (a step of the wall clock moves neither):
+	// the send time of a claim that saw nothing due, or the start of a run
+	// of the move that left nothing due.
+	clear  atomic.Int64
+	origin time.Time
+	kick   chan struct{}
 }
 
-func newDueSignal() *dueSignal { return &dueSignal{kick: make(chan struct{}, 1)} }
+func newDueSignal() *dueSignal {
+	return &dueSignal{origin: time.Now(), kick: make(chan struct{}, 1)}
+}
+
+// at is t as the signal stores it.
+func (s *dueSignal) at(t time.Time) int64 { return int64(t.Sub(s.origin)) }
+
+// clearUntil is when the last news that nothing was due turns interval old.
+func (s *dueSignal) clearUntil(interval time.Duration) time.Time {
+	return s.origin.Add(time.Duration(s.clear.Load()) + interval)
+}
 
 // note records what a claim sent at sentAt saw.
 func (s *dueSignal) note(due bool, sentAt time.Time) {
 	if !due {
-		s.clear.Store(sentAt.UnixNano())
+		s.clear.Store(s.at(sentAt))
 		return
 	}
 	select {
@@ -79,7 +91,7 @@ func (w *worker) maintain(ctx context.Context, loop string, interval time.Durati
 		start := time.Now()
 		if !kicked && !first {
 			// Still clear: wait until that news is an interval old.
-			if fresh := time.Unix(0, signal.clear.Load()).Add(interval); start.Before(fresh) {
+			if fresh := signal.clearUntil(interval); start.Before(fresh) {
 				wait = fresh.Sub(start)
 				continue
 			}
@@ -94,7 +106,7 @@ func (w *worker) maintain(ctx context.Context, loop string, interval time.Durati
 		}
 		trouble.Recover(w.logger)
 		// The move left nothing due as of its start.
-		if at := start.UnixNano(); at > signal.clear.Load() {
+		if at := signal.at(start); at > signal.clear.Load() {
 			signal.clear.Store(at)
 		}
 		wait = outage.Jittered(interval)
