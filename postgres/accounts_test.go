@@ -20,9 +20,16 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 
+// migratedPool is a pool on a migrated database of its own, made as the
+// workers and the gateway make theirs (postgres.NewPool).
 func migratedPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	return testserver.MigratedPostgres(t).Pool(t)
+	db, err := postgres.NewPool(context.Background(), testserver.MigratedPostgres(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	return db
 }
 
 func TestKeysAuthenticateUntilRevoked(t *testing.T) {

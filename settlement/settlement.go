@@ -180,6 +180,7 @@ func Connect(ctx context.Context, databaseURL, redisURL string, c Config, logger
 		return Deps{}, fmt.Errorf("postgres: %w", err)
 	}
 	poolConfig.MaxConns = c.poolConnections()
+	postgres.ConfigurePool(poolConfig)
 	db, err := pgxpool.NewWithConfig(ctx, poolConfig)
 	if err != nil {
 		return Deps{}, fmt.Errorf("postgres: %w", err)

@@ -176,7 +176,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			return err
 		}
 	}
-	db, err := pgxpool.New(ctx, c.databaseURL)
+	db, err := postgres.NewPool(ctx, c.databaseURL)
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
