@@ -20,32 +20,9 @@
 -- Returns the outbox rows (id, name, version, payload) for the relay, a
 -- balance's in the arrays' order; none when no balance in the arrays has a
 -- row.
-WITH moved AS (
-    UPDATE balances b
-    SET available = b.available + m.available, held = b.held + m.held, version = b.version + m.steps
-    FROM unnest($2::text[], $3::text[], $4::numeric[], $5::numeric[], $6::bigint[])
-        AS m(account_id, asset, available, held, steps)
-    WHERE b.account_id = m.account_id AND b.asset = m.asset
-    RETURNING b.account_id, b.asset, b.version
-),
-reached AS (
-    SELECT n.position, n.name, moved.version
-    FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS n(name, account_id, asset, position)
-    JOIN moved ON moved.account_id = n.account_id AND moved.asset = n.asset
-),
-listed AS (
-    -- No group, so one row, or none when nothing moved: the sequence is
-    -- read only for a row that is written.
-    SELECT nextval('outbox_id_seq') AS id,
-        string_agg(reached.name || '@' || reached.version, E'\n' ORDER BY reached.position) AS payload
-    FROM reached
-    WHERE $7::text <> ''
-    HAVING count(*) > 0
-)
-INSERT INTO outbox (id, name, version, payload) OVERRIDING SYSTEM VALUE
-SELECT listed.id, $7::text, listed.id, listed.payload
-FROM listed
-UNION ALL
-SELECT nextval('outbox_id_seq'), ordered.name, ordered.version, ordered.name || '@' || ordered.version
-FROM (SELECT * FROM reached WHERE $7::text = '' ORDER BY reached.position) AS ordered
-RETURNING id, name, version, payload
+--
+-- Each balance is one probe of balances_pkey, whatever the statistics say
+-- of balances (migration 0023, settlement_move_balances, runs the
+-- statement).
+SELECT * FROM settlement_move_balances($1::text[], $2::text[], $3::text[], $4::numeric[], $5::numeric[],
+    $6::bigint[], $7::text)

@@ -7,8 +7,6 @@
 -- FOR NO KEY UPDATE, not FOR UPDATE: no writer changes a balance's key (a
 -- trigger refuses it), and the ledger entries a batch inserts before it
 -- locks have their keys checked without a lock (migration 0016).
-SELECT b.account_id, b.asset, b.version, trim_scale(b.available)::text, trim_scale(b.held)::text
-FROM balances b
-WHERE (b.account_id, b.asset) IN (SELECT * FROM unnest($1::text[], $2::text[]))
-ORDER BY b.account_id, b.asset
-FOR NO KEY UPDATE OF b
+-- Each row is one probe of balances_pkey, whatever the statistics say of
+-- balances (migration 0023, settlement_lock_balances, runs the SELECT).
+SELECT * FROM settlement_lock_balances($1::text[], $2::text[])

@@ -5,10 +5,7 @@
 -- is left out before the insert (rows are never deleted): ON CONFLICT alone
 -- would wait for any transaction moving it, whose new row version the
 -- uniqueness check finds in progress.
-INSERT INTO balances (account_id, asset)
-SELECT b.account_id, b.asset
-FROM unnest($1::text[], $2::text[]) AS b(account_id, asset)
-JOIN accounts a ON a.id = b.account_id
-WHERE NOT EXISTS (SELECT 1 FROM balances x WHERE x.account_id = b.account_id AND x.asset = b.asset)
-ORDER BY b.account_id, b.asset
-ON CONFLICT DO NOTHING
+-- Each row is looked up by its key, whatever the statistics say of
+-- balances and accounts (migration 0023, settlement_open_balances, runs
+-- the INSERT).
+SELECT settlement_open_balances($1::text[], $2::text[])
