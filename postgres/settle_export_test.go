@@ -76,3 +76,19 @@ func OwnedExtended(s *Settler) int64 { return s.owned.extended.Load() }
 
 // SettleEventsSQL is settle_events.sql, for the tests that run it on its own.
 var SettleEventsSQL = settleEventsSQL
+
+// SettlementWriteSQL is each statement of an owner's write, by its file's
+// name, for the tests that run them on their own.
+var SettlementWriteSQL = map[string]string{
+	"settle_owned_fence":   settleOwnedFenceSQL,
+	"settle_open":          settleOpenSQL,
+	"settle_insert_orders": settleInsertOrdersSQL,
+	"settle_owned_makers":  settleOwnedMakersSQL,
+	"settle_update_makers": settleUpdateMakersSQL,
+	"settle_write_ledger":  settleWriteLedgerSQL,
+	"settle_last_price":    settleLastPriceSQL,
+	"settle_events":        settleEventsSQL,
+	"settle_lock":          settleLockSQL,
+	"settle_guard":         settleGuardSQL,
+	"settle_balances":      settleBalancesSQL,
+}

@@ -9,5 +9,12 @@
 -- host) would keep the instrument row locked, and the next owner's
 -- take-over waiting, for as long as it stays stopped: the transaction
 -- ends itself after 5 s without a statement, the ownership lease's default.
+--
+-- The statements after it in the transaction (the batch's write) run with
+-- generic plans, made once per connection: under the default each would be
+-- planned again on every write, its generic plan guessed dearer than one
+-- for the write's few orders (migration 0023 keeps those plans on the
+-- keys; TestSettlementGenericPlansProbeKeys).
 SELECT settlement_owner_fence($1::text, $2::bigint, $3::text),
-       set_config('idle_in_transaction_session_timeout', '5s', true)
+       set_config('idle_in_transaction_session_timeout', '5s', true),
+       set_config('plan_cache_mode', 'force_generic_plan', true)

@@ -1,0 +1,189 @@
+package postgres_test
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordergate/ordergate/postgres"
+)
+
+//go:embed testdata/settle_generic_plans_rows.sql
+var genericPlansRows string
+
+// TestSettlementGenericPlansProbeKeys: an owner's write runs with generic
+// plans (settle_owned_fence.sql sets plan_cache_mode for its transaction),
+// made once per connection without the batch's arrays, and each of its
+// statements must still read the rows it names by their keys, however many
+// it names and whatever the statistics: no statement, nor a function or
+// trigger it runs, scans a table of the write (every one has an index on
+// the key it is read by). instruments and assets, three rows each, a page,
+// are read by a scan where that is cheaper. Each case runs the whole write
+// on a new connection, so every plan is made in the case's state:
+// statistics taken while the tables were empty (a fresh database, whose
+// plans judged balances by its size on disk and hashed it whole), then
+// statistics of the filled tables; arrays of 1 and of 200 orders.
+func TestSettlementGenericPlansProbeKeys(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := db.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec("ANALYZE")
+	exec(genericPlansRows)
+	smallTables := map[string]bool{"instruments": true, "assets": true}
+	for _, stats := range []struct {
+		name    string
+		analyze bool
+	}{{name: "statistics of empty tables"}, {name: "statistics of the rows", analyze: true}} {
+		if stats.analyze {
+			exec("ANALYZE")
+		}
+		for _, n := range []int{1, 200} {
+			t.Run(fmt.Sprintf("%s, %d orders", stats.name, n), func(t *testing.T) {
+				conn := freshConn(t, db)
+				tx, err := conn.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = tx.Rollback(ctx) }()
+				for _, s := range genericPlanWrite(n) {
+					if s.name == "settle_owned_fence" {
+						var terms string
+						if err := tx.QueryRow(ctx, `SELECT settlement_instrument_terms(i) FROM instruments i WHERE symbol = 'BTC-USD'`).Scan(&terms); err != nil {
+							t.Fatal(err)
+						}
+						s.args = append(s.args, terms)
+					}
+					rows, err := tx.Query(ctx, postgres.SettlementWriteSQL[s.name], s.args...)
+					if err != nil {
+						t.Fatalf("%s: %v", s.name, err)
+					}
+					rows.Close()
+					if err := rows.Err(); err != nil {
+						t.Fatalf("%s: %v", s.name, err)
+					}
+				}
+				var mode string
+				if err := tx.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode); err != nil {
+					t.Fatal(err)
+				}
+				if mode != "force_generic_plan" {
+					t.Errorf("plan_cache_mode = %s in the write; want force_generic_plan", mode)
+				}
+				// This transaction's own counts, the nested statements' included.
+				rows, err := tx.Query(ctx, "SELECT relname, seq_scan FROM pg_stat_xact_user_tables WHERE seq_scan > 0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				scanned, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+					Table string
+					Scans int64
+				}])
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range scanned {
+					if !smallTables[s.Table] {
+						t.Errorf("the write scanned %s %d times", s.Table, s.Scans)
+					}
+				}
+			})
+		}
+	}
+}
+
+// freshConn is a connection of its own to db's database, closed when the
+// test ends: no statement prepared, no plan cached.
+func freshConn(t testing.TB, db *pgxpool.Pool) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.ConnectConfig(context.Background(), db.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+type genericPlanStatement struct {
+	name string
+	args []any
+}
+
+// genericPlanWrite is an owner's write of n new orders of
+// testdata/settle_generic_plans_rows.sql's accounts on BTC-USD, each
+// filling one resting order there against a ledger transaction of two
+// entries, in the order settle_write.go sends its statements.
+func genericPlanWrite(n int) []genericPlanStatement {
+	account := func(i int) string { return fmt.Sprintf("ACC_%026d", i%1000+1) }
+	repeat := func(s string) []string { return strings.Split(strings.Repeat(s+",", n)[:len(s+",")*n-1], ",") }
+	var ids, accounts, makerAccounts, clientIDs, makers, entryAccounts []string
+	var positions, entryTxns, tokens []int64
+	var created []time.Time
+	var entryAmounts []string
+	nulls, falses := make([]*string, n), make([]bool, n)
+	keys := map[string]bool{}
+	var lockAccounts, lockAssets []string
+	for g := 1; g <= n; g++ {
+		ids = append(ids, fmt.Sprintf("ORD_%026d", 900000+g))
+		accounts, makerAccounts = append(accounts, account(g)), append(makerAccounts, account(g+1))
+		clientIDs = append(clientIDs, fmt.Sprintf("n%d", g))
+		makers = append(makers, fmt.Sprintf("ORD_%026d", 20*g))
+		positions, tokens, created = append(positions, int64(g)), append(tokens, 1), append(created, time.Now())
+		entryTxns = append(entryTxns, int64(g), int64(g))
+		entryAccounts = append(entryAccounts, account(g), account(g+1))
+		entryAmounts = append(entryAmounts, "1", "-1")
+		for _, asset := range []string{"BTC", "USD"} {
+			if !keys[account(g)+asset] {
+				keys[account(g)+asset] = true
+				lockAccounts, lockAssets = append(lockAccounts, account(g)), append(lockAssets, asset)
+			}
+		}
+	}
+	// Sorted as sortedKeys sorts them: the accounts' names are of one length.
+	for i := range lockAccounts {
+		for j := i + 1; j < len(lockAccounts); j++ {
+			if lockAccounts[j]+lockAssets[j] < lockAccounts[i]+lockAssets[i] {
+				lockAccounts[i], lockAccounts[j] = lockAccounts[j], lockAccounts[i]
+				lockAssets[i], lockAssets[j] = lockAssets[j], lockAssets[i]
+			}
+		}
+	}
+	k := len(lockAccounts)
+	names := make([]string, k)
+	for i := range names {
+		names[i] = "balance:" + lockAccounts[i] + ":" + lockAssets[i]
+	}
+	zerosK, onesK, stepsK := make([]string, k), make([]string, k), make([]int64, k)
+	for i := range zerosK {
+		zerosK[i], onesK[i], stepsK[i] = "0", "1", 1
+	}
+	boundsK := make([]*string, k)
+	ones, hundreds, zeros := repeat("1"), repeat("100"), repeat("0")
+	symbols, sides, filled := repeat("BTC-USD"), repeat("buy"), repeat("filled")
+	return []genericPlanStatement{
+		{name: "settle_owned_fence", args: []any{"BTC-USD", int64(0)}},
+		{name: "settle_open", args: []any{lockAccounts, lockAssets}},
+		{name: "settle_insert_orders", args: []any{ids, accounts, clientIDs, symbols, sides, repeat("limit"), repeat("gtc"),
+			falses, ones, hundreds, filled, nulls, nulls, ones, hundreds, zeros, zeros, falses, tokens, created, nulls, nulls}},
+		{name: "settle_owned_makers", args: []any{makers, ones, zeros}},
+		{name: "settle_update_makers", args: []any{makers, ones, hundreds, zeros, zeros, filled, nulls}},
+		{name: "settle_write_ledger", args: []any{repeat("trade"), ids, entryTxns, entryAccounts, append(repeat("USD"), repeat("USD")...),
+			entryAmounts, append(repeat("available"), repeat("available")...),
+			positions, symbols, makers, ids, makerAccounts, accounts, sides, hundreds, ones, zeros, zeros, zeros, zeros}},
+		{name: "settle_last_price", args: []any{[]string{"BTC-USD"}, []string{"101"}}},
+		{name: "settle_events", args: []any{append(append([]string{}, ids...), makers...), ids, ids}},
+		{name: "settle_lock", args: []any{lockAccounts, lockAssets}},
+		{name: "settle_guard", args: []any{lockAccounts, lockAssets, boundsK, boundsK}},
+		{name: "settle_balances", args: []any{names, lockAccounts, lockAssets, zerosK, zerosK, stepsK, "balances:write"}},
+	}
+}
