@@ -5,8 +5,11 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/testkit/testserver"
@@ -303,5 +306,266 @@ func TestReadLogsAndChangesLooksAtTheNextChanges(t *testing.T) {
 				t.Errorf("changes = %v at %q, want %v at %q", changes, position, tt.want, tt.next)
 			}
 		})
+	}
+}
+
+// AppendLogs sends many appends in one script call, each answered on its
+// own: an append past a gap is refused alone, a duplicate appends nothing,
+// a source's next versions in the same call follow each other, and every
+// group changed is announced once, with its last sequence.
+func TestAppendLogsAnswersEachAppendOfACall(t *testing.T) {
+	ctx := context.Background()
+	entries := func(ids ...string) []emq.LogEntry {
+		out := make([]emq.LogEntry, len(ids))
+		for i, id := range ids {
+			out[i] = emq.LogEntry{ID: id, Type: "t", Data: []byte(id)}
+		}
+		return out
+	}
+	type want struct {
+		first   int64
+		count   int
+		gapHeld int64 // > 0: want a *LogGapError with this Held
+		bad     bool  // want an error that is no gap
+	}
+	tests := []struct {
+		name    string
+		before  []emq.LogAppend // appended first, one call
+		appends []emq.LogAppend
+		want    []want
+		logs    map[string][]string
+		changes []emq.LogChange
+	}{
+		{
+			name:   "one past a gap, the others appended",
+			before: []emq.LogAppend{{Group: "b", Source: emq.LogSource{Name: "sb", Version: 1}, Entries: entries("b1")}},
+			appends: []emq.LogAppend{
+				{Group: "a", Source: emq.LogSource{Name: "sa", Version: 1}, Entries: entries("a1", "a2")},
+				{Group: "b", Source: emq.LogSource{Name: "sb", Version: 3}, Entries: entries("b3")},
+				{Group: "c", Entries: entries("c1")},
+			},
+			want:    []want{{first: 1, count: 2}, {gapHeld: 1}, {first: 1, count: 1}},
+			logs:    map[string][]string{"a": {"1 a1", "2 a2"}, "b": {"1 b1"}, "c": {"1 c1"}},
+			changes: []emq.LogChange{{Group: "a", Sequence: 2}, {Group: "c", Sequence: 1}},
+		},
+		{
+			name:   "duplicates append nothing",
+			before: []emq.LogAppend{{Group: "a", Source: emq.LogSource{Name: "sa", Version: 1}, Entries: entries("a1")}},
+			appends: []emq.LogAppend{
+				{Group: "a", Source: emq.LogSource{Name: "sa", Version: 1}, Entries: entries("a1")},
+				{Group: "b", Source: emq.LogSource{Name: "sb", Version: 1}, Entries: entries("b1")},
+				{Group: "b", Source: emq.LogSource{Name: "sb", Version: 1}, Entries: entries("b1")},
+			},
+			want:    []want{{}, {first: 1, count: 1}, {}},
+			logs:    map[string][]string{"a": {"1 a1"}, "b": {"1 b1"}},
+			changes: []emq.LogChange{{Group: "b", Sequence: 1}},
+		},
+		{
+			name: "a source's versions in order in one call, one group announced once",
+			appends: []emq.LogAppend{
+				{Group: "a", Source: emq.LogSource{Name: "sa", Version: 1}, Entries: entries("a1")},
+				{Group: "b", Entries: entries("b1")},
+				{Group: "a", Source: emq.LogSource{Name: "sa", Version: 2}, Entries: entries("a2", "a3")},
+				{Group: "a", Source: emq.LogSource{Name: "sa", Version: 4}, Entries: entries("a4")},
+				{Group: "a", Source: emq.LogSource{Name: "sa", Version: 6, Force: true}, Entries: entries("a6")},
+			},
+			want:    []want{{first: 1, count: 1}, {first: 1, count: 1}, {first: 2, count: 2}, {gapHeld: 2}, {first: 4, count: 1}},
+			logs:    map[string][]string{"a": {"1 a1", "2 a2", "3 a3", "4 a6"}, "b": {"1 b1"}},
+			changes: []emq.LogChange{{Group: "a", Sequence: 4}, {Group: "b", Sequence: 1}},
+		},
+		{
+			name: "a bad version refused alone",
+			appends: []emq.LogAppend{
+				{Group: "a", Source: emq.LogSource{Name: "sa", Version: 0}, Entries: entries("a0")},
+				{Group: "b", Source: emq.LogSource{Name: "sb", Version: 1}, Entries: entries("b1")},
+			},
+			want:    []want{{bad: true}, {first: 1, count: 1}},
+			logs:    map[string][]string{"a": {}, "b": {"1 b1"}},
+			changes: []emq.LogChange{{Group: "b", Sequence: 1}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			queue, _ := newQueue(t)
+			if tt.before != nil {
+				if _, err := queue.AppendLogs(ctx, tt.before); err != nil {
+					t.Fatal(err)
+				}
+			}
+			start, err := queue.LogChangesPosition(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			appended, err := queue.AppendLogs(ctx, tt.appends)
+			if len(appended) != len(tt.want) {
+				t.Fatalf("%d answers (%v), want %d", len(appended), err, len(tt.want))
+			}
+			var failed bool
+			for i, w := range tt.want {
+				got := appended[i]
+				var gap *emq.LogGapError
+				switch {
+				case w.gapHeld > 0:
+					if !errors.As(got.Err, &gap) || gap.Held != w.gapHeld || gap.Source != tt.appends[i].Source.Name {
+						t.Errorf("append %d: %+v; want a gap after %d", i, got, w.gapHeld)
+					}
+				case w.bad:
+					if got.Err == nil || errors.As(got.Err, &gap) {
+						t.Errorf("append %d: %+v; want refused, no gap", i, got)
+					}
+				case got.Err != nil || got.First != w.first || got.Count != w.count:
+					t.Errorf("append %d: %+v; want first %d, count %d", i, got, w.first, w.count)
+				}
+				failed = failed || got.Err != nil
+			}
+			if failed != (err != nil) {
+				t.Errorf("error %v; want one exactly when an append failed", err)
+			}
+			for group, want := range tt.logs {
+				if got := readAll(t, queue, group); !slices.Equal(got, want) {
+					t.Errorf("log %s holds %v, want %v", group, got, want)
+				}
+			}
+			changes, _, err := queue.WaitLogChanges(ctx, start, 10*time.Millisecond, 100)
+			if err != nil || !slices.Equal(changes, tt.changes) {
+				t.Errorf("changes = %v, %v; want %v", changes, err, tt.changes)
+			}
+		})
+	}
+}
+
+// A call's appends are bounded (a script blocks Redis while it runs), so
+// many appends go in several calls, still in order.
+func TestAppendLogsSpreadsManyAppendsOverCallsInOrder(t *testing.T) {
+	ctx := context.Background()
+	queue, _ := newQueue(t)
+	var appends []emq.LogAppend
+	var want []string
+	sequence := 0
+	for version := 1; version <= 150; version++ {
+		entries := make([]emq.LogEntry, version%7+1) // 600 entries in all
+		for i := range entries {
+			id := strconv.Itoa(version) + "." + strconv.Itoa(i)
+			entries[i] = emq.LogEntry{ID: id, Type: "t"}
+			sequence++
+			want = append(want, strconv.Itoa(sequence)+" "+id)
+		}
+		appends = append(appends, emq.LogAppend{Group: "a", Source: emq.LogSource{Name: "s", Version: int64(version)}, Entries: entries})
+	}
+	appended, err := queue.AppendLogs(ctx, appends)
+	if err != nil || len(appended) != len(appends) {
+		t.Fatalf("%d answers, %v; want %d", len(appended), err, len(appends))
+	}
+	if got := readAll(t, queue, "a"); !slices.Equal(got, want) {
+		t.Errorf("log holds %d entries, want %d in order", len(got), len(want))
+	}
+	again, err := queue.AppendLogs(ctx, appends)
+	for i, answer := range again {
+		if err != nil || answer.Count != 0 {
+			t.Fatalf("again, append %d: %+v, %v; want a duplicate", i, answer, err)
+		}
+	}
+}
+
+// An append failing midway through a call (here a log key damaged to hold
+// a string) leaves the appends made before it made: Redis keeps a script's
+// writes up to its error, so they must be answered as made and announced,
+// or a retry finds their sources' versions held and nobody ever learns of
+// their entries (and an append without a source would be made twice). The
+// failing append is refused alone, as it was in a call of its own; one
+// failing before any was made fails the call, which made nothing.
+func TestAppendLogsKeepsTheAppendsMadeBeforeAFailure(t *testing.T) {
+	ctx := context.Background()
+	one := func(id string) []emq.LogEntry { return []emq.LogEntry{{ID: id, Type: "t"}} }
+	damaged := emq.LogAppend{Group: "b", Source: emq.LogSource{Name: "sb", Version: 1}, Entries: one("b1")}
+	tests := []struct {
+		name    string
+		appends []emq.LogAppend
+		made    []int64 // per append: its first sequence, 0 for refused
+		logA    []string
+		changes []emq.LogChange
+	}{
+		{
+			name: "failing midway",
+			appends: []emq.LogAppend{
+				{Group: "a", Source: emq.LogSource{Name: "sa", Version: 1}, Entries: one("a1")},
+				{Group: "n", Entries: one("n1")},
+				damaged,
+				{Group: "a", Source: emq.LogSource{Name: "sa", Version: 2}, Entries: one("a2")},
+				{Group: "b", Source: emq.LogSource{Name: "sb", Version: 2}, Entries: one("b2")}, // past the gap
+			},
+			made:    []int64{1, 1, 0, 2, 0},
+			logA:    []string{"1 a1", "2 a2"},
+			changes: []emq.LogChange{{Group: "a", Sequence: 2}, {Group: "n", Sequence: 1}},
+		},
+		{
+			name: "failing first",
+			appends: []emq.LogAppend{
+				damaged,
+				{Group: "a", Source: emq.LogSource{Name: "sa", Version: 1}, Entries: one("a1")},
+			},
+			made: []int64{0, 0},
+			logA: []string{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			queue, rdb := newQueue(t)
+			if err := rdb.Set(ctx, "emq:{work}:log:b", "damaged", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			start, err := queue.LogChangesPosition(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			appended, err := queue.AppendLogs(ctx, tt.appends)
+			if err == nil || len(appended) != len(tt.appends) {
+				t.Fatalf("%v, %v; want an answer per append and an error", appended, err)
+			}
+			for i, first := range tt.made {
+				got := appended[i]
+				var gap *emq.LogGapError
+				switch {
+				case first == 0 && (got.Err == nil || !strings.Contains(got.Err.Error(), "WRONGTYPE")) && !errors.As(got.Err, &gap):
+					t.Errorf("append %d: %+v; want it refused", i, got)
+				case first > 0 && (got.Err != nil || got.First != first || got.Count != 1):
+					t.Errorf("append %d: %+v; want made at %d", i, got, first)
+				}
+			}
+			if got := readAll(t, queue, "a"); !slices.Equal(got, tt.logA) {
+				t.Errorf("log a holds %v, want %v", got, tt.logA)
+			}
+			changes, _, err := queue.WaitLogChanges(ctx, start, 10*time.Millisecond, 100)
+			if err != nil || !slices.Equal(changes, tt.changes) {
+				t.Errorf("changes = %v, %v; want %v", changes, err, tt.changes)
+			}
+		})
+	}
+}
+
+// A server refusing writes (a master turned replica) fails a log_append
+// call at its first write: the call must fail with the server's own
+// READONLY, which tells a cluster client its map is stale, not answer
+// it as an append's failure.
+func TestAppendLogsOnAReplicaFailsWithTheServersError(t *testing.T) {
+	ctx := context.Background()
+	master, replica := testserver.StartRedis(t), testserver.StartRedis(t)
+	queue, rdb := queueOn(t, replica.Client(t))
+	host, port, _ := strings.Cut(master.Addr, ":")
+	if err := rdb.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	appended, err := queue.AppendLogs(ctx, []emq.LogAppend{
+		{Group: "a", Entries: []emq.LogEntry{{ID: "a1"}}},
+		{Group: "b", Source: emq.LogSource{Name: "sb", Version: 1}, Entries: []emq.LogEntry{{ID: "b1"}}},
+	})
+	if err == nil || len(appended) != 2 {
+		t.Fatalf("%v, %v; want both refused", appended, err)
+	}
+	for i, answer := range appended {
+		var server redis.Error
+		if !errors.As(answer.Err, &server) || !strings.HasPrefix(server.Error(), "READONLY") {
+			t.Errorf("append %d: %v; want the server's READONLY", i, answer.Err)
+		}
 	}
 }
