@@ -383,3 +383,55 @@ func (q *Queue) WaitReplicated(ctx context.Context) error {
 	}
 	return nil
 }
+
+// ReadLogsReplicated is ReadLogs for a reader that copies the entries
+// elsewhere (an archiver): it answers them only once the replicas the
+// client waits for (WithAdmitReplicas) hold them, and *NotReplicatedError
+// when fewer did in time, so a copy never keeps an entry a failover would
+// lose (and give its sequence to another); a client that waits for none
+// reads as ReadLogs. The read, a mark and WAIT go in one pipeline, on one
+// connection to one server: a read and a wait apart reach different
+// servers when a failover comes between them, or cuts the wait's
+// connection (go-redis sends the wait again, to the promoted server),
+// and the promoted server's replicas vouched for entries it never held.
+// A pipeline cut off is sent again whole, read and wait together.
+func (q *Queue) ReadLogsReplicated(ctx context.Context, after map[string]int64, count int64) (map[string][]LogEvent, error) {
+	if q.client.admitReplicas <= 0 {
+		return q.ReadLogs(ctx, after, count)
+	}
+	if len(after) == 0 {
+		return map[string][]LogEvent{}, nil
+	}
+	var server redis.Cmdable = q.client.rdb
+	if cluster, ok := q.client.rdb.(*redis.ClusterClient); ok {
+		// WAIT names no key: a cluster pipeline would send it to any node.
+		master, err := cluster.MasterForKey(ctx, q.logChangesKey())
+		if err != nil {
+			return nil, fmt.Errorf("emq: find the node of %s: %w", q.name, err)
+		}
+		server = master
+	}
+	streams, groups := logStreams(q, after)
+	pipe := server.Pipeline()
+	logs := pipe.XRead(ctx, &redis.XReadArgs{Streams: streams, Count: count, Block: -1})
+	// The mark is a write of this connection after the read, so the
+	// offset WAIT counts covers every write the read saw.
+	mark := pipe.Set(ctx, q.key("replicated"), "1", time.Minute)
+	wait := redis.NewIntCmd(ctx, "wait", q.client.admitReplicas, q.client.admitReplicaTimeout.Milliseconds())
+	_ = pipe.Process(ctx, wait)
+	_, _ = pipe.Exec(ctx) // each command's error is read below
+	read, err := logs.Result()
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	if err == nil {
+		err = errors.Join(mark.Err(), wait.Err())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("emq: read %d logs on %s, replicated: %w", len(after), q.name, err)
+	}
+	if acked := int(wait.Val()); acked < q.client.admitReplicas {
+		return nil, &NotReplicatedError{Acked: acked, Wanted: q.client.admitReplicas}
+	}
+	return logReads(read, groups), nil
+}

@@ -2,12 +2,17 @@ package emq_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/testkit/testserver"
@@ -270,4 +275,128 @@ func TestALogClaimIsItsHoldersUntilItExpires(t *testing.T) {
 			t.Fatalf("%s: %s holds %v, want %v", step.name, step.holder, got, step.want)
 		}
 	}
+}
+
+// ReadLogsReplicated answers a log's entries once the replicas asked for
+// hold them, and refuses them when too few do in time.
+func TestReadLogsReplicatedWaitsForTheReplicas(t *testing.T) {
+	if testserver.ClusterMode() {
+		t.Skip("starts a replica of its own; the single-server leg runs it")
+	}
+	tests := []struct {
+		name     string
+		replicas int
+		want     []int64 // the sequences read
+		wantErr  bool
+	}{
+		{name: "waiting for none", replicas: 0, want: []int64{1, 2}},
+		{name: "a replica in sync", replicas: 1, want: []int64{1, 2}},
+		{name: "more replicas than there are", replicas: 2, wantErr: true},
+	}
+	ctx := context.Background()
+	primary, follower := testserver.StartRedis(t, testserver.WithRedisConfig("repl-diskless-sync-delay", "0")), testserver.StartRedis(t)
+	followReplica(t, follower, primary)
+	appendN(t, mustQueue(t, primary), "a", 2)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client, err := emq.Connect(ctx, primary.Client(t), emq.WithLogger(slog.New(slog.DiscardHandler)), emq.WithAdmitReplicas(tt.replicas, 100*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			read, err := client.Queue("work").ReadLogsReplicated(ctx, map[string]int64{"a": 0}, 10)
+			var notReplicated *emq.NotReplicatedError
+			if tt.wantErr {
+				if !errors.As(err, &notReplicated) || read != nil {
+					t.Errorf("%v, %v; want *NotReplicatedError", read, err)
+				}
+				return
+			}
+			var got []int64
+			for _, event := range read["a"] {
+				got = append(got, event.Sequence)
+			}
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("%v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// An archiver copies only entries a failover cannot lose
+// (ReadLogsReplicated): the entries it reads and the replicas' answer
+// must come from one server. Here the primary it reads from has lost its
+// replica (promoted, as an orchestrator does), so WAIT there blocks; a
+// failover then moves the address to the promoted server, which has a
+// replica in sync, and cuts the connections. go-redis sends a command cut
+// off this way again, on a new connection, to the promoted server: a wait
+// answered there must not vouch for entries read from the old one, which
+// the promoted server never held.
+func TestReadLogsReplicatedVouchesOnlyForEntriesItsReplicasHold(t *testing.T) {
+	if testserver.ClusterMode() {
+		t.Skip("fails a single server over through a proxy; the single-server leg runs it")
+	}
+	ctx := context.Background()
+	syncNow := testserver.WithRedisConfig("repl-diskless-sync-delay", "0")
+	old, promoted, follower := testserver.StartRedis(t), testserver.StartRedis(t, syncNow), testserver.StartRedis(t)
+	// Both hold entry 1; entry 2 reached the old primary after its
+	// replica was promoted, so a failover loses it.
+	appendN(t, mustQueue(t, old), "a", 2)
+	appendN(t, mustQueue(t, promoted), "a", 1)
+	followReplica(t, follower, promoted)
+
+	proxy := testserver.StartProxy(t, old.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(old.Addr)})
+	t.Cleanup(func() { _ = rdb.Close() })
+	client, err := emq.Connect(ctx, rdb, emq.WithLogger(slog.New(slog.DiscardHandler)), emq.WithAdmitReplicas(1, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := client.Queue("work")
+
+	failover := time.AfterFunc(300*time.Millisecond, func() {
+		if err := proxy.Repoint(old.Addr, promoted.Addr); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Cleanup(func() { failover.Stop() })
+	read, err := queue.ReadLogsReplicated(ctx, map[string]int64{"a": 0}, 10)
+	var got []int64
+	for _, event := range read["a"] {
+		got = append(got, event.Sequence)
+	}
+	// Refused (not replicated, or the connection's end), or what the
+	// promoted server holds; never sequence 2.
+	if err == nil && !slices.Equal(got, []int64{1}) {
+		t.Errorf("read sequences %v vouched for by the replicas; the promoted server holds only [1]", got)
+	}
+}
+
+// followReplica makes replica follow primary and waits until it holds
+// what primary has.
+func followReplica(t testing.TB, replica, primary *testserver.Redis) {
+	t.Helper()
+	ctx := context.Background()
+	host, port, _ := strings.Cut(primary.Addr, ":")
+	if err := replica.Client(t).Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := primary.Client(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		acked, err := rdb.Do(ctx, "WAIT", 1, 100).Int()
+		if err == nil && acked == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not follow %s: %d, %v", replica.Addr, primary.Addr, acked, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// mustQueue is the queue "work" on server, waiting for no replica.
+func mustQueue(t testing.TB, server *testserver.Redis) *emq.Queue {
+	t.Helper()
+	queue, _ := queueOn(t, server.Client(t))
+	return queue
 }
