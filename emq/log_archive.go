@@ -351,39 +351,6 @@ func int64sOf(fields []string, values []any) map[string]int64 {
 	return numbers
 }
 
-// WaitReplicated waits until the replicas the client waits for
-// (WithAdmitReplicas) hold every write the queue's server took before the
-// call, and answers *NotReplicatedError when fewer did in time; nil at once
-// for a client that waits for none. An archiver calls it between reading
-// entries and copying them elsewhere, so it never keeps an entry a
-// failover to a replica would lose (and give its sequence to another).
-func (q *Queue) WaitReplicated(ctx context.Context) error {
-	if q.client.admitReplicas <= 0 {
-		return nil
-	}
-	var server redis.Cmdable = q.client.rdb
-	if cluster, ok := q.client.rdb.(*redis.ClusterClient); ok {
-		master, err := cluster.MasterForKey(ctx, q.logChangesKey())
-		if err != nil {
-			return fmt.Errorf("emq: find the node of %s: %w", q.name, err)
-		}
-		server = master
-	}
-	// The mark is a write of this connection after every write before it,
-	// so the offset WAIT counts covers them all.
-	pipe := server.Pipeline()
-	pipe.Set(ctx, q.key("replicated"), "1", time.Minute)
-	wait := redis.NewIntCmd(ctx, "wait", q.client.admitReplicas, q.client.admitReplicaTimeout.Milliseconds())
-	_ = pipe.Process(ctx, wait)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("emq: wait for the replicas of %s: %w", q.name, err)
-	}
-	if acked := int(wait.Val()); acked < q.client.admitReplicas {
-		return &NotReplicatedError{Acked: acked, Wanted: q.client.admitReplicas}
-	}
-	return nil
-}
-
 // ReadLogsReplicated is ReadLogs for a reader that copies the entries
 // elsewhere (an archiver): it answers them only once the replicas the
 // client waits for (WithAdmitReplicas) hold them, and *NotReplicatedError

@@ -406,7 +406,12 @@ func (a *EventArchiver) archiveAccounts(ctx context.Context, accounts []string) 
 	if len(accounts) == 0 {
 		return nil
 	}
-	read, err := a.queue.ReadLogs(ctx, archived, eventChunk)
+	// What a failover would lose must not be kept: its sequences would be
+	// given again, to other events, which the history would then refuse.
+	// The read and the replicas' answer come from one server
+	// (ReadLogsReplicated): apart, a failover between them had a promoted
+	// server's replicas vouch for what the old primary alone held.
+	read, err := a.queue.ReadLogsReplicated(ctx, archived, eventChunk)
 	if err != nil {
 		return err
 	}
@@ -422,11 +427,6 @@ func (a *EventArchiver) archiveAccounts(ctx context.Context, accounts []string) 
 			run = append(run, eventOf(entry))
 		}
 		runs[account] = run
-	}
-	// What a failover would lose must not be kept: its sequences would be
-	// given again, to other events, which the history would then refuse.
-	if err := a.queue.WaitReplicated(ctx); err != nil {
-		return err
 	}
 	held, err := a.archive.ArchiveEvents(ctx, runs)
 	if err != nil {
