@@ -294,12 +294,14 @@ func TestReadLogsReplicatedWaitsForTheReplicas(t *testing.T) {
 		{name: "more replicas than there are", replicas: 2, wantErr: true},
 	}
 	ctx := context.Background()
+	// A wait of a second: a replica in sync acknowledges in milliseconds,
+	// but not always within 100 ms under -race on a busy box.
 	primary, follower := testserver.StartRedis(t, testserver.WithRedisConfig("repl-diskless-sync-delay", "0")), testserver.StartRedis(t)
 	followReplica(t, follower, primary)
 	appendN(t, mustQueue(t, primary), "a", 2)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			client, err := emq.Connect(ctx, primary.Client(t), emq.WithLogger(slog.New(slog.DiscardHandler)), emq.WithAdmitReplicas(tt.replicas, 100*time.Millisecond))
+			client, err := emq.Connect(ctx, primary.Client(t), emq.WithLogger(slog.New(slog.DiscardHandler)), emq.WithAdmitReplicas(tt.replicas, time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
