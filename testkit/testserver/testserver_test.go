@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
@@ -333,6 +334,40 @@ func TestPostgresGivesEachCallItsOwnEmptyDatabase(t *testing.T) {
 		if _, err := pool.Exec(ctx, "CREATE TABLE orders (id bigint PRIMARY KEY)"); err != nil {
 			t.Errorf("%s: CREATE TABLE: %v", database.Name, err)
 		}
+	}
+}
+
+// MigratedPostgres copies one migrated template: each copy must be at the
+// newest schema and a database of its own.
+func TestMigratedPostgresGivesEachCallItsOwnNewestSchema(t *testing.T) {
+	ctx := context.Background()
+	fresh := testserver.Postgres(t)
+	if err := migrations.Up(fresh.URL); err != nil {
+		t.Fatal(err)
+	}
+	newest, _, err := migrations.Version(fresh.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := testserver.MigratedPostgres(t), testserver.MigratedPostgres(t)
+	if first.Name == second.Name {
+		t.Fatalf("two calls returned the same database %q", first.Name)
+	}
+	for _, database := range []*testserver.PostgresDatabase{first, second} {
+		version, dirty, err := migrations.Version(database.URL)
+		if err != nil || dirty || version != newest {
+			t.Errorf("%s is at version %d (dirty %v, %v), want %d", database.Name, version, dirty, err, newest)
+		}
+	}
+	if _, err := first.Pool(t).Exec(ctx, "CREATE TABLE only_in_first (id bigint)"); err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	if err := second.Pool(t).QueryRow(ctx, "SELECT to_regclass('only_in_first') IS NOT NULL").Scan(&found); err != nil {
+		t.Fatal(err)
+	}
+	if found {
+		t.Errorf("a table created in %s shows in %s", first.Name, second.Name)
 	}
 }
 
