@@ -17,6 +17,7 @@ import (
 // a series of their own, labelled with the shard, rather than one gauge the
 // archivers overwrite in turn.
 func TestArchiveGaugesHaveAShardEach(t *testing.T) {
+	testserver.Parallel(t)
 	client, err := emq.Connect(context.Background(), testserver.QueueRedis(t))
 	if err != nil {
 		t.Fatal(err)

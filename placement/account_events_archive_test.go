@@ -95,6 +95,7 @@ func logBounds(t testing.TB, queue *emq.Queue, account string) (first, last int6
 // reconciles), and trims each log to its hot tail once archived: to its
 // newest Count as it archives, and to nothing once the tail aged.
 func TestTheArchiverKeepsEveryEventOnceAndRedisItsHotTail(t *testing.T) {
+	testserver.Parallel(t)
 	f := newArchiveFixture(t)
 	appendEvents(t, f.queue, "before", 40)
 	archiver := f.archiver(nil, emq.LogHotTail{Count: 5, Age: 2 * time.Second})
@@ -143,6 +144,7 @@ func (c *crashingArchive) ArchiveEvents(ctx context.Context, runs map[string][]o
 // trim), and the next archiver's pass finds the history holds them, marks
 // them archived and goes on after them.
 func TestAnArchiverCrashBetweenWriteAndMarkLosesAndRepeatsNothing(t *testing.T) {
+	testserver.Parallel(t)
 	f := newArchiveFixture(t)
 	hot := emq.LogHotTail{Count: 2, Age: time.Millisecond}
 	crashing := &crashingArchive{EventHistory: f.history}
@@ -185,6 +187,7 @@ func (failingArchive) ArchiveEvents(context.Context, map[string][]orders.Event) 
 // history cannot be written, the log keeps every event, however old and
 // however many, and the archiver catches up once it can.
 func TestTheLogKeepsWhatTheHistoryDoesNotHoldYet(t *testing.T) {
+	testserver.Parallel(t)
 	f := newArchiveFixture(t)
 	hot := emq.LogHotTail{Count: 3, Age: time.Millisecond}
 	down := f.archiver(failingArchive{f.history}, hot)
@@ -213,6 +216,7 @@ func TestTheLogKeepsWhatTheHistoryDoesNotHoldYet(t *testing.T) {
 // write each event once: the history holds every account's events in
 // order, and the logs their hot tail.
 func TestArchiversRunningAtOnceWriteEachEventOnce(t *testing.T) {
+	testserver.Parallel(t)
 	f := newArchiveFixture(t)
 	hot := emq.LogHotTail{Count: 10, Age: time.Hour}
 	ctx, stop := context.WithCancel(context.Background())
@@ -273,6 +277,7 @@ func (c *countingArchive) ArchiveEvents(ctx context.Context, runs map[string][]o
 // and takes it once the claim expired; an archiver whose write failed lets
 // the others take its accounts at once.
 func TestAnArchiverLeavesAnAccountAnotherClaimedToIt(t *testing.T) {
+	testserver.Parallel(t)
 	f := newArchiveFixture(t)
 	hot := emq.LogHotTail{Count: 10, Age: time.Hour}
 	holder, other := &countingArchive{EventHistory: f.history}, &countingArchive{EventHistory: f.history}
@@ -309,6 +314,7 @@ func TestAnArchiverLeavesAnAccountAnotherClaimedToIt(t *testing.T) {
 // Prune deletes the history archived longer than the retention ago, in
 // batches of 1,000 chunks, and keeps the rest.
 func TestPruneDeletesTheHistoryPastItsRetention(t *testing.T) {
+	testserver.Parallel(t)
 	f := newArchiveFixture(t)
 	ctx := context.Background()
 	const chunks = 2500
@@ -339,6 +345,7 @@ func TestPruneDeletesTheHistoryPastItsRetention(t *testing.T) {
 // replicas do not hold: a failover could lose it, and its sequence go to
 // another event. Once a replica holds it, it is archived.
 func TestAnArchiverKeepsNothingItsReplicasLack(t *testing.T) {
+	testserver.Parallel(t)
 	f := newArchiveFixture(t)
 	primary := testserver.SingleRedis(t, "a replica of it is started later")
 	rdb := primary.Client(t)

@@ -15,6 +15,7 @@ import (
 // on the account's shard, the outcomes come back in the order asked, and
 // a stream of the account reads it there.
 func TestEventLogsSpreadAccountsOverShards(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	client, err := emq.Connect(ctx, testserver.QueueRedis(t))
 	if err != nil {

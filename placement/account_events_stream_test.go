@@ -73,6 +73,7 @@ func readUntil(t testing.TB, subscription *placement.Subscription, last int64) {
 // their position once and in order: the catch-up hands over to the tail
 // loop without a gap or a repeat, also when several share an account.
 func TestEventSubscriptionsJoinTheTailWithoutGapOrRepeat(t *testing.T) {
+	testserver.Parallel(t)
 	queue := eventsQueue(t)
 	streams := newEventStreams(t, queue)
 	const total = 1500
@@ -110,6 +111,7 @@ func TestEventSubscriptionsJoinTheTailWithoutGapOrRepeat(t *testing.T) {
 // A position the log cannot resume from is refused: one whose next event
 // the retention dropped, and one past the last event given.
 func TestEventSubscribeRefusesPositionsTheLogNoLongerHolds(t *testing.T) {
+	testserver.Parallel(t)
 	queue := eventsQueue(t)
 	streams := newEventStreams(t, queue)
 	appendEvents(t, queue, "acct", 10)
@@ -152,6 +154,7 @@ func TestEventSubscribeRefusesPositionsTheLogNoLongerHolds(t *testing.T) {
 // A subscription whose reader stops reading is ended once its buffer is
 // full, and the account's other subscription gets every event meanwhile.
 func TestASlowSubscriptionIsEndedAndTheOthersGoOn(t *testing.T) {
+	testserver.Parallel(t)
 	queue := eventsQueue(t)
 	streams := newEventStreams(t, queue, placement.WithEventBuffer(16))
 	ctx := context.Background()
@@ -189,6 +192,7 @@ func TestASlowSubscriptionIsEndedAndTheOthersGoOn(t *testing.T) {
 
 // Close ends the subscriptions and refuses new ones.
 func TestClosingEventStreamsEndsTheirSubscriptions(t *testing.T) {
+	testserver.Parallel(t)
 	queue := eventsQueue(t)
 	streams := newEventStreams(t, queue)
 	ctx := context.Background()
@@ -213,6 +217,7 @@ func TestClosingEventStreamsEndsTheirSubscriptions(t *testing.T) {
 // next reuse those sequences: the subscriptions end as expired, rather
 // than wait past events that will never come.
 func TestEventSubscriptionsEndWhenTheLogLosesEvents(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	rdb := testserver.QueueRedis(t)
 	client, err := emq.Connect(ctx, rdb)
@@ -263,6 +268,7 @@ func TestEventSubscriptionsEndWhenTheLogLosesEvents(t *testing.T) {
 // (deleted under the loop); the loop ends the account's subscriptions
 // instead of reading the same gap at every turn.
 func TestEventSubscriptionsEndWhenTheLogLacksTheirNextEvent(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	rdb := testserver.QueueRedis(t)
 	client, err := emq.Connect(ctx, rdb)
@@ -315,6 +321,7 @@ func historyStreams(t testing.TB, f *archiveFixture, hot emq.LogHotTail) *placem
 // the history, then the log, then the tail loop, across each boundary
 // without a gap or a repeat, however far the log moved meanwhile.
 func TestSubscriptionsResumeFromTheHistoryThenJoinTheLiveTail(t *testing.T) {
+	testserver.Parallel(t)
 	f := newArchiveFixture(t)
 	streams := historyStreams(t, f, emq.LogHotTail{Count: 20, Age: 20 * time.Millisecond})
 	const total = 3000
@@ -368,6 +375,7 @@ func TestSubscriptionsResumeFromTheHistoryThenJoinTheLiveTail(t *testing.T) {
 // event after it, being older than the retention: one in the history but
 // not in the log is resumed from.
 func TestOnlyAPositionPastTheHistorysRetentionIsRefused(t *testing.T) {
+	testserver.Parallel(t)
 	f := newArchiveFixture(t)
 	ctx := context.Background()
 	hot := emq.LogHotTail{Count: 10, Age: time.Hour}
@@ -423,6 +431,7 @@ func TestOnlyAPositionPastTheHistorysRetentionIsRefused(t *testing.T) {
 // up, and those the tail loop handed over, so a reader sends them
 // together; Next(ctx, 0) takes them, and without them answers nothing.
 func TestSubscriptionReadyTellsTheEventsAtHand(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	queue := eventsQueue(t)
 	streams := newEventStreams(t, queue)

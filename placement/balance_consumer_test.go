@@ -100,6 +100,7 @@ func splitBalanceName(t testing.TB, name string) (account, asset string) {
 }
 
 func TestConcurrentAppliesEndAtTheNewestVersion(t *testing.T) {
+	testserver.Parallel(t)
 	for _, c := range []struct {
 		name     string
 		accounts int
@@ -232,6 +233,7 @@ func (f *coherenceFixture) applyGathered(t testing.TB, first string, rest []stri
 }
 
 func TestDeliveriesWaitingTogetherAreAppliedInBoundedBatches(t *testing.T) {
+	testserver.Parallel(t)
 	for _, c := range []struct {
 		name     string
 		accounts int
@@ -271,6 +273,7 @@ func TestDeliveriesWaitingTogetherAreAppliedInBoundedBatches(t *testing.T) {
 }
 
 func TestABatchThatCannotFillTheCacheAdvancesNothing(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	names := f.fundNames(t, 6, []string{"USD", "BTC"}, 2)
@@ -304,6 +307,7 @@ func TestABatchThatCannotFillTheCacheAdvancesNothing(t *testing.T) {
 }
 
 func TestACallerThatGaveUpIsLeftOutOfItsBatch(t *testing.T) {
+	testserver.Parallel(t)
 	f := newCoherenceFixture(t)
 	name := f.fundNames(t, 1, []string{"USD"}, 1)[0]
 	ctx, cancel := context.WithCancel(context.Background())
@@ -340,6 +344,7 @@ func (f *coherenceFixture) cacheContents(t testing.TB, keys []string) map[string
 // the newest version. Nothing outside the cache holds that the version was
 // applied, so nothing can refuse the refill.
 func TestARedeliveryRefillsWhatRedisLost(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)
@@ -375,6 +380,7 @@ func TestARedeliveryRefillsWhatRedisLost(t *testing.T) {
 // a redelivery, or an older version delivered late, announces nothing, and
 // a delivery behind the balance announces its current version.
 func TestRefilledBalancesAreAnnouncedOncePerVersion(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	events := f.client.Queue(placement.EventsQueuePrefix + "0")
@@ -420,6 +426,7 @@ func TestRefilledBalancesAreAnnouncedOncePerVersion(t *testing.T) {
 // allowed to bury the others; only a job with none it can read fails for
 // good. One entry is the form jobs had before, still read.
 func TestAJobAppliesEveryEntryItCanRead(t *testing.T) {
+	testserver.Parallel(t)
 	for _, c := range []struct {
 		name string
 		// good are how many funded balances the job names, malformed the
@@ -474,6 +481,7 @@ func TestAJobAppliesEveryEntryItCanRead(t *testing.T) {
 // applied and the job fails for a retry; the retry applies every entry,
 // the ones another job applied meanwhile included.
 func TestAJobThatFailsIsRetriedWhole(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	names := f.fundNames(t, 4, []string{"USD", "BTC"}, 1)
@@ -507,6 +515,7 @@ func TestAJobThatFailsIsRetriedWhole(t *testing.T) {
 // on the shard's queue beside the new relay's job; the consumer applies
 // them all.
 func TestSingleEntryJobsQueuedBeforeAnUpgradeAreConsumed(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)
@@ -541,6 +550,7 @@ func TestSingleEntryJobsQueuedBeforeAnUpgradeAreConsumed(t *testing.T) {
 // nil must find every entry's balance cached at the entry's version or a
 // newer one, whichever job's delivery of a name the batch applied.
 func TestAJobAnsweredDoneHasEveryEntryCached(t *testing.T) {
+	testserver.Parallel(t)
 	const versions, jobs = 4, 48
 	f := newCoherenceFixture(t)
 	names := f.fundNames(t, 6, []string{"USD", "BTC"}, versions)

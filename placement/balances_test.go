@@ -51,6 +51,7 @@ func balanceList(balances []orders.Balance) string {
 }
 
 func TestBalancesOfReadsThroughTheCache(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	none, err := f.balances.Of(ctx, f.newAccount(t))
@@ -106,6 +107,7 @@ func TestBalancesOfReadsThroughTheCache(t *testing.T) {
 // A balance row that never moved (what a rejected order leaves behind: the
 // rows it would have moved, inserted to be locked) is not listed.
 func TestBalancesOfLeavesOutRowsThatNeverMoved(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)
@@ -122,6 +124,7 @@ func TestBalancesOfLeavesOutRowsThatNeverMoved(t *testing.T) {
 }
 
 func TestBalancesOfCompletesAHashTheConsumerStarted(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)
@@ -139,6 +142,7 @@ func TestBalancesOfCompletesAHashTheConsumerStarted(t *testing.T) {
 }
 
 func TestBalancesOfNeverServesAVersionBelowTheCache(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)
@@ -156,6 +160,7 @@ func TestBalancesOfNeverServesAVersionBelowTheCache(t *testing.T) {
 }
 
 func TestBalancesOfOutages(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	cached, uncached := f.newAccount(t), f.newAccount(t)
@@ -214,6 +219,7 @@ func TestBalancesOfOutages(t *testing.T) {
 // ever see a balance's version go down, and once the queue is drained the
 // cache holds the newest versions.
 func TestReadersNeverSeeABalanceGoBack(t *testing.T) {
+	testserver.Parallel(t)
 	for _, local := range []bool{false, true} {
 		t.Run(map[bool]string{false: "reading Redis", true: "through the local copy"}[local], func(t *testing.T) {
 			f := newCoherenceFixture(t)
@@ -395,6 +401,7 @@ func readersNeverSeeABalanceGoBack(t *testing.T, f *coherenceFixture) {
 // both parts, and a value cached before balances had a held part reads as
 // held zero rather than failing.
 func TestBalancesReadHeldFromTheCache(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)

@@ -222,6 +222,7 @@ func (g *gatedReader) Of(ctx context.Context, account string) ([]orders.Balance,
 // loss, is fenced off: had it landed, its whole hash at version 1 would be
 // served for good, with nothing left to refill it.
 func TestAReadBeforeALossDoesNotFillAfterIt(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	logger := slog.New(slog.DiscardHandler)
 	db := migratedPool(t)
@@ -285,6 +286,7 @@ func TestAReadBeforeALossDoesNotFillAfterIt(t *testing.T) {
 // from then on readers answer from PostgreSQL, and fill nothing, until the
 // heal ends.
 func TestReadersDoNotTrustWholeHashesWhileAHealRuns(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	logger := slog.New(slog.DiscardHandler)
 	db := migratedPool(t)

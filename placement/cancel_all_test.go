@@ -23,6 +23,7 @@ import (
 // unavailable; the lost run's orders are canceled in the queue, and a read
 // of one records it; a second CancelAll cancels the rest.
 func TestCancelAllRecordsWhatItWithdrewBeforeRedisFailed(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	server := testserver.SingleRedis(t, "a proxy before it loses a reply")
 	proxy := testserver.StartProxy(t, server.Addr)

@@ -9,6 +9,7 @@ import (
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // restingMeanwhile is a History whose first read finds no row while a worker
@@ -67,6 +68,7 @@ func (h *restingMeanwhile) Orders(context.Context, string, []string) ([]orders.O
 // An order a worker rests between the cancel's read and the queue's cancel
 // is canceled in the book, not refused as if it could no longer be.
 func TestCancelOfAnOrderThatCameToRestMeanwhile(t *testing.T) {
+	testserver.Parallel(t)
 	bare, queue, _ := placerOnRedis(t)
 	const account = "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"
 	order := placeOrder(t, bare, account, "race")
@@ -116,6 +118,7 @@ func forgetting(ctx context.Context, queue *emq.Queue) error { return queue.Purg
 // completed meanwhile (not the queue's accepted) or the queue forgot it
 // (not 404).
 func TestGetOfAnOrderSettledMeanwhile(t *testing.T) {
+	testserver.Parallel(t)
 	for _, tc := range []struct {
 		name      string
 		meanwhile func(context.Context, *emq.Queue) error

@@ -48,6 +48,7 @@ func placeOrder(t testing.TB, placer *placement.Placer, account, clientOrderID s
 // would, then reads and cancels it: the status a client sees, and whether the
 // cancel is refused with that status.
 func TestCancelByQueueState(t *testing.T) {
+	testserver.Parallel(t)
 	placer, queue, _ := placerOnRedis(t)
 	ctx := context.Background()
 	const account = "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1"
@@ -121,6 +122,7 @@ func TestCancelByQueueState(t *testing.T) {
 }
 
 func TestCancelHidesOtherAccountsOrdersAndReportsOutages(t *testing.T) {
+	testserver.Parallel(t)
 	placer, _, server := placerOnRedis(t)
 	ctx := context.Background()
 	const owner, other = "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1", "ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F2"

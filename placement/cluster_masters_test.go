@@ -24,6 +24,7 @@ import (
 // order path spread over masters, not gathered on one. Where each queue is
 // is read from the masters themselves, not computed from its slot.
 func TestInstrumentQueuesLandOnSeveralMasters(t *testing.T) {
+	testserver.Parallel(t)
 	if !testserver.ClusterMode() {
 		t.Skip("counts the masters of the shared cluster: the cluster leg (EMQ_TEST_REDIS=cluster) runs it")
 	}

@@ -25,6 +25,7 @@ import (
 // identical retry is admitted again on the promoted replica under a new
 // order id. Settlement rejects the retry: one order moved money.
 func TestRetryAfterFailoverSettlesOnce(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	db := migratedPool(t)
 	account, err := postgres.NewAccounts(db).Create(ctx, "trader")
@@ -207,6 +208,7 @@ func TestAdmissionWaitsForReplicas(t *testing.T) {
 // used client order id admits nothing, so a replica that stopped following
 // does not make it unavailable: it is a conflict.
 func TestConflictWhileNotReplicatedIsAConflict(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	primary, _, replicaClient := replicatedRedis(t)
 	client, err := emq.Connect(ctx, primary.Client(t), emq.WithAdmitReplicas(1, 50*time.Millisecond))

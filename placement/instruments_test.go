@@ -19,6 +19,7 @@ import (
 // learns of a halt from the broadcast at once, long before its periodic
 // refresh (which this test never runs).
 func TestHaltReachesGatewaysByBroadcast(t *testing.T) {
+	testserver.Parallel(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	db := migratedPool(t)
@@ -76,6 +77,7 @@ func (c *countingInstruments) ReadInstruments(ctx context.Context) (map[string]o
 // gateway's local copy, without a broadcast or a refresh, and not on the
 // requests before it.
 func TestHaltReachesGatewaysByTracking(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	db := migratedPool(t)
 	srv := testserver.SingleRedis(t, "tracks its keys")
@@ -181,6 +183,7 @@ func (s *steppedInstruments) ReadInstruments(ctx context.Context) (map[string]or
 // the table before a halt and finishes after Fresh reread it is dropped,
 // so the halt stays in the copy.
 func TestASlowRefreshNeverPutsBackAnOlderTable(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	db := &steppedInstruments{hold: 2, held: make(chan struct{}), release: make(chan struct{})}
 	instruments, err := placement.LoadInstruments(ctx, db)
@@ -220,6 +223,7 @@ func (c *ctxInstruments) ReadInstruments(ctx context.Context) (map[string]orders
 // context, so no back-off answers the next requests from the copy before
 // the halt.
 func TestACanceledRequestDoesNotHoldOffTheHalt(t *testing.T) {
+	testserver.Parallel(t)
 	db := &ctxInstruments{}
 	instruments, err := placement.LoadInstruments(context.Background(), db)
 	if err != nil {

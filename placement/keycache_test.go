@@ -24,6 +24,7 @@ import (
 // by its broadcast (at once, long before the hour-long ttl) or by the ttl
 // running out when nobody broadcast it.
 func TestKeyCacheServesFromMemoryUntilRevoked(t *testing.T) {
+	testserver.Parallel(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	db := migratedPool(t)
@@ -94,6 +95,7 @@ func TestKeyCacheServesFromMemoryUntilRevoked(t *testing.T) {
 // is gone: what a follower of the key (the gateway's event streams)
 // needs to check the key only when its answer may have changed.
 func TestKeyCacheSaysUntilWhenItsAnswerStands(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	db := migratedPool(t)
 	caches := coherence.New(testserver.StartRedis(t).Client(t))
@@ -167,6 +169,7 @@ func TestKeyCacheSaysUntilWhenItsAnswerStands(t *testing.T) {
 // every request; past the window, for a key never seen, or once a
 // revocation broadcast dropped the copy, the answer is ErrUnavailable.
 func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	database := testserver.Postgres(t)
 	if err := migrations.Up(database.URL); err != nil {
@@ -291,6 +294,7 @@ func (l *mapLookup) Key(_ context.Context, hash [sha256.Size]byte) (orders.Activ
 // however many, only evict other made-up keys (least recently used first):
 // a customer's key stays in memory, and the cache recognizes it.
 func TestKeyCacheKeepsCustomersThroughAFloodOfMadeUpKeys(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	const customer = orders.APIKeyPrefix + "customer"
 	hash, _ := orders.KeyHash(customer)
@@ -354,6 +358,7 @@ func (c *countingBatches) Keys(ctx context.Context, hashes [][sha256.Size]byte) 
 // and a key revoked behind the cache's back is refused once its answer
 // is due again.
 func TestKeyCacheAuthenticatesKeysDueTogetherWithOneLookup(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	db := migratedPool(t)
 	accounts := postgres.NewAccounts(db)
@@ -426,6 +431,7 @@ func TestKeyCacheAuthenticatesKeysDueTogetherWithOneLookup(t *testing.T) {
 // recognized and answered without a lookup, and a revoked one is not
 // loaded.
 func TestKeyCachePreloadsActiveKeys(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	db := migratedPool(t)
 	accounts := postgres.NewAccounts(db)
@@ -474,6 +480,7 @@ func TestKeyCachePreloadsActiveKeys(t *testing.T) {
 // stamp's invalidation reached the gateway's local copy, long before the
 // hour-long ttl, and without a broadcast being followed.
 func TestKeyCacheRefusesARevokedKeyOnTheNextRequest(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	db := migratedPool(t)
 	srv := testserver.SingleRedis(t, "tracks its keys")

@@ -10,6 +10,7 @@ import (
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // A rate-limited placement takes its permit in the admission: past the burst
@@ -17,6 +18,7 @@ import (
 // and a replay spends a permit. TakePermit draws on a bucket of the same
 // name on its limits shard, not the instrument's: another slot.
 func TestPlaceWithRateLimit(t *testing.T) {
+	testserver.Parallel(t)
 	placer, queue, _ := placerOnRedis(t)
 	ctx := context.Background()
 	limit := placement.WithRateLimit("key-1", placement.Rate{Capacity: 3, PerSecond: 1})
@@ -63,6 +65,7 @@ func TestPlaceWithRateLimit(t *testing.T) {
 // its instrument's Redis slot, the log on another, so the order.accepted
 // event comes with the order's first row (postgres.RenderEvents).
 func TestPlaceAppendsNoEvent(t *testing.T) {
+	testserver.Parallel(t)
 	placer, queue, _ := placerOnRedis(t)
 	ctx := context.Background()
 	command := orders.PlaceCommand{

@@ -17,6 +17,7 @@ import (
 // first placement; a look-up by id and a cancel find the order on its
 // instrument's queue; a client order id is held per account and instrument.
 func TestOrdersOfEachInstrumentOnTheirOwnQueue(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	client, err := emq.Connect(ctx, testserver.QueueRedis(t))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // gapCountingOutbox is the real outbox, counting the reads of the rows
@@ -30,6 +31,7 @@ func (o *gapCountingOutbox) EventRows(ctx context.Context, name string, after, b
 // the reverse order, append every row once, in the source's order, with
 // no gap to fill from the outbox; and they leave no row unrelayed.
 func TestRelaysInTurnAppendEachSourceInOrderWithoutGaps(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.buyer(t)
@@ -89,6 +91,7 @@ func TestRelaysInTurnAppendEachSourceInOrderWithoutGaps(t *testing.T) {
 // need no order, so a relay waiting for its turn has admitted them
 // already; its events wait for the turn.
 func TestARelayInTurnAdmitsItsCoherenceJobsBeforeItsTurn(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.buyer(t)

@@ -174,6 +174,7 @@ func payloadsOf(entries []orders.OutboxEntry) []string {
 // highest version, in the shard's lane; relayed again, in any order, the
 // same entries make the same job, refused by its dedup key.
 func TestRelayPutsOneJobPerShardOnTheCoherenceQueue(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	// Accounts until two share a shard and one is on another.
@@ -263,6 +264,7 @@ func TestRelayPutsOneJobPerShardOnTheCoherenceQueue(t *testing.T) {
 // highest version relayed, and the consumer applies it; relayed again,
 // the same jobs are refused by their keys.
 func TestARelayOfJobSizeOneWritesTheFormOlderWorkersRead(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t, placement.WithCoherenceJobSize(1))
 	account := f.newAccount(t)
@@ -294,6 +296,7 @@ func TestARelayOfJobSizeOneWritesTheFormOlderWorkersRead(t *testing.T) {
 // TestCoherenceJobsSplitAtABatch: a shard's entries past CoherenceBatch
 // names go to further jobs, and every entry is carried by one of them.
 func TestCoherenceJobsSplitAtABatch(t *testing.T) {
+	testserver.Parallel(t)
 	for _, c := range []struct {
 		names, versions int
 		jobs            []int
@@ -342,6 +345,7 @@ func TestCoherenceJobsSplitAtABatch(t *testing.T) {
 // name@version key is gone from Redis within minutes, while a placement's
 // client order id on the orders queue stays for the orders' day.
 func TestCoherenceDedupKeysExpireInMinutes(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	placer := placement.NewPlacer(placement.NewOrderQueues(f.client, placement.WithQueueOptions(emq.WithDedupRetention(emq.DefaultDedupRetention))))
@@ -383,6 +387,7 @@ func TestCoherenceDedupKeysExpireInMinutes(t *testing.T) {
 }
 
 func TestSweepRelaysRowsACrashLeftBehind(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t, placement.WithSweepAge(0))
 	account := f.newAccount(t)
@@ -415,6 +420,7 @@ func TestSweepRelaysRowsACrashLeftBehind(t *testing.T) {
 }
 
 func TestConcurrentSweepsShareTheBacklog(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t, placement.WithSweepAge(0))
 	// More rows than one batch holds, across several accounts' lanes.
@@ -500,6 +506,7 @@ func TestRelayDuringARedisOutageLeavesTheRowsForTheSweep(t *testing.T) {
 }
 
 func TestKeepSweepingRelaysUntilCancelled(t *testing.T) {
+	testserver.Parallel(t)
 	f := newCoherenceFixture(t, placement.WithSweepAge(0))
 	account := f.newAccount(t)
 	f.depositWithOutbox(t, account, "USD", "1.00")
@@ -536,6 +543,7 @@ func TestKeepSweepingRelaysUntilCancelled(t *testing.T) {
 }
 
 func TestWhileSweepingRelayLeavesMarkingToTheLoop(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	// The default sweep age: the sweep leaves these young rows alone, so
 	// only the loop's marking can mark them.
@@ -633,6 +641,7 @@ func (f *coherenceFixture) cachedBalance(t testing.TB, account, asset string) co
 }
 
 func TestCoherenceActsOnlyOnANewerVersion(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)
@@ -698,6 +707,7 @@ func TestCoherenceActsOnlyOnANewerVersion(t *testing.T) {
 }
 
 func TestCoherenceCatchesUpWithTheBalanceNotTheMessage(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)
@@ -714,6 +724,7 @@ func TestCoherenceCatchesUpWithTheBalanceNotTheMessage(t *testing.T) {
 }
 
 func TestCoherenceRefusesMalformedPayloadsForGood(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	for _, payload := range []string{
@@ -739,6 +750,7 @@ func TestCoherenceRefusesMalformedPayloadsForGood(t *testing.T) {
 }
 
 func TestCoherenceRetriesWhenTheCacheCannotBeRefreshed(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.newAccount(t)
@@ -765,6 +777,7 @@ func TestCoherenceRetriesWhenTheCacheCannotBeRefreshed(t *testing.T) {
 // it follows has that one appended first, from the outbox, and a row
 // relayed again appends nothing.
 func TestEventsRowsAreAppendedOnceInOrder(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.buyer(t)
@@ -809,6 +822,7 @@ func TestEventsRowsAreAppendedOnceInOrder(t *testing.T) {
 // gap back to its start. The rows behind it that were announced long ago
 // are not announced again: only the new order's events are in the log.
 func TestALogThatLostItsSourcesIsNotRefilledWithHistory(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
 	account := f.buyer(t)
@@ -837,6 +851,7 @@ func TestALogThatLostItsSourcesIsNotRefilledWithHistory(t *testing.T) {
 // cannot be rendered; it is left out, and the other account's row relayed
 // with it reaches its log.
 func TestAnUnrenderableEventsRowHoldsNoOtherBack(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t, placement.WithSweepAge(0))
 	queue, placer := f.ordersQueue(t)

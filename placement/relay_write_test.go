@@ -13,6 +13,7 @@ import (
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // settledWrite is what a settlement write left in PostgreSQL: the
@@ -160,6 +161,7 @@ func lines(versions map[string]int64) []string {
 // and the consumer leaves each cached balance, cached before the write,
 // at its new version.
 func TestASettlementWriteIsOneOutboxRowTheRelayCarriesWhole(t *testing.T) {
+	testserver.Parallel(t)
 	for _, c := range []struct {
 		name    string
 		makers  int
@@ -237,6 +239,7 @@ func TestASettlementWriteIsOneOutboxRowTheRelayCarriesWhole(t *testing.T) {
 // deleted) and balances' rows of their own (deposits, and rows written
 // before the upgrade) alike, in one sweep.
 func TestSweepCarriesBothFormsOfBalancesRows(t *testing.T) {
+	testserver.Parallel(t)
 	for _, c := range []struct {
 		name            string
 		write, deposits bool
@@ -303,6 +306,7 @@ func TestSweepCarriesBothFormsOfBalancesRows(t *testing.T) {
 // that went before are dedup hits) and deletes it, and every balance
 // reaches the cache.
 func TestAPartlyCarriedWriteRowStaysUnrelayed(t *testing.T) {
+	testserver.Parallel(t)
 	for _, c := range []struct {
 		name  string
 		first func(ctx context.Context, f *coherenceFixture, w settledWrite) (int, error)

@@ -24,6 +24,7 @@ import (
 // without it, or with another, the key is still known to require
 // signatures but has no secret, and Preload counts it.
 func TestKeyCacheOpensSigningSecrets(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	db := migratedPool(t)
 	sealer, err := signing.ParseSealer(strings.Repeat("01", signing.EncryptionKeyBytes))
@@ -93,6 +94,7 @@ func TestKeyCacheOpensSigningSecrets(t *testing.T) {
 // its record lives, and again once the record expired; the same signature
 // of another key is apart.
 func TestSignaturesFirstUseOnce(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	rdb := testserver.QueueRedis(t)
 	signatures := placement.NewSignatures(rdb)
@@ -134,6 +136,7 @@ func TestSignaturesFirstUseOnce(t *testing.T) {
 // call's token, so the call is still the first use, not a replay of
 // itself. Another call with the signature is a replay.
 func TestSignaturesResentSetIsStillTheFirstUse(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	server := testserver.SingleRedis(t, "a proxy before it drops and delays replies")
 	proxy := testserver.StartProxy(t, server.Addr)

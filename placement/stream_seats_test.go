@@ -8,6 +8,7 @@ import (
 
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // Streams are capped per API key and per client address, each cap on its
@@ -15,6 +16,7 @@ import (
 // and holds nothing; a stream that closes frees its seats; with Redis
 // down, opening is unavailable.
 func TestStreamSeatsCapStreamsPerKeyAndPerAddress(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	for _, tt := range []struct {
 		name    string

@@ -141,6 +141,21 @@ func ClusterMode() bool {
 	return os.Getenv(QueueRedisEnv) == "cluster"
 }
 
+// Parallel runs t in parallel with the package's other parallel tests
+// (t.Parallel), except in cluster mode (EMQ_TEST_REDIS=cluster), where the
+// tests share one cluster and so run one at a time. It is for tests that
+// have servers of their own (a redis-server each, a database each on the
+// shared PostgreSQL) and spend most of their time waiting on them, which is
+// what made the single-server runs slow. Not for a test that stops the
+// shared PostgreSQL (PostgresServer), changes a package variable, or
+// asserts how long something took.
+func Parallel(t *testing.T) {
+	t.Helper()
+	if !ClusterMode() {
+		t.Parallel()
+	}
+}
+
 // QueueRedis returns a go-redis UniversalClient for queue tests: a fresh single redis-server (StartRedis) by default,
 // or the shared cluster, emptied, when the environment variable EMQ_TEST_REDIS=cluster is set. Closed at cleanup.
 // It is QueueRedisServer(t, opts...).Client(t); see QueueRedisServer for opts and the rules of cluster mode.
