@@ -18,7 +18,6 @@ import (
 // and a replay spends a permit. TakePermit draws on a bucket of the same
 // name on its limits shard, not the instrument's: another slot.
 func TestPlaceWithRateLimit(t *testing.T) {
-	testserver.Parallel(t)
 	placer, queue, _ := placerOnRedis(t)
 	ctx := context.Background()
 	limit := placement.WithRateLimit("key-1", placement.Rate{Capacity: 3, PerSecond: 1})
