@@ -32,6 +32,7 @@ var spreadSymbols = []string{"BTC-USD", "ETH-USD", "ETH-BTC"}
 // queues are on at least two masters (with everything on the {orders}
 // slot, one master served 98.4 %). The figures are logged.
 func TestTheOrderPathSpreadsOverClusterMasters(t *testing.T) {
+	testserver.Parallel(t)
 	if testing.Short() {
 		t.Skip("a cluster, two workers and 900 orders")
 	}

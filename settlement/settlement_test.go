@@ -8,6 +8,7 @@ import (
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestCoherenceDedupOutlastsASecondCarry holds the coherence queues' dedup
@@ -17,6 +18,7 @@ import (
 // and a PostgreSQL outage as long as the default retries keep an order alive
 // at the most (their whole backoffs: twice OutageOutlasted's halves).
 func TestCoherenceDedupOutlastsASecondCarry(t *testing.T) {
+	testserver.Parallel(t)
 	const relayTimeout = 5 * time.Second
 	if ordinary := placement.DefaultSweepAge + sweepInterval + relayTimeout; placement.CoherenceDedupRetention < 50*ordinary {
 		t.Errorf("coherence dedup retention %s, under fifty times a second carry's %s", placement.CoherenceDedupRetention, ordinary)
@@ -30,6 +32,7 @@ func TestCoherenceDedupOutlastsASecondCarry(t *testing.T) {
 // which never waits less than half the backoff; cmd/worker's -max-attempts
 // help quotes it for the defaults.
 func TestOutageOutlasted(t *testing.T) {
+	testserver.Parallel(t)
 	tests := []struct {
 		name  string
 		retry emq.RetryPolicy
@@ -52,6 +55,7 @@ func TestOutageOutlasted(t *testing.T) {
 // TestWorkBesideStopsWhenALoopFails: a coherence loop that fails stops the
 // settlement worker too, and its error is what Run returns.
 func TestWorkBesideStopsWhenALoopFails(t *testing.T) {
+	testserver.Parallel(t)
 	broken := errors.New("coherence consumer broke")
 	tests := []struct {
 		name    string
