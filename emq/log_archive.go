@@ -382,8 +382,12 @@ func (q *Queue) ReadLogsReplicated(ctx context.Context, after map[string]int64, 
 	pipe := server.Pipeline()
 	logs := pipe.XRead(ctx, &redis.XReadArgs{Streams: streams, Count: count, Block: -1})
 	// The mark is a write of this connection after the read, so the
-	// offset WAIT counts covers every write the read saw.
-	mark := pipe.Set(ctx, q.key("replicated"), "1", time.Minute)
+	// offset WAIT counts covers every write the read saw. It is a script
+	// flagged allow-oom (lua/log_read_mark.lua), which a Redis at
+	// maxmemory runs where it refuses a SET: the archiver is what frees
+	// it. EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT call
+	// by call, and the script is a few bytes.
+	mark := pipe.Eval(ctx, lua.LogReadMark, []string{q.key("replicated")}, time.Minute.Milliseconds())
 	wait := redis.NewIntCmd(ctx, "wait", q.client.admitReplicas, q.client.admitReplicaTimeout.Milliseconds())
 	_ = pipe.Process(ctx, wait)
 	_, _ = pipe.Exec(ctx) // each command's error is read below

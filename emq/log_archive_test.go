@@ -402,3 +402,44 @@ func mustQueue(t testing.TB, server *testserver.Redis) *emq.Queue {
 	queue, _ := queueOn(t, server.Client(t))
 	return queue
 }
+
+// A Redis at maxmemory (noeviction) refuses writes: admissions and appends
+// fail until memory is freed, and the logs are most of it once their
+// archiver fell behind (PostgreSQL down a while: a log drops nothing it
+// has not archived). The archiver's own steps must still run there, or
+// nothing frees it: claim the log, read it with the replicas' answer,
+// mark it archived and trim it.
+func TestTheArchiverTrimsALogOnARedisAtMaxmemory(t *testing.T) {
+	if testserver.ClusterMode() {
+		t.Skip("starts a replica of its own; the single-server leg runs it")
+	}
+	ctx := context.Background()
+	primary, follower := testserver.StartRedis(t, testserver.WithRedisConfig("repl-diskless-sync-delay", "0")), testserver.StartRedis(t)
+	followReplica(t, follower, primary)
+	appendN(t, mustQueue(t, primary), "a", 20)
+	client, err := emq.Connect(ctx, primary.Client(t), emq.WithLogger(slog.New(slog.DiscardHandler)), emq.WithAdmitReplicas(1, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := client.Queue("work")
+	admin := primary.Client(t)
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
+		if err := admin.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = admin.ConfigSet(ctx, "maxmemory", "0").Err() })
+
+	held, err := queue.ClaimLogs(ctx, []string{"a"}, "archiver", time.Second)
+	if err != nil || len(held) != 1 {
+		t.Fatalf("claim: %v, %v; want [a]", held, err)
+	}
+	read, err := queue.ReadLogsReplicated(ctx, map[string]int64{"a": 0}, 10)
+	if err != nil || len(read["a"]) != 10 {
+		t.Fatalf("read: %d entries, %v; want 10", len(read["a"]), err)
+	}
+	marked, err := queue.MarkLogsArchived(ctx, []emq.LogMark{{Group: "a", Archived: 10}}, emq.LogHotTail{})
+	if err != nil || marked[0].Dropped != 10 {
+		t.Fatalf("mark: %+v, %v; want 10 dropped", marked, err)
+	}
+}

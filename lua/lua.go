@@ -22,6 +22,13 @@ var permitBucket string
 //go:embed log_lib.lua
 var logLib string
 
+// allowOOM lets the archiver's scripts (claim, read mark, mark and trim)
+// write on a Redis at maxmemory with noeviction, which refuses every other
+// write: the logs an archiver fell behind on are what fill it, and only
+// their archiving frees it. They write a few bytes a log and drop entries.
+// The flag must open the script, so it goes before what is prepended.
+const allowOOM = "#!lua flags=allow-oom\n"
+
 var (
 	//go:embed admit.lua
 	admit string
@@ -57,6 +64,8 @@ var (
 	logArchived string
 	//go:embed log_claim.lua
 	logClaim string
+	//go:embed log_read_mark.lua
+	logReadMark string
 )
 
 // The scripts, one per state move, each with the shared helpers in front.
@@ -101,10 +110,13 @@ var (
 	LogAppend = clock + logLib + logAppend
 	// LogArchived raises a group's archived position and trims its log to
 	// its hot tail. It moves no job, so it goes with the clock alone.
-	LogArchived = clock + logLib + logArchived
+	LogArchived = allowOOM + clock + logLib + logArchived
 	// LogClaim claims groups' logs for one archiver a while. Its claims
 	// expire by the server's clock (PX), so it needs none of its own.
-	LogClaim = logClaim
+	LogClaim = allowOOM + logClaim
+	// LogReadMark is the write a replicated read of logs makes before
+	// its WAIT.
+	LogReadMark = allowOOM + logReadMark
 )
 
 //go:embed ratelimit.lua
