@@ -4,13 +4,9 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"net"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/testkit/testserver"
@@ -110,7 +106,7 @@ func TestAServerPromotedAgainIsNotHealed(t *testing.T) {
 	ctx := context.Background()
 	a, b := testserver.StartRedis(t), testserver.StartRedis(t)
 	aClient, bClient := a.Client(t), b.Client(t)
-	follow(t, bClient, a.Addr)
+	b.Follow(t, a)
 	client := coherence.New(aClient)
 	first := heal(t, client, "healtest")
 	if n, err := aClient.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
@@ -119,7 +115,7 @@ func TestAServerPromotedAgainIsNotHealed(t *testing.T) {
 	if err := bClient.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
-	follow(t, aClient, b.Addr)
+	a.Follow(t, b)
 	if err := aClient.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -130,23 +126,6 @@ func TestAServerPromotedAgainIsNotHealed(t *testing.T) {
 	if string(again.Mark) != first.Identity || again.Identity == first.Identity || again.Healed() {
 		t.Errorf("A promoted again: %+v; want the mark of %s and not healed", again, first.Identity)
 	}
-}
-
-// follow makes replica a replica of the primary at addr and waits until it
-// is in sync.
-func follow(t testing.TB, replica *redis.Client, addr string) {
-	t.Helper()
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := replica.ReplicaOf(context.Background(), host, port).Err(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "the replica syncs", func() bool {
-		info, err := replica.Info(context.Background(), "replication").Result()
-		return err == nil && strings.Contains(info, "master_link_status:up") && strings.Contains(info, "master_sync_in_progress:0")
-	})
 }
 
 // TestAFillIsFencedByAHealThatBeganSinceItsRead: a reader's fill carries the

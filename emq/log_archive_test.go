@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -297,7 +296,7 @@ func TestReadLogsReplicatedWaitsForTheReplicas(t *testing.T) {
 	// A wait of a second: a replica in sync acknowledges in milliseconds,
 	// but not always within 100 ms under -race on a busy box.
 	primary, follower := testserver.StartRedis(t, testserver.WithRedisConfig("repl-diskless-sync-delay", "0")), testserver.StartRedis(t)
-	followReplica(t, follower, primary)
+	follower.Follow(t, primary)
 	appendN(t, mustQueue(t, primary), "a", 2)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -344,7 +343,7 @@ func TestReadLogsReplicatedVouchesOnlyForEntriesItsReplicasHold(t *testing.T) {
 	// replica was promoted, so a failover loses it.
 	appendN(t, mustQueue(t, old), "a", 2)
 	appendN(t, mustQueue(t, promoted), "a", 1)
-	followReplica(t, follower, promoted)
+	follower.Follow(t, promoted)
 
 	proxy := testserver.StartProxy(t, old.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(old.Addr)})
@@ -373,29 +372,6 @@ func TestReadLogsReplicatedVouchesOnlyForEntriesItsReplicasHold(t *testing.T) {
 	}
 }
 
-// followReplica makes replica follow primary and waits until it holds
-// what primary has.
-func followReplica(t testing.TB, replica, primary *testserver.Redis) {
-	t.Helper()
-	ctx := context.Background()
-	host, port, _ := strings.Cut(primary.Addr, ":")
-	if err := replica.Client(t).Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
-		t.Fatal(err)
-	}
-	rdb := primary.Client(t)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		acked, err := rdb.Do(ctx, "WAIT", 1, 100).Int()
-		if err == nil && acked == 1 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s does not follow %s: %d, %v", replica.Addr, primary.Addr, acked, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // mustQueue is the queue "work" on server, waiting for no replica.
 func mustQueue(t testing.TB, server *testserver.Redis) *emq.Queue {
 	t.Helper()
@@ -415,7 +391,7 @@ func TestTheArchiverTrimsALogOnARedisAtMaxmemory(t *testing.T) {
 	}
 	ctx := context.Background()
 	primary, follower := testserver.StartRedis(t, testserver.WithRedisConfig("repl-diskless-sync-delay", "0")), testserver.StartRedis(t)
-	followReplica(t, follower, primary)
+	follower.Follow(t, primary)
 	appendN(t, mustQueue(t, primary), "a", 20)
 	client, err := emq.Connect(ctx, primary.Client(t), emq.WithLogger(slog.New(slog.DiscardHandler)), emq.WithAdmitReplicas(1, time.Second))
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -374,15 +373,7 @@ func TestAnArchiverKeepsNothingItsReplicasLack(t *testing.T) {
 	if first, last := logBounds(t, f.queue, "acct"); first != 1 || last != 5 {
 		t.Errorf("the log holds %d..%d, want every event", first, last)
 	}
-	replica := testserver.StartRedis(t).Client(t)
-	host, port, err := net.SplitHostPort(primary.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := replica.ReplicaOf(context.Background(), host, port).Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitForReplication(t, replica)
+	testserver.StartRedis(t).Follow(t, primary)
 	// On a busy machine the replica may take longer than the wait at first.
 	for attempt := 1; ; attempt++ {
 		err := archiver.Pass(context.Background(), time.Millisecond)

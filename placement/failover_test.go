@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
-	"strings"
 	"testing"
 	"time"
 
@@ -123,32 +121,8 @@ func placeAndSettle(t testing.TB, placer *placement.Placer, queue *emq.Queue, se
 func replicatedRedis(t testing.TB) (primary, replica *testserver.Redis, replicaClient *redis.Client) {
 	t.Helper()
 	primary, replica = testserver.SingleRedis(t, "fails over to a replica of it"), testserver.StartRedis(t)
-	replicaClient = replica.Client(t)
-	host, port, err := net.SplitHostPort(primary.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := replicaClient.ReplicaOf(context.Background(), host, port).Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitForReplication(t, replicaClient)
-	return primary, replica, replicaClient
-}
-
-// waitForReplication waits until the replica is in sync with its primary.
-func waitForReplication(t testing.TB, replica *redis.Client) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info, err := replica.Info(context.Background(), "replication").Result()
-		if err == nil && strings.Contains(info, "master_link_status:up") && strings.Contains(info, "master_sync_in_progress:0") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the replica never synced: %v %s", err, info)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	replica.Follow(t, primary)
+	return primary, replica, replica.Client(t)
 }
 
 // TestAdmissionWaitsForReplicas: with WithAdmitReplicas(1), a placement is

@@ -3,6 +3,7 @@ package testserver
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -45,6 +46,34 @@ func (r *Redis) Role(ctx context.Context) (string, error) {
 	}
 	role, _ := reply[0].(string)
 	return role, nil
+}
+
+// Follow makes r a replica of primary and waits until it is in sync (its
+// link up, its first synchronization done), so it holds what primary held
+// when it began to follow.
+func (r *Redis) Follow(t testing.TB, primary *Redis) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(primary.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	client := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer client.Close()
+	if err := client.ReplicaOf(ctx, host, port).Err(); err != nil {
+		t.Fatalf("testserver: %s follows %s: %v", r.Addr, primary.Addr, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := client.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") && strings.Contains(info, "master_sync_in_progress:0") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testserver: %s never synced with %s: %v %s", r.Addr, primary.Addr, err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Node returns the node listening on addr; it fails t when there is none.
