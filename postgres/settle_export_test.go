@@ -92,3 +92,13 @@ var SettlementWriteSQL = map[string]string{
 	"settle_guard":         settleGuardSQL,
 	"settle_balances":      settleBalancesSQL,
 }
+
+// SortedBalanceKeys is sortedKeys on parallel arrays: the order, without
+// repeats, in which a write names the balances it locks.
+func SortedBalanceKeys(accounts, assets []string) ([]string, []string) {
+	keys := make([]balanceKey, len(accounts))
+	for i := range accounts {
+		keys[i] = balanceKey{account: accounts[i], asset: assets[i]}
+	}
+	return sortedKeys(keys)
+}

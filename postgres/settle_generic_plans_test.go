@@ -4,7 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"strings"
+	"slices"
 	"testing"
 	"time"
 
@@ -125,13 +125,12 @@ type genericPlanStatement struct {
 // entries, in the order settle_write.go sends its statements.
 func genericPlanWrite(n int) []genericPlanStatement {
 	account := func(i int) string { return fmt.Sprintf("ACC_%026d", i%1000+1) }
-	repeat := func(s string) []string { return strings.Split(strings.Repeat(s+",", n)[:len(s+",")*n-1], ",") }
+	repeat := func(s string) []string { return slices.Repeat([]string{s}, n) }
 	var ids, accounts, makerAccounts, clientIDs, makers, entryAccounts []string
 	var positions, entryTxns, tokens []int64
 	var created []time.Time
 	var entryAmounts []string
 	nulls, falses := make([]*string, n), make([]bool, n)
-	keys := map[string]bool{}
 	var lockAccounts, lockAssets []string
 	for g := 1; g <= n; g++ {
 		ids = append(ids, fmt.Sprintf("ORD_%026d", 900000+g))
@@ -143,21 +142,10 @@ func genericPlanWrite(n int) []genericPlanStatement {
 		entryAccounts = append(entryAccounts, account(g), account(g+1))
 		entryAmounts = append(entryAmounts, "1", "-1")
 		for _, asset := range []string{"BTC", "USD"} {
-			if !keys[account(g)+asset] {
-				keys[account(g)+asset] = true
-				lockAccounts, lockAssets = append(lockAccounts, account(g)), append(lockAssets, asset)
-			}
+			lockAccounts, lockAssets = append(lockAccounts, account(g)), append(lockAssets, asset)
 		}
 	}
-	// Sorted as sortedKeys sorts them: the accounts' names are of one length.
-	for i := range lockAccounts {
-		for j := i + 1; j < len(lockAccounts); j++ {
-			if lockAccounts[j]+lockAssets[j] < lockAccounts[i]+lockAssets[i] {
-				lockAccounts[i], lockAccounts[j] = lockAccounts[j], lockAccounts[i]
-				lockAssets[i], lockAssets[j] = lockAssets[j], lockAssets[i]
-			}
-		}
-	}
+	lockAccounts, lockAssets = postgres.SortedBalanceKeys(lockAccounts, lockAssets)
 	k := len(lockAccounts)
 	names := make([]string, k)
 	for i := range names {
