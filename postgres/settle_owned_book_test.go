@@ -31,9 +31,16 @@ func TestOwnedBookIsTheOneTheNextOwnerLoads(t *testing.T) {
 			t.Fatalf("order %d: %v", i, err)
 		}
 	}
-	held, ok := a.OwnedBook("BTC-USD")
-	if !ok || held.Orders() == 0 {
-		t.Fatalf("the owner holds %d orders (%v); want a book", held.Orders(), ok)
+	// Every Settle has returned, but the driver may not have stopped yet:
+	// OwnedBook answers only between batches.
+	var held postgres.OwnerBook
+	waitFor(t, "the owner's driver stops", func() bool {
+		var ok bool
+		held, ok = a.OwnedBook("BTC-USD")
+		return ok
+	})
+	if held.Orders() == 0 {
+		t.Fatalf("the owner holds no orders; want a book")
 	}
 	if _, ok := a.OwnedBook("ETH-USD"); ok {
 		t.Errorf("a book of an instrument the settler does not own")
