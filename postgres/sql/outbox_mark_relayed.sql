@@ -11,7 +11,7 @@
 -- source's log reads the events rows relayed in the last minute back
 -- (outbox_event_rows.sql), so those are kept.
 --
--- Each entry is one probe of outbox_name_version_key, in a subquery per
+-- Each entry is one probe of outbox_pkey (name, version), in a subquery per
 -- entry, and its row is then settled by the ctid the probe locked (no one
 -- else can move a row this statement holds, and the two lists name
 -- different rows): joined instead (and with the families told apart by
