@@ -77,8 +77,8 @@ func OwnedExtended(s *Settler) int64 { return s.owned.extended.Load() }
 // SettleEventsSQL is settle_events.sql, for the tests that run it on its own.
 var SettleEventsSQL = settleEventsSQL
 
-// SettlementWriteSQL is each statement of an owner's write, by its file's
-// name, for the tests that run them on their own.
+// SettlementWriteSQL is each statement of an owner's write and of its read
+// before, by its file's name, for the tests that run them on their own.
 var SettlementWriteSQL = map[string]string{
 	"settle_owned_fence":   settleOwnedFenceSQL,
 	"settle_open":          settleOpenSQL,
@@ -91,6 +91,10 @@ var SettlementWriteSQL = map[string]string{
 	"settle_lock":          settleLockSQL,
 	"settle_guard":         settleGuardSQL,
 	"settle_balances":      settleBalancesSQL,
+	"settle_read_plans":    settleReadPlansSQL,
+	"settle_existing":      settleExistingSQL,
+	"settle_duplicates":    settleDuplicatesSQL,
+	"settle_takers":        settleTakersSQL,
 }
 
 // SortedBalanceKeys is sortedKeys on parallel arrays: the order, without

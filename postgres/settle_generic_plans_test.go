@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,6 +100,88 @@ func TestSettlementGenericPlansProbeKeys(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSettlementReadGenericPlansProbeKeys: an owner's read before a write
+// (readOwned) runs its statements with generic plans, from
+// settle_read_plans.sql to the end of its pipeline and no further, and
+// each reads the rows it names by their keys whatever the statistics, as
+// TestSettlementGenericPlansProbeKeys asks of the write.
+func TestSettlementReadGenericPlansProbeKeys(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := db.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec("ANALYZE")
+	exec(genericPlansRows)
+	smallTables := map[string]bool{"instruments": true, "assets": true}
+	for _, stats := range []struct {
+		name    string
+		analyze bool
+	}{{name: "statistics of empty tables"}, {name: "statistics of the rows", analyze: true}} {
+		if stats.analyze {
+			exec("ANALYZE")
+		}
+		for _, n := range []int{1, 200} {
+			t.Run(fmt.Sprintf("%s, %d orders", stats.name, n), func(t *testing.T) {
+				conn := freshConn(t, db)
+				var modes []string
+				var scanned []string
+				read := &pgx.Batch{}
+				for _, s := range genericPlanRead(n) {
+					read.Queue(postgres.SettlementWriteSQL[s.name], s.args...)
+				}
+				read.Queue("SELECT current_setting('plan_cache_mode')").QueryRow(func(row pgx.Row) error {
+					var mode string
+					modes = append(modes, mode)
+					return row.Scan(&modes[len(modes)-1])
+				})
+				// The pipeline's own counts, its one implicit transaction's.
+				read.Queue("SELECT relname || ' ' || seq_scan FROM pg_stat_xact_user_tables WHERE seq_scan > 0").Query(
+					func(rows pgx.Rows) error {
+						var err error
+						scanned, err = pgx.CollectRows(rows, pgx.RowTo[string])
+						return err
+					})
+				if err := conn.SendBatch(ctx, read).Close(); err != nil {
+					t.Fatal(err)
+				}
+				var after string
+				if err := conn.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&after); err != nil {
+					t.Fatal(err)
+				}
+				if len(modes) != 1 || modes[0] != "force_generic_plan" || after != "auto" {
+					t.Errorf("plan_cache_mode = %v in the read, %s after it; want force_generic_plan, then auto", modes, after)
+				}
+				for _, s := range scanned {
+					if table, _, _ := strings.Cut(s, " "); !smallTables[table] {
+						t.Errorf("the read scanned %s times", s)
+					}
+				}
+			})
+		}
+	}
+}
+
+// genericPlanRead is readOwned's read before genericPlanWrite(n), in the
+// order it sends its statements.
+func genericPlanRead(n int) []genericPlanStatement {
+	var ids, accounts, clientIDs, symbols []string
+	for g := 1; g <= n; g++ {
+		ids = append(ids, fmt.Sprintf("ORD_%026d", 900000+g))
+		accounts = append(accounts, fmt.Sprintf("ACC_%026d", g%1000+1))
+		clientIDs, symbols = append(clientIDs, fmt.Sprintf("n%d", g)), append(symbols, "BTC-USD")
+	}
+	return []genericPlanStatement{
+		{name: "settle_read_plans"},
+		{name: "settle_existing", args: []any{ids}},
+		{name: "settle_duplicates", args: []any{ids, accounts, clientIDs}},
+		{name: "settle_takers", args: []any{accounts, symbols}},
 	}
 }
 

@@ -54,6 +54,8 @@ var (
 	settleOwnedMakersSQL string
 	//go:embed sql/settle_owned_lock_timeout.sql
 	settleOwnedLockTimeoutSQL string
+	//go:embed sql/settle_read_plans.sql
+	settleReadPlansSQL string
 )
 
 const fencedCodeWord = "SETTLEFENCED"

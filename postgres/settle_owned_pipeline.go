@@ -617,6 +617,8 @@ func (s *Settler) readOwned(ctx context.Context, st *ownedBook, batch []*settleR
 	snapshot := make(map[balanceKey]*lockedBalance)
 	committed := false
 	read := &pgx.Batch{}
+	// Generic plans for the reads below, until the batch's end.
+	read.Queue(settleReadPlansSQL)
 	read.Queue(settleExistingSQL, ids).Query(func(rows pgx.Rows) error {
 		var id string
 		_, err := pgx.ForEachRow(rows, []any{&id}, func() error { existing[id] = true; return nil })
