@@ -9,6 +9,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -454,4 +455,58 @@ func TestAdmitOnRedisCluster(t *testing.T) {
 func newRedisForModel(t testing.TB) redis.UniversalClient {
 	t.Helper()
 	return testserver.QueueRedis(t)
+}
+
+// BenchmarkAdmitMany admits as the outbox relay does: a round trip of jobs
+// with dedup keys, each in a lane of its own group. It reports the Redis
+// CPU and the commands (scripts' own included) each admission costs, which
+// a loaded machine's wall time would hide.
+func BenchmarkAdmitMany(b *testing.B) {
+	ctx := context.Background()
+	queue, rdb := newQueue(b)
+	jobs := make([]emq.Job, 64)
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	redisCPU := serverCPU(b, rdb)
+	b.ResetTimer()
+	for n := 0; n < b.N; n += len(jobs) {
+		for i := range jobs {
+			id := fmt.Sprintf("JOB_%09d", n+i)
+			jobs[i] = emq.Job{ID: id, Kind: "test.job", Group: "g" + strconv.Itoa((n+i)%1000),
+				Payload: []byte(`{"id":"` + id + `","account":"ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1@17"}`), DedupKey: id}
+		}
+		if _, errs := queue.AdmitMany(ctx, jobs); errors.Join(errs...) != nil {
+			b.Fatal(errors.Join(errs...))
+		}
+	}
+	b.StopTimer()
+	admitted := float64((b.N + len(jobs) - 1) / len(jobs) * len(jobs))
+	if cpu := serverCPU(b, rdb); cpu > 0 {
+		b.ReportMetric((cpu-redisCPU)*1e6/admitted, "redis-µs/job")
+	}
+	b.ReportMetric(float64(commandCalls(b, rdb))/admitted, "commands/job")
+}
+
+// commandCalls is how many commands the server ran since its stats were
+// reset, those scripts ran included; 0 on a cluster.
+func commandCalls(tb testing.TB, rdb redis.UniversalClient) int64 {
+	if _, cluster := rdb.(*redis.ClusterClient); cluster {
+		return 0
+	}
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var calls int64
+	for line := range strings.Lines(info) {
+		_, stats, ok := strings.Cut(line, ":calls=")
+		if !ok {
+			continue
+		}
+		count, _, _ := strings.Cut(stats, ",")
+		n, _ := strconv.ParseInt(count, 10, 64)
+		calls += n
+	}
+	return calls
 }

@@ -24,6 +24,9 @@ func BenchmarkAppendLogs(b *testing.B) {
 			queue, rdb := newQueue(b)
 			data := []byte(`{"id":"ORD_01M93ZAQFQQ3NHBNW6QC3YWKCS","state":"filled","filled":"0.25000000","price":"61234.50"}` + strings.Repeat(" ", 200))
 			appends := make([]emq.LogAppend, perTrip)
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
 			redisCPU, selfCPU := serverCPU(b, rdb), processCPU()
 			b.ResetTimer()
 			for n := 0; n < b.N; n += perTrip {
@@ -45,6 +48,7 @@ func BenchmarkAppendLogs(b *testing.B) {
 				b.ReportMetric((cpu-redisCPU)*1e6/appended, "redis-µs/append")
 			}
 			b.ReportMetric((processCPU()-selfCPU)*1e6/appended, "client-µs/append")
+			b.ReportMetric(float64(commandCalls(b, rdb))/appended, "commands/append")
 		})
 	}
 }

@@ -315,6 +315,7 @@ func BenchmarkWorkClaimComplete(b *testing.B) {
 	var completed atomic.Int64
 	all := make(chan struct{})
 	logger := slog.New(slog.NewJSONHandler(&logbuffer.Buffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	redisCPU, selfCPU := serverCPU(b, rdb), processCPU()
 	b.ResetTimer()
 	worker := startWorker(b, queue, func(context.Context, emq.Claim) error { return nil }, emq.WorkerOptions{
 		Concurrency: 32, Logger: logger,
@@ -327,6 +328,11 @@ func BenchmarkWorkClaimComplete(b *testing.B) {
 	<-all
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	// CPU per job, which a loaded machine's wall time would hide.
+	if cpu := serverCPU(b, rdb); cpu > 0 {
+		b.ReportMetric((cpu-redisCPU)*1e6/float64(b.N), "redis-µs/job")
+	}
+	b.ReportMetric((processCPU()-selfCPU)*1e6/float64(b.N), "client-µs/job")
 	worker.stop(b)
 	if n, _ := rdb.ZCard(context.Background(), queue.Key("done")).Result(); n != int64(min(b.N, emq.DefaultRetention)) {
 		b.Fatalf("done = %d, want %d", n, b.N)

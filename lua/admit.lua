@@ -115,23 +115,26 @@ for i = 10, last_window do
   end
 end
 
-if redis.call('HEXISTS', KEYS[2], id) == 1 then
-  return redis.error_reply('EMQEXISTS job ' .. id .. ' exists already')
-end
-
-write(KEYS[2], id, {
+-- HSETNX writes the row unless the id is taken: the check and the write
+-- in one call.
+if redis.call('HSETNX', KEYS[2], id, encode({
   state = 'pending', attempts = 0, forgiven = 0, created = at, died = 0, finished = 0,
   kind = kind, group = group, error = '', payload = payload,
-})
+})) == 0 then
+  return redis.error_reply('EMQEXISTS job ' .. id .. ' exists already')
+end
 enqueue(KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], id, group)
 if logged then
   sequence = log_append(KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS], group, ARGV[11], ARGV[12], ARGV[13], at)
 end
 
 redis.call('HSET', KEYS[10], digest, id .. ' ' .. fingerprint)
--- NX for a new window; GT keeps the latest expiry an admission asked for.
-if redis.call('PEXPIREAT', KEYS[10], ARGV[7], 'NX') == 0 then
-  redis.call('PEXPIREAT', KEYS[10], ARGV[7], 'GT')
+-- The window keeps the latest expiry an admission asked for (none yet:
+-- -1). Read first: the admissions of a window mostly ask for the expiry it
+-- has, and one read is then the whole cost, where PEXPIREAT NX then GT
+-- took two calls each time.
+if redis.call('PEXPIRETIME', KEYS[10]) < tonumber(ARGV[7]) then
+  redis.call('PEXPIREAT', KEYS[10], ARGV[7])
 end
 -- One token wakes a claimer blocked on an empty queue; a busy queue keeps
 -- its token (a claim removes it only when it finds nothing), so this costs

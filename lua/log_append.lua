@@ -67,12 +67,19 @@ for _, append in ipairs(appends) do
     sources[#sources + 1] = source
   end
 end
+local held_at_start = {}
 if #sources > 0 then
   local held = redis.call('HMGET', KEYS[2], unpack(sources))
-  for i, source in ipairs(sources) do held_of[source] = tonumber(held[i] or '0') end
+  for i, source in ipairs(sources) do
+    held_of[source] = tonumber(held[i] or '0')
+    held_at_start[source] = held_of[source]
+  end
 end
 
 local reply, announced, last_of, failures = {}, {}, {}, {}
+-- advanced lists the sources whose version this call raised, once each:
+-- one HSET at the end records them all, where one a source cost a call.
+local advanced = {}
 local at, made
 for i, append in ipairs(appends) do
   local a, n = append[1], append[2]
@@ -106,7 +113,7 @@ for i, append in ipairs(appends) do
     else
       made = true
       if source ~= '' then
-        redis.call('HSET', KEYS[2], source, version)
+        if held_of[source] == held_at_start[source] then advanced[#advanced + 1] = source end
         held_of[source], held = version, version
       end
       if not last_of[group] then announced[#announced + 1] = group end
@@ -114,6 +121,16 @@ for i, append in ipairs(appends) do
       reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = last - n + 1, n, held, 0
     end
   end
+end
+-- The sources' versions go before the announcements: a reader told of
+-- an append finds its source's version held.
+if #advanced > 0 then
+  local fields = {}
+  for _, source in ipairs(advanced) do
+    fields[#fields + 1] = source
+    fields[#fields + 1] = held_of[source]
+  end
+  redis.call('HSET', KEYS[2], unpack(fields))
 end
 -- One announcement per group, its last sequence: its readers read the log
 -- after their position, so that tells them all they need.
