@@ -2,6 +2,7 @@ package emq_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -298,13 +299,37 @@ func gathered(t testing.TB, registry *prometheus.Registry) map[string]float64 {
 	return values
 }
 
-// BenchmarkWorkClaimComplete measures the runtime's throughput with a no-op
-// handler: claim, run, complete, per job.
+// BenchmarkWorkClaimComplete measures the runtime's throughput: claim,
+// run, complete, per job, with a no-op handler and with one that decodes
+// its payload as settlement's does (encoding/json, whose reflection grows
+// the stack of the goroutine it runs on).
 func BenchmarkWorkClaimComplete(b *testing.B) {
+	type order struct {
+		ID, Account, Symbol, Side, Type, Quantity, Price string
+		Created                                          time.Time
+	}
+	payload := []byte(`{"ID":"ORD_01J9Z7W2X3Y4Z5A6B7C8D9E0F1","Account":"ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1",` +
+		`"Symbol":"BTC-USD","Side":"buy","Type":"limit","Quantity":"0.010","Price":"50000.00",` +
+		`"Created":"2025-01-01T00:00:00.123456789Z"}`)
+	for _, tc := range []struct {
+		name    string
+		handler emq.Handler
+	}{
+		{"no-op", func(context.Context, emq.Claim) error { return nil }},
+		{"json", func(_ context.Context, claim emq.Claim) error {
+			var o order
+			return json.Unmarshal(claim.Payload, &o)
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) { benchmarkWork(b, payload, tc.handler) })
+	}
+}
+
+func benchmarkWork(b *testing.B, payload []byte, handler emq.Handler) {
 	queue, rdb := newQueue(b)
 	jobs := make([]emq.Job, b.N)
 	for i := range jobs {
-		jobs[i] = emq.Job{ID: fmt.Sprintf("bench-%07d", i), Kind: "test.job", Group: fmt.Sprintf("g%d", i%50), Payload: []byte("ok")}
+		jobs[i] = emq.Job{ID: fmt.Sprintf("bench-%07d", i), Kind: "test.job", Group: fmt.Sprintf("g%d", i%50), Payload: payload}
 	}
 	for start := 0; start < len(jobs); start += 1000 {
 		_, errs := queue.AdmitMany(context.Background(), jobs[start:min(start+1000, len(jobs))])
@@ -317,7 +342,7 @@ func BenchmarkWorkClaimComplete(b *testing.B) {
 	logger := slog.New(slog.NewJSONHandler(&logbuffer.Buffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	redisCPU, selfCPU := serverCPU(b, rdb), processCPU()
 	b.ResetTimer()
-	worker := startWorker(b, queue, func(context.Context, emq.Claim) error { return nil }, emq.WorkerOptions{
+	worker := startWorker(b, queue, handler, emq.WorkerOptions{
 		Concurrency: 32, Logger: logger,
 		OnComplete: func(emq.Claim) {
 			if completed.Add(1) == int64(b.N) {
