@@ -38,11 +38,14 @@ func (s *Server) placeOrder(c echo.Context) error {
 		// Redis all the same, while its answer would be 503.
 		return fmt.Errorf("%w: %w", orders.ErrUnavailable, err)
 	}
-	var opts []placement.PlaceOption
+	// One call a case: a slice built up for the options would be on the
+	// heap, each request.
+	var placed placement.Placement
 	if s.limiting() {
-		opts = append(opts, placement.WithRateLimit(state(c).bucket, s.limit()))
+		placed, err = s.placer.Place(c.Request().Context(), cmd, placement.WithRateLimit(state(c).bucket, s.limit()))
+	} else {
+		placed, err = s.placer.Place(c.Request().Context(), cmd)
 	}
-	placed, err := s.placer.Place(c.Request().Context(), cmd, opts...)
 	var limited *placement.RateLimitedError
 	if errors.As(err, &limited) {
 		return s.answerTake(c, limited.Take)
@@ -70,9 +73,27 @@ func (s *Server) placeOrder(c echo.Context) error {
 		return c.JSON(http.StatusAccepted, order) // echo's ?pretty and friends
 	}
 	// The order's JSON was made once, for the queue job; it is the answer
-	// too, ended by a newline as c.JSON ends its answers. The job is
-	// admitted, so nothing reads the payload any more.
-	return c.JSONBlob(http.StatusAccepted, append(placed.JSON, '\n'))
+	// too, ended by a newline as c.JSON ends its answers: written as two
+	// pieces (into the response's buffer), not appended to, which copied it.
+	return writeJSON(c, http.StatusAccepted, placed.JSON)
+}
+
+// newline ends a JSON answer, as c.JSON ends its answers.
+var newline = []byte{'\n'}
+
+// writeJSON answers status with body, a JSON value, and a newline: what
+// c.JSONBlob(status, append(body, '\n')) sends.
+func writeJSON(c echo.Context, status int, body []byte) error {
+	res := c.Response()
+	if res.Header().Get(echo.HeaderContentType) == "" {
+		res.Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+	}
+	res.WriteHeader(status)
+	if _, err := res.Write(body); err != nil {
+		return err
+	}
+	_, err := res.Write(newline)
+	return err
 }
 
 // asPlaced is the order with the id as its placement answered it, from

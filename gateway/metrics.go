@@ -111,32 +111,30 @@ func newMetrics(registry *prometheus.Registry) *metrics {
 
 // measure records every answer once it is written. It wraps observe, which
 // turns errors into problem answers, so the status it reads is the one sent.
-func (s *Server) measure(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		start := time.Now()
-		err := next(c)
-		route := c.Path()
-		if _, known := s.routes[route]; !known {
-			route = unmatchedRoute
-		}
-		method := methodLabel(c.Request().Method)
-		status := c.Response().Status
-		placement := route == placeOrderRoute && method == http.MethodPost
-		var requests prometheus.Counter
-		var times prometheus.Observer
-		if placement && status == http.StatusAccepted {
-			requests, times = s.metrics.admissionSeries()
-		} else {
-			requests = s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(status))
-			times = s.metrics.duration.WithLabelValues(route, method)
-		}
-		requests.Inc()
-		times.Observe(time.Since(start).Seconds())
-		if placement {
-			s.metrics.countPlacement(status)
-		}
-		return err
+func (s *Server) measure(c echo.Context, next echo.HandlerFunc) error {
+	start := time.Now()
+	err := s.observe(c, next)
+	route := c.Path()
+	if _, known := s.routes[route]; !known {
+		route = unmatchedRoute
 	}
+	method := methodLabel(c.Request().Method)
+	status := c.Response().Status
+	placement := route == placeOrderRoute && method == http.MethodPost
+	var requests prometheus.Counter
+	var times prometheus.Observer
+	if placement && status == http.StatusAccepted {
+		requests, times = s.metrics.admissionSeries()
+	} else {
+		requests = s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(status))
+		times = s.metrics.duration.WithLabelValues(route, method)
+	}
+	requests.Inc()
+	times.Observe(time.Since(start).Seconds())
+	if placement {
+		s.metrics.countPlacement(status)
+	}
+	return err
 }
 
 // admissionSeries are the request count and duration of admitted

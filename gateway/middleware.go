@@ -63,58 +63,56 @@ const maxRequestID = 128
 // line, which names the order a placement admitted; a refusal's line only
 // when it is its client's first in a second (refusalLog). Headers are
 // never logged: they carry API keys.
-func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		start := time.Now()
-		id := c.Request().Header.Get(headerRequestID)
-		if !idCharacters(id, maxRequestID) {
-			id = newRequestID()
-		}
-		c.Response().Header().Set(headerRequestID, id)
-		st := &requestState{}
-		c.Set(contextRequest, st)
-		err := next(c)
-		if err != nil {
-			c.Error(err)
-		}
-		status := c.Response().Status
-		level := slog.LevelInfo
-		if status >= 500 {
-			level = slog.LevelError
-		}
-		ctx := c.Request().Context()
-		if !s.logger.Enabled(ctx, level) {
-			return nil
-		}
-		if status >= 400 && status < 500 && !s.refusals.admit(limitAddress(c), status, start) {
-			return nil // counted, and summarized once its client's second is over
-		}
-		// Straight to the handler: Logger.LogAttrs would walk the stack for
-		// a source position the line does not carry.
-		record := slog.NewRecord(time.Now(), level, "request", 0)
-		// The attributes go in at once: the record holds five itself and
-		// grows its slice for the rest once, not once per AddAttrs.
-		attrs := [8]slog.Attr{
-			slog.String("request_id", id),
-			slog.String("method", c.Request().Method),
-			slog.String("path", c.Request().URL.Path),
-			slog.Int("status", status),
-			slog.Int64("bytes", c.Response().Size),
-			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-		}
-		n := 6
-		if st.account != "" {
-			attrs[n] = slog.String("account", st.account)
-			n++
-		}
-		if st.order != "" {
-			attrs[n] = slog.String("order_id", st.order)
-			n++
-		}
-		record.AddAttrs(attrs[:n]...)
-		_ = s.logger.Handler().Handle(ctx, record)
+func (s *Server) observe(c echo.Context, next echo.HandlerFunc) error {
+	start := time.Now()
+	id := c.Request().Header.Get(headerRequestID)
+	if !idCharacters(id, maxRequestID) {
+		id = newRequestID()
+	}
+	c.Response().Header().Set(headerRequestID, id)
+	st := &requestState{}
+	c.Set(contextRequest, st)
+	err := s.recoverPanics(c, next)
+	if err != nil {
+		c.Error(err)
+	}
+	status := c.Response().Status
+	level := slog.LevelInfo
+	if status >= 500 {
+		level = slog.LevelError
+	}
+	ctx := c.Request().Context()
+	if !s.logger.Enabled(ctx, level) {
 		return nil
 	}
+	if status >= 400 && status < 500 && !s.refusals.admit(limitAddress(c), status, start) {
+		return nil // counted, and summarized once its client's second is over
+	}
+	// Straight to the handler: Logger.LogAttrs would walk the stack for
+	// a source position the line does not carry.
+	record := slog.NewRecord(time.Now(), level, "request", 0)
+	// The attributes go in at once: the record holds five itself and
+	// grows its slice for the rest once, not once per AddAttrs.
+	attrs := [8]slog.Attr{
+		slog.String("request_id", id),
+		slog.String("method", c.Request().Method),
+		slog.String("path", c.Request().URL.Path),
+		slog.Int("status", status),
+		slog.Int64("bytes", c.Response().Size),
+		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+	}
+	n := 6
+	if st.account != "" {
+		attrs[n] = slog.String("account", st.account)
+		n++
+	}
+	if st.order != "" {
+		attrs[n] = slog.String("order_id", st.order)
+		n++
+	}
+	record.AddAttrs(attrs[:n]...)
+	_ = s.logger.Handler().Handle(ctx, record)
+	return nil
 }
 
 func requestID(c echo.Context) string { return c.Response().Header().Get(headerRequestID) }
@@ -149,29 +147,25 @@ func (s *Server) requestLogger(c echo.Context) *slog.Logger {
 	return st.logger
 }
 
-func (s *Server) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) (err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				if r == http.ErrAbortHandler {
-					panic(r)
-				}
-				err = fmt.Errorf("gateway: panic: %v", r)
+func (s *Server) recoverPanics(c echo.Context, next echo.HandlerFunc) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if r == http.ErrAbortHandler {
+				panic(r)
 			}
-		}()
-		return next(c)
-	}
+			err = fmt.Errorf("gateway: panic: %v", r)
+		}
+	}()
+	return s.refuseOtherMethods(c, next)
 }
 
 // deadline bounds the request's work by the request timeout.
-func (s *Server) deadline(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		st := state(c)
-		st.untimed = c.Request().Context()
-		s.startDeadline(c, st)
-		defer func() { st.stopTimer() }()
-		return next(c)
-	}
+func (s *Server) deadline(c echo.Context, next echo.HandlerFunc) error {
+	st := state(c)
+	st.untimed = c.Request().Context()
+	s.startDeadline(c, st)
+	defer func() { st.stopTimer() }()
+	return next(c)
 }
 
 // startDeadline gives the request the request timeout from now.

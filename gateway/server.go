@@ -226,12 +226,12 @@ func New(deps Deps, config Config) *Server {
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.measure, s.observe, s.recoverPanics, s.refuseOtherMethods, s.deadline)
+	e.Use(s.around)
 
 	// The public routes have no API key: they are limited per client
 	// address, one bucket for all of them (rateLimitByAddress).
-	e.GET("/healthz", s.health, s.rateLimitByAddress)
-	e.GET("/readyz", s.readiness, s.rateLimitByAddress)
+	e.GET("/healthz", with(s.health, s.rateLimitByAddress))
+	e.GET("/readyz", with(s.readiness, s.rateLimitByAddress))
 	// Authentication and the rate limit are per route: group middleware would
 	// answer a wrong method on a known path with 404 instead of 405. The
 	// limit runs after authentication: its buckets are per API key. A
@@ -240,20 +240,20 @@ func New(deps Deps, config Config) *Server {
 	// Reads need the key's read scope, places and cancels its trade scope.
 	read := []echo.MiddlewareFunc{s.authenticate(orders.ScopeRead), s.rateLimit}
 	trade := []echo.MiddlewareFunc{s.authenticate(orders.ScopeTrade), s.rateLimit}
-	e.POST(placeOrderRoute, s.placeOrder, trade[0])
-	e.GET(placeOrderRoute, s.listOrders, read...)
-	e.GET("/v1/orders/:id", s.getOrder, read...)
-	e.DELETE("/v1/orders/:id", s.cancelOrder, trade...)
-	e.DELETE(placeOrderRoute, s.cancelAllOrders, trade...)
-	e.GET("/v1/balances", s.listBalances, read...)
-	e.GET("/v1/fills", s.listFills, read...)
+	e.POST(placeOrderRoute, with(s.placeOrder, trade[0]))
+	e.GET(placeOrderRoute, with(s.listOrders, read...))
+	e.GET("/v1/orders/:id", with(s.getOrder, read...))
+	e.DELETE("/v1/orders/:id", with(s.cancelOrder, trade...))
+	e.DELETE(placeOrderRoute, with(s.cancelAllOrders, trade...))
+	e.GET("/v1/balances", with(s.listBalances, read...))
+	e.GET("/v1/fills", with(s.listFills, read...))
 	if s.events != nil {
-		e.GET(eventsRoute, s.streamEvents, read...)
+		e.GET(eventsRoute, with(s.streamEvents, read...))
 	}
 	// Public market data: no API key. The instruments come from memory; the
 	// book is read from PostgreSQL.
-	e.GET("/v1/instruments", s.listInstruments, s.rateLimitByAddress)
-	e.GET("/v1/instruments/:symbol/book", s.getBook, s.rateLimitByAddress)
+	e.GET("/v1/instruments", with(s.listInstruments, s.rateLimitByAddress))
+	e.GET("/v1/instruments/:symbol/book", with(s.getBook, s.rateLimitByAddress))
 	for _, r := range e.Routes() {
 		methods := s.routes[r.Path].methods
 		if methods == nil {
@@ -276,15 +276,31 @@ type route struct {
 // answers would list OPTIONS in Allow and answer OPTIONS itself with a 204,
 // neither of which the contract has: no route serves OPTIONS (nor HEAD).
 // It runs before authentication (route middleware), as Echo's 405 did.
-func (s *Server) refuseOtherMethods(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		r, known := s.routes[c.Path()]
-		if !known || r.methods[c.Request().Method] {
-			return next(c)
-		}
-		c.Response().Header().Set(echo.HeaderAllow, r.allow)
-		return &requestError{kind: kindMethodNotAllowed, detail: "this resource answers " + r.allow + " only (see the Allow header)"}
+func (s *Server) refuseOtherMethods(c echo.Context, next echo.HandlerFunc) error {
+	r, known := s.routes[c.Path()]
+	if !known || r.methods[c.Request().Method] {
+		return s.deadline(c, next)
 	}
+	c.Response().Header().Set(echo.HeaderAllow, r.allow)
+	return &requestError{kind: kindMethodNotAllowed, detail: "this resource answers " + r.allow + " only (see the Allow header)"}
+}
+
+// around is every request's middleware, each step calling the next as a
+// method: measure, observe, recoverPanics, refuseOtherMethods, deadline.
+// Echo builds a request's middleware chain anew for each request, a
+// closure a middleware; as one middleware the chain is one closure.
+func (s *Server) around(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error { return s.measure(c, next) }
+}
+
+// with is h behind the route middleware m, the first outermost, as Echo
+// would apply them. Composed once here: Echo's own route middleware is
+// applied anew on each request, a closure a middleware.
+func with(h echo.HandlerFunc, m ...echo.MiddlewareFunc) echo.HandlerFunc {
+	for i := len(m) - 1; i >= 0; i-- {
+		h = m[i](h)
+	}
+	return h
 }
 
 // ServeHTTP serves the API.
