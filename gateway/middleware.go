@@ -22,7 +22,7 @@ const (
 )
 
 // requestState is what the middleware and handlers learn of one request,
-// kept in one value under contextRequest rather than an entry each.
+// kept in one value (requestContext's) rather than an entry each.
 type requestState struct {
 	// account and bucket are the API key's account and rate-limit bucket, once
 	// authenticate has found them, and scopes the key's scopes.
@@ -45,8 +45,23 @@ type requestState struct {
 	logger *slog.Logger
 }
 
-// state is the request's requestState; observe puts it on every request.
+// requestContext is the echo.Context every request's handlers get
+// (around): Echo's own, with the request's requestState beside it. Kept in
+// Echo's store instead, it cost a map of its own for every request (Echo
+// empties the store of a pooled context, and makes a new one on the first
+// Set), and a lock for each look-up.
+type requestContext struct {
+	echo.Context
+	state requestState
+}
+
+// state is the request's requestState; around puts it on every request.
+// A context Echo made alone (its error handler's, in a test) keeps one in
+// its store.
 func state(c echo.Context) *requestState {
+	if rc, ok := c.(*requestContext); ok {
+		return &rc.state
+	}
 	if st, ok := c.Get(contextRequest).(*requestState); ok {
 		return st
 	}
@@ -70,11 +85,12 @@ func (s *Server) observe(c echo.Context, next echo.HandlerFunc) error {
 		id = newRequestID()
 	}
 	c.Response().Header().Set(headerRequestID, id)
-	st := &requestState{}
-	c.Set(contextRequest, st)
+	st := state(c)
 	err := s.recoverPanics(c, next)
 	if err != nil {
-		c.Error(err)
+		// What c.Error does, with this context: Echo's would hand its
+		// own, without the request's state, to the error handler.
+		s.handleError(err, c)
 	}
 	status := c.Response().Status
 	level := slog.LevelInfo

@@ -290,7 +290,7 @@ func (s *Server) refuseOtherMethods(c echo.Context, next echo.HandlerFunc) error
 // Echo builds a request's middleware chain anew for each request, a
 // closure a middleware; as one middleware the chain is one closure.
 func (s *Server) around(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error { return s.measure(c, next) }
+	return func(c echo.Context) error { return s.measure(&requestContext{Context: c}, next) }
 }
 
 // with is h behind the route middleware m, the first outermost, as Echo
