@@ -18,18 +18,20 @@ import (
 // starts each, until ctx is cancelled.
 func (w *worker) claimLoop(ctx context.Context) {
 	idle := w.options.IdlePoll
-	idleCeiling := max(w.options.IdlePoll, idlePollCeiling)
+	idleCeiling := w.options.idleCeiling()
 	trouble := outage.Tracker{Loop: "claim"}
 	for {
 		free, ok := w.acquireSlots(ctx)
 		if !ok {
 			return
 		}
+		// Taken before the claim: a job made pending after it ends the wait.
+		pending := w.queue.client.pending.wake(w.queue.name)
 		sentAt := time.Now()
 		claims, due, err := w.claim(ctx, free)
 		if due.seen {
-			w.reapDue.note(due.reap, sentAt)
-			w.promoteDue.note(due.promote, sentAt)
+			w.reapDue.note(due.reap, due.reapIn, sentAt)
+			w.promoteDue.note(due.promote, due.promoteIn, sentAt)
 		}
 		for range free - len(claims) {
 			<-w.slots
@@ -77,10 +79,15 @@ func (w *worker) claimLoop(ctx context.Context) {
 			}
 		}
 		if idleQueue {
-			if !w.awaitAdmission(ctx, wait) {
+			if !w.awaitAdmission(ctx, wait, pending) {
 				return
 			}
-		} else if wait > 0 && !outage.Sleep(ctx, wait) {
+		} else if err != nil {
+			// Backing off: an admission does not cut it short.
+			if !outage.Sleep(ctx, wait) {
+				return
+			}
+		} else if wait > 0 && !sleepUnless(ctx, wait, pending) {
 			return
 		}
 	}
@@ -92,7 +99,7 @@ func (w *worker) claimLoop(ctx context.Context) {
 // poll (WorkerOptions.WakeOnAdmission). Jobs that become pending otherwise
 // (a retry's delay ending, a reaped lease) are found by the poll. It
 // returns false when ctx is cancelled.
-func (w *worker) awaitAdmission(ctx context.Context, d time.Duration) bool {
+func (w *worker) awaitAdmission(ctx context.Context, d time.Duration, pending <-chan struct{}) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}
@@ -105,14 +112,14 @@ func (w *worker) awaitAdmission(ctx context.Context, d time.Duration) bool {
 		wait = min(wait, readTimeout/2, readTimeout-wakeSlack)
 	}
 	if wait <= 0 {
-		return outage.Sleep(ctx, d)
+		return sleepUnless(ctx, d, pending)
 	}
 	d = wait
 	// The waits may hold only part of the pool (wakeWaits); past it, sleep.
 	select {
 	case w.queue.client.waits <- struct{}{}:
 	default:
-		return outage.Sleep(ctx, d)
+		return sleepUnless(ctx, d, pending)
 	}
 	start := time.Now()
 	// BLPOP takes its timeout in seconds, fractions allowed (Redis 6 and
@@ -131,12 +138,32 @@ func (w *worker) awaitAdmission(ctx context.Context, d time.Duration) bool {
 	select {
 	case <-ctx.Done():
 		return false
+	case <-pending:
+		// This client made a job pending: claim it now; the wait ends on
+		// its own within d.
 	case err := <-waited:
 		if err != nil && !errors.Is(err, redis.Nil) {
 			// The server is away or the call failed: the claim that follows
 			// reports it; wait out the poll meanwhile.
-			return outage.Sleep(ctx, d-time.Since(start))
+			return sleepUnless(ctx, d-time.Since(start), pending)
 		}
+	}
+	return ctx.Err() == nil
+}
+
+// sleepUnless sleeps d, or until pending is closed; it returns false when
+// ctx is cancelled.
+func sleepUnless(ctx context.Context, d time.Duration, pending <-chan struct{}) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-pending:
+	case <-timer.C:
 	}
 	return ctx.Err() == nil
 }

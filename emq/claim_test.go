@@ -109,7 +109,7 @@ func TestAClaimThatSawWorkDueStillWakesOnAdmission(t *testing.T) {
 	queue, _ := newQueue(t)
 	// A lease of another worker, run out by the time the idle worker's
 	// first wait ends.
-	admitPayloads(t, queue, "dead", "ok")
+	deadID := admitPayloads(t, queue, "dead", "ok")[0]
 	if dead, err := queue.Claim(ctx, 1, 300*time.Millisecond); err != nil || len(dead) != 1 {
 		t.Fatalf("the doomed claim took %d jobs, %v", len(dead), err)
 	}
@@ -118,11 +118,16 @@ func TestAClaimThatSawWorkDueStillWakesOnAdmission(t *testing.T) {
 		Concurrency: 4, Lease: 10 * time.Second, IdlePoll: idlePoll, ReapInterval: time.Minute, WakeOnAdmission: true,
 	})
 	// The worker's claim after its first wait sees the lease run out and
-	// kicks the reaper, which puts the job back to pending.
-	eventually(t, 5*time.Second, "the expired lease taken back", func() bool {
-		stats, err := queue.Stats(ctx)
-		return err == nil && stats.Pending == 1
-	})
+	// kicks the reaper, which puts the job back to pending and wakes the
+	// worker to claim it.
+	select {
+	case claim := <-started:
+		if claim.ID != deadID {
+			t.Fatalf("the worker started %s, want the reaped %s", claim.ID, deadID)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the expired lease's job not started within 5s")
+	}
 	admittedAt := time.Now()
 	id := admitPayloads(t, queue, "order", "ok")[0]
 	deadline := time.After(idlePoll / 2)
@@ -130,7 +135,7 @@ func TestAClaimThatSawWorkDueStillWakesOnAdmission(t *testing.T) {
 		select {
 		case claim := <-started:
 			if claim.ID != id {
-				continue // the reaped job
+				t.Fatalf("the worker started %s, want %s", claim.ID, id)
 			}
 			t.Logf("admitted after a claim saw a lease run out: started %s later", time.Since(admittedAt))
 			return

@@ -48,6 +48,9 @@ type Client struct {
 	// waits holds a slot per claim loop blocked on its queue's wake token
 	// (claim.go, awaitAdmission), each on a connection of rdb's pool.
 	waits chan struct{}
+	// pending tells this client's claim loops of jobs it made pending
+	// (wake.go).
+	pending localWakes
 }
 
 // Option configures Connect.

@@ -65,6 +65,8 @@ func (w *worker) retry(job *runningJob, cause error) {
 		w.jobLog(job).Warn("job failed on its last attempt; it is dead", "err", cause.Error())
 	case err == nil:
 		w.metrics.retried.Inc()
+		// The claims may have told the promoter that nothing is delayed.
+		w.promoteDue.reset()
 		w.jobLog(job).Info("job failed; it runs again after a backoff", "err", cause.Error(), "due", outcome.At)
 	case isRefusal(err):
 		w.refused(job, "retry", err)

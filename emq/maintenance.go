@@ -17,37 +17,66 @@ const (
 )
 
 // dueSignal is what the claims tell a maintenance loop (reap or promote):
-// claim.lua looks, by server time, whether the move has anything to do.
-// A claim that saw it due kicks the loop, which runs the move at once; one
-// that saw nothing due marks the loop clear as of the claim's send time.
+// claim.lua looks, by server time, whether the move has anything to do, and
+// how long until it will. A claim that saw it due kicks the loop, which runs
+// the move at once; one that saw nothing due marks the loop clear until the
+// move will have work, or until the claims that follow will have told.
 type dueSignal struct {
-	// clear is when the loop was last known to have nothing to do, as the
-	// monotonic time since origin (a step of the wall clock moves neither):
-	// the send time of a claim that saw nothing due, or the start of a run
-	// of the move that left nothing due.
-	clear  atomic.Int64
+	// until is when the loop stops being known to have nothing to do, as
+	// the monotonic time since origin (a step of the wall clock moves
+	// neither).
+	until  atomic.Int64
 	origin time.Time
 	kick   chan struct{}
+	// interval is the loop's, the least a claim's news holds; horizon the
+	// most: the claim loop's longest idle wait and an interval, within
+	// which the next claim looks again (its wait starts after the claim's
+	// round trip, so a horizon of the wait alone would let the move run
+	// just before every idle claim).
+	interval, horizon time.Duration
 }
 
-func newDueSignal() *dueSignal {
-	return &dueSignal{origin: time.Now(), kick: make(chan struct{}, 1)}
+func newDueSignal(interval, idleWait time.Duration) *dueSignal {
+	return &dueSignal{origin: time.Now(), kick: make(chan struct{}, 1), interval: interval, horizon: idleWait + interval}
 }
 
 // at is t as the signal stores it.
 func (s *dueSignal) at(t time.Time) int64 { return int64(t.Sub(s.origin)) }
 
-// clearUntil is when the last news that nothing was due turns interval old.
-func (s *dueSignal) clearUntil(interval time.Duration) time.Time {
-	return s.origin.Add(time.Duration(s.clear.Load()) + interval)
+// clearUntil is when the last news that nothing was due runs out.
+func (s *dueSignal) clearUntil() time.Time {
+	return s.origin.Add(time.Duration(s.until.Load()))
 }
 
-// note records what a claim sent at sentAt saw.
-func (s *dueSignal) note(due bool, sentAt time.Time) {
-	if !due {
-		s.clear.Store(s.at(sentAt))
+// note records what a claim sent at sentAt saw: the move due now, or due
+// in (negative: nothing for it at all). A claim's news holds an interval,
+// as a plain tick would, and longer while nothing comes due for longer,
+// up to the horizon: a lease or a retry that another worker makes after
+// the claim is seen by the next claim, within the horizon, and, being
+// longer than it, runs out after that claim. An idle queue's worker then
+// runs no move between claims that come a horizon apart.
+func (s *dueSignal) note(due bool, in time.Duration, sentAt time.Time) {
+	if due {
+		s.poke()
 		return
 	}
+	hold := s.horizon
+	if in >= 0 {
+		hold = min(max(in, s.interval), s.horizon)
+	}
+	s.until.Store(s.at(sentAt.Add(hold)))
+}
+
+// reset forgets what the claims said and has the loop run its move now:
+// this worker delayed a job, which its claims may have said there was none
+// of; the loop keeps its interval until a claim sees the job.
+func (s *dueSignal) reset() {
+	s.until.Store(s.at(time.Now()))
+	s.poke()
+}
+
+// poke has the loop run its move now.
+func (s *dueSignal) poke() {
 	select {
 	case s.kick <- struct{}{}:
 	default:
@@ -90,8 +119,8 @@ func (w *worker) maintain(ctx context.Context, loop string, interval time.Durati
 		}
 		start := time.Now()
 		if !kicked && !first {
-			// Still clear: wait until that news is an interval old.
-			if fresh := signal.clearUntil(interval); start.Before(fresh) {
+			// Still clear: wait until that news runs out.
+			if fresh := signal.clearUntil(); start.Before(fresh) {
 				wait = fresh.Sub(start)
 				continue
 			}
@@ -105,9 +134,9 @@ func (w *worker) maintain(ctx context.Context, loop string, interval time.Durati
 			continue
 		}
 		trouble.Recover(w.logger)
-		// The move left nothing due as of its start.
-		if at := signal.at(start); at > signal.clear.Load() {
-			signal.clear.Store(at)
+		// The move left nothing due as of its start, for an interval.
+		if at := signal.at(start.Add(interval)); at > signal.until.Load() {
+			signal.until.Store(at)
 		}
 		wait = outage.Jittered(interval)
 	}

@@ -58,6 +58,10 @@ type dueMoves struct {
 	promote bool
 	// reap: a lease had run out.
 	reap bool
+	// promoteIn and reapIn are how long until a delayed job is due and a
+	// lease runs out, negative when there was none: the moves have nothing
+	// to do before then, unless a job is delayed or leased meanwhile.
+	promoteIn, reapIn time.Duration
 }
 
 // claim is Claim that also reports what the maintenance moves had to do
@@ -83,7 +87,7 @@ func (q *Queue) claim(ctx context.Context, n int, lease time.Duration) ([]Claim,
 		reply, err := claimScript.Run(ctx, q.client.rdb, keys, args...).Slice()
 		var batch []Claim
 		var heads []string
-		var moves int64
+		var moves dueMoves
 		if err == nil {
 			batch, moves, heads, err = decodeClaims(reply)
 		}
@@ -96,7 +100,7 @@ func (q *Queue) claim(ctx context.Context, n int, lease time.Duration) ([]Claim,
 			return nil, dueMoves{}, fmt.Errorf("emq: claim on %s: %w", q.name, scriptError(err))
 		}
 		if !due.seen {
-			due = dueMoves{seen: true, promote: moves&1 != 0, reap: moves&2 != 0}
+			due = moves
 		}
 		q.heads.Store(&heads)
 		claims = append(claims, batch...)
@@ -109,24 +113,30 @@ func (q *Queue) claim(ctx context.Context, n int, lease time.Duration) ([]Claim,
 
 // decodeClaims reads the claim script's reply: the claims, what the
 // maintenance moves have to do, then the groups at the head of the rotation.
-func decodeClaims(reply []any) ([]Claim, int64, []string, error) {
-	if len(reply) < 3 {
-		return nil, 0, nil, fmt.Errorf("unexpected claim reply of %d values", len(reply))
+func decodeClaims(reply []any) ([]Claim, dueMoves, []string, error) {
+	const head = 5 // deadline, claimed, due, promote_in, reap_in
+	if len(reply) < head {
+		return nil, dueMoves{}, nil, fmt.Errorf("unexpected claim reply of %d values", len(reply))
 	}
 	deadline, ok := reply[0].(int64)
 	claimed, ok2 := reply[1].(int64)
 	due, ok3 := reply[2].(int64)
-	if !ok || !ok2 || !ok3 || claimed < 0 || int64(len(reply)) < 3+2*claimed {
-		return nil, 0, nil, fmt.Errorf("unexpected claim reply %T %T %T of %d values", reply[0], reply[1], reply[2], len(reply))
+	promoteIn, ok4 := reply[3].(int64)
+	reapIn, ok5 := reply[4].(int64)
+	if !ok || !ok2 || !ok3 || !ok4 || !ok5 || claimed < 0 || int64(len(reply)) < head+2*claimed {
+		return nil, dueMoves{}, nil, fmt.Errorf("unexpected claim reply %T %T %T %T %T of %d values",
+			reply[0], reply[1], reply[2], reply[3], reply[4], len(reply))
 	}
+	moves := dueMoves{seen: true, promote: due&1 != 0, reap: due&2 != 0,
+		promoteIn: time.Duration(promoteIn) * time.Millisecond, reapIn: time.Duration(reapIn) * time.Millisecond}
 	claims := make([]Claim, 0, claimed)
-	end := 3 + 2*int(claimed)
-	for i := 3; i < end; i += 2 {
+	end := head + 2*int(claimed)
+	for i := head; i < end; i += 2 {
 		id, _ := reply[i].(string)
 		row, _ := reply[i+1].(string)
 		job, err := decodeRow(id, row)
 		if err != nil {
-			return nil, 0, nil, err
+			return nil, dueMoves{}, nil, err
 		}
 		claims = append(claims, Claim{
 			ID: id, Token: job.Attempts, Kind: job.Kind, Group: job.Group, Payload: job.Payload,
@@ -138,7 +148,7 @@ func decodeClaims(reply []any) ([]Claim, int64, []string, error) {
 		name, _ := group.(string)
 		heads = append(heads, name)
 	}
-	return claims, due, heads, nil
+	return claims, moves, heads, nil
 }
 
 // Extend renews the lease of a claimed job to lease from now and returns the
@@ -257,6 +267,9 @@ func (q *Queue) Promote(ctx context.Context, limit int) (int, error) {
 			return promoted, fmt.Errorf("emq: promote on %s: unexpected reply %v", q.name, reply)
 		}
 		promoted += int(moved)
+		if moved > 0 {
+			q.client.pending.signal(q.name)
+		}
 		if len(reply) == 1 {
 			break
 		}
@@ -287,6 +300,9 @@ func (q *Queue) Reap(ctx context.Context, maxAttempts, limit int) (Reaped, error
 		maxAttempts, limit).Int64Slice()
 	if err != nil {
 		return Reaped{}, fmt.Errorf("emq: reap on %s: %w", q.name, scriptError(err))
+	}
+	if counts[0] > 0 {
+		q.client.pending.signal(q.name)
 	}
 	return Reaped{Requeued: int(counts[0]), Dead: int(counts[1])}, nil
 }

@@ -19,6 +19,12 @@ func (q *Queue) AdmitMany(ctx context.Context, jobs []Job) ([]Admission, []error
 	for i := range todo {
 		todo[i] = i
 	}
+	woke := false
+	defer func() {
+		if woke {
+			q.client.pending.signal(q.name)
+		}
+	}()
 	for round := 1; len(todo) > 0; round++ {
 		calls := make([]scriptpipe.Call, 0, len(todo))
 		index := make([]int, 0, len(todo))
@@ -40,6 +46,9 @@ func (q *Queue) AdmitMany(ctx context.Context, jobs []Job) ([]Admission, []error
 				continue
 			}
 			admissions[i], errs[i] = q.admission(jobs[i], cmds[n])
+			if errs[i] == nil {
+				woke = true
+			}
 			if round < dedupRounds && q.learnedDedup(errs[i]) {
 				todo = append(todo, i)
 			}

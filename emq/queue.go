@@ -225,6 +225,9 @@ func (q *Queue) admitAt(ctx context.Context, job Job, clock func() time.Time) (A
 		if round < dedupRounds && q.learnedDedup(err) {
 			continue
 		}
+		if admission.ID != "" {
+			q.client.pending.signal(q.name)
+		}
 		if err == nil && acked < q.client.admitReplicas {
 			return admission, &NotReplicatedError{Acked: acked, Wanted: q.client.admitReplicas}
 		}

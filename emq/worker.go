@@ -73,7 +73,11 @@ type WorkerOptions struct {
 	PromoteInterval time.Duration
 	// IdlePoll is the wait before claiming again after the queue was empty
 	// (default 50ms); it doubles while the queue stays empty, up to 200ms or
-	// IdlePoll if that is longer.
+	// IdlePoll if that is longer. A job this worker's client made pending
+	// (admitted, promoted, reaped) ends the wait at once, so the poll is
+	// what a job admitted by another process may wait; an idle queue's
+	// worker runs its reaper and promoter only as its claims say they have
+	// work, and otherwise once every poll at most.
 	IdlePoll time.Duration
 	// WakeOnAdmission has the worker, once a claim found the queue empty,
 	// wait for the next admission (BLPOP on the queue's wake token) instead
@@ -117,6 +121,10 @@ const (
 	// was built without timeouts: a hung call must not hold a job forever.
 	moveTimeout = 5 * time.Second
 )
+
+// idleCeiling is the longest the claim loop sleeps while its queue stays
+// empty.
+func (o WorkerOptions) idleCeiling() time.Duration { return max(o.IdlePoll, idlePollCeiling) }
 
 func (o WorkerOptions) withDefaults() WorkerOptions {
 	if o.Concurrency <= 0 {
@@ -185,8 +193,8 @@ func (q *Queue) Work(ctx context.Context, handler Handler, opts WorkerOptions) e
 		slots:       make(chan struct{}, opts.Concurrency),
 		running:     make(map[*runningJob]struct{}),
 		completions: make(chan completionRequest, opts.Concurrency),
-		reapDue:     newDueSignal(),
-		promoteDue:  newDueSignal(),
+		reapDue:     newDueSignal(opts.ReapInterval, opts.idleCeiling()),
+		promoteDue:  newDueSignal(opts.PromoteInterval, opts.idleCeiling()),
 		stopped:     make(chan struct{}),
 	}
 	metrics := opts.Metrics

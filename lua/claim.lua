@@ -28,12 +28,16 @@
 -- ARGV[3]    M, how many groups at the head of the rotation to list in the reply
 -- ARGV[4..]  the groups whose lanes KEYS[10..] name
 --
--- Reply: {deadline, claimed, due, id, row, id, row, ..., group, group, ...}
+-- Reply: {deadline, claimed, due, promote_in, reap_in, id, row, id, row, ...,
+--         group, group, ...}
 --   deadline is the lease's end in server milliseconds; due says what the
 --   maintenance moves have to do now, by server time: 1 when a delayed job
 --   is due (promote), 2 when a lease other than these ran out (reap), 3
 --   both, 0 neither, so a worker whose claims keep answering 0 need not run
---   them (emq/maintenance.go); claimed is how many jobs follow, each as its id and its row (see lib.lua), whose attempts
+--   them (emq/maintenance.go); promote_in and reap_in are the milliseconds
+--   until the first delayed job is due and the first lease other than
+--   these runs out (0 when due now), -1 when there is none, so an idle
+--   worker's claims can say when the moves will have work; claimed is how many jobs follow, each as its id and its row (see lib.lua), whose attempts
 --   are the fencing token every later move of this lease must present. Then
 --   the first M groups of the rotation once the claims are made, none when
 --   no lane holds a job.
@@ -42,12 +46,18 @@ local lease, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local at = now()
 local deadline = at + lease
 -- Read before this claim's leases are added, which run out after at anyway.
-local due = 0
+local due, promote_in, reap_in = 0, -1, -1
 local first = redis.call('ZRANGE', KEYS[9], 0, 0, 'WITHSCORES')
-if #first > 0 and tonumber(first[2]) <= at then due = due + 1 end
+if #first > 0 then
+  promote_in = math.max(tonumber(first[2]) - at, 0)
+  if promote_in == 0 then due = due + 1 end
+end
 first = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
-if #first > 0 and tonumber(first[2]) <= at then due = due + 2 end
-local reply = {deadline, 0, due}
+if #first > 0 then
+  reap_in = math.max(tonumber(first[2]) - at, 0)
+  if reap_in == 0 then due = due + 2 end
+end
+local reply = {deadline, 0, due, promote_in, reap_in}
 local claimed = 0
 local taken = {} -- group -> how many of its pending jobs were claimed
 
