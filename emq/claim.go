@@ -115,13 +115,51 @@ func (w *worker) awaitAdmission(ctx context.Context, d time.Duration, pending <-
 		return sleepUnless(ctx, d, pending)
 	}
 	d = wait
-	// The waits may hold only part of the pool (wakeWaits); past it, sleep.
+	start := time.Now()
+	waited := w.waiting
+	w.waiting = nil
+	// A wait carried over may outlast d: it is waited on for d at most.
+	var poll <-chan time.Time
+	if waited != nil {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		poll = timer.C
+	} else {
+		var ok bool
+		if waited, ok = w.startWait(ctx, d); !ok {
+			return sleepUnless(ctx, d, pending)
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-poll:
+		w.waiting = waited
+	case <-pending:
+		// This client made a job pending: claim it now. The wait goes on
+		// (Redis ends it within d, or a token does); the next wait is that
+		// one, so a token pushed meanwhile is not handed to a wait no one
+		// reads.
+		w.waiting = waited
+	case err := <-waited:
+		if err != nil && !errors.Is(err, redis.Nil) {
+			// The server is away or the call failed: the claim that follows
+			// reports it; wait out the poll meanwhile.
+			return sleepUnless(ctx, d-time.Since(start), pending)
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// startWait starts a wait of up to d on the queue's wake token, on a
+// connection of the pool; false when the waits hold their share of the
+// pool already (wakeWaits).
+func (w *worker) startWait(ctx context.Context, d time.Duration) (<-chan error, bool) {
 	select {
 	case w.queue.client.waits <- struct{}{}:
 	default:
-		return sleepUnless(ctx, d, pending)
+		return nil, false
 	}
-	start := time.Now()
 	// BLPOP takes its timeout in seconds, fractions allowed (Redis 6 and
 	// Valkey); go-redis's BLPop rounds anything under a second up to one.
 	// Whole milliseconds, rounded up: a timeout that rounds to 0 blocks
@@ -135,20 +173,7 @@ func (w *worker) awaitAdmission(ctx context.Context, d time.Duration, pending <-
 		defer func() { <-w.queue.client.waits }()
 		waited <- w.queue.client.rdb.Do(context.WithoutCancel(ctx), "blpop", w.queue.wakeKey(), timeout).Err()
 	}()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-pending:
-		// This client made a job pending: claim it now; the wait ends on
-		// its own within d.
-	case err := <-waited:
-		if err != nil && !errors.Is(err, redis.Nil) {
-			// The server is away or the call failed: the claim that follows
-			// reports it; wait out the poll meanwhile.
-			return sleepUnless(ctx, d-time.Since(start), pending)
-		}
-	}
-	return ctx.Err() == nil
+	return waited, true
 }
 
 // sleepUnless sleeps d, or until pending is closed; it returns false when

@@ -228,6 +228,11 @@ type worker struct {
 	// reapDue and promoteDue carry what the claims saw to the maintenance
 	// loops (maintenance.go).
 	reapDue, promoteDue *dueSignal
+	// waiting is the claim loop's wait on the wake token that a local wake
+	// cut short and that still runs (awaitAdmission): the next wait waits
+	// on it rather than queue a second one behind it, which a token would
+	// then pass by. Only the claim loop touches it.
+	waiting <-chan error
 	// stopped is closed when Work returns; the heartbeat and the completer
 	// end with it.
 	stopped chan struct{}
