@@ -85,19 +85,18 @@ func (s *dueSignal) poke() {
 
 // maintain runs move at once on start (a restarted worker picks up what its
 // previous life left), at once when a claim saw it due, and otherwise once
-// the claims' news that nothing was due runs out (dueSignal.note): an idle
-// worker's claims keep it clear, so an idle queue costs its claim polls
-// and no maintenance calls; a worker whose slots are full claims nothing,
-// and runs the move every interval as before.
+// the loop has not been known clear for an interval: an idle
+// worker's claims, polling more often than that, keep it clear, so an idle
+// queue costs its claim polls and no maintenance calls; a worker whose
+// slots are full claims nothing, and runs the move every interval as
+// before.
 //
 // A lease that runs out at t, or a retry due at t, is moved by the first
-// claim sent after t, or else by the run that comes when the last claim's
-// news runs out: at t, when that claim saw the lease or the retry, and
-// within an interval of it otherwise (a plain tick, jittered, took up to
-// 1.1). A lease or retry of another worker made after the last claim is
-// seen by the next, an idle poll later: a lease that short may wait up to
-// the poll. The window is not jittered: the claims it waits on are spread
-// already.
+// claim sent after t, or else by the run that comes once the last news
+// that nothing was due, older than t, is an interval old: within an
+// interval of t (a plain tick, jittered, took up to 1.1). The window is not
+// jittered: the claims it waits on are spread already, and a shorter one
+// would let through a claim poll of 200 ms against the promoter's 250.
 func (w *worker) maintain(ctx context.Context, loop string, interval time.Duration, signal *dueSignal,
 	move func(context.Context) error) {
 	trouble := outage.Tracker{Loop: loop}

@@ -67,19 +67,15 @@ const (
 	// archiveShare is the archivers' share of the change stream.
 	archiveShare = "archive"
 	// archiveWait is the longest an archiver waits for announcements
-	// before it looks at what is due: as long as the pace, so an idle
-	// archiver makes one pass a pace.
-	archiveWait = archivePace
+	// before it looks at what is due.
+	archiveWait = time.Second
 	// archivePace is the least time between the starts of two passes of
 	// Run (ArchiveDelay when shorter): a pass that returns at the first
 	// announcement costs a round of Redis reads for a few events, and
 	// the shards' archivers in every worker run at once. Waiting gathers
 	// the announcements into fewer, fuller passes; the events wait at
-	// most this much longer in Redis. Every worker runs an archiver per
-	// shard, 16 each: at a second, four idle workers made 64 passes a
-	// second (three Redis reads each, 0.01-0.02 cores of Redis and the
-	// workers); the events wait 5 s at most beside the 30 s delay.
-	archivePace = 5 * time.Second
+	// most this much longer in Redis.
+	archivePace = time.Second
 	// archiveClaim is how long an archiver's claim of an account lasts
 	// unless it archives the account again (emq.Queue.ClaimLogs), and how
 	// long another archiver refused the account waits before it tries
