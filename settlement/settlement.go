@@ -154,8 +154,6 @@ const (
 	// sweepInterval is how often the relay looks for outbox rows a crash
 	// (or an admin deposit) left behind.
 	sweepInterval = time.Second
-	// coherenceIdlePoll is how often an idle coherence shard's loop claims.
-	coherenceIdlePoll = time.Second
 )
 
 // Deps are what a worker settles with: a process's own connections, so that
@@ -442,14 +440,7 @@ func (w *Worker) applyCoherence(ctx context.Context) error {
 		working.Go(func() {
 			defer stop()
 			errs[i] = queue.Work(ctx, w.coherence.Handle, emq.WorkerOptions{
-				Concurrency: placement.CoherenceBatch,
-				// The relay of this process admits the jobs, which wakes
-				// the shard's loop at once (emq's local wake): the poll
-				// is left to find the jobs of the other processes' relays,
-				// which their own loops claim first. Sixteen shards polled
-				// at the default 50-200 ms took most of an idle worker's
-				// CPU and Redis's.
-				IdlePoll:     coherenceIdlePoll,
+				Concurrency:  placement.CoherenceBatch,
 				Lease:        w.config.Lease,
 				Retry:        retry,
 				DrainTimeout: w.config.DrainTimeout,
