@@ -73,11 +73,12 @@ type WorkerOptions struct {
 	PromoteInterval time.Duration
 	// IdlePoll is the wait before claiming again after the queue was empty
 	// (default 50ms); it doubles while the queue stays empty, up to 200ms or
-	// IdlePoll if that is longer. A job this worker's client made pending
-	// (admitted, promoted, reaped) ends the wait at once, so the poll is
-	// what a job admitted by another process may wait; an idle queue's
-	// worker runs its reaper and promoter only as its claims say they have
-	// work, and otherwise once every poll at most.
+	// IdlePoll if that is longer. A job this worker's client admitted,
+	// promoted or reaped ends the wait at once; one made pending otherwise
+	// (by another process, or by Release or Requeue) waits the poll at
+	// most. An idle queue's worker runs its reaper and promoter as its
+	// claims say they have work, and otherwise once every poll at most: a
+	// retry or a lease another worker left may so be found a poll late.
 	IdlePoll time.Duration
 	// WakeOnAdmission has the worker, once a claim found the queue empty,
 	// wait for the next admission (BLPOP on the queue's wake token) instead
