@@ -13,12 +13,13 @@ import (
 	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
-// TestReviewLocalWakeKeepsNoStaleWaitOnTheToken: a WakeOnAdmission worker
+// TestALocalWakeLeavesNoWaitToTakeTheNextToken: a WakeOnAdmission worker
 // whose wait a local wake ends (a promote by its own client, which pushes
-// no token) leaves its BLPOP running; the next wait queues behind it, and
-// the token of the next admission by another process goes to the
-// abandoned BLPOP, so that admission waits the whole idle poll.
-func TestReviewLocalWakeKeepsNoStaleWaitOnTheToken(t *testing.T) {
+// no token) waits on that same BLPOP next. Were it left behind, the next
+// wait would queue after it, and the token of the next admission by
+// another process would go to the abandoned BLPOP (Redis serves blocked
+// clients oldest first): that admission would wait the whole idle poll.
+func TestALocalWakeLeavesNoWaitToTakeTheNextToken(t *testing.T) {
 	server := testserver.StartRedis(t)
 	// A read timeout that lets the wait last the idle poll.
 	rdb := redis.NewClient(&redis.Options{Addr: server.Addr, ReadTimeout: 6 * time.Second})
