@@ -32,75 +32,54 @@ var genericPlansRows string
 // statistics of the filled tables; arrays of 1 and of 200 orders.
 func TestSettlementGenericPlansProbeKeys(t *testing.T) {
 	ctx := context.Background()
-	db := migratedPool(t)
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := db.Exec(ctx, sql); err != nil {
+	forEachPlanCase(t, func(t *testing.T, conn *pgx.Conn, n int) {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	exec("ANALYZE")
-	exec(genericPlansRows)
-	smallTables := map[string]bool{"instruments": true, "assets": true}
-	for _, stats := range []struct {
-		name    string
-		analyze bool
-	}{{name: "statistics of empty tables"}, {name: "statistics of the rows", analyze: true}} {
-		if stats.analyze {
-			exec("ANALYZE")
+		defer func() { _ = tx.Rollback(ctx) }()
+		for _, s := range genericPlanWrite(n) {
+			if s.name == "settle_owned_fence" {
+				var terms string
+				if err := tx.QueryRow(ctx, `SELECT settlement_instrument_terms(i) FROM instruments i WHERE symbol = 'BTC-USD'`).Scan(&terms); err != nil {
+					t.Fatal(err)
+				}
+				s.args = append(s.args, terms)
+			}
+			rows, err := tx.Query(ctx, postgres.SettlementWriteSQL[s.name], s.args...)
+			if err != nil {
+				t.Fatalf("%s: %v", s.name, err)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				t.Fatalf("%s: %v", s.name, err)
+			}
 		}
-		for _, n := range []int{1, 200} {
-			t.Run(fmt.Sprintf("%s, %d orders", stats.name, n), func(t *testing.T) {
-				conn := freshConn(t, db)
-				tx, err := conn.Begin(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer func() { _ = tx.Rollback(ctx) }()
-				for _, s := range genericPlanWrite(n) {
-					if s.name == "settle_owned_fence" {
-						var terms string
-						if err := tx.QueryRow(ctx, `SELECT settlement_instrument_terms(i) FROM instruments i WHERE symbol = 'BTC-USD'`).Scan(&terms); err != nil {
-							t.Fatal(err)
-						}
-						s.args = append(s.args, terms)
-					}
-					rows, err := tx.Query(ctx, postgres.SettlementWriteSQL[s.name], s.args...)
-					if err != nil {
-						t.Fatalf("%s: %v", s.name, err)
-					}
-					rows.Close()
-					if err := rows.Err(); err != nil {
-						t.Fatalf("%s: %v", s.name, err)
-					}
-				}
-				var mode string
-				if err := tx.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode); err != nil {
-					t.Fatal(err)
-				}
-				if mode != "force_generic_plan" {
-					t.Errorf("plan_cache_mode = %s in the write; want force_generic_plan", mode)
-				}
-				// This transaction's own counts, the nested statements' included.
-				rows, err := tx.Query(ctx, "SELECT relname, seq_scan FROM pg_stat_xact_user_tables WHERE seq_scan > 0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				scanned, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
-					Table string
-					Scans int64
-				}])
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, s := range scanned {
-					if !smallTables[s.Table] {
-						t.Errorf("the write scanned %s %d times", s.Table, s.Scans)
-					}
-				}
-			})
+		var mode string
+		if err := tx.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode); err != nil {
+			t.Fatal(err)
 		}
-	}
+		if mode != "force_generic_plan" {
+			t.Errorf("plan_cache_mode = %s in the write; want force_generic_plan", mode)
+		}
+		// This transaction's own counts, the nested statements' included.
+		rows, err := tx.Query(ctx, "SELECT relname, seq_scan FROM pg_stat_xact_user_tables WHERE seq_scan > 0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		scanned, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+			Table string
+			Scans int64
+		}])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range scanned {
+			if !smallTables[s.Table] {
+				t.Errorf("the write scanned %s %d times", s.Table, s.Scans)
+			}
+		}
+	})
 }
 
 // TestSettlementReadGenericPlansProbeKeys: an owner's read before a write
@@ -109,6 +88,54 @@ func TestSettlementGenericPlansProbeKeys(t *testing.T) {
 // each reads the rows it names by their keys whatever the statistics, as
 // TestSettlementGenericPlansProbeKeys asks of the write.
 func TestSettlementReadGenericPlansProbeKeys(t *testing.T) {
+	ctx := context.Background()
+	forEachPlanCase(t, func(t *testing.T, conn *pgx.Conn, n int) {
+		var modes []string
+		var scanned []string
+		read := &pgx.Batch{}
+		for _, s := range genericPlanRead(n) {
+			read.Queue(postgres.SettlementWriteSQL[s.name], s.args...)
+		}
+		read.Queue("SELECT current_setting('plan_cache_mode')").QueryRow(func(row pgx.Row) error {
+			var mode string
+			modes = append(modes, mode)
+			return row.Scan(&modes[len(modes)-1])
+		})
+		// The pipeline's own counts, its one implicit transaction's.
+		read.Queue("SELECT relname || ' ' || seq_scan FROM pg_stat_xact_user_tables WHERE seq_scan > 0").Query(
+			func(rows pgx.Rows) error {
+				var err error
+				scanned, err = pgx.CollectRows(rows, pgx.RowTo[string])
+				return err
+			})
+		if err := conn.SendBatch(ctx, read).Close(); err != nil {
+			t.Fatal(err)
+		}
+		var after string
+		if err := conn.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&after); err != nil {
+			t.Fatal(err)
+		}
+		if len(modes) != 1 || modes[0] != "force_generic_plan" || after != "auto" {
+			t.Errorf("plan_cache_mode = %v in the read, %s after it; want force_generic_plan, then auto", modes, after)
+		}
+		for _, s := range scanned {
+			if table, _, _ := strings.Cut(s, " "); !smallTables[table] {
+				t.Errorf("the read scanned %s times", s)
+			}
+		}
+	})
+}
+
+// smallTables are read by a scan where that is cheaper: three rows each,
+// a page.
+var smallTables = map[string]bool{"instruments": true, "assets": true}
+
+// forEachPlanCase runs check, on a fresh connection (no statement
+// prepared, no plan cached) to a database of genericPlansRows, for arrays
+// of 1 and of 200 orders, under statistics taken while the tables were
+// empty, then under statistics of the rows.
+func forEachPlanCase(t *testing.T, check func(t *testing.T, conn *pgx.Conn, n int)) {
+	t.Helper()
 	ctx := context.Background()
 	db := migratedPool(t)
 	exec := func(sql string) {
@@ -119,7 +146,6 @@ func TestSettlementReadGenericPlansProbeKeys(t *testing.T) {
 	}
 	exec("ANALYZE")
 	exec(genericPlansRows)
-	smallTables := map[string]bool{"instruments": true, "assets": true}
 	for _, stats := range []struct {
 		name    string
 		analyze bool
@@ -129,40 +155,7 @@ func TestSettlementReadGenericPlansProbeKeys(t *testing.T) {
 		}
 		for _, n := range []int{1, 200} {
 			t.Run(fmt.Sprintf("%s, %d orders", stats.name, n), func(t *testing.T) {
-				conn := freshConn(t, db)
-				var modes []string
-				var scanned []string
-				read := &pgx.Batch{}
-				for _, s := range genericPlanRead(n) {
-					read.Queue(postgres.SettlementWriteSQL[s.name], s.args...)
-				}
-				read.Queue("SELECT current_setting('plan_cache_mode')").QueryRow(func(row pgx.Row) error {
-					var mode string
-					modes = append(modes, mode)
-					return row.Scan(&modes[len(modes)-1])
-				})
-				// The pipeline's own counts, its one implicit transaction's.
-				read.Queue("SELECT relname || ' ' || seq_scan FROM pg_stat_xact_user_tables WHERE seq_scan > 0").Query(
-					func(rows pgx.Rows) error {
-						var err error
-						scanned, err = pgx.CollectRows(rows, pgx.RowTo[string])
-						return err
-					})
-				if err := conn.SendBatch(ctx, read).Close(); err != nil {
-					t.Fatal(err)
-				}
-				var after string
-				if err := conn.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&after); err != nil {
-					t.Fatal(err)
-				}
-				if len(modes) != 1 || modes[0] != "force_generic_plan" || after != "auto" {
-					t.Errorf("plan_cache_mode = %v in the read, %s after it; want force_generic_plan, then auto", modes, after)
-				}
-				for _, s := range scanned {
-					if table, _, _ := strings.Cut(s, " "); !smallTables[table] {
-						t.Errorf("the read scanned %s times", s)
-					}
-				}
+				check(t, freshConn(t, db), n)
 			})
 		}
 	}
