@@ -49,7 +49,7 @@ type Client struct {
 	// (claim.go, awaitAdmission), each on a connection of rdb's pool.
 	waits chan struct{}
 	// pending tells this client's claim loops of jobs it made pending
-	// (wake.go).
+	// (local_wake.go).
 	pending localWakes
 }
 

@@ -5,11 +5,11 @@ import "sync"
 // localWakes tells a client's claim loops of the jobs that became pending
 // through the same client: an admission, a promotion, a reaped lease. A
 // loop that found its queue empty waits on its queue's wake as well as its
-// idle poll, so a job admitted by the process that works the queue (the
-// settlement's relay admitting coherence jobs, which every worker
-// consumes) is claimed at once, and the idle poll can be long: it is left
-// to find what other processes admitted. A queue server wake
-// (WakeOnAdmission) covers those, for the few queues that want it.
+// idle poll, so a job admitted by the process that works the queue (a
+// worker's relay admitting its coherence jobs) is claimed at once; the
+// idle poll finds what other processes admitted (a gateway's relay admits
+// coherence jobs too), and a queue server wake (WakeOnAdmission) does, for
+// the few queues that want it.
 type localWakes struct {
 	mu    sync.Mutex
 	byKey map[string]chan struct{}
