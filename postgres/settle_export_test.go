@@ -86,7 +86,6 @@ var SettlementWriteSQL = map[string]string{
 	"settle_owned_makers":  settleOwnedMakersSQL,
 	"settle_update_makers": settleUpdateMakersSQL,
 	"settle_write_ledger":  settleWriteLedgerSQL,
-	"settle_last_price":    settleLastPriceSQL,
 	"settle_events":        settleEventsSQL,
 	"settle_lock":          settleLockSQL,
 	"settle_guard":         settleGuardSQL,

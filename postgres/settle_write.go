@@ -28,8 +28,6 @@ var (
 	settleWriteLedgerSQL string
 	//go:embed sql/settle_balances.sql
 	settleBalancesSQL string
-	//go:embed sql/settle_last_price.sql
-	settleLastPriceSQL string
 )
 
 // write sends, in one round trip, the locks of the balance rows keys
@@ -164,18 +162,15 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 			makerFees, takerFees = append(makerFees, t.makerFee.String()), append(takerFees, t.takerFee.String())
 			makerRates, takerRates = append(makerRates, t.makerFeeBps.String()), append(takerRates, t.takerFeeBps.String())
 		}
-		batch.Queue(settleWriteLedgerSQL, kinds, orderIDs, eTxns, eAccounts, eAssets, eAmounts, eParts,
-			tTxns, symbols, makers, takers, makerAccounts, takerAccounts, sides, prices, quantities,
-			makerFees, takerFees, makerRates, takerRates)
-	}
-	if len(w.trades) > 0 {
-		var traded, lastPrices []string
+		traded, lastPrices := []string{}, []string{}
 		for symbol, book := range w.books {
 			if book.traded {
 				traded, lastPrices = append(traded, symbol), append(lastPrices, book.in.LastPrice.String())
 			}
 		}
-		batch.Queue(settleLastPriceSQL, traded, lastPrices)
+		batch.Queue(settleWriteLedgerSQL, kinds, orderIDs, eTxns, eAccounts, eAssets, eAmounts, eParts,
+			tTxns, symbols, makers, takers, makerAccounts, takerAccounts, sides, prices, quantities,
+			makerFees, takerFees, makerRates, takerRates, traded, lastPrices)
 	}
 	// The batch's events, one outbox row per account and instrument, after
 	// every write they snapshot (the orders, makers and trades: no balance);
