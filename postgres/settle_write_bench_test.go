@@ -24,18 +24,20 @@ import (
 // (pg-µs/write, from /proc/<pid>/schedstat: run the benchmark on the
 // machine of the server) and, where pg_stat_statements is loaded
 // (ORDERGATE_BENCH_POSTGRES_URL), statements per write: top-level (what the
-// settler sends) and nested (what functions and triggers run). Variant
+// settler sends) and nested (what functions and triggers run). Variants
 // "held": a transaction holds a snapshot from before the writes, as a
 // reader or relay running longer than a few writes does in production;
 // PostgreSQL then keeps every version a write leaves of a row, and each
-// later probe of that row walks them. Compare the figures of one run.
+// later probe of that row walks them. "moving": each trade at another
+// price than the one before (cmd/bench's backlog moves it on most
+// trades). Compare the figures of one run.
 func BenchmarkOwnedSmallWrites(b *testing.B) {
-	for _, held := range []bool{false, true} {
-		name := "quiet"
-		if held {
-			name = "held"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, variant := range []struct {
+		name         string
+		held, moving bool
+	}{{"quiet", false, false}, {"held", true, false}, {"held-moving", true, true}} {
+		held := variant.held
+		b.Run(variant.name, func(b *testing.B) {
 			ctx := context.Background()
 			db, err := pgxpool.New(ctx, benchDatabaseURL(b))
 			if err != nil {
@@ -60,7 +62,11 @@ func BenchmarkOwnedSmallWrites(b *testing.B) {
 					if i%2 == 1 {
 						side = orders.Sell
 					}
-					order := newOrder(accounts[(i/2+i%2)%len(accounts)], "BTC-USD", side, "0.00100", "50000.00")
+					price := "50000.00"
+					if variant.moving {
+						price = fmt.Sprintf("%d.00", 50000+i/2%2)
+					}
+					order := newOrder(accounts[(i/2+i%2)%len(accounts)], "BTC-USD", side, "0.00100", price)
 					if err := settler.Settle(ctx, order, 1); err != nil {
 						b.Fatal(err)
 					}
