@@ -189,13 +189,20 @@ func (s *Server) endStream(c echo.Context, err error) {
 type eventWriter struct {
 	response *echo.Response
 	control  *http.ResponseController
+	// deadline is the write deadline last set.
+	deadline time.Time
 }
 
 // write sends messages, with a write deadline of its own: the server's
-// WriteTimeout would otherwise end the stream.
+// WriteTimeout would otherwise end the stream. The deadline moves on once
+// a second at most, not at each write (each move resets a runtime timer):
+// a write may thus have a second less than eventWriteTimeout.
 func (w *eventWriter) write(message []byte) error {
-	if err := w.control.SetWriteDeadline(time.Now().Add(eventWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return err
+	if now := time.Now(); w.deadline.Sub(now) < eventWriteTimeout-time.Second {
+		w.deadline = now.Add(eventWriteTimeout)
+		if err := w.control.SetWriteDeadline(w.deadline); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
+		}
 	}
 	if _, err := w.response.Write(message); err != nil {
 		return err
