@@ -180,7 +180,7 @@ func TestBalanceChangeShowsOnceItsCoherenceJobRan(t *testing.T) {
 	}
 
 	f.relay.Relay(ctx, []orders.OutboxEntry{entry})
-	claims, err := f.client.Queue(placement.CoherenceQueue(placement.BalancesTable, account)).Claim(ctx, 10, time.Minute)
+	claims, err := f.client.Queue(placement.CoherenceJobQueue(placement.BalancesTable, name+"@2")).Claim(ctx, 10, time.Minute)
 	if err != nil || len(claims) != 1 || string(claims[0].Payload) != name+"@2" {
 		t.Fatalf("claimed %+v, %v; want the one job %s@2", claims, err, name)
 	}

@@ -523,7 +523,7 @@ func TestSingleEntryJobsQueuedBeforeAnUpgradeAreConsumed(t *testing.T) {
 		f.depositWithOutbox(t, account, "USD", "1.00"),
 		f.depositWithOutbox(t, account, "BTC", "1"),
 	}
-	queue := f.client.Queue(placement.CoherenceQueue(placement.BalancesTable, account))
+	queue := f.client.Queue(placement.CoherenceJobQueue(placement.BalancesTable, old[0].Payload))
 	for i, entry := range old {
 		job := emq.Job{ID: "JOB_OLD" + strconv.Itoa(i), Kind: placement.KindBalanceCoherence, Group: account, Payload: []byte(entry.Payload), DedupKey: entry.Payload}
 		if _, err := queue.Admit(ctx, job); err != nil {

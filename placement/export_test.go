@@ -10,3 +10,18 @@ func CoherenceWaiting(c *BalanceCoherence) int {
 
 // ArchiveClaim is how long an archiver's claim of an account lasts.
 const ArchiveClaim = archiveClaim
+
+// CarryWithoutMarking has r's Relay carry rows and leave their marking to a
+// sweeping loop that never comes, until forget, which drops them unmarked:
+// a process that died between a relay and its marking.
+func CarryWithoutMarking(r *OutboxRelay) (forget func()) {
+	r.mu.Lock()
+	r.markers++
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.markers--
+		r.unmarked, r.dropped = nil, 0
+	}
+}

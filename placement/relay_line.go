@@ -54,7 +54,7 @@ func (r *OutboxRelay) RelayInTurn(ctx context.Context, entries []orders.OutboxEn
 		admitting.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, relayTimeout)
 			defer cancel()
-			carried, coherenceErr = r.carryCoherence(ctx, others)
+			carried, coherenceErr = r.carryCoherence(ctx, others, false)
 		})
 	}
 	// Rendered before the turn comes: it needs nothing of the batch before.

@@ -169,87 +169,67 @@ func payloadsOf(entries []orders.OutboxEntry) []string {
 	return payloads
 }
 
-// TestRelayPutsOneJobPerShardOnTheCoherenceQueue: a relay's entries that
-// go to one shard ride one job, which lists them sorted, each name at its
-// highest version, in the shard's lane; relayed again, in any order, the
-// same entries make the same job, refused by its dedup key.
-func TestRelayPutsOneJobPerShardOnTheCoherenceQueue(t *testing.T) {
+// TestRelayPutsOneJobOnTheCoherenceQueue: a relay's entries, of several
+// accounts, ride one job, one admission, which lists them sorted, each
+// name at its highest version, in the lane of the shard its payload hashes
+// to; relayed again, in any order, the same entries make the same job on
+// the same shard, refused by its dedup key.
+func TestRelayPutsOneJobOnTheCoherenceQueue(t *testing.T) {
 	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newCoherenceFixture(t)
-	// Accounts until two share a shard and one is on another.
-	var shared [2]string
-	var alone string
-	first := map[string]string{} // by shard, its first account
-	for shared[0] == "" || alone == "" {
-		account := f.newAccount(t)
-		queue := placement.CoherenceQueue(placement.BalancesTable, account)
-		if held, seen := first[queue]; !seen {
-			first[queue] = account
-		} else if shared[0] == "" {
-			shared = [2]string{held, account}
-		}
-		for queue, account := range first {
-			if shared[0] != "" && queue != placement.CoherenceQueue(placement.BalancesTable, shared[0]) {
-				alone = account
-			}
-		}
-	}
+	accounts := []string{f.newAccount(t), f.newAccount(t), f.newAccount(t)}
 	entries := []orders.OutboxEntry{
-		f.depositWithOutbox(t, shared[0], "USD", "10.00"),
-		f.depositWithOutbox(t, shared[0], "USD", "5.00"),
-		f.depositWithOutbox(t, shared[1], "BTC", "0.5"),
-		f.depositWithOutbox(t, shared[0], "BTC", "0.5"),
-		f.depositWithOutbox(t, alone, "ETH", "2"),
+		f.depositWithOutbox(t, accounts[0], "USD", "10.00"),
+		f.depositWithOutbox(t, accounts[0], "USD", "5.00"),
+		f.depositWithOutbox(t, accounts[1], "BTC", "0.5"),
+		f.depositWithOutbox(t, accounts[0], "BTC", "0.5"),
+		f.depositWithOutbox(t, accounts[2], "ETH", "2"),
 	}
 	if f.unrelayed(t) != len(entries) {
 		t.Fatalf("%d unrelayed rows before the relay, want %d", f.unrelayed(t), len(entries))
 	}
 
 	f.relay.Relay(ctx, entries)
-	if got := f.pending(t); got != 2 {
-		t.Errorf("%d coherence jobs pending, want one per shard, 2", got)
+	if got := f.pending(t); got != 1 {
+		t.Errorf("%d coherence jobs pending, want the relay's one", got)
 	}
 	if got := f.unrelayed(t); got != 0 {
 		t.Errorf("%d rows left unrelayed", got)
 	}
 	// Relayed again, in another order (a sweep racing the relay, a retried
-	// settlement): the same jobs, each admitted once.
+	// settlement): the same job, admitted once.
 	f.relay.Relay(ctx, []orders.OutboxEntry{entries[4], entries[3], entries[2], entries[1], entries[0]})
-	if got := f.pending(t); got != 2 {
-		t.Errorf("after relaying again %d jobs pending, want still 2", got)
+	if got := f.pending(t); got != 1 {
+		t.Errorf("after relaying again %d jobs pending, want still 1", got)
 	}
 
-	want := map[string]string{
-		placement.CoherenceQueue(placement.BalancesTable, shared[0]): strings.Join(payloadsOf(entries[1:4]), "\n"),
-		placement.CoherenceQueue(placement.BalancesTable, alone):     entries[4].Payload,
+	payload := strings.Join(payloadsOf(entries[1:]), "\n")
+	name := placement.CoherenceJobQueue(placement.BalancesTable, payload)
+	claims, err := f.client.Queue(name).Claim(ctx, 10, time.Minute)
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("%s: claimed %+v, %v; want one job", name, claims, err)
 	}
-	for name, payload := range want {
-		claims, err := f.client.Queue(name).Claim(ctx, 10, time.Minute)
-		if err != nil || len(claims) != 1 {
-			t.Fatalf("%s: claimed %+v, %v; want one job", name, claims, err)
-		}
-		claim := claims[0]
-		shard := name[strings.LastIndexByte(name, '.')+1:]
-		if claim.Kind != placement.KindBalanceCoherence || claim.Group != "shard."+shard {
-			t.Errorf("job %s on %s: kind %q lane %q, want %q in the shard's lane", claim.ID, name, claim.Kind, claim.Group, placement.KindBalanceCoherence)
-		}
-		if string(claim.Payload) != payload {
-			t.Errorf("job on %s carries %q, want %q", name, claim.Payload, payload)
-		}
-		if err := f.consumer.Handle(ctx, claim); err != nil {
-			t.Errorf("Handle(%s): %v", claim.Payload, err)
-		}
+	claim := claims[0]
+	shard := name[strings.LastIndexByte(name, '.')+1:]
+	if claim.Kind != placement.KindBalanceCoherence || claim.Group != "shard."+shard {
+		t.Errorf("job %s on %s: kind %q lane %q, want %q in the shard's lane", claim.ID, name, claim.Kind, claim.Group, placement.KindBalanceCoherence)
+	}
+	if string(claim.Payload) != payload {
+		t.Errorf("job on %s carries %q, want %q", name, claim.Payload, payload)
+	}
+	if err := f.consumer.Handle(ctx, claim); err != nil {
+		t.Errorf("Handle(%s): %v", claim.Payload, err)
 	}
 	f.assertCacheCurrent(t, []string{
-		orders.BalanceName(shared[0], "USD"), orders.BalanceName(shared[0], "BTC"),
-		orders.BalanceName(shared[1], "BTC"), orders.BalanceName(alone, "ETH"),
+		orders.BalanceName(accounts[0], "USD"), orders.BalanceName(accounts[0], "BTC"),
+		orders.BalanceName(accounts[1], "BTC"), orders.BalanceName(accounts[2], "ETH"),
 	})
 
 	// Grouped otherwise, as the sweep may take them: another job, which
 	// the consumer applies without changing anything.
 	f.relay.Relay(ctx, entries[2:3])
-	claims := f.claimAll(t)
+	claims = f.claimAll(t)
 	if len(claims) != 1 || string(claims[0].Payload) != entries[2].Payload {
 		t.Fatalf("after relaying one entry again, claimed %+v; want its own job", claims)
 	}
@@ -293,8 +273,9 @@ func TestARelayOfJobSizeOneWritesTheFormOlderWorkersRead(t *testing.T) {
 	f.assertCacheCurrent(t, []string{orders.BalanceName(account, "USD"), orders.BalanceName(account, "BTC")})
 }
 
-// TestCoherenceJobsSplitAtABatch: a shard's entries past CoherenceBatch
-// names go to further jobs, and every entry is carried by one of them.
+// TestCoherenceJobsSplitAtABatch: entries past CoherenceBatch names go to
+// further jobs, each in the lane of its payload's shard, and every entry is
+// carried by one of them.
 func TestCoherenceJobsSplitAtABatch(t *testing.T) {
 	testserver.Parallel(t)
 	for _, c := range []struct {
@@ -320,7 +301,8 @@ func TestCoherenceJobsSplitAtABatch(t *testing.T) {
 			for i, job := range jobs {
 				lines := strings.Split(string(job.Payload), "\n")
 				sizes = append(sizes, len(lines))
-				if !slices.IsSorted(lines) || job.DedupKey != string(job.Payload) || job.Group != jobs[0].Group {
+				queue := placement.CoherenceJobQueue(placement.BalancesTable, string(job.Payload))
+				if !slices.IsSorted(lines) || job.DedupKey != string(job.Payload) || job.Group != "shard."+queue[strings.LastIndexByte(queue, '.')+1:] {
 					t.Errorf("job %d: payload %q, key %q, lane %q", i, job.Payload, job.DedupKey, job.Group)
 				}
 				for _, line := range lines {
@@ -354,7 +336,8 @@ func TestCoherenceDedupKeysExpireInMinutes(t *testing.T) {
 	}
 	account := f.newAccount(t)
 	placeOrder(t, placer, account, "c-1")
-	f.relay.Relay(ctx, []orders.OutboxEntry{f.depositWithOutbox(t, account, "USD", "10.00")})
+	deposit := f.depositWithOutbox(t, account, "USD", "10.00")
+	f.relay.Relay(ctx, []orders.OutboxEntry{deposit})
 	now := time.Now()
 
 	tests := []struct {
@@ -363,7 +346,7 @@ func TestCoherenceDedupKeysExpireInMinutes(t *testing.T) {
 		earliest, latest time.Duration
 	}{
 		// Held R to R + W (half of R) plus the minute of clock allowance.
-		{placement.CoherenceQueue(placement.BalancesTable, account), placement.CoherenceDedupRetention, 10 * time.Minute, 16 * time.Minute},
+		{placement.CoherenceJobQueue(placement.BalancesTable, deposit.Payload), placement.CoherenceDedupRetention, 10 * time.Minute, 16 * time.Minute},
 		{orders.InstrumentQueue("BTC-USD"), emq.DefaultDedupRetention, 24 * time.Hour, 36*time.Hour + time.Minute},
 	}
 	for _, tt := range tests {
@@ -410,7 +393,7 @@ func TestSweepRelaysRowsACrashLeftBehind(t *testing.T) {
 	if got := f.unrelayed(t); got != 0 {
 		t.Errorf("%d rows left unrelayed", got)
 	}
-	// One account, one shard: one job carries both rows.
+	// A job a row, as the relay would have made for each alone.
 	if got, want := carried(f.claimAll(t)), payloadsOf(entries); !slices.Equal(got, want) {
 		t.Errorf("the jobs carry %q, want %q", got, want)
 	}

@@ -49,16 +49,13 @@ func (f *coherenceFixture) versions(t testing.TB) map[string]int64 {
 }
 
 // makers are n accounts, each resting a sell of 0.1 BTC at 45000, settled
-// by settler; with apart, none of them on the coherence shard of apart.
-func (f *coherenceFixture) makers(t testing.TB, n int, apart string, placer *placement.Placer, settler *postgres.Settler) []string {
+// by settler.
+func (f *coherenceFixture) makers(t testing.TB, n int, placer *placement.Placer, settler *postgres.Settler) []string {
 	t.Helper()
 	queue := placement.NewOrderQueues(f.client).For("BTC-USD")
 	var accounts []string
 	for len(accounts) < n {
 		account := f.newAccount(t)
-		if apart != "" && placement.CoherenceQueue(placement.BalancesTable, account) == placement.CoherenceQueue(placement.BalancesTable, apart) {
-			continue
-		}
 		if err := f.ledger.Deposit(context.Background(), account, "BTC", "1"); err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +154,8 @@ func lines(versions map[string]int64) []string {
 // TestASettlementWriteIsOneOutboxRowTheRelayCarriesWhole: a settlement
 // write that moves N balances inserts one outbox row listing each at the
 // version it reached; the relay carries every line to the coherence
-// queues (one job per shard, or per line at job size 1), deletes the row,
+// queues in one job, one admission (or a job per line at job size 1),
+// deletes the row,
 // and the consumer leaves each cached balance, cached before the write,
 // at its new version.
 func TestASettlementWriteIsOneOutboxRowTheRelayCarriesWhole(t *testing.T) {
@@ -185,7 +183,7 @@ func TestASettlementWriteIsOneOutboxRowTheRelayCarriesWhole(t *testing.T) {
 			_, placer := f.ordersQueue(t)
 			settler := postgres.NewSettler(f.db, nil, f.logger) // relays nothing itself
 			taker := f.buyer(t)
-			f.makers(t, c.makers, "", placer, settler)
+			f.makers(t, c.makers, placer, settler)
 			// Every balance cached at its version before the write.
 			if _, err := f.relay.Sweep(ctx); err != nil {
 				t.Fatal(err)
@@ -216,18 +214,12 @@ func TestASettlementWriteIsOneOutboxRowTheRelayCarriesWhole(t *testing.T) {
 			if want := lines(w.moved); !slices.Equal(entries, want) {
 				t.Errorf("the jobs carry %q, want %q", entries, want)
 			}
-			shards := map[string]bool{}
-			for name := range w.moved {
-				account, _ := splitBalanceName(t, name)
-				shards[placement.CoherenceQueue(placement.BalancesTable, account)] = true
-			}
-			if want := len(shards); c.jobSize == 1 {
-				want = len(w.moved)
+			if want := len(w.moved); c.jobSize == 1 {
 				if jobs != want {
 					t.Errorf("%d jobs, want one a change, %d", jobs, want)
 				}
-			} else if jobs != want {
-				t.Errorf("%d jobs, want one a shard, %d", jobs, want)
+			} else if jobs != 1 {
+				t.Errorf("%d jobs, want the write's one", jobs)
 			}
 			f.assertCachedAt(t, w.moved)
 		})
@@ -254,7 +246,7 @@ func TestSweepCarriesBothFormsOfBalancesRows(t *testing.T) {
 			_, placer := f.ordersQueue(t)
 			settler := postgres.NewSettler(f.db, nil, f.logger) // relays nothing itself
 			taker := f.buyer(t)
-			f.makers(t, 2, "", placer, settler)
+			f.makers(t, 2, placer, settler)
 			if _, err := f.relay.Sweep(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -299,9 +291,9 @@ func TestSweepCarriesBothFormsOfBalancesRows(t *testing.T) {
 	}
 }
 
-// TestAPartlyCarriedWriteRowStaysUnrelayed: one shard's queue refuses the
-// write's job (its declared kinds are gone, as after a purge), the other
-// shards take theirs. The row is not marked relayed, by Relay or by the
+// TestAPartlyCarriedWriteRowStaysUnrelayed: at one change a job, one
+// shard's queue refuses a line's job (its declared kinds are gone, as
+// after a purge), the other shards take theirs. The row is not marked relayed, by Relay or by the
 // sweep, until every line went: then the sweep carries it whole (the lines
 // that went before are dedup hits) and deletes it, and every balance
 // reaches the cache.
@@ -321,11 +313,11 @@ func TestAPartlyCarriedWriteRowStaysUnrelayed(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
-			f := newCoherenceFixture(t, placement.WithSweepAge(0))
+			f := newCoherenceFixture(t, placement.WithSweepAge(0), placement.WithCoherenceJobSize(1))
 			_, placer := f.ordersQueue(t)
 			settler := postgres.NewSettler(f.db, nil, f.logger) // relays nothing itself
 			taker := f.buyer(t)
-			f.makers(t, 2, taker, placer, settler)
+			f.makers(t, 2, placer, settler)
 			if _, err := f.relay.Sweep(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -334,7 +326,10 @@ func TestAPartlyCarriedWriteRowStaysUnrelayed(t *testing.T) {
 			// The events rows are not what this is about.
 			f.relay.Relay(ctx, w.events)
 
-			refusing := f.client.Queue(placement.CoherenceQueue(placement.BalancesTable, taker))
+			// The queue of the taker's USD line's job.
+			name := orders.BalanceName(taker, "USD")
+			line := name + "@" + strconv.FormatInt(w.moved[name], 10)
+			refusing := f.client.Queue(placement.CoherenceJobQueue(placement.BalancesTable, line))
 			if err := refusing.Purge(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -364,4 +359,59 @@ func TestAPartlyCarriedWriteRowStaysUnrelayed(t *testing.T) {
 			f.assertCachedAt(t, w.moved)
 		})
 	}
+}
+
+// TestASweepOfWritesTheRelayCarriedMakesNoSecondJob: two settlement
+// writes relayed, each its own job, whose process died before marking
+// their rows: the sweep, taking both rows at once, makes a job a row, the
+// relay's jobs again, and its admissions are dedup hits. Every line
+// reaches the cache once, by the relay's jobs.
+func TestASweepOfWritesTheRelayCarriedMakesNoSecondJob(t *testing.T) {
+	testserver.Parallel(t)
+	ctx := context.Background()
+	f := newCoherenceFixture(t, placement.WithSweepAge(0))
+	_, placer := f.ordersQueue(t)
+	settler := postgres.NewSettler(f.db, nil, f.logger) // relays nothing itself
+	f.makers(t, 3, placer, settler)
+	takers := []string{f.buyer(t), f.buyer(t), f.buyer(t)}
+	// A first write opens the venue's fee balances (rows of their own):
+	// the two writes after it leave only their own rows.
+	f.takeAll(t, takers[0], 1, placer, settler)
+	if _, err := f.relay.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.consumeAll(t)
+
+	forget := placement.CarryWithoutMarking(f.relay)
+	want := map[string]int64{}
+	var wantLines []string // each write's, the venue's fee balance in both
+	for _, taker := range takers[1:] {
+		w := f.takeAll(t, taker, 1, placer, settler)
+		maps.Copy(want, w.moved)
+		wantLines = append(wantLines, lines(w.moved)...)
+		f.relay.Relay(ctx, append(w.events, w.balances...))
+	}
+	slices.Sort(wantLines)
+	forget()
+	if got := f.pending(t); got != 2 {
+		t.Fatalf("%d jobs pending after two relayed writes, want one a write, 2", got)
+	}
+	if got := f.unrelayed(t); got == 0 {
+		t.Fatal("no row unrelayed: the relay marked what it should have left")
+	}
+
+	if _, err := f.relay.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.unrelayed(t); got != 0 {
+		t.Errorf("%d rows left unrelayed after the sweep", got)
+	}
+	if got := f.pending(t); got != 2 {
+		t.Errorf("%d jobs pending after the sweep, want the relay's 2 (its jobs refused as duplicates)", got)
+	}
+	entries, jobs := f.consumeAll(t)
+	if jobs != 2 || !slices.Equal(entries, wantLines) {
+		t.Errorf("%d jobs carry %q, want 2 carrying %q", jobs, entries, wantLines)
+	}
+	f.assertCachedAt(t, want)
 }
