@@ -29,15 +29,26 @@ const KindBalanceCoherence = "coherence.balance"
 // change of every trade.
 const CoherenceShards = 16
 
-// CoherenceQueues are the names of a job-mode table's coherence queues,
-// coherence.Queue(table) + ".<n>", in shard order.
+// CoherenceQueues are the names of a job-mode table's coherence queues:
+// its shards, coherence.Queue(table) + ".<n>" in shard order, then its
+// remote queue (CoherenceRemoteQueue).
 func CoherenceQueues(table string) []string {
-	names := make([]string, CoherenceShards)
+	names := make([]string, CoherenceShards, CoherenceShards+1)
 	for i := range names {
 		names[i] = coherence.Queue(table) + "." + strconv.Itoa(i)
 	}
-	return names
+	return append(names, CoherenceRemoteQueue(table))
 }
+
+// CoherenceRemoteQueue is the coherence queue of table that the relays of
+// processes working no coherence queue (the gateways, relaying cancels)
+// admit onto (WithRemoteCoherence). A worker's own relay admits onto the
+// shards, and its claim loops hear of that admission at once (emq's local
+// wake), so they poll the shards seldom; a job admitted by another process
+// would wait for such a poll, so those go here, where the workers wait on
+// the queue's wake token (emq.WorkerOptions.WakeOnAdmission) and claim it
+// at once. One queue: it carries the gateways' few jobs, not every change.
+func CoherenceRemoteQueue(table string) string { return coherence.Queue(table) + ".remote" }
 
 // CoherenceJobQueue is the name of the coherence queue of table that
 // carries a job of payload (CoherenceJobs): the shard is a hash of the
@@ -122,6 +133,9 @@ type OutboxRelay struct {
 	eventsLogs *EventLogs
 	// coherenceJobSize is the most balance changes one coherence job lists.
 	coherenceJobSize int
+	// remote puts every coherence job on the table's remote queue
+	// (WithRemoteCoherence).
+	remote bool
 
 	mu sync.Mutex
 	// markers counts the KeepSweeping loops running; while there is one,
@@ -169,6 +183,15 @@ func WithEventsLogs(logs *EventLogs) RelayOption {
 // bury a list as one malformed name.
 func WithCoherenceJobSize(size int) RelayOption {
 	return func(r *OutboxRelay) { r.coherenceJobSize = min(max(size, 1), CoherenceBatch) }
+}
+
+// WithRemoteCoherence has the relay admit its coherence jobs onto the
+// remote queue (CoherenceRemoteQueue) rather than the shards: for a process
+// that works no coherence queue (a gateway), whose admissions no claim loop
+// hears of. Workers that work the remote queue must run before such a
+// relay does (an earlier release's workers do not work it).
+func WithRemoteCoherence() RelayOption {
+	return func(r *OutboxRelay) { r.remote = true }
 }
 
 // WithSweepAge sets how old an unrelayed row must be before Sweep takes it
@@ -525,6 +548,9 @@ func (r *OutboxRelay) admit(ctx context.Context, table string, entries []orders.
 		jobs, carries := coherenceJobs(carrying, r.coherenceJobSize)
 		for i, job := range jobs {
 			name := CoherenceJobQueue(table, string(job.Payload))
+			if r.remote {
+				name = CoherenceRemoteQueue(table)
+			}
 			q := byQueue[name]
 			if q == nil {
 				q = &queued{}

@@ -907,3 +907,35 @@ func restingBuy(t testing.TB, placer *placement.Placer, queue *emq.Queue, settle
 	return placeAndSettle(t, placer, queue, settler, orders.PlaceCommand{Account: account, ClientOrderID: clientOrderID,
 		Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit, Quantity: decimal.MustParse("0.1"), Price: decimal.MustParse("45000")})
 }
+
+// TestARemoteRelayAdmitsOntoTheRemoteQueue: a relay of a process that works
+// no coherence queue (WithRemoteCoherence, a gateway's) puts its jobs on
+// the remote queue, none on the shards, and they carry what a worker's
+// relay would have.
+func TestARemoteRelayAdmitsOntoTheRemoteQueue(t *testing.T) {
+	testserver.Parallel(t)
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	gateway := placement.NewOutboxRelay(postgres.NewOutbox(f.db), f.client, placement.CoherenceModes, f.logger, placement.WithRemoteCoherence())
+	account := f.newAccount(t)
+	entries := []orders.OutboxEntry{f.depositWithOutbox(t, account, "USD", "1.00"), f.depositWithOutbox(t, account, "BTC", "1")}
+	gateway.Relay(ctx, entries)
+	if got := f.unrelayed(t); got != 0 {
+		t.Errorf("%d rows left unrelayed", got)
+	}
+	remote := f.client.Queue(placement.CoherenceRemoteQueue(placement.BalancesTable))
+	claims, err := remote.Claim(ctx, 10, time.Minute)
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("the remote queue: claimed %+v, %v; want the one job", claims, err)
+	}
+	if got, want := string(claims[0].Payload), strings.Join(payloadsOf(entries), "\n"); got != want {
+		t.Errorf("the job carries %q, want %q", got, want)
+	}
+	if got := f.pending(t); got != 0 {
+		t.Errorf("%d jobs pending on the shards, want none", got)
+	}
+	if err := f.consumer.Handle(ctx, claims[0]); err != nil {
+		t.Fatal(err)
+	}
+	f.assertCacheCurrent(t, []string{orders.BalanceName(account, "USD"), orders.BalanceName(account, "BTC")})
+}

@@ -190,9 +190,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	caches := coherence.New(queueClient.Redis(), coherence.WithLogger(logger))
 
 	// A cancel of a resting order releases its hold; the relay carries the
-	// balances' outbox rows at once, as a worker's does after a settlement.
+	// balances' outbox rows at once, as a worker's does after a settlement,
+	// onto the queue whose workers wait for its jobs (no claim loop here
+	// hears of them).
 	relay := placement.NewOutboxRelay(postgres.NewOutbox(db), queueClient, placement.CoherenceModes, logger,
-		placement.WithCoherenceJobSize(c.coherenceJobSize))
+		placement.WithCoherenceJobSize(c.coherenceJobSize), placement.WithRemoteCoherence())
 	if err := relay.Declare(ctx); err != nil {
 		return err
 	}
