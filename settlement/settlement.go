@@ -456,9 +456,11 @@ func (w *Worker) applyCoherence(ctx context.Context) error {
 			IdlePoll:     coherenceIdlePoll,
 		}
 		if queue.Name() == remote {
-			// The gateways' jobs: claimed as they come, the wait on the
-			// token as long as the shards' poll.
-			options.WakeOnAdmission = true
+			// The gateways' jobs: claimed as they come. emq's default poll,
+			// not the shards': a worker whose other queues' waits hold
+			// their share of the pool sleeps the poll instead of waiting,
+			// and a cancel's balance must not wait longer than before.
+			options.IdlePoll, options.WakeOnAdmission = 0, true
 		}
 		working.Go(func() {
 			defer stop()
