@@ -40,3 +40,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 // finds the versions it wrote and writes nothing, and what it answers, the
 // entries the hash holds, is the same (only Wrote says false).
 var cacheFillScript = scriptpipe.Repeatable(lua.CacheFill)
+
+// cacheFillHashesScript is cacheFillScript over several hashes of one slot,
+// Repeatable for the same reason.
+var cacheFillHashesScript = scriptpipe.Repeatable(lua.CacheFillHashes)

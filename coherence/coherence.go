@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -220,41 +221,91 @@ func fillArgs(key string, entries []CacheEntry) ([]any, error) {
 // entry's field holds afterwards. A fill that finds a newer version keeps it:
 // that is the fill working, not failing. The error names every hash whose
 // fill failed; the others are filled and answered.
+//
+// The hashes of one hash tag (one slot: a table's, CacheKey) go in one
+// script call, up to fillHashesPerCall of them, where a call per hash made
+// the coherence consumer's batch a call per account it touched.
 func (c *Client) FillHashesIfNewer(ctx context.Context, fills map[string][]CacheEntry) (map[string][]CacheFill, error) {
-	keys := make([]string, 0, len(fills))
-	calls := make([]scriptpipe.Call, 0, len(fills))
+	byTag := map[string][]string{}
+	var tags []string
 	for key, entries := range fills {
 		if len(entries) == 0 {
 			continue
 		}
-		args, err := fillArgs(key, entries)
-		if err != nil {
-			return nil, err
+		tag := hashTag(key)
+		if _, seen := byTag[tag]; !seen {
+			tags = append(tags, tag)
 		}
-		keys = append(keys, key)
-		calls = append(calls, scriptpipe.Call{Keys: []string{key}, Args: args})
+		byTag[tag] = append(byTag[tag], key)
 	}
-	if len(calls) == 0 {
+	// What each call fills: the keys of one tag, fillHashesPerCall at most.
+	var batches [][]string
+	for _, tag := range tags {
+		for keys := range slices.Chunk(byTag[tag], fillHashesPerCall) {
+			batches = append(batches, keys)
+		}
+	}
+	if len(batches) == 0 {
 		return nil, nil
 	}
-	cmds, err := scriptpipe.Run(ctx, c.rdb, cacheFillScript, calls)
-	if err != nil {
-		return nil, fmt.Errorf("coherence: fill %d cache hashes: %w", len(calls), err)
+	calls := make([]scriptpipe.Call, len(batches))
+	for i, keys := range batches {
+		var args []any
+		for _, key := range keys {
+			entryArgs, err := fillArgs(key, fills[key])
+			if err != nil {
+				return nil, err
+			}
+			args = append(append(args, len(fills[key])), entryArgs...)
+		}
+		calls[i] = scriptpipe.Call{Keys: keys, Args: args}
 	}
-	filled := make(map[string][]CacheFill, len(keys))
+	cmds, err := scriptpipe.Run(ctx, c.rdb, cacheFillHashesScript, calls)
+	if err != nil {
+		return nil, fmt.Errorf("coherence: fill %d cache hashes: %w", len(fills), err)
+	}
+	filled := make(map[string][]CacheFill, len(fills))
 	var errs []error
 	for i, cmd := range cmds {
-		reply, err := cmd.Slice()
-		if err == nil {
-			filled[keys[i]], err = parseFills(keys[i], fills[keys[i]], reply)
-		} else {
-			err = fmt.Errorf("coherence: fill %s: %w", keys[i], err)
+		keys := batches[i]
+		replies, err := cmd.Slice()
+		if err == nil && len(replies) != len(keys) {
+			err = fmt.Errorf("unexpected reply of %d values for %d hashes", len(replies), len(keys))
 		}
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("coherence: fill %s: %w", strings.Join(keys, ", "), err))
+			continue
+		}
+		for k, key := range keys {
+			switch reply := replies[k].(type) {
+			case []any:
+				if filled[key], err = parseFills(key, fills[key], reply); err != nil {
+					errs = append(errs, err)
+				}
+			case error:
+				errs = append(errs, fmt.Errorf("coherence: fill %s: %w", key, reply))
+			default:
+				errs = append(errs, fmt.Errorf("coherence: fill %s: unexpected reply %T", key, reply))
+			}
 		}
 	}
 	return filled, errors.Join(errs...)
+}
+
+// fillHashesPerCall bounds the hashes one cache fill call takes, so a heal's
+// page of hundreds does not hold Redis in one script for long.
+const fillHashesPerCall = 64
+
+// hashTag is the part of key Redis Cluster hashes to its slot: the first
+// "{...}" with something inside, or the whole key. Keys of one tag are in
+// one slot, so one script may touch them all.
+func hashTag(key string) string {
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
+			return key[open+1 : open+1+end]
+		}
+	}
+	return key
 }
 
 // ReadCache returns every field of the cache hash key by field name; an

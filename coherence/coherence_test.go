@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -491,6 +492,96 @@ func TestFillHashesIfNewerFillsEachHashConditionally(t *testing.T) {
 		}
 		if !maps.Equal(got, want) {
 			t.Errorf("%s holds %v, want %v", key, got, want)
+		}
+	}
+}
+
+// TestFillHashesIfNewerAnswersEachHashOnItsOwn: the hashes of one table
+// (one hash tag, one slot) go in one script call, and a hash whose key holds
+// no hash gets its own error while the others are still filled.
+func TestFillHashesIfNewerAnswersEachHashOnItsOwn(t *testing.T) {
+	ctx := context.Background()
+	rdb := testserver.QueueRedis(t)
+	client := coherence.New(rdb)
+	keys := []string{coherence.CacheKey("test", "a"), coherence.CacheKey("test", "b"), coherence.CacheKey("test", "c")}
+	if err := rdb.Set(ctx, keys[1], "no hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	scripts := func() int64 {
+		if testserver.ClusterMode() {
+			return 0 // commandstats are per master; the single leg counts
+		}
+		var n int64
+		for _, command := range []string{"evalsha", "eval"} {
+			stats, err := rdb.Info(ctx, "commandstats").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for line := range strings.Lines(stats) {
+				if rest, ok := strings.CutPrefix(line, "cmdstat_"+command+":calls="); ok {
+					calls, _, _ := strings.Cut(rest, ",")
+					v, err := strconv.ParseInt(calls, 10, 64)
+					if err != nil {
+						t.Fatal(err)
+					}
+					n += v
+				}
+			}
+		}
+		return n
+	}
+	before := scripts()
+	filled, err := client.FillHashesIfNewer(ctx, map[string][]coherence.CacheEntry{
+		keys[0]: {{Field: "BTC", Version: 3, Value: "0.5"}},
+		keys[1]: {{Field: "BTC", Version: 3, Value: "0.5"}},
+		keys[2]: {{Field: "USD", Version: 1, Value: "10.00"}, {Field: "ETH", Version: 2, Value: "1"}},
+	})
+	if calls := scripts() - before; calls > 2 { // EVALSHA, and EVAL once after NOSCRIPT
+		t.Errorf("%d script calls for three hashes of one slot, want one", calls)
+	}
+	if err == nil || !strings.Contains(err.Error(), keys[1]) || strings.Contains(err.Error(), keys[0]) || strings.Contains(err.Error(), keys[2]) {
+		t.Errorf("error %v, want one naming %s alone", err, keys[1])
+	}
+	if _, ok := filled[keys[1]]; ok {
+		t.Errorf("answered %v for the key holding no hash", filled[keys[1]])
+	}
+	for key, want := range map[string]map[string]string{
+		keys[0]: {"BTC": "3 0.5"},
+		keys[2]: {"USD": "1 10.00", "ETH": "2 1"},
+	} {
+		if got := len(filled[key]); got != len(want) {
+			t.Errorf("%s: %d fills answered, want %d", key, got, len(want))
+		}
+		got, err := rdb.HGetAll(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s holds %v, want %v", key, got, want)
+		}
+	}
+}
+
+// TestFillHashesIfNewerFillsManyHashes: a fill of more hashes than one call
+// takes (a heal's scan page) fills and answers every one.
+func TestFillHashesIfNewerFillsManyHashes(t *testing.T) {
+	ctx := context.Background()
+	rdb := testserver.QueueRedis(t)
+	client := coherence.New(rdb)
+	fills := map[string][]coherence.CacheEntry{}
+	for i := range 150 {
+		fills[coherence.CacheKey("test", strconv.Itoa(i))] = []coherence.CacheEntry{{Field: "USD", Version: int64(i + 1), Value: "1"}}
+	}
+	filled, err := client.FillHashesIfNewer(ctx, fills)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, entries := range fills {
+		if got := filled[key]; len(got) != 1 || !got[0].Wrote || got[0].Held.Version != entries[0].Version {
+			t.Errorf("%s: answered %+v, want version %d written", key, got, entries[0].Version)
+		}
+		if held, err := rdb.HGet(ctx, key, "USD").Result(); err != nil || held != strconv.FormatInt(entries[0].Version, 10)+" 1" {
+			t.Errorf("%s holds %q, %v", key, held, err)
 		}
 	}
 }

@@ -56,6 +56,8 @@ var (
 	declare string
 	//go:embed cache_fill.lua
 	cacheFill string
+	//go:embed cache_fill_hashes.lua
+	cacheFillHashes string
 	//go:embed cache_server.lua
 	cacheServer string
 	//go:embed log_append.lua
@@ -102,6 +104,9 @@ var (
 	// ones (package coherence runs it). It moves no job, so it goes without
 	// the helpers.
 	CacheFill = cacheFill
+	// CacheFillHashes is CacheFill over several hashes of one slot in one
+	// call, each answered on its own (package coherence runs it).
+	CacheFillHashes = cacheFillHashes
 	// CacheServer names the server holding a table's cache and says whether
 	// the cache was healed on it (package coherence runs it).
 	CacheServer = cacheServer
