@@ -239,3 +239,36 @@ func TestSigningConfiguration(t *testing.T) {
 		})
 	}
 }
+
+func TestCoherenceRemoteConfiguration(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		remote  bool
+		refused bool
+	}{
+		{name: "default: the remote queue", remote: true},
+		{name: "off while earlier workers run", env: map[string]string{"COHERENCE_REMOTE": "false"}},
+		{name: "the flag over the environment", args: []string{"-coherence-remote=true"}, env: map[string]string{"COHERENCE_REMOTE": "false"}, remote: true},
+		{name: "not a boolean", env: map[string]string{"COHERENCE_REMOTE": "sometimes"}, refused: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{"DATABASE_URL": "postgres://x"}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			c, err := parseConfig(append([]string{"gateway"}, tt.args...), envOf(env), io.Discard)
+			if tt.refused {
+				if err == nil || !strings.Contains(err.Error(), "COHERENCE_REMOTE") {
+					t.Fatalf("err %v, want COHERENCE_REMOTE refused", err)
+				}
+				return
+			}
+			if err != nil || c.coherenceRemote != tt.remote {
+				t.Fatalf("coherenceRemote %v, %v; want %v", c.coherenceRemote, err, tt.remote)
+			}
+		})
+	}
+}

@@ -40,6 +40,7 @@ type config struct {
 	dedupRetention    time.Duration
 	cancelWait        time.Duration
 	coherenceJobSize  int
+	coherenceRemote   bool
 	waitReplicas      int
 	waitTimeout       time.Duration
 	instrumentRefresh time.Duration
@@ -77,6 +78,8 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.IntVar(&c.waitReplicas, "admit-wait-replicas", env.Int("ADMIT_WAIT_REPLICAS", 0), "Redis replicas that must hold an admitted order before it is answered 202; 0 answers when the primary has it (ADMIT_WAIT_REPLICAS)")
 	flags.DurationVar(&c.waitTimeout, "admit-wait-timeout", env.Duration("ADMIT_WAIT_TIMEOUT", 100*time.Millisecond), "how long an admission waits for its replicas before it is answered 503 (ADMIT_WAIT_TIMEOUT)")
 	flags.DurationVar(&c.dedupRetention, "dedup-retention", env.Duration("DEDUP_RETENTION", emq.DefaultDedupRetention), "how long a client_order_id is held in Redis at least; stored with the orders queue, so the last gateway to start sets it for all (DEDUP_RETENTION)")
+	flags.BoolVar(&c.coherenceRemote, "coherence-remote", env.Bool("COHERENCE_REMOTE", true),
+		"put a cancel's coherence jobs on the remote queue, which workers wait on; false (the shards, polled every second) while workers of a release without that queue still run (COHERENCE_REMOTE)")
 	flags.IntVar(&c.coherenceJobSize, "coherence-job-size", env.Int("COHERENCE_JOB_SIZE", placement.CoherenceBatch),
 		"most balance changes one coherence job of a cancel's release lists; 1 while workers of a release reading one change a job still run (COHERENCE_JOB_SIZE)")
 	flags.DurationVar(&c.cancelWait, "cancel-wait", env.Duration("CANCEL_WAIT", placement.DefaultCancelWait), "how long a cancel of a resting order waits for its instrument's owner to decide it before it is answered 202 (at most three quarters of what is left of the request's timeout); 0 cancels in PostgreSQL under the instrument's lock instead, for workers that predate queued cancels (CANCEL_WAIT)")
@@ -193,8 +196,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	// balances' outbox rows at once, as a worker's does after a settlement,
 	// onto the queue whose workers wait for its jobs (no claim loop here
 	// hears of them).
-	relay := placement.NewOutboxRelay(postgres.NewOutbox(db), queueClient, placement.CoherenceModes, logger,
-		placement.WithCoherenceJobSize(c.coherenceJobSize), placement.WithRemoteCoherence())
+	relayOptions := []placement.RelayOption{placement.WithCoherenceJobSize(c.coherenceJobSize)}
+	if c.coherenceRemote {
+		relayOptions = append(relayOptions, placement.WithRemoteCoherence())
+	}
+	relay := placement.NewOutboxRelay(postgres.NewOutbox(db), queueClient, placement.CoherenceModes, logger, relayOptions...)
 	if err := relay.Declare(ctx); err != nil {
 		return err
 	}
