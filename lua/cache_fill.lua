@@ -38,21 +38,6 @@ for i = first + 1, #ARGV, 3 do
   end
 end
 
--- A stored value without a version in front counts as absent: a fill repairs it.
-local function stored_version(held)
-  if not held then return nil end
-  local space = string.find(held, ' ', 1, true)
-  if not space then return nil end
-  local version = string.sub(held, 1, space - 1)
-  if not string.match(version, '^%d+$') then return nil end
-  return version
-end
-
-local function older(held, version)
-  if #held ~= #version then return #held < #version end
-  return held < version
-end
-
 local reply = {}
 for i = first, #ARGV, 3 do
   local field, version, value = ARGV[i], ARGV[i + 1], ARGV[i + 2]

@@ -29,21 +29,6 @@ if at ~= #ARGV + 1 then
   return redis.error_reply('ECCARG ' .. (#ARGV - at + 1) .. ' arguments past the last key')
 end
 
--- A stored value without a version in front counts as absent: a fill repairs it.
-local function stored_version(held)
-  if not held then return nil end
-  local space = string.find(held, ' ', 1, true)
-  if not space then return nil end
-  local version = string.sub(held, 1, space - 1)
-  if not string.match(version, '^%d+$') then return nil end
-  return version
-end
-
-local function older(held, version)
-  if #held ~= #version then return #held < #version end
-  return held < version
-end
-
 local function fill(key, first, last)
   for i = first + 1, last, 3 do
     local version = ARGV[i]

@@ -22,6 +22,9 @@ var permitBucket string
 //go:embed log_lib.lua
 var logLib string
 
+//go:embed cache_lib.lua
+var cacheLib string
+
 // allowOOM lets the archiver's scripts (claim, read mark, mark and trim)
 // write on a Redis at maxmemory with noeviction, which refuses every other
 // write: the logs an archiver fell behind on are what fill it, and only
@@ -103,10 +106,10 @@ var (
 	// CacheFill writes versioned cache entries that are newer than the cached
 	// ones (package coherence runs it). It moves no job, so it goes without
 	// the helpers.
-	CacheFill = cacheFill
+	CacheFill = cacheLib + cacheFill
 	// CacheFillHashes is CacheFill over several hashes of one slot in one
 	// call, each answered on its own (package coherence runs it).
-	CacheFillHashes = cacheFillHashes
+	CacheFillHashes = cacheLib + cacheFillHashes
 	// CacheServer names the server holding a table's cache and says whether
 	// the cache was healed on it (package coherence runs it).
 	CacheServer = cacheServer
