@@ -76,25 +76,9 @@ func TestTheOrderPathSpreadsOverClusterMasters(t *testing.T) {
 	config := settlement.DefaultConfig()
 	config.Concurrency = 64
 	config.OwnLease = time.Second
-	runCtx, stop := context.WithCancel(ctx)
-	var workers sync.WaitGroup
 	for range 2 {
-		deps, err := settlement.Connect(ctx, database.URL, redisURL, config, logger)
-		if err != nil {
-			t.Fatal(err)
-		}
-		worker, err := settlement.New(ctx, deps, config)
-		if err != nil {
-			t.Fatal(err)
-		}
-		workers.Go(func() {
-			defer deps.Close()
-			if err := worker.Run(runCtx); err != nil {
-				t.Errorf("worker: %v", err)
-			}
-		})
+		runWorker(t, database.URL, redisURL, config, logger, nil)
 	}
-	t.Cleanup(func() { stop(); workers.Wait() })
 
 	client, err := emq.Connect(ctx, rdb)
 	if err != nil {

@@ -28,24 +28,7 @@ func TestAGatewaysCoherenceJobIsAppliedAtOnce(t *testing.T) {
 	logger := slog.New(slog.DiscardHandler)
 	config := settlement.DefaultConfig()
 	config.Concurrency = 8
-	deps, err := settlement.Connect(ctx, database.URL, redisServer.URL(), config, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	worker, err := settlement.New(ctx, deps, config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer deps.Close()
-		if err := worker.Run(runCtx); err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	}()
-	t.Cleanup(func() { stop(); <-done })
+	runWorker(t, database.URL, redisServer.URL(), config, logger, nil)
 
 	db := database.Pool(t)
 	rdb := redisServer.Client(t)

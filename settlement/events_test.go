@@ -45,25 +45,9 @@ func TestEveryAccountsLogHoldsEveryEventOfItsOrders(t *testing.T) {
 	config := settlement.DefaultConfig()
 	config.Concurrency = 64
 	config.EventsArchiveDelay = 10 * time.Millisecond
-	runCtx, stop := context.WithCancel(ctx)
-	var workers sync.WaitGroup
 	for range 2 {
-		deps, err := settlement.Connect(ctx, database.URL, redisServer.URL(), config, logger)
-		if err != nil {
-			t.Fatal(err)
-		}
-		worker, err := settlement.New(ctx, deps, config)
-		if err != nil {
-			t.Fatal(err)
-		}
-		workers.Go(func() {
-			defer deps.Close()
-			if err := worker.Run(runCtx); err != nil {
-				t.Errorf("worker: %v", err)
-			}
-		})
+		runWorker(t, database.URL, redisServer.URL(), config, logger, nil)
 	}
-	t.Cleanup(func() { stop(); workers.Wait() })
 
 	db := database.Pool(t)
 	accounts := make([]string, 10)

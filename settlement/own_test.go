@@ -89,26 +89,7 @@ func TestWorkersOwnInstrumentsAndSettleTheirOrders(t *testing.T) {
 	})
 	stops := map[string]func(){}
 	for _, name := range []string{"a", "b"} {
-		deps, err := settlement.Connect(ctx, database.URL, redisServer.URL(), config, logger)
-		if err != nil {
-			t.Fatal(err)
-		}
-		deps.Owner = owners.worker(name)
-		worker, err := settlement.New(ctx, deps, config)
-		if err != nil {
-			t.Fatal(err)
-		}
-		runCtx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			defer deps.Close()
-			if err := worker.Run(runCtx); err != nil {
-				t.Errorf("worker %s: %v", name, err)
-			}
-		}()
-		stops[name] = sync.OnceFunc(func() { cancel(); <-done })
-		t.Cleanup(stops[name])
+		stops[name] = runWorker(t, database.URL, redisServer.URL(), config, logger, func(deps *settlement.Deps) { deps.Owner = owners.worker(name) })
 	}
 	spread := func() bool {
 		held := map[string]int{}
@@ -177,4 +158,36 @@ func waitUntil(t testing.TB, within time.Duration, what string, condition func()
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// runWorker connects a worker to databaseURL and redisURL with config,
+// the connections changed by with (nil changes nothing), and runs it until
+// the stop it returns, which t.Cleanup calls too, has ended it.
+func runWorker(t testing.TB, databaseURL, redisURL string, config settlement.Config, logger *slog.Logger, with func(*settlement.Deps)) (stop func()) {
+	t.Helper()
+	ctx := context.Background()
+	deps, err := settlement.Connect(ctx, databaseURL, redisURL, config, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if with != nil {
+		with(&deps)
+	}
+	worker, err := settlement.New(ctx, deps, config)
+	if err != nil {
+		deps.Close()
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer deps.Close()
+		if err := worker.Run(runCtx); err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	}()
+	stop = sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(stop)
+	return stop
 }
