@@ -42,14 +42,6 @@ local reply = {}
 for i = first, #ARGV, 3 do
   local field, version, value = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local held = redis.call('HGET', KEYS[1], field)
-  local held_version = stored_version(held)
-  if held_version == nil or older(held_version, version) then
-    held = version .. ' ' .. value
-    redis.call('HSET', KEYS[1], field, held)
-    reply[#reply + 1] = 1
-  else
-    reply[#reply + 1] = 0
-  end
-  reply[#reply + 1] = held
+  reply[#reply + 1], reply[#reply + 2] = fill_field(KEYS[1], field, version, value, held)
 end
 return reply

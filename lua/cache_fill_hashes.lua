@@ -42,15 +42,7 @@ local function fill(key, first, last)
     -- pcall: a key holding no hash answers its own error, not the call's.
     local held = redis.pcall('HGET', key, field)
     if type(held) == 'table' and held.err then return held end
-    local held_version = stored_version(held)
-    if held_version == nil or older(held_version, version) then
-      held = version .. ' ' .. value
-      redis.call('HSET', key, field, held)
-      reply[#reply + 1] = 1
-    else
-      reply[#reply + 1] = 0
-    end
-    reply[#reply + 1] = held
+    reply[#reply + 1], reply[#reply + 2] = fill_field(key, field, version, value, held)
   end
   return reply
 end

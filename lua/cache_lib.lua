@@ -19,3 +19,16 @@ local function older(held, version)
   if #held ~= #version then return #held < #version end
   return held < version
 end
+
+-- fill_field writes "<version> <value>" to key's field unless held, what
+-- the field holds, has the same or a newer version; returns 1 (written)
+-- or 0, and what the field holds after.
+local function fill_field(key, field, version, value, held)
+  local held_version = stored_version(held)
+  if held_version == nil or older(held_version, version) then
+    held = version .. ' ' .. value
+    redis.call('HSET', key, field, held)
+    return 1, held
+  end
+  return 0, held
+end
