@@ -20,6 +20,9 @@ func (w *worker) claimLoop(ctx context.Context) {
 	idle := w.options.IdlePoll
 	idleCeiling := w.options.idleCeiling()
 	trouble := outage.Tracker{Loop: "claim"}
+	// hint is the group the last wake token named: its lane, named in the
+	// next claim, is likely the one the rotation moved to.
+	hint := ""
 	for {
 		free, ok := w.acquireSlots(ctx)
 		if !ok {
@@ -28,7 +31,8 @@ func (w *worker) claimLoop(ctx context.Context) {
 		// Taken before the claim: a job made pending after it ends the wait.
 		pending := w.queue.client.pending.wake(w.queue.name)
 		sentAt := time.Now()
-		claims, due, err := w.claim(ctx, free)
+		claims, due, err := w.claim(ctx, free, hint)
+		hint = ""
 		if due.seen {
 			w.reapDue.note(due.reap, due.reapIn, sentAt)
 			w.promoteDue.note(due.promote, due.promoteIn, sentAt)
@@ -79,7 +83,8 @@ func (w *worker) claimLoop(ctx context.Context) {
 			}
 		}
 		if idleQueue {
-			if !w.awaitAdmission(ctx, wait, pending) {
+			var ok bool
+			if hint, ok = w.awaitAdmission(ctx, wait, pending); !ok {
 				return
 			}
 		} else if err != nil {
@@ -98,10 +103,11 @@ func (w *worker) claimLoop(ctx context.Context) {
 // an idle queue is claimed at once rather than after the rest of the idle
 // poll (WorkerOptions.WakeOnAdmission). Jobs that become pending otherwise
 // (a retry's delay ending, a reaped lease) are found by the poll. It
-// returns false when ctx is cancelled.
-func (w *worker) awaitAdmission(ctx context.Context, d time.Duration, pending <-chan struct{}) bool {
+// returns the group the wake token named ("" when none came), and false
+// when ctx is cancelled.
+func (w *worker) awaitAdmission(ctx context.Context, d time.Duration, pending <-chan struct{}) (string, bool) {
 	if d <= 0 {
-		return ctx.Err() == nil
+		return "", ctx.Err() == nil
 	}
 	// The reply must come within the client's read timeout, or the
 	// connection is dropped as broken: a shorter wait polls sooner, and a
@@ -112,7 +118,7 @@ func (w *worker) awaitAdmission(ctx context.Context, d time.Duration, pending <-
 		wait = min(wait, readTimeout/2, readTimeout-wakeSlack)
 	}
 	if wait <= 0 {
-		return sleepUnless(ctx, d, pending)
+		return "", sleepUnless(ctx, d, pending)
 	}
 	d = wait
 	start := time.Now()
@@ -127,12 +133,12 @@ func (w *worker) awaitAdmission(ctx context.Context, d time.Duration, pending <-
 	} else {
 		var ok bool
 		if waited, ok = w.startWait(ctx, d); !ok {
-			return sleepUnless(ctx, d, pending)
+			return "", sleepUnless(ctx, d, pending)
 		}
 	}
 	select {
 	case <-ctx.Done():
-		return false
+		return "", false
 	case <-poll:
 		w.waiting = waited
 	case <-pending:
@@ -141,20 +147,28 @@ func (w *worker) awaitAdmission(ctx context.Context, d time.Duration, pending <-
 		// one, so a token pushed meanwhile is not handed to a wait no one
 		// reads.
 		w.waiting = waited
-	case err := <-waited:
-		if err != nil && !errors.Is(err, redis.Nil) {
+	case woke := <-waited:
+		if woke.err != nil && !errors.Is(woke.err, redis.Nil) {
 			// The server is away or the call failed: the claim that follows
 			// reports it; wait out the poll meanwhile.
-			return sleepUnless(ctx, d-time.Since(start), pending)
+			return "", sleepUnless(ctx, d-time.Since(start), pending)
 		}
+		return woke.group, ctx.Err() == nil
 	}
-	return ctx.Err() == nil
+	return "", ctx.Err() == nil
+}
+
+// wake is how a wait on the wake token ended: the group the token named
+// (admit.lua) when one came, redis.Nil when the wait timed out.
+type wake struct {
+	group string
+	err   error
 }
 
 // startWait starts a wait of up to d on the queue's wake token, on a
 // connection of the pool; false when the waits hold their share of the
 // pool already (wakeWaits).
-func (w *worker) startWait(ctx context.Context, d time.Duration) (<-chan error, bool) {
+func (w *worker) startWait(ctx context.Context, d time.Duration) (<-chan wake, bool) {
 	select {
 	case w.queue.client.waits <- struct{}{}:
 	default:
@@ -168,10 +182,16 @@ func (w *worker) startWait(ctx context.Context, d time.Duration) (<-chan error, 
 	// go-redis does not interrupt a blocked read when ctx is cancelled: the
 	// wait runs on its own, and a cancelled worker goes on to its drain
 	// while the wait ends within d, giving its connection back.
-	waited := make(chan error, 1)
+	waited := make(chan wake, 1)
 	go func() {
 		defer func() { <-w.queue.client.waits }()
-		waited <- w.queue.client.rdb.Do(context.WithoutCancel(ctx), "blpop", w.queue.wakeKey(), timeout).Err()
+		// The reply is the key and the token.
+		reply, err := w.queue.client.rdb.Do(context.WithoutCancel(ctx), "blpop", w.queue.wakeKey(), timeout).StringSlice()
+		woke := wake{err: err}
+		if err == nil && len(reply) == 2 {
+			woke.group = reply[1]
+		}
+		waited <- woke
 	}()
 	return waited, true
 }
@@ -267,10 +287,13 @@ func (w *worker) leaseDeadlines(claims []Claim, sentAt time.Time) []time.Time {
 
 // claim is not cancelled with ctx: a claim cut off after the server ran it
 // would leave its jobs leased to nobody until the lease expires.
-func (w *worker) claim(ctx context.Context, n int) ([]Claim, dueMoves, error) {
+//
+// hint is a group whose lane the claim names beside the rotation's heads
+// the last claim listed: a wake token's (see Queue.claim).
+func (w *worker) claim(ctx context.Context, n int, hint string) ([]Claim, dueMoves, error) {
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
 	defer cancel()
-	return w.queue.claim(callCtx, n, w.options.Lease)
+	return w.queue.claim(callCtx, n, w.options.Lease, hint)
 }
 
 func (w *worker) start(claim Claim, claimedAt, deadline time.Time) {

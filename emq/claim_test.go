@@ -164,6 +164,10 @@ func TestTheWakeTokenIsOneAndGoesWithAnEmptyClaim(t *testing.T) {
 	if n := tokens(); n != 1 {
 		t.Fatalf("after three admissions: %d wake tokens, want 1", n)
 	}
+	// The token names the group, whose lane the woken claimer names.
+	if token, err := rdb.LIndex(ctx, queue.Key("wake"), 0).Result(); err != nil || token != "a" {
+		t.Fatalf("wake token %q, %v; want the admitted group %q", token, err, "a")
+	}
 	claims, err := queue.Claim(ctx, 3, time.Minute)
 	if err != nil || len(claims) != 3 {
 		t.Fatalf("claim: %d jobs, %v; want 3", len(claims), err)
@@ -177,6 +181,47 @@ func TestTheWakeTokenIsOneAndGoesWithAnEmptyClaim(t *testing.T) {
 	}
 	if n := tokens(); n != 0 {
 		t.Fatalf("after a claim that found nothing: %d wake tokens, want 0", n)
+	}
+}
+
+// TestAWokenWorkerClaimsTheAdmittedJobInOneRun: a worker woken on its empty
+// queue by an admission names the lane the wake token names, so one claim
+// script run takes the job. Without the token's group the claim knew no
+// lane at the head of the rotation (the queue had run empty) and spent a
+// run to learn it: two runs a job for an idle queue, the owner's order
+// queues at 20 orders/s every time.
+func TestAWokenWorkerClaimsTheAdmittedJobInOneRun(t *testing.T) {
+	rdb := testserver.QueueRedis(t)
+	claims := &claimLog{}
+	rdb.AddHook(claims)
+	queue, _ := queueOn(t, rdb)
+	claims.jobsKey = queue.Key("jobs")
+	started := make(chan emq.Claim, 8)
+	handler := func(_ context.Context, claim emq.Claim) error {
+		started <- claim
+		return nil
+	}
+	const idlePoll = 20 * time.Second
+	startWorker(t, queue, handler, emq.WorkerOptions{Concurrency: 4, Lease: 10 * time.Second, IdlePoll: idlePoll, WakeOnAdmission: true})
+	// Admitted by another client, as the gateways admit orders: the
+	// worker's own client would wake it locally, with no token.
+	gateway, _ := queueOn(t, rdb)
+	for _, group := range []string{"a", "b", "c"} {
+		// Let the worker claim the queue empty and block on it.
+		time.Sleep(200 * time.Millisecond)
+		before := claims.runs()
+		id := admitPayloads(t, gateway, group, "ok")[0]
+		select {
+		case claim := <-started:
+			if claim.ID != id {
+				t.Fatalf("group %s: the worker started %s, want %s", group, claim.ID, id)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("group %s: %s not started within 5s of its admission", group, id)
+		}
+		if runs := claims.runs() - before; runs != 1 {
+			t.Errorf("group %s: %d claim script runs took the admitted job, want 1", group, runs)
+		}
 	}
 }
 
@@ -216,6 +261,13 @@ func (c *claimLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (c *claimLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
+}
+
+// runs is how many claim script runs answered so far.
+func (c *claimLog) runs() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.sent)
 }
 
 // afterTaking returns how long after the first claim that took a job the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -45,7 +46,7 @@ const headsListed = 64
 // while the rotation stays where the last claim left it, two when it moved.
 // Concurrent claimers pop different jobs off the lists: they never share one.
 func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]Claim, error) {
-	claims, _, err := q.claim(ctx, n, lease)
+	claims, _, err := q.claim(ctx, n, lease, "")
 	return claims, err
 }
 
@@ -66,7 +67,14 @@ type dueMoves struct {
 
 // claim is Claim that also reports what the maintenance moves had to do
 // (claim.lua's due), which the worker's loops go by (maintenance.go).
-func (q *Queue) claim(ctx context.Context, n int, lease time.Duration) ([]Claim, dueMoves, error) {
+//
+// hint, when not "", is a group its first run names beside the heads: the
+// group of the admission whose wake token woke the worker (admit.lua). A
+// claim after the queue ran empty knows no heads, so it used to spend a
+// run only to learn the lane the admission started, and a second to take
+// its job: with the hint one run takes it. A wrong hint costs nothing but
+// its key; the rotation still decides the order.
+func (q *Queue) claim(ctx context.Context, n int, lease time.Duration, hint string) ([]Claim, dueMoves, error) {
 	var claims []Claim
 	var due dueMoves
 	for len(claims) < n {
@@ -76,6 +84,10 @@ func (q *Queue) claim(ctx context.Context, n int, lease time.Duration) ([]Claim,
 		}
 		want := n - len(claims)
 		groups = groups[:min(len(groups), want*laneSlack)]
+		if hint != "" && !slices.Contains(groups, hint) {
+			groups = append([]string{hint}, groups...)
+		}
+		hint = ""
 		keys := append(make([]string, 0, 9+len(groups)),
 			q.jobsKey(), q.frontKey(), q.rotationKey(), q.lanesKey(), q.clockKey(), q.activeKey(), q.tagsKey(), q.wakeKey(),
 			q.delayedKey())

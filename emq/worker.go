@@ -233,7 +233,7 @@ type worker struct {
 	// cut short and that still runs (awaitAdmission): the next wait waits
 	// on it rather than queue a second one behind it, which a token would
 	// then pass by. Only the claim loop touches it.
-	waiting <-chan error
+	waiting <-chan wake
 	// stopped is closed when Work returns; the heartbeat and the completer
 	// end with it.
 	stopped chan struct{}

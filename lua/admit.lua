@@ -26,6 +26,7 @@
 -- KEYS[8]    emq:{q}:dedup               string the queue's dedup settings (see declare.lua)
 -- KEYS[9]    emq:{q}:wake                list   a token for a claimer that found the queue empty
 --                                               (see claim.lua): pushed when the list is empty
+--                                               and holding the admitted job's group
 -- KEYS[10]   emq:{q}:dedup:<W>:<w>       hash   digest -> "<job id> <fingerprint>"; this admission's window
 -- KEYS[11..] emq:{q}:dedup:<W>:<...>     hash   the other windows to look in
 -- KEYS[n]    emq:{q}:bucket:<name>       string with ARGV[9]: the rate-limit bucket to take
@@ -138,9 +139,11 @@ if redis.call('PEXPIRETIME', KEYS[10]) < tonumber(ARGV[7]) then
 end
 -- One token wakes a claimer blocked on an empty queue; a busy queue keeps
 -- its token (a claim removes it only when it finds nothing), so this costs
--- it one LLEN.
+-- it one LLEN. The token is the job's group: the woken claimer names its
+-- lane, which a claim must be handed in KEYS, so its first run takes the
+-- job instead of only learning the lane at the head of the rotation.
 if redis.call('LLEN', KEYS[9]) == 0 then
-  redis.call('RPUSH', KEYS[9], '1')
+  redis.call('RPUSH', KEYS[9], group)
   redis.call('PEXPIRE', KEYS[9], wake_ttl_ms)
 end
 

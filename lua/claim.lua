@@ -19,7 +19,9 @@
 -- KEYS[7]   emq:{q}:tags          hash   group -> finish tag, kept while its lane is empty
 -- KEYS[8]   emq:{q}:wake          list   admit.lua's token for a claimer blocked on an empty
 --                                        queue; a claim that finds nothing pending drops it,
---                                        so the caller's BLPOP waits for the next admission
+--                                        so the caller's BLPOP waits for the next admission;
+--                                        the token is the admitted job's group, whose lane
+--                                        the woken caller names in its next claim
 -- KEYS[9]   emq:{q}:delayed       zset   delayed ids by due time (ms), only looked at
 -- KEYS[10..] emq:{q}:lane:<group> list   one per group in ARGV order
 --
