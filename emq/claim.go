@@ -20,9 +20,10 @@ func (w *worker) claimLoop(ctx context.Context) {
 	idle := w.options.IdlePoll
 	idleCeiling := w.options.idleCeiling()
 	trouble := outage.Tracker{Loop: "claim"}
-	// hint is the group the last wake token named: its lane, named in the
-	// next claim, is likely the one the rotation moved to.
-	hint := ""
+	// hints are the groups the last wake named (a wake token's, or the
+	// local wake's): their lanes, named in the next claim, are likely those
+	// the rotation moved to.
+	var hints []string
 	for {
 		free, ok := w.acquireSlots(ctx)
 		if !ok {
@@ -31,8 +32,8 @@ func (w *worker) claimLoop(ctx context.Context) {
 		// Taken before the claim: a job made pending after it ends the wait.
 		pending := w.queue.client.pending.wake(w.queue.name)
 		sentAt := time.Now()
-		claims, due, err := w.claim(ctx, free, hint)
-		hint = ""
+		claims, due, err := w.claim(ctx, free, hints)
+		hints = nil
 		if due.seen {
 			w.reapDue.note(due.reap, due.reapIn, sentAt)
 			w.promoteDue.note(due.promote, due.promoteIn, sentAt)
@@ -83,18 +84,22 @@ func (w *worker) claimLoop(ctx context.Context) {
 			}
 		}
 		if idleQueue {
-			var ok bool
-			if hint, ok = w.awaitAdmission(ctx, wait, pending); !ok {
+			group, ok := w.awaitAdmission(ctx, wait, pending.done)
+			if !ok {
 				return
+			}
+			if group != "" {
+				hints = append(hints, group)
 			}
 		} else if err != nil {
 			// Backing off: an admission does not cut it short.
 			if !outage.Sleep(ctx, wait) {
 				return
 			}
-		} else if wait > 0 && !sleepUnless(ctx, wait, pending) {
+		} else if wait > 0 && !sleepUnless(ctx, wait, pending.done) {
 			return
 		}
+		hints = append(hints, pending.woken()...)
 	}
 }
 
@@ -288,12 +293,12 @@ func (w *worker) leaseDeadlines(claims []Claim, sentAt time.Time) []time.Time {
 // claim is not cancelled with ctx: a claim cut off after the server ran it
 // would leave its jobs leased to nobody until the lease expires.
 //
-// hint is a group whose lane the claim names beside the rotation's heads
-// the last claim listed: a wake token's (see Queue.claim).
-func (w *worker) claim(ctx context.Context, n int, hint string) ([]Claim, dueMoves, error) {
+// hints are groups whose lanes the claim names beside the rotation's heads
+// the last claim listed: a wake's (see Queue.claim).
+func (w *worker) claim(ctx context.Context, n int, hints []string) ([]Claim, dueMoves, error) {
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
 	defer cancel()
-	return w.queue.claim(callCtx, n, w.options.Lease, hint)
+	return w.queue.claim(callCtx, n, w.options.Lease, hints)
 }
 
 func (w *worker) start(claim Claim, claimedAt, deadline time.Time) {

@@ -2,7 +2,9 @@ package emq_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -185,43 +187,78 @@ func TestTheWakeTokenIsOneAndGoesWithAnEmptyClaim(t *testing.T) {
 }
 
 // TestAWokenWorkerClaimsTheAdmittedJobInOneRun: a worker woken on its empty
-// queue by an admission names the lane the wake token names, so one claim
-// script run takes the job. Without the token's group the claim knew no
-// lane at the head of the rotation (the queue had run empty) and spent a
-// run to learn it: two runs a job for an idle queue, the owner's order
-// queues at 20 orders/s every time.
+// queue by an admission names the lane of the admitted job's group, which
+// the wake token (another client's admission) or the local wake (its own
+// client's) carries, so one claim script run takes the job. Without the
+// group the claim knew no lane at the head of the rotation (the queue had
+// run empty) and spent a run to learn it: two runs a job for an idle
+// queue, the owners' order queues at 20 orders/s every time, and the
+// coherence shards the relay admits to.
 func TestAWokenWorkerClaimsTheAdmittedJobInOneRun(t *testing.T) {
-	rdb := testserver.QueueRedis(t)
-	claims := &claimLog{}
-	rdb.AddHook(claims)
-	queue, _ := queueOn(t, rdb)
-	claims.jobsKey = queue.Key("jobs")
-	started := make(chan emq.Claim, 8)
-	handler := func(_ context.Context, claim emq.Claim) error {
-		started <- claim
-		return nil
+	tests := []struct {
+		name string
+		// own: admitted by the worker's own client (a local wake), else by
+		// another, as the gateways admit orders (the wake token).
+		own, wakeOnAdmission bool
+		// many admits with AdmitMany.
+		many bool
+	}{
+		{name: "another client's admission, wake token", wakeOnAdmission: true},
+		{name: "its own client's admission, local wake", own: true},
+		{name: "its own client's admissions together, local wake", own: true, many: true},
 	}
-	const idlePoll = 20 * time.Second
-	startWorker(t, queue, handler, emq.WorkerOptions{Concurrency: 4, Lease: 10 * time.Second, IdlePoll: idlePoll, WakeOnAdmission: true})
-	// Admitted by another client, as the gateways admit orders: the
-	// worker's own client would wake it locally, with no token.
-	gateway, _ := queueOn(t, rdb)
-	for _, group := range []string{"a", "b", "c"} {
-		// Let the worker claim the queue empty and block on it.
-		time.Sleep(200 * time.Millisecond)
-		before := claims.runs()
-		id := admitPayloads(t, gateway, group, "ok")[0]
-		select {
-		case claim := <-started:
-			if claim.ID != id {
-				t.Fatalf("group %s: the worker started %s, want %s", group, claim.ID, id)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rdb := testserver.QueueRedis(t)
+			claims := &claimLog{}
+			rdb.AddHook(claims)
+			queue, _ := queueOn(t, rdb)
+			claims.jobsKey = queue.Key("jobs")
+			started := make(chan emq.Claim, 8)
+			handler := func(_ context.Context, claim emq.Claim) error {
+				started <- claim
+				return nil
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("group %s: %s not started within 5s of its admission", group, id)
-		}
-		if runs := claims.runs() - before; runs != 1 {
-			t.Errorf("group %s: %d claim script runs took the admitted job, want 1", group, runs)
-		}
+			const idlePoll = 20 * time.Second
+			startWorker(t, queue, handler, emq.WorkerOptions{
+				Concurrency: 4, Lease: 10 * time.Second, IdlePoll: idlePoll, WakeOnAdmission: tt.wakeOnAdmission,
+			})
+			admitter := queue
+			if !tt.own {
+				admitter, _ = queueOn(t, rdb)
+			}
+			for _, group := range []string{"a", "b", "c"} {
+				// Let the worker claim the queue empty and wait.
+				time.Sleep(200 * time.Millisecond)
+				before := claims.runs()
+				var ids []string
+				if tt.many {
+					jobs := []emq.Job{
+						{ID: group + "-1", Kind: "test.job", Group: group, Payload: []byte("ok")},
+						{ID: group + "-2", Kind: "test.job", Group: group + "2", Payload: []byte("ok")},
+					}
+					if _, errs := admitter.AdmitMany(context.Background(), jobs); errors.Join(errs...) != nil {
+						t.Fatalf("admit: %v", errors.Join(errs...))
+					}
+					ids = []string{jobs[0].ID, jobs[1].ID}
+				} else {
+					ids = admitPayloads(t, admitter, group, "ok")
+				}
+				for range ids {
+					select {
+					case claim := <-started:
+						if !slices.Contains(ids, claim.ID) {
+							t.Fatalf("group %s: the worker started %s, want one of %v", group, claim.ID, ids)
+						}
+					case <-time.After(5 * time.Second):
+						t.Fatalf("group %s: %v not started within 5s of their admission", group, ids)
+					}
+				}
+				if runs := claims.runs() - before; runs != 1 {
+					t.Errorf("group %s: %d claim script runs took the %d admitted jobs, want 1", group, runs, len(ids))
+				}
+			}
+		})
 	}
 }
 

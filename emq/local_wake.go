@@ -1,6 +1,9 @@
 package emq
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // localWakes tells a client's claim loops of the jobs that became pending
 // through the same client: an admission, a promotion, a reaped lease. A
@@ -12,33 +15,66 @@ import "sync"
 // the few queues that want it.
 type localWakes struct {
 	mu    sync.Mutex
-	byKey map[string]chan struct{}
+	byKey map[string]*localWake
 }
 
-// wake returns the channel the next wake of queue closes. A loop takes it
-// before its claim, so a job that turns pending between the claim and the
-// wait closes a channel the loop already holds: no wake is lost.
-func (w *localWakes) wake(queue string) <-chan struct{} {
+// maxWakeGroups bounds the groups a wake carries to the claim after it.
+const maxWakeGroups = 8
+
+// localWake is one wake of a queue: done is closed by the next signal, and
+// groups, set before, are the groups of the jobs that signal admitted (as
+// a wake token names one, admit.lua): the claim that follows names their
+// lanes, so that one script run takes the jobs rather than a first run
+// only learning the lanes at the head of the rotation.
+type localWake struct {
+	done   chan struct{}
+	groups []string
+}
+
+// woken returns the groups of the signal that closed done; nil while it is
+// open.
+func (w *localWake) woken() []string {
+	select {
+	case <-w.done:
+		return w.groups
+	default:
+		return nil
+	}
+}
+
+// wake returns the next wake of queue. A loop takes it before its claim, so
+// a job that turns pending between the claim and the wait closes a wake
+// the loop already holds: no wake is lost.
+func (w *localWakes) wake(queue string) *localWake {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.byKey == nil {
-		w.byKey = map[string]chan struct{}{}
+		w.byKey = map[string]*localWake{}
 	}
-	ch, ok := w.byKey[queue]
+	wake, ok := w.byKey[queue]
 	if !ok {
-		ch = make(chan struct{})
-		w.byKey[queue] = ch
+		wake = &localWake{done: make(chan struct{})}
+		w.byKey[queue] = wake
 	}
-	return ch
+	return wake
 }
 
-// signal wakes every loop waiting on queue; without one waiting it costs
-// a map lookup.
-func (w *localWakes) signal(queue string) {
+// signal wakes every loop waiting on queue, telling them the groups of the
+// jobs admitted (none for a promotion or a reap); without one waiting it
+// costs a map lookup.
+func (w *localWakes) signal(queue string, groups ...string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if ch, ok := w.byKey[queue]; ok {
-		close(ch)
+	if wake, ok := w.byKey[queue]; ok {
+		for _, group := range groups {
+			if len(wake.groups) == maxWakeGroups {
+				break
+			}
+			if !slices.Contains(wake.groups, group) {
+				wake.groups = append(wake.groups, group)
+			}
+		}
+		close(wake.done)
 		delete(w.byKey, queue)
 	}
 }

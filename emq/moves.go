@@ -46,7 +46,7 @@ const headsListed = 64
 // while the rotation stays where the last claim left it, two when it moved.
 // Concurrent claimers pop different jobs off the lists: they never share one.
 func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]Claim, error) {
-	claims, _, err := q.claim(ctx, n, lease, "")
+	claims, _, err := q.claim(ctx, n, lease, nil)
 	return claims, err
 }
 
@@ -68,13 +68,14 @@ type dueMoves struct {
 // claim is Claim that also reports what the maintenance moves had to do
 // (claim.lua's due), which the worker's loops go by (maintenance.go).
 //
-// hint, when not "", is a group its first run names beside the heads: the
-// group of the admission whose wake token woke the worker (admit.lua). A
-// claim after the queue ran empty knows no heads, so it used to spend a
-// run only to learn the lane the admission started, and a second to take
-// its job: with the hint one run takes it. A wrong hint costs nothing but
-// its key; the rotation still decides the order.
-func (q *Queue) claim(ctx context.Context, n int, lease time.Duration, hint string) ([]Claim, dueMoves, error) {
+// hints are groups its first run names beside the heads: the groups of
+// the admissions whose wake woke the worker (a wake token, admit.lua; or
+// the client's own admissions, localWake). A claim after the queue ran
+// empty knows no heads, so it used to spend a run only to learn the lane
+// an admission started, and a second to take its job: with the hint one
+// run takes it. A wrong hint costs nothing but its key; the rotation
+// still decides the order.
+func (q *Queue) claim(ctx context.Context, n int, lease time.Duration, hints []string) ([]Claim, dueMoves, error) {
 	var claims []Claim
 	var due dueMoves
 	for len(claims) < n {
@@ -84,10 +85,12 @@ func (q *Queue) claim(ctx context.Context, n int, lease time.Duration, hint stri
 		}
 		want := n - len(claims)
 		groups = groups[:min(len(groups), want*laneSlack)]
-		if hint != "" && !slices.Contains(groups, hint) {
-			groups = append([]string{hint}, groups...)
+		for _, hint := range hints {
+			if !slices.Contains(groups, hint) {
+				groups = append(groups[:len(groups):len(groups)], hint)
+			}
 		}
-		hint = ""
+		hints = nil
 		keys := append(make([]string, 0, 9+len(groups)),
 			q.jobsKey(), q.frontKey(), q.rotationKey(), q.lanesKey(), q.clockKey(), q.activeKey(), q.tagsKey(), q.wakeKey(),
 			q.delayedKey())

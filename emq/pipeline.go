@@ -19,10 +19,10 @@ func (q *Queue) AdmitMany(ctx context.Context, jobs []Job) ([]Admission, []error
 	for i := range todo {
 		todo[i] = i
 	}
-	woke := false
+	var woke []string // the groups of the jobs admitted
 	defer func() {
-		if woke {
-			q.client.pending.signal(q.name)
+		if len(woke) > 0 {
+			q.client.pending.signal(q.name, woke...)
 		}
 	}()
 	for round := 1; len(todo) > 0; round++ {
@@ -46,8 +46,8 @@ func (q *Queue) AdmitMany(ctx context.Context, jobs []Job) ([]Admission, []error
 				continue
 			}
 			admissions[i], errs[i] = q.admission(jobs[i], cmds[n])
-			if errs[i] == nil {
-				woke = true
+			if errs[i] == nil && len(woke) < maxWakeGroups {
+				woke = append(woke, jobs[i].Group)
 			}
 			if round < dedupRounds && q.learnedDedup(errs[i]) {
 				todo = append(todo, i)

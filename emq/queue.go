@@ -226,7 +226,7 @@ func (q *Queue) admitAt(ctx context.Context, job Job, clock func() time.Time) (A
 			continue
 		}
 		if admission.ID != "" {
-			q.client.pending.signal(q.name)
+			q.client.pending.signal(q.name, job.Group)
 		}
 		if err == nil && acked < q.client.admitReplicas {
 			return admission, &NotReplicatedError{Acked: acked, Wanted: q.client.admitReplicas}
