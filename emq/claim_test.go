@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/testkit/logbuffer"
 	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
@@ -347,5 +349,40 @@ func TestAClaimThatRanTheQueueEmptyWaitsThePoll(t *testing.T) {
 				t.Errorf("the next claim went %s after the one that ran the queue empty; want the idle poll, %s", after, idlePoll)
 			}
 		})
+	}
+}
+
+// BenchmarkWokenClaim measures an idle worker's cycle, the owners' at a low
+// rate: a job admitted to its empty queue by another client (the gateway),
+// in a group of its own, wakes the worker, which claims, runs and
+// completes it before the next is admitted.
+func BenchmarkWokenClaim(b *testing.B) {
+	rdb := testserver.QueueRedis(b)
+	claims := &claimLog{}
+	rdb.AddHook(claims)
+	queue, _ := queueOn(b, rdb)
+	claims.jobsKey = queue.Key("jobs")
+	logger := slog.New(slog.NewJSONHandler(&logbuffer.Buffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	completed := make(chan struct{}, 1)
+	startWorker(b, queue, func(context.Context, emq.Claim) error { return nil }, emq.WorkerOptions{
+		Concurrency: 8, Lease: 10 * time.Second, IdlePoll: 20 * time.Second, WakeOnAdmission: true, Logger: logger,
+		OnComplete: func(emq.Claim) { completed <- struct{}{} },
+	})
+	gateway, _ := queueOn(b, rdb)
+	// Let the worker claim the queue empty and wait.
+	time.Sleep(200 * time.Millisecond)
+	runs, redisCPU := claims.runs(), serverCPU(b, rdb)
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := gateway.Admit(context.Background(), emq.Job{ID: fmt.Sprintf("woken-%07d", i), Kind: "test.job",
+			Group: fmt.Sprintf("g%d", i), Payload: []byte("ok")}); err != nil {
+			b.Fatal(err)
+		}
+		<-completed
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(claims.runs()-runs)/float64(b.N), "claims/job")
+	if cpu := serverCPU(b, rdb); cpu > 0 {
+		b.ReportMetric((cpu-redisCPU)*1e6/float64(b.N), "redis-µs/job")
 	}
 }
