@@ -120,31 +120,68 @@ type LogAppend struct {
 // The appends go a batch to a script call (lua/log_append.lua), in order:
 // a call's start cost Redis more than an append's work.
 func (q *Queue) AppendLogs(ctx context.Context, appends []LogAppend) ([]LogAppended, error) {
-	for _, append_ := range appends {
-		if append_.Group == "" || len(append_.Entries) == 0 {
-			return nil, fmt.Errorf("emq: append to log of %q: no group or no entries", append_.Group)
+	appended, err := AppendLogsAcross(ctx, []*Queue{q}, [][]LogAppend{appends})
+	if appended == nil {
+		return nil, err
+	}
+	return appended[0], err
+}
+
+// AppendLogsAcross runs appends[i] on queues[i]'s logs, each as AppendLogs
+// does, all in one round trip (a pipeline; on a cluster, one a node), and
+// answers them as appends is laid out. The queues are of one client. Each
+// call still touches one queue's slot; what is shared is the round trip,
+// which the accounts' logs, spread over shards (placement.EventLogs),
+// used to pay once a shard. A failed round trip fails every append:
+// nil and the error.
+func AppendLogsAcross(ctx context.Context, queues []*Queue, appends [][]LogAppend) ([][]LogAppended, error) {
+	if len(queues) != len(appends) {
+		return nil, fmt.Errorf("emq: append to logs: %d queues for %d lists of appends", len(queues), len(appends))
+	}
+	var calls []scriptpipe.Call
+	type batchOf struct {
+		queue int
+		batch []LogAppend
+	}
+	var batches []batchOf
+	names := make([]string, len(queues))
+	for i, q := range queues {
+		if q.client != queues[0].client {
+			return nil, fmt.Errorf("emq: append to logs: queue %s is another client's", q.name)
+		}
+		names[i] = q.name
+		for _, append_ := range appends[i] {
+			if append_.Group == "" || len(append_.Entries) == 0 {
+				return nil, fmt.Errorf("emq: append to log of %q: no group or no entries", append_.Group)
+			}
+		}
+		for _, batch := range logAppendBatches(appends[i]) {
+			calls = append(calls, q.logAppendCall(batch))
+			batches = append(batches, batchOf{queue: i, batch: batch})
 		}
 	}
-	batches := logAppendBatches(appends)
-	calls := make([]scriptpipe.Call, len(batches))
-	for i, batch := range batches {
-		calls[i] = q.logAppendCall(batch)
+	appended := make([][]LogAppended, len(queues))
+	for i := range appended {
+		appended[i] = make([]LogAppended, 0, len(appends[i]))
 	}
-	cmds, acked, err := runReplicated(ctx, q.client.rdb, q.client.reload, logAppendScript, calls, q.client.admitReplicas, q.client.admitReplicaTimeout)
+	if len(calls) == 0 {
+		return appended, nil
+	}
+	client := queues[0].client
+	cmds, acked, err := runReplicated(ctx, client.rdb, client.reload, logAppendScript, calls, client.admitReplicas, client.admitReplicaTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("emq: append to logs on %s: %w", q.name, err)
+		return nil, fmt.Errorf("emq: append to logs on %s: %w", strings.Join(names, ", "), err)
 	}
-	appended := make([]LogAppended, 0, len(appends))
 	var errs []error
-	for i, batch := range batches {
-		for _, answer := range q.logAppended(batch, cmds[i]) {
-			if answer.Err == nil && acked[i] < q.client.admitReplicas {
-				answer.Err = &NotReplicatedError{Acked: acked[i], Wanted: q.client.admitReplicas}
+	for i, b := range batches {
+		for _, answer := range queues[b.queue].logAppended(b.batch, cmds[i]) {
+			if answer.Err == nil && acked[i] < client.admitReplicas {
+				answer.Err = &NotReplicatedError{Acked: acked[i], Wanted: client.admitReplicas}
 			}
 			if answer.Err != nil {
 				errs = append(errs, answer.Err)
 			}
-			appended = append(appended, answer)
+			appended[b.queue] = append(appended[b.queue], answer)
 		}
 	}
 	return appended, errors.Join(errs...)

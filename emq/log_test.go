@@ -569,3 +569,64 @@ func TestAppendLogsOnAReplicaFailsWithTheServersError(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendLogsAcrossQueuesInOneRoundTrip: the appends of several queues
+// (the accounts' logs' shards) go in one round trip, each queue's in its
+// own calls (one slot a call), and come back as they were laid out.
+func TestAppendLogsAcrossQueuesInOneRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	rdb := testserver.QueueRedis(t)
+	trips := &roundTrips{}
+	rdb.AddHook(trips)
+	client, err := emq.Connect(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queues := []*emq.Queue{client.Queue("logs.0"), client.Queue("logs.1"), client.Queue("logs.2")}
+	entry := func(id string) []emq.LogEntry { return []emq.LogEntry{{ID: id, Type: "t", Data: []byte("{}")}} }
+	// Load the script: a server without it answers NOSCRIPT, a second round.
+	if _, err := queues[0].AppendLogs(ctx, []emq.LogAppend{{Group: "warm", Entries: entry("w")}}); err != nil {
+		t.Fatal(err)
+	}
+	appends := [][]emq.LogAppend{
+		{{Group: "a", Entries: entry("a1")}, {Group: "b", Entries: entry("b1")}},
+		{{Group: "a", Entries: entry("a1")}},
+		{{Group: "c", Source: emq.LogSource{Name: "s", Version: 2}, Entries: entry("c2")}},
+	}
+	before := trips.commands.Load() + trips.pipelines.Load()
+	appended, err := emq.AppendLogsAcross(ctx, queues, appends)
+	if trips := trips.commands.Load() + trips.pipelines.Load() - before; trips != 1 {
+		t.Errorf("%d round trips, want 1", trips)
+	}
+	var gap *emq.LogGapError
+	if !errors.As(err, &gap) {
+		t.Errorf("error %v, want the gap of queue 2's append", err)
+	}
+	if len(appended) != 3 || len(appended[0]) != 2 || len(appended[1]) != 1 || len(appended[2]) != 1 {
+		t.Fatalf("appended %+v, want 2, 1 and 1 answers", appended)
+	}
+	for i, want := range []emq.LogAppended{{First: 1, Count: 1}, {First: 1, Count: 1}} {
+		if got := appended[0][i]; got.Err != nil || got.First != want.First || got.Count != want.Count {
+			t.Errorf("queue 0, append %d: %+v, want %+v", i, got, want)
+		}
+	}
+	if got := appended[1][0]; got.Err != nil || got.First != 1 {
+		t.Errorf("queue 1: %+v, want first 1", got)
+	}
+	if !errors.As(appended[2][0].Err, &gap) {
+		t.Errorf("queue 2: %+v, want a gap", appended[2][0])
+	}
+	for i, q := range queues[:2] {
+		events, err := q.ReadLog(ctx, "a", 0, 10)
+		if err != nil || len(events) != 1 || events[0].ID != "a1" {
+			t.Errorf("queue %d, log a: %+v, %v", i, events, err)
+		}
+	}
+	other, err := emq.Connect(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := emq.AppendLogsAcross(ctx, []*emq.Queue{queues[0], other.Queue("logs.9")}, appends[:2]); err == nil {
+		t.Error("appends across two clients' queues went; want refused")
+	}
+}

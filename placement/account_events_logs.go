@@ -2,10 +2,8 @@ package placement
 
 import (
 	"context"
-	"errors"
 	"hash/fnv"
 	"strconv"
-	"sync"
 
 	"github.com/ordergate/ordergate/emq"
 )
@@ -60,46 +58,42 @@ func (l *EventLogs) For(account string) *emq.Queue { return l.queues[l.shard(acc
 
 func (l *EventLogs) shard(account string) int { return shardOf(account, len(l.queues)) }
 
-// AppendLogs appends to the accounts' logs, each shard's appends in one
-// round trip and the shards at once, and answers each append's outcome in
-// the order given (emq.Queue.AppendLogs). An error of a shard's round trip
-// is each of its appends' Err, and joined in the error with the others'.
+// AppendLogs appends to the accounts' logs, every shard's appends in one
+// round trip (emq.AppendLogsAcross: a round trip a shard cost each relay
+// and balance announce two or three at a rate's common batches), and
+// answers each append's outcome in the order given. A failed round trip
+// is each append's Err, and the error.
 func (l *EventLogs) AppendLogs(ctx context.Context, appends []emq.LogAppend) ([]emq.LogAppended, error) {
 	if len(l.queues) == 1 {
 		return l.queues[0].AppendLogs(ctx, appends)
 	}
-	byShard := make(map[int][]int)
+	slot := make(map[int]int) // shard -> its place in queues
+	var (
+		queues  []*emq.Queue
+		parts   [][]emq.LogAppend
+		indexes [][]int
+	)
 	for i, a := range appends {
 		shard := l.shard(a.Group)
-		byShard[shard] = append(byShard[shard], i)
+		at, ok := slot[shard]
+		if !ok {
+			at = len(queues)
+			slot[shard] = at
+			queues, parts, indexes = append(queues, l.queues[shard]), append(parts, nil), append(indexes, nil)
+		}
+		parts[at] = append(parts[at], a)
+		indexes[at] = append(indexes[at], i)
 	}
 	out := make([]emq.LogAppended, len(appends))
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for shard, indexes := range byShard {
-		wg.Go(func() {
-			part := make([]emq.LogAppend, len(indexes))
-			for j, i := range indexes {
-				part[j] = appends[i]
+	appended, err := emq.AppendLogsAcross(ctx, queues, parts)
+	for at, part := range indexes {
+		for j, i := range part {
+			if appended != nil && j < len(appended[at]) {
+				out[i] = appended[at][j]
+			} else if err != nil {
+				out[i] = emq.LogAppended{Err: err}
 			}
-			appended, err := l.queues[shard].AppendLogs(ctx, part)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
-			}
-			for j, i := range indexes {
-				if j < len(appended) {
-					out[i] = appended[j]
-				} else if err != nil {
-					out[i] = emq.LogAppended{Err: err}
-				}
-			}
-		})
+		}
 	}
-	wg.Wait()
-	return out, errors.Join(errs...)
+	return out, err
 }

@@ -3,7 +3,10 @@ package placement_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
@@ -63,5 +66,60 @@ func TestEventLogsSpreadAccountsOverShards(t *testing.T) {
 		}
 		readUntil(t, subscription, 2)
 		subscription.Close()
+	}
+}
+
+// pipelines counts a client's pipelined round trips.
+type pipelines struct{ n atomic.Int64 }
+
+func (p *pipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (p *pipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (p *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		p.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// TestEventLogsAppendEveryShardInOneRoundTrip: the appends of a relay's
+// batch or a balance announce, spread over the accounts' shards, go in one
+// round trip, not one a shard.
+func TestEventLogsAppendEveryShardInOneRoundTrip(t *testing.T) {
+	testserver.Parallel(t)
+	ctx := context.Background()
+	rdb := testserver.QueueRedis(t)
+	counted := &pipelines{}
+	rdb.AddHook(counted)
+	client, err := emq.Connect(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := placement.NewEventLogs(client)
+	entries := func(id string) []emq.LogEntry {
+		return []emq.LogEntry{{ID: id, Type: string(orders.EventBalance), Data: []byte(`{}`)}}
+	}
+	// Load the script: a server without it answers NOSCRIPT, a second round.
+	if _, err := logs.AppendLogs(ctx, []emq.LogAppend{{Group: "ACC_warm", Entries: entries("w")}}); err != nil {
+		t.Fatal(err)
+	}
+	var appends []emq.LogAppend
+	shards := map[string]bool{}
+	for i := range 8 {
+		account := fmt.Sprintf("ACC_%d", i)
+		shards[placement.EventsQueue(account)] = true
+		appends = append(appends, emq.LogAppend{Group: account, Entries: entries(account + ".1")})
+	}
+	before := counted.n.Load()
+	appended, err := logs.AppendLogs(ctx, appends)
+	if err != nil || len(appended) != len(appends) {
+		t.Fatalf("AppendLogs = %d outcomes, %v", len(appended), err)
+	}
+	if trips := counted.n.Load() - before; trips != 1 {
+		t.Errorf("appends to %d shards took %d round trips, want 1", len(shards), trips)
+	}
+	for i, a := range appends {
+		if appended[i].First != 1 || appended[i].Count != 1 {
+			t.Errorf("%s: appended %+v", a.Group, appended[i])
+		}
 	}
 }
