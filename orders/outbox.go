@@ -52,15 +52,57 @@ func BalanceEntries(entry OutboxEntry) []OutboxEntry {
 	entries := make([]OutboxEntry, 0, strings.Count(entry.Payload, "\n")+1)
 	for line := range strings.Lines(entry.Payload) {
 		line = strings.TrimSuffix(line, "\n")
+		head, _, _, _ := SplitBalanceAmounts(line)
 		name, version := line, int64(0)
-		if at := strings.LastIndexByte(line, '@'); at > 0 {
-			if v, err := strconv.ParseInt(line[at+1:], 10, 64); err == nil {
-				name, version = line[:at], v
+		if at := strings.LastIndexByte(head, '@'); at > 0 {
+			if v, err := strconv.ParseInt(head[at+1:], 10, 64); err == nil {
+				name, version = head[:at], v
 			}
 		}
 		entries = append(entries, OutboxEntry{Name: name, Version: version, Payload: line})
 	}
 	return entries
+}
+
+// SplitBalanceAmounts splits a balance's line into its "<name>@<version>"
+// head and the amounts a settlement write's line carries after it,
+// "<name>@<version> <available> <held>" (migration 0026): carried is false
+// for a line without them (a deposit's, a write of a release before) or
+// whose amounts do not read as two decimals, which the consumer then reads
+// back as it reads the others. The amounts are
+// exact decimal strings, never parsed to floats.
+func SplitBalanceAmounts(line string) (head, available, held string, carried bool) {
+	at := strings.LastIndexByte(line, '@')
+	space := strings.IndexByte(line[at+1:], ' ')
+	if space < 0 {
+		return line, "", "", false
+	}
+	head, amounts := line[:at+1+space], line[at+1+space+1:]
+	available, held, found := strings.Cut(amounts, " ")
+	if !found || !isDecimal(available) || !isDecimal(held) {
+		return head, "", "", false
+	}
+	return head, available, held, true
+}
+
+// isDecimal reports whether s is a decimal number as PostgreSQL spells a
+// NUMERIC: an optional minus, digits, and optionally a point and digits.
+func isDecimal(s string) bool {
+	s = strings.TrimPrefix(s, "-")
+	whole, fraction, pointed := strings.Cut(s, ".")
+	return allDigits(whole) && (!pointed || allDigits(fraction))
+}
+
+func allDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // EventsTable names the outbox rows of accounts' events: one per account

@@ -22,9 +22,11 @@ import (
 const CoherenceBatch = 64
 
 // BalanceCoherence consumes the balances coherence queues: each job lists
-// balances that reached a version, and the cache takes each one's current row
-// from PostgreSQL by the conditional fill, which writes only a version newer
-// than the one it holds. The cache is the only record of what it applied: a
+// balances that reached a version, and the cache takes each one by the
+// conditional fill, which writes only a version newer than the one it holds:
+// the amounts the line carries (a settlement write's, migration 0026), or,
+// for a line without them (a deposit's, a write of a release before), the
+// balance's current row read from PostgreSQL. The cache is the only record of what it applied: a
 // record elsewhere (PostgreSQL's outbox_applied, before) outlives a cache
 // that Redis loses, and then refuses the very refill that would heal it.
 //
@@ -61,6 +63,9 @@ type coherenceDelivery struct {
 	name           string
 	account, asset string
 	version        int64
+	// carried is the balance at version as the line carried it; nil for a
+	// line without amounts, whose balance is read.
+	carried *orders.Balance
 	// advanced and err are the answer, set before done is closed.
 	advanced bool
 	err      error
@@ -119,8 +124,9 @@ func (c *BalanceCoherence) Handle(ctx context.Context, claim emq.Claim) error {
 }
 
 // Apply acts on a payload of either form, one "<name>@<version>" or a job's
-// list of them: for each entry it reads the balance's current row and fills
-// the cache with it if the cache holds an older version, and it reports
+// list of them: for each entry it takes the amounts the entry carries, or
+// else reads the balance's current row, and fills the cache with that if
+// the cache holds an older version, and it reports
 // whether a fill wrote. A duplicate, or a version that arrives after a
 // newer one was cached, writes nothing. Of deliveries of one name applied
 // in the same batch only the highest version is read and filled (and
@@ -157,7 +163,11 @@ func (c *BalanceCoherence) entriesOf(payload, job string) ([]*coherenceDelivery,
 			malformed = append(malformed, fmt.Errorf("%w: %q names no balance", ErrOutboxPayload, line))
 			continue
 		}
-		entries = append(entries, &coherenceDelivery{name: name, account: account, asset: asset, version: version})
+		delivery := &coherenceDelivery{name: name, account: account, asset: asset, version: version}
+		if _, available, held, carried := orders.SplitBalanceAmounts(line); carried {
+			delivery.carried = &orders.Balance{Asset: asset, Available: available, Held: held, Version: version}
+		}
+		entries = append(entries, delivery)
 	}
 	switch {
 	case len(entries) == 0 && len(malformed) == 0:
@@ -234,7 +244,9 @@ func (c *BalanceCoherence) applyBatch(batch []*coherenceDelivery) {
 		if delivery.ctx.Err() != nil {
 			continue
 		}
-		if held, ok := latest[delivery.name]; !ok || delivery.version > held.version {
+		// At one version a line with amounts spares the read.
+		if held, ok := latest[delivery.name]; !ok || delivery.version > held.version ||
+			delivery.version == held.version && held.carried == nil && delivery.carried != nil {
 			latest[delivery.name] = delivery
 		}
 	}
@@ -269,7 +281,7 @@ func (c *BalanceCoherence) apply(ctx context.Context, deliveries []*coherenceDel
 	if len(deliveries) == 0 {
 		return nil, nil
 	}
-	current, err := c.db.Current(ctx, versionsOf(deliveries))
+	current, err := c.balances(ctx, deliveries)
 	if err != nil {
 		return nil, err
 	}
@@ -283,6 +295,35 @@ func (c *BalanceCoherence) apply(ctx context.Context, deliveries []*coherenceDel
 		return nil, err
 	}
 	return advanced, nil
+}
+
+// balances are the balances deliveries fill, by name: each one's carried
+// amounts, and, in one read, the current rows of those that carry none
+// (nil: no such balance). A carried balance is the one at its line's
+// version, which a newer one cached already keeps out (the fill is
+// conditional); a read one may be past it. Before the lines carried
+// amounts every batch was a read, a transaction of PostgreSQL's a write.
+func (c *BalanceCoherence) balances(ctx context.Context, deliveries []*coherenceDelivery) (map[string]*orders.Balance, error) {
+	current := make(map[string]*orders.Balance, len(deliveries))
+	var unread []*coherenceDelivery
+	for _, delivery := range deliveries {
+		if delivery.carried != nil {
+			current[delivery.name] = delivery.carried
+			continue
+		}
+		unread = append(unread, delivery)
+	}
+	if len(unread) == 0 {
+		return current, nil
+	}
+	read, err := c.db.Current(ctx, versionsOf(unread))
+	if err != nil {
+		return nil, err
+	}
+	for _, delivery := range unread {
+		current[delivery.name] = read[delivery.name]
+	}
+	return current, nil
 }
 
 func versionsOf(deliveries []*coherenceDelivery) []orders.BalanceVersion {

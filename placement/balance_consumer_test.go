@@ -624,3 +624,42 @@ func TestAJobAnsweredDoneHasEveryEntryCached(t *testing.T) {
 	}
 	f.assertCacheCurrent(t, names)
 }
+
+// TestALineWithAmountsIsFilledAsCarried: a job line that carries the
+// balance's amounts fills the cache with them, not with a read of
+// PostgreSQL (the amounts below are not PostgreSQL's, to tell the two
+// apart), and only past the version cached: a stale or replayed line moves
+// nothing back. A line whose amounts do not read as decimals is read back.
+func TestALineWithAmountsIsFilledAsCarried(t *testing.T) {
+	testserver.Parallel(t)
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	account := f.newAccount(t)
+	f.depositWithOutbox(t, account, "USD", "1.00")
+	f.depositWithOutbox(t, account, "USD", "1.00") // PostgreSQL: version 2 of 2.00
+	name := orders.BalanceName(account, "USD")
+	for _, step := range []struct {
+		line         string
+		wantAdvanced bool
+		wantVersion  int64
+		wantValue    string
+	}{
+		{line: name + "@5 7.25 0.50", wantAdvanced: true, wantVersion: 5, wantValue: "7.25 0.50"},
+		{line: name + "@5 7.25 0.50", wantVersion: 5, wantValue: "7.25 0.50"},   // replayed
+		{line: name + "@4 6.00 0.00", wantVersion: 5, wantValue: "7.25 0.50"},   // stale
+		{line: name + "@6 -0.10 12", wantAdvanced: true, wantVersion: 6, wantValue: "-0.10 12"},
+		{line: name + "@7 1e3 0.00", wantVersion: 6, wantValue: "-0.10 12"}, // read back: version 2
+	} {
+		advanced, err := f.consumer.Apply(ctx, step.line)
+		if err != nil || advanced != step.wantAdvanced {
+			t.Errorf("Apply(%q) = %v, %v; want %v", step.line, advanced, err, step.wantAdvanced)
+		}
+		cached, err := f.caches.ReadCache(ctx, placement.BalanceCacheKey(account))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cached["USD"]; got.Version != step.wantVersion || got.Value != step.wantValue {
+			t.Errorf("after %q the cache holds %+v, want version %d of %q", step.line, got, step.wantVersion, step.wantValue)
+		}
+	}
+}

@@ -717,8 +717,11 @@ func outboxTableAndGroup(name string) (table, group string) {
 	return table, group
 }
 
-// parseOutboxPayload reads "<name>@<version>".
+// parseOutboxPayload reads "<name>@<version>", and a settlement write's
+// balance line, which carries the balance's amounts after it
+// (orders.SplitBalanceAmounts), by its head.
 func parseOutboxPayload(payload string) (name string, version int64, err error) {
+	payload, _, _, _ = orders.SplitBalanceAmounts(payload)
 	at := strings.LastIndexByte(payload, '@')
 	if at <= 0 {
 		return "", 0, fmt.Errorf("%w: %q has no name@version", ErrOutboxPayload, payload)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/govalues/decimal"
@@ -141,6 +142,30 @@ func (f *coherenceFixture) assertCachedAt(t testing.TB, versions map[string]int6
 	}
 }
 
+// heads are the "<name>@<version>" heads of a write row's lines, without
+// the amounts each carries, sorted.
+func heads(payload string) []string {
+	var heads []string
+	for _, line := range strings.Split(payload, "\n") {
+		head, _, _, _ := orders.SplitBalanceAmounts(line)
+		heads = append(heads, head)
+	}
+	slices.Sort(heads)
+	return heads
+}
+
+// lineOf is the line of a write row's payload whose head is head.
+func lineOf(t testing.TB, payload, head string) string {
+	t.Helper()
+	for _, line := range strings.Split(payload, "\n") {
+		if got, _, _, _ := orders.SplitBalanceAmounts(line); got == head {
+			return line
+		}
+	}
+	t.Fatalf("no line of %q is %s", payload, head)
+	return ""
+}
+
 // lines are the "<name>@<version>" lines of versions, sorted.
 func lines(versions map[string]int64) []string {
 	var lines []string
@@ -198,7 +223,7 @@ func TestASettlementWriteIsOneOutboxRowTheRelayCarriesWhole(t *testing.T) {
 				t.Fatalf("the write's balances rows %v, want one %s at its id", w.balances, orders.BalancesWriteName)
 			}
 			row := w.balances[0]
-			if got, want := strings.Split(row.Payload, "\n"), lines(w.moved); !slices.Equal(slices.Sorted(slices.Values(got)), want) {
+			if got, want := heads(row.Payload), lines(w.moved); !slices.Equal(got, want) {
 				t.Errorf("the row lists %q, want %q", got, want)
 			}
 
@@ -328,7 +353,7 @@ func TestAPartlyCarriedWriteRowStaysUnrelayed(t *testing.T) {
 
 			// The queue of the taker's USD line's job.
 			name := orders.BalanceName(taker, "USD")
-			line := name + "@" + strconv.FormatInt(w.moved[name], 10)
+			line := lineOf(t, w.balances[0].Payload, name+"@"+strconv.FormatInt(w.moved[name], 10))
 			refusing := f.client.Queue(placement.CoherenceJobQueue(placement.BalancesTable, line))
 			if err := refusing.Purge(ctx); err != nil {
 				t.Fatal(err)
@@ -414,4 +439,103 @@ func TestASweepOfWritesTheRelayCarriedMakesNoSecondJob(t *testing.T) {
 		t.Errorf("%d jobs carry %q, want 2 carrying %q", jobs, entries, wantLines)
 	}
 	f.assertCachedAt(t, want)
+}
+
+// countedRows reads balances' current rows and counts the names it read.
+type countedRows struct {
+	placement.BalanceRows
+	mu    sync.Mutex
+	names int
+}
+
+func (c *countedRows) Current(ctx context.Context, named []orders.BalanceVersion) (map[string]*orders.Balance, error) {
+	c.mu.Lock()
+	c.names += len(named)
+	c.mu.Unlock()
+	return c.BalanceRows.Current(ctx, named)
+}
+
+// TestAWriteFillsTheCacheFromItsOwnRow: a settlement write's row carries
+// each moved balance's amounts, so the consumer fills the cache from its
+// job and reads nothing from PostgreSQL; the cache then holds each balance
+// exactly as PostgreSQL does. A write without amounts (a settler for a
+// rolling deploy) and a deposit's rows are read back, as before.
+func TestAWriteFillsTheCacheFromItsOwnRow(t *testing.T) {
+	testserver.Parallel(t)
+	for _, c := range []struct {
+		name      string
+		plain     bool // the settler writes no amounts
+		makers    int
+		wantReads bool
+	}{
+		{name: "a resting buy, its hold carried", makers: 0},
+		{name: "two trades", makers: 2},
+		{name: "two trades, no amounts written", makers: 2, plain: true, wantReads: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			f := newCoherenceFixture(t, placement.WithSweepAge(0))
+			_, placer := f.ordersQueue(t)
+			settler := postgres.NewSettler(f.db, nil, f.logger) // relays nothing itself
+			if c.plain {
+				settler.WithoutBalanceValues()
+			}
+			taker := f.buyer(t)
+			f.makers(t, c.makers, placer, settler)
+			if _, err := f.relay.Sweep(ctx); err != nil {
+				t.Fatal(err)
+			}
+			f.consumeAll(t)
+
+			w := f.takeAll(t, taker, c.makers, placer, settler)
+			for _, line := range strings.Split(w.balances[0].Payload, "\n") {
+				if _, _, _, carried := orders.SplitBalanceAmounts(line); carried == c.plain {
+					t.Errorf("the write's line %q carries amounts: %v, want %v", line, carried, !c.plain)
+				}
+			}
+			f.relay.Relay(ctx, append(w.events, w.balances...))
+			rows := &countedRows{BalanceRows: postgres.NewBalances(f.db)}
+			f.consumer = placement.NewBalanceCoherence(rows, f.caches, f.logger)
+			f.consumeAll(t)
+			if got := rows.names > 0; got != c.wantReads {
+				t.Errorf("the consumer read %d balances from PostgreSQL; want reads: %v", rows.names, c.wantReads)
+			}
+			f.assertCachedAsPostgreSQL(t, w.moved)
+
+			// A deposit's row names no amounts: it is read.
+			deposit := f.depositWithOutbox(t, taker, "ETH", "2")
+			f.relay.Relay(ctx, []orders.OutboxEntry{deposit})
+			before := rows.names
+			f.consumeAll(t)
+			if rows.names != before+1 {
+				t.Errorf("the deposit's job read %d balances, want 1", rows.names-before)
+			}
+			f.assertCachedAsPostgreSQL(t, map[string]int64{deposit.Name: deposit.Version})
+		})
+	}
+}
+
+// assertCachedAsPostgreSQL fails unless the cache holds each balance at its
+// version with PostgreSQL's amounts, spelled as PostgreSQL spells them.
+func (f *coherenceFixture) assertCachedAsPostgreSQL(t testing.TB, versions map[string]int64) {
+	t.Helper()
+	var named []orders.BalanceVersion
+	for name, version := range versions {
+		account, asset := splitBalanceName(t, name)
+		named = append(named, orders.BalanceVersion{Account: account, Asset: asset, Version: version})
+	}
+	truth, err := postgres.NewBalances(f.db).Current(context.Background(), named)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range named {
+		cached, err := f.caches.ReadCache(context.Background(), placement.BalanceCacheKey(v.Account))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := truth[v.Name()]
+		if got := cached[v.Asset]; want == nil || got.Version != want.Version || got.Value != want.Available+" "+want.Held {
+			t.Errorf("%s: the cache holds %+v, PostgreSQL %+v", v.Name(), got, want)
+		}
+	}
 }

@@ -184,7 +184,7 @@ func (s *Settler) CancelResting(ctx context.Context, account, orderID string) (o
 			// the version reached.
 			name := orders.BalanceName(account, asset)
 			rows, err := tx.Query(ctx, settleBalancesSQL, []string{name}, []string{account}, []string{asset},
-				[]string{hold.String()}, []string{hold.Neg().String()}, []int64{1}, s.balancesRow)
+				[]string{hold.String()}, []string{hold.Neg().String()}, []int64{1}, s.balances.row, s.balances.values)
 			if err != nil {
 				return unavailable(err)
 			}

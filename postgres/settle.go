@@ -32,9 +32,8 @@ type Settler struct {
 	logger  *slog.Logger
 	metrics *SettlementMetrics
 	queue   settleQueue
-	// balancesRow names the one outbox row a write lists its moved balances
-	// in; "" for a row per balance (WithBalanceRowEach).
-	balancesRow string
+	// balances is the form of the outbox rows of the balances a write moves.
+	balances balancesForm
 	// connections holds one token per connection settlement holds, at most
 	// SettlerConnections.
 	connections chan struct{}
@@ -56,7 +55,7 @@ func NewSettler(db *pgxpool.Pool, relay orders.Relayer, logger *slog.Logger) *Se
 		logger = slog.Default()
 	}
 	return &Settler{db: db, relay: relay, logger: logger, connections: make(chan struct{}, SettlerConnections),
-		balancesRow: orders.BalancesWriteName}
+		balances: balancesForm{row: orders.BalancesWriteName, values: true}}
 }
 
 // WithBalanceRowEach has s's writes insert an outbox row per balance they
@@ -64,8 +63,31 @@ func NewSettler(db *pgxpool.Pool, relay orders.Relayer, logger *slog.Logger) *Se
 // did: their relays, which read only that form, may sweep what s wrote
 // while they still run in a rolling deploy (COHERENCE_JOB_SIZE=1).
 func (s *Settler) WithBalanceRowEach() *Settler {
-	s.balancesRow = ""
+	s.balances.row = ""
 	return s
+}
+
+// WithoutBalanceValues has s's writes list their moved balances as
+// "<name>@<version>" alone, as releases before the amounts did: their
+// coherence consumers, which refuse a line with amounts, may take the jobs
+// of what s wrote while they still run in a rolling deploy
+// (COHERENCE_BALANCE_VALUES=false). Their consumers then read each balance
+// back from PostgreSQL.
+func (s *Settler) WithoutBalanceValues() *Settler {
+	s.balances.values = false
+	return s
+}
+
+// balancesForm is the form of a write's outbox rows of balances
+// (settle_balances.sql).
+type balancesForm struct {
+	// row names the one row a write lists its moved balances in; "" for a
+	// row per balance (WithBalanceRowEach), which never carries amounts.
+	row string
+	// values has each line of the one row carry the balance's amounts
+	// after its version, "<name>@<version> <available> <held>", so the
+	// coherence consumer fills the cache without reading the balance.
+	values bool
 }
 
 // ErrUnsettleable matches every failure no retry can cure: an order of an

@@ -248,6 +248,6 @@ func genericPlanWrite(n int) []genericPlanStatement {
 		{name: "settle_events", args: []any{append(append([]string{}, ids...), makers...), ids, ids}},
 		{name: "settle_lock", args: []any{lockAccounts, lockAssets}},
 		{name: "settle_guard", args: []any{lockAccounts, lockAssets, boundsK, boundsK}},
-		{name: "settle_balances", args: []any{names, lockAccounts, lockAssets, zerosK, zerosK, stepsK, "balances:write"}},
+		{name: "settle_balances", args: []any{names, lockAccounts, lockAssets, zerosK, zerosK, stepsK, "balances:write", true}},
 	}
 }

@@ -5,7 +5,10 @@ import (
 	"log/slog"
 	"maps"
 	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
@@ -27,12 +30,15 @@ func TestAWriteAnnouncesItsBalancesInOneRow(t *testing.T) {
 		together bool
 		// rowEach: the settler writes a row per balance.
 		rowEach bool
+		// plain: the settler's row lists no amounts.
+		plain bool
 	}{
 		{name: "locked path, one order"},
 		{name: "locked path, a batch of three", together: true},
 		{name: "an owner's batch", owned: true},
 		{name: "locked path, a batch of three, a row per balance", together: true, rowEach: true},
 		{name: "an owner's batch, a row per balance", owned: true, rowEach: true},
+		{name: "an owner's batch, no amounts", owned: true, plain: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -47,6 +53,9 @@ func TestAWriteAnnouncesItsBalancesInOneRow(t *testing.T) {
 			}
 			if c.rowEach {
 				s.WithBalanceRowEach()
+			}
+			if c.plain {
+				s.WithoutBalanceValues()
 			}
 			carol := m.newCustomer(t)
 			for _, maker := range []orders.Order{
@@ -102,10 +111,40 @@ func TestAWriteAnnouncesItsBalancesInOneRow(t *testing.T) {
 			if got := announced(t, rows); !maps.Equal(got, moved) {
 				t.Errorf("the row announces %v, want the balances moved %v", got, moved)
 			}
+			assertLinesCarryTheBalances(t, m.db, rows, !c.rowEach && !c.plain)
 			// alice, bob, carol (both sides), the venue's fees.
 			if len(moved) < 6 {
 				t.Errorf("the write moved %d balances %v, want at least 6", len(moved), moved)
 			}
 		})
+	}
+}
+
+// assertLinesCarryTheBalances fails unless each balance line of rows
+// carries its balance's amounts at its version (withAmounts) as the
+// coherence consumer's read spells them (postgres.Balances.Current), or
+// carries none (!withAmounts).
+func assertLinesCarryTheBalances(t testing.TB, db *pgxpool.Pool, rows []orders.OutboxEntry, withAmounts bool) {
+	t.Helper()
+	for _, row := range rows {
+		for _, entry := range orders.BalanceEntries(row) {
+			_, available, held, carried := orders.SplitBalanceAmounts(entry.Payload)
+			if carried != withAmounts {
+				t.Errorf("the line %q carries amounts: %v, want %v", entry.Payload, carried, withAmounts)
+				continue
+			}
+			if !carried {
+				continue
+			}
+			account, asset, _ := strings.Cut(strings.TrimPrefix(entry.Name, orders.BalancesTable+":"), ":")
+			read, err := postgres.NewBalances(db).Current(context.Background(),
+				[]orders.BalanceVersion{{Account: account, Asset: asset, Version: entry.Version}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b := read[entry.Name]; b == nil || b.Version != entry.Version || b.Available != available || b.Held != held {
+				t.Errorf("the line %q, PostgreSQL holds %+v", entry.Payload, b)
+			}
+		}
 	}
 }

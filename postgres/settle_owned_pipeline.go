@@ -754,7 +754,7 @@ func (s *Settler) writeOwned(st *ownedBook, p *ownedFlight, mayRedecide bool) (e
 	for key := range p.w.written() {
 		lockSet[key] = true
 	}
-	outbox, err := p.w.write(ctx, pooled, slices.Collect(maps.Keys(lockSet)), p.snapshot, true, s.balancesRow)
+	outbox, err := p.w.write(ctx, pooled, slices.Collect(maps.Keys(lockSet)), p.snapshot, true, s.balances)
 	phase = s.metrics.phaseDone(phaseWrite, phase)
 	if mayRedecide && isFundsStale(err) {
 		s.metrics.observeRedecided()
@@ -775,7 +775,7 @@ func (s *Settler) writeOwned(st *ownedBook, p *ownedFlight, mayRedecide bool) (e
 				extra = append(extra, key)
 			}
 		}
-		outbox, err = p.w.write(ctx, pooled, extra, locked, false, s.balancesRow)
+		outbox, err = p.w.write(ctx, pooled, extra, locked, false, s.balances)
 		s.metrics.phaseDone(phaseRedecide, phase)
 	}
 	if err != nil {

@@ -181,7 +181,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 	for key := range w.written() {
 		lockSet[key] = true
 	}
-	outbox, err := w.write(ctx, conn, slices.Collect(maps.Keys(lockSet)), snapshot, true, s.balancesRow)
+	outbox, err := w.write(ctx, conn, slices.Collect(maps.Keys(lockSet)), snapshot, true, s.balances)
 	phase = s.metrics.phaseDone(phaseWrite, phase)
 	if isStale(err) {
 		s.logger.Debug("a taker's balance moved past what the batch decided on; deciding again on the locked rows", "orders", n)
@@ -202,7 +202,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 				extra = append(extra, key)
 			}
 		}
-		outbox, err = w.write(ctx, conn, extra, locked, false, s.balancesRow)
+		outbox, err = w.write(ctx, conn, extra, locked, false, s.balances)
 		s.metrics.phaseDone(phaseRedecide, phase)
 	}
 	if err != nil {

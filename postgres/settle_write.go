@@ -36,7 +36,7 @@ var (
 // savepoint to go back to if not), everything the batch decided, and the
 // commit. It returns the outbox rows.
 func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, known map[balanceKey]*lockedBalance, guarded bool,
-	balancesRow string,
+	form balancesForm,
 ) ([]orders.OutboxEntry, error) {
 	batch := &pgx.Batch{}
 	if w.owned != nil {
@@ -220,7 +220,7 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		}
 		// Every moved row exists: the batch locked it (settle_lock.sql).
 		batch.Queue(settleBalancesSQL, names, accounts, assets, available, held, changes,
-			balancesRow).Query(func(rows pgx.Rows) error {
+			form.row, form.values).Query(func(rows pgx.Rows) error {
 			var err error
 			outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
 			return err

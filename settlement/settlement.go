@@ -79,6 +79,12 @@ type Config struct {
 	// one change a job still run (COHERENCE_JOB_SIZE), which also has
 	// settlement write an outbox row per balance, as those releases did.
 	CoherenceJobSize int
+	// CoherenceWithoutAmounts has settlement list its writes' balances as
+	// "<name>@<version>" alone, which the coherence consumer reads back
+	// from PostgreSQL: while workers of a release whose consumer refuses
+	// a line with amounts still run (COHERENCE_BALANCE_AMOUNTS=false;
+	// postgres.Settler.WithoutBalanceValues).
+	CoherenceWithoutAmounts bool
 }
 
 // DefaultConfig is what a worker deployed without flags runs with.
@@ -286,6 +292,9 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 	if c.CoherenceJobSize == 1 {
 		// The rollout form: workers of earlier releases may sweep the rows.
 		settler.WithBalanceRowEach()
+	}
+	if c.CoherenceWithoutAmounts {
+		settler.WithoutBalanceValues()
 	}
 	if err := settler.RegisterOwnerMetrics(deps.Metrics); err != nil {
 		return nil, err

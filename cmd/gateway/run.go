@@ -41,6 +41,7 @@ type config struct {
 	cancelWait        time.Duration
 	coherenceJobSize  int
 	coherenceRemote   bool
+	coherenceAmounts  bool
 	waitReplicas      int
 	waitTimeout       time.Duration
 	instrumentRefresh time.Duration
@@ -80,6 +81,8 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	flags.DurationVar(&c.dedupRetention, "dedup-retention", env.Duration("DEDUP_RETENTION", emq.DefaultDedupRetention), "how long a client_order_id is held in Redis at least; stored with the orders queue, so the last gateway to start sets it for all (DEDUP_RETENTION)")
 	flags.BoolVar(&c.coherenceRemote, "coherence-remote", env.Bool("COHERENCE_REMOTE", true),
 		"put a cancel's coherence jobs on the remote queue, which workers wait on; false (the shards, polled every second) while workers of a release without that queue still run (COHERENCE_REMOTE)")
+	flags.BoolVar(&c.coherenceAmounts, "coherence-balance-amounts", env.Bool("COHERENCE_BALANCE_AMOUNTS", true),
+		"list the balance a cancel's release moves with its amounts, so the coherence consumer reads nothing back; false while workers of a release whose consumer refuses such lines still run (COHERENCE_BALANCE_AMOUNTS)")
 	flags.IntVar(&c.coherenceJobSize, "coherence-job-size", env.Int("COHERENCE_JOB_SIZE", placement.CoherenceBatch),
 		"most balance changes one coherence job of a cancel's release lists; 1 while workers of a release reading one change a job still run (COHERENCE_JOB_SIZE)")
 	flags.DurationVar(&c.cancelWait, "cancel-wait", env.Duration("CANCEL_WAIT", placement.DefaultCancelWait), "how long a cancel of a resting order waits for its instrument's owner to decide it before it is answered 202 (at most three quarters of what is left of the request's timeout); 0 cancels in PostgreSQL under the instrument's lock instead, for workers that predate queued cancels (CANCEL_WAIT)")
@@ -208,6 +211,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if c.coherenceJobSize == 1 {
 		// The rollout form: workers of earlier releases may sweep the rows.
 		settler.WithBalanceRowEach()
+	}
+	if !c.coherenceAmounts {
+		settler.WithoutBalanceValues()
 	}
 	book := postgres.NewOrders(postgres.NewHistory(db), settler)
 	instruments, err := placement.LoadInstruments(ctx, postgres.NewInstruments(db))

@@ -96,6 +96,8 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 		"how long PostgreSQL keeps the accounts' events: a stream resumes from any position younger (EVENTS_RETENTION)")
 	flags.IntVar(&c.worker.CoherenceJobSize, "coherence-job-size", env.Int("COHERENCE_JOB_SIZE", defaults.CoherenceJobSize),
 		"most balance changes one coherence job lists; 1 (also an outbox row per balance) while workers of a release reading one change a job still run (COHERENCE_JOB_SIZE)")
+	amounts := flags.Bool("coherence-balance-amounts", env.Bool("COHERENCE_BALANCE_AMOUNTS", !defaults.CoherenceWithoutAmounts),
+		"list each balance a write moves with its amounts, so the coherence consumer reads nothing back; false while workers of a release whose consumer refuses such lines still run (COHERENCE_BALANCE_AMOUNTS)")
 	flags.StringVar(&c.metricsAddr, "metrics-addr", env.String("METRICS_ADDR", "127.0.0.1:9091"),
 		"where /metrics (Prometheus) and /healthz are served; empty serves neither (METRICS_ADDR)")
 	flags.TextVar(&c.logLevel, "log-level", env.Level("LOG_LEVEL", slog.LevelInfo), "debug, info, warn or error (LOG_LEVEL)")
@@ -103,6 +105,7 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	if err := flags.Parse(args[1:]); err != nil {
 		return config{}, err
 	}
+	c.worker.CoherenceWithoutAmounts = !*amounts
 	// Redis keeps only the events' hot tail now, and PostgreSQL their
 	// history: the old names' promise no longer holds, so they stop a
 	// worker rather than be ignored.

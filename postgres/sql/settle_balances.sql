@@ -4,11 +4,15 @@
 -- available by, $5 held by (numeric), $6 the version's steps (bigint: one
 -- per ledger entry, one per hold or release), parallel arrays in (account,
 -- asset) order; $7 the name of the write's one row
--- (orders.BalancesWriteName), or '' for a row per balance. The rows are
--- locked already (settle_lock.sql), each named once.
+-- (orders.BalancesWriteName), or '' for a row per balance; $8 whether the
+-- write's one row carries each balance's amounts (migration 0026). The rows
+-- are locked already (settle_lock.sql), each named once.
 --
 -- The write's one row lists each moved balance at the version it reaches,
--- "<name>@<version>" a line in the arrays' order; the relay carries each
+-- "<name>@<version> <available> <held>" a line in the arrays' order (with
+-- $8; "<name>@<version>" without), the amounts spelled as
+-- balance_read_named.sql spells them, so the coherence consumer fills the
+-- cache from the line and reads nothing back; the relay carries each
 -- line as a balance's own row would be (orders.BalanceEntries) and deletes
 -- the row once all are carried. Its version is its own id: one value of
 -- the outbox's id sequence taken for both, so the row is unique under the
@@ -25,4 +29,4 @@
 -- of balances (migration 0023, settlement_move_balances, runs the
 -- statement).
 SELECT * FROM settlement_move_balances($1::text[], $2::text[], $3::text[], $4::numeric[], $5::numeric[],
-    $6::bigint[], $7::text)
+    $6::bigint[], $7::text, $8::boolean)
