@@ -529,63 +529,111 @@ func TestKeepSweepingRelaysUntilCancelled(t *testing.T) {
 	}
 }
 
+// countedOutbox is PostgreSQL's outbox, counting the relay's markings in
+// transactions of their own and its sweeps.
+type countedOutbox struct {
+	*postgres.Outbox
+	mu            sync.Mutex
+	marks, sweeps int
+}
+
+func (o *countedOutbox) MarkRelayed(ctx context.Context, entries []orders.OutboxEntry) error {
+	o.mu.Lock()
+	o.marks++
+	o.mu.Unlock()
+	return o.Outbox.MarkRelayed(ctx, entries)
+}
+
+func (o *countedOutbox) SweepBatch(ctx context.Context, age time.Duration, limit int, marks []orders.OutboxEntry,
+	carry func(context.Context, []orders.OutboxEntry) []orders.OutboxEntry) (int, int, error) {
+	o.mu.Lock()
+	o.sweeps++
+	o.mu.Unlock()
+	return o.Outbox.SweepBatch(ctx, age, limit, marks, carry)
+}
+
+func (o *countedOutbox) counts() (marks, sweeps int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.marks, o.sweeps
+}
+
+// TestWhileSweepingRelayLeavesMarkingToTheLoop: while KeepSweeping runs,
+// Relay carries its rows at once and leaves their marking to the loop,
+// whose sweeps mark them in their own transactions: no marking costs a
+// transaction of its own (before, one ran every 200 ms). What is carried
+// after the last sweep is marked when the loop stops; with no loop, Relay
+// marks before it returns.
 func TestWhileSweepingRelayLeavesMarkingToTheLoop(t *testing.T) {
 	testserver.Parallel(t)
-	ctx := context.Background()
-	// The default sweep age: the sweep leaves these young rows alone, so
-	// only the loop's marking can mark them.
-	f := newCoherenceFixture(t)
-	account := f.newAccount(t)
-	loopCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f.relay.KeepSweeping(loopCtx, time.Hour)
-	}()
-
-	var entries []orders.OutboxEntry
-	relays := 0
 	for _, c := range []struct {
 		name     string
-		deposits int
+		interval time.Duration
+		// bySweeps: the rows are marked while the loop runs.
+		bySweeps bool
 	}{
-		{name: "marked on a tick", deposits: 3},
-		{name: "marked by the time the loop stops", deposits: 2},
+		{name: "marked by the sweeps", interval: 300 * time.Millisecond, bySweeps: true},
+		{name: "marked when the loop stops", interval: time.Hour},
 	} {
-		var relayed []orders.OutboxEntry
-		for range c.deposits {
-			relayed = append(relayed, f.depositWithOutbox(t, account, "USD", "1.00"))
-		}
-		entries = append(entries, relayed...)
-		f.relay.Relay(ctx, relayed)
-		relays++
-		// Carried at once, a job per relay (one account); only the marking
-		// waits.
-		if got := f.pending(t); got != int64(relays) {
-			t.Errorf("%s: %d jobs pending after Relay, want %d", c.name, got, relays)
-		}
-		if c.name == "marked on a tick" {
-			waitFor(t, 10*time.Second, "the loop marks the carried rows", func() bool { return f.unrelayed(t) == 0 })
-		}
-	}
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("KeepSweeping did not return after its context was cancelled")
-	}
-	if got := f.unrelayed(t); got != 0 {
-		t.Errorf("%d carried rows left unmarked after the loop stopped", got)
-	}
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			// The default sweep age: the sweep leaves these young rows
+			// alone, so only the marking can mark them.
+			f := newCoherenceFixture(t)
+			outbox := &countedOutbox{Outbox: postgres.NewOutbox(f.db)}
+			relay := placement.NewOutboxRelay(outbox, f.client, placement.CoherenceModes, f.logger)
+			account := f.newAccount(t)
+			loopCtx, cancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				relay.KeepSweeping(loopCtx, c.interval)
+			}()
+			waitFor(t, 10*time.Second, "the first sweep", func() bool { _, sweeps := outbox.counts(); return sweeps > 0 })
 
-	// With no loop running, Relay marks before it returns.
-	f.relay.Relay(ctx, []orders.OutboxEntry{f.depositWithOutbox(t, account, "USD", "1.00")})
-	if got := f.unrelayed(t); got != 0 {
-		t.Errorf("%d rows unrelayed after Relay with no loop running", got)
-	}
-	claims := f.claimAll(t)
-	if len(claims) != relays+1 {
-		t.Errorf("%d coherence jobs, want one per relay, %d", len(claims), relays+1)
+			relays := 0
+			for range 3 {
+				relay.Relay(ctx, []orders.OutboxEntry{f.depositWithOutbox(t, account, "USD", "1.00"),
+					f.depositWithOutbox(t, account, "USD", "1.00")})
+				relays++
+				// Carried at once, a job per relay (one account); only
+				// the marking waits.
+				if got := f.pending(t); got != int64(relays) {
+					t.Errorf("%d jobs pending after Relay, want %d", got, relays)
+				}
+			}
+			if c.bySweeps {
+				waitFor(t, 10*time.Second, "the sweeps mark the carried rows", func() bool { return f.unrelayed(t) == 0 })
+			} else {
+				// Longer than the 200 ms at which markings ran before.
+				time.Sleep(time.Second)
+				if got := f.unrelayed(t); got != 6 {
+					t.Errorf("%d rows unrelayed between sweeps, want the 6 carried", got)
+				}
+			}
+			if marks, _ := outbox.counts(); marks != 0 {
+				t.Errorf("%d markings in transactions of their own while the loop ran, want none", marks)
+			}
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("KeepSweeping did not return after its context was cancelled")
+			}
+			if got := f.unrelayed(t); got != 0 {
+				t.Errorf("%d carried rows left unmarked after the loop stopped", got)
+			}
+
+			// With no loop running, Relay marks before it returns.
+			relay.Relay(ctx, []orders.OutboxEntry{f.depositWithOutbox(t, account, "USD", "1.00")})
+			if got := f.unrelayed(t); got != 0 {
+				t.Errorf("%d rows unrelayed after Relay with no loop running", got)
+			}
+			claims := f.claimAll(t)
+			if len(claims) != relays+1 {
+				t.Errorf("%d coherence jobs, want one per relay, %d", len(claims), relays+1)
+			}
+		})
 	}
 }
 

@@ -36,14 +36,22 @@ func (j *Outbox) MarkRelayed(ctx context.Context, entries []orders.OutboxEntry) 
 	return markRelayed(ctx, j.db, entries)
 }
 
-// SweepBatch takes up to limit unrelayed rows older than age, oldest first,
-// hands them to carry and marks relayed the ones carry returns, in one
-// transaction whose rows are locked with SKIP LOCKED, so sweepers in several
-// workers share the backlog instead of relaying it twice. It returns how many
-// rows it took and how many it marked.
-func (j *Outbox) SweepBatch(ctx context.Context, age time.Duration, limit int,
+// SweepBatch marks relayed the rows of marks (rows a relay carried since
+// the last sweep), then takes up to limit unrelayed rows older than age,
+// oldest first, hands them to carry and marks relayed the ones carry
+// returns, in one transaction whose rows are locked with SKIP LOCKED, so
+// sweepers in several workers share the backlog instead of relaying it
+// twice. It returns how many rows it took and how many of those it marked.
+//
+// The relay's marks ride the sweep's transaction, which runs every second
+// anyway, rather than a transaction of their own; marked first, they are
+// not the sweep's to take.
+func (j *Outbox) SweepBatch(ctx context.Context, age time.Duration, limit int, marks []orders.OutboxEntry,
 	carry func(context.Context, []orders.OutboxEntry) []orders.OutboxEntry) (taken, marked int, err error) {
 	err = pgx.BeginFunc(ctx, j.db, func(tx pgx.Tx) error {
+		if err := markRelayed(ctx, tx, marks); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, outboxSweepSQL, age, limit)
 		if err != nil {
 			return err

@@ -189,7 +189,7 @@ func TestSweepBatchTakesTheOldUnrelayedRowsOldestFirst(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []orders.OutboxEntry
-			taken, marked, err := outbox.SweepBatch(ctx, 5*time.Second, tt.limit,
+			taken, marked, err := outbox.SweepBatch(ctx, 5*time.Second, tt.limit, nil,
 				func(_ context.Context, entries []orders.OutboxEntry) []orders.OutboxEntry {
 					got = entries
 					return entries[:tt.carry]
@@ -213,4 +213,47 @@ func payloadsOf(entries []orders.OutboxEntry) []string {
 		payloads[i] = entry.Payload
 	}
 	return payloads
+}
+
+// TestSweepBatchMarksTheRelaysRowsFirst: the rows a relay carried and
+// left to the sweep are marked in the sweep's transaction, a balance's
+// deleted and an events row stamped, before it looks for rows left
+// behind, so an old one of them is not taken again; with nothing to take,
+// the marks are made all the same.
+func TestSweepBatchMarksTheRelaysRowsFirst(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	outbox := postgres.NewOutbox(db)
+	carriedOld := insertOutboxRow(t, db, orders.BalanceName("ACC_A", "USD"), 1, time.Hour, -1)
+	carriedEvents := insertOutboxRow(t, db, orders.EventsTable+":ACC_A:BTC-USD", 1, time.Second, -1)
+	leftBehind := insertOutboxRow(t, db, orders.BalanceName("ACC_B", "USD"), 1, time.Minute, -1)
+	for _, tt := range []struct {
+		name      string
+		marks     []orders.OutboxEntry
+		wantTaken []orders.OutboxEntry
+	}{
+		{"the relay's rows marked, the one left behind taken", []orders.OutboxEntry{carriedOld, carriedEvents}, []orders.OutboxEntry{leftBehind}},
+		{"nothing to take, marked all the same", []orders.OutboxEntry{leftBehind}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []orders.OutboxEntry
+			taken, _, err := outbox.SweepBatch(ctx, 5*time.Second, 10, tt.marks,
+				func(_ context.Context, entries []orders.OutboxEntry) []orders.OutboxEntry {
+					got = entries
+					return nil // left for the next case's marks
+				})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if taken != len(tt.wantTaken) || !slices.Equal(got, tt.wantTaken) {
+				t.Errorf("SweepBatch took %d %v; want %v", taken, payloadsOf(got), payloadsOf(tt.wantTaken))
+			}
+			for _, mark := range tt.marks {
+				exists, relayedAt := outboxRow(t, db, mark)
+				if balance := mark.Name != carriedEvents.Name; balance && exists || !balance && relayedAt.IsZero() {
+					t.Errorf("%s: exists %v, relayed at %v; want it marked", mark.Payload, exists, relayedAt)
+				}
+			}
+		})
+	}
 }
