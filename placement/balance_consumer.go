@@ -33,7 +33,8 @@ const CoherenceBatch = 64
 // Concurrent deliveries share that step; each entry of a job is a delivery
 // of its own. Each joins the deliveries waiting for the applier, a goroutine
 // that takes up to CoherenceBatch of them at a time and applies them
-// together (one read, one cache round trip, one write), then answers each.
+// together (one read of the balances among them whose lines carry no
+// amounts, one cache round trip, one write), then answers each.
 // A lone delivery is applied at once: deliveries gather only while a batch
 // is in flight, so batches grow with the load and none is held back on a
 // timer. A failure answers every delivery of the batch with the error, and

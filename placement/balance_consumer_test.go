@@ -645,8 +645,8 @@ func TestALineWithAmountsIsFilledAsCarried(t *testing.T) {
 		wantValue    string
 	}{
 		{line: name + "@5 7.25 0.50", wantAdvanced: true, wantVersion: 5, wantValue: "7.25 0.50"},
-		{line: name + "@5 7.25 0.50", wantVersion: 5, wantValue: "7.25 0.50"},   // replayed
-		{line: name + "@4 6.00 0.00", wantVersion: 5, wantValue: "7.25 0.50"},   // stale
+		{line: name + "@5 7.25 0.50", wantVersion: 5, wantValue: "7.25 0.50"}, // replayed
+		{line: name + "@4 6.00 0.00", wantVersion: 5, wantValue: "7.25 0.50"}, // stale
 		{line: name + "@6 -0.10 12", wantAdvanced: true, wantVersion: 6, wantValue: "-0.10 12"},
 		{line: name + "@7 1e3 0.00", wantVersion: 6, wantValue: "-0.10 12"}, // read back: version 2
 	} {
