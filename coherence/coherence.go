@@ -134,6 +134,9 @@ type CacheFill struct {
 	// Held is what the field holds after the fill: the entry itself when it
 	// was written, the newer one that stayed otherwise.
 	Held CacheEntry
+	// Absent is set when a refresh (RefreshHashesIfNewer) left the field
+	// holding nothing; Held is then zero.
+	Absent bool
 }
 
 // ErrCacheValue: a cached value is not "<version> <value>".
@@ -190,6 +193,10 @@ func parseFills(key string, entries []CacheEntry, reply []any) ([]CacheFill, err
 	fills := make([]CacheFill, len(entries))
 	for i, entry := range entries {
 		wrote, _ := reply[2*i].(int64)
+		if reply[2*i+1] == nil {
+			fills[i] = CacheFill{Absent: true}
+			continue
+		}
 		stored, ok := reply[2*i+1].(string)
 		if !ok {
 			return nil, fmt.Errorf("coherence: fill %s: unexpected reply %T for field %q", key, reply[2*i+1], entry.Field)
@@ -226,6 +233,22 @@ func fillArgs(key string, entries []CacheEntry) ([]any, error) {
 // script call, up to fillHashesPerCall of them, where a call per hash made
 // the coherence consumer's batch a call per account it touched.
 func (c *Client) FillHashesIfNewer(ctx context.Context, fills map[string][]CacheEntry) (map[string][]CacheFill, error) {
+	return c.fillHashes(ctx, "fill", fills)
+}
+
+// RefreshHashesIfNewer is FillHashesIfNewer for a filler whose entries may
+// be older than what the cache lost: it writes only fields that hold an
+// older version, and answers a field holding nothing as Absent, left so,
+// for the caller to fill from the truth. An entry carried by a job that
+// comes late, after Redis lost the field, would otherwise cache a balance
+// behind PostgreSQL until its next change.
+func (c *Client) RefreshHashesIfNewer(ctx context.Context, fills map[string][]CacheEntry) (map[string][]CacheFill, error) {
+	return c.fillHashes(ctx, "refresh", fills)
+}
+
+// fillHashes is FillHashesIfNewer and RefreshHashesIfNewer, by the script's
+// mode.
+func (c *Client) fillHashes(ctx context.Context, mode string, fills map[string][]CacheEntry) (map[string][]CacheFill, error) {
 	byTag := map[string][]string{}
 	var tags []string
 	for key, entries := range fills {
@@ -250,7 +273,7 @@ func (c *Client) FillHashesIfNewer(ctx context.Context, fills map[string][]Cache
 	}
 	calls := make([]scriptpipe.Call, len(batches))
 	for i, keys := range batches {
-		var args []any
+		args := []any{mode}
 		for _, key := range keys {
 			entryArgs, err := fillArgs(key, fills[key])
 			if err != nil {

@@ -496,6 +496,57 @@ func TestFillHashesIfNewerFillsEachHashConditionally(t *testing.T) {
 	}
 }
 
+// TestRefreshHashesIfNewerLeavesAbsentFieldsAbsent: a refresh writes only
+// over an older version; a field holding nothing, or a value without a
+// version, is left as it is and answered Absent (the caller reads the
+// truth for it), where a fill would write it.
+func TestRefreshHashesIfNewerLeavesAbsentFieldsAbsent(t *testing.T) {
+	ctx := context.Background()
+	rdb := testserver.QueueRedis(t)
+	client := coherence.New(rdb)
+	key := coherence.CacheKey("test", "refresh")
+	if _, err := client.FillIfNewer(ctx, key, "BTC", 7, "0.5"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.FillIfNewer(ctx, key, "ETH", 3, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, key, "SOL", "garbage").Err(); err != nil {
+		t.Fatal(err)
+	}
+	entries := []coherence.CacheEntry{
+		{Field: "BTC", Version: 8, Value: "0.6"}, // older held: written
+		{Field: "ETH", Version: 2, Value: "0.9"}, // newer held: kept
+		{Field: "USD", Version: 4, Value: "10"},  // nothing held: left
+		{Field: "SOL", Version: 5, Value: "2"},   // no version held: left
+	}
+	refreshed, err := client.RefreshHashesIfNewer(ctx, map[string][]coherence.CacheEntry{key: entries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct{ wrote, absent bool }
+	var got []answer
+	for _, fill := range refreshed[key] {
+		got = append(got, answer{fill.Wrote, fill.Absent})
+	}
+	if want := []answer{{true, false}, {false, false}, {false, true}, {false, true}}; !slices.Equal(got, want) {
+		t.Errorf("the refresh answered %v, want %v", got, want)
+	}
+	held, err := rdb.HGetAll(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"BTC": "8 0.6", "ETH": "3 1", "SOL": "garbage"}; !maps.Equal(held, want) {
+		t.Errorf("%s holds %v after the refresh, want %v", key, held, want)
+	}
+	if _, err := client.FillHashesIfNewer(ctx, map[string][]coherence.CacheEntry{key: entries[2:]}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rdb.HMGet(ctx, key, "USD", "SOL").Result(); err != nil || got[0] != "4 10" || got[1] != "5 2" {
+		t.Errorf("a fill of the absent fields left %v, %v; want 4 10 and 5 2", got, err)
+	}
+}
+
 // TestFillHashesIfNewerAnswersEachHashOnItsOwn: the hashes of one table
 // (one hash tag, one slot) go in one script call, and a hash whose key holds
 // no hash gets its own error while the others are still filled.

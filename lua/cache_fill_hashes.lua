@@ -6,17 +6,28 @@
 -- others are filled all the same.
 --
 -- KEYS    the cache hashes, field -> "<version> <value>"
--- ARGV    per key, in KEYS order: how many entries it has, n >= 1, then n
---         times field, version, value (a version is a decimal integer
---         without sign or leading zeros, compared exactly, never as a float)
+-- ARGV[1] "fill": a field that holds nothing (or no version) is written;
+--         "refresh": it is left as it is, and only a field holding an
+--         older version is written (a filler whose value may be older than
+--         what the cache lost, and who reads the truth for what is absent)
+-- ARGV    then per key, in KEYS order: how many entries it has, n >= 1,
+--         then n times field, version, value (a version is a decimal
+--         integer without sign or leading zeros, compared exactly, never as
+--         a float)
 --
 -- Reply: per key, in order, what cache_fill.lua answers for it (per entry
 --        1 when written or 0 when the field held the same or a newer
---        version, then what the field holds now, "<version> <value>"), or
---        an error reply: "ECCARG ..." or the server's (WRONGTYPE).
---   error "ECCARG ..." the counts do not add up to ARGV; nothing written
+--        version, then what the field holds now, "<version> <value>", or
+--        false for a field a refresh left holding nothing), or an error
+--        reply: "ECCARG ..." or the server's (WRONGTYPE).
+--   error "ECCARG ..." the mode is neither, or the counts do not add up to
+--         ARGV; nothing written
 
-local starts, at = {}, 1
+local mode = ARGV[1]
+if mode ~= 'fill' and mode ~= 'refresh' then
+  return redis.error_reply('ECCARG want "fill" or "refresh" first')
+end
+local starts, at = {}, 2
 for k = 1, #KEYS do
   local n = tonumber(ARGV[at])
   if not n or n < 1 or n ~= math.floor(n) or at + 3 * n > #ARGV then
@@ -42,7 +53,11 @@ local function fill(key, first, last)
     -- pcall: a key holding no hash answers its own error, not the call's.
     local held = redis.pcall('HGET', key, field)
     if type(held) == 'table' and held.err then return held end
-    reply[#reply + 1], reply[#reply + 2] = fill_field(key, field, version, value, held)
+    if mode == 'refresh' and stored_version(held) == nil then
+      reply[#reply + 1], reply[#reply + 2] = 0, false
+    else
+      reply[#reply + 1], reply[#reply + 2] = fill_field(key, field, version, value, held)
+    end
   end
   return reply
 end

@@ -24,9 +24,10 @@ const CoherenceBatch = 64
 // BalanceCoherence consumes the balances coherence queues: each job lists
 // balances that reached a version, and the cache takes each one by the
 // conditional fill, which writes only a version newer than the one it holds:
-// the amounts the line carries (a settlement write's, migration 0026), or,
-// for a line without them (a deposit's, a write of a release before), the
-// balance's current row read from PostgreSQL. The cache is the only record of what it applied: a
+// the amounts the line carries (a settlement write's, migration 0026), but
+// only over an older version cached (a late line must not refill a balance
+// Redis lost), or else the balance's current row read from PostgreSQL (a
+// line without amounts: a deposit's, a write of a release before). The cache is the only record of what it applied: a
 // record elsewhere (PostgreSQL's outbox_applied, before) outlives a cache
 // that Redis loses, and then refuses the very refill that would heal it.
 //
@@ -282,13 +283,36 @@ func (c *BalanceCoherence) apply(ctx context.Context, deliveries []*coherenceDel
 	if len(deliveries) == 0 {
 		return nil, nil
 	}
-	current, err := c.balances(ctx, deliveries)
+	current := make(map[string]*orders.Balance, len(deliveries))
+	advanced := map[string]bool{}
+	var carried, unread []*coherenceDelivery
+	for _, delivery := range deliveries {
+		if delivery.carried != nil {
+			carried = append(carried, delivery)
+			current[delivery.name] = delivery.carried
+			continue
+		}
+		unread = append(unread, delivery)
+	}
+	absent, err := c.refresh(ctx, carried, advanced)
 	if err != nil {
 		return nil, err
 	}
-	advanced, err := c.fill(ctx, deliveries, current)
-	if err != nil {
-		return nil, err
+	if len(absent) > 0 {
+		unread = append(unread, absent...)
+		slices.SortFunc(unread, func(a, b *coherenceDelivery) int { return strings.Compare(a.name, b.name) })
+	}
+	if len(unread) > 0 {
+		read, err := c.db.Current(ctx, versionsOf(unread))
+		if err != nil {
+			return nil, err
+		}
+		for _, delivery := range unread {
+			current[delivery.name] = read[delivery.name]
+		}
+		if err := c.fill(ctx, unread, current, advanced); err != nil {
+			return nil, err
+		}
 	}
 	// After the fill: an event never runs ahead of what GET /v1/balances
 	// serves.
@@ -298,33 +322,40 @@ func (c *BalanceCoherence) apply(ctx context.Context, deliveries []*coherenceDel
 	return advanced, nil
 }
 
-// balances are the balances deliveries fill, by name: each one's carried
-// amounts, and, in one read, the current rows of those that carry none
-// (nil: no such balance). A carried balance is the one at its line's
-// version, which a newer one cached already keeps out (the fill is
-// conditional); a read one may be past it. Before the lines carried
-// amounts every batch was a read, a transaction of PostgreSQL's a write.
-func (c *BalanceCoherence) balances(ctx context.Context, deliveries []*coherenceDelivery) (map[string]*orders.Balance, error) {
-	current := make(map[string]*orders.Balance, len(deliveries))
-	var unread []*coherenceDelivery
-	for _, delivery := range deliveries {
-		if delivery.carried != nil {
-			current[delivery.name] = delivery.carried
-			continue
-		}
-		unread = append(unread, delivery)
+// refresh writes the amounts the deliveries' lines carry into the cache,
+// each only over an older version the cache holds, and returns the
+// deliveries whose balance the cache holds nothing of: a line's amounts are
+// its write's, and a job can come late (a lease that ran out after its
+// fill, a sweep's carry past the dedup window), so after Redis lost the
+// balance they could cache it behind PostgreSQL until its next change. The
+// caller reads those, which costs a read only after a loss or for a
+// balance never cached. Before the lines carried amounts every batch was a
+// read, a transaction of PostgreSQL's a write.
+func (c *BalanceCoherence) refresh(ctx context.Context, deliveries []*coherenceDelivery, advanced map[string]bool) ([]*coherenceDelivery, error) {
+	if c.cache == nil || len(deliveries) == 0 {
+		return nil, nil
 	}
-	if len(unread) == 0 {
-		return current, nil
-	}
-	read, err := c.db.Current(ctx, versionsOf(unread))
+	fills, names := cacheFills(deliveries, func(d *coherenceDelivery) *orders.Balance { return d.carried })
+	refreshed, err := c.cache.RefreshHashesIfNewer(ctx, fills)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("refresh cached balances: %w", err)
 	}
-	for _, delivery := range unread {
-		current[delivery.name] = read[delivery.name]
+	byName := make(map[string]*coherenceDelivery, len(deliveries))
+	for _, delivery := range deliveries {
+		byName[delivery.name] = delivery
 	}
-	return current, nil
+	var absent []*coherenceDelivery
+	for key, results := range refreshed {
+		for i, result := range results {
+			switch {
+			case result.Absent:
+				absent = append(absent, byName[names[key][i]])
+			case result.Wrote:
+				advanced[names[key][i]] = true
+			}
+		}
+	}
+	return absent, nil
 }
 
 func versionsOf(deliveries []*coherenceDelivery) []orders.BalanceVersion {
@@ -336,30 +367,24 @@ func versionsOf(deliveries []*coherenceDelivery) []orders.BalanceVersion {
 }
 
 // fill writes the current balances into the cache, each account's hash by
-// one conditional fill, every hash in one round trip, and returns the names
-// whose field it wrote.
-func (c *BalanceCoherence) fill(ctx context.Context, deliveries []*coherenceDelivery, current map[string]*orders.Balance) (map[string]bool, error) {
-	fills := map[string][]coherence.CacheEntry{}
-	names := map[string][]string{}
-	for _, delivery := range deliveries {
-		balance := current[delivery.name]
+// one conditional fill, every hash in one round trip, and marks in advanced
+// the names whose field it wrote.
+func (c *BalanceCoherence) fill(ctx context.Context, deliveries []*coherenceDelivery, current map[string]*orders.Balance, advanced map[string]bool) error {
+	fills, names := cacheFills(deliveries, func(d *coherenceDelivery) *orders.Balance {
+		balance := current[d.name]
 		if balance == nil {
 			c.logger.Warn("coherence job for a balance that does not exist; nothing to cache",
-				"name", delivery.name, "version", delivery.version)
-			continue
+				"name", d.name, "version", d.version)
 		}
-		key := BalanceCacheKey(delivery.account)
-		fills[key] = append(fills[key], cacheEntry(*balance))
-		names[key] = append(names[key], delivery.name)
-	}
+		return balance
+	})
 	if c.cache == nil || len(fills) == 0 {
-		return nil, nil
+		return nil
 	}
 	filled, err := c.cache.FillHashesIfNewer(ctx, fills)
 	if err != nil {
-		return nil, fmt.Errorf("refresh cached balances: %w", err)
+		return fmt.Errorf("refresh cached balances: %w", err)
 	}
-	advanced := map[string]bool{}
 	for key, results := range filled {
 		for i, result := range results {
 			if result.Wrote {
@@ -367,5 +392,23 @@ func (c *BalanceCoherence) fill(ctx context.Context, deliveries []*coherenceDeli
 			}
 		}
 	}
-	return advanced, nil
+	return nil
+}
+
+// cacheFills groups the balances of deliveries (balanceOf's; nil: none,
+// left out) by their account's cache hash, with the names of the entries
+// in the same order.
+func cacheFills(deliveries []*coherenceDelivery, balanceOf func(*coherenceDelivery) *orders.Balance) (map[string][]coherence.CacheEntry, map[string][]string) {
+	fills := map[string][]coherence.CacheEntry{}
+	names := map[string][]string{}
+	for _, delivery := range deliveries {
+		balance := balanceOf(delivery)
+		if balance == nil {
+			continue
+		}
+		key := BalanceCacheKey(delivery.account)
+		fills[key] = append(fills[key], cacheEntry(*balance))
+		names[key] = append(names[key], delivery.name)
+	}
+	return fills, names
 }

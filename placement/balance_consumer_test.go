@@ -629,7 +629,8 @@ func TestAJobAnsweredDoneHasEveryEntryCached(t *testing.T) {
 // balance's amounts fills the cache with them, not with a read of
 // PostgreSQL (the amounts below are not PostgreSQL's, to tell the two
 // apart), and only past the version cached: a stale or replayed line moves
-// nothing back. A line whose amounts do not read as decimals is read back.
+// nothing back. A line whose amounts do not read as decimals is read back,
+// as is one whose balance the cache holds nothing of.
 func TestALineWithAmountsIsFilledAsCarried(t *testing.T) {
 	testserver.Parallel(t)
 	ctx := context.Background()
@@ -644,6 +645,7 @@ func TestALineWithAmountsIsFilledAsCarried(t *testing.T) {
 		wantVersion  int64
 		wantValue    string
 	}{
+		{line: name + "@1 9.00 0.00", wantAdvanced: true, wantVersion: 2, wantValue: "2.00 0.00"}, // nothing cached: read
 		{line: name + "@5 7.25 0.50", wantAdvanced: true, wantVersion: 5, wantValue: "7.25 0.50"},
 		{line: name + "@5 7.25 0.50", wantVersion: 5, wantValue: "7.25 0.50"}, // replayed
 		{line: name + "@4 6.00 0.00", wantVersion: 5, wantValue: "7.25 0.50"}, // stale
@@ -661,5 +663,77 @@ func TestALineWithAmountsIsFilledAsCarried(t *testing.T) {
 		if got := cached["USD"]; got.Version != step.wantVersion || got.Value != step.wantValue {
 			t.Errorf("after %q the cache holds %+v, want version %d of %q", step.line, got, step.wantVersion, step.wantValue)
 		}
+	}
+}
+
+// TestALateCarriedLineAfterACacheLossLeavesTheCacheCurrent (review): the
+// cache loses a balance (a replica promoted before the newest fill, an
+// eviction), and an older write's coherence job comes again (a lease that
+// ran out after its fill, a row the sweep carries again past the dedup
+// window). The job's line reads "<name>@<version>" on main, and the refill
+// is the balance's current row; on h24k-lane the line carries the write's
+// amounts, and the refill is that older version, which stays in the cache,
+// behind PostgreSQL, until the balance changes again.
+func TestALateCarriedLineAfterACacheLossLeavesTheCacheCurrent(t *testing.T) {
+	testserver.Parallel(t)
+	ctx := context.Background()
+	f := newCoherenceFixture(t)
+	account := f.newAccount(t)
+	v1 := f.depositWithOutbox(t, account, "USD", "1.00")
+	if _, err := f.consumer.Apply(ctx, v1.Payload); err != nil {
+		t.Fatal(err)
+	}
+	name := orders.BalanceName(account, "USD")
+	// Two settlement writes' moves, as settle_balances.sql makes them.
+	move := func() string {
+		var payload string
+		err := f.db.QueryRow(ctx, `SELECT payload FROM settlement_move_balances($1::text[], $2::text[], $3::text[],
+			$4::numeric[], $5::numeric[], $6::bigint[], $7::text, true)`,
+			[]string{name}, []string{account}, []string{"USD"}, []string{"0.50"}, []string{"0"}, []int64{1},
+			orders.BalancesWriteName).Scan(&payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return payload
+	}
+	older, newer := move(), move()
+	for _, payload := range []string{older, newer} {
+		if _, err := f.consumer.Apply(ctx, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Redis loses the balance's hash; the older write's job comes again.
+	if err := f.rdb.Del(ctx, placement.BalanceCacheKey(account)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.consumer.Apply(ctx, older); err != nil {
+		t.Fatal(err)
+	}
+	var version int64
+	var available string
+	if err := f.db.QueryRow(ctx, `SELECT version, trim_scale(available)::text FROM balances WHERE account_id = $1 AND asset = 'USD'`,
+		account).Scan(&version, &available); err != nil {
+		t.Fatal(err)
+	}
+	cached, err := f.caches.ReadCache(ctx, placement.BalanceCacheKey(account))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cached["USD"]; got.Version != version {
+		t.Errorf("after the late job %q the cache holds %+v; PostgreSQL holds version %d of %s (the line %q, as main writes it, refills that)",
+			older, got, version, available, strings.Fields(older)[0])
+	}
+	// The same job as main writes it: the refill is the current row.
+	if err := f.rdb.Del(ctx, placement.BalanceCacheKey(account)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.consumer.Apply(ctx, strings.Fields(older)[0]); err != nil {
+		t.Fatal(err)
+	}
+	if cached, err = f.caches.ReadCache(ctx, placement.BalanceCacheKey(account)); err != nil {
+		t.Fatal(err)
+	}
+	if got := cached["USD"]; got.Version != version {
+		t.Errorf("main's form of the late job refilled %+v, want version %d", got, version)
 	}
 }

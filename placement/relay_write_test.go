@@ -457,7 +457,8 @@ func (c *countedRows) Current(ctx context.Context, named []orders.BalanceVersion
 
 // TestAWriteFillsTheCacheFromItsOwnRow: a settlement write's row carries
 // each moved balance's amounts, so the consumer fills the cache from its
-// job and reads nothing from PostgreSQL; the cache then holds each balance
+// job and reads from PostgreSQL only the balances the cache held nothing
+// of (here those the write opened); the cache then holds each balance
 // exactly as PostgreSQL does. A write without amounts (a settler for a
 // rolling deploy) and a deposit's rows are read back, as before.
 func TestAWriteFillsTheCacheFromItsOwnRow(t *testing.T) {
@@ -493,12 +494,30 @@ func TestAWriteFillsTheCacheFromItsOwnRow(t *testing.T) {
 					t.Errorf("the write's line %q carries amounts: %v, want %v", line, carried, !c.plain)
 				}
 			}
+			uncached := 0 // the moved balances the cache holds nothing of
+			for name := range w.moved {
+				account, asset := splitBalanceName(t, name)
+				cached, err := f.caches.ReadCache(ctx, placement.BalanceCacheKey(account))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := cached[asset]; !ok {
+					uncached++
+				}
+			}
+			if uncached == len(w.moved) {
+				t.Fatalf("the cache holds none of the %d balances the write moved", len(w.moved))
+			}
 			f.relay.Relay(ctx, append(w.events, w.balances...))
 			rows := &countedRows{BalanceRows: postgres.NewBalances(f.db)}
 			f.consumer = placement.NewBalanceCoherence(rows, f.caches, f.logger)
 			f.consumeAll(t)
-			if got := rows.names > 0; got != c.wantReads {
-				t.Errorf("the consumer read %d balances from PostgreSQL; want reads: %v", rows.names, c.wantReads)
+			want := uncached
+			if c.wantReads {
+				want = len(w.moved)
+			}
+			if rows.names != want {
+				t.Errorf("the consumer read %d balances from PostgreSQL; want %d (%d of %d moved were not cached)", rows.names, want, uncached, len(w.moved))
 			}
 			f.assertCachedAsPostgreSQL(t, w.moved)
 
