@@ -238,7 +238,8 @@ func runReplicated(ctx context.Context, rdb redis.UniversalClient, reload *clust
 }
 
 // sendReplicated sends the calls numbered todo, each to its server, one
-// round trip per server, and fills in their cmds and acked.
+// round trip per server, the servers at once, and fills in their cmds and
+// acked.
 func sendReplicated(ctx context.Context, script *scriptpipe.Script, calls []scriptpipe.Call, todo []int, servers []redis.UniversalClient,
 	cmds []*redis.Cmd, acked []int, replicas int, timeout time.Duration) {
 	groups := map[redis.UniversalClient][]int{}
@@ -250,7 +251,7 @@ func sendReplicated(ctx context.Context, script *scriptpipe.Script, calls []scri
 		}
 		groups[server] = append(groups[server], i)
 	}
-	for _, server := range order {
+	send := func(server redis.UniversalClient) {
 		indexes := groups[server]
 		group := make([]scriptpipe.Call, len(indexes))
 		for n, i := range indexes {
@@ -269,6 +270,17 @@ func sendReplicated(ctx context.Context, script *scriptpipe.Script, calls []scri
 			cmds[i], acked[i] = groupCmds[n], groupAcked[n]
 		}
 	}
+	if len(order) == 1 {
+		send(order[0])
+		return
+	}
+	// The servers at once: each waits for its own replicas, so one after
+	// another the waits would add up. Each writes only its calls' indexes.
+	var wg sync.WaitGroup
+	for _, server := range order {
+		wg.Go(func() { send(server) })
+	}
+	wg.Wait()
 }
 
 // nodesOf returns the cluster's nodes by address. ForEachShard reloads the
