@@ -9,7 +9,7 @@
 -- releases call the seven-argument function, unchanged, and keep writing
 -- "<name>@<version>" lines, which their consumers read; a new binary writes
 -- the plain form too while such consumers run (p_values false,
--- COHERENCE_BALANCE_VALUES=false). The row-per-balance form (p_row '')
+-- COHERENCE_BALANCE_AMOUNTS=false). The row-per-balance form (p_row '')
 -- stays "<name>@<version>": it is the rollout form for releases older still.
 CREATE FUNCTION settlement_move_balances(p_names TEXT[], p_accounts TEXT[], p_assets TEXT[], p_available NUMERIC[],
     p_held NUMERIC[], p_steps BIGINT[], p_row TEXT, p_values BOOLEAN)

@@ -71,7 +71,7 @@ func (s *Settler) WithBalanceRowEach() *Settler {
 // "<name>@<version>" alone, as releases before the amounts did: their
 // coherence consumers, which refuse a line with amounts, may take the jobs
 // of what s wrote while they still run in a rolling deploy
-// (COHERENCE_BALANCE_VALUES=false). Their consumers then read each balance
+// (COHERENCE_BALANCE_AMOUNTS=false). Their consumers then read each balance
 // back from PostgreSQL.
 func (s *Settler) WithoutBalanceValues() *Settler {
 	s.balances.values = false
