@@ -5,9 +5,14 @@
 -- (settle_lock.sql) and decides again if a taker's row changed meanwhile.
 -- Returns account, asset, version, available and held (NUMERIC text); a row
 -- missing from the answer does not exist (yet: settle_open.sql opens it).
+-- Each row is probed by its key in a LATERAL subquery the planner cannot
+-- flatten (LIMIT): as a plain join, the generic plan made before
+-- statistics hashed balances whole on every read.
 SELECT b.account_id, b.asset, b.version, trim_scale(b.available)::text, trim_scale(b.held)::text
 FROM (SELECT DISTINCT t.account_id, a.asset
       FROM unnest($1::text[], $2::text[]) AS t(account_id, symbol)
       JOIN instruments i ON i.symbol = t.symbol
       CROSS JOIN LATERAL (VALUES (i.base), (i.quote)) AS a(asset)) AS k
-JOIN balances b ON b.account_id = k.account_id AND b.asset = k.asset
+CROSS JOIN LATERAL (SELECT * FROM balances b
+                    WHERE b.account_id = k.account_id AND b.asset = k.asset
+                    LIMIT 1) AS b
