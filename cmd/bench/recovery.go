@@ -38,14 +38,22 @@ const (
 // interval; 0 takes the runtime's default for the lease) and, in rounds,
 // admits jobs and claims them as a worker that dies at once: it never
 // completes them and never heartbeats, as after a SIGKILL. It times each job
-// from that claim to the live worker's claim.
-func (e *env) measureRecovery(ctx context.Context, name string, reap time.Duration, progress func(string, ...any)) (recoveryResult, error) {
+// from that claim to the live worker's claim. The live worker is a client of
+// its own (dialled to redisURL), as another process's would be: an
+// admission made through its client would wake it at once (emq's local
+// wake), and it would take the fresh jobs before the dead one could.
+func (e *env) measureRecovery(ctx context.Context, redisURL, name string, reap time.Duration, progress func(string, ...any)) (recoveryResult, error) {
 	r := recoveryResult{Name: name, LeaseMs: ms(recoveryLease)}
 	queue := e.queue.Queue("bench-recovery-" + name + "-" + e.run)
 	const kind = "bench.recover"
 	if err := queue.Declare(ctx, kind); err != nil {
 		return r, err
 	}
+	live, err := emq.Dial(ctx, redisURL, emq.WithLogger(e.logger))
+	if err != nil {
+		return r, err
+	}
+	defer live.Close()
 	var mu sync.Mutex
 	rescued := map[string]time.Time{}
 	arrived := make(chan struct{}, recoveryRounds*recoveryJobs)
@@ -68,7 +76,7 @@ func (e *env) measureRecovery(ctx context.Context, name string, reap time.Durati
 	}
 	workCtx, stopWork := context.WithCancel(ctx)
 	worked := make(chan error, 1)
-	go func() { worked <- queue.Work(workCtx, handler, options) }()
+	go func() { worked <- live.Queue(queue.Name()).Work(workCtx, handler, options) }()
 	defer func() { stopWork(); <-worked }()
 	// Let the live worker's idle poll back off to its ceiling, so the dead
 	// worker usually wins the race for the fresh jobs.

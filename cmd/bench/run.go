@@ -240,7 +240,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 				name     string
 				interval time.Duration
 			}{{"default", 0}, {"1s", time.Second}} {
-				result, err := e.measureRecovery(ctx, reap.name, reap.interval, progress)
+				result, err := e.measureRecovery(ctx, servers.redisURL, reap.name, reap.interval, progress)
 				if err != nil {
 					return err
 				}
