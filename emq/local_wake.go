@@ -67,14 +67,18 @@ func (w *localWakes) signal(queue string, groups ...string) {
 	defer w.mu.Unlock()
 	if wake, ok := w.byKey[queue]; ok {
 		for _, group := range groups {
-			if len(wake.groups) == maxWakeGroups {
-				break
-			}
-			if !slices.Contains(wake.groups, group) {
-				wake.groups = append(wake.groups, group)
-			}
+			wake.groups = withWakeGroup(wake.groups, group)
 		}
 		close(wake.done)
 		delete(w.byKey, queue)
 	}
+}
+
+// withWakeGroup adds group to groups, the groups a wake carries, unless it
+// is among them or they are maxWakeGroups already.
+func withWakeGroup(groups []string, group string) []string {
+	if len(groups) < maxWakeGroups && !slices.Contains(groups, group) {
+		return append(groups, group)
+	}
+	return groups
 }

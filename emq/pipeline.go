@@ -46,8 +46,8 @@ func (q *Queue) AdmitMany(ctx context.Context, jobs []Job) ([]Admission, []error
 				continue
 			}
 			admissions[i], errs[i] = q.admission(jobs[i], cmds[n])
-			if errs[i] == nil && len(woke) < maxWakeGroups {
-				woke = append(woke, jobs[i].Group)
+			if errs[i] == nil {
+				woke = withWakeGroup(woke, jobs[i].Group)
 			}
 			if round < dedupRounds && q.learnedDedup(errs[i]) {
 				todo = append(todo, i)
