@@ -335,23 +335,19 @@ func (c *BalanceCoherence) refresh(ctx context.Context, deliveries []*coherenceD
 	if c.cache == nil || len(deliveries) == 0 {
 		return nil, nil
 	}
-	fills, names := cacheFills(deliveries, func(d *coherenceDelivery) *orders.Balance { return d.carried })
+	fills, of := cacheFills(deliveries, func(d *coherenceDelivery) *orders.Balance { return d.carried })
 	refreshed, err := c.cache.RefreshHashesIfNewer(ctx, fills)
 	if err != nil {
 		return nil, fmt.Errorf("refresh cached balances: %w", err)
-	}
-	byName := make(map[string]*coherenceDelivery, len(deliveries))
-	for _, delivery := range deliveries {
-		byName[delivery.name] = delivery
 	}
 	var absent []*coherenceDelivery
 	for key, results := range refreshed {
 		for i, result := range results {
 			switch {
 			case result.Absent:
-				absent = append(absent, byName[names[key][i]])
+				absent = append(absent, of[key][i])
 			case result.Wrote:
-				advanced[names[key][i]] = true
+				advanced[of[key][i].name] = true
 			}
 		}
 	}
@@ -370,7 +366,7 @@ func versionsOf(deliveries []*coherenceDelivery) []orders.BalanceVersion {
 // one conditional fill, every hash in one round trip, and marks in advanced
 // the names whose field it wrote.
 func (c *BalanceCoherence) fill(ctx context.Context, deliveries []*coherenceDelivery, current map[string]*orders.Balance, advanced map[string]bool) error {
-	fills, names := cacheFills(deliveries, func(d *coherenceDelivery) *orders.Balance {
+	fills, of := cacheFills(deliveries, func(d *coherenceDelivery) *orders.Balance {
 		balance := current[d.name]
 		if balance == nil {
 			c.logger.Warn("coherence job for a balance that does not exist; nothing to cache",
@@ -388,7 +384,7 @@ func (c *BalanceCoherence) fill(ctx context.Context, deliveries []*coherenceDeli
 	for key, results := range filled {
 		for i, result := range results {
 			if result.Wrote {
-				advanced[names[key][i]] = true
+				advanced[of[key][i].name] = true
 			}
 		}
 	}
@@ -396,11 +392,11 @@ func (c *BalanceCoherence) fill(ctx context.Context, deliveries []*coherenceDeli
 }
 
 // cacheFills groups the balances of deliveries (balanceOf's; nil: none,
-// left out) by their account's cache hash, with the names of the entries
+// left out) by their account's cache hash, with the deliveries they are of
 // in the same order.
-func cacheFills(deliveries []*coherenceDelivery, balanceOf func(*coherenceDelivery) *orders.Balance) (map[string][]coherence.CacheEntry, map[string][]string) {
+func cacheFills(deliveries []*coherenceDelivery, balanceOf func(*coherenceDelivery) *orders.Balance) (map[string][]coherence.CacheEntry, map[string][]*coherenceDelivery) {
 	fills := map[string][]coherence.CacheEntry{}
-	names := map[string][]string{}
+	of := map[string][]*coherenceDelivery{}
 	for _, delivery := range deliveries {
 		balance := balanceOf(delivery)
 		if balance == nil {
@@ -408,7 +404,7 @@ func cacheFills(deliveries []*coherenceDelivery, balanceOf func(*coherenceDelive
 		}
 		key := BalanceCacheKey(delivery.account)
 		fills[key] = append(fills[key], cacheEntry(*balance))
-		names[key] = append(names[key], delivery.name)
+		of[key] = append(of[key], delivery)
 	}
-	return fills, names
+	return fills, of
 }
