@@ -52,16 +52,38 @@ func BalanceEntries(entry OutboxEntry) []OutboxEntry {
 	entries := make([]OutboxEntry, 0, strings.Count(entry.Payload, "\n")+1)
 	for line := range strings.Lines(entry.Payload) {
 		line = strings.TrimSuffix(line, "\n")
-		head, _, _, _ := SplitBalanceAmounts(line)
 		name, version := line, int64(0)
-		if at := strings.LastIndexByte(head, '@'); at > 0 {
-			if v, err := strconv.ParseInt(head[at+1:], 10, 64); err == nil {
-				name, version = head[:at], v
-			}
+		if balance, ok := ParseBalanceLine(line); ok {
+			name, version = balance.Name, balance.Version
 		}
 		entries = append(entries, OutboxEntry{Name: name, Version: version, Payload: line})
 	}
 	return entries
+}
+
+// BalanceLine is one balance's line of an outbox payload read:
+// "<name>@<version>", and for a settlement write's line the amounts after
+// it (SplitBalanceAmounts), Carried when they read as two decimals.
+type BalanceLine struct {
+	Name            string
+	Version         int64
+	Available, Held string
+	Carried         bool
+}
+
+// ParseBalanceLine reads a balance's line; ok is false when its head is no
+// "<name>@<version>" with a positive version.
+func ParseBalanceLine(line string) (balance BalanceLine, ok bool) {
+	head, available, held, carried := SplitBalanceAmounts(line)
+	at := strings.LastIndexByte(head, '@')
+	if at <= 0 {
+		return BalanceLine{}, false
+	}
+	version, err := strconv.ParseInt(head[at+1:], 10, 64)
+	if err != nil || version <= 0 {
+		return BalanceLine{}, false
+	}
+	return BalanceLine{Name: head[:at], Version: version, Available: available, Held: held, Carried: carried}, true
 }
 
 // SplitBalanceAmounts splits a balance's line into its "<name>@<version>"

@@ -155,19 +155,19 @@ func (c *BalanceCoherence) entriesOf(payload, job string) ([]*coherenceDelivery,
 	)
 	for line := range strings.Lines(payload) {
 		line = strings.TrimSuffix(line, "\n")
-		name, version, err := parseOutboxPayload(line)
+		balance, err := parseOutboxPayload(line)
 		if err != nil {
 			malformed = append(malformed, err)
 			continue
 		}
-		account, asset, ok := parseBalanceName(name)
+		account, asset, ok := parseBalanceName(balance.Name)
 		if !ok {
 			malformed = append(malformed, fmt.Errorf("%w: %q names no balance", ErrOutboxPayload, line))
 			continue
 		}
-		delivery := &coherenceDelivery{name: name, account: account, asset: asset, version: version}
-		if _, available, held, carried := orders.SplitBalanceAmounts(line); carried {
-			delivery.carried = &orders.Balance{Asset: asset, Available: available, Held: held, Version: version}
+		delivery := &coherenceDelivery{name: balance.Name, account: account, asset: asset, version: balance.Version}
+		if balance.Carried {
+			delivery.carried = &orders.Balance{Asset: asset, Available: balance.Available, Held: balance.Held, Version: balance.Version}
 		}
 		entries = append(entries, delivery)
 	}

@@ -702,11 +702,11 @@ func coherenceJobs(entries []orders.OutboxEntry, size int) (jobs []emq.Job, carr
 // malformed one, which the consumer refuses anyway); it orders a name's
 // entries even when Version was not read with them.
 func payloadVersion(entry orders.OutboxEntry) int64 {
-	_, version, err := parseOutboxPayload(entry.Payload)
+	balance, err := parseOutboxPayload(entry.Payload)
 	if err != nil {
 		return 0
 	}
-	return version
+	return balance.Version
 }
 
 // CoherenceJob is the job that carries one entry onto its table's coherence
@@ -731,19 +731,14 @@ func outboxTableAndGroup(name string) (table, group string) {
 }
 
 // parseOutboxPayload reads "<name>@<version>", and a settlement write's
-// balance line, which carries the balance's amounts after it
-// (orders.SplitBalanceAmounts), by its head.
-func parseOutboxPayload(payload string) (name string, version int64, err error) {
-	payload, _, _, _ = orders.SplitBalanceAmounts(payload)
-	at := strings.LastIndexByte(payload, '@')
-	if at <= 0 {
-		return "", 0, fmt.Errorf("%w: %q has no name@version", ErrOutboxPayload, payload)
+// balance line, which carries the balance's amounts after it, by its head
+// (orders.ParseBalanceLine).
+func parseOutboxPayload(payload string) (orders.BalanceLine, error) {
+	balance, ok := orders.ParseBalanceLine(payload)
+	if !ok {
+		return orders.BalanceLine{}, fmt.Errorf("%w: %q has no name@version with a positive version", ErrOutboxPayload, payload)
 	}
-	version, err = strconv.ParseInt(payload[at+1:], 10, 64)
-	if err != nil || version <= 0 {
-		return "", 0, fmt.Errorf("%w: %q has no positive version", ErrOutboxPayload, payload)
-	}
-	return payload[:at], version, nil
+	return balance, nil
 }
 
 // parseBalanceName reads "balances:<account>:<asset>", BalanceName's form.
