@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -181,4 +182,104 @@ func statementCalls(t testing.TB, db *pgxpool.Pool) map[bool]int64 {
 		t.Fatal(err)
 	}
 	return calls
+}
+
+// BenchmarkOwnedBatchWrites is the owners' writes at the sustained rate,
+// where each write carries tens of orders: three owned instruments, each
+// settled by 40 goroutines at once (a write gathers the orders that came
+// while the one before was written), buys and sells alternating at one
+// price so most orders trade. It reports, per order, the CPU the
+// database's backends spent (pg-µs/order, /proc/<pid>/schedstat: run it on
+// the server's machine), the rows the write inserted into the settlement's
+// tables, the WAL it wrote and, where pg_stat_statements is loaded
+// (ORDERGATE_BENCH_POSTGRES_URL), the statements: top-level and nested
+// (functions and triggers).
+func BenchmarkOwnedBatchWrites(b *testing.B) {
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, benchDatabaseURL(b)+"&pool_max_conns=20")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(db.Close)
+	m := &market{db: db}
+	accounts := make([]string, 50)
+	for i := range accounts {
+		accounts[i] = m.newCustomer(b)
+	}
+	markets := []struct{ symbol, quantity, price string }{
+		{"BTC-USD", "0.00100", "50000.00"}, {"ETH-USD", "0.010", "3000.00"}, {"ETH-BTC", "0.005", "0.06000"},
+	}
+	registry := prometheus.NewRegistry()
+	settler := postgres.NewSettler(db, nil, slog.New(slog.DiscardHandler)).
+		WithMetrics(postgres.NewSettlementMetrics(registry))
+	for epoch, market := range markets {
+		if err := settler.TakeOver(ctx, market.symbol, int64(epoch)+1); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { settler.GiveUp(market.symbol) })
+	}
+	const perInstrument = 40
+	settle := func(from, n int) {
+		work := make(chan orders.Order, n)
+		for i := from; i < from+n; i++ {
+			market := markets[i%len(markets)]
+			side := orders.Buy
+			if i/len(markets)%2 == 1 {
+				side = orders.Sell
+			}
+			work <- newOrder(accounts[i%len(accounts)], market.symbol, side, market.quantity, market.price)
+		}
+		close(work)
+		var wg sync.WaitGroup
+		for range perInstrument * len(markets) {
+			wg.Go(func() {
+				for order := range work {
+					if err := settler.Settle(ctx, order, 1); err != nil {
+						b.Error(err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	// Warm: the pool's connections open and their plans are made.
+	settle(0, 600)
+	before, beforeCalls, beforeRows := readBatchStats(b, registry), statementCalls(b, db), settledRows(b, db)
+	var beforeWAL string
+	if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&beforeWAL); err != nil {
+		b.Fatal(err)
+	}
+	cpu := backendCPU(b, db)
+	b.ResetTimer()
+	settle(600, b.N)
+	b.StopTimer()
+	spent := backendCPU(b, db) - cpu
+	after, afterCalls, afterRows := readBatchStats(b, registry), statementCalls(b, db), settledRows(b, db)
+	var wal int64
+	if err := db.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint`, beforeWAL).Scan(&wal); err != nil {
+		b.Fatal(err)
+	}
+	settled := float64(after.orders - before.orders)
+	b.ReportMetric(float64(spent)/1e3/settled, "pg-µs/order")
+	b.ReportMetric(settled/float64(after.transactions-before.transactions), "orders/write")
+	b.ReportMetric(float64(afterRows-beforeRows)/settled, "rows/order")
+	b.ReportMetric(float64(wal)/settled, "WAL-B/order")
+	if beforeCalls != nil {
+		b.ReportMetric(float64(afterCalls[true]-beforeCalls[true])/settled, "top/order")
+		b.ReportMetric(float64(afterCalls[false]-beforeCalls[false])/settled, "nested/order")
+	}
+	mustAudit(b, db)
+}
+
+// settledRows counts the rows of the tables a settlement write inserts
+// into.
+func settledRows(t testing.TB, db *pgxpool.Pool) int64 {
+	t.Helper()
+	var n int64
+	if err := db.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM orders) + (SELECT count(*) FROM trades)
+		+ (SELECT count(*) FROM ledger_transactions) + (SELECT count(*) FROM ledger_entries)
+		+ (SELECT count(*) FROM outbox)`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
