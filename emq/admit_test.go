@@ -488,6 +488,27 @@ func BenchmarkAdmitMany(b *testing.B) {
 	b.ReportMetric(float64(commandCalls(b, rdb))/admitted, "commands/job")
 }
 
+// BenchmarkAdmit admits one job at a time as a placement does: a dedup
+// key, a rate-limit permit and a log entry. Its allocs/op are the client's
+// work an admission (the call's keys and arguments, go-redis's command and
+// reply), which a loaded machine's wall time would hide.
+func BenchmarkAdmit(b *testing.B) {
+	ctx := context.Background()
+	queue, _ := newQueue(b)
+	limit := &emq.RateLimit{Bucket: "key:bench", Limit: emq.Rate{Capacity: emq.MaxBucketSize, PerSecond: emq.MaxBucketSize}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := range b.N {
+		id := "JOB_" + strconv.Itoa(n)
+		job := emq.Job{ID: id, Kind: "test.job", Group: "acct-" + strconv.Itoa(n%8), DedupKey: "acct:" + id,
+			Payload: []byte(`{"id":"` + id + `","account":"ACC_01J9Z7W2X3Y4Z5A6B7C8D9E0F1@17"}`), RateLimit: limit,
+			Log: &emq.LogEntry{ID: id + ".accepted", Type: "order.accepted", Data: []byte(`{"id":"` + id + `"}`)}}
+		if _, err := queue.Admit(ctx, job); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // commandCalls is how many commands the server ran since its stats were
 // reset, those scripts ran included; 0 on a cluster.
 func commandCalls(tb testing.TB, rdb redis.UniversalClient) int64 {

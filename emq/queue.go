@@ -48,7 +48,9 @@ type Queue struct {
 	admitKeysOnce sync.Once
 	admitKeys     [9]string
 	admitKeyArgs  [9]any
-	windows       atomic.Pointer[heldWindows]
+	// logKeys are the log's fixed keys an admission with an entry names.
+	logKeys [2]string
+	windows atomic.Pointer[heldWindows]
 }
 
 // QueueOption configures a Queue.
@@ -253,31 +255,59 @@ func (q *Queue) admitCall(job Job, now time.Time) (scriptpipe.Call, error) {
 		for i, key := range q.admitKeys {
 			q.admitKeyArgs[i] = key
 		}
+		q.logKeys = [2]string{q.logSequencesKey(), q.logChangesKey()}
 	})
-	keys := append(make([]string, 0, 14+len(others)), q.admitKeys[:]...)
+	// The call's own values live in one admitValues, boxed as pointers
+	// into it: boxing a string or a slice by value allocates once a value.
+	v := &admitValues{id: job.ID, kind: job.Kind, group: job.Group, payload: job.Payload, fingerprint: job.Fingerprint,
+		digest: dedupDigest(dedup), expireAt: expireAt, settings: settings.text}
+	keys := append(v.keys[:0], q.admitKeys[:]...)
 	keys[2] = q.laneKey(job.Group)
 	keys = append(keys, window)
 	keys = append(keys, others...)
-	args := []any{job.ID, job.Kind, job.Group, job.Payload, job.Fingerprint, dedupDigest(dedup), expireAt, settings.text}
+	args := append(v.args[:0], &v.id, &v.kind, &v.group, &v.payload, &v.fingerprint, &v.digest, &v.expireAt, &v.settings)
 	if limit := job.RateLimit; limit != nil {
 		keys = append(keys, q.BucketKey(limit.Bucket))
-		args = append(args, limit.Limit.Capacity, limit.Limit.PerSecond)
+		v.capacity, v.perSecond = limit.Limit.Capacity, limit.Limit.PerSecond
+		args = append(args, &v.capacity, &v.perSecond)
 	} else if job.Log != nil {
 		args = append(args, "", "")
 	}
 	if entry := job.Log; entry != nil {
-		keys = append(keys, q.logKey(job.Group), q.logSequencesKey(), q.logChangesKey())
-		args = append(args, entry.ID, entry.Type, entry.Data)
+		keys = append(keys, q.logKey(job.Group), q.logKeys[0], q.logKeys[1])
+		v.logID, v.logType, v.logData = entry.ID, entry.Type, entry.Data
+		args = append(args, &v.logID, &v.logType, &v.logData)
 	}
 	// The keys boxed as arguments (scriptpipe.Call.KeyArgs): the fixed ones
-	// were boxed once, the job's lane and the rest are boxed here.
-	keyArgs := append(make([]any, 0, len(keys)), q.admitKeyArgs[:]...)
-	keyArgs[2] = keys[2]
-	for _, key := range keys[len(keyArgs):] {
-		keyArgs = append(keyArgs, key)
+	// were boxed once, the rest point into keys.
+	keyArgs := append(v.keyArgs[:0], q.admitKeyArgs[:]...)
+	keyArgs[2] = &keys[2]
+	for i := len(keyArgs); i < len(keys); i++ {
+		keyArgs = append(keyArgs, &keys[i])
 	}
 	return scriptpipe.Call{Keys: keys, Args: args, KeyArgs: keyArgs}, nil
 }
+
+// admitValues are one admission's keys and arguments. The arrays hold an
+// admission with up to two earlier dedup windows; one naming more grows
+// its slices out of them.
+type admitValues struct {
+	keys                                           [17]string
+	keyArgs                                        [17]any
+	args                                           [13]any
+	id, kind, group, fingerprint, digest, settings string
+	logID, logType                                 string
+	payload, logData                               bytesArg
+	expireAt                                       int64
+	capacity, perSecond                            int
+}
+
+// bytesArg is a []byte that go-redis writes through a pointer to it
+// (encoding.BinaryMarshaler): a *bytesArg boxes without an allocation.
+type bytesArg []byte
+
+// MarshalBinary is the bytes as they are.
+func (b *bytesArg) MarshalBinary() ([]byte, error) { return *b, nil }
 
 // admission reads the admit script's reply to job.
 func (q *Queue) admission(job Job, cmd *redis.Cmd) (Admission, error) {
