@@ -54,8 +54,10 @@ func (e *RateLimitedError) Unwrap() error { return e.queue }
 // rateLimited is err as a *RateLimitedError when the queue refused the
 // admission for want of a permit, and nil otherwise.
 func rateLimited(err error) *RateLimitedError {
-	var limited *emq.RateLimitedError
-	if !errors.As(err, &limited) {
+	// errors.AsType, not errors.As: the latter's target is on the heap,
+	// every placement.
+	limited, ok := errors.AsType[*emq.RateLimitedError](err)
+	if !ok {
 		return nil
 	}
 	return &RateLimitedError{Bucket: limited.Bucket, Take: Take(limited.Take), queue: limited}

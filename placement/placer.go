@@ -140,8 +140,7 @@ func (p *Placer) Place(ctx context.Context, cmd orders.PlaceCommand, opts ...Pla
 		return Placement{}, limited
 	}
 	take := takeOf(admission.Take)
-	var notReplicated *emq.NotReplicatedError
-	if errors.As(err, &notReplicated) {
+	if notReplicated, ok := errors.AsType[*emq.NotReplicatedError](err); ok {
 		if admission.Duplicate && admission.Fingerprint != job.Fingerprint {
 			// Another request under the id: this one admitted nothing, so
 			// how far the first has replicated is not its answer.
