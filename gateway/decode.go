@@ -278,6 +278,9 @@ func decodeCheckedPlaceRequest(body []byte) (placeRequest, error) {
 // (FuzzDecodePlaceRequest holds the two to that), and everything it refuses
 // gets the checked path's precise problem.
 func decodePlainPlaceRequest(body []byte) (req placeRequest, ok bool) {
+	// The values are cut from one copy of the body: one allocation, not
+	// one a key and a value.
+	text := string(body)
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return placeRequest{}, false
@@ -288,7 +291,7 @@ func decodePlainPlaceRequest(body []byte) (req placeRequest, ok bool) {
 	}
 	var seen [8]bool
 	for {
-		key, next, ok := plainString(body, i)
+		key, next, ok := plainString(text, body, i)
 		if !ok {
 			return placeRequest{}, false
 		}
@@ -316,7 +319,7 @@ func decodePlainPlaceRequest(body []byte) (req placeRequest, ok bool) {
 			var value string
 			if i+4 <= len(body) && string(body[i:i+4]) == "null" {
 				i += 4
-			} else if value, i, ok = plainString(body, i); !ok {
+			} else if value, i, ok = plainString(text, body, i); !ok {
 				return placeRequest{}, false
 			}
 			var field *string
@@ -368,10 +371,11 @@ func skipSpace(body []byte, i int) int {
 	return i
 }
 
-// plainString reads a JSON string at i that needs no unescaping: no
-// backslash, no control character, valid UTF-8. It returns the string and
-// the index after its closing quote.
-func plainString(body []byte, i int) (value string, next int, ok bool) {
+// plainString reads a JSON string at i of body, which text holds too, that
+// needs no unescaping: no backslash, no control character, valid UTF-8. It
+// returns the string, a part of text, and the index after its closing
+// quote.
+func plainString(text string, body []byte, i int) (value string, next int, ok bool) {
 	if i >= len(body) || body[i] != '"' {
 		return "", 0, false
 	}
@@ -382,34 +386,12 @@ func plainString(body []byte, i int) (value string, next int, ok bool) {
 			if !utf8.Valid(body[start:j]) {
 				return "", 0, false
 			}
-			return internedString(body[start:j]), j + 1, true
+			return text[start:j], j + 1, true
 		case c == '\\' || c < 0x20:
 			return "", 0, false
 		}
 	}
 	return "", 0, false
-}
-
-// internedString is string(b), without an allocation for the words that
-// fill a placement's side, type and time in force.
-func internedString(b []byte) string {
-	switch string(b) { // the comparisons convert nothing
-	case "buy":
-		return "buy"
-	case "sell":
-		return "sell"
-	case "limit":
-		return "limit"
-	case "market":
-		return "market"
-	case "gtc":
-		return "gtc"
-	case "ioc":
-		return "ioc"
-	case "fok":
-		return "fok"
-	}
-	return string(b)
 }
 
 func stringHint(name string) string {
@@ -516,13 +498,16 @@ func (s *Server) placeCommand(account string, req placeRequest) (orders.PlaceCom
 	refuse := func(field, reason string) {
 		refused = append(refused, orders.FieldError{Field: field, Reason: reason})
 	}
-	var invalid validator.ValidationErrors
-	if err := s.validate.Struct(req); errors.As(err, &invalid) {
+	// errors.AsType, not errors.As: the latter's target is on the heap,
+	// every request.
+	if err := s.validate.Struct(req); err != nil {
+		invalid, ok := errors.AsType[validator.ValidationErrors](err)
+		if !ok {
+			return orders.PlaceCommand{}, fmt.Errorf("gateway: validate order request: %w", err)
+		}
 		for _, fe := range invalid {
 			refuse(fe.Field(), validationReason(fe))
 		}
-	} else if err != nil {
-		return orders.PlaceCommand{}, fmt.Errorf("gateway: validate order request: %w", err)
 	}
 	cmd := orders.PlaceCommand{
 		Account:       account,
@@ -543,8 +528,7 @@ func (s *Server) placeCommand(account string, req placeRequest) (orders.PlaceCom
 			return
 		}
 		amount, err := orders.ParseAmount(text)
-		var amountErr *orders.AmountError
-		if errors.As(err, &amountErr) {
+		if amountErr, ok := errors.AsType[*orders.AmountError](err); ok {
 			refuse(field, "must be a decimal string such as \"0.015\": it "+amountErr.Reason)
 			amountsOK = false
 			return

@@ -46,8 +46,7 @@ func (s *Server) placeOrder(c echo.Context) error {
 	} else {
 		placed, err = s.placer.Place(c.Request().Context(), cmd)
 	}
-	var limited *placement.RateLimitedError
-	if errors.As(err, &limited) {
+	if limited, ok := errors.AsType[*placement.RateLimitedError](err); ok {
 		return s.answerTake(c, limited.Take)
 	}
 	if placed.Take != nil {
@@ -81,12 +80,17 @@ func (s *Server) placeOrder(c echo.Context) error {
 // newline ends a JSON answer, as c.JSON ends its answers.
 var newline = []byte{'\n'}
 
+// jsonContentType is Content-Type's value on a JSON answer, shared by all
+// of them: its capacity is its length, so an Add copies it first.
+var jsonContentType = []string{echo.MIMEApplicationJSON}
+
 // writeJSON answers status with body, a JSON value, and a newline: what
 // c.JSONBlob(status, append(body, '\n')) sends.
 func writeJSON(c echo.Context, status int, body []byte) error {
 	res := c.Response()
 	if res.Header().Get(echo.HeaderContentType) == "" {
-		res.Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+		// Shared, not Set: Set makes a slice for the value, every answer.
+		res.Header()[echo.HeaderContentType] = jsonContentType
 	}
 	res.WriteHeader(status)
 	if _, err := res.Write(body); err != nil {
