@@ -3,8 +3,12 @@ package gateway
 import (
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/oklog/ulid/v2"
 )
 
 // The hand-written matchers accept exactly what these patterns do.
@@ -54,5 +58,50 @@ func TestIdentifierMatchersAgreeWithTheirPatterns(t *testing.T) {
 				t.Error("no input was accepted: the comparison shows nothing")
 			}
 		})
+	}
+}
+
+// A minted request id is a ULID of the moment it was minted whose ten
+// random bytes are all drawn: the id is filled in place, and a byte left
+// out would stay zero on every id.
+func TestMintedRequestIDsAreULIDsOfTheirMoment(t *testing.T) {
+	const workers, each = 4, 500
+	before := ulid.Now()
+	ids := make([][]string, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for range each {
+				ids[w] = append(ids[w], newRequestID())
+			}
+		})
+	}
+	wg.Wait()
+	after := ulid.Now()
+	seen := make(map[string]bool, workers*each)
+	var values [10]map[byte]bool
+	for i := range values {
+		values[i] = map[byte]bool{}
+	}
+	for _, id := range slices.Concat(ids...) {
+		parsed, err := ulid.ParseStrict(id)
+		if err != nil {
+			t.Fatalf("%q: %v", id, err)
+		}
+		if at := parsed.Time(); at < before || at > after {
+			t.Errorf("%q is of %d ms, minted between %d and %d", id, at, before, after)
+		}
+		if seen[id] {
+			t.Errorf("%q minted twice", id)
+		}
+		seen[id] = true
+		for i, b := range parsed.Entropy() {
+			values[i][b] = true
+		}
+	}
+	for i, v := range values {
+		if len(v) < 100 {
+			t.Errorf("random byte %d took %d values over %d ids", i, len(v), len(seen))
+		}
 	}
 }
