@@ -33,11 +33,15 @@ func TestParseBalanceLineReadsTheHeadAndTheCarriedAmounts(t *testing.T) {
 }
 
 func TestBalanceEntriesKeepAMalformedLineForTheConsumerToRefuse(t *testing.T) {
-	entry := orders.OutboxEntry{Name: orders.BalancesWriteName, Payload: "balances:ACC_1:USD@7 10 0\nnot a line\nbalances:ACC_1:BTC@2"}
+	// A line with no positive version keeps its whole text as its name, so
+	// the relay never folds it under a good line's balance: it travels on
+	// for the consumer to log and skip.
+	entry := orders.OutboxEntry{Name: orders.BalancesWriteName, Payload: "balances:ACC_1:USD@7 10 0\nnot a line\nbalances:ACC_1:USD@0\nbalances:ACC_1:BTC@2"}
 	got := orders.BalanceEntries(entry)
 	want := []orders.OutboxEntry{
 		{Name: "balances:ACC_1:USD", Version: 7, Payload: "balances:ACC_1:USD@7 10 0"},
 		{Name: "not a line", Version: 0, Payload: "not a line"},
+		{Name: "balances:ACC_1:USD@0", Version: 0, Payload: "balances:ACC_1:USD@0"},
 		{Name: "balances:ACC_1:BTC", Version: 2, Payload: "balances:ACC_1:BTC@2"},
 	}
 	if len(got) != len(want) {

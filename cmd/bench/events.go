@@ -33,12 +33,31 @@ import (
 const eventStreams = 1_000
 
 // eventSenders is how many of the events phase's orders may be in flight
-// at once: one an account, as the accounts are clients of their own. With
-// fewer, a door slower than senders ÷ rate turned the open loop into a
-// closed one: 128 held 1,155-1,392 of 1,497-1,586 orders/s offered, and
-// the orders waited seconds for a sender rather than for the system.
-// Connections are dialed only as requests overlap.
+// at once: as many as the accounts, though any sender takes any account's
+// order. With fewer, a door slower than senders ÷ rate turned the open
+// loop into a closed one (docs/performance.md). Connections are dialed
+// only as requests overlap, so the phase may hold one a sender beside
+// its streams.
 const eventSenders = eventStreams
+
+// eventsFiles is the open files the phase may need in the bench process and
+// in the gateway's: a stream and an order connection an account, and room
+// for the pools, the listeners and the workers.
+const eventsFiles = eventStreams + eventSenders + 1_000
+
+// checkFileLimit fails the phase up front when the processes may not open
+// what it needs, rather than half way through a load with EMFILE. Go raised
+// the soft limit to the hard one at start, in the gateway too.
+func checkFileLimit() error {
+	var limit syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &limit); err != nil {
+		return nil // unknown: the phase will tell
+	}
+	if limit.Max < eventsFiles {
+		return fmt.Errorf("events: the open-file limit is %d (hard), the phase needs up to %d: raise it (ulimit -Hn)", limit.Max, eventsFiles)
+	}
+	return nil
+}
 
 // eventsSeed makes every run's sustained load the same orders; the load at
 // half the admission peak draws others.
@@ -125,6 +144,9 @@ type streamLoad struct {
 func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, matchingPeak float64, progress func(string, ...any)) (eventsResult, error) {
 	symbols := matchingRuns[len(matchingRuns)-1].symbols
 	r := eventsResult{Streams: eventStreams, Accounts: eventStreams, Workers: c.matching.workers, Symbols: symbols}
+	if err := checkFileLimit(); err != nil {
+		return r, err
+	}
 	if s.redisAddr == "" {
 		progress("events: skipped (REDIS_URL given: the phase empties the orders queue of the bench's Redis first)")
 		return r, nil
