@@ -278,13 +278,13 @@ func decodeCheckedPlaceRequest(body []byte) (placeRequest, error) {
 // (FuzzDecodePlaceRequest holds the two to that), and everything it refuses
 // gets the checked path's precise problem.
 func decodePlainPlaceRequest(body []byte) (req placeRequest, ok bool) {
-	// The values are cut from one copy of the body: one allocation, not
-	// one a key and a value.
-	text := string(body)
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return placeRequest{}, false
 	}
+	// The values are cut from one copy of the body: one allocation, not
+	// one a key and a value.
+	text := string(body)
 	i = skipSpace(body, i+1)
 	if i < len(body) && body[i] == '}' {
 		return placeRequest{}, skipSpace(body, i+1) == len(body)
