@@ -98,8 +98,8 @@ const (
 // failed) gives up after at most relayTimeout, so the sweep carries such a
 // row again within 5 + 1 + 5 = 11 s of the first. While PostgreSQL is
 // down nothing is marked and nothing swept, and the sweep carries the rows
-// marking lost when it is back: as
-// late as the outage is long. Orders outlive an outage of up to 8.9 minutes
+// marking lost when it is back: as late as the outage is long. Orders
+// outlive an outage of up to 8.9 minutes
 // (settlement.DefaultConfig: 60 attempts backing off 100 ms to 10 s, the
 // whole backoffs), so ten minutes covers the ordinary case fifty times over
 // and an outage as long as settlement's retries survive. Past it a second
@@ -250,10 +250,10 @@ func (r *OutboxRelay) Declare(ctx context.Context) error {
 // every row carried since the last in its own transaction, one statement,
 // instead of a transaction per settlement. A row carried but not marked
 // (the process died first) is carried again by the sweep, a job a row:
-// the relay's job again, a dedup
-// hit, when the relay carried that row alone (a settlement write's), and
-// otherwise one more read and fill per name, which the conditional fill
-// makes harmless. The deferral risks nothing but that.
+// the relay's job again, a dedup hit, when the relay carried that row
+// alone (a settlement write's), and otherwise one more read and fill per
+// name, which the conditional fill makes harmless. The deferral risks
+// nothing but that.
 func (r *OutboxRelay) Relay(ctx context.Context, entries []orders.OutboxEntry) {
 	if len(entries) == 0 {
 		return
@@ -375,9 +375,10 @@ func (r *OutboxRelay) sweepBatch(ctx context.Context, marks []orders.OutboxEntry
 // marks the rows Relay carried, in each sweep's transaction (Sweep), and
 // once more on its way out: marking costs PostgreSQL no transaction of its
 // own (docs/performance.md, "The coherence lane without PostgreSQL
-// transactions"). The interval must stay well under the sweep age, so the sweep does not take the rows
-// carried since the last one for rows left behind (settlement's is 1 s,
-// the age 5 s); a row it does take again is a dedup hit.
+// transactions"). The interval must stay well under the sweep age, so the
+// sweep does not take the rows carried since the last one for rows left
+// behind (settlement's is 1 s, the age 5 s); a row it does take again is
+// a dedup hit.
 func (r *OutboxRelay) KeepSweeping(ctx context.Context, interval time.Duration) {
 	r.mu.Lock()
 	r.markers++
