@@ -541,16 +541,7 @@ func BenchmarkSettleOwnership(b *testing.B) {
 				name = run.name + "/owned"
 			}
 			b.Run(name, func(b *testing.B) {
-				db, err := pgxpool.New(context.Background(), benchDatabaseURL(b)+"&pool_max_conns=40")
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(db.Close)
-				m := &market{db: db}
-				accounts := make([]string, 50)
-				for i := range accounts {
-					accounts[i] = m.newCustomer(b)
-				}
+				db, accounts := benchCustomers(b, "&pool_max_conns=40", 50)
 				registry := prometheus.NewRegistry()
 				settler := postgres.NewSettler(db, nil, slog.New(slog.DiscardHandler)).
 					WithMetrics(postgres.NewSettlementMetrics(registry))
@@ -676,6 +667,23 @@ func TestGiveUpWaitsForTheWritesInFlight(t *testing.T) {
 // benchDatabaseURL is a migrated database for a benchmark: on the server
 // ORDERGATE_BENCH_POSTGRES_URL names (dropped when the benchmark ends), or
 // the test server's.
+// benchCustomers opens a pool on the benchmarks' database, with query
+// ("&pool_max_conns=N" or "") after its URL, and makes n customers there.
+func benchCustomers(b *testing.B, query string, n int) (*pgxpool.Pool, []string) {
+	b.Helper()
+	db, err := pgxpool.New(context.Background(), benchDatabaseURL(b)+query)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(db.Close)
+	m := &market{db: db}
+	accounts := make([]string, n)
+	for i := range accounts {
+		accounts[i] = m.newCustomer(b)
+	}
+	return db, accounts
+}
+
 func benchDatabaseURL(b *testing.B) string {
 	b.Helper()
 	admin := os.Getenv("ORDERGATE_BENCH_POSTGRES_URL")

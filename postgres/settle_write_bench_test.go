@@ -40,16 +40,7 @@ func BenchmarkOwnedSmallWrites(b *testing.B) {
 		held := variant.held
 		b.Run(variant.name, func(b *testing.B) {
 			ctx := context.Background()
-			db, err := pgxpool.New(ctx, benchDatabaseURL(b))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(db.Close)
-			m := &market{db: db}
-			accounts := make([]string, 20)
-			for i := range accounts {
-				accounts[i] = m.newCustomer(b)
-			}
+			db, accounts := benchCustomers(b, "", 20)
 			registry := prometheus.NewRegistry()
 			settler := postgres.NewSettler(db, nil, slog.New(slog.DiscardHandler)).
 				WithMetrics(postgres.NewSettlementMetrics(registry))
@@ -196,16 +187,7 @@ func statementCalls(t testing.TB, db *pgxpool.Pool) map[bool]int64 {
 // (functions and triggers).
 func BenchmarkOwnedBatchWrites(b *testing.B) {
 	ctx := context.Background()
-	db, err := pgxpool.New(ctx, benchDatabaseURL(b)+"&pool_max_conns=20")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(db.Close)
-	m := &market{db: db}
-	accounts := make([]string, 50)
-	for i := range accounts {
-		accounts[i] = m.newCustomer(b)
-	}
+	db, accounts := benchCustomers(b, "&pool_max_conns=20", 50)
 	markets := []struct{ symbol, quantity, price string }{
 		{"BTC-USD", "0.00100", "50000.00"}, {"ETH-USD", "0.010", "3000.00"}, {"ETH-BTC", "0.005", "0.06000"},
 	}
