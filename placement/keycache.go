@@ -73,6 +73,8 @@ type KeyCache struct {
 	now          func() time.Time
 	// staleAnswers counts answers given from a stale copy.
 	staleAnswers atomic.Uint64
+	// lookups counts the lookups in PostgreSQL, by path.
+	lookups [lookupPaths]atomic.Uint64
 
 	// active holds the answers that found an account, unknown the others.
 	active, unknown *lru.Cache[[sha256.Size]byte, cachedKey]
@@ -270,6 +272,28 @@ func (c *KeyCache) NeedsLookup(key string) bool {
 // PostgreSQL did not answer.
 func (c *KeyCache) StaleAnswers() uint64 { return c.staleAnswers.Load() }
 
+// LookupPath is where a KeyCache's lookup in PostgreSQL was made.
+type LookupPath int
+
+const (
+	// RequestLookup: on a request's path (AuthenticateUntil), which waits
+	// for it.
+	RequestLookup LookupPath = iota
+	// BatchLookup: several keys due together (AuthenticateAll, the
+	// gateway's event streams' checks).
+	BatchLookup
+	lookupPaths
+)
+
+// String is the path's name in the gateway's metrics.
+func (p LookupPath) String() string {
+	return [...]string{"request", "batch"}[p]
+}
+
+// Lookups is how many lookups in PostgreSQL the cache made on path, each
+// one query (of one key, or of several together).
+func (c *KeyCache) Lookups(path LookupPath) uint64 { return c.lookups[path].Load() }
+
 // Authenticate returns what requests with an active API key act as.
 func (c *KeyCache) Authenticate(ctx context.Context, key string) (orders.Caller, error) {
 	caller, _, err := c.AuthenticateUntil(ctx, key)
@@ -301,6 +325,7 @@ func (c *KeyCache) AuthenticateUntil(ctx context.Context, key string) (orders.Ca
 		lookupCtx, cancel = context.WithTimeout(ctx, staleLookupTimeout)
 		defer cancel()
 	}
+	c.lookups[RequestLookup].Add(1)
 	active, err := c.accounts.Key(lookupCtx, hash)
 	if err != nil && !errors.Is(err, orders.ErrUnauthenticated) {
 		if stale && ctx.Err() == nil {
@@ -391,6 +416,7 @@ func (c *KeyCache) AuthenticateAll(ctx context.Context, keys []string) []KeyAnsw
 	for j, p := range due {
 		hashes[j] = p.hash
 	}
+	c.lookups[BatchLookup].Add(1)
 	active, err := batch.Keys(lookupCtx, hashes)
 	if err != nil {
 		for _, p := range due {

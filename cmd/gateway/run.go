@@ -257,6 +257,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Name: "api_key_stale_answers_total",
 		Help: "API key lookups answered from a cached copy because PostgreSQL did not answer.",
 	}, func() float64 { return float64(keys.StaleAnswers()) }))
+	for _, path := range []placement.LookupPath{placement.RequestLookup, placement.BatchLookup} {
+		metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "api_key_lookups_total",
+			Help:        "API key lookups in PostgreSQL, one query each: path request on a request's path and batch the event streams' keys due together.",
+			ConstLabels: prometheus.Labels{"path": path.String()},
+		}, func() float64 { return float64(keys.Lookups(path)) }))
+	}
 	if _, err := keys.FollowRevocations(ctx, caches, coherence.WithBroadcastMetrics(metrics)); err != nil {
 		return err
 	}

@@ -105,7 +105,7 @@ func TestGatewayServesAndShutsDown(t *testing.T) {
 		t.Fatalf("GET /v1/events: %d, first line %q, %v", stream.StatusCode, line, err)
 	}
 	status, metrics := get(t, "http://"+metricsAddr+"/metrics")
-	for _, series := range []string{"http_requests_total", "api_key_stale_answers_total", "event_streams_open", "go_goroutines", "process_open_fds"} {
+	for _, series := range []string{"http_requests_total", "api_key_stale_answers_total", "api_key_lookups_total", "event_streams_open", "go_goroutines", "process_open_fds"} {
 		if status != http.StatusOK || !strings.Contains(metrics, "\n"+series) {
 			t.Errorf("GET /metrics on METRICS_ADDR: %d, no %s series", status, series)
 		}
