@@ -216,11 +216,12 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 	if c.eventsCPUProfile != "" {
 		gatewayEnv = append(gatewayEnv, "CPU_PROFILE="+c.eventsCPUProfile+".gateway")
 	}
-	base, gatewayPID, stopGateway, err := startGatewayProcess(ctx, s, databaseURL, gatewayEnv...)
+	gateway, err := startGatewayProcess(ctx, s, databaseURL, gatewayEnv...)
 	if err != nil {
 		return r, err
 	}
-	defer stopGateway()
+	defer gateway.stop()
+	base, gatewayPID := gateway.base, gateway.pid
 	stopWorkers, registries := e.startWorkers(ctx, databaseURL, s.redisURL, c.matching.workers)
 	defer func() {
 		if err := stopWorkers(); err != nil {
@@ -248,7 +249,7 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 	if r.RedisClients, err = e.redisClients(ctx); err != nil {
 		return r, err
 	}
-	idle, err := startCost(ctx, db, gatewayPID)
+	idle, err := startCost(ctx, db, gateway)
 	if err != nil {
 		return r, err
 	}
@@ -283,7 +284,7 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 		streams.follow(track)
 		client := newOrderClient(base+"/v1/orders", keys, prefix, eventSenders)
 		defer client.close()
-		cost, err := startCost(ctx, db, gatewayPID)
+		cost, err := startCost(ctx, db, gateway)
 		if err != nil {
 			return l, err
 		}
@@ -556,12 +557,12 @@ func commitToClient(ctx context.Context, db *pgxpool.Pool, filled []filledEvent)
 // closed loop, for a phase run without the admission phase; the gateway
 // is stopped after it.
 func probePeak(ctx context.Context, s *servers, databaseURL string, keys []string, prefix string, progress func(string, ...any)) (float64, error) {
-	base, _, stop, err := startGatewayProcess(ctx, s, databaseURL)
+	gateway, err := startGatewayProcess(ctx, s, databaseURL)
 	if err != nil {
 		return 0, err
 	}
-	defer stop()
-	probe := newOrderClient(base+"/v1/orders", keys, prefix, 64)
+	defer gateway.stop()
+	probe := newOrderClient(gateway.base+"/v1/orders", keys, prefix, 64)
 	defer probe.close()
 	return closedLoop(ctx, "events: admission peak probe", 64, 2*time.Second, progress, probe.place).PerSecond, nil
 }
@@ -620,27 +621,39 @@ func streamAccounts(ctx context.Context, db *pgxpool.Pool, n int, run string) (a
 	return accounts, keys, ctx.Err()
 }
 
+// gatewayProcess is a gateway process the bench started.
+type gatewayProcess struct {
+	// base is its API's URL, metrics its metrics listener's.
+	base, metrics string
+	pid           int
+	stop          func()
+}
+
 // startGatewayProcess builds cmd/gateway and runs it against the bench's
-// Redis and the database at databaseURL, its rate limit out of the way, and returns its base URL, its
-// process id and what stops it. env adds to its environment.
-func startGatewayProcess(ctx context.Context, s *servers, databaseURL string, env ...string) (base string, pid int, stop func(), err error) {
+// Redis and the database at databaseURL, its rate limit out of the way.
+// env adds to its environment.
+func startGatewayProcess(ctx context.Context, s *servers, databaseURL string, env ...string) (gatewayProcess, error) {
 	binary := filepath.Join(s.dir, "gateway")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", binary, "./cmd/gateway").CombinedOutput(); err != nil {
-		return "", 0, nil, fmt.Errorf("build the gateway: %w\n%s", err, out)
+		return gatewayProcess{}, fmt.Errorf("build the gateway: %w\n%s", err, out)
 	}
-	port, err := freePort()
-	if err != nil {
-		return "", 0, nil, err
+	var addrs [2]string
+	for i := range addrs {
+		port, err := freePort()
+		if err != nil {
+			return gatewayProcess{}, err
+		}
+		addrs[i] = "127.0.0.1:" + strconv.Itoa(port)
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
+	addr, metricsAddr := addrs[0], addrs[1]
 	logFile, err := os.Create(filepath.Join(s.dir, "gateway.log"))
 	if err != nil {
-		return "", 0, nil, err
+		return gatewayProcess{}, err
 	}
 	cmd := exec.Command(binary)
 	// METRICS_ADDR empty is its default, 127.0.0.1:9090, which another
-	// gateway on the machine may hold: any free port.
-	cmd.Env = append(os.Environ(), "GATEWAY_ADDR="+addr, "METRICS_ADDR=127.0.0.1:0", "REDIS_URL="+s.redisURL, "DATABASE_URL="+databaseURL,
+	// gateway on the machine may hold: a free port.
+	cmd.Env = append(os.Environ(), "GATEWAY_ADDR="+addr, "METRICS_ADDR="+metricsAddr, "REDIS_URL="+s.redisURL, "DATABASE_URL="+databaseURL,
 		"MIGRATE=false", "RATE_LIMIT_BURST=1000000", "RATE_LIMIT_PER_SECOND=1000000", "LOG_LEVEL=warn",
 		// Its streams all come from one address, one per key.
 		"EVENTS_STREAMS_PER_ADDRESS=0")
@@ -648,14 +661,14 @@ func startGatewayProcess(ctx context.Context, s *servers, databaseURL string, en
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		return "", 0, nil, err
+		return gatewayProcess{}, err
 	}
-	stop = func() {
+	stop := func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 		logFile.Close()
 	}
-	base = "http://" + addr
+	base := "http://" + addr
 	// A loaded machine (other runs beside the bench) has seen the gateway
 	// take over 30 s to answer.
 	if err := waitFor(ctx, 90*time.Second, func() error {
@@ -671,9 +684,9 @@ func startGatewayProcess(ctx context.Context, s *servers, databaseURL string, en
 	}); err != nil {
 		stop()
 		log, _ := os.ReadFile(logFile.Name())
-		return "", 0, nil, fmt.Errorf("the gateway process (log in %s): %w\n%s", logFile.Name(), err, log[max(0, len(log)-2000):])
+		return gatewayProcess{}, fmt.Errorf("the gateway process (log in %s): %w\n%s", logFile.Name(), err, log[max(0, len(log)-2000):])
 	}
-	return base, cmd.Process.Pid, stop, nil
+	return gatewayProcess{base: base, metrics: "http://" + metricsAddr + "/metrics", pid: cmd.Process.Pid, stop: stop}, nil
 }
 
 // redisClients is Redis's connected clients.
@@ -750,8 +763,8 @@ func (r eventsResult) markdown() string {
 	})
 	row("append to the account's log → client, every event", func(l streamLoad) string { return quantiles(l.Append) })
 	row("events received", func(l streamLoad) string { return strconv.FormatInt(l.Events, 10) })
-	row("gateway CPU s/s; PostgreSQL key lookups/s, during the load", func(l streamLoad) string {
-		return fmt.Sprintf("%.3f; %.0f", l.Cost.CPUPerSecond, l.Cost.KeyLookupsPerSecond)
+	row("gateway CPU s/s; PostgreSQL key lookups/s (on requests' path), during the load", func(l streamLoad) string {
+		return fmt.Sprintf("%.3f; %.0f (%.0f)", l.Cost.CPUPerSecond, l.Cost.KeyLookupsPerSecond, l.Cost.RequestKeyLookupsPerSecond)
 	})
 	fmt.Fprintf(&b, "\nAn idle stream costs the gateway %.0f B of resident memory and Redis %.0f B; Redis had %d connections with every stream open. The idle streams together cost the gateway %.3f s of CPU a second and PostgreSQL %.0f key lookups a second.\n\n",
 		r.GatewayBytesPerStream, r.RedisBytesPerStream, r.RedisClients, r.Idle.CPUPerSecond, r.Idle.KeyLookupsPerSecond)

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	_ "embed"
 	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,51 +24,82 @@ const idleStreamsWindow = 10 * time.Second
 // seconds a second (all its threads), and the API key lookups a second
 // PostgreSQL served (the streams' key checks, and requests' keys whose
 // cached copy expired), each a query of one key or of the several keys
-// the streams check together.
+// the streams check together. RequestKeyLookupsPerSecond are those a
+// request waited for, by the gateway's api_key_lookups_total{path="request"}
+// (zero from a gateway without the series).
 type gatewayCost struct {
-	Seconds             float64 `json:"seconds"`
-	CPUPerSecond        float64 `json:"gateway_cpu_per_second"`
-	KeyLookupsPerSecond float64 `json:"key_lookups_per_second"`
+	Seconds                    float64 `json:"seconds"`
+	CPUPerSecond               float64 `json:"gateway_cpu_per_second"`
+	KeyLookupsPerSecond        float64 `json:"key_lookups_per_second"`
+	RequestKeyLookupsPerSecond float64 `json:"request_key_lookups_per_second"`
 }
 
 func (c gatewayCost) String() string {
-	return fmt.Sprintf("gateway CPU %.3f s/s, %.0f key lookups/s over %.0f s", c.CPUPerSecond, c.KeyLookupsPerSecond, c.Seconds)
+	return fmt.Sprintf("gateway CPU %.3f s/s, %.0f key lookups/s (%.0f on requests' path) over %.0f s",
+		c.CPUPerSecond, c.KeyLookupsPerSecond, c.RequestKeyLookupsPerSecond, c.Seconds)
 }
 
 // costMeter measures a gatewayCost from its start to its stop.
 type costMeter struct {
 	db      *pgxpool.Pool
-	pid     int
+	gateway gatewayProcess
 	start   time.Time
 	cpu     float64
 	lookups int64
+	// requestLookups is the gateway's count of lookups on requests' path.
+	requestLookups float64
 }
 
-func startCost(ctx context.Context, db *pgxpool.Pool, pid int) (*costMeter, error) {
-	m := &costMeter{db: db, pid: pid}
+func startCost(ctx context.Context, db *pgxpool.Pool, gateway gatewayProcess) (*costMeter, error) {
+	m := &costMeter{db: db, gateway: gateway}
 	var err error
-	m.cpu, m.lookups, err = m.read(ctx)
+	m.cpu, m.lookups, m.requestLookups, err = m.read(ctx)
 	m.start = time.Now()
 	return m, err
 }
 
-func (m *costMeter) read(ctx context.Context) (cpu float64, lookups int64, err error) {
-	stat, err := readProcStat(m.pid)
+func (m *costMeter) read(ctx context.Context) (cpu float64, lookups int64, requestLookups float64, err error) {
+	stat, err := readProcStat(m.gateway.pid)
 	if err != nil {
-		return 0, 0, fmt.Errorf("gateway cost: %w", err)
+		return 0, 0, 0, fmt.Errorf("gateway cost: %w", err)
 	}
 	if err := m.db.QueryRow(ctx, keyLookupsSQL).Scan(&lookups); err != nil {
-		return 0, 0, fmt.Errorf("gateway cost: key lookups: %w", err)
+		return 0, 0, 0, fmt.Errorf("gateway cost: key lookups: %w", err)
 	}
-	return stat.cpu, lookups, nil
+	if requestLookups, err = scrapeCounter(ctx, m.gateway.metrics, `api_key_lookups_total{path="request"}`); err != nil {
+		return 0, 0, 0, fmt.Errorf("gateway cost: %w", err)
+	}
+	return stat.cpu, lookups, requestLookups, nil
 }
 
 func (m *costMeter) stop(ctx context.Context) (gatewayCost, error) {
-	cpu, lookups, err := m.read(ctx)
+	cpu, lookups, requestLookups, err := m.read(ctx)
 	seconds := time.Since(m.start).Seconds()
 	if err != nil || seconds <= 0 {
 		return gatewayCost{}, err
 	}
 	return gatewayCost{Seconds: seconds, CPUPerSecond: (cpu - m.cpu) / seconds,
-		KeyLookupsPerSecond: float64(lookups-m.lookups) / seconds}, nil
+		KeyLookupsPerSecond:        float64(lookups-m.lookups) / seconds,
+		RequestKeyLookupsPerSecond: (requestLookups - m.requestLookups) / seconds}, nil
+}
+
+// scrapeCounter reads the series (name and labels as the text format
+// writes them) from the metrics at url: 0 when it is not there.
+func scrapeCounter(ctx context.Context, url, series string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	response, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer response.Body.Close()
+	lines := bufio.NewScanner(response.Body)
+	for lines.Scan() {
+		if value, ok := strings.CutPrefix(lines.Text(), series+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(value), 64)
+		}
+	}
+	return 0, lines.Err()
 }

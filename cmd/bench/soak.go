@@ -121,11 +121,12 @@ func (e *env) soak(ctx context.Context, c soakConfig, s *servers, progress func(
 		}
 	}
 	progress("soak: building and starting a gateway process and a worker…")
-	base, _, stopGateway, err := startGatewayProcess(ctx, s, s.databaseURL)
+	gateway, err := startGatewayProcess(ctx, s, s.databaseURL)
 	if err != nil {
 		return r, err
 	}
-	defer stopGateway()
+	defer gateway.stop()
+	base := gateway.base
 	registry := prometheus.NewRegistry()
 	deps, err := settlement.Connect(ctx, s.databaseURL, s.redisURL, settlement.DefaultConfig(), e.logger)
 	if err != nil {
