@@ -1,5 +1,7 @@
 package placement
 
+import "time"
+
 // CoherenceWaiting is how many deliveries wait for c's applier, so a test
 // can know a batch has gathered before it lets the applier go on.
 func CoherenceWaiting(c *BalanceCoherence) int {
@@ -24,4 +26,14 @@ func CarryWithoutMarking(r *OutboxRelay) (forget func()) {
 		r.markers--
 		r.unmarked, r.dropped = nil, 0
 	}
+}
+
+// SetKeyCacheClock has c read the time from now, before c is used.
+func SetKeyCacheClock(c *KeyCache, now func() time.Time) { c.now = now }
+
+// KeyRefreshesPending is how many keys c has queued or is refreshing.
+func KeyRefreshesPending(c *KeyCache) int {
+	c.refreshMu.Lock()
+	defer c.refreshMu.Unlock()
+	return len(c.refreshDue)
 }

@@ -37,6 +37,23 @@ const DefaultKeyStaleIfError = time.Minute
 // request by this much, not by its whole deadline.
 const staleLookupTimeout = time.Second
 
+// refreshGather is how long the refresher waits after a copy falls due,
+// so the keys due about together are looked up in one round trip.
+const refreshGather = 100 * time.Millisecond
+
+// maxRefreshBatch bounds the keys one refresh looks up at once.
+const maxRefreshBatch = 1_000
+
+// maxRefreshQueue bounds the keys waiting for a refresh: past it a key
+// due is left to expire, and is looked up on its next request as without
+// the refresher.
+const maxRefreshQueue = 10_000
+
+// refreshLookupTimeout bounds a refresh's lookup, so a PostgreSQL that
+// hangs holds the refresher no longer than this: the copies it was for
+// then expire as without the refresher.
+const refreshLookupTimeout = time.Second
+
 // maxCachedKeys bounds the copies of active keys; past it the least
 // recently used is dropped (and looked up again when next used).
 const maxCachedKeys = 100_000
@@ -64,6 +81,9 @@ const maxUnknownKeys = 10_000
 // broadcast this gateway missed (or that was revoked without one), keeps
 // working through the outage until the period ends rather than a ttl after
 // its revocation.
+//
+// With a refresher running (RefreshAhead), a key in use is looked up again
+// before its copy expires, off the requests' path, under the same rules.
 type KeyCache struct {
 	accounts KeyLookup
 	// sealer opens signing secrets; nil opens none.
@@ -75,6 +95,22 @@ type KeyCache struct {
 	staleAnswers atomic.Uint64
 	// lookups counts the lookups in PostgreSQL, by path.
 	lookups [lookupPaths]atomic.Uint64
+	// refreshWindow is how long before its copy expires a request's
+	// key is refreshed, while a refresher runs (RefreshAhead).
+	refreshWindow time.Duration
+	// refreshers is how many RefreshAhead loops run: none, nothing is
+	// queued for refresh.
+	refreshers atomic.Int32
+	// refreshMu guards what waits for a refresh and the pause.
+	refreshMu sync.Mutex
+	// refreshDue holds the keys queued or being refreshed, each once.
+	refreshDue map[[sha256.Size]byte]struct{}
+	// refreshQueue is refreshDue's keys not yet taken, in order.
+	refreshQueue [][sha256.Size]byte
+	// refreshPausedUntil: after a refresh failed, none is queued before it.
+	refreshPausedUntil time.Time
+	// refreshWake has a refresher gather the keys due.
+	refreshWake chan struct{}
 
 	// active holds the answers that found an account, unknown the others.
 	active, unknown *lru.Cache[[sha256.Size]byte, cachedKey]
@@ -210,7 +246,8 @@ func NewKeyCache(accounts KeyLookup, ttl time.Duration, opts ...KeyCacheOption) 
 		ttl = DefaultKeyCacheTTL
 	}
 	c := &KeyCache{accounts: accounts, ttl: ttl, staleIfError: DefaultKeyStaleIfError, now: time.Now,
-		active: mustLRU(maxCachedKeys), unknown: mustLRU(maxUnknownKeys)}
+		active: mustLRU(maxCachedKeys), unknown: mustLRU(maxUnknownKeys),
+		refreshWindow: ttl / 2, refreshDue: make(map[[sha256.Size]byte]struct{}), refreshWake: make(chan struct{}, 1)}
 	for _, opt := range opts {
 		opt(c)
 	}
@@ -282,12 +319,15 @@ const (
 	// BatchLookup: several keys due together (AuthenticateAll, the
 	// gateway's event streams' checks).
 	BatchLookup
+	// RefreshLookup: keys in use refreshed before their copies expire
+	// (RefreshAhead), which no request waits for.
+	RefreshLookup
 	lookupPaths
 )
 
 // String is the path's name in the gateway's metrics.
 func (p LookupPath) String() string {
-	return [...]string{"request", "batch"}[p]
+	return [...]string{"request", "batch", "refresh"}[p]
 }
 
 // Lookups is how many lookups in PostgreSQL the cache made on path, each
@@ -313,6 +353,7 @@ func (c *KeyCache) AuthenticateUntil(ctx context.Context, key string) (orders.Ca
 	now := c.now()
 	h := c.held(ctx, hash, now)
 	if h.fresh {
+		c.refreshSoon(hash, h.entry, now)
 		return h.entry.caller, h.entry.expires, h.entry.err()
 	}
 	stamp, stale := h.stamp, h.stale

@@ -257,13 +257,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Name: "api_key_stale_answers_total",
 		Help: "API key lookups answered from a cached copy because PostgreSQL did not answer.",
 	}, func() float64 { return float64(keys.StaleAnswers()) }))
-	for _, path := range []placement.LookupPath{placement.RequestLookup, placement.BatchLookup} {
+	for _, path := range []placement.LookupPath{placement.RequestLookup, placement.BatchLookup, placement.RefreshLookup} {
 		metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "api_key_lookups_total",
-			Help:        "API key lookups in PostgreSQL, one query each: path request on a request's path and batch the event streams' keys due together.",
+			Help:        "API key lookups in PostgreSQL, one query each: path request on a request's path, batch the event streams' keys due together, refresh keys in use ahead of their copies' expiry.",
 			ConstLabels: prometheus.Labels{"path": path.String()},
 		}, func() float64 { return float64(keys.Lookups(path)) }))
 	}
+	// Keys in use are refreshed before their copies expire, so a steady
+	// client's requests do not wait on PostgreSQL for their key.
+	go keys.RefreshAhead(ctx)
 	if _, err := keys.FollowRevocations(ctx, caches, coherence.WithBroadcastMetrics(metrics)); err != nil {
 		return err
 	}

@@ -1,0 +1,168 @@
+package placement
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"time"
+
+	"github.com/ordergate/ordergate/orders"
+)
+
+// RefreshAhead refreshes the copies of the keys requests use before they
+// expire, off the requests' path, until ctx ends: a request that finds its
+// key's copy in its last refresh window (half the ttl) queues the key, and
+// the loop looks the keys queued up together, one round trip for up to
+// maxRefreshBatch of them (the cache's KeyLookup a KeysLookup; one at a
+// time otherwise). A client sending at least one request a refresh window
+// then never waits on PostgreSQL for its key; a key not used in the window
+// expires as before, so idle keys cost nothing. A refresh's answer is kept
+// under the rules of a request's lookup (docs/operations.md#api-keys):
+// the copy still answers only until it expires, a refresh that raced a
+// revocation is dropped, and a failed one leaves the copies to expire and
+// pauses refreshes for a refresh window, so the request path behaves as
+// without the refresher (stale-if-error included). Without a RefreshAhead
+// running nothing is queued.
+func (c *KeyCache) RefreshAhead(ctx context.Context) {
+	c.refreshers.Add(1)
+	defer func() {
+		if c.refreshers.Add(-1) == 0 {
+			c.refreshMu.Lock()
+			clear(c.refreshDue)
+			c.refreshQueue = nil
+			c.refreshMu.Unlock()
+		}
+	}()
+	gather := time.NewTimer(refreshGather)
+	gather.Stop()
+	defer gather.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.refreshWake:
+		}
+		gather.Reset(refreshGather)
+		select {
+		case <-ctx.Done():
+			return
+		case <-gather.C:
+		}
+		for {
+			hashes := c.takeDue()
+			if len(hashes) == 0 {
+				break
+			}
+			c.refresh(ctx, hashes)
+		}
+	}
+}
+
+// refreshSoon queues the key for a refresh when a refresher runs, its copy
+// found fresh at now is active and in its refresh window, and it is not
+// queued already. Unknown keys are not refreshed: a client retrying one is
+// answered from memory, and its next lookup after the ttl is what a
+// request's would be today.
+func (c *KeyCache) refreshSoon(hash [sha256.Size]byte, entry cachedKey, now time.Time) {
+	if c.refreshers.Load() == 0 || entry.caller.Account == "" || now.Before(entry.expires.Add(-c.refreshWindow)) {
+		return
+	}
+	c.refreshMu.Lock()
+	defer c.refreshMu.Unlock()
+	if _, queued := c.refreshDue[hash]; queued || now.Before(c.refreshPausedUntil) || len(c.refreshQueue) >= maxRefreshQueue {
+		return
+	}
+	c.refreshDue[hash] = struct{}{}
+	c.refreshQueue = append(c.refreshQueue, hash)
+	select {
+	case c.refreshWake <- struct{}{}:
+	default:
+	}
+}
+
+// takeDue takes up to maxRefreshBatch keys off the refresh queue.
+func (c *KeyCache) takeDue() [][sha256.Size]byte {
+	c.refreshMu.Lock()
+	defer c.refreshMu.Unlock()
+	n := min(len(c.refreshQueue), maxRefreshBatch)
+	hashes := c.refreshQueue[:n:n]
+	c.refreshQueue = c.refreshQueue[n:]
+	if len(c.refreshQueue) == 0 {
+		c.refreshQueue = nil
+	}
+	return hashes
+}
+
+// refresh looks the keys up and replaces their copies with the answers,
+// as a request's lookup would: stamps read before the lookup, nothing kept
+// if a revocation was heard meanwhile.
+func (c *KeyCache) refresh(ctx context.Context, hashes [][sha256.Size]byte) {
+	stamps := make([]int64, len(hashes))
+	for i, hash := range hashes {
+		stamp, tracked := c.stamp(ctx, hash)
+		if !tracked {
+			stamp = unknownStamp
+		}
+		stamps[i] = stamp
+	}
+	c.mu.Lock()
+	revocations := c.revocations
+	c.mu.Unlock()
+	now := c.now()
+	lookupCtx, cancel := context.WithTimeout(ctx, refreshLookupTimeout)
+	callers, err := c.lookupAll(lookupCtx, hashes)
+	cancel()
+	c.refreshMu.Lock()
+	for _, hash := range hashes {
+		delete(c.refreshDue, hash)
+	}
+	if err != nil {
+		c.refreshPausedUntil = now.Add(c.refreshWindow)
+	}
+	c.refreshMu.Unlock()
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.revocations != revocations {
+		return
+	}
+	for i, hash := range hashes {
+		// A copy evicted meanwhile is not brought back, nor one a
+		// request's lookup replaced with a later answer.
+		entry, found := c.active.Peek(hash)
+		if !found || entry.confirmed.After(now) {
+			continue
+		}
+		c.put(hash, cachedKey{caller: callers[hash], expires: now.Add(c.ttl), confirmed: now, stamp: stamps[i]})
+	}
+}
+
+// lookupAll looks the keys up, in one round trip when the KeyLookup is a
+// KeysLookup: the callers of those active, none for the others.
+func (c *KeyCache) lookupAll(ctx context.Context, hashes [][sha256.Size]byte) (map[[sha256.Size]byte]orders.Caller, error) {
+	callers := make(map[[sha256.Size]byte]orders.Caller, len(hashes))
+	if batch, ok := c.accounts.(KeysLookup); ok {
+		c.lookups[RefreshLookup].Add(1)
+		active, err := batch.Keys(ctx, hashes)
+		if err != nil {
+			return nil, err
+		}
+		for _, key := range active {
+			callers[key.Hash] = c.callerOf(key)
+		}
+		return callers, nil
+	}
+	for _, hash := range hashes {
+		c.lookups[RefreshLookup].Add(1)
+		key, err := c.accounts.Key(ctx, hash)
+		switch {
+		case err == nil:
+			callers[hash] = c.callerOf(key)
+		case !errors.Is(err, orders.ErrUnauthenticated):
+			return nil, err
+		}
+	}
+	return callers, nil
+}
