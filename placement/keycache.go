@@ -49,11 +49,6 @@ const maxRefreshBatch = 1_000
 // the refresher.
 const maxRefreshQueue = 10_000
 
-// refreshLookupTimeout bounds a refresh's lookup, so a PostgreSQL that
-// hangs holds the refresher no longer than this: the copies it was for
-// then expire as without the refresher.
-const refreshLookupTimeout = time.Second
-
 // maxCachedKeys bounds the copies of active keys; past it the least
 // recently used is dropped (and looked up again when next used).
 const maxCachedKeys = 100_000
@@ -101,14 +96,12 @@ type KeyCache struct {
 	// refreshers is how many RefreshAhead loops run: none, nothing is
 	// queued for refresh.
 	refreshers atomic.Int32
-	// refreshMu guards what waits for a refresh and the pause.
+	// refreshMu guards what waits for a refresh.
 	refreshMu sync.Mutex
 	// refreshDue holds the keys queued or being refreshed, each once.
 	refreshDue map[[sha256.Size]byte]struct{}
 	// refreshQueue is refreshDue's keys not yet taken, in order.
 	refreshQueue [][sha256.Size]byte
-	// refreshPausedUntil: after a refresh failed, none is queued before it.
-	refreshPausedUntil time.Time
 	// refreshWake has a refresher gather the keys due.
 	refreshWake chan struct{}
 
@@ -135,6 +128,8 @@ type cachedKey struct {
 	// stamp is the key's stamp read before that answer; unknownStamp when
 	// it could not be read.
 	stamp int64
+	// refreshFailed: a refresh of this copy failed; it is left to expire.
+	refreshFailed bool
 }
 
 // unknownStamp is the stamp of an answer whose stamp could not be read: it
@@ -541,7 +536,7 @@ func (c *KeyCache) answerStale(hash [sha256.Size]byte, revocations uint64, now t
 	if !found || c.revocations != revocations {
 		return cachedKey{}, false
 	}
-	entry.expires = now.Add(c.ttl)
+	entry.expires, entry.refreshFailed = now.Add(c.ttl), false
 	if end := entry.confirmed.Add(c.staleIfError); end.Before(entry.expires) {
 		entry.expires = end
 	}

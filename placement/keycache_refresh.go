@@ -17,12 +17,13 @@ import (
 // time otherwise). A client sending at least one request a refresh window
 // then never waits on PostgreSQL for its key; a key not used in the window
 // expires as before, so idle keys cost nothing. A refresh's answer is kept
-// under the rules of a request's lookup (docs/operations.md#api-keys):
-// the copy still answers only until it expires, a refresh that raced a
-// revocation is dropped, and a failed one leaves the copies to expire and
-// pauses refreshes for a refresh window, so the request path behaves as
-// without the refresher (stale-if-error included). Without a RefreshAhead
-// running nothing is queued.
+// under the rules of a request's lookup (docs/operations.md, "Accounts,
+// keys and funds"): the copy still answers only until it expires, a
+// refresh that raced a revocation is dropped, and a failed one leaves its
+// copies to expire, not refreshed again, so the request path then behaves
+// as without the refresher (stale-if-error included). A refresh's lookup may take until
+// the copies would expire (a refresh window): they answer meanwhile.
+// Without a RefreshAhead running nothing is queued.
 func (c *KeyCache) RefreshAhead(ctx context.Context) {
 	c.refreshers.Add(1)
 	defer func() {
@@ -64,12 +65,13 @@ func (c *KeyCache) RefreshAhead(ctx context.Context) {
 // answered from memory, and its next lookup after the ttl is what a
 // request's would be today.
 func (c *KeyCache) refreshSoon(hash [sha256.Size]byte, entry cachedKey, now time.Time) {
-	if c.refreshers.Load() == 0 || entry.caller.Account == "" || now.Before(entry.expires.Add(-c.refreshWindow)) {
+	if c.refreshers.Load() == 0 || entry.caller.Account == "" || entry.refreshFailed ||
+		now.Before(entry.expires.Add(-c.refreshWindow)) {
 		return
 	}
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
-	if _, queued := c.refreshDue[hash]; queued || now.Before(c.refreshPausedUntil) || len(c.refreshQueue) >= maxRefreshQueue {
+	if _, queued := c.refreshDue[hash]; queued || len(c.refreshQueue) >= maxRefreshQueue {
 		return
 	}
 	c.refreshDue[hash] = struct{}{}
@@ -109,34 +111,31 @@ func (c *KeyCache) refresh(ctx context.Context, hashes [][sha256.Size]byte) {
 	revocations := c.revocations
 	c.mu.Unlock()
 	now := c.now()
-	lookupCtx, cancel := context.WithTimeout(ctx, refreshLookupTimeout)
+	lookupCtx, cancel := context.WithTimeout(ctx, c.refreshWindow)
 	callers, err := c.lookupAll(lookupCtx, hashes)
 	cancel()
-	c.refreshMu.Lock()
-	for _, hash := range hashes {
-		delete(c.refreshDue, hash)
-	}
-	if err != nil {
-		c.refreshPausedUntil = now.Add(c.refreshWindow)
-	}
-	c.refreshMu.Unlock()
-	if err != nil {
-		return
-	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.revocations != revocations {
-		return
-	}
 	for i, hash := range hashes {
 		// A copy evicted meanwhile is not brought back, nor one a
 		// request's lookup replaced with a later answer.
 		entry, found := c.active.Peek(hash)
-		if !found || entry.confirmed.After(now) {
-			continue
+		switch {
+		case !found || entry.confirmed.After(now):
+		case err != nil:
+			entry.refreshFailed = true
+			c.active.Add(hash, entry)
+		case c.revocations == revocations:
+			c.put(hash, cachedKey{caller: callers[hash], expires: now.Add(c.ttl), confirmed: now, stamp: stamps[i]})
 		}
-		c.put(hash, cachedKey{caller: callers[hash], expires: now.Add(c.ttl), confirmed: now, stamp: stamps[i]})
 	}
+	c.mu.Unlock()
+	// Taken off the queue only now, so a request meanwhile does not
+	// queue the key again.
+	c.refreshMu.Lock()
+	for _, hash := range hashes {
+		delete(c.refreshDue, hash)
+	}
+	c.refreshMu.Unlock()
 }
 
 // lookupAll looks the keys up, in one round trip when the KeyLookup is a
