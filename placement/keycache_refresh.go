@@ -96,17 +96,12 @@ func (c *KeyCache) takeDue() [][sha256.Size]byte {
 }
 
 // refresh looks the keys up and replaces their copies with the answers,
-// as a request's lookup would: stamps read before the lookup, nothing kept
-// if a revocation was heard meanwhile.
+// as a request's lookup would, nothing kept if a revocation was heard
+// meanwhile. An answer keeps its copy's stamp, read before the copy's own
+// lookup and so before this one: a stamp raised since makes it as stale
+// as it made the copy. Reading the stamps again would cost a Redis round
+// trip each once the local copy's entries expire, one after another.
 func (c *KeyCache) refresh(ctx context.Context, hashes [][sha256.Size]byte) {
-	stamps := make([]int64, len(hashes))
-	for i, hash := range hashes {
-		stamp, tracked := c.stamp(ctx, hash)
-		if !tracked {
-			stamp = unknownStamp
-		}
-		stamps[i] = stamp
-	}
 	c.mu.Lock()
 	revocations := c.revocations
 	c.mu.Unlock()
@@ -115,7 +110,7 @@ func (c *KeyCache) refresh(ctx context.Context, hashes [][sha256.Size]byte) {
 	callers, err := c.lookupAll(lookupCtx, hashes)
 	cancel()
 	c.mu.Lock()
-	for i, hash := range hashes {
+	for _, hash := range hashes {
 		// A copy evicted meanwhile is not brought back, nor one a
 		// request's lookup replaced with a later answer.
 		entry, found := c.active.Peek(hash)
@@ -125,7 +120,7 @@ func (c *KeyCache) refresh(ctx context.Context, hashes [][sha256.Size]byte) {
 			entry.refreshFailed = true
 			c.active.Add(hash, entry)
 		case c.revocations == revocations:
-			c.put(hash, cachedKey{caller: callers[hash], expires: now.Add(c.ttl), confirmed: now, stamp: stamps[i]})
+			c.put(hash, cachedKey{caller: callers[hash], expires: now.Add(c.ttl), confirmed: now, stamp: entry.stamp})
 		}
 	}
 	c.mu.Unlock()

@@ -315,3 +315,30 @@ func TestKeyCacheFailedRefreshLeavesStaleIfError(t *testing.T) {
 		t.Errorf("%d refreshes once PostgreSQL answers again, want 1", n)
 	}
 }
+
+// TestKeyCacheRefreshedCopyKeepsItsStamp: with revocations tracked, a
+// refreshed copy is answered from memory, and a revocation's raised stamp
+// ends it on the next request as it ends a looked up one.
+func TestKeyCacheRefreshedCopyKeepsItsStamp(t *testing.T) {
+	testserver.Parallel(t)
+	srv := testserver.SingleRedis(t, "tracks its keys")
+	tracking := newTracking(t, srv)
+	f := newRefreshFixture(t, placement.TrackRevocations(coherence.New(tracking.Client())))
+	id, key := f.issue(t)
+	for range 7 { // into its second ttl, refreshed once
+		if _, err := f.use(t, key); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.move(time.Second)
+	}
+	if n, m := f.cache.Lookups(placement.RequestLookup), f.cache.Lookups(placement.RefreshLookup); n != 1 || m < 1 {
+		t.Fatalf("%d lookups on requests' path and %d refreshes, want 1 and at least 1", n, m)
+	}
+	if err := control.New(f.pool, coherence.New(srv.Client(t))).RevokeKey(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Second, "the revocation's invalidation arrives", func() bool { return tracking.Stats().Invalidations > 0 })
+	if got, err := f.use(t, key); !errors.Is(err, orders.ErrUnauthenticated) {
+		t.Errorf("after the invalidation: %q, %v; want the revoked key refused", got.Account, err)
+	}
+}
