@@ -102,8 +102,17 @@ func (c *KeyCache) takeDue() [][sha256.Size]byte {
 // as it made the copy. Reading the stamps again would cost a Redis round
 // trip each once the local copy's entries expire, one after another.
 func (c *KeyCache) refresh(ctx context.Context, hashes [][sha256.Size]byte) {
+	// The copies refreshed: only these are replaced, under their own
+	// stamps, so an answer a lookup gave meanwhile (with a stamp read
+	// after this refresh read PostgreSQL) is never overwritten.
+	refreshed := make(map[[sha256.Size]byte]cachedKey, len(hashes))
 	c.mu.Lock()
 	revocations := c.revocations
+	for _, hash := range hashes {
+		if entry, found := c.active.Peek(hash); found {
+			refreshed[hash] = entry
+		}
+	}
 	c.mu.Unlock()
 	now := c.now()
 	lookupCtx, cancel := context.WithTimeout(ctx, c.refreshWindow)
@@ -112,10 +121,11 @@ func (c *KeyCache) refresh(ctx context.Context, hashes [][sha256.Size]byte) {
 	c.mu.Lock()
 	for _, hash := range hashes {
 		// A copy evicted meanwhile is not brought back, nor one a
-		// request's lookup replaced with a later answer.
+		// lookup replaced.
 		entry, found := c.active.Peek(hash)
+		was, taken := refreshed[hash]
 		switch {
-		case !found || entry.confirmed.After(now):
+		case !found || !taken || !entry.confirmed.Equal(was.confirmed) || entry.stamp != was.stamp:
 		case err != nil:
 			entry.refreshFailed = true
 			c.active.Add(hash, entry)
