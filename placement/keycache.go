@@ -88,8 +88,8 @@ type KeyCache struct {
 	now          func() time.Time
 	// staleAnswers counts answers given from a stale copy.
 	staleAnswers atomic.Uint64
-	// lookups counts the lookups in PostgreSQL, by path.
-	lookups [lookupPaths]atomic.Uint64
+	// lookups counts the lookups in PostgreSQL, by reason.
+	lookups [lookupReasons]atomic.Uint64
 	// refreshWindow is how long before its copy expires a request's
 	// key is refreshed, while a refresher runs (RefreshAhead).
 	refreshWindow time.Duration
@@ -304,30 +304,30 @@ func (c *KeyCache) NeedsLookup(key string) bool {
 // PostgreSQL did not answer.
 func (c *KeyCache) StaleAnswers() uint64 { return c.staleAnswers.Load() }
 
-// LookupPath is where a KeyCache's lookup in PostgreSQL was made.
-type LookupPath int
+// LookupReason is why a KeyCache looked keys up in PostgreSQL.
+type LookupReason int
 
 const (
 	// RequestLookup: on a request's path (AuthenticateUntil), which waits
 	// for it.
-	RequestLookup LookupPath = iota
-	// BatchLookup: several keys due together (AuthenticateAll, the
+	RequestLookup LookupReason = iota
+	// StreamsLookup: several keys due together (AuthenticateAll, the
 	// gateway's event streams' checks).
-	BatchLookup
+	StreamsLookup
 	// RefreshLookup: keys in use refreshed before their copies expire
 	// (RefreshAhead), which no request waits for.
 	RefreshLookup
-	lookupPaths
+	lookupReasons
 )
 
-// String is the path's name in the gateway's metrics.
-func (p LookupPath) String() string {
-	return [...]string{"request", "batch", "refresh"}[p]
+// String is the reason's name in the gateway's metrics.
+func (r LookupReason) String() string {
+	return [...]string{"request", "streams", "refresh"}[r]
 }
 
-// Lookups is how many lookups in PostgreSQL the cache made on path, each
+// Lookups is how many lookups in PostgreSQL the cache made for reason, each
 // one query (of one key, or of several together).
-func (c *KeyCache) Lookups(path LookupPath) uint64 { return c.lookups[path].Load() }
+func (c *KeyCache) Lookups(reason LookupReason) uint64 { return c.lookups[reason].Load() }
 
 // Authenticate returns what requests with an active API key act as.
 func (c *KeyCache) Authenticate(ctx context.Context, key string) (orders.Caller, error) {
@@ -452,7 +452,7 @@ func (c *KeyCache) AuthenticateAll(ctx context.Context, keys []string) []KeyAnsw
 	for j, p := range due {
 		hashes[j] = p.hash
 	}
-	c.lookups[BatchLookup].Add(1)
+	c.lookups[StreamsLookup].Add(1)
 	active, err := batch.Keys(lookupCtx, hashes)
 	if err != nil {
 		for _, p := range due {

@@ -25,7 +25,7 @@ const idleStreamsWindow = 10 * time.Second
 // PostgreSQL served (the streams' key checks, and requests' keys whose
 // cached copy expired), each a query of one key or of the several keys
 // the streams check together. RequestKeyLookupsPerSecond are those a
-// request waited for, by the gateway's api_key_lookups_total{path="request"}
+// request waited for, by the gateway's api_key_lookups_total{reason="request"}
 // (zero from a gateway without the series).
 type gatewayCost struct {
 	Seconds                    float64 `json:"seconds"`
@@ -66,7 +66,7 @@ func (m *costMeter) read(ctx context.Context) (cpu float64, lookups int64, reque
 	if err := m.db.QueryRow(ctx, keyLookupsSQL).Scan(&lookups); err != nil {
 		return 0, 0, 0, fmt.Errorf("gateway cost: key lookups: %w", err)
 	}
-	if requestLookups, err = scrapeCounter(ctx, m.gateway.metrics, `api_key_lookups_total{path="request"}`); err != nil {
+	if requestLookups, err = scrapeCounter(ctx, m.gateway.metrics, `api_key_lookups_total{reason="request"}`); err != nil {
 		return 0, 0, 0, fmt.Errorf("gateway cost: %w", err)
 	}
 	return stat.cpu, lookups, requestLookups, nil
@@ -84,7 +84,9 @@ func (m *costMeter) stop(ctx context.Context) (gatewayCost, error) {
 }
 
 // scrapeCounter reads the series (name and labels as the text format
-// writes them) from the metrics at url: 0 when it is not there.
+// writes them) from the metrics at url. A series not there is an error:
+// the gateway registers its counters at start, so a missing one is a
+// renamed series, which would otherwise read as a believable 0.
 func scrapeCounter(ctx context.Context, url, series string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -101,5 +103,8 @@ func scrapeCounter(ctx context.Context, url, series string) (float64, error) {
 			return strconv.ParseFloat(strings.TrimSpace(value), 64)
 		}
 	}
-	return 0, lines.Err()
+	if err := lines.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s: no such series at %s", series, url)
 }

@@ -257,12 +257,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Name: "api_key_stale_answers_total",
 		Help: "API key lookups answered from a cached copy because PostgreSQL did not answer.",
 	}, func() float64 { return float64(keys.StaleAnswers()) }))
-	for _, path := range []placement.LookupPath{placement.RequestLookup, placement.BatchLookup, placement.RefreshLookup} {
+	for _, reason := range []placement.LookupReason{placement.RequestLookup, placement.StreamsLookup, placement.RefreshLookup} {
 		metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "api_key_lookups_total",
-			Help:        "API key lookups in PostgreSQL, one query each: path request on a request's path, batch the event streams' keys due together, refresh keys in use ahead of their copies' expiry.",
-			ConstLabels: prometheus.Labels{"path": path.String()},
-		}, func() float64 { return float64(keys.Lookups(path)) }))
+			Help:        "API key lookups in PostgreSQL, one query each: reason request on a request's path, streams the event streams' keys due together, refresh keys in use ahead of their copies' expiry.",
+			ConstLabels: prometheus.Labels{"reason": reason.String()},
+		}, func() float64 { return float64(keys.Lookups(reason)) }))
 	}
 	// Keys in use are refreshed before their copies expire, so a steady
 	// client's requests do not wait on PostgreSQL for their key.
