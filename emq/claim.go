@@ -72,6 +72,7 @@ func (w *worker) claimLoop(ctx context.Context) {
 				idleQueue = w.options.WakeOnAdmission
 			}
 			w.metrics.claimed.Add(float64(len(claims)))
+			w.observeWaits(claims)
 			deadlines := w.leaseDeadlines(claims, sentAt)
 			// Jobs claimed while ctx was being cancelled run too: the drain
 			// lets them finish like any other in-flight job.
@@ -100,6 +101,17 @@ func (w *worker) claimLoop(ctx context.Context) {
 			return
 		}
 		hints = append(hints, pending.woken()...)
+	}
+}
+
+// observeWaits observes how long the claims' jobs waited pending, those
+// claimed for the first time: a retried or reaped job's admission is not
+// when its latest wait began. The claim ran at its deadline less the lease.
+func (w *worker) observeWaits(claims []Claim) {
+	for _, claim := range claims {
+		if claim.Token == 1 && claim.admitted.UnixMilli() > 0 {
+			w.metrics.claimWait.Observe(max(claim.Deadline.Sub(claim.admitted)-w.options.Lease, 0).Seconds())
+		}
 	}
 }
 

@@ -73,7 +73,37 @@ func TestWorkerBoundsJobsInFlight(t *testing.T) {
 			if values["emq_claim_to_complete_seconds_count"] != float64(len(ids)) {
 				t.Errorf("claim-to-complete observations = %v, want %d", values["emq_claim_to_complete_seconds_count"], len(ids))
 			}
+			if values["emq_claim_wait_seconds_count"] != float64(len(ids)) {
+				t.Errorf("claim-wait observations = %v, want %d", values["emq_claim_wait_seconds_count"], len(ids))
+			}
 		})
+	}
+}
+
+// TestTheClaimWaitIsAJobsFirstOnly: a job's wait to be claimed counts from
+// its admission once; a retried job's second claim is not observed, since
+// its admission is not when that wait began.
+func TestTheClaimWaitIsAJobsFirstOnly(t *testing.T) {
+	queue, _ := newQueue(t)
+	ids := admitPayloads(t, queue, "a", "fail once", "ok")
+	var failed atomic.Bool
+	handler := func(_ context.Context, job emq.Claim) error {
+		if string(job.Payload) == "fail once" && failed.CompareAndSwap(false, true) {
+			return errors.New("once")
+		}
+		return nil
+	}
+	done := &completions{}
+	registry := prometheus.NewRegistry()
+	logger, _ := workerLogger(t)
+	startWorker(t, queue, handler, emq.WorkerOptions{
+		Concurrency: 2, Logger: logger, Metrics: emq.NewMetrics(registry), OnComplete: done.record,
+		Retry: emq.RetryPolicy{MaxAttempts: 3, BaseDelay: 10 * time.Millisecond, MaxDelay: 10 * time.Millisecond},
+	})
+	eventually(t, 15*time.Second, "every job completed", func() bool { return done.total() >= len(ids) })
+	values := gathered(t, registry)
+	if values["emq_jobs_claimed_total"] != 3 || values["emq_claim_wait_seconds_count"] != 2 {
+		t.Errorf("claimed %v, claim waits observed %v; want 3 claims, 2 waits", values["emq_jobs_claimed_total"], values["emq_claim_wait_seconds_count"])
 	}
 }
 

@@ -16,6 +16,7 @@ type Metrics struct {
 	reaped          *prometheus.CounterVec
 	staleRefusals   *prometheus.CounterVec
 	claimToComplete *prometheus.HistogramVec
+	claimWait       *prometheus.HistogramVec
 
 	pending      *prometheus.GaugeVec
 	active       *prometheus.GaugeVec
@@ -57,6 +58,12 @@ func NewMetrics(registerer prometheus.Registerer) *Metrics {
 			Help:    "Time from a job's claim to its confirmed completion.",
 			Buckets: claimToCompleteBuckets,
 		}, queue)),
+		claimWait: collectors.Register(registerer, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "emq_claim_wait_seconds",
+			Help: "Time a job waited pending before its first claim: from its admission to the claim script's run, both by the server's clock, in whole milliseconds.",
+			// 1 ms (the clock's grain) to 30 s, each bucket about 1.4 times the one before.
+			Buckets: prometheus.ExponentialBucketsRange(0.001, 30, 31),
+		}, queue)),
 		pending:      gauge("emq_pending_jobs", "Pending jobs of the queue, sampled."),
 		active:       gauge("emq_active_jobs", "Leased jobs of the queue across all workers, sampled."),
 		delayed:      gauge("emq_delayed_jobs", "Jobs waiting for a retry, sampled."),
@@ -70,7 +77,7 @@ func NewMetrics(registerer prometheus.Registerer) *Metrics {
 // hot path does no label lookups.
 type queueMetrics struct {
 	claimed, completed, retried, dead, reaped, staleRefusals prometheus.Counter
-	claimToComplete                                          prometheus.Observer
+	claimToComplete, claimWait                               prometheus.Observer
 
 	pending, active, delayed, deadJobs, lanes, laneDepthMax prometheus.Gauge
 }
@@ -84,6 +91,7 @@ func (m *Metrics) forQueue(name string) queueMetrics {
 		reaped:          m.reaped.WithLabelValues(name),
 		staleRefusals:   m.staleRefusals.WithLabelValues(name),
 		claimToComplete: m.claimToComplete.WithLabelValues(name),
+		claimWait:       m.claimWait.WithLabelValues(name),
 		pending:         m.pending.WithLabelValues(name),
 		active:          m.active.WithLabelValues(name),
 		delayed:         m.delayed.WithLabelValues(name),

@@ -23,6 +23,9 @@ type Claim struct {
 	Token   int64
 	// Deadline is when the lease ends unless extended, by the server's clock.
 	Deadline time.Time
+	// admitted is when the job was admitted, by the server's clock: the
+	// start of its first wait to be claimed.
+	admitted time.Time
 }
 
 // laneSlack widens the lanes a claim names: n claims in fair-lane order take
@@ -155,7 +158,7 @@ func decodeClaims(reply []any) ([]Claim, dueMoves, []string, error) {
 		}
 		claims = append(claims, Claim{
 			ID: id, Token: job.Attempts, Kind: job.Kind, Group: job.Group, Payload: job.Payload,
-			Deadline: time.UnixMilli(deadline),
+			Deadline: time.UnixMilli(deadline), admitted: job.Created,
 		})
 	}
 	heads := make([]string, 0, len(reply)-end)
