@@ -135,6 +135,10 @@ type streamLoad struct {
 	// creation at the gateway to its answer
 	// (orders_settlement_owned_stage_seconds, summed over the workers).
 	Stages []phaseProfile `json:"owner_stages"`
+	// ClaimWait is the part of the admitted stage spent pending on the
+	// instrument's queue in Redis, from the admission to the claim, by the
+	// server's clock (emq_claim_wait_seconds of the instruments' queues).
+	ClaimWait phaseProfile `json:"claim_wait"`
 }
 
 // events runs the phase. admissionPeak is the admission phase's
@@ -280,6 +284,10 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 		if err != nil {
 			return l, err
 		}
+		waitsBefore, err := gatherHistograms(registries, "emq_claim_wait_seconds", "queue")
+		if err != nil {
+			return l, err
+		}
 		track := newOrderTrack(prefix, n)
 		streams.follow(track)
 		client := newOrderClient(base+"/v1/orders", keys, prefix, eventSenders)
@@ -343,6 +351,16 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 				split = append(split, fmt.Sprintf("%s %.1f/%.1f", name, stage.P50Ms, stage.P99Ms))
 			}
 		}
+		waitsAfter, err := gatherHistograms(registries, "emq_claim_wait_seconds", "queue")
+		if err != nil {
+			return l, err
+		}
+		var waits histogramSum
+		for _, queue := range queues {
+			waits = waits.plus(waitsAfter[queue.Name()].minus(waitsBefore[queue.Name()]))
+		}
+		l.ClaimWait = waits.profile("claim wait")
+		split = append(split, fmt.Sprintf("(of admitted: pending in Redis %.1f/%.1f)", l.ClaimWait.P50Ms, l.ClaimWait.P99Ms))
 		progress("events: %s: the owners' stages, p50/p99 ms: %s", name, strings.Join(split, ", "))
 		progress("events: %s: %d orders at %.0f/s (%.0f offered), backlog %d at the end, drained in %.1f s; placement → decided p50 %.1f p99 %.1f max %.1f ms (%d undecided); commit → client p50 %.1f p99 %.1f ms; append → client p50 %.1f p99 %.1f ms",
 			name, l.Admission.Orders, l.Admission.PerSecond, rate, l.Backlog, l.DrainSeconds, l.Decided.P50Ms, l.Decided.P99Ms, l.Decided.MaxMs, l.Undecided,

@@ -781,6 +781,21 @@ func (h histogramSum) minus(before histogramSum) histogramSum {
 	return d
 }
 
+// plus is h and other together: histograms of the same buckets (either
+// may be empty).
+func (h histogramSum) plus(other histogramSum) histogramSum {
+	if h.uppers == nil {
+		return other
+	}
+	d := histogramSum{uppers: h.uppers, cumulative: slices.Clone(h.cumulative), count: h.count + other.count, sum: h.sum + other.sum}
+	for i := range d.cumulative {
+		if i < len(other.cumulative) {
+			d.cumulative[i] += other.cumulative[i]
+		}
+	}
+	return d
+}
+
 // profile is h as a phase's figures.
 func (h histogramSum) profile(name string) phaseProfile {
 	return phaseProfile{Name: name, Count: h.count, Seconds: h.sum,

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -74,6 +75,31 @@ func TestProfileBucketQuantile(t *testing.T) {
 	}
 	if got := bucketQuantile(0.5, uppers, cumulative, 0); got != 0 {
 		t.Errorf("an empty histogram's quantile is %v", got)
+	}
+}
+
+// TestProfileHistogramsAddUp: queues' histograms add bucket by bucket,
+// an empty one (a queue that observed nothing) adding nothing.
+func TestProfileHistogramsAddUp(t *testing.T) {
+	a := histogramSum{uppers: []float64{1, 2}, cumulative: []uint64{1, 3}, count: 3, sum: 4}
+	b := histogramSum{uppers: []float64{1, 2}, cumulative: []uint64{2, 2}, count: 2, sum: 1.5}
+	for _, tt := range []struct {
+		name       string
+		got        histogramSum
+		cumulative []uint64
+		count      uint64
+		sum        float64
+	}{
+		{name: "two", got: a.plus(b), cumulative: []uint64{3, 5}, count: 5, sum: 5.5},
+		{name: "empty first", got: histogramSum{}.plus(a), cumulative: []uint64{1, 3}, count: 3, sum: 4},
+		{name: "empty second", got: a.plus(histogramSum{}), cumulative: []uint64{1, 3}, count: 3, sum: 4},
+	} {
+		if !slices.Equal(tt.got.cumulative, tt.cumulative) || tt.got.count != tt.count || tt.got.sum != tt.sum {
+			t.Errorf("%s: %v %d %v, want %v %d %v", tt.name, tt.got.cumulative, tt.got.count, tt.got.sum, tt.cumulative, tt.count, tt.sum)
+		}
+	}
+	if a.cumulative[0] != 1 {
+		t.Errorf("plus changed its receiver: %v", a.cumulative)
 	}
 }
 
