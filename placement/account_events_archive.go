@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"slices"
 	"sync"
@@ -22,10 +23,11 @@ import (
 // EventArchiver, and any number may run at once: it takes its share of the
 // announcements of the orders queue's change stream (the share "archive":
 // each append is announced to one archiver), waits until an account's new
-// events are a chunk's worth or ArchiveDelay old, reads them from the
-// account's log past its archived position, writes them to the history as
-// one chunk per account (EventArchive.ArchiveEvents, which writes no event
-// twice and answers how far the history goes), and then marks the log
+// events are a chunk's worth or the account's share of ArchiveDelay old
+// (half of it to all of it), reads them from the account's log past its
+// archived position, writes them to the history as one chunk per account
+// (EventArchive.ArchiveEvents, which writes no event twice and answers how
+// far the history goes), and then marks the log
 // archived that far, which trims it to its hot tail
 // (emq.Queue.MarkLogsArchived). A crash between the write and the mark
 // loses nothing: the next pass reads the same events, the history refuses
@@ -53,10 +55,11 @@ const (
 	// DefaultEventsRetention is how long the history keeps events
 	// (EVENTS_RETENTION).
 	DefaultEventsRetention = 7 * 24 * time.Hour
-	// DefaultEventArchiveDelay is how long an account's new events wait in
-	// Redis before they are archived, unless they are a chunk's worth: the
-	// longer, the fewer and fuller the chunks, and the more Redis holds
-	// beyond the hot tail (a delay's worth of events).
+	// DefaultEventArchiveDelay is the longest an account's new events wait
+	// in Redis before they are archived, unless they are a chunk's worth:
+	// the longer, the fewer and fuller the chunks, and the more Redis holds
+	// beyond the hot tail (a delay's worth of events). Each account waits
+	// between half of it and all of it (dueAfter).
 	DefaultEventArchiveDelay = 30 * time.Second
 	// eventChunk is the most events a chunk holds (the history's own limit,
 	// postgres.MaxChunkEvents, is higher).
@@ -144,6 +147,8 @@ type EventArchiver struct {
 type pendingLog struct {
 	// since is when the archiver learned of its oldest event not archived.
 	since time.Time
+	// wait is how long after since its events are due (dueAfter).
+	wait time.Duration
 	// last is the last sequence announced; archived the log's archived
 	// position as last read, -1 before the first read.
 	last, archived int64
@@ -288,7 +293,7 @@ func (a *EventArchiver) Pass(ctx context.Context, wait time.Duration) error {
 func (a *EventArchiver) note(account string, last, archived int64, now time.Time) {
 	p := a.pending[account]
 	if p == nil {
-		p = &pendingLog{since: now, last: last, archived: archived}
+		p = &pendingLog{since: now, wait: dueAfter(account, a.delay), last: last, archived: archived}
 		a.pending[account] = p
 		return
 	}
@@ -363,7 +368,7 @@ func (a *EventArchiver) due(now time.Time) []string {
 	}
 	var due []candidate
 	for account, p := range a.pending {
-		if p.archived >= 0 && !now.Before(p.retry) && (p.last-p.archived >= eventChunk || now.Sub(p.since) >= a.delay) {
+		if p.archived >= 0 && !now.Before(p.retry) && (p.last-p.archived >= eventChunk || now.Sub(p.since) >= p.wait) {
 			due = append(due, candidate{account, p.since})
 		}
 	}
@@ -373,6 +378,21 @@ func (a *EventArchiver) due(now time.Time) []string {
 		accounts = append(accounts, c.account)
 	}
 	return accounts
+}
+
+// dueAfter is how long account's new events wait before they are due:
+// between half of delay and delay, by a hash of the account. Accounts whose
+// events began together (a load's start, the workers' start, a market's
+// open) would otherwise fall due in the same pass, and every pass after
+// (an account archived is due again a delay after its next event): one
+// burst a delay of hundreds of chunks, whose writes and WAL held up the
+// owners' commits beside them (docs/performance.md, "The sustained load's
+// stalls"). Each account's own wait spreads them over half the delay, and
+// their differing periods keep them apart.
+func dueAfter(account string, delay time.Duration) time.Duration {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(account))
+	return delay - time.Duration(float64(delay/2)*float64(h.Sum32())/(1<<32))
 }
 
 // archiveAccounts archives the accounts' events past their archived

@@ -37,3 +37,7 @@ func KeyRefreshesPending(c *KeyCache) int {
 	defer c.refreshMu.Unlock()
 	return len(c.refreshDue)
 }
+
+// DueAfter is how long an account's new events wait before they are due,
+// at an archive delay.
+var DueAfter = dueAfter
