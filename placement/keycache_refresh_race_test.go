@@ -56,24 +56,17 @@ func TestKeyCacheRefreshInFlightAcrossStampOnlyRevocation(t *testing.T) {
 	if _, err := f.use(t, key); err != nil {
 		t.Fatal(err)
 	}
-	hold, looked := make(chan struct{}), make(chan struct{}, 1)
-	f.lookups.mu.Lock()
-	f.lookups.hold, f.lookups.looked = hold, looked
-	f.lookups.mu.Unlock()
+	looked, release := f.holdLookups()
 	f.clock.move(refreshTTL - time.Second)
 	if _, err := f.cache.Authenticate(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-looked:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no refresh within 5 s")
-	}
+	awaitLookup(t, looked)
 	if err := control.New(f.pool, coherence.New(srv.Client(t))).RevokeKey(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the revocation's invalidation arrives", func() bool { return tracking.Stats().Invalidations > 0 })
-	close(hold)
+	release()
 	waitFor(t, 5*time.Second, "the refresh is done", func() bool { return placement.KeyRefreshesPending(f.cache) == 0 })
 	if got, err := f.cache.Authenticate(context.Background(), key); !errors.Is(err, orders.ErrUnauthenticated) {
 		t.Fatalf("after the invalidation: %q, %v; want the revoked key refused", got.Account, err)
@@ -97,10 +90,7 @@ func TestKeyCacheRefreshKeepsTheStampOfTheCopyItRefreshed(t *testing.T) {
 	if got, err := f.use(t, key); err != nil || got.Scopes&orders.ScopeTrade == 0 {
 		t.Fatalf("first use: %v, %v; want the trade scope", got.Scopes, err)
 	}
-	hold, looked := make(chan struct{}), make(chan struct{}, 1)
-	f.lookups.mu.Lock()
-	f.lookups.hold, f.lookups.looked = hold, looked
-	f.lookups.mu.Unlock()
+	looked, release := f.holdLookups()
 	f.clock.move(refreshTTL - time.Second)
 
 	// A request takes its time, then waits on its stamp read.
@@ -121,11 +111,7 @@ func TestKeyCacheRefreshKeepsTheStampOfTheCopyItRefreshed(t *testing.T) {
 	if _, err := f.cache.Authenticate(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-looked:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no refresh within 5 s")
-	}
+	awaitLookup(t, looked)
 	// The key loses the trade scope, and its stamp is raised.
 	if _, err := f.pool.Exec(context.Background(), `UPDATE api_keys SET scopes = '{read}' WHERE id = $1`, id); err != nil {
 		t.Fatal(err)
@@ -141,7 +127,7 @@ func TestKeyCacheRefreshKeepsTheStampOfTheCopyItRefreshed(t *testing.T) {
 	if a.err != nil || a.caller.Scopes&orders.ScopeTrade != 0 {
 		t.Fatalf("the slow request: %v, %v; want read only", a.caller.Scopes, a.err)
 	}
-	close(hold)
+	release()
 	waitFor(t, 5*time.Second, "the refresh is done", func() bool { return placement.KeyRefreshesPending(f.cache) == 0 })
 	if got, err := f.cache.Authenticate(context.Background(), key); err != nil || got.Scopes&orders.ScopeTrade != 0 {
 		t.Fatalf("after the refresh: %v, %v; want read only (the stamp was raised after the refresh read PostgreSQL)", got.Scopes, err)

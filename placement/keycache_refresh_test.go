@@ -111,6 +111,26 @@ func newRefreshFixture(t testing.TB, opts ...placement.KeyCacheOption) *refreshF
 	return f
 }
 
+// holdLookups has each lookup from now on signal looked once it has read
+// PostgreSQL and keep its answer back until release is called.
+func (f *refreshFixture) holdLookups() (looked <-chan struct{}, release func()) {
+	hold, signal := make(chan struct{}), make(chan struct{}, 1)
+	f.lookups.mu.Lock()
+	f.lookups.hold, f.lookups.looked = hold, signal
+	f.lookups.mu.Unlock()
+	return signal, func() { close(hold) }
+}
+
+// awaitLookup waits for a held lookup to have read PostgreSQL.
+func awaitLookup(t testing.TB, looked <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-looked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no refresh within 5 s")
+	}
+}
+
 func (f *refreshFixture) issue(t testing.TB) (id, key string) {
 	t.Helper()
 	id, key, err := f.db.IssueKey(context.Background(), f.account)
@@ -239,19 +259,12 @@ func TestKeyCacheRefreshThatRacedARevocationIsNotKept(t *testing.T) {
 	if _, err := f.use(t, key); err != nil {
 		t.Fatal(err)
 	}
-	hold, looked := make(chan struct{}), make(chan struct{}, 1)
-	f.lookups.mu.Lock()
-	f.lookups.hold, f.lookups.looked = hold, looked
-	f.lookups.mu.Unlock()
+	looked, release := f.holdLookups()
 	f.clock.move(refreshTTL - time.Second)
 	if _, err := f.cache.Authenticate(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-looked: // the refresh read the key active; its answer is held back
-	case <-time.After(5 * time.Second):
-		t.Fatal("no refresh within 5 s")
-	}
+	awaitLookup(t, looked) // the refresh read the key active; its answer is held back
 	if err := control.New(f.pool, caches).RevokeKey(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +273,7 @@ func TestKeyCacheRefreshThatRacedARevocationIsNotKept(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the revocation broadcast not heard within 5 s")
 	}
-	close(hold)
+	release()
 	waitFor(t, 5*time.Second, "the refresh is done", func() bool { return placement.KeyRefreshesPending(f.cache) == 0 })
 	before := f.cache.Lookups(placement.RequestLookup)
 	if got, err := f.cache.Authenticate(context.Background(), key); !errors.Is(err, orders.ErrUnauthenticated) {
