@@ -416,3 +416,34 @@ func BenchmarkWokenClaim(b *testing.B) {
 		b.ReportMetric((cpu-redisCPU)*1e6/float64(b.N), "redis-µs/job")
 	}
 }
+
+// TestTheClaimWaitIsTheTimePendingInSeconds: the wait observed is the
+// time pending, in seconds, the lease taken off: a job left pending 400 ms
+// reads about 0.4 s under a 7 s lease, not 7.4 s nor 400 s.
+func TestTheClaimWaitIsTheTimePendingInSeconds(t *testing.T) {
+	queue, _ := newQueue(t)
+	admitPayloads(t, queue, "a", "one")
+	time.Sleep(400 * time.Millisecond)
+	done := &completions{}
+	registry := prometheus.NewRegistry()
+	logger, _ := workerLogger(t)
+	startWorker(t, queue, func(context.Context, emq.Claim) error { return nil }, emq.WorkerOptions{
+		Concurrency: 1, Logger: logger, Metrics: emq.NewMetrics(registry), OnComplete: done.record, Lease: 7 * time.Second,
+	})
+	eventually(t, 15*time.Second, "the job completed", func() bool { return done.total() >= 1 })
+	families, err := registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, family := range families {
+		if family.GetName() != "emq_claim_wait_seconds" {
+			continue
+		}
+		h := family.GetMetric()[0].GetHistogram()
+		if h.GetSampleCount() != 1 || h.GetSampleSum() < 0.39 || h.GetSampleSum() > 3 {
+			t.Fatalf("claim wait: %d observations summing %v s; want one of about 0.4 s", h.GetSampleCount(), h.GetSampleSum())
+		}
+		return
+	}
+	t.Fatal("no emq_claim_wait_seconds")
+}

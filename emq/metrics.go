@@ -61,8 +61,8 @@ func NewMetrics(registerer prometheus.Registerer) *Metrics {
 		claimWait: collectors.Register(registerer, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "emq_claim_wait_seconds",
 			Help: "Time a job waited pending before its first claim: from its admission to the claim script's run, both by the server's clock, in whole milliseconds.",
-			// 1 ms (the clock's grain) to 30 s, each bucket about 1.4 times the one before.
-			Buckets: prometheus.ExponentialBucketsRange(0.001, 30, 31),
+			// 1 ms (the clock's grain) to 2 min, each bucket about 1.4 times the one before.
+			Buckets: prometheus.ExponentialBucketsRange(0.001, 120, 35),
 		}, queue)),
 		pending:      gauge("emq_pending_jobs", "Pending jobs of the queue, sampled."),
 		active:       gauge("emq_active_jobs", "Leased jobs of the queue across all workers, sampled."),
