@@ -176,8 +176,9 @@ func WithEventsRetention(retention time.Duration) EventArchiverOption {
 	}
 }
 
-// WithArchiveDelay sets how long new events wait before they are archived
-// unless they are a chunk's worth (DefaultEventArchiveDelay otherwise).
+// WithArchiveDelay sets the longest new events wait before they are
+// archived unless they are a chunk's worth (DefaultEventArchiveDelay
+// otherwise); each account waits its own share of it (dueAfter).
 func WithArchiveDelay(delay time.Duration) EventArchiverOption {
 	return func(a *EventArchiver) {
 		if delay >= 0 {
@@ -357,8 +358,8 @@ func (a *EventArchiver) learnPositions(ctx context.Context) error {
 }
 
 // due returns up to archivePassAccounts accounts whose events are due
-// archiving at now: a chunk's worth, or waiting ArchiveDelay; the oldest
-// first.
+// archiving at now: a chunk's worth, or waiting the account's share of
+// ArchiveDelay; the oldest first.
 func (a *EventArchiver) due(now time.Time) []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -643,7 +644,7 @@ func newArchiveMetrics(registerer prometheus.Registerer, shard string) archiveMe
 		})),
 		lag: collectors.Register(registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "events_archive_lag_seconds",
-			Help: "How long the oldest event this process's archiver of the shard knows of has waited in Redis unarchived (ArchiveDelay at rest): Redis holds this much beyond the hot tail.",
+			Help: "How long the oldest event this process's archiver of the shard knows of has waited in Redis unarchived (at most ArchiveDelay at rest): Redis holds this much beyond the hot tail.",
 		}, []string{"shard"})).WithLabelValues(shard),
 		behind: collectors.Register(registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "events_archive_behind",

@@ -1,11 +1,15 @@
 package placement_test
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // Accounts whose events began together fall due over the second half of
@@ -43,5 +47,44 @@ func TestAccountsFallDueSpreadOverTheLaterHalfOfTheDelay(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The archiver archives each account at its own share of the delay: one
+// whose share is short is archived while one whose share is long still
+// waits.
+func TestTheArchiverWaitsEachAccountsOwnShare(t *testing.T) {
+	testserver.Parallel(t)
+	const delay = 2 * time.Second
+	var early, late string
+	for i := 0; early == "" || late == ""; i++ {
+		account := fmt.Sprintf("01JSHARE%04d", i)
+		switch wait := placement.DueAfter(account, delay); {
+		case wait <= 1100*time.Millisecond && early == "":
+			early = account
+		case wait >= 1900*time.Millisecond && late == "":
+			late = account
+		}
+	}
+	f := newArchiveFixture(t)
+	archiver := f.archiver(nil, emq.LogHotTail{Count: 5, Age: time.Hour}, placement.WithArchiveDelay(delay))
+	pass(t, archiver) // the start's reconcile: nothing yet
+	appendEvents(t, f.queue, early, 3)
+	appendEvents(t, f.queue, late, 3)
+	before := time.Now()
+	pass(t, archiver) // hears of both: their waits count from within it
+	time.Sleep(1200 * time.Millisecond)
+	pass(t, archiver)
+	if time.Since(before) >= 1900*time.Millisecond {
+		t.Skip("the box is too slow for this timing")
+	}
+	f.historyOf(t, early, 3)
+	events, err := f.history.EventsAfter(context.Background(), late, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 0 {
+		t.Fatalf("%s (its wait %v) archived %d events %v after its first: before its share of the delay",
+			late, placement.DueAfter(late, delay), len(events), time.Since(before))
 	}
 }

@@ -26,7 +26,7 @@ const idleStreamsWindow = 10 * time.Second
 // cached copy expired), each a query of one key or of the several keys
 // the streams check together. RequestKeyLookupsPerSecond are those a
 // request waited for, by the gateway's api_key_lookups_total{reason="request"}
-// (zero from a gateway without the series).
+// (a gateway without the series fails the phase).
 type gatewayCost struct {
 	Seconds                    float64 `json:"seconds"`
 	CPUPerSecond               float64 `json:"gateway_cpu_per_second"`
