@@ -1,16 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	_ "embed"
 	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ordergate/ordergate/internal/metricsserver"
 )
 
 //go:embed sql/key_lookups.sql
@@ -66,8 +65,14 @@ func (m *costMeter) read(ctx context.Context) (cpu float64, lookups int64, reque
 	if err := m.db.QueryRow(ctx, keyLookupsSQL).Scan(&lookups); err != nil {
 		return 0, 0, 0, fmt.Errorf("gateway cost: key lookups: %w", err)
 	}
-	if requestLookups, err = scrapeCounter(ctx, m.gateway.metrics, `api_key_lookups_total{reason="request"}`); err != nil {
+	const requestLookupsName = "api_key_lookups_total"
+	counters, err := metricsserver.Counters(ctx, http.DefaultClient, m.gateway.metrics, `reason="request"`, requestLookupsName)
+	if err != nil {
 		return 0, 0, 0, fmt.Errorf("gateway cost: %w", err)
+	}
+	requestLookups, ok := counters[requestLookupsName]
+	if !ok {
+		return 0, 0, 0, fmt.Errorf("gateway cost: no %s{reason=\"request\"} at %s", requestLookupsName, m.gateway.metrics)
 	}
 	return stat.cpu, lookups, requestLookups, nil
 }
@@ -81,30 +86,4 @@ func (m *costMeter) stop(ctx context.Context) (gatewayCost, error) {
 	return gatewayCost{Seconds: seconds, CPUPerSecond: (cpu - m.cpu) / seconds,
 		KeyLookupsPerSecond:        float64(lookups-m.lookups) / seconds,
 		RequestKeyLookupsPerSecond: (requestLookups - m.requestLookups) / seconds}, nil
-}
-
-// scrapeCounter reads the series (name and labels as the text format
-// writes them) from the metrics at url. A series not there is an error:
-// the gateway registers its counters at start, so a missing one is a
-// renamed series, which would otherwise read as a believable 0.
-func scrapeCounter(ctx context.Context, url, series string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err
-	}
-	response, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer response.Body.Close()
-	lines := bufio.NewScanner(response.Body)
-	for lines.Scan() {
-		if value, ok := strings.CutPrefix(lines.Text(), series+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(value), 64)
-		}
-	}
-	if err := lines.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("%s: no such series at %s", series, url)
 }

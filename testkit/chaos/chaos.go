@@ -93,6 +93,7 @@ import (
 
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/metricsserver"
 	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
@@ -479,7 +480,7 @@ func Run(t testing.TB, cfg Config) Summary {
 		slot.stateMu.Unlock()
 	}
 	summary.WorkerRestarts = int(r.restarts.Load())
-	if gw, err := scrapeCounters(&http.Client{Timeout: 2 * time.Second}, "http://"+r.gwMetricsAddr+"/metrics", "",
+	if gw, err := metricsserver.Counters(context.Background(), &http.Client{Timeout: 2 * time.Second}, "http://"+r.gwMetricsAddr+"/metrics", "",
 		"orders_admitted_total", "orders_replayed_total"); err == nil {
 		summary.GatewayAdmitted, summary.GatewayReplayed = gw["orders_admitted_total"], gw["orders_replayed_total"]
 	}
@@ -772,7 +773,7 @@ func (r *run) scrapeSlot(client *http.Client, slot *workerSlot) {
 	if proc == nil || !proc.alive() {
 		return
 	}
-	values, err := scrapeCounters(client, "http://"+addr+"/metrics", `queue="`+orders.QueuePrefix, workerCounters...)
+	values, err := metricsserver.Counters(context.Background(), client, "http://"+addr+"/metrics", `queue="`+orders.QueuePrefix, workerCounters...)
 	if err != nil {
 		return
 	}

@@ -10,8 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -150,44 +148,4 @@ func freeAddr() (string, error) {
 	}
 	defer listener.Close()
 	return listener.Addr().String(), nil
-}
-
-// scrapeCounters reads the named counters from a Prometheus text endpoint,
-// summed over the series whose labels contain label (e.g. `queue="orders"`;
-// empty takes every series).
-func scrapeCounters(client *http.Client, url, label string, names ...string) (map[string]float64, error) {
-	res, err := client.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil {
-		return nil, err
-	}
-	values := make(map[string]float64, len(names))
-	for line := range strings.SplitSeq(string(body), "\n") {
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		fields := strings.Fields(line)
-		if len(fields) < 2 {
-			continue
-		}
-		metric := fields[0]
-		if label != "" && !strings.Contains(metric, label) {
-			continue
-		}
-		if brace := strings.IndexByte(metric, '{'); brace >= 0 {
-			metric = metric[:brace]
-		}
-		for _, name := range names {
-			if metric == name {
-				if v, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil {
-					values[name] += v
-				}
-			}
-		}
-	}
-	return values, nil
 }
