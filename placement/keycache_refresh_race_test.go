@@ -56,12 +56,7 @@ func TestKeyCacheRefreshInFlightAcrossStampOnlyRevocation(t *testing.T) {
 	if _, err := f.use(t, key); err != nil {
 		t.Fatal(err)
 	}
-	looked, release := f.holdLookups()
-	f.clock.move(refreshTTL - time.Second)
-	if _, err := f.cache.Authenticate(context.Background(), key); err != nil {
-		t.Fatal(err)
-	}
-	awaitLookup(t, looked)
+	release := f.refreshHeld(t, key)
 	if err := control.New(f.pool, coherence.New(srv.Client(t))).RevokeKey(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}

@@ -121,6 +121,34 @@ func (f *refreshFixture) holdLookups() (looked <-chan struct{}, release func()) 
 	return signal, func() { close(hold) }
 }
 
+// refreshHeld has a request find key's copy in its refresh window and
+// waits until the refresh it queued has read PostgreSQL; the refresh's
+// answer is held back until release is called.
+func (f *refreshFixture) refreshHeld(t testing.TB, key string) (release func()) {
+	t.Helper()
+	looked, release := f.holdLookups()
+	f.clock.move(refreshTTL - time.Second)
+	if _, err := f.cache.Authenticate(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	awaitLookup(t, looked)
+	return release
+}
+
+// revokeHeard revokes key id with a broadcast and waits until the cache
+// heard it (heard, from NotifyRevocations).
+func (f *refreshFixture) revokeHeard(t testing.TB, caches *coherence.Client, id string, heard <-chan [sha256.Size]byte) {
+	t.Helper()
+	if err := control.New(f.pool, caches).RevokeKey(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-heard:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the revocation broadcast not heard within 5 s")
+	}
+}
+
 // awaitLookup waits for a held lookup to have read PostgreSQL.
 func awaitLookup(t testing.TB, looked <-chan struct{}) {
 	t.Helper()
@@ -213,14 +241,7 @@ func TestKeyCacheRefreshKeepsTheRevocationBounds(t *testing.T) {
 				f.clock.move(time.Second)
 			}
 			if tt.broadcast {
-				if err := control.New(f.pool, caches).RevokeKey(context.Background(), id); err != nil {
-					t.Fatal(err)
-				}
-				select {
-				case <-heard:
-				case <-time.After(5 * time.Second):
-					t.Fatal("the revocation broadcast not heard within 5 s")
-				}
+				f.revokeHeard(t, caches, id, heard)
 				if _, err := f.use(t, key); !errors.Is(err, orders.ErrUnauthenticated) {
 					t.Fatalf("after the broadcast: %v, want the key refused", err)
 				}
@@ -259,20 +280,8 @@ func TestKeyCacheRefreshThatRacedARevocationIsNotKept(t *testing.T) {
 	if _, err := f.use(t, key); err != nil {
 		t.Fatal(err)
 	}
-	looked, release := f.holdLookups()
-	f.clock.move(refreshTTL - time.Second)
-	if _, err := f.cache.Authenticate(context.Background(), key); err != nil {
-		t.Fatal(err)
-	}
-	awaitLookup(t, looked) // the refresh read the key active; its answer is held back
-	if err := control.New(f.pool, caches).RevokeKey(context.Background(), id); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-heard:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the revocation broadcast not heard within 5 s")
-	}
+	release := f.refreshHeld(t, key) // the refresh read the key active; its answer is held back
+	f.revokeHeard(t, caches, id, heard)
 	release()
 	waitFor(t, 5*time.Second, "the refresh is done", func() bool { return placement.KeyRefreshesPending(f.cache) == 0 })
 	before := f.cache.Lookups(placement.RequestLookup)
