@@ -24,7 +24,6 @@ import (
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/gateway"
-	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
@@ -98,10 +97,7 @@ func newFixtureWith(t testing.TB, accounts int, config gateway.Config, keyOption
 		t.Fatal(err)
 	}
 	f.rdb = f.redis.Client(t)
-	database := testserver.Postgres(t)
-	if err := migrations.Up(database.URL); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
+	database := testserver.MigratedPostgres(t)
 	f.db = database.Pool(t)
 
 	queueClient, err := emq.Connect(ctx, f.rdb)
