@@ -12,7 +12,6 @@ import (
 
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/control"
-	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
@@ -171,10 +170,7 @@ func TestKeyCacheSaysUntilWhenItsAnswerStands(t *testing.T) {
 func TestKeyCacheAnswersStaleWhilePostgresIsDown(t *testing.T) {
 	testserver.Parallel(t)
 	ctx := context.Background()
-	database := testserver.Postgres(t)
-	if err := migrations.Up(database.URL); err != nil {
-		t.Fatal(err)
-	}
+	database := testserver.MigratedPostgres(t)
 	db := database.Pool(t)
 	accounts := postgres.NewAccounts(db)
 	caches := coherence.New(testserver.QueueRedis(t))

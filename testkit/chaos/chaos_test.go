@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ordergate/ordergate/migrations"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/testkit/testserver"
 )
@@ -112,11 +111,7 @@ func TestScheduleIsDrawnFromTheSeed(t *testing.T) {
 // the schema does not fit fails here in seconds rather than after a chaos
 // run. Not parallel: TestChaos stops and starts the shared PostgreSQL.
 func TestCheckerQueriesRun(t *testing.T) {
-	database := testserver.Postgres(t)
-	if err := migrations.Up(database.URL); err != nil {
-		t.Fatal(err)
-	}
-	db := database.Pool(t)
+	db := testserver.MigratedPostgres(t).Pool(t)
 	ctx := context.Background()
 	for name, query := range map[string]string{"hold_doubles": holdDoublesSQL, "trades_count": tradesCountSQL,
 		"orders_status_count": ordersStatusCountSQL, "orders_read": ordersReadSQL, "resting_read": restingReadSQL,
