@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestPlaceAmountTooLarge: an order whose amounts settlement could not hold
@@ -12,6 +14,7 @@ import (
 // amounts have up to 11 decimals (2 of price, 5 of quantity, 4 of a basis
 // point), so a worst-case hold is at most 10^7 USD.
 func TestPlaceAmountTooLarge(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	tests := []struct {
 		name, side, typ, quantity, price string

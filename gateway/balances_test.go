@@ -20,6 +20,7 @@ import (
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/testkit/apitest"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // balanceFixture is the gateway fixture with the balance read side wired as
@@ -121,6 +122,7 @@ func (f *balanceFixture) deposit(t testing.TB, account, asset, amount string) {
 }
 
 func TestBalancesShowOnlyTheCallersOwn(t *testing.T) {
+	testserver.Parallel(t)
 	f := newBalanceFixture(t, 3)
 	f.deposit(t, f.accounts[0], "USD", "100")
 	f.deposit(t, f.accounts[0], "BTC", "1.5")
@@ -142,6 +144,7 @@ func TestBalancesShowOnlyTheCallersOwn(t *testing.T) {
 }
 
 func TestBalancesNeedAValidKey(t *testing.T) {
+	testserver.Parallel(t)
 	f := newBalanceFixture(t, 1)
 	for _, key := range []string{"", "ogk_unknown"} {
 		res := f.listAt(t, f.url, key)
@@ -155,6 +158,7 @@ func TestBalancesNeedAValidKey(t *testing.T) {
 // whole job mode: the outbox row, the relay onto ecc.coh.balances, the
 // consumer, and the read.
 func TestBalanceChangeShowsOnceItsCoherenceJobRan(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newBalanceFixture(t, 1)
 	account, key := f.accounts[0], f.keys[0]
@@ -193,6 +197,7 @@ func TestBalanceChangeShowsOnceItsCoherenceJobRan(t *testing.T) {
 }
 
 func TestBalancesWhenADependencyIsDown(t *testing.T) {
+	testserver.Parallel(t)
 	f := newBalanceFixture(t, 1)
 	f.deposit(t, f.accounts[0], "ETH", "3")
 
@@ -229,6 +234,7 @@ func TestBalancesWhenADependencyIsDown(t *testing.T) {
 }
 
 func TestGeneratedClientListsBalances(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newBalanceFixture(t, 1)
 	f.deposit(t, f.accounts[0], "USD", "12.5")

@@ -18,6 +18,7 @@ import (
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/settlement"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // insertRestingOrder writes a resting row as settlement leaves one (open,
@@ -39,6 +40,7 @@ func (f *fixture) insertRestingOrder(t testing.TB, account, symbol, side, quanti
 // TestCancelAllOrders: DELETE /v1/orders cancels the caller's pending and
 // resting orders, of one symbol with ?symbol=, and no one else's.
 func TestCancelAllOrders(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 2)
 	key, account := f.keys[0], f.accounts[0]
 	ethOrder := `{"client_order_id":"eth-1","symbol":"ETH-USD","side":"buy","type":"limit","quantity":"0.100","price":"3000.00"}`
@@ -351,6 +353,7 @@ func difference(a, b map[string]bool) []string {
 // unconfirmed, and leaves the book alone; a GET of an unconfirmed order
 // records its cancel, and a second DELETE cancels the rest.
 func TestCancelAllThatFailsMidwayAnswersWhatItCanceled(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newFixture(t, 1)
 	key, account := f.keys[0], f.accounts[0]

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestCancelWhoseCommandDiedIsSentAgain: a worker that buries the cancel
@@ -18,6 +19,7 @@ import (
 // again once, and answers 202 only for that live command; when that one
 // dies too, 503 (retry later), never a promise.
 func TestCancelWhoseCommandDiedIsSentAgain(t *testing.T) {
+	testserver.Parallel(t)
 	for _, tc := range []struct {
 		name string
 		// bury: how many commands the worker buries before it holds one.
@@ -71,6 +73,7 @@ func TestCancelWhoseCommandDiedIsSentAgain(t *testing.T) {
 // under the instrument's lock does, not 200 as if the client's cancel had
 // done it.
 func TestCancelOfAnOrderTheMarketCanceledIsRefused(t *testing.T) {
+	testserver.Parallel(t)
 	f := newQueuedCancelFixture(t, 1, 2*time.Second)
 	key, account := f.keys[0], f.accounts[0]
 	id := f.insertRestingOrder(t, account, "BTC-USD", "sell", "0.01", "51000")

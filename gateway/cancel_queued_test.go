@@ -17,6 +17,7 @@ import (
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/settlement"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // newQueuedCancelFixture is a fixture whose gateway sends the cancels of
@@ -156,6 +157,7 @@ func (f *fixture) audit(t testing.TB) {
 // owner loaded no book again. Another account's order, and an unknown
 // one, are 404 as before; a second DELETE is 409 canceled.
 func TestCancelOfARestingOrderGoesThroughItsOwner(t *testing.T) {
+	testserver.Parallel(t)
 	f := newQueuedCancelFixture(t, 2, 5*time.Second)
 	metrics := f.startOwner(t)
 	key, account := f.keys[0], f.accounts[0]
@@ -196,6 +198,7 @@ func TestCancelOfARestingOrderGoesThroughItsOwner(t *testing.T) {
 // them arrive; each DELETE answers 200 canceled or 409 filled, as its
 // order's row says, nothing stays held, and the owner never reloads.
 func TestCancelsRaceFills(t *testing.T) {
+	testserver.Parallel(t)
 	f := newQueuedCancelFixture(t, 2, 5*time.Second)
 	metrics := f.startOwner(t)
 	seller, buyer := f.keys[0], f.keys[1]
@@ -279,6 +282,7 @@ func TestCancelPastTheWaitIsAccepted(t *testing.T) {
 // them all, on both instruments, and the answer lists them; the other
 // account's stay.
 func TestCancelAllThroughTheOwners(t *testing.T) {
+	testserver.Parallel(t)
 	f := newQueuedCancelFixture(t, 2, 5*time.Second)
 	metrics := f.startOwner(t)
 	key := f.keys[0]
@@ -334,6 +338,7 @@ func (unrecordedCancels) RecordAllCanceled(context.Context, []orders.Order) ([]o
 // again, the resting order is canceled and its hold released, and a GET of
 // the pending order records its cancel.
 func TestCancelAllThatCannotRecordPutsQueuedCancelsBack(t *testing.T) {
+	testserver.Parallel(t)
 	f := newQueuedCancelFixtureWith(t, 1, 300*time.Millisecond,
 		func(h placement.History) placement.History { return unrecordedCancels{h} })
 	key, account := f.keys[0], f.accounts[0]

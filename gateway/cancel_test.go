@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 func TestCancelPendingOrder(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	ctx := context.Background()
 	id := f.placeNew(t, f.keys[0], "to-cancel")
@@ -44,6 +46,7 @@ func TestCancelPendingOrder(t *testing.T) {
 // TestCancelOnlyWhileNoWorkerHoldsTheOrder moves orders through the queue as
 // a worker would and cancels them in each state.
 func TestCancelOnlyWhileNoWorkerHoldsTheOrder(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	ctx := context.Background()
 	tests := []struct {

@@ -7,11 +7,13 @@ import (
 
 	"github.com/ordergate/ordergate/api/client"
 	"github.com/ordergate/ordergate/testkit/apitest"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestGeneratedClientPlacesReadsAndCancelsAnOrder drives the gateway with the client
 // generated from api/openapi.yaml, as an SDK user would.
 func TestGeneratedClientPlacesReadsAndCancelsAnOrder(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 2)
 	ctx := context.Background()
 	sdk := func(key string) *client.ClientWithResponses {

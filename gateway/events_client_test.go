@@ -67,6 +67,7 @@ func nextEvents(t testing.TB, stream *client.EventStream, first int64, count int
 // behind the address is another, reconnects (signing anew) and goes on
 // after the last event it returned: nothing lost, nothing twice.
 func TestGoClientReadsAndResumesTheEventStream(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 0)
 	for _, tt := range []struct {
 		name string
@@ -113,6 +114,7 @@ func TestGoClientReadsAndResumesTheEventStream(t *testing.T) {
 // stream's retention or its end, with the sequence to resume after, and a
 // key that may not read.
 func TestGoClientReportsStreamsItCannotOpen(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	tradeOnly := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.ScopeTrade}).Key.Reveal()
 	appendAccountEvents(t, f.events, f.accounts[0], 3, 3, 0)

@@ -12,12 +12,14 @@ import (
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // A stream that resumes further back than the log's hot tail is served
 // from the history in PostgreSQL, then joins the live events, each event
 // once and in turn; a position the history dropped too is answered 410.
 func TestEventStreamResumesFromTheHistory(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	ctx := context.Background()
 	account := f.accounts[0]

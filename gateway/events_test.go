@@ -26,6 +26,7 @@ import (
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/testkit/apitest"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // appendAccountEvents appends count balance events to the account's log,
@@ -134,6 +135,7 @@ func (s *eventStream) expectSequences(t testing.TB, first, last int64) []orders.
 // Events appended to ten accounts reach each account's stream, every one
 // in order, and no other account's.
 func TestEventStreamsCarryEachAccountsOwnEventsInOrder(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 10)
 	streams := make([]*eventStream, len(f.accounts))
 	for i := range f.accounts {
@@ -165,6 +167,7 @@ func TestEventStreamsCarryEachAccountsOwnEventsInOrder(t *testing.T) {
 // it read, by Last-Event-ID or by ?after=, gets every later event once;
 // given both, the header wins.
 func TestEventStreamResumesWithoutLossOrRepeat(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	key, account := f.keys[0], f.accounts[0]
 	for _, tt := range []struct {
@@ -205,6 +208,7 @@ func TestEventStreamResumesWithoutLossOrRepeat(t *testing.T) {
 // A gateway that stops ends its streams; a client resumes on a new one,
 // on the same Redis, after its last event, and gets the rest.
 func TestEventStreamResumesOnARestartedGateway(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	first, stop := f.startGateway(t, prometheus.NewRegistry())
 	stream := openEvents(t, f.http, first, f.keys[0], "?after=0", nil)
@@ -293,6 +297,7 @@ func TestASlowEventStreamIsDroppedWithoutDelayingAFastOne(t *testing.T) {
 // sequence to resume after once the state is read again: one past the
 // retention, and one past the last event; a malformed one is answered 400.
 func TestEventStreamRefusesPositionsItCannotResume(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	// Archived, the log keeps its newest 3: the older ones drop (the
 	// fixture's streams read no history).
@@ -367,6 +372,7 @@ func TestEventStreamHeartbeatsWhenIdle(t *testing.T) {
 
 // The stream needs an API key with the read scope, as the other reads do.
 func TestEventStreamNeedsAKeyThatReads(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 0)
 	tradeOnly := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.ScopeTrade}).Key.Reveal()
 	for _, tt := range []struct {
@@ -432,6 +438,7 @@ func TestEventStreamOutlivesServerTimeoutsAndEndsAtShutdown(t *testing.T) {
 // A thousand streams on one gateway all get their accounts' events, and
 // the gateway reads them over a few Redis connections, not one a stream.
 func TestAThousandEventStreamsShareAFewRedisConnections(t *testing.T) {
+	testserver.Parallel(t)
 	accounts, perAccount := 50, 20
 	if testing.Short() {
 		accounts, perAccount = 10, 10

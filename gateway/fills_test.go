@@ -19,6 +19,7 @@ import (
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/settlement"
 	"github.com/ordergate/ordergate/testkit/apitest"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // startWorker settles the fixture's queue with the real settler until the
@@ -99,6 +100,7 @@ func idsOf(fills []map[string]any) []string {
 // TestFillsOfASettledTrade: a crossing pair from two accounts, settled by
 // the real settlement, reads as one fill for each, from its own side.
 func TestFillsOfASettledTrade(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	f := newFixture(t, 3)
 	ledger := postgres.NewLedger(f.db)
@@ -221,6 +223,7 @@ func (f *fixture) insertTrade(t testing.TB, makerOrder, takerOrder, makerAccount
 }
 
 func TestListFillsPagesNewestFirst(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 3)
 	alice, bob := f.accounts[0], f.accounts[1]
 	// alice's ask rests and bob's bid takes it; bob's ask rests and alice's
@@ -295,6 +298,7 @@ func TestListFillsPagesNewestFirst(t *testing.T) {
 }
 
 func TestListFillsRefusesBadParameters(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	cursorOf := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 	tests := []struct {

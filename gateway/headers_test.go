@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ordergate/ordergate/gateway"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestRequestHeadLimit: a request head (request line, headers, the empty
@@ -21,6 +22,7 @@ import (
 // docs/api.md says. Raw TCP, to send heads of an exact size (a client adds
 // headers of its own), and no contract check: these answers are outside it.
 func TestRequestHeadLimit(t *testing.T) {
+	testserver.Parallel(t)
 	addr := serveGateway(t)
 	tests := []struct {
 		name   string
@@ -51,6 +53,7 @@ func TestRequestHeadLimit(t *testing.T) {
 // spec say of requests net/http refuses itself: its own answer, text/plain
 // (417 has no body), with no X-Request-Id, never the gateway's problem+json.
 func TestMalformedRequestsAreNetHTTPsAnswer(t *testing.T) {
+	testserver.Parallel(t)
 	addr := serveGateway(t)
 	tests := []struct {
 		name, head string

@@ -5,11 +5,14 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestPlaceTimeInForceAndPostOnly: the accepted and refused combinations of
 // type, time_in_force and post_only, each refusal with its problem body.
 func TestPlaceTimeInForceAndPostOnly(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	const limit = `"symbol":"BTC-USD","side":"buy","type":"limit","quantity":"0.01000","price":"50000.00"`
 	const market = `"symbol":"BTC-USD","side":"buy","type":"market","quantity":"0.01000"`
@@ -85,6 +88,7 @@ func TestPlaceTimeInForceAndPostOnly(t *testing.T) {
 // reference price (BTC-USD: 50,000, 10 %: 45,000 to 55,000) is refused at the
 // door with its own problem type; the edges are inside.
 func TestPlaceOutsideThePriceBand(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	tests := []struct {
 		name, side, quantity, price string

@@ -4,10 +4,13 @@ import (
 	"net/http"
 	"reflect"
 	"testing"
+
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestListInstruments: the seeded instruments with their rules, public.
 func TestListInstruments(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 0)
 	res := f.do(t, f.http, http.MethodGet, "/v1/instruments", "", "", "")
 	if res.status != http.StatusOK {
@@ -30,6 +33,7 @@ func TestListInstruments(t *testing.T) {
 // TestGetBook: resting orders aggregated by price, bids descending and asks
 // ascending, cut at depth; an unknown symbol is a 404 problem.
 func TestGetBook(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 2)
 	a, b := f.accounts[0], f.accounts[1]
 	f.insertRestingOrder(t, a, "BTC-USD", "buy", "0.01", "49000")

@@ -6,11 +6,14 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestMetricsCountRequestsByRoutePattern scrapes the gateway's series the
 // way Prometheus does.
 func TestMetricsCountRequestsByRoutePattern(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	key := f.keys[0]
 	id := f.placeNew(t, key, "m-1")
@@ -82,6 +85,7 @@ func parseSamples(t testing.TB, body []byte) map[string]string {
 // listener answers /metrics as any path it does not serve, with a 404
 // problem (read with a plain client: no unknown path is in the contract).
 func TestMetricsAreNotOnTheAPI(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	for _, key := range []string{"", f.keys[0]} {
 		res := f.do(t, http.DefaultClient, http.MethodGet, "/metrics", key, "", "")

@@ -5,12 +5,15 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestMinNotionalAtTheCurrentReference: a market order's minimum notional
 // is checked at the reference the band is centered on, the last trade's,
 // not the seeded price (issue 23).
 func TestMinNotionalAtTheCurrentReference(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	ctx := context.Background()
 	tests := []struct {

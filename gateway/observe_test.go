@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // accessLines are the gateway's access log lines written past offset, decoded.
@@ -26,6 +28,7 @@ func accessLines(t testing.TB, f *fixture, offset int) []map[string]any {
 // header, in a problem's request_id and on the access log line; any other is
 // replaced by a fresh ULID. The access line of a placement names its order.
 func TestRequestIDsAndAccessLog(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	key := f.keys[0]
 	tests := []struct {

@@ -14,6 +14,7 @@ import (
 	"github.com/ordergate/ordergate/api/client"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/testkit/apitest"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // finalOrder is an orders row as settlement or a cancel leaves it: a BTC-USD
@@ -116,6 +117,7 @@ func newestFirst(ids []string) []string {
 }
 
 func TestListOrdersPagesNewestFirst(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 3)
 	alice, bob := f.accounts[0], f.accounts[1]
 	statuses := []string{"filled", "rejected", "canceled", "filled", "open", "filled"}
@@ -175,6 +177,7 @@ func TestListOrdersPagesNewestFirst(t *testing.T) {
 }
 
 func TestListOrdersRefusesBadParameters(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	f.insertFinalOrder(t, finalOrder{account: f.accounts[0], status: "filled"})
 	cursorOf := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
@@ -240,6 +243,7 @@ func TestListOrdersRefusesBadParameters(t *testing.T) {
 // none is a typo or a guess (?symbol= on the balances), refused like an
 // unknown one on the listings rather than silently ignored.
 func TestRoutesWithoutParametersRefuseThem(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	for _, path := range []string{"/v1/balances", "/v1/instruments"} {
 		t.Run(path, func(t *testing.T) {
@@ -262,6 +266,7 @@ func TestRoutesWithoutParametersRefuseThem(t *testing.T) {
 // an order settlement just recorded shows settled even while its job is
 // still held.
 func TestGetShowsFinalOrdersFromPostgres(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	key, account := f.keys[0], f.accounts[0]
 	filledID := f.insertFinalOrder(t, finalOrder{account: account, status: "filled", symbol: "ETH-USD", typ: "limit", quantity: "0.25", price: "3000.05", notional: "750.0125"})
@@ -338,6 +343,7 @@ func TestGetShowsFinalOrdersFromPostgres(t *testing.T) {
 }
 
 func TestCancelRecordsTheOrderAndListsIt(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	key := f.keys[0]
 	id := f.placeNew(t, key, "to-cancel")
@@ -378,6 +384,7 @@ func TestCancelRecordsTheOrderAndListsIt(t *testing.T) {
 // still settle the order. The answer is 503, not 200; the retry after the
 // database recovers reads the order, writes the row, and reports canceled.
 func TestCancelWithoutItsRowIsNotAcknowledged(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	ctx := context.Background()
 	key := f.keys[0]
@@ -416,6 +423,7 @@ func TestCancelWithoutItsRowIsNotAcknowledged(t *testing.T) {
 // TestOrdersOfOtherAccountsStayHidden: every order route answers another
 // account's order, wherever it lives, exactly as an unknown one.
 func TestOrdersOfOtherAccountsStayHidden(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 2)
 	owner, other := f.keys[0], f.keys[1]
 	ids := map[string]string{
@@ -474,6 +482,7 @@ func TestOrdersOfOtherAccountsStayHidden(t *testing.T) {
 // TestGeneratedClientListsOrders pages through the listing with the client
 // generated from the spec, as an SDK user would.
 func TestGeneratedClientListsOrders(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	ctx := context.Background()
 	var want []string

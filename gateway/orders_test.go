@@ -12,9 +12,11 @@ import (
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 func TestConcurrentRetriesAdmitOneOrder(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	const callers = 64
 	responses := make([]response, callers)
@@ -57,6 +59,7 @@ func TestConcurrentRetriesAdmitOneOrder(t *testing.T) {
 }
 
 func TestReuseOfClientOrderIDWithAnotherBodyConflicts(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	first := f.place(t, f.keys[0], limitOrder("c-1"))
 	if first.status != http.StatusAccepted {
@@ -87,6 +90,7 @@ func TestReuseOfClientOrderIDWithAnotherBodyConflicts(t *testing.T) {
 }
 
 func TestThousandOrdersFromTenAccountsLandInTheirLanes(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 10)
 	const perAccount = 100
 	type placed struct{ account, id string }
@@ -135,6 +139,7 @@ func TestThousandOrdersFromTenAccountsLandInTheirLanes(t *testing.T) {
 // order is the caller's, and client order ids are per account, see
 // TestReuseOfClientOrderIDWithAnotherBodyConflicts.)
 func TestEveryOrderRouteHidesAnotherAccountsOrders(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 2)
 	owner, other := f.keys[0], f.keys[1]
 	id := f.placeNew(t, owner, "mine")
@@ -176,6 +181,7 @@ func TestEveryOrderRouteHidesAnotherAccountsOrders(t *testing.T) {
 }
 
 func TestAuthentication(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	revokedKey := newFixtureAccount(t, f)
 	pendingID := f.placeNew(t, f.keys[0], "stays-pending")

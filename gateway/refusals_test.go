@@ -10,11 +10,13 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/ordergate/ordergate/api"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestRefusedRequestsWriteNothing sends requests that must each be refused
 // with a problem naming the field, and checks that no key reached Redis.
 func TestRefusedRequestsWriteNothing(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	if _, err := f.db.Exec(context.Background(), `INSERT INTO assets (code, scale) VALUES ('SOL', 8);
 		INSERT INTO instruments (symbol, base, quote, tick_size, lot_size, min_notional, reference_price, status)
@@ -146,6 +148,7 @@ func TestRefusedRequestsWriteNothing(t *testing.T) {
 }
 
 func TestSeveralBadFieldsAreAllReported(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	res := f.place(t, f.keys[0], `{"client_order_id":"a b","symbol":"BTC-USD","side":"up","type":"market","quantity":"-1","price":"1"}`)
 	if res.status != http.StatusUnprocessableEntity {
@@ -161,6 +164,7 @@ func TestSeveralBadFieldsAreAllReported(t *testing.T) {
 }
 
 func TestMethodNotAllowedAndUnknownRoutesAreProblems(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	for _, tt := range []struct {
 		method, path string
@@ -185,6 +189,7 @@ func TestMethodNotAllowedAndUnknownRoutesAreProblems(t *testing.T) {
 // method is wrong whoever asks. Read with a plain client: these exchanges
 // are outside the contract's operations by definition.
 func TestOtherMethodsAre405WithTheRoutesAllow(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 1)
 	doc, err := openapi3.NewLoader().LoadFromData(api.Spec)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ordergate/ordergate/api"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestScopesRefuseWhatTheKeyMayNotDo: every operation the contract marks
@@ -19,6 +20,7 @@ import (
 // reads but neither places nor cancels, a trade-only key places and
 // cancels but reads nothing. A refused placement queues nothing.
 func TestScopesRefuseWhatTheKeyMayNotDo(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 0)
 	readOnly := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.ScopeRead}).Key.Reveal()
 	tradeOnly := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.ScopeTrade}).Key.Reveal()
@@ -88,6 +90,7 @@ func TestScopesRefuseWhatTheKeyMayNotDo(t *testing.T) {
 // and its cancel of an order no longer cancelable 409 without the status;
 // a key that reads gets both as they are now.
 func TestATradeOnlyKeyIsToldWhatItAskedNotWhatBecameOfIt(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 0)
 	for _, tt := range []struct {
 		name   string

@@ -18,6 +18,7 @@ import (
 	"github.com/ordergate/ordergate/postgres"
 	"github.com/ordergate/ordergate/settlement"
 	"github.com/ordergate/ordergate/testkit/ordergen"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // TestRandomOrdersSettleExactlyOnce places 5,000 random orders from 50
@@ -25,6 +26,7 @@ import (
 // order gets exactly one row (resting, filled, canceled or rejected), the
 // orders trade with each other, and the books audit clean.
 func TestRandomOrdersSettleExactlyOnce(t *testing.T) {
+	testserver.Parallel(t)
 	if testing.Short() {
 		t.Skip("5,000 orders")
 	}

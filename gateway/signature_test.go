@@ -22,6 +22,7 @@ import (
 	"github.com/ordergate/ordergate/secret"
 	"github.com/ordergate/ordergate/signing"
 	"github.com/ordergate/ordergate/testkit/apitest"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // signature is what a test signs: with the secret, a timestamp (now moved
@@ -129,6 +130,7 @@ func TestSignedRequests(t *testing.T) {
 // the proxy itself); the signer signed the path and query, and so does the
 // gateway.
 func TestSignedRequestThroughAForwardProxy(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 0)
 	key := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes, Signed: true})
 	proxy, err := url.Parse(f.url)
@@ -161,6 +163,7 @@ func TestSignedRequestThroughAForwardProxy(t *testing.T) {
 // allowed skew is refused signature-replayed, even with its signature written in
 // capitals, and does nothing; the same request signed anew is served.
 func TestSignedRequestIsAcceptedOnce(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixture(t, 0)
 	key := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes, Signed: true})
 	body := limitOrder("once-1")
@@ -229,6 +232,7 @@ func TestSignatureRecordOutlivesTheSkew(t *testing.T) {
 // an unsigned one is refused 401 signature-required first, as anywhere.
 // Keys that need no signature are served as before.
 func TestSignedKeyWithoutTheEncryptionKey(t *testing.T) {
+	testserver.Parallel(t)
 	f := newFixtureWith(t, 1, gateway.DefaultConfig(), placement.OpenSecretsWith(nil))
 	key := newFixtureKey(t, f, orders.KeySpec{Scopes: orders.AllScopes, Signed: true})
 	for i := range 3 {
@@ -255,6 +259,7 @@ func TestSignedKeyWithoutTheEncryptionKey(t *testing.T) {
 // the tools it names (bash, date, perl, curl), skipped where one is
 // missing. curl's exchange cannot go through the contract check.
 func TestREADMESignedCurl(t *testing.T) {
+	testserver.Parallel(t)
 	for _, tool := range []string{"bash", "date", "perl", "curl"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s: %v", tool, err)
