@@ -40,6 +40,7 @@ func keys(t testing.TB, rdb redis.UniversalClient) []string {
 }
 
 func TestAdmitWritesRowLaneAndDedupKey(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	queue, rdb := newQueue(t)
 	before := time.Now().Add(-time.Second)
@@ -103,6 +104,7 @@ func TestAdmitWritesRowLaneAndDedupKey(t *testing.T) {
 // the strings in it must come back unchanged whatever bytes they hold, and
 // at every length MessagePack encodes differently.
 func TestRowsKeepAnyBytes(t *testing.T) {
+	testserver.Parallel(t)
 	every := make([]byte, 256)
 	for i := range every {
 		every[i] = byte(i)
@@ -161,6 +163,7 @@ func TestRowsKeepAnyBytes(t *testing.T) {
 }
 
 func TestAdmitRefusals(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	tests := []struct {
 		name    string
@@ -236,6 +239,7 @@ func snapshot(t testing.TB, rdb redis.UniversalClient) string {
 }
 
 func TestAdmitSurvivesScriptFlush(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	queue, rdb := newQueue(t)
 	if _, err := queue.Admit(ctx, job("J1", "g", "")); err != nil {
@@ -253,6 +257,7 @@ func TestAdmitSurvivesScriptFlush(t *testing.T) {
 }
 
 func TestAdmitConcurrentDuplicatesAdmitOnce(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	queue, rdb := newQueue(t)
 	const callers = 64
@@ -291,6 +296,7 @@ func TestAdmitConcurrentDuplicatesAdmitOnce(t *testing.T) {
 // queued much still alternates with a group that queued little, whether the
 // jobs are claimed one by one or in batches.
 func TestAdmitTagsServeGroupsInRotation(t *testing.T) {
+	testserver.Parallel(t)
 	for _, batch := range []int{1, 2, 3, 7} {
 		t.Run(fmt.Sprintf("claims of %d", batch), func(t *testing.T) {
 			ctx := context.Background()
@@ -332,6 +338,7 @@ func TestAdmitTagsServeGroupsInRotation(t *testing.T) {
 // of the rotation it read; batches of any size still take ten backlogged
 // groups in turn, one job each per round.
 func TestClaimBatchesKeepTheRotation(t *testing.T) {
+	testserver.Parallel(t)
 	var want []string
 	for round := range 3 {
 		for g := range 10 {
@@ -362,6 +369,7 @@ func TestClaimBatchesKeepTheRotation(t *testing.T) {
 }
 
 func TestConnectFencesProtocolVersion(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	tests := []struct {
 		name    string
@@ -404,6 +412,7 @@ func TestConnectFencesProtocolVersion(t *testing.T) {
 }
 
 func TestConnectWarnsWhenServerEvicts(t *testing.T) {
+	testserver.Parallel(t)
 	for _, tt := range []struct {
 		policy   string
 		wantWarn bool

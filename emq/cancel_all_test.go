@@ -15,6 +15,7 @@ import (
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/lua"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // labeled is a job of group whose payload is a JSON object with the member
@@ -166,6 +167,7 @@ func checkLaneBookkeeping(t bookkeeper, rdb redis.UniversalClient, queue *emq.Qu
 // answered once, with or without a payload member to match, whatever the
 // bound per run; active, dead and finished jobs and other groups' stay.
 func TestCancelGroupWithdrawsEveryWaitingJob(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name   string
@@ -300,6 +302,7 @@ func missing(a, b map[string]bool) []string {
 // that no worker held from the first run to the last is withdrawn, none
 // twice, and the lanes stay consistent after every run.
 func TestCancelGroupFollowsJobsThatMoveBetweenRuns(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	for seed := range uint64(8) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
@@ -408,6 +411,7 @@ func TestCancelGroupFollowsJobsThatMoveBetweenRuns(t *testing.T) {
 // as canceling the same jobs one by one (in the order the call met them)
 // does, so the groups take their turns afterwards as they would have.
 func TestCancelGroupKeepsTheRotationAsCancelDoes(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	for _, only := range []*emq.PayloadMember{nil, {Name: "s", Value: "x"}} {
 		t.Run(fmt.Sprint("filter ", only != nil), func(t *testing.T) {
@@ -475,6 +479,7 @@ func TestCancelGroupKeepsTheRotationAsCancelDoes(t *testing.T) {
 // TestCancelGroupIsNotSentAgain: cancel_all is a once script; a run whose
 // reply is lost is sent once, and its error is the transport's.
 func TestCancelGroupIsNotSentAgain(t *testing.T) {
+	testserver.Parallel(t)
 	queue, proxy, direct := proxiedQueue(t)
 	ctx := context.Background()
 	if err := direct.ScriptLoad(ctx, lua.CancelAll).Err(); err != nil {
@@ -502,6 +507,7 @@ func TestCancelGroupIsNotSentAgain(t *testing.T) {
 // the run after it withdrew others; a failure between runs returns what the
 // runs before withdrew.
 func TestCancelGroupLeavesARowItCannotRead(t *testing.T) {
+	testserver.Parallel(t)
 	queue, rdb := newQueue(t)
 	ctx := context.Background()
 	ids := admitN(t, queue, "g", 4)
@@ -527,6 +533,7 @@ func TestCancelGroupLeavesARowItCannotRead(t *testing.T) {
 
 // TestCancelGroupRefusesWhatIsNoCall: no group, a member without a name.
 func TestCancelGroupRefusesWhatIsNoCall(t *testing.T) {
+	testserver.Parallel(t)
 	queue, _ := newQueue(t)
 	ctx := context.Background()
 	if _, err := queue.CancelGroup(ctx, "", nil); err == nil {

@@ -22,6 +22,7 @@ import (
 // TestWorkerBoundsJobsInFlight: never more than Concurrency handlers run,
 // whatever the batch size, and every job completes once.
 func TestWorkerBoundsJobsInFlight(t *testing.T) {
+	testserver.Parallel(t)
 	tests := []struct {
 		name        string
 		concurrency int
@@ -84,6 +85,7 @@ func TestWorkerBoundsJobsInFlight(t *testing.T) {
 // its admission once; a retried job's second claim is not observed, since
 // its admission is not when that wait began.
 func TestTheClaimWaitIsAJobsFirstOnly(t *testing.T) {
+	testserver.Parallel(t)
 	queue, _ := newQueue(t)
 	ids := admitPayloads(t, queue, "a", "fail once", "ok")
 	var failed atomic.Bool
@@ -184,6 +186,7 @@ func TestAClaimThatSawWorkDueStillWakesOnAdmission(t *testing.T) {
 // token however many jobs wait, and a claim that finds nothing pending takes
 // a leftover token away, so the next wait blocks until an admission.
 func TestTheWakeTokenIsOneAndGoesWithAnEmptyClaim(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	queue, rdb := newQueue(t)
 	tokens := func() int64 {

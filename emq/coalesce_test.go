@@ -40,6 +40,7 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // once by many callers travel in fewer pipelines than there are calls, and
 // each caller still gets its own answer.
 func TestConcurrentCallsShareRoundTrips(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	rdb := testserver.StartRedis(t).Client(t)
 	counter := &roundTrips{}
@@ -94,6 +95,7 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 // TestClosedClientRefusesCalls: a call after Close is refused with
 // ErrClosed instead of waiting forever for a sender.
 func TestClosedClientRefusesCalls(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	client, err := emq.Connect(ctx, testserver.StartRedis(t).Client(t))
 	if err != nil {

@@ -109,6 +109,7 @@ func TestDedupWindows(t *testing.T) {
 // one dedupWindows gives, at every moment, across windows' edges and the
 // skew allowance's, under settings that change between calls.
 func TestAdmitWindowsHoldTheirAnswer(t *testing.T) {
+	testserver.Parallel(t)
 	queue := (&Client{}).Queue("work")
 	var settings []dedupSettings
 	for _, text := range []string{"", "600000 300000", "60000 60000", "200 100", "600000 300000 3600000 1800000 1767225600000"} {
@@ -139,6 +140,7 @@ func TestAdmitWindowsHoldTheirAnswer(t *testing.T) {
 // TestDedupAcrossWindows admits the same dedup key at two moments by two
 // clocks and checks whether the second admission sees the first.
 func TestDedupAcrossWindows(t *testing.T) {
+	testserver.Parallel(t)
 	const r, w = 10 * time.Minute, 5 * time.Minute
 	// Windows in the near future, so that their expiry is too.
 	base := time.UnixMilli((time.Now().UnixMilli()/w.Milliseconds() + 2) * w.Milliseconds())
@@ -178,6 +180,7 @@ func TestDedupAcrossWindows(t *testing.T) {
 // retention it was admitted under; one admitted after it, by the first
 // process still holding the old retention, is held for the new one.
 func TestDedupAcrossRetentionChanges(t *testing.T) {
+	testserver.Parallel(t)
 	base := time.Now().Add(time.Minute)
 	tests := []struct {
 		name          string
@@ -218,6 +221,7 @@ func TestDedupAcrossRetentionChanges(t *testing.T) {
 // last one's is stored, the first process admits under it from its next
 // admission on, and the change is logged.
 func TestLastDeclarationWins(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	rdb := testserver.QueueRedis(t)
 	first := dedupQueueOn(t, rdb, time.Hour)
@@ -268,6 +272,7 @@ func TestLastDeclarationWins(t *testing.T) {
 
 // TestDeclareDedupSettings: what each declaration leaves stored.
 func TestDeclareDedupSettings(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	rdb := testserver.QueueRedis(t)
 	client, err := Connect(ctx, rdb, WithLogger(slog.New(slog.DiscardHandler)))
@@ -343,6 +348,7 @@ func TestDeclareDedupSettings(t *testing.T) {
 // must not cut short a window of the same length that a longer retention's
 // key lives in.
 func TestDedupWindowKeepsTheLatestExpiry(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	const w = time.Minute
 	base := time.UnixMilli((time.Now().UnixMilli()/w.Milliseconds() + 2) * w.Milliseconds())
@@ -481,6 +487,7 @@ func TestDedupHeld(t *testing.T) {
 // An admission's boxed keys (scriptpipe.Call.KeyArgs) are its keys, in
 // order, whatever the job carries: the script reads KEYS by position.
 func TestAdmitCallBoxesItsKeys(t *testing.T) {
+	testserver.Parallel(t)
 	queue := dedupQueue(t, 2*time.Hour)
 	limit := &RateLimit{Bucket: "key:b", Limit: Rate{Capacity: 5, PerSecond: 5}}
 	entry := &LogEntry{ID: "E1", Type: "order.accepted", Data: []byte("{}")}

@@ -189,6 +189,7 @@ func testFailover(t *testing.T, replicas int, opts ...emq.Option) {
 // MOVED, which says the script did not run; the call follows the redirect,
 // as every other call does, instead of failing.
 func TestWaitingAdmissionsFollowAPlannedFailover(t *testing.T) {
+	testserver.Parallel(t)
 	if testing.Short() {
 		t.Skip("starts a cluster with replicas and fails a master over")
 	}

@@ -10,9 +10,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 func TestWorkerRetriesAndBuriesFailedJobs(t *testing.T) {
+	testserver.Parallel(t)
 	errDeclined := errors.New("card declined")
 	tests := []struct {
 		name         string

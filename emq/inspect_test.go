@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 func TestDeadCount(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	queue, _ := newQueue(t)
 	ids := admitN(t, queue, "g", 3)
@@ -30,6 +32,7 @@ func TestDeadCount(t *testing.T) {
 // TestStateTime: each timed state answers with the time its move set, and a
 // job that moved on is not found in the state it left.
 func TestStateTime(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	queue, _ := newQueue(t)
 	ids := admitN(t, queue, "g", 2)
@@ -76,6 +79,7 @@ func TestStateTime(t *testing.T) {
 // TestLeases: every active job is listed once with its lease deadline, and a
 // renewal shows.
 func TestLeases(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	queue, _ := newQueue(t)
 	if leases, err := queue.Leases(ctx); err != nil || len(leases) != 0 {

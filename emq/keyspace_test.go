@@ -14,6 +14,7 @@ import (
 // TestMemoryUsage: each structure a pending or finished job takes room in is
 // counted, and nothing is counted for one that holds no job.
 func TestMemoryUsage(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	queue, _ := newQueue(t)
 	admitN(t, queue, "g", 20)
@@ -51,6 +52,7 @@ func TestMemoryUsage(t *testing.T) {
 // TestPurge: every key of the queue goes, and no key of another queue, even
 // one whose name the first's would match as a pattern.
 func TestPurge(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	_, rdb := newQueue(t)
 	client, err := emq.Connect(ctx, rdb)

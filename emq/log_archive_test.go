@@ -203,6 +203,7 @@ func TestReadersOfAShareSplitTheLogChanges(t *testing.T) {
 
 // ScanLogPositions walks every log's last and archived sequences.
 func TestScanLogPositionsWalksEveryLog(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	client, err := emq.Connect(ctx, testserver.QueueRedis(t))
 	if err != nil {
@@ -386,6 +387,7 @@ func mustQueue(t testing.TB, server *testserver.Redis) *emq.Queue {
 // nothing frees it: claim the log, read it with the replicas' answer,
 // mark it archived and trim it.
 func TestTheArchiverTrimsALogOnARedisAtMaxmemory(t *testing.T) {
+	testserver.Parallel(t)
 	if testserver.ClusterMode() {
 		t.Skip("starts a replica of its own; the single-server leg runs it")
 	}

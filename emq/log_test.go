@@ -37,6 +37,7 @@ func readAll(t testing.TB, queue *emq.Queue, group string) []string {
 // next sequence; a duplicate or a rate-limited refusal appends nothing, and
 // AppendLog's entries share the sequence.
 func TestAdmissionsAndAppendsShareTheGroupsSequence(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	queue, _ := newQueue(t)
 	withLog := func(id, dedup string) emq.Job {
@@ -87,6 +88,7 @@ func TestAdmissionsAndAppendsShareTheGroupsSequence(t *testing.T) {
 // appends nothing, a version past a gap is refused naming the last one
 // appended, and Force appends past a gap the caller knows is for good.
 func TestASourceIsAppendedOnceAndInOrder(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	queue, _ := newQueue(t)
 	entry := func(id string) []emq.LogEntry { return []emq.LogEntry{{ID: id, Type: "t", Data: []byte("d")}} }
@@ -212,6 +214,7 @@ func TestAppendsWaitForReplicas(t *testing.T) {
 // LastLogSequences reads the last sequence of many groups' logs at once,
 // 0 for a log never written.
 func TestLastLogSequencesReadsManyGroupsAtOnce(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	queue, _ := newQueue(t)
 	for group, count := range map[string]int{"a": 2, "b": 5} {
@@ -231,6 +234,7 @@ func TestLastLogSequencesReadsManyGroupsAtOnce(t *testing.T) {
 // readers read the log after their position, and each announcement costs
 // an XADD and a parse in every reader.
 func TestLogAppendAnnouncesItsLastEntryOnce(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	queue, _ := newQueue(t)
 	start, err := queue.LogChangesPosition(ctx)
@@ -269,6 +273,7 @@ func TestLogAppendAnnouncesItsLastEntryOnce(t *testing.T) {
 // ReadLogsAndChanges reads the logs and, in the same round trip, the
 // changes announced after a position, without waiting for any.
 func TestReadLogsAndChangesLooksAtTheNextChanges(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	queue, _ := newQueue(t)
 	start, err := queue.LogChangesPosition(ctx)
@@ -314,6 +319,7 @@ func TestReadLogsAndChangesLooksAtTheNextChanges(t *testing.T) {
 // a source's next versions in the same call follow each other, and every
 // group changed is announced once, with its last sequence.
 func TestAppendLogsAnswersEachAppendOfACall(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	entries := func(ids ...string) []emq.LogEntry {
 		out := make([]emq.LogEntry, len(ids))
@@ -437,6 +443,7 @@ func TestAppendLogsAnswersEachAppendOfACall(t *testing.T) {
 // A call's appends are bounded (a script blocks Redis while it runs), so
 // many appends go in several calls, still in order.
 func TestAppendLogsSpreadsManyAppendsOverCallsInOrder(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	queue, _ := newQueue(t)
 	var appends []emq.LogAppend
@@ -475,6 +482,7 @@ func TestAppendLogsSpreadsManyAppendsOverCallsInOrder(t *testing.T) {
 // failing append is refused alone, as it was in a call of its own; one
 // failing before any was made fails the call, which made nothing.
 func TestAppendLogsKeepsTheAppendsMadeBeforeAFailure(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	one := func(id string) []emq.LogEntry { return []emq.LogEntry{{ID: id, Type: "t"}} }
 	damaged := emq.LogAppend{Group: "b", Source: emq.LogSource{Name: "sb", Version: 1}, Entries: one("b1")}
@@ -548,6 +556,7 @@ func TestAppendLogsKeepsTheAppendsMadeBeforeAFailure(t *testing.T) {
 // READONLY, which tells a cluster client its map is stale, not answer
 // it as an append's failure.
 func TestAppendLogsOnAReplicaFailsWithTheServersError(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	master, replica := testserver.StartRedis(t), testserver.StartRedis(t)
 	queue, rdb := queueOn(t, replica.Client(t))
@@ -574,6 +583,7 @@ func TestAppendLogsOnAReplicaFailsWithTheServersError(t *testing.T) {
 // (the accounts' logs' shards) go in one round trip, each queue's in its
 // own calls (one slot a call), and come back as they were laid out.
 func TestAppendLogsAcrossQueuesInOneRoundTrip(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	rdb := testserver.QueueRedis(t)
 	trips := &roundTrips{}

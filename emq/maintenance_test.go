@@ -88,6 +88,7 @@ func TestWorkerReclaimsJobsOfADeadWorker(t *testing.T) {
 // 200 ms drain timeout), which a loaded machine missed ("drain left jobs
 // leased"). The drain's release is drain_test.go's to prove.
 func TestWorkerSamplesQueueDepths(t *testing.T) {
+	testserver.Parallel(t)
 	queue, _ := newQueue(t)
 	blocker := admitPayloads(t, queue, "first", "blocker")[0]
 	started := make(chan emq.Claim, 1)

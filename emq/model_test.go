@@ -12,6 +12,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // modelJob is a job as the pure Go model of the queue sees it.
@@ -45,6 +46,7 @@ func (m *queueModel) count(state string) int64 {
 // Redis and a pure model, and compares every job's state and every count
 // after each step.
 func TestQueueAgreesWithModel(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	rdb := newRedisForModel(t)
 	rapid.Check(t, func(rt *rapid.T) {

@@ -61,6 +61,7 @@ func state(t testing.TB, queue *emq.Queue, id string) string {
 // TestStaleWorkerIsFenced: A claims (token 1), its lease passes and is reaped,
 // B claims (token 2); every move A tries is refused and the job stays B's.
 func TestStaleWorkerIsFenced(t *testing.T) {
+	testserver.Parallel(t)
 	moves := map[string]func(q *emq.Queue, id string, token int64) error{
 		"complete": func(q *emq.Queue, id string, token int64) error { return q.Complete(context.Background(), id, token) },
 		"retry": func(q *emq.Queue, id string, token int64) error {
@@ -118,6 +119,7 @@ func TestStaleWorkerIsFenced(t *testing.T) {
 }
 
 func TestFairnessAcrossGroups(t *testing.T) {
+	testserver.Parallel(t)
 	queue, _ := newQueue(t)
 	admitN(t, queue, "A", 1000)
 	admitN(t, queue, "B", 10)
@@ -260,6 +262,7 @@ func TestJobLifecycle(t *testing.T) {
 }
 
 func TestClaimersNeverShareAJob(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	queue, _ := newQueue(t)
 	admitN(t, queue, "a", 300)
@@ -299,6 +302,7 @@ func TestClaimersNeverShareAJob(t *testing.T) {
 }
 
 func TestFinishedJobsStayWithinRetention(t *testing.T) {
+	testserver.Parallel(t)
 	if testing.Short() {
 		t.Skip("100,000 jobs")
 	}
@@ -354,6 +358,7 @@ func TestFinishedJobsStayWithinRetention(t *testing.T) {
 // TestReapersRacingReapEachLeaseOnce: every worker runs the reaper; a lease
 // is taken back exactly once however many reap at the same moment.
 func TestReapersRacingReapEachLeaseOnce(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	queue, rdb := newQueue(t)
 	admitN(t, queue, "g", 200)

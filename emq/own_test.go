@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 // ownSpan is one run of an ownership handler: from its start until its
@@ -395,6 +396,7 @@ func TestOwnGivesANewWorkerItsShare(t *testing.T) {
 
 // TestOwnRefusesBadOptions: what Own cannot run with.
 func TestOwnRefusesBadOptions(t *testing.T) {
+	testserver.Parallel(t)
 	queue, rdb := newQueue(t)
 	client, err := emq.Connect(context.Background(), rdb)
 	if err != nil {

@@ -119,6 +119,7 @@ func TestOwnershipMoves(t *testing.T) {
 
 // TestOwnershipRefusesBadArguments: no holder, or a lease too short to keep.
 func TestOwnershipRefusesBadArguments(t *testing.T) {
+	testserver.Parallel(t)
 	queue, _ := newQueue(t)
 	ownership := queue.Ownership()
 	tests := []struct {
@@ -184,6 +185,7 @@ func TestOwnershipTokenOnlyRises(t *testing.T) {
 // TestOwnershipRacingAcquirersOneWins: of many holders taking a free lease
 // at once, exactly one gets it.
 func TestOwnershipRacingAcquirersOneWins(t *testing.T) {
+	testserver.Parallel(t)
 	ctx := context.Background()
 	_, rdb := newQueue(t)
 	client, err := emq.Connect(ctx, rdb)
@@ -360,6 +362,7 @@ func TestHeldReportsALostLease(t *testing.T) {
 // lost, and the second run's answer is the truth: an acquisition answers a
 // newer token, which is the lease's (the first run's token nobody learned).
 func TestOwnershipMovesAreSentAgainAfterALostReply(t *testing.T) {
+	testserver.Parallel(t)
 	const holder = "keeper"
 	tests := []struct {
 		name   string

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/lua"
+	"github.com/ordergate/ordergate/testkit/testserver"
 )
 
 func take(t *testing.T, queue *emq.Queue, bucket string, limit emq.Rate) emq.Take {
@@ -96,6 +97,7 @@ func TestTakeTokenBucketsAreIndependent(t *testing.T) {
 }
 
 func TestTakeTokenRefusesBadArguments(t *testing.T) {
+	testserver.Parallel(t)
 	queue, rdb := newQueue(t)
 	ctx := context.Background()
 	for _, c := range []struct {
@@ -199,6 +201,7 @@ func TestAdmitSharesTheBucketWithTakeToken(t *testing.T) {
 }
 
 func TestAdmitRefusesABadRateLimit(t *testing.T) {
+	testserver.Parallel(t)
 	queue, _ := newQueue(t)
 	for _, limit := range []emq.RateLimit{
 		{Bucket: "", Limit: emq.Rate{Capacity: 1, PerSecond: 1}},

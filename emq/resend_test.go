@@ -74,6 +74,7 @@ func sha(script string) string {
 // gets an error that is not a refusal, and the job shows that the move ran
 // exactly once.
 func TestUnsafeMovesAreNotSentAgain(t *testing.T) {
+	testserver.Parallel(t)
 	type move struct {
 		name string
 		// setup prepares the job(s) and returns what the fault matches.

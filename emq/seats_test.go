@@ -35,6 +35,7 @@ func takeSeat(t testing.TB, queue *emq.Queue, holder string, ttl time.Duration, 
 // already is renewed, not counted twice. A seat left is free again, and a
 // take spans its sets all or none.
 func TestSeatSetsCapTheirHolders(t *testing.T) {
+	testserver.Parallel(t)
 	queue, rdb := newQueue(t)
 	ctx := context.Background()
 	key := emq.SeatLimit{Set: "key:k1", Seats: 2}
@@ -115,6 +116,7 @@ func TestSeatsExpireUnlessRenewed(t *testing.T) {
 // A renewal names the seats of many holders in many sets at once, past
 // one script run's batch.
 func TestRenewSeatsInBatches(t *testing.T) {
+	testserver.Parallel(t)
 	queue, rdb := newQueue(t)
 	ctx := context.Background()
 	var seats []emq.Seat
@@ -145,6 +147,7 @@ func TestRenewSeatsInBatches(t *testing.T) {
 
 // The arguments a seat set refuses, before any round trip.
 func TestSeatArgumentsAreChecked(t *testing.T) {
+	testserver.Parallel(t)
 	queue, _ := newQueue(t)
 	ctx := context.Background()
 	ok := emq.SeatLimit{Set: "s", Seats: 1}

@@ -225,6 +225,7 @@ func queueOn(t testing.TB, rdb redis.UniversalClient) (*emq.Queue, redis.Univers
 }
 
 func TestWorkRefusesBadOptions(t *testing.T) {
+	testserver.Parallel(t)
 	queue, _ := newQueue(t)
 	tests := []struct {
 		name    string
