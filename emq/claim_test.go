@@ -450,3 +450,77 @@ func TestTheClaimWaitIsTheTimePendingInSeconds(t *testing.T) {
 	}
 	t.Fatal("no emq_claim_wait_seconds")
 }
+
+// TestAClaimPassesOverALaneAdmittedSinceItsHeads: a lane admitted after
+// the last claim listed the rotation's heads joins it at the tag of the
+// lanes due now; the next claim takes the lanes it named of that tag in
+// the same run and leaves the new lane at the head, before any lane of a
+// later tag: under a backlog a run no longer ends at each lane admitted
+// during the round trip before it.
+func TestAClaimPassesOverALaneAdmittedSinceItsHeads(t *testing.T) {
+	tests := []struct {
+		name string
+		// n is the claim after the admission to the new lane a0.
+		n int
+		// want is what that claim takes, then the claim after it.
+		want, next []string
+		runs       int
+	}{
+		{
+			name: "lanes of its tag follow it",
+			n:    8,
+			want: []string{"g2-00000", "g3-00000", "g4-00000", "g5-00000", "g6-00000", "g7-00000", "g8-00000", "g9-00000"},
+			next: []string{"a0-00000"},
+			runs: 1,
+		},
+		{
+			name: "a lane of a later tag waits for it",
+			n:    10,
+			want: []string{"g2-00000", "g3-00000", "g4-00000", "g5-00000", "g6-00000", "g7-00000", "g8-00000", "g9-00000",
+				"a0-00000", "g1-00001"},
+			next: []string{"g2-00001"},
+			runs: 2,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rdb := testserver.QueueRedis(t)
+			claims := &claimLog{}
+			rdb.AddHook(claims)
+			queue, _ := queueOn(t, rdb)
+			claims.jobsKey = queue.Key("jobs")
+			for g := 1; g <= 9; g++ {
+				admitN(t, queue, fmt.Sprintf("g%d", g), 2)
+			}
+			// Lists the heads: g1 goes back a tag later, g2…g9 stay due.
+			if got := claimIDs(t, queue, 1); !slices.Equal(got, []string{"g1-00000"}) {
+				t.Fatalf("first claim = %v", got)
+			}
+			admitN(t, queue, "a0", 1)
+			before := claims.runs()
+			if got := claimIDs(t, queue, tt.n); !slices.Equal(got, tt.want) {
+				t.Errorf("claim of %d = %v, want %v", tt.n, got, tt.want)
+			}
+			if runs := claims.runs() - before; runs != tt.runs {
+				t.Errorf("the claim of %d took %d script runs, want %d", tt.n, runs, tt.runs)
+			}
+			if got := claimIDs(t, queue, len(tt.next)); !slices.Equal(got, tt.next) {
+				t.Errorf("next claim = %v, want %v", got, tt.next)
+			}
+		})
+	}
+}
+
+// claimIDs claims up to n jobs and returns their ids in the order taken.
+func claimIDs(t testing.TB, queue *emq.Queue, n int) []string {
+	t.Helper()
+	claims, err := queue.Claim(context.Background(), n, time.Minute)
+	if err != nil {
+		t.Fatalf("claim %d: %v", n, err)
+	}
+	ids := make([]string, len(claims))
+	for i, claim := range claims {
+		ids[i] = claim.ID
+	}
+	return ids
+}

@@ -43,10 +43,15 @@ const headsListed = 64
 //
 // Each lane is a list named after its group, and every key a script touches
 // is passed in KEYS, so the claim script is handed the lanes at the head of
-// the rotation as the previous claim's reply listed them. When the rotation
-// has moved on to a lane not handed over, the script stops there and lists
-// the lanes now at the head, and the claim goes on with those: one round trip
-// while the rotation stays where the last claim left it, two when it moved.
+// the rotation as the previous claim's reply listed them. A lane not handed
+// over that joined since (an admission to an idle group) is passed over
+// while lanes handed over of the same tag follow it, which are as due; when
+// the rotation has moved on to a lane not handed over otherwise, the script
+// stops there and lists the lanes now at the head, and the claim goes on
+// with those: one round trip while the rotation stays where the last claim
+// left it, two when it moved. Without the pass, a claim under a backlog
+// stopped at every lane admitted during its last round trip, a few jobs a
+// run (docs/performance.md, "A claim under a backlog").
 // Concurrent claimers pop different jobs off the lists: they never share one.
 func (q *Queue) Claim(ctx context.Context, n int, lease time.Duration) ([]Claim, error) {
 	claims, _, err := q.claim(ctx, n, lease, nil)

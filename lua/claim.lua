@@ -5,9 +5,11 @@
 -- Every key the script touches is in KEYS, so the caller names the lanes it
 -- expects at the head of the rotation: those the previous claim's reply
 -- listed. N claims in rotation order take from at most the first N lanes;
--- when the next lane in the rotation is one the caller did not name (the
--- rotation moved on), the script stops there, and the reply lists the lanes
--- now at the head for the caller to claim the rest with. Racing claimers pop
+-- a lane the caller did not name (one admitted since, or the rotation moved
+-- on) is passed over, up to 64, and the named lanes of its tag after it are
+-- taken; the first lane of a later tag, or a 65th lane not named, ends the
+-- run, and the reply lists the lanes now at the head (those passed over
+-- first) for the caller to claim the rest with. Racing claimers pop
 -- different jobs off the same lists, so they never share a job.
 --
 -- KEYS[1]   emq:{q}:jobs          hash   id -> job row (see lib.lua)
@@ -88,34 +90,55 @@ end
 
 -- The lane whose head has the lowest tag gives one job and goes back into
 -- the rotation one tag later, or, run empty, leaves its finish tag in tags.
-local named = {}
-for i = 4, #ARGV do named[ARGV[i]] = KEYS[i + 6] end
+--
+-- A lane not named (one admitted since the caller's heads were listed)
+-- is passed over, up to pass_most of them, and the named lanes of its tag
+-- after it are taken: lanes of one tag are equally due, their order (by
+-- name) is no turn, so this keeps the rotation's order of tags. The first
+-- lane of a later tag ends the run: the lanes passed over go first. Without
+-- the pass, under a backlog every run stopped at the first lane admitted
+-- during the round trip before it and took a few jobs.
+local pass_most = 64
+local named, naming = {}, 0
+for i = 4, #ARGV do named[ARGV[i]] = KEYS[i + 6]; naming = naming + 1 end
 local virtual = -1
+local passed, passed_tag = {}, nil
 while claimed < limit do
   local head = redis.call('ZPOPMIN', KEYS[3])
   if #head == 0 then
     -- Nothing is pending (the front list ran empty before the lanes): a
     -- token still here was pushed for a job someone claimed already.
-    redis.call('DEL', KEYS[8])
+    if #passed == 0 then redis.call('DEL', KEYS[8]) end
     break
   end
   local group, tag = head[1], tonumber(head[2])
   local lane = named[group]
-  if not lane then -- not named: the caller claims the rest with the reply's heads
+  if passed_tag and tag > passed_tag then -- the lanes passed over go first
     redis.call('ZADD', KEYS[3], tag, group)
     break
   end
-  local id = redis.call('LPOP', lane)
-  if redis.call('LLEN', lane) > 0 then
-    redis.call('ZADD', KEYS[3], tag + 1, group)
+  if not lane then
+    if naming == 0 or #passed >= pass_most then -- the caller claims the rest with the reply's heads
+      redis.call('ZADD', KEYS[3], tag, group)
+      break
+    end
+    passed_tag = tag
+    passed[#passed + 1] = tag
+    passed[#passed + 1] = group
   else
-    redis.call('HSET', KEYS[7], group, tag + 1)
-  end
-  if id then
-    if tag > virtual then virtual = tag end
-    take(id, group)
+    local id = redis.call('LPOP', lane)
+    if redis.call('LLEN', lane) > 0 then
+      redis.call('ZADD', KEYS[3], tag + 1, group)
+    else
+      redis.call('HSET', KEYS[7], group, tag + 1)
+    end
+    if id then
+      if tag > virtual then virtual = tag end
+      take(id, group)
+    end
   end
 end
+if #passed > 0 then redis.call('ZADD', KEYS[3], unpack(passed)) end
 for group, n in pairs(taken) do
   if redis.call('HINCRBY', KEYS[4], group, -n) <= 0 then
     redis.call('HDEL', KEYS[4], group)
