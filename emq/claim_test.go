@@ -524,3 +524,44 @@ func claimIDs(t testing.TB, queue *emq.Queue, n int) []string {
 	}
 	return ids
 }
+
+// TestAClaimPassesOverAtMost64Lanes: a run passes over up to 64 lanes it
+// did not name and takes the named lanes of their tag after them; a 65th
+// ends the run, and the next run names the lanes passed over.
+func TestAClaimPassesOverAtMost64Lanes(t *testing.T) {
+	tests := []struct {
+		admitted int // idle groups admitted after the heads were listed
+		want     []string
+		runs     int
+	}{
+		{admitted: 33, want: []string{"g2-00000", "g3-00000", "g4-00000", "g5-00000"}, runs: 1},
+		{admitted: 64, want: []string{"g2-00000", "g3-00000", "g4-00000", "g5-00000"}, runs: 1},
+		{admitted: 65, want: []string{"a00-00000", "a01-00000", "a02-00000", "a03-00000"}, runs: 2},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.admitted), func(t *testing.T) {
+			rdb := testserver.QueueRedis(t)
+			claims := &claimLog{}
+			rdb.AddHook(claims)
+			queue, _ := queueOn(t, rdb)
+			claims.jobsKey = queue.Key("jobs")
+			for g := 1; g <= 5; g++ {
+				admitN(t, queue, fmt.Sprintf("g%d", g), 2)
+			}
+			if got := claimIDs(t, queue, 1); !slices.Equal(got, []string{"g1-00000"}) {
+				t.Fatalf("first claim = %v", got)
+			}
+			// Names sort before g2…g5, so they come first among lanes of their tag.
+			for a := range tt.admitted {
+				admitN(t, queue, fmt.Sprintf("a%02d", a), 1)
+			}
+			before := claims.runs()
+			if got := claimIDs(t, queue, len(tt.want)); !slices.Equal(got, tt.want) {
+				t.Errorf("claim of %d = %v, want %v", len(tt.want), got, tt.want)
+			}
+			if runs := claims.runs() - before; runs != tt.runs {
+				t.Errorf("the claim took %d script runs, want %d", runs, tt.runs)
+			}
+		})
+	}
+}

@@ -102,7 +102,7 @@ local pass_most = 64
 local named, naming = {}, 0
 for i = 4, #ARGV do named[ARGV[i]] = KEYS[i + 6]; naming = naming + 1 end
 local virtual = -1
-local passed, passed_tag = {}, nil
+local passed, passed_tag = {}, nil -- tag, group, tag, group, ...: two entries a lane
 while claimed < limit do
   local head = redis.call('ZPOPMIN', KEYS[3])
   if #head == 0 then
@@ -118,7 +118,7 @@ while claimed < limit do
     break
   end
   if not lane then
-    if naming == 0 or #passed >= pass_most then -- the caller claims the rest with the reply's heads
+    if naming == 0 or #passed >= 2 * pass_most then -- the caller claims the rest with the reply's heads
       redis.call('ZADD', KEYS[3], tag, group)
       break
     end
