@@ -451,34 +451,54 @@ func TestTheClaimWaitIsTheTimePendingInSeconds(t *testing.T) {
 	t.Fatal("no emq_claim_wait_seconds")
 }
 
-// TestAClaimPassesOverALaneAdmittedSinceItsHeads: a lane admitted after
+// TestAClaimPassesOverLanesAdmittedSinceItsHeads: a lane admitted after
 // the last claim listed the rotation's heads joins it at the tag of the
 // lanes due now; the next claim takes the lanes it named of that tag in
-// the same run and leaves the new lane at the head, before any lane of a
+// the same run and leaves the new lanes at the head, before any lane of a
 // later tag: under a backlog a run no longer ends at each lane admitted
-// during the round trip before it.
-func TestAClaimPassesOverALaneAdmittedSinceItsHeads(t *testing.T) {
+// during the round trip before it. A run passes over at most 64 such
+// lanes; a 65th ends it, and the next run names the lanes passed over.
+func TestAClaimPassesOverLanesAdmittedSinceItsHeads(t *testing.T) {
 	tests := []struct {
 		name string
-		// n is the claim after the admission to the new lane a0.
+		// groups are admitted two jobs each before the first claim lists
+		// the heads, admitted groups one job each after it.
+		groups, admitted int
+		// n is the claim after the admissions to the new lanes a00….
 		n int
-		// want is what that claim takes, then the claim after it.
+		// want is what that claim takes, next what the claim after it takes.
 		want, next []string
 		runs       int
 	}{
 		{
-			name: "lanes of its tag follow it",
-			n:    8,
+			name: "lanes of its tag follow it", groups: 9, admitted: 1, n: 8,
 			want: []string{"g2-00000", "g3-00000", "g4-00000", "g5-00000", "g6-00000", "g7-00000", "g8-00000", "g9-00000"},
-			next: []string{"a0-00000"},
+			next: []string{"a00-00000"},
 			runs: 1,
 		},
 		{
-			name: "a lane of a later tag waits for it",
-			n:    10,
+			name: "a lane of a later tag waits for it", groups: 9, admitted: 1, n: 10,
 			want: []string{"g2-00000", "g3-00000", "g4-00000", "g5-00000", "g6-00000", "g7-00000", "g8-00000", "g9-00000",
-				"a0-00000", "g1-00001"},
+				"a00-00000", "g1-00001"},
 			next: []string{"g2-00001"},
+			runs: 2,
+		},
+		{
+			name: "33 passed", groups: 5, admitted: 33, n: 4,
+			want: []string{"g2-00000", "g3-00000", "g4-00000", "g5-00000"},
+			next: []string{"a00-00000"},
+			runs: 1,
+		},
+		{
+			name: "64 passed", groups: 5, admitted: 64, n: 4,
+			want: []string{"g2-00000", "g3-00000", "g4-00000", "g5-00000"},
+			next: []string{"a00-00000"},
+			runs: 1,
+		},
+		{
+			name: "the 65th ends the run", groups: 5, admitted: 65, n: 4,
+			want: []string{"a00-00000", "a01-00000", "a02-00000", "a03-00000"},
+			next: []string{"a04-00000"},
 			runs: 2,
 		},
 	}
@@ -489,14 +509,17 @@ func TestAClaimPassesOverALaneAdmittedSinceItsHeads(t *testing.T) {
 			rdb.AddHook(claims)
 			queue, _ := queueOn(t, rdb)
 			claims.jobsKey = queue.Key("jobs")
-			for g := 1; g <= 9; g++ {
+			for g := 1; g <= tt.groups; g++ {
 				admitN(t, queue, fmt.Sprintf("g%d", g), 2)
 			}
-			// Lists the heads: g1 goes back a tag later, g2…g9 stay due.
+			// Lists the heads: g1 goes back a tag later, the others stay due.
 			if got := claimIDs(t, queue, 1); !slices.Equal(got, []string{"g1-00000"}) {
 				t.Fatalf("first claim = %v", got)
 			}
-			admitN(t, queue, "a0", 1)
+			// Their names sort before g2…, so they come first among lanes of their tag.
+			for a := range tt.admitted {
+				admitN(t, queue, fmt.Sprintf("a%02d", a), 1)
+			}
 			before := claims.runs()
 			if got := claimIDs(t, queue, tt.n); !slices.Equal(got, tt.want) {
 				t.Errorf("claim of %d = %v, want %v", tt.n, got, tt.want)
@@ -523,45 +546,4 @@ func claimIDs(t testing.TB, queue *emq.Queue, n int) []string {
 		ids[i] = claim.ID
 	}
 	return ids
-}
-
-// TestAClaimPassesOverAtMost64Lanes: a run passes over up to 64 lanes it
-// did not name and takes the named lanes of their tag after them; a 65th
-// ends the run, and the next run names the lanes passed over.
-func TestAClaimPassesOverAtMost64Lanes(t *testing.T) {
-	tests := []struct {
-		admitted int // idle groups admitted after the heads were listed
-		want     []string
-		runs     int
-	}{
-		{admitted: 33, want: []string{"g2-00000", "g3-00000", "g4-00000", "g5-00000"}, runs: 1},
-		{admitted: 64, want: []string{"g2-00000", "g3-00000", "g4-00000", "g5-00000"}, runs: 1},
-		{admitted: 65, want: []string{"a00-00000", "a01-00000", "a02-00000", "a03-00000"}, runs: 2},
-	}
-	for _, tt := range tests {
-		t.Run(fmt.Sprint(tt.admitted), func(t *testing.T) {
-			rdb := testserver.QueueRedis(t)
-			claims := &claimLog{}
-			rdb.AddHook(claims)
-			queue, _ := queueOn(t, rdb)
-			claims.jobsKey = queue.Key("jobs")
-			for g := 1; g <= 5; g++ {
-				admitN(t, queue, fmt.Sprintf("g%d", g), 2)
-			}
-			if got := claimIDs(t, queue, 1); !slices.Equal(got, []string{"g1-00000"}) {
-				t.Fatalf("first claim = %v", got)
-			}
-			// Names sort before g2…g5, so they come first among lanes of their tag.
-			for a := range tt.admitted {
-				admitN(t, queue, fmt.Sprintf("a%02d", a), 1)
-			}
-			before := claims.runs()
-			if got := claimIDs(t, queue, len(tt.want)); !slices.Equal(got, tt.want) {
-				t.Errorf("claim of %d = %v, want %v", len(tt.want), got, tt.want)
-			}
-			if runs := claims.runs() - before; runs != tt.runs {
-				t.Errorf("the claim took %d script runs, want %d", runs, tt.runs)
-			}
-		})
-	}
 }
