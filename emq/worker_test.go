@@ -277,7 +277,8 @@ func TestPermanent(t *testing.T) {
 }
 
 // gathered returns every sample of registry by metric name; a histogram
-// contributes its observation count as <name>_count.
+// contributes its observation count as <name>_count and their sum as
+// <name>_sum.
 func gathered(t testing.TB, registry *prometheus.Registry) map[string]float64 {
 	t.Helper()
 	families, err := registry.Gather()
@@ -294,6 +295,7 @@ func gathered(t testing.TB, registry *prometheus.Registry) map[string]float64 {
 				values[family.GetName()] += metric.GetGauge().GetValue()
 			case metric.GetHistogram() != nil:
 				values[family.GetName()+"_count"] += float64(metric.GetHistogram().GetSampleCount())
+				values[family.GetName()+"_sum"] += metric.GetHistogram().GetSampleSum()
 			}
 		}
 	}
