@@ -1,0 +1,68 @@
+package placement_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
+)
+
+// BenchmarkArchivePass is one pass of the event archiver on real Redis and
+// PostgreSQL: each op appends events to each of accounts logs (not timed),
+// then a pass archives them all (read, written as one chunk an account,
+// marked). It reports the process's CPU (user + system, the pass alone) per
+// event archived, where ns/op is mostly the servers' time.
+func BenchmarkArchivePass(b *testing.B) {
+	for _, c := range []struct{ accounts, events int }{{1, 64}, {8, 64}, {32, 128}} {
+		b.Run("accounts="+strconv.Itoa(c.accounts)+"/events="+strconv.Itoa(c.events), func(b *testing.B) {
+			f := newArchiveFixture(b)
+			archiver := f.archiver(nil, emq.DefaultLogHotTail)
+			ctx := context.Background()
+			// An order's event as the relay appends it, about its size.
+			data := []byte(`{"id":"ORD01JEXAMPLE0000000000000000","client_order_id":"c-123456","instrument":"BTC-USD","side":"buy",` +
+				`"type":"limit","time_in_force":"gtc","price":"64123.45","quantity":"0.01500000","filled_quantity":"0.00500000",` +
+				`"remaining_quantity":"0.01000000","average_price":"64120.00","status":"partially_filled",` +
+				`"created_at":"2026-12-06T20:00:00.123Z","updated_at":"2026-12-06T20:00:00.456Z","` + strings.Repeat("x", 60) + `":1}`)
+			appends := make([]emq.LogAppend, c.accounts)
+			for i := range appends {
+				entries := make([]emq.LogEntry, c.events)
+				for j := range entries {
+					entries[j] = emq.LogEntry{ID: "ev-" + strconv.Itoa(j), Type: string(orders.EventOrderPartiallyFilled), Data: data}
+				}
+				appends[i] = emq.LogAppend{Group: "acct-" + strconv.Itoa(i), Entries: entries}
+			}
+			pass(b, archiver) // the change stream's share, first plans
+			var cpu int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				if _, err := f.queue.AppendLogs(ctx, appends); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				before := processCPU(b)
+				if err := archiver.Pass(ctx, time.Millisecond); err != nil {
+					b.Fatal(err)
+				}
+				cpu += processCPU(b) - before
+			}
+			b.ReportMetric(float64(cpu)/float64(b.N*c.accounts*c.events), "cpu-ns/event")
+		})
+	}
+}
+
+// processCPU is the process's CPU so far, user and system, in nanoseconds.
+func processCPU(tb testing.TB) int64 {
+	tb.Helper()
+	var usage syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
+		tb.Fatal(err)
+	}
+	return usage.Utime.Nano() + usage.Stime.Nano()
+}
