@@ -51,6 +51,16 @@ func BenchmarkArchivePass(b *testing.B) {
 					b.Fatal(err)
 				}
 				cpu += processCPU(b) - before
+				b.StopTimer()
+				archived, err := f.queue.LogsArchived(ctx, []string{appends[0].Group, appends[len(appends)-1].Group})
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, last := logBounds(b, f.queue, appends[0].Group)
+				if archived[appends[0].Group] != last || archived[appends[len(appends)-1].Group] != last {
+					b.Fatalf("a pass left events: archived %v, last %d", archived, last)
+				}
+				b.StartTimer()
 			}
 			b.ReportMetric(float64(cpu)/float64(b.N*c.accounts*c.events), "cpu-ns/event")
 		})
