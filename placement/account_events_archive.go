@@ -64,9 +64,12 @@ const (
 	// eventChunk is the most events a chunk holds (the history's own limit,
 	// postgres.MaxChunkEvents, is higher).
 	eventChunk = 256
-	// archivePassAccounts is the most accounts one pass archives: one read
-	// of their logs, one PostgreSQL transaction, one round of marks.
+	// archivePassAccounts is the most accounts one round of a pass
+	// archives: one read of their logs, one PostgreSQL transaction, one
+	// round of marks. archiveRounds is the most rounds a pass makes, each
+	// up to a chunk an account.
 	archivePassAccounts = 256
+	archiveRounds       = 16
 	// archiveShare is the archivers' share of the change stream.
 	archiveShare = "archive"
 	// archiveWait is the longest an archiver waits for announcements
@@ -134,8 +137,10 @@ type EventArchiver struct {
 	// pending holds the accounts whose logs hold events this archiver was
 	// told of and has not archived yet.
 	pending map[string]*pendingLog
-	// taken is how many announcements the last pass took.
-	taken int
+	// taken is how many announcements the last pass took; backlog whether
+	// accounts were left due after its last round (archiveRounds).
+	taken   int
+	backlog bool
 	// scan is where the reconcile's scan of the logs' positions is, and
 	// scanning whether one is under way; reconciled is when the last began.
 	scan       uint64
@@ -225,9 +230,10 @@ func (a *EventArchiver) Run(ctx context.Context) {
 	}()
 	failures := outage.Tracker{Loop: "event archiver"}
 	pace := min(archivePace, a.delay)
+	wait := archiveWait
 	for ctx.Err() == nil {
 		start := time.Now()
-		if err := a.Pass(ctx, archiveWait); err != nil {
+		if err := a.Pass(ctx, wait); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -237,18 +243,29 @@ func (a *EventArchiver) Run(ctx context.Context) {
 		}
 		failures.Recover(a.logger)
 		a.mu.Lock()
-		behind := a.taken >= archiveTake
+		behind, backlog := a.taken >= archiveTake, a.backlog
 		a.mu.Unlock()
-		if !behind {
+		// Accounts left due (a busy account's log outgrowing a pass's
+		// rounds) are archived again at once, without waiting for
+		// announcements: paced, one account could be archived at most
+		// archiveRounds × eventChunk events a pace, and its log, never
+		// trimmed past what is archived, would grow in Redis beyond.
+		wait = archiveWait
+		if backlog {
+			wait = -1
+		}
+		if !behind && !backlog {
 			outage.Sleep(ctx, pace-time.Since(start))
 		}
 	}
 }
 
 // Pass is one turn of Run: it takes the announcements that came within
-// wait, compares a page of the logs' positions when a reconcile is under
-// way, archives the accounts that are due, and trims the logs whose hot
-// tail aged.
+// wait (those already there when wait is negative), compares a page of
+// the logs' positions when a reconcile is under way, archives the
+// accounts that are due, in up to archiveRounds rounds, and trims the
+// logs whose hot tail aged. It notes whether accounts were still due
+// after the last round (Run then starts the next pass at once).
 func (a *EventArchiver) Pass(ctx context.Context, wait time.Duration) error {
 	changes, err := a.queue.TakeLogChanges(ctx, archiveShare, a.reader, wait, archiveTake)
 	if err != nil {
@@ -273,15 +290,23 @@ func (a *EventArchiver) Pass(ctx context.Context, wait time.Duration) error {
 	if err := a.learnPositions(ctx); err != nil {
 		return err
 	}
-	for range 16 {
+	backlog := false
+	for round := range archiveRounds + 1 {
 		due := a.due(time.Now())
 		if len(due) == 0 {
+			break
+		}
+		if round == archiveRounds {
+			backlog = true
 			break
 		}
 		if err := a.archiveAccounts(ctx, due); err != nil {
 			return err
 		}
 	}
+	a.mu.Lock()
+	a.backlog = backlog
+	a.mu.Unlock()
 	if err := a.trimAged(ctx); err != nil {
 		return err
 	}

@@ -387,3 +387,41 @@ func TestAnArchiverKeepsNothingItsReplicasLack(t *testing.T) {
 	}
 	f.historyOf(t, "acct", 5)
 }
+
+// A pass archives up to archiveRounds chunks of an account; an account
+// with more is left due, and the pass says so (Run then goes on at once
+// rather than at its pace, or a busy account's log would outgrow it in
+// Redis), until a next pass has archived it.
+func TestAPassThatLeavesAnAccountDueSaysSo(t *testing.T) {
+	testserver.Parallel(t)
+	f := newArchiveFixture(t)
+	const rounds, chunk, extra = 16, 256, 300
+	appendEvents(t, f.queue, "busy", rounds*chunk+extra)
+	appendEvents(t, f.queue, "calm", 5)
+	// A long delay: only a chunk's worth is due at once.
+	archiver := f.archiver(nil, emq.LogHotTail{Count: 5, Age: time.Hour}, placement.WithArchiveDelay(time.Hour))
+	tests := []struct {
+		name        string
+		wantBusy    int64
+		wantBacklog bool
+	}{
+		{name: "first pass: its rounds used up, the account left due", wantBusy: rounds * chunk, wantBacklog: true},
+		// An account that filled its last chunk is due again at once.
+		{name: "second pass: the rest", wantBusy: rounds*chunk + extra, wantBacklog: false},
+		{name: "third pass: nothing due", wantBusy: rounds*chunk + extra, wantBacklog: false},
+	}
+	for _, tt := range tests {
+		pass(t, archiver)
+		archived, err := f.queue.LogsArchived(context.Background(), []string{"busy", "calm"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if archived["busy"] != tt.wantBusy || archived["calm"] != 0 {
+			t.Errorf("%s: archived busy %d, calm %d; want %d, 0", tt.name, archived["busy"], archived["calm"], tt.wantBusy)
+		}
+		if got := placement.ArchiveBacklog(archiver); got != tt.wantBacklog {
+			t.Errorf("%s: backlog %v, want %v", tt.name, got, tt.wantBacklog)
+		}
+	}
+	f.historyOf(t, "busy", rounds*chunk+extra)
+}

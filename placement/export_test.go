@@ -13,6 +13,13 @@ func CoherenceWaiting(c *BalanceCoherence) int {
 // ArchiveClaim is how long an archiver's claim of an account lasts.
 const ArchiveClaim = archiveClaim
 
+// ArchiveBacklog reports whether a's last pass left accounts due.
+func ArchiveBacklog(a *EventArchiver) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.backlog
+}
+
 // CarryWithoutMarking has r's Relay carry rows and leave their marking to a
 // sweeping loop that never comes, until forget, which drops them unmarked:
 // a process that died between a relay and its marking.
