@@ -261,11 +261,12 @@ func (a *EventArchiver) Run(ctx context.Context) {
 }
 
 // Pass is one turn of Run: it takes the announcements that came within
-// wait (those already there when wait is negative), compares a page of
-// the logs' positions when a reconcile is under way, archives the
-// accounts that are due, in up to archiveRounds rounds, and trims the
-// logs whose hot tail aged. It notes whether accounts were still due
-// after the last round (Run then starts the next pass at once).
+// wait (those already there when wait is negative; a wait under a
+// millisecond waits until one comes), compares a page of the logs'
+// positions when a reconcile is under way, archives the accounts that
+// are due, in up to archiveRounds rounds, and trims the logs whose hot
+// tail aged. It notes whether accounts were still due after the last
+// round (Run then starts the next pass at once).
 func (a *EventArchiver) Pass(ctx context.Context, wait time.Duration) error {
 	changes, err := a.queue.TakeLogChanges(ctx, archiveShare, a.reader, wait, archiveTake)
 	if err != nil {

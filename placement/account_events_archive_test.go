@@ -391,37 +391,49 @@ func TestAnArchiverKeepsNothingItsReplicasLack(t *testing.T) {
 // A pass archives up to archiveRounds chunks of an account; an account
 // with more is left due, and the pass says so (Run then goes on at once
 // rather than at its pace, or a busy account's log would outgrow it in
-// Redis), until a next pass has archived it.
+// Redis), until a next pass has archived it. An account of exactly that
+// many is not left due.
 func TestAPassThatLeavesAnAccountDueSaysSo(t *testing.T) {
 	testserver.Parallel(t)
-	f := newArchiveFixture(t)
-	const rounds, chunk, extra = 16, 256, 300
-	appendEvents(t, f.queue, "busy", rounds*chunk+extra)
-	appendEvents(t, f.queue, "calm", 5)
-	// A long delay: only a chunk's worth is due at once.
-	archiver := f.archiver(nil, emq.LogHotTail{Count: 5, Age: time.Hour}, placement.WithArchiveDelay(time.Hour))
+	const rounds, chunk = 16, 256
+	type afterPass struct {
+		archived int64
+		backlog  bool
+	}
 	tests := []struct {
-		name        string
-		wantBusy    int64
-		wantBacklog bool
+		name   string
+		events int
+		passes []afterPass
 	}{
-		{name: "first pass: its rounds used up, the account left due", wantBusy: rounds * chunk, wantBacklog: true},
-		// An account that filled its last chunk is due again at once.
-		{name: "second pass: the rest", wantBusy: rounds*chunk + extra, wantBacklog: false},
-		{name: "third pass: nothing due", wantBusy: rounds*chunk + extra, wantBacklog: false},
+		{
+			name:   "more than its rounds",
+			events: rounds*chunk + 300,
+			// An account that filled its last chunk is due again at once.
+			passes: []afterPass{{rounds * chunk, true}, {rounds*chunk + 300, false}, {rounds*chunk + 300, false}},
+		},
+		{name: "exactly its rounds", events: rounds * chunk, passes: []afterPass{{rounds * chunk, false}}},
 	}
 	for _, tt := range tests {
-		pass(t, archiver)
-		archived, err := f.queue.LogsArchived(context.Background(), []string{"busy", "calm"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if archived["busy"] != tt.wantBusy || archived["calm"] != 0 {
-			t.Errorf("%s: archived busy %d, calm %d; want %d, 0", tt.name, archived["busy"], archived["calm"], tt.wantBusy)
-		}
-		if got := placement.ArchiveBacklog(archiver); got != tt.wantBacklog {
-			t.Errorf("%s: backlog %v, want %v", tt.name, got, tt.wantBacklog)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			f := newArchiveFixture(t)
+			appendEvents(t, f.queue, "busy", tt.events)
+			appendEvents(t, f.queue, "calm", 5)
+			// A long delay: only a chunk's worth is due at once.
+			archiver := f.archiver(nil, emq.LogHotTail{Count: 5, Age: time.Hour}, placement.WithArchiveDelay(time.Hour))
+			for i, want := range tt.passes {
+				pass(t, archiver)
+				archived, err := f.queue.LogsArchived(context.Background(), []string{"busy", "calm"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if archived["busy"] != want.archived || archived["calm"] != 0 {
+					t.Errorf("pass %d: archived busy %d, calm %d; want %d, 0", i+1, archived["busy"], archived["calm"], want.archived)
+				}
+				if got := placement.ArchiveBacklog(archiver); got != want.backlog {
+					t.Errorf("pass %d: backlog %v, want %v", i+1, got, want.backlog)
+				}
+			}
+			f.historyOf(t, "busy", int64(tt.events))
+		})
 	}
-	f.historyOf(t, "busy", rounds*chunk+extra)
 }
