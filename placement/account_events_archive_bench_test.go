@@ -4,12 +4,12 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
 )
 
 // BenchmarkArchivePass is one pass of the event archiver on real Redis and
@@ -46,11 +46,11 @@ func BenchmarkArchivePass(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StartTimer()
-				before := processCPU(b)
+				before := placement.ProcessCPU(b)
 				if err := archiver.Pass(ctx, time.Millisecond); err != nil {
 					b.Fatal(err)
 				}
-				cpu += processCPU(b) - before
+				cpu += placement.ProcessCPU(b) - before
 				b.StopTimer()
 				archived, err := f.queue.LogsArchived(ctx, []string{appends[0].Group, appends[len(appends)-1].Group})
 				if err != nil {
@@ -65,14 +65,4 @@ func BenchmarkArchivePass(b *testing.B) {
 			b.ReportMetric(float64(cpu)/float64(b.N*c.accounts*c.events), "cpu-ns/event")
 		})
 	}
-}
-
-// processCPU is the process's CPU so far, user and system, in nanoseconds.
-func processCPU(tb testing.TB) int64 {
-	tb.Helper()
-	var usage syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
-		tb.Fatal(err)
-	}
-	return usage.Utime.Nano() + usage.Stime.Nano()
 }

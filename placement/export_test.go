@@ -13,6 +13,9 @@ func CoherenceWaiting(c *BalanceCoherence) int {
 // ArchiveClaim is how long an archiver's claim of an account lasts.
 const ArchiveClaim = archiveClaim
 
+// ProcessCPU is the CPU time the process has used, in nanoseconds.
+var ProcessCPU = processCPU
+
 // ArchiveBacklog reports whether a's last pass left accounts due.
 func ArchiveBacklog(a *EventArchiver) bool {
 	a.mu.Lock()
