@@ -395,7 +395,7 @@ func TestAnArchiverKeepsNothingItsReplicasLack(t *testing.T) {
 // many is not left due.
 func TestAPassThatLeavesAnAccountDueSaysSo(t *testing.T) {
 	testserver.Parallel(t)
-	const rounds, chunk = 16, 256
+	const rounds, chunk = placement.ArchiveRounds, placement.EventChunk
 	type afterPass struct {
 		archived int64
 		backlog  bool

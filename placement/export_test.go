@@ -13,6 +13,13 @@ func CoherenceWaiting(c *BalanceCoherence) int {
 // ArchiveClaim is how long an archiver's claim of an account lasts.
 const ArchiveClaim = archiveClaim
 
+// ArchiveRounds and EventChunk bound what one pass archives of an account:
+// that many chunks of that many events.
+const (
+	ArchiveRounds = archiveRounds
+	EventChunk    = eventChunk
+)
+
 // ProcessCPU is the CPU time the process has used, in nanoseconds.
 var ProcessCPU = processCPU
 
