@@ -172,14 +172,19 @@ func TestASlowSubscriptionIsEndedAndTheOthersGoOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fast.Close()
-	// A few at a time, which the fast reader keeps up with.
+	// A few at a time, which the fast reader keeps up with. The test waits
+	// for the appender: the fast reader can get the last event before the
+	// append that wrote it has its answer, and the client closes at cleanup.
+	appending := make(chan struct{})
 	go func() {
+		defer close(appending)
 		for range 100 {
 			appendEvents(t, queue, "acct", 1)
 			time.Sleep(time.Millisecond)
 		}
 	}()
 	readUntil(t, fast, 100)
+	<-appending
 	for range 17 {
 		if _, _, err = slow.Next(ctx, time.Second); err != nil {
 			break
