@@ -257,14 +257,19 @@ func TestASlowEventStreamIsDroppedWithoutDelayingAFastOne(t *testing.T) {
 
 	// Appended in batches at a pace the fast client keeps up with, also
 	// under the race detector; big, so the slow client's socket is full
-	// after a few.
+	// after a few. The test waits for the appender, also when it fails
+	// midway: the fast stream can get the last event before the append
+	// that wrote it has its answer, and the client closes at cleanup.
 	const total, batch = 300, 5
+	appending := make(chan struct{})
 	go func() {
+		defer close(appending)
 		for range total / batch {
 			appendAccountEvents(t, f.events, f.accounts[0], batch, batch, 16<<10)
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
+	defer func() { <-appending }()
 	var slowest time.Duration
 	for want := int64(1); want <= total; want++ {
 		event, ok := fast.event(t)
