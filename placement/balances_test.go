@@ -349,6 +349,14 @@ func readersNeverSeeABalanceGoBack(t *testing.T, f *coherenceFixture) {
 			time.Sleep(time.Millisecond)
 		}
 	}()
+	// The readers and the stray deliveries use the clients and t: they
+	// stop before the test returns, also when it fails midway.
+	stopReading := sync.OnceFunc(func() {
+		close(readersStop)
+		readers.Wait()
+		<-strayDone
+	})
+	defer stopReading()
 	writers.Wait()
 
 	depths := func() emq.Stats {
@@ -370,9 +378,7 @@ func readersNeverSeeABalanceGoBack(t *testing.T, f *coherenceFixture) {
 	if d := depths(); d.Dead != 0 || d.Finished == 0 {
 		t.Errorf("coherence queues %+v; want jobs done and none dead", d)
 	}
-	close(readersStop)
-	readers.Wait()
-	<-strayDone
+	stopReading()
 	if reads.Load() < int64(len(accounts)) {
 		t.Errorf("only %d reads ran", reads.Load())
 	}
