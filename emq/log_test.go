@@ -164,14 +164,18 @@ func TestLogChangesAnnounceAppendsAndReadLogsReadsThem(t *testing.T) {
 	if len(events) != 1 || !slices.Equal(logged(events["a"]), []string{"1 a1", "2 a2"}) {
 		t.Errorf("read = %v, want a's two entries alone", events)
 	}
-	done := make(chan []emq.LogChange, 1)
+	// The test waits for the blocked wait, also when it fails midway: it
+	// reads from the client, which closes at cleanup, and fails t.
+	done, waited := make(chan []emq.LogChange, 1), make(chan struct{})
 	go func() {
+		defer close(waited)
 		changes, _, err := queue.WaitLogChanges(ctx, position, 5*time.Second, 10)
 		if err != nil {
 			t.Error(err)
 		}
 		done <- changes
 	}()
+	defer func() { <-waited }()
 	time.Sleep(100 * time.Millisecond)
 	if _, err := queue.AppendLog(ctx, "b", emq.LogSource{}, []emq.LogEntry{{ID: "b2", Type: "t"}}); err != nil {
 		t.Fatal(err)
