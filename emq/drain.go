@@ -8,16 +8,23 @@ import (
 	"time"
 )
 
-// drainReserveCeiling caps the part of the drain timeout kept for
-// cancelling the handlers that outran it and releasing their jobs.
-const drainReserveCeiling = 500 * time.Millisecond
+// The part of the drain timeout kept for cancelling the handlers that
+// outran it and releasing their jobs is a tenth of it, within these bounds,
+// and at most half of it. A release is a round trip, whose time does not
+// shrink with the timeout: a 1 s timeout's tenth left it 50 ms, which
+// a loaded host overran (the first release on a server is EVALSHA,
+// NOSCRIPT, then EVAL).
+const (
+	drainReserveFloor   = 300 * time.Millisecond
+	drainReserveCeiling = 500 * time.Millisecond
+)
 
 // drain waits for the jobs in flight. Shortly before the drain timeout it
 // cancels the handlers still running, gives them a moment to return, and
 // releases their jobs, so Work returns within DrainTimeout.
 func (w *worker) drain() error {
 	drainDeadline := time.Now().Add(w.options.DrainTimeout)
-	reserve := min(w.options.DrainTimeout/10, drainReserveCeiling)
+	reserve := min(max(w.options.DrainTimeout/10, drainReserveFloor), drainReserveCeiling, w.options.DrainTimeout/2)
 	allDone := make(chan struct{})
 	go func() {
 		w.jobs.Wait()
