@@ -21,7 +21,8 @@ const (
 
 // drain waits for the jobs in flight. Shortly before the drain timeout it
 // cancels the handlers still running, gives them a moment to return, and
-// releases their jobs, so Work returns within DrainTimeout.
+// releases their jobs, so Work returns within DrainTimeout, or as late as a
+// loaded host woke it past its reserve.
 func (w *worker) drain() error {
 	drainDeadline := time.Now().Add(w.options.DrainTimeout)
 	reserve := min(max(w.options.DrainTimeout/10, drainReserveFloor), drainReserveCeiling, w.options.DrainTimeout/2)
@@ -57,13 +58,18 @@ func (w *worker) drain() error {
 	}
 	cancelGrace()
 
-	releaseCtx, cancelRelease := context.WithDeadline(context.Background(), drainDeadline)
+	// A loaded host may wake the drain past its reserve. Counted from
+	// drainDeadline alone, the release would then get no time, not be sent,
+	// and leave the jobs leased for a whole lease: it keeps its share of the
+	// reserve from when it starts, and Work returns as much later.
+	releaseBy := later(drainDeadline, time.Now().Add(reserve/2))
+	releaseCtx, cancelRelease := context.WithDeadline(context.Background(), releaseBy)
 	defer cancelRelease()
 	var unreleased atomic.Int32
 	var releases sync.WaitGroup
 	for _, job := range stopped {
 		releases.Go(func() {
-			if !w.release(releaseCtx, job, drainDeadline) {
+			if !w.release(releaseCtx, job, releaseBy) {
 				unreleased.Add(1)
 			}
 		})
@@ -100,4 +106,11 @@ func (w *worker) release(ctx context.Context, job *runningJob, retryUntil time.T
 		w.jobLog(job).Error("release failed; the job stays leased until its lease expires", "err", err)
 		return false
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

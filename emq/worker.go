@@ -91,6 +91,8 @@ type WorkerOptions struct {
 	// DrainTimeout bounds how long Work takes to return once its context is
 	// cancelled (default 10s). In-flight jobs may finish until shortly before
 	// it; the handlers still running then are cancelled and their jobs released.
+	// A host too loaded to wake the drain in time makes Work return that much
+	// later rather than leave the jobs leased.
 	DrainTimeout time.Duration
 	// MetricsInterval is how often the queue's depth gauges are sampled when
 	// Metrics is set (default 5s).
