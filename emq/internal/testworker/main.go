@@ -2,10 +2,12 @@
 // they start several of these, kill some, and count the completions each
 // reports on stdout.
 //
-// Each confirmed completion prints one line, `completed <id> <token>`, after
-// the queue accepted it, so a line is never printed for a job that was not
-// completed; logs go to stderr. A job whose payload is `sleep=<duration>`
-// takes that long, others take -sleep. SIGTERM or SIGINT drains the worker.
+// Each handler prints `started <id> <token>` as it starts, and each confirmed
+// completion `completed <id> <token>` after the queue accepted it, so a line
+// is never printed for a job that was not completed, and the jobs a killed
+// process held are those it started and did not complete; logs go to
+// stderr. A job whose payload is `sleep=<duration>` takes that long, others
+// take -sleep. SIGTERM or SIGINT drains the worker.
 package main
 
 import (
@@ -52,26 +54,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer client.Close()
 
-	var printing sync.Mutex
-	return client.Queue(*queueName).Work(ctx, sleepingHandler(*sleep), emq.WorkerOptions{
+	out := &lines{w: stdout}
+	return client.Queue(*queueName).Work(ctx, sleepingHandler(*sleep, out), emq.WorkerOptions{
 		Concurrency:  *concurrency,
 		Lease:        *lease,
 		ReapInterval: *reapInterval,
 		DrainTimeout: *drainTimeout,
 		Logger:       logger,
-		OnComplete: func(job emq.Claim) {
-			// One write per line, so lines of concurrent jobs never interleave.
-			printing.Lock()
-			defer printing.Unlock()
-			fmt.Fprintf(stdout, "completed %s %d\n", job.ID, job.Token)
-		},
+		OnComplete:   func(job emq.Claim) { out.print("completed", job) },
 	})
+}
+
+// lines prints the events of jobs, one write per line, so the lines of
+// concurrent jobs never interleave.
+type lines struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lines) print(event string, job emq.Claim) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintf(l.w, "%s %s %d\n", event, job.ID, job.Token)
 }
 
 // sleepingHandler stands in for real work: it takes a while and stops when
 // its context is cancelled.
-func sleepingHandler(standard time.Duration) emq.Handler {
+func sleepingHandler(standard time.Duration, out *lines) emq.Handler {
 	return func(ctx context.Context, job emq.Claim) error {
+		out.print("started", job)
 		took := standard
 		if text, ok := strings.CutPrefix(string(job.Payload), "sleep="); ok {
 			parsed, err := time.ParseDuration(text)
