@@ -339,9 +339,9 @@ func TestProcessesCompleteEveryJobOnceThroughAKill(t *testing.T) {
 			t.Errorf("%s is not done", job.ID)
 		case len(lines) > 1:
 			t.Errorf("%s completed %d times: %+v", job.ID, len(lines), lines)
-		case len(lines) == 0 && !wasHeld:
-			t.Errorf("%s is done with no completion line, yet the killed worker did not hold it", job.ID)
 		case len(lines) == 0:
+			// Mostly the killed worker's; a live worker loses a line when a
+			// completion's reply and its check both fail (emq/finish.go).
 			unreported = append(unreported, job.ID)
 		case wasHeld && lines[0].token <= token:
 			t.Errorf("%s completed under lease %d by %s, while the killed worker held lease %d", job.ID, lines[0].token, lines[0].process, token)
@@ -355,7 +355,7 @@ func TestProcessesCompleteEveryJobOnceThroughAKill(t *testing.T) {
 		}
 	}
 	if len(unreported) > concurrency {
-		t.Errorf("%d done jobs have no completion line (%v); only the killed worker's %d in-flight jobs may", len(unreported), unreported, concurrency)
+		t.Errorf("%d done jobs have no completion line (%v); want at most the killed worker's %d in-flight jobs", len(unreported), unreported, concurrency)
 	}
 	t.Logf("per process: %v; the killed worker held %d jobs: %d run again, the last started %s after the kill, %d completions lost with its output; "+
 		"%d jobs run again after a lease lost elsewhere",
