@@ -3,6 +3,8 @@ package emq_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,4 +111,63 @@ func TestWorkerDrains(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A drain woken past its reserve, as on a host too loaded to run it, still
+// releases the jobs it stopped, returning that much later, rather than
+// leave them leased for a whole lease.
+func TestADrainWokenLateStillReleases(t *testing.T) {
+	const drainTimeout, stall = time.Second, 600 * time.Millisecond
+	queue, rdb := newQueue(t)
+	ids := admitPayloads(t, queue, "drain", "sleep=1m")
+	started := make(chan emq.Claim, 1)
+	logger, _ := workerLogger(t)
+	// The drain logs its warning when its patience runs out, before it
+	// cancels and releases: holding that line wakes the rest late.
+	logger = slog.New(stallingHandler{Handler: logger.Handler(), message: "drain timeout", stall: stall})
+	worker := startWorker(t, queue, payloadHandler(started, make(chan error, 1)), emq.WorkerOptions{
+		Concurrency: 1, Lease: 5 * time.Second, DrainTimeout: drainTimeout, Logger: logger,
+	})
+	select {
+	case <-started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler did not start")
+	}
+
+	took, err := worker.stop(t)
+	if err != nil {
+		t.Fatalf("Work = %v after %s, want nil: the late drain released its job", err, took)
+	}
+	if took < drainTimeout {
+		t.Errorf("Work returned %s after cancellation, before the stalled drain could", took)
+	}
+	if info := readJob(t, queue, ids[0]); info.State != emq.StatePending {
+		t.Errorf("the stopped job is %s, want released to pending", info.State)
+	}
+	if sizes := queueSizes(t, rdb, queue); sizes["active"] != 0 {
+		t.Errorf("%d jobs left active after the drain", sizes["active"])
+	}
+}
+
+// stallingHandler holds each record whose message starts with message for
+// stall before passing it on.
+type stallingHandler struct {
+	slog.Handler
+	message string
+	stall   time.Duration
+}
+
+func (h stallingHandler) Handle(ctx context.Context, record slog.Record) error {
+	if strings.HasPrefix(record.Message, h.message) {
+		time.Sleep(h.stall)
+	}
+	return h.Handler.Handle(ctx, record)
+}
+
+func (h stallingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return stallingHandler{Handler: h.Handler.WithAttrs(attrs), message: h.message, stall: h.stall}
+}
+
+func (h stallingHandler) WithGroup(name string) slog.Handler {
+	return stallingHandler{Handler: h.Handler.WithGroup(name), message: h.message, stall: h.stall}
 }
