@@ -51,9 +51,9 @@ func redisURL(t testing.TB, rdb redis.UniversalClient) string {
 	return ""
 }
 
-// completionLine is one `started <id> <token>` or `completed <id> <token>`
+// jobLine is one `started <id> <token>` or `completed <id> <token>`
 // line a worker process printed.
-type completionLine struct {
+type jobLine struct {
 	process string
 	token   int64
 	at      time.Time
@@ -62,14 +62,14 @@ type completionLine struct {
 // completionLog gathers the lines of every worker process.
 type completionLog struct {
 	mu         sync.Mutex
-	byID       map[string][]completionLine
-	startsByID map[string][]completionLine
+	byID       map[string][]jobLine
+	startsByID map[string][]jobLine
 	byProcess  map[string]int
 	malformed  []string
 }
 
 func newCompletionLog() *completionLog {
-	return &completionLog{byID: make(map[string][]completionLine), startsByID: make(map[string][]completionLine),
+	return &completionLog{byID: make(map[string][]jobLine), startsByID: make(map[string][]jobLine),
 		byProcess: make(map[string]int)}
 }
 
@@ -86,7 +86,7 @@ func (c *completionLog) add(process, line string) {
 		c.malformed = append(c.malformed, process+": "+line)
 		return
 	}
-	entry := completionLine{process: process, token: token, at: time.Now()}
+	entry := jobLine{process: process, token: token, at: time.Now()}
 	if fields[0] == "started" {
 		c.startsByID[fields[1]] = append(c.startsByID[fields[1]], entry)
 		return
