@@ -221,6 +221,7 @@ func NewEventArchiver(queue *emq.Queue, archive EventArchive, logger *slog.Logge
 // logged now and then and tried again after a pause; what was pending
 // stays pending.
 func (a *EventArchiver) Run(ctx context.Context) {
+	defer a.metrics.forget()
 	defer func() {
 		// A reader that leaves takes no announcements with it (none are
 		// pending); gone, it no longer takes a share of them.
@@ -604,8 +605,7 @@ func (a *EventArchiver) report(now time.Time) {
 	if !oldest.IsZero() {
 		lag = now.Sub(oldest).Seconds()
 	}
-	a.metrics.lag.Set(lag)
-	a.metrics.behind.Set(float64(behind))
+	a.metrics.report(lag, float64(behind))
 }
 
 // KeepPruning deletes the history older than its retention every
@@ -645,9 +645,25 @@ func (a *EventArchiver) Prune(ctx context.Context, now time.Time) (int64, error)
 // archiveMetrics are the archiver's series. The counters add up over the
 // process's archivers; the gauges are each archiver's own, one series per
 // shard (events.<n>), or the shards' archivers would overwrite each other's.
+// A shard's series exist while this process archives it: set by each pass,
+// deleted when its archiver stops (the shard went to another worker, whose
+// series take over).
 type archiveMetrics struct {
 	events, chunks, dropped, pruned prometheus.Counter
-	lag, behind                     prometheus.Gauge
+	lag, behind                     *prometheus.GaugeVec
+	shard                           string
+}
+
+// report sets the shard's gauges.
+func (m archiveMetrics) report(lag, behind float64) {
+	m.lag.WithLabelValues(m.shard).Set(lag)
+	m.behind.WithLabelValues(m.shard).Set(behind)
+}
+
+// forget deletes the shard's gauges.
+func (m archiveMetrics) forget() {
+	m.lag.DeleteLabelValues(m.shard)
+	m.behind.DeleteLabelValues(m.shard)
 }
 
 func newArchiveMetrics(registerer prometheus.Registerer, shard string) archiveMetrics {
@@ -671,10 +687,11 @@ func newArchiveMetrics(registerer prometheus.Registerer, shard string) archiveMe
 		lag: collectors.Register(registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "events_archive_lag_seconds",
 			Help: "How long the oldest event this process's archiver of the shard knows of has waited in Redis unarchived (at most ArchiveDelay at rest): Redis holds this much beyond the hot tail.",
-		}, []string{"shard"})).WithLabelValues(shard),
+		}, []string{"shard"})),
 		behind: collectors.Register(registerer, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "events_archive_behind",
 			Help: "Events this process's archiver of the shard knows are in Redis and not yet archived.",
-		}, []string{"shard"})).WithLabelValues(shard),
+		}, []string{"shard"})),
+		shard: shard,
 	}
 }

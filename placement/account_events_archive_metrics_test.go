@@ -57,3 +57,59 @@ func TestArchiveGaugesHaveAShardEach(t *testing.T) {
 		t.Errorf("events_archive_lag_seconds by shard: %v", lag)
 	}
 }
+
+// TestArchiveGaugesEndWithTheirArchiver: a shard's lag and backlog are
+// reported while its archiver runs and deleted when it stops, so a worker
+// whose shard went to another no longer reports the shard as behind.
+func TestArchiveGaugesEndWithTheirArchiver(t *testing.T) {
+	testserver.Parallel(t)
+	client, err := emq.Connect(context.Background(), testserver.QueueRedis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	history := newArchiveFixture(t).history
+	registry := prometheus.NewRegistry()
+	shard := client.Queue(placement.EventsQueuePrefix + "2")
+	appendEvents(t, shard, "a", 3)
+	archiver := placement.NewEventArchiver(shard, history, nil, placement.WithArchiveDelay(time.Hour),
+		placement.WithArchiveMetrics(registry))
+	behind := func() (float64, bool) {
+		t.Helper()
+		families, err := registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, family := range families {
+			if family.GetName() != "events_archive_behind" {
+				continue
+			}
+			for _, metric := range family.GetMetric() {
+				for _, label := range metric.GetLabel() {
+					if label.GetName() == "shard" && label.GetValue() == shard.Name() {
+						return metric.GetGauge().GetValue(), true
+					}
+				}
+			}
+		}
+		return 0, false
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		archiver.Run(ctx)
+	}()
+	t.Cleanup(func() { stop(); <-ran })
+	deadline := time.Now().Add(10 * time.Second)
+	for value, ok := behind(); !ok || value != 3; value, ok = behind() {
+		if time.Now().After(deadline) {
+			t.Fatalf("events_archive_behind of %s: %v (reported %v); want 3 while it runs", shard.Name(), value, ok)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	<-ran
+	if value, ok := behind(); ok {
+		t.Errorf("events_archive_behind of %s is %v after its archiver stopped; want no series", shard.Name(), value)
+	}
+}

@@ -37,10 +37,10 @@ type Config struct {
 	// Symbols are the instruments whose queues the workers own; empty for
 	// every instrument PostgreSQL lists when the worker starts.
 	Symbols []string
-	// OwnLease is the lease of an instrument's ownership: a dead owner's
-	// instruments are owned again within about OwnLease + 250 ms (the
-	// roster's poll), and their claimed orders run again once their own
-	// Lease ran out.
+	// OwnLease is the lease of an instrument's ownership, and of an event
+	// shard's: a dead owner's instruments and shards are owned again
+	// within about OwnLease + 250 ms (the roster's poll), and their
+	// claimed orders run again once their own Lease ran out.
 	OwnLease time.Duration
 	// Concurrency is how many orders are handled at once.
 	Concurrency int
@@ -243,8 +243,13 @@ type Worker struct {
 	// coherenceQueues are the balances' coherence queues, one per shard.
 	coherenceQueues []*emq.Queue
 	healer          *placement.BalanceCacheHealer
-	// archivers are one per shard of the accounts' logs.
-	archivers []*placement.EventArchiver
+	// logShards are the shards of the accounts' logs, whose archivers
+	// are spread over the workers as the instruments are; newArchiver
+	// makes the archiver of one this worker owns, pruner prunes the
+	// history (one, whatever the shards).
+	logShards   []*emq.Queue
+	newArchiver func(shard *emq.Queue) *placement.EventArchiver
+	pruner      *placement.EventArchiver
 }
 
 // New declares the order kind on the instruments' queues (c.Symbols, or
@@ -305,13 +310,13 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 		owner = postgresOwner(settler)
 	}
 	history := postgres.NewEventHistory(deps.DB)
-	var archivers []*placement.EventArchiver
-	for _, shard := range logs.Queues() {
-		archivers = append(archivers, placement.NewEventArchiver(shard, history, deps.Logger,
+	newArchiver := func(shard *emq.Queue) *placement.EventArchiver {
+		return placement.NewEventArchiver(shard, history, deps.Logger,
 			placement.WithHotTail(c.EventsHotTail), placement.WithEventsRetention(c.EventsRetention),
 			placement.WithArchiveDelay(cmp.Or(c.EventsArchiveDelay, placement.DefaultEventArchiveDelay)),
-			placement.WithArchiveMetrics(deps.Metrics)))
+			placement.WithArchiveMetrics(deps.Metrics))
 	}
+	logShards := logs.Queues()
 	return &Worker{
 		config:          c,
 		logger:          deps.Logger,
@@ -324,7 +329,9 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 		coherence:       placement.NewBalanceCoherence(balances, caches, deps.Logger, placement.WithBalanceEvents(logs)),
 		coherenceQueues: coherenceQueues(deps.Queues),
 		healer:          placement.NewBalanceCacheHealer(balances, caches, deps.Logger, placement.WithHealMetrics(deps.Metrics)),
-		archivers:       archivers,
+		logShards:       logShards,
+		newArchiver:     newArchiver,
+		pruner:          newArchiver(logShards[0]),
 	}, nil
 }
 
@@ -339,21 +346,30 @@ func (w *Worker) Run(ctx context.Context) error {
 	return workBeside(ctx, []func(context.Context) error{w.sweep, w.applyCoherence, w.heal, w.archive, w.prune}, w.settle)
 }
 
-// archive runs an event archiver per shard of the accounts' logs; every
-// worker runs them, and they share the work of each shard.
+// archive runs the event archivers of the shards of the accounts' logs
+// this worker owns: the shards are spread over the workers running, as the
+// instruments are, so a worker added takes its share of the archiving
+// rather than a whole set of archivers (docs/protocol.md, spreading
+// ownership). A dead worker's shards are archived again within the
+// ownership's lease and a poll; a shard's new archiver starts with a
+// reconcile of its logs, so it finds what the last one left.
 func (w *Worker) archive(ctx context.Context) error {
-	var running sync.WaitGroup
-	for _, archiver := range w.archivers {
-		running.Go(func() { archiver.Run(ctx) })
-	}
-	running.Wait()
-	return nil
+	return w.queues.Own(ctx, w.logShards, func(ctx context.Context, owned emq.Owned) error {
+		w.newArchiver(owned.Queue).Run(ctx)
+		return nil
+	}, emq.OwnOptions{
+		Worker: workerName(),
+		// The shards are every prefix's: one roster whatever the workers settle.
+		Roster: "archivers",
+		Lease:  w.config.OwnLease,
+		Logger: w.logger,
+	})
 }
 
 // prune deletes the event history past its retention: one history in
 // PostgreSQL, so one pruner.
 func (w *Worker) prune(ctx context.Context) error {
-	w.archivers[0].KeepPruning(ctx)
+	w.pruner.KeepPruning(ctx)
 	return nil
 }
 
@@ -365,14 +381,19 @@ func (w *Worker) heal(ctx context.Context) error {
 // settle owns instruments' queues, spread over the workers running (one
 // owner per instrument at a time), and settles the orders of each it owns.
 func (w *Worker) settle(ctx context.Context) error {
-	hostname, _ := os.Hostname()
 	return w.queues.Own(ctx, w.instruments, w.own, emq.OwnOptions{
-		Worker: cmp.Or(hostname, "worker") + "/" + strconv.Itoa(os.Getpid()),
+		Worker: workerName(),
 		// Workers settling other queues (the bench's) spread theirs apart.
 		Roster: w.config.QueuePrefix + "owners",
 		Lease:  w.config.OwnLease,
 		Logger: w.logger,
 	})
+}
+
+// workerName names this process in the rosters: its host and process id.
+func workerName() string {
+	hostname, _ := os.Hostname()
+	return cmp.Or(hostname, "worker") + "/" + strconv.Itoa(os.Getpid())
 }
 
 // own settles the orders of an instrument while the worker owns its queue:

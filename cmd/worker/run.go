@@ -74,7 +74,7 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	flags.DurationVar(&c.worker.Lease, "lease", env.Duration("WORKER_LEASE", defaults.Lease),
 		"how long a claim holds an order; a dead worker's orders run again after about this long (WORKER_LEASE)")
 	flags.DurationVar(&c.worker.OwnLease, "own-lease", env.Duration("WORKER_OWN_LEASE", defaults.OwnLease),
-		"lease of an instrument's ownership: a dead worker's instruments are owned again within about this long plus 250ms (WORKER_OWN_LEASE)")
+		"lease of an instrument's and an event shard's ownership: a dead worker's instruments and shards are owned again within about this long plus 250ms (WORKER_OWN_LEASE)")
 	flags.IntVar(&c.worker.Retry.MaxAttempts, "max-attempts", env.Int("WORKER_MAX_ATTEMPTS", defaults.Retry.MaxAttempts),
 		fmt.Sprintf("attempts an order gets before it is dead; with the default backoff, %d outlast a PostgreSQL outage of over %d minutes (WORKER_MAX_ATTEMPTS)",
 			defaults.Retry.MaxAttempts, int(defaults.OutageOutlasted().Minutes())))
