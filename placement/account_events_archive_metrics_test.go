@@ -32,23 +32,7 @@ func TestArchiveGaugesHaveAShardEach(t *testing.T) {
 			placement.WithArchiveMetrics(registry))
 		pass(t, archiver)
 	}
-	families, err := registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]map[string]float64{}
-	for _, family := range families {
-		for _, metric := range family.GetMetric() {
-			for _, label := range metric.GetLabel() {
-				if label.GetName() == "shard" {
-					if got[family.GetName()] == nil {
-						got[family.GetName()] = map[string]float64{}
-					}
-					got[family.GetName()][label.GetValue()] = metric.GetGauge().GetValue()
-				}
-			}
-		}
-	}
+	got := gaugesByShard(t, registry)
 	behind := got["events_archive_behind"]
 	if len(behind) != 2 || behind[busy.Name()] != 7 || behind[idle.Name()] != 0 {
 		t.Errorf("events_archive_behind by shard: %v; want %s 7, %s 0", behind, busy.Name(), idle.Name())
@@ -74,24 +58,8 @@ func TestArchiveGaugesEndWithTheirArchiver(t *testing.T) {
 	archiver := placement.NewEventArchiver(shard, history, nil, placement.WithArchiveDelay(time.Hour),
 		placement.WithArchiveMetrics(registry))
 	behind := func() (float64, bool) {
-		t.Helper()
-		families, err := registry.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, family := range families {
-			if family.GetName() != "events_archive_behind" {
-				continue
-			}
-			for _, metric := range family.GetMetric() {
-				for _, label := range metric.GetLabel() {
-					if label.GetName() == "shard" && label.GetValue() == shard.Name() {
-						return metric.GetGauge().GetValue(), true
-					}
-				}
-			}
-		}
-		return 0, false
+		value, ok := gaugesByShard(t, registry)["events_archive_behind"][shard.Name()]
+		return value, ok
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	ran := make(chan struct{})
@@ -112,4 +80,28 @@ func TestArchiveGaugesEndWithTheirArchiver(t *testing.T) {
 	if value, ok := behind(); ok {
 		t.Errorf("events_archive_behind of %s is %v after its archiver stopped; want no series", shard.Name(), value)
 	}
+}
+
+// gaugesByShard gathers registry's gauges labelled with a shard: by family
+// name, then by shard.
+func gaugesByShard(t testing.TB, registry *prometheus.Registry) map[string]map[string]float64 {
+	t.Helper()
+	families, err := registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]map[string]float64{}
+	for _, family := range families {
+		for _, metric := range family.GetMetric() {
+			for _, label := range metric.GetLabel() {
+				if label.GetName() == "shard" {
+					if got[family.GetName()] == nil {
+						got[family.GetName()] = map[string]float64{}
+					}
+					got[family.GetName()][label.GetValue()] = metric.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return got
 }
