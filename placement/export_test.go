@@ -48,6 +48,9 @@ func CarryWithoutMarking(r *OutboxRelay) (forget func()) {
 // SetKeyCacheClock has c read the time from now, before c is used.
 func SetKeyCacheClock(c *KeyCache, now func() time.Time) { c.now = now }
 
+// KeyRefreshersRunning is how many RefreshAhead loops c has running.
+func KeyRefreshersRunning(c *KeyCache) int { return int(c.refreshers.Load()) }
+
 // KeyRefreshesPending is how many keys c has queued or is refreshing.
 func KeyRefreshesPending(c *KeyCache) int {
 	c.refreshMu.Lock()

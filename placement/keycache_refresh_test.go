@@ -108,6 +108,9 @@ func newRefreshFixture(t testing.TB, opts ...placement.KeyCacheOption) *refreshF
 		stop()
 		<-done
 	})
+	// Nothing is queued for a refresh until the loop runs, and the test's
+	// clock does not wait for it to be scheduled.
+	waitFor(t, 5*time.Second, "the refresher runs", func() bool { return placement.KeyRefreshersRunning(f.cache) > 0 })
 	return f
 }
 
