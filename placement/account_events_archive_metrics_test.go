@@ -68,13 +68,10 @@ func TestArchiveGaugesEndWithTheirArchiver(t *testing.T) {
 		archiver.Run(ctx)
 	}()
 	t.Cleanup(func() { stop(); <-ran })
-	deadline := time.Now().Add(10 * time.Second)
-	for value, ok := behind(); !ok || value != 3; value, ok = behind() {
-		if time.Now().After(deadline) {
-			t.Fatalf("events_archive_behind of %s: %v (reported %v); want 3 while it runs", shard.Name(), value, ok)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, "events_archive_behind of "+shard.Name()+" at 3 while its archiver runs", func() bool {
+		value, ok := behind()
+		return ok && value == 3
+	})
 	stop()
 	<-ran
 	if value, ok := behind(); ok {
