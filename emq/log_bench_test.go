@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/testkit/cputime"
 )
 
 // BenchmarkAppendLogs appends as the outbox relay does: a round trip of
@@ -27,7 +28,7 @@ func BenchmarkAppendLogs(b *testing.B) {
 			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 				b.Fatal(err)
 			}
-			redisCPU, selfCPU := serverCPU(b, rdb), processCPU()
+			redisCPU, selfCPU := serverCPU(b, rdb), cputime.Process(b)
 			b.ResetTimer()
 			for n := 0; n < b.N; n += perTrip {
 				for i := range appends {
@@ -47,7 +48,7 @@ func BenchmarkAppendLogs(b *testing.B) {
 			if cpu := serverCPU(b, rdb); cpu > 0 {
 				b.ReportMetric((cpu-redisCPU)*1e6/appended, "redis-µs/append")
 			}
-			b.ReportMetric((processCPU()-selfCPU)*1e6/appended, "client-µs/append")
+			b.ReportMetric(float64(cputime.Process(b)-selfCPU)/float64(time.Microsecond)/appended, "client-µs/append")
 			b.ReportMetric(float64(commandCalls(b, rdb))/appended, "commands/append")
 		})
 	}
@@ -72,11 +73,4 @@ func serverCPU(tb testing.TB, rdb redis.UniversalClient) float64 {
 		}
 	}
 	return total
-}
-
-// processCPU is the seconds of CPU this process has used.
-func processCPU() float64 {
-	var usage syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &usage)
-	return float64(usage.Utime.Nano()+usage.Stime.Nano()) / 1e9
 }

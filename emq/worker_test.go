@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/testkit/cputime"
 	"github.com/ordergate/ordergate/testkit/logbuffer"
 	"github.com/ordergate/ordergate/testkit/testserver"
 )
@@ -343,7 +344,7 @@ func benchmarkWork(b *testing.B, payload []byte, handler emq.Handler) {
 	var completed atomic.Int64
 	all := make(chan struct{})
 	logger := slog.New(slog.NewJSONHandler(&logbuffer.Buffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	redisCPU, selfCPU := serverCPU(b, rdb), processCPU()
+	redisCPU, selfCPU := serverCPU(b, rdb), cputime.Process(b)
 	b.ResetTimer()
 	worker := startWorker(b, queue, handler, emq.WorkerOptions{
 		Concurrency: 32, Logger: logger,
@@ -360,7 +361,7 @@ func benchmarkWork(b *testing.B, payload []byte, handler emq.Handler) {
 	if cpu := serverCPU(b, rdb); cpu > 0 {
 		b.ReportMetric((cpu-redisCPU)*1e6/float64(b.N), "redis-µs/job")
 	}
-	b.ReportMetric((processCPU()-selfCPU)*1e6/float64(b.N), "client-µs/job")
+	b.ReportMetric(float64(cputime.Process(b)-selfCPU)/float64(time.Microsecond)/float64(b.N), "client-µs/job")
 	worker.stop(b)
 	if n, _ := rdb.ZCard(context.Background(), queue.Key("done")).Result(); n != int64(min(b.N, emq.DefaultRetention)) {
 		b.Fatalf("done = %d, want %d", n, b.N)

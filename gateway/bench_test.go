@@ -7,12 +7,11 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/ordergate/ordergate/gateway"
 	"github.com/ordergate/ordergate/internal/jsonlog"
+	"github.com/ordergate/ordergate/testkit/cputime"
 )
 
 // BenchmarkPlaceOrder is one admitted order per operation over real HTTP,
@@ -76,7 +75,7 @@ func benchmarkPlacements(b *testing.B, f *fixture, target string, send func(*htt
 	b.SetParallelism(8)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := processCPU(b)
+	cpu := cputime.Process(b)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			n := sent.Add(1)
@@ -99,7 +98,7 @@ func benchmarkPlacements(b *testing.B, f *fixture, target string, send func(*htt
 			}
 		}
 	})
-	b.ReportMetric(float64((processCPU(b)-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64((cputime.Process(b)-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
 }
 
 // discardWriter is an http.ResponseWriter that keeps the status only.
@@ -117,13 +116,4 @@ func (w *discardWriter) Write(p []byte) (int, error) {
 		w.status = http.StatusOK
 	}
 	return len(p), nil
-}
-
-// processCPU is the CPU the process has used, user and system.
-func processCPU(tb testing.TB) time.Duration {
-	var usage syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
-		tb.Fatal(err)
-	}
-	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
 }

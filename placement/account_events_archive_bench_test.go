@@ -9,7 +9,7 @@ import (
 
 	"github.com/ordergate/ordergate/emq"
 	"github.com/ordergate/ordergate/orders"
-	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/testkit/cputime"
 )
 
 // BenchmarkArchivePass is one pass of the event archiver on real Redis and
@@ -37,7 +37,7 @@ func BenchmarkArchivePass(b *testing.B) {
 				appends[i] = emq.LogAppend{Group: "acct-" + strconv.Itoa(i), Entries: entries}
 			}
 			pass(b, archiver) // the change stream's share, first plans
-			var cpu int64
+			var cpu time.Duration
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
@@ -46,11 +46,11 @@ func BenchmarkArchivePass(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StartTimer()
-				before := placement.ProcessCPU(b)
+				before := cputime.Process(b)
 				if err := archiver.Pass(ctx, time.Millisecond); err != nil {
 					b.Fatal(err)
 				}
-				cpu += placement.ProcessCPU(b) - before
+				cpu += cputime.Process(b) - before
 				b.StopTimer()
 				archived, err := f.queue.LogsArchived(ctx, []string{appends[0].Group, appends[len(appends)-1].Group})
 				if err != nil {

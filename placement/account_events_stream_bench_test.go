@@ -5,11 +5,11 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/testkit/cputime"
 )
 
 // BenchmarkHandToReaders is the tail loop's handoff of a read to the
@@ -63,7 +63,7 @@ func BenchmarkHandToReaders(b *testing.B) {
 			sequences := make([]int64, accounts)
 			b.ReportAllocs()
 			b.ResetTimer()
-			before := processCPU(b)
+			before := cputime.Process(b)
 			for n := range b.N {
 				for int64(n*batch)-taken.Load() > DefaultEventBuffer/2 {
 					time.Sleep(100 * time.Microsecond)
@@ -79,17 +79,7 @@ func BenchmarkHandToReaders(b *testing.B) {
 			readers.Wait()
 			// The process's CPU, readers' and handing's, rather than wall
 			// time, which a shared machine stretches.
-			b.ReportMetric(float64(processCPU(b)-before)/float64(b.N*batch), "cpu-ns/event")
+			b.ReportMetric(float64(cputime.Process(b)-before)/float64(b.N*batch), "cpu-ns/event")
 		})
 	}
-}
-
-// processCPU is the CPU time the process has used, in nanoseconds.
-func processCPU(tb testing.TB) int64 {
-	tb.Helper()
-	var usage syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
-		tb.Fatal(err)
-	}
-	return usage.Utime.Nano() + usage.Stime.Nano()
 }

@@ -20,9 +20,6 @@ const (
 	EventChunk    = eventChunk
 )
 
-// ProcessCPU is the CPU time the process has used, in nanoseconds.
-var ProcessCPU = processCPU
-
 // ArchiveBacklog reports whether a's last pass left accounts due.
 func ArchiveBacklog(a *EventArchiver) bool {
 	a.mu.Lock()
