@@ -19,7 +19,14 @@ var (
 	outboxSweepSQL string
 	//go:embed sql/outbox_mark_relayed.sql
 	outboxMarkRelayedSQL string
+	//go:embed sql/outbox_prune.sql
+	outboxPruneSQL string
 )
+
+// EventRowsWindow is how long after its relay an events row may still be
+// read back, to fill a gap a relay meets (EventRows,
+// outbox_event_rows.sql): the shortest time Prune may keep a relayed row.
+const EventRowsWindow = time.Minute
 
 // Outbox is the outbox settlement writes beside the balances it changes:
 // one row per write listing them (orders.BalancesWriteName; a deposit's
@@ -73,6 +80,19 @@ func (j *Outbox) SweepBatch(ctx context.Context, age time.Duration, limit int, m
 	return taken, marked, nil
 }
 
+// Prune deletes up to batch outbox rows relayed longer than retention ago
+// (by PostgreSQL's clock), oldest first, and returns how many: the events
+// rows, which the relay stamps and keeps, would otherwise stay for good.
+// Rows not relayed are never deleted. Pruners in several workers take
+// different rows.
+func (j *Outbox) Prune(ctx context.Context, retention time.Duration, batch int) (int64, error) {
+	tag, err := j.db.Exec(ctx, outboxPruneSQL, retention, batch)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: prune outbox: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // outboxExecer is a pool or a transaction.
 type outboxExecer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -115,7 +135,7 @@ var outboxEventRowsSQL string
 // after and before before, oldest first: the ones a relay must append
 // before a later one.
 func (j *Outbox) EventRows(ctx context.Context, name string, after, before int64) ([]orders.OutboxEntry, error) {
-	rows, err := j.db.Query(ctx, outboxEventRowsSQL, name, after, before)
+	rows, err := j.db.Query(ctx, outboxEventRowsSQL, name, after, before, EventRowsWindow)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: read events rows of %s: %w", name, err)
 	}

@@ -257,3 +257,96 @@ func TestSweepBatchMarksTheRelaysRowsFirst(t *testing.T) {
 		})
 	}
 }
+
+// TestPruneDeletesTheRowsRelayedPastTheRetention: a relayed row goes once
+// its relay is older than the retention, whatever its family; a younger
+// one stays, and a row not relayed stays however old, the sweep's to carry.
+func TestPruneDeletesTheRowsRelayedPastTheRetention(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	outbox := postgres.NewOutbox(db)
+	const retention = 5 * time.Minute
+	tests := []struct {
+		name       string
+		row        string
+		age        time.Duration
+		relayedAgo time.Duration // negative: unrelayed
+		wantGone   bool
+	}{
+		{"an events row relayed an hour ago", orders.EventsTable + ":ACC_A:BTC-USD", 2 * time.Hour, time.Hour, true},
+		{"an events row relayed just past the retention", orders.EventsTable + ":ACC_B:BTC-USD", 7 * time.Minute, 6 * time.Minute, true},
+		{"a row of another family relayed past it", "trades:ACC_A", time.Hour, 10 * time.Minute, true},
+		{"an events row relayed inside the retention", orders.EventsTable + ":ACC_C:BTC-USD", 5 * time.Minute, 4 * time.Minute, false},
+		{"an events row relayed inside a relay's window", orders.EventsTable + ":ACC_D:BTC-USD", time.Minute, 30 * time.Second, false},
+		{"an events row never relayed", orders.EventsTable + ":ACC_E:BTC-USD", time.Hour, -1, false},
+		{"a balance's row never relayed", orders.BalanceName("ACC_A", "USD"), time.Hour, -1, false},
+	}
+	rows := make([]orders.OutboxEntry, len(tests))
+	wantPruned := int64(0)
+	for i, tt := range tests {
+		rows[i] = insertOutboxRow(t, db, tt.row, 1, tt.age, tt.relayedAgo)
+		if tt.wantGone {
+			wantPruned++
+		}
+	}
+	pruned, err := outbox.Prune(ctx, retention, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pruned != wantPruned {
+		t.Errorf("Prune = %d rows, want %d", pruned, wantPruned)
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if exists, _ := outboxRow(t, db, rows[i]); exists == tt.wantGone {
+				t.Errorf("%s still there: %v, want %v", tt.row, exists, !tt.wantGone)
+			}
+		})
+	}
+	if again, err := outbox.Prune(ctx, retention, 100); err != nil || again != 0 {
+		t.Errorf("a second Prune = %d, %v; want 0, nothing left past the retention", again, err)
+	}
+}
+
+// TestPruneTakesABatchOldestFirst: one call deletes at most its batch, the
+// rows relayed longest ago first, and skips a row another pruner holds
+// rather than wait for it.
+func TestPruneTakesABatchOldestFirst(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	outbox := postgres.NewOutbox(db)
+	var rows []orders.OutboxEntry // relayed 40, 30, 20 and 10 minutes ago
+	for i, ago := range []time.Duration{40, 30, 20, 10} {
+		rows = append(rows, insertOutboxRow(t, db, fmt.Sprintf("%s:ACC_%d:BTC-USD", orders.EventsTable, i), 1,
+			time.Hour, ago*time.Minute))
+	}
+	pruned, err := outbox.Prune(ctx, time.Minute, 2)
+	if err != nil || pruned != 2 {
+		t.Fatalf("Prune(batch 2) = %d, %v; want 2", pruned, err)
+	}
+	for i, row := range rows {
+		if exists, _ := outboxRow(t, db, row); exists != (i >= 2) {
+			t.Errorf("%s still there: %v after a batch of two; want the two relayed longest ago gone", row.Payload, exists)
+		}
+	}
+
+	other, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(ctx)
+	if _, err := other.Exec(ctx, `SELECT 1 FROM outbox WHERE name = $1 FOR UPDATE`, rows[2].Name); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if pruned, err := outbox.Prune(waitCtx, time.Minute, 2); err != nil || pruned != 1 {
+		t.Fatalf("Prune while another holds a row = %d, %v; want 1, the row nobody holds", pruned, err)
+	}
+	if exists, _ := outboxRow(t, db, rows[2]); !exists {
+		t.Errorf("%s, held by another, is gone", rows[2].Payload)
+	}
+	if exists, _ := outboxRow(t, db, rows[3]); exists {
+		t.Errorf("%s, held by nobody, is still there", rows[3].Payload)
+	}
+}

@@ -85,6 +85,13 @@ type Config struct {
 	// a line with amounts still run (COHERENCE_BALANCE_AMOUNTS=false;
 	// postgres.Settler.WithoutBalanceValues).
 	CoherenceWithoutAmounts bool
+	// OutboxRetention is how long the outbox keeps a row once relayed
+	// (OUTBOX_RETENTION): at least postgres.EventRowsWindow, which a relay
+	// reads events rows back for; the workers delete what is older.
+	OutboxRetention time.Duration
+	// OutboxPruneInterval, above zero, is how often a worker prunes the
+	// outbox (outboxPruneInterval otherwise).
+	OutboxPruneInterval time.Duration
 }
 
 // DefaultConfig is what a worker deployed without flags runs with.
@@ -123,8 +130,15 @@ func DefaultConfig() Config {
 		EventsHotTail:    emq.DefaultLogHotTail,
 		EventsRetention:  placement.DefaultEventsRetention,
 		CoherenceJobSize: placement.CoherenceBatch,
+		OutboxRetention:  DefaultOutboxRetention,
 	}
 }
+
+// DefaultOutboxRetention is how long the outbox keeps a relayed row by
+// default: past the minute a relay may read an events row back, with room
+// to look at what went out lately; the accounts' events themselves are in
+// their history.
+const DefaultOutboxRetention = 5 * time.Minute
 
 // OutageOutlasted is how long an order whose every attempt fails at once
 // stays alive before it is dead: the queue's equal jitter waits at least
@@ -143,8 +157,9 @@ func (c Config) OutageOutlasted() time.Duration {
 // ConnectionsBesideSettlement is how many connections a worker's pool holds
 // beyond settlement's (postgres.SettlerConnections, which the settler never
 // exceeds, whatever the concurrency): what runs beside it (the coherence
-// consumer, the outbox sweep, the balance cache's healer, the event
-// archiver and its pruner), each holding one for a moment now and then.
+// consumer, the outbox sweep and pruner, the balance cache's healer, the
+// event archiver and its pruner), each holding one for a moment now and
+// then.
 const ConnectionsBesideSettlement = 4
 
 // poolConnections is the pool size of a worker at c.
@@ -160,6 +175,15 @@ const (
 	// sweepInterval is how often the relay looks for outbox rows a crash
 	// (or an admin deposit) left behind.
 	sweepInterval = time.Second
+	// outboxPruneInterval is how often a worker deletes the outbox rows
+	// relayed longer ago than the retention, outboxPruneBatch how many one
+	// statement deletes and outboxPruneBatches how many statements a pass
+	// makes at most: 10,000 rows a second a worker, several times what
+	// settlement relays at its peak, without one pass taking PostgreSQL
+	// over to clear a backlog (the months of rows kept before pruning).
+	outboxPruneInterval = 10 * time.Second
+	outboxPruneBatch    = 5000
+	outboxPruneBatches  = 20
 	// coherenceIdlePoll is the idle poll of the coherence shards' claim
 	// loops. What this worker's relay and sweep admit onto them is claimed
 	// at once (emq's local wake), and the gateways admit onto the remote
@@ -239,6 +263,7 @@ type Worker struct {
 	owner       InstrumentOwner
 	settler     *postgres.Settler
 	relay       *placement.OutboxRelay
+	outbox      *postgres.Outbox
 	coherence   *placement.BalanceCoherence
 	// coherenceQueues are the balances' coherence queues, one per shard.
 	coherenceQueues []*emq.Queue
@@ -287,7 +312,8 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 		}
 	}
 	logs := placement.NewEventLogs(deps.Queues)
-	relay := placement.NewOutboxRelay(postgres.NewOutbox(deps.DB), deps.Queues, placement.CoherenceModes, deps.Logger,
+	outbox := postgres.NewOutbox(deps.DB)
+	relay := placement.NewOutboxRelay(outbox, deps.Queues, placement.CoherenceModes, deps.Logger,
 		placement.WithEventsLogs(logs), placement.WithCoherenceJobSize(cmp.Or(c.CoherenceJobSize, placement.CoherenceBatch)))
 	if err := relay.Declare(ctx); err != nil {
 		return nil, err
@@ -326,6 +352,7 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 		owner:           owner,
 		settler:         settler,
 		relay:           relay,
+		outbox:          outbox,
 		coherence:       placement.NewBalanceCoherence(balances, caches, deps.Logger, placement.WithBalanceEvents(logs)),
 		coherenceQueues: coherenceQueues(deps.Queues),
 		healer:          placement.NewBalanceCacheHealer(balances, caches, deps.Logger, placement.WithHealMetrics(deps.Metrics)),
@@ -336,14 +363,14 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 }
 
 // Run settles orders until ctx ends, then drains. Beside settlement it
-// sweeps the outbox, works the balances' coherence queue, heals the
+// sweeps the outbox and prunes its relayed rows, works the balances' coherence queue, heals the
 // balance cache after Redis loses writes, archives the accounts' events to
 // PostgreSQL (trimming Redis to their hot tail) and prunes their history;
 // if the coherence queue's worker fails, settlement stops too, so the
 // process exits instead of settling with cached balances that no longer
 // catch up.
 func (w *Worker) Run(ctx context.Context) error {
-	return workBeside(ctx, []func(context.Context) error{w.sweep, w.applyCoherence, w.heal, w.archive, w.prune}, w.settle)
+	return workBeside(ctx, []func(context.Context) error{w.sweep, w.pruneOutbox, w.applyCoherence, w.heal, w.archive, w.prune}, w.settle)
 }
 
 // archive runs the event archivers of the shards of the accounts' logs
@@ -459,6 +486,42 @@ func (w *Worker) own(ctx context.Context, owned emq.Owned) error {
 func (w *Worker) sweep(ctx context.Context) error {
 	w.relay.KeepSweeping(ctx, sweepInterval)
 	return nil
+}
+
+// pruneOutbox deletes, every outboxPruneInterval, the outbox rows relayed
+// longer ago than the retention, a batch at a time until none is left or
+// the pass made outboxPruneBatches: the
+// relay keeps the events rows it stamps, which nothing reads past
+// postgres.EventRowsWindow. Every worker prunes; each takes rows the
+// others do not hold. A failed pass is tried again at the next interval.
+func (w *Worker) pruneOutbox(ctx context.Context) error {
+	retention := cmp.Or(w.config.OutboxRetention, DefaultOutboxRetention)
+	ticker := time.NewTicker(cmp.Or(w.config.OutboxPruneInterval, outboxPruneInterval))
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+		var pruned int64
+		for range outboxPruneBatches {
+			n, err := w.outbox.Prune(ctx, retention, outboxPruneBatch)
+			pruned += n
+			if err != nil {
+				if ctx.Err() == nil {
+					w.logger.Warn("outbox pruning failed; trying again next interval", "err", err, "pruned", pruned)
+				}
+				break
+			}
+			if n < outboxPruneBatch {
+				break
+			}
+		}
+		if pruned > 0 {
+			w.logger.Debug("outbox rows relayed past their retention deleted", "pruned", pruned)
+		}
+	}
 }
 
 // applyCoherence keeps retrying a coherence job, at the capped backoff, for

@@ -96,6 +96,8 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 		"how long PostgreSQL keeps the accounts' events: a stream resumes from any position younger (EVENTS_RETENTION)")
 	flags.IntVar(&c.worker.CoherenceJobSize, "coherence-job-size", env.Int("COHERENCE_JOB_SIZE", defaults.CoherenceJobSize),
 		"most balance changes one coherence job lists; 1 (also an outbox row per balance) while workers of a release reading one change a job still run (COHERENCE_JOB_SIZE)")
+	flags.DurationVar(&c.worker.OutboxRetention, "outbox-retention", env.Duration("OUTBOX_RETENTION", defaults.OutboxRetention),
+		fmt.Sprintf("how long the outbox keeps a row once relayed; the workers delete older ones; at least %s (OUTBOX_RETENTION)", postgres.EventRowsWindow))
 	amounts := flags.Bool("coherence-balance-amounts", env.Bool("COHERENCE_BALANCE_AMOUNTS", !defaults.CoherenceWithoutAmounts),
 		"list each balance a write moves with its amounts, so the coherence consumer reads nothing back; false while workers of a release whose consumer refuses such lines still run (COHERENCE_BALANCE_AMOUNTS)")
 	flags.StringVar(&c.metricsAddr, "metrics-addr", env.String("METRICS_ADDR", "127.0.0.1:9091"),
@@ -141,6 +143,8 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 		return config{}, errors.New("EVENTS_HOT_COUNT (or -events-hot-count) must be 0 or more")
 	case c.worker.EventsRetention < c.worker.EventsHotTail.Age:
 		return config{}, errors.New("EVENTS_RETENTION (or -events-retention) must be at least EVENTS_HOT_RETENTION")
+	case c.worker.OutboxRetention < postgres.EventRowsWindow:
+		return config{}, fmt.Errorf("OUTBOX_RETENTION (or -outbox-retention) %s: want at least %s, how long a relay may read an events row back", c.worker.OutboxRetention, postgres.EventRowsWindow)
 	case c.worker.CoherenceJobSize < 1 || c.worker.CoherenceJobSize > placement.CoherenceBatch:
 		return config{}, fmt.Errorf("COHERENCE_JOB_SIZE (or -coherence-job-size) must be 1 to %d", placement.CoherenceBatch)
 	case c.worker.WaitReplicas < 0:

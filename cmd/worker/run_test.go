@@ -44,7 +44,7 @@ func TestParseConfig(t *testing.T) {
 			Retry:        emq.RetryPolicy{MaxAttempts: 60, BaseDelay: 100 * time.Millisecond, MaxDelay: 10 * time.Second},
 			DrainTimeout: 10 * time.Second, WaitTimeout: 500 * time.Millisecond,
 			EventsHotTail: emq.LogHotTail{Count: 1000, Age: 10 * time.Minute}, EventsRetention: 7 * 24 * time.Hour,
-			CoherenceJobSize: 64,
+			CoherenceJobSize: 64, OutboxRetention: 5 * time.Minute,
 		},
 	}
 	tests := []struct {
@@ -90,6 +90,11 @@ func TestParseConfig(t *testing.T) {
 			want: func(c *config) {
 				c.worker.EventsHotTail, c.worker.EventsRetention = emq.LogHotTail{Count: 50, Age: time.Minute}, time.Hour
 			}},
+		{name: "relayed outbox rows kept longer", env: map[string]string{"OUTBOX_RETENTION": "1h"},
+			want: func(c *config) { c.worker.OutboxRetention = time.Hour }},
+		{name: "relayed outbox rows kept the least", args: []string{"-outbox-retention", "1m"},
+			want: func(c *config) { c.worker.OutboxRetention = time.Minute }},
+		{name: "relayed outbox rows kept less than a relay reads back", env: map[string]string{"OUTBOX_RETENTION": "59s"}, wantErr: "OUTBOX_RETENTION"},
 		{name: "one balance change a coherence job", env: map[string]string{"COHERENCE_JOB_SIZE": "1"},
 			want: func(c *config) { c.worker.CoherenceJobSize = 1 }},
 		{name: "coherence jobs of no change", env: map[string]string{"COHERENCE_JOB_SIZE": "0"}, wantErr: "COHERENCE_JOB_SIZE"},
@@ -144,7 +149,7 @@ func TestUsageNamesEveryEnvironmentVariable(t *testing.T) {
 	}
 	for _, name := range []string{"REDIS_URL", "DATABASE_URL", "MIGRATE", "WORKER_CONCURRENCY", "WORKER_BATCH", "WORKER_LEASE",
 		"WORKER_MAX_ATTEMPTS", "WORKER_RETRY_BASE", "WORKER_RETRY_CAP", "WORKER_DRAIN_TIMEOUT", "METRICS_ADDR", "LOG_LEVEL",
-		"EVENTS_HOT_RETENTION", "EVENTS_HOT_COUNT", "EVENTS_RETENTION"} {
+		"EVENTS_HOT_RETENTION", "EVENTS_HOT_COUNT", "EVENTS_RETENTION", "OUTBOX_RETENTION"} {
 		if !strings.Contains(out.String(), "("+name+")") {
 			t.Errorf("usage does not document %s:\n%s", name, out.String())
 		}

@@ -1,0 +1,14 @@
+-- The outbox's relayed rows by age, for their pruning (issue 24). An
+-- events row was stamped relayed_at and kept for good: 41 % of what an
+-- order added to PostgreSQL in the soak, and a unique (name, version)
+-- index that grew with every order on the write path. Nothing reads one
+-- relayed more than a minute ago (outbox_event_rows.sql), so the workers
+-- delete the rows relayed longer ago than OUTBOX_RETENTION
+-- (outbox_prune.sql), oldest first, found through this index. The stamp
+-- is already a non-HOT update, so its row version takes one entry more,
+-- at the index's right edge.
+--
+-- A database that kept months of relayed rows builds this index over all
+-- of them under the table's lock, as 0024 did: apply it in a maintenance
+-- window there (docs/operations.md).
+CREATE INDEX outbox_relayed_since ON outbox (relayed_at) WHERE relayed_at IS NOT NULL;
