@@ -315,10 +315,13 @@ func TestPruneTakesABatchOldestFirst(t *testing.T) {
 	ctx := context.Background()
 	db := migratedPool(t)
 	outbox := postgres.NewOutbox(db)
-	var rows []orders.OutboxEntry // relayed 40, 30, 20 and 10 minutes ago
-	for i, ago := range []time.Duration{40, 30, 20, 10} {
-		rows = append(rows, insertOutboxRow(t, db, fmt.Sprintf("%s:ACC_%d:BTC-USD", orders.EventsTable, i), 1,
-			time.Hour, ago*time.Minute))
+	ages := []time.Duration{40, 30, 20, 10}
+	rows := make([]orders.OutboxEntry, len(ages)) // relayed 40, 30, 20 and 10 minutes ago
+	// Inserted out of their age's order, so the table's own order (a scan
+	// that forgot ORDER BY) would take the wrong two.
+	for _, i := range []int{3, 1, 0, 2} {
+		rows[i] = insertOutboxRow(t, db, fmt.Sprintf("%s:ACC_%d:BTC-USD", orders.EventsTable, i), 1,
+			time.Hour, ages[i]*time.Minute)
 	}
 	pruned, err := outbox.Prune(ctx, time.Minute, 2)
 	if err != nil || pruned != 2 {
