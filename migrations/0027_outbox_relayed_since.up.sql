@@ -8,7 +8,8 @@
 -- is already a non-HOT update, so its row version takes one entry more,
 -- at the index's right edge.
 --
--- A database that kept months of relayed rows builds this index over all
--- of them under the table's lock, as 0024 did: apply it in a maintenance
--- window there (docs/operations.md).
-CREATE INDEX outbox_relayed_since ON outbox (relayed_at) WHERE relayed_at IS NOT NULL;
+-- A database that kept months of relayed rows would build this index over
+-- all of them while writes to the outbox wait: build it there beforehand
+-- with CREATE INDEX CONCURRENTLY under this name and definition, which
+-- this statement then leaves be (docs/operations.md).
+CREATE INDEX IF NOT EXISTS outbox_relayed_since ON outbox (relayed_at) WHERE relayed_at IS NOT NULL;

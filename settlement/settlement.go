@@ -23,6 +23,8 @@ import (
 
 	"github.com/ordergate/ordergate/coherence"
 	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/internal/collectors"
+	"github.com/ordergate/ordergate/internal/outage"
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/postgres"
@@ -158,8 +160,9 @@ func (c Config) OutageOutlasted() time.Duration {
 // beyond settlement's (postgres.SettlerConnections, which the settler never
 // exceeds, whatever the concurrency): what runs beside it (the coherence
 // consumer, the outbox sweep and pruner, the balance cache's healer, the
-// event archiver and its pruner), each holding one for a moment now and
-// then.
+// event archivers and the history's pruner), each holding one for a moment
+// now and then: more of them than connections, so one may wait a moment
+// for another's.
 const ConnectionsBesideSettlement = 4
 
 // poolConnections is the pool size of a worker at c.
@@ -178,9 +181,10 @@ const (
 	// outboxPruneInterval is how often a worker deletes the outbox rows
 	// relayed longer ago than the retention, outboxPruneBatch how many one
 	// statement deletes and outboxPruneBatches how many statements a pass
-	// makes at most: 10,000 rows a second a worker, several times what
-	// settlement relays at its peak, without one pass taking PostgreSQL
-	// over to clear a backlog (the months of rows kept before pruning).
+	// makes at most: up to 10,000 rows a second a worker, several times
+	// what settlement relays at its peak, while a backlog (the months of
+	// rows releases before this one kept) goes at that pace per worker
+	// rather than in one pass as long as it takes.
 	outboxPruneInterval = 10 * time.Second
 	outboxPruneBatch    = 5000
 	outboxPruneBatches  = 20
@@ -264,7 +268,9 @@ type Worker struct {
 	settler     *postgres.Settler
 	relay       *placement.OutboxRelay
 	outbox      *postgres.Outbox
-	coherence   *placement.BalanceCoherence
+	// prunedOutbox counts the outbox rows this process deleted.
+	prunedOutbox prometheus.Counter
+	coherence    *placement.BalanceCoherence
 	// coherenceQueues are the balances' coherence queues, one per shard.
 	coherenceQueues []*emq.Queue
 	healer          *placement.BalanceCacheHealer
@@ -343,6 +349,10 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 			placement.WithArchiveMetrics(deps.Metrics))
 	}
 	logShards := logs.Queues()
+	prunedOutbox := collectors.Register(deps.Metrics, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "outbox_pruned_rows_total",
+		Help: "Outbox rows this process deleted, relayed longer ago than OUTBOX_RETENTION.",
+	}))
 	return &Worker{
 		config:          c,
 		logger:          deps.Logger,
@@ -353,6 +363,7 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 		settler:         settler,
 		relay:           relay,
 		outbox:          outbox,
+		prunedOutbox:    prunedOutbox,
 		coherence:       placement.NewBalanceCoherence(balances, caches, deps.Logger, placement.WithBalanceEvents(logs)),
 		coherenceQueues: coherenceQueues(deps.Queues),
 		healer:          placement.NewBalanceCacheHealer(balances, caches, deps.Logger, placement.WithHealMetrics(deps.Metrics)),
@@ -363,12 +374,12 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 }
 
 // Run settles orders until ctx ends, then drains. Beside settlement it
-// sweeps the outbox and prunes its relayed rows, works the balances' coherence queue, heals the
-// balance cache after Redis loses writes, archives the accounts' events to
-// PostgreSQL (trimming Redis to their hot tail) and prunes their history;
-// if the coherence queue's worker fails, settlement stops too, so the
-// process exits instead of settling with cached balances that no longer
-// catch up.
+// sweeps the outbox and prunes its relayed rows, works the balances'
+// coherence queue, heals the balance cache after Redis loses writes,
+// archives the accounts' events to PostgreSQL (trimming Redis to their hot
+// tail) and prunes their history; if the coherence queue's worker fails,
+// settlement stops too, so the process exits instead of settling with
+// cached balances that no longer catch up.
 func (w *Worker) Run(ctx context.Context) error {
 	return workBeside(ctx, []func(context.Context) error{w.sweep, w.pruneOutbox, w.applyCoherence, w.heal, w.archive, w.prune}, w.settle)
 }
@@ -488,38 +499,42 @@ func (w *Worker) sweep(ctx context.Context) error {
 	return nil
 }
 
-// pruneOutbox deletes, every outboxPruneInterval, the outbox rows relayed
-// longer ago than the retention, a batch at a time until none is left or
-// the pass made outboxPruneBatches: the
-// relay keeps the events rows it stamps, which nothing reads past
-// postgres.EventRowsWindow. Every worker prunes; each takes rows the
-// others do not hold. A failed pass is tried again at the next interval.
+// pruneOutbox deletes, about every outboxPruneInterval, the outbox rows
+// relayed longer ago than the retention, a batch at a time until none is
+// left or the pass made outboxPruneBatches: the relay keeps the events
+// rows it stamps, which nothing reads past postgres.EventRowsWindow. Every
+// worker prunes; each takes rows the others do not hold. A failed pass is
+// tried again at the next interval. A pass that stops at its limit (a
+// backlog: the rows releases before this one kept) says so, once in a
+// while; outbox_pruned_rows_total counts what went.
 func (w *Worker) pruneOutbox(ctx context.Context) error {
-	retention := cmp.Or(w.config.OutboxRetention, DefaultOutboxRetention)
-	ticker := time.NewTicker(cmp.Or(w.config.OutboxPruneInterval, outboxPruneInterval))
-	defer ticker.Stop()
+	// A retention under the window would delete rows a relay may still
+	// read back: the flag refuses it, a Config built in code is raised.
+	retention := max(cmp.Or(w.config.OutboxRetention, DefaultOutboxRetention), postgres.EventRowsWindow)
+	interval := cmp.Or(w.config.OutboxPruneInterval, outboxPruneInterval)
+	var failures, backlog outage.Sparse
 	for {
-		select {
-		case <-ctx.Done():
+		if !outage.Sleep(ctx, outage.Jittered(interval)) {
 			return nil
-		case <-ticker.C:
 		}
 		var pruned int64
-		for range outboxPruneBatches {
+		full := true
+		for i := 0; i < outboxPruneBatches && full; i++ {
 			n, err := w.outbox.Prune(ctx, retention, outboxPruneBatch)
 			pruned += n
+			w.prunedOutbox.Add(float64(n))
 			if err != nil {
-				if ctx.Err() == nil {
+				if ctx.Err() == nil && failures.Allow() {
 					w.logger.Warn("outbox pruning failed; trying again next interval", "err", err, "pruned", pruned)
 				}
+				full = false
 				break
 			}
-			if n < outboxPruneBatch {
-				break
-			}
+			full = n == outboxPruneBatch
 		}
-		if pruned > 0 {
-			w.logger.Debug("outbox rows relayed past their retention deleted", "pruned", pruned)
+		if full && backlog.Allow() {
+			w.logger.Info("outbox rows relayed past their retention left for the next pass", "pruned", pruned,
+				"retention", retention)
 		}
 	}
 }
