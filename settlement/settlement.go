@@ -188,6 +188,9 @@ const (
 	outboxPruneInterval = 10 * time.Second
 	outboxPruneBatch    = 5000
 	outboxPruneBatches  = 20
+	// outboxBacklogLogEvery is how often a worker says it left a backlog of
+	// relayed rows for its next pass.
+	outboxBacklogLogEvery = time.Minute
 	// coherenceIdlePoll is the idle poll of the coherence shards' claim
 	// loops. What this worker's relay and sweep admit onto them is claimed
 	// at once (emq's local wake), and the gateways admit onto the remote
@@ -505,14 +508,15 @@ func (w *Worker) sweep(ctx context.Context) error {
 // rows it stamps, which nothing reads past postgres.EventRowsWindow. Every
 // worker prunes; each takes rows the others do not hold. A failed pass is
 // tried again at the next interval. A pass that stops at its limit (a
-// backlog: the rows releases before this one kept) says so, once in a
-// while; outbox_pruned_rows_total counts what went.
+// backlog: the rows releases before this one kept) says so, once a minute
+// at most; outbox_pruned_rows_total counts what went.
 func (w *Worker) pruneOutbox(ctx context.Context) error {
 	// A retention under the window would delete rows a relay may still
 	// read back: the flag refuses it, a Config built in code is raised.
 	retention := max(cmp.Or(w.config.OutboxRetention, DefaultOutboxRetention), postgres.EventRowsWindow)
 	interval := cmp.Or(w.config.OutboxPruneInterval, outboxPruneInterval)
-	var failures, backlog outage.Sparse
+	var failures outage.Sparse
+	var backlogLogged time.Time
 	for {
 		if !outage.Sleep(ctx, outage.Jittered(interval)) {
 			return nil
@@ -532,7 +536,9 @@ func (w *Worker) pruneOutbox(ctx context.Context) error {
 			}
 			full = n == outboxPruneBatch
 		}
-		if full && backlog.Allow() {
+		// A backlog lasts hours: a line a minute, not one a pass.
+		if full && time.Since(backlogLogged) >= outboxBacklogLogEvery {
+			backlogLogged = time.Now()
 			w.logger.Info("outbox rows relayed past their retention left for the next pass", "pruned", pruned,
 				"retention", retention)
 		}
