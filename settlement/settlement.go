@@ -279,11 +279,11 @@ type Worker struct {
 	healer          *placement.BalanceCacheHealer
 	// logShards are the shards of the accounts' logs, whose archivers
 	// are spread over the workers as the instruments are; newArchiver
-	// makes the archiver of one this worker owns, pruner prunes the
-	// history (one, whatever the shards).
-	logShards   []*emq.Queue
-	newArchiver func(shard *emq.Queue) *placement.EventArchiver
-	pruner      *placement.EventArchiver
+	// makes the archiver of one this worker owns; historyPruner prunes
+	// the events' history (one, whatever the shards).
+	logShards     []*emq.Queue
+	newArchiver   func(shard *emq.Queue) *placement.EventArchiver
+	historyPruner *placement.EventArchiver
 }
 
 // New declares the order kind on the instruments' queues (c.Symbols, or
@@ -372,7 +372,7 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 		healer:          placement.NewBalanceCacheHealer(balances, caches, deps.Logger, placement.WithHealMetrics(deps.Metrics)),
 		logShards:       logShards,
 		newArchiver:     newArchiver,
-		pruner:          newArchiver(logShards[0]),
+		historyPruner:   newArchiver(logShards[0]),
 	}, nil
 }
 
@@ -384,7 +384,7 @@ func New(ctx context.Context, deps Deps, c Config) (*Worker, error) {
 // settlement stops too, so the process exits instead of settling with
 // cached balances that no longer catch up.
 func (w *Worker) Run(ctx context.Context) error {
-	return workBeside(ctx, []func(context.Context) error{w.sweep, w.pruneOutbox, w.applyCoherence, w.heal, w.archive, w.prune}, w.settle)
+	return workBeside(ctx, []func(context.Context) error{w.sweep, w.pruneOutbox, w.applyCoherence, w.heal, w.archive, w.pruneHistory}, w.settle)
 }
 
 // archive runs the event archivers of the shards of the accounts' logs
@@ -407,10 +407,10 @@ func (w *Worker) archive(ctx context.Context) error {
 	})
 }
 
-// prune deletes the event history past its retention: one history in
-// PostgreSQL, so one pruner.
-func (w *Worker) prune(ctx context.Context) error {
-	w.pruner.KeepPruning(ctx)
+// pruneHistory deletes the event history past its retention: one history
+// in PostgreSQL, so one pruner.
+func (w *Worker) pruneHistory(ctx context.Context) error {
+	w.historyPruner.KeepPruning(ctx)
 	return nil
 }
 
