@@ -15,37 +15,51 @@ import (
 // keys (0016) probe each key, so what a check reads does not grow with the
 // tables it checks against. PL/pgSQL keeps a check's plan for the
 // connection's life, and a worker makes it on its first write: in a fresh
-// database, against tables of a few rows. A plan that read such a table
-// whole (once, to compare every key against) then went on reading all of
-// it on every write as the table grew: the orders table, on each write
-// that traded.
+// database, against tables of a few rows, with no statistics yet or with
+// statistics of fewer rows still. A plan that read such a table whole
+// (once, to compare every key against) then went on reading all of it on
+// every write as the table grew: the orders table, on each write that
+// traded. A probe "id = key" through an index that holds id as a later
+// column reads that index whole for each key: on statistics of an orders
+// table of one row the planner judged it as cheap as orders_pkey.
 func TestKeyChecksProbeByKey(t *testing.T) {
+	for _, state := range []struct {
+		name string
+		// analyzeAt: the number of orders when orders is analyzed, 0 for never.
+		analyzeAt int
+	}{{name: "no statistics"}, {name: "statistics of one order", analyzeAt: 1}} {
+		t.Run(state.name, func(t *testing.T) { keyChecksProbeByKey(t, state.analyzeAt) })
+	}
+}
+
+func keyChecksProbeByKey(t *testing.T, analyzeAt int) {
 	database := testserver.MigratedPostgres(t)
 	db := database.Pool(t)
 	ctx := context.Background()
 	const venue, external = "ACC_0000000000000000000000000V", "ACC_0000000000000000000000000X"
-	run := func(statements ...string) {
+	run := func(statement string, args ...any) {
 		t.Helper()
-		for _, statement := range statements {
-			if _, err := db.Exec(ctx, statement); err != nil {
-				t.Fatalf("%s: %v", statement, err)
-			}
+		if _, err := db.Exec(ctx, statement, args...); err != nil {
+			t.Fatalf("%s: %v", statement, err)
 		}
 	}
 	// The statistics stay those of the small tables, as between two of
 	// autovacuum's analyses of a growing one.
-	run(`ALTER TABLE orders SET (autovacuum_enabled = false)`, `ALTER TABLE accounts SET (autovacuum_enabled = false)`,
-		`ALTER TABLE balances SET (autovacuum_enabled = false)`, `ALTER TABLE ledger_transactions SET (autovacuum_enabled = false)`,
-		`INSERT INTO balances (account_id, asset) VALUES ('`+venue+`', 'USD'), ('`+external+`', 'USD')`)
-	trades := func(n, firstTransaction int) string {
+	for _, table := range []string{"orders", "accounts", "balances", "ledger_transactions"} {
+		run(`ALTER TABLE ` + table + ` SET (autovacuum_enabled = false)`)
+	}
+	run(`INSERT INTO balances (account_id, asset) VALUES ('` + venue + `', 'USD'), ('` + external + `', 'USD')`)
+	// n trades of orders after the first order firstOrder and of ledger
+	// transactions from firstTransaction on.
+	trades := func(n, firstOrder, firstTransaction int) string {
 		sql := `INSERT INTO trades (symbol, maker_order_id, taker_order_id, maker_account_id, taker_account_id, taker_side,
 			price, quantity, maker_fee, taker_fee, ledger_transaction_id, maker_fee_bps, taker_fee_bps) VALUES `
 		for i := range n {
 			if i > 0 {
 				sql += ", "
 			}
-			sql += `('BTC-USD', '` + fmt.Sprintf("ORD_%026d", 2*i+1) + `', '` + fmt.Sprintf("ORD_%026d", 2*i+2) + `', '` + venue + `', '` + external + `', 'sell', 1, 1, 0, 0, ` +
-				strconv.Itoa(firstTransaction+i) + `, 0, 0)`
+			sql += `('BTC-USD', '` + fmt.Sprintf("ORD_%026d", firstOrder+2*i+1) + `', '` + fmt.Sprintf("ORD_%026d", firstOrder+2*i+2) +
+				`', '` + venue + `', '` + external + `', 'sell', 1, 1, 0, 0, ` + strconv.Itoa(firstTransaction+i) + `, 0, 0)`
 		}
 		return sql
 	}
@@ -60,12 +74,12 @@ func TestKeyChecksProbeByKey(t *testing.T) {
 			`, '` + venue + `', 'USD', 1), (` + strconv.Itoa(transaction) + `, '` + external + `', 'USD', -1)`
 	}
 	const few, many = 20, 20000
-	if _, err := db.Exec(ctx, orders, 1, few); err != nil {
-		t.Fatal(err)
+	if analyzeAt > 0 {
+		run(orders, 1, analyzeAt)
+		run(`ANALYZE orders`)
 	}
-	if _, err := db.Exec(ctx, transactions, 1, few); err != nil {
-		t.Fatal(err)
-	}
+	run(orders, analyzeAt+1, few)
+	run(transactions, 1, few)
 
 	// One connection, whose checks are planned against the few rows.
 	conn, err := db.Acquire(ctx)
@@ -73,52 +87,71 @@ func TestKeyChecksProbeByKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
+	// Each check names the newest rows once the tables have grown: a whole
+	// index read in key order up to them reaches them last.
 	checks := []struct {
-		name   string
-		sql    func(round int) string
-		tables []string
+		name string
+		sql  func(grown bool) string
+		keys map[string]int // the keys it names, by the table they are of
 	}{
-		{"trades", func(round int) string { return trades(7, 1+7*round) }, []string{"orders", "accounts", "ledger_transactions"}},
-		{"ledger entries", func(round int) string { return entries(1 + round) }, []string{"ledger_transactions", "balances"}},
-		{"orders", func(round int) string {
+		{"trades", func(grown bool) string {
+			if grown {
+				return trades(7, many-14, many-6)
+			}
+			return trades(7, 0, 1)
+		}, map[string]int{"orders": 14, "accounts": 2, "ledger_transactions": 7}},
+		{"ledger entries", func(grown bool) string {
+			if grown {
+				return entries(many)
+			}
+			return entries(1)
+		}, map[string]int{"ledger_transactions": 1, "balances": 2}},
+		{"orders", func(grown bool) string {
+			id, client := "ORD_90000000000000000000000000", "x0"
+			if grown {
+				id, client = "ORD_90000000000000000000000001", "x1"
+			}
 			return `INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, quantity, price, status, created_at)
-				VALUES ('` + fmt.Sprintf("ORD_9%025d", round) + `', '` + venue + `', 'x` + strconv.Itoa(round) +
-				`', 'BTC-USD', 'buy', 'limit', 1, 1, 'canceled', now())`
-		}, []string{"accounts"}},
+				VALUES ('` + id + `', '` + venue + `', '` + client + `', 'BTC-USD', 'buy', 'limit', 1, 1, 'canceled', now())`
+		}, map[string]int{"accounts": 1}},
 	}
 	for _, check := range checks {
-		if _, err := conn.Exec(ctx, check.sql(0)); err != nil {
+		if _, err := conn.Exec(ctx, check.sql(false)); err != nil {
 			t.Fatalf("%s, planned: %v", check.name, err)
 		}
 	}
 
-	if _, err := db.Exec(ctx, orders, few+1, many); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(ctx, transactions, few+1, many); err != nil {
-		t.Fatal(err)
-	}
+	run(orders, few+1, many)
+	run(transactions, few+1, many)
 	run(`INSERT INTO accounts (id, name, kind) SELECT 'ACC_' || lpad(g::text, 26, '0'), 'a' || g, 'customer'
-			FROM generate_series(1, `+strconv.Itoa(many)+`) AS g`,
-		`INSERT INTO balances (account_id, asset) SELECT 'ACC_' || lpad(g::text, 26, '0'), 'USD'
-			FROM generate_series(1, `+strconv.Itoa(many)+`) AS g`)
+		FROM generate_series(1, ` + strconv.Itoa(many) + `) AS g`)
+	run(`INSERT INTO balances (account_id, asset) SELECT 'ACC_' || lpad(g::text, 26, '0'), 'USD'
+		FROM generate_series(1, ` + strconv.Itoa(many) + `) AS g`)
 
 	for _, check := range checks {
 		t.Run(check.name, func(t *testing.T) {
-			read := rowsReadBy(t, conn, check.sql(1), check.tables)
+			tables := make([]string, 0, len(check.keys))
+			for table := range check.keys {
+				tables = append(tables, table)
+			}
+			read := blocksReadBy(t, conn, check.sql(true), tables)
 			for table, n := range read {
-				// A probe reads a key or two: a scan reads the table.
-				if n > 100 {
-					t.Errorf("checking against %s read %d rows of its %d", table, n, many)
+				// A probe reads a block or two of an index and one of the
+				// table: a scan reads hundreds.
+				if limit := int64(8 * check.keys[table]); n > limit {
+					t.Errorf("checking %d keys against %s read %d blocks (table and indexes), more than %d", check.keys[table], table, n, limit)
 				}
 			}
 		})
 	}
 }
 
-// rowsReadBy runs sql in a transaction it rolls back and returns the rows
-// it read of each of tables: scanned, or fetched through an index.
-func rowsReadBy(t testing.TB, conn *pgxpool.Conn, sql string, tables []string) map[string]int64 {
+// blocksReadBy runs sql in a transaction it rolls back and returns the
+// blocks it read of each of tables and of their indexes. The counts are
+// taken before and after sql in that transaction: a backend's counts
+// include those of its earlier transactions until it reports them, which
+// it does at most once a second.
+func blocksReadBy(t testing.TB, conn *pgxpool.Conn, sql string, tables []string) map[string]int64 {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := conn.Begin(ctx)
@@ -126,18 +159,26 @@ func rowsReadBy(t testing.TB, conn *pgxpool.Conn, sql string, tables []string) m
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
+	count := func() map[string]int64 {
+		counts := map[string]int64{}
+		for _, table := range tables {
+			var n int64
+			if err := tx.QueryRow(ctx, `SELECT pg_stat_get_xact_blocks_fetched(t.oid)
+					+ (SELECT coalesce(sum(pg_stat_get_xact_blocks_fetched(i.indexrelid)), 0) FROM pg_index i WHERE i.indrelid = t.oid)
+				FROM pg_class t WHERE t.oid = $1::regclass`, table).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			counts[table] = n
+		}
+		return counts
+	}
+	before := count()
 	if _, err := tx.Exec(ctx, sql); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
-	read := map[string]int64{}
-	for _, table := range tables {
-		var n int64
-		if err := tx.QueryRow(ctx, `SELECT pg_stat_get_xact_tuples_returned(t.oid) + pg_stat_get_xact_tuples_fetched(t.oid)
-				+ (SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(i.indexrelid)), 0) FROM pg_index i WHERE i.indrelid = t.oid)
-			FROM pg_class t WHERE t.oid = $1::regclass`, table).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		read[table] = n
+	read := count()
+	for table := range read {
+		read[table] -= before[table]
 	}
 	return read
 }
