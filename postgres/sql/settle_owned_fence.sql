@@ -14,7 +14,11 @@
 -- generic plans, made once per connection: under the default each would be
 -- planned again on every write, its generic plan guessed dearer than one
 -- for the write's few orders (migration 0023 keeps those plans on the
--- keys; TestSettlementGenericPlansProbeKeys).
+-- keys; TestSettlementGenericPlansProbeKeys). Sequential scans are priced
+-- out for them: plans cached while the tables were small, the tables then
+-- grown past their statistics, scanned a table once per key
+-- (TestSettlementGrownPlansProbeKeys).
 SELECT settlement_owner_fence($1::text, $2::bigint, $3::text),
        set_config('idle_in_transaction_session_timeout', '5s', true),
-       set_config('plan_cache_mode', 'force_generic_plan', true)
+       set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('enable_seqscan', 'off', true)
