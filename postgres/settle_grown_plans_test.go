@@ -33,13 +33,14 @@ func TestSettlementGrownPlansProbeKeys(t *testing.T) {
 	for _, stats := range []struct {
 		name     string
 		oneOrder bool
-	}{{name: "analyzed small"}, {name: "analyzed with one order", oneOrder: true}} {
+		empty    bool
+	}{{name: "analyzed small"}, {name: "analyzed with one order", oneOrder: true}, {name: "analyzed empty", empty: true}} {
 		for _, run := range []struct {
 			name   string
 			blocks func(testing.TB, *pgx.Conn, int) map[string]int64
 		}{{"read", grownReadBlocks}, {"write", grownWriteBlocks}} {
 			t.Run(stats.name+", "+run.name, func(t *testing.T) {
-				db := smallAnalyzedPool(t, stats.oneOrder)
+				db := smallAnalyzedPool(t, stats.oneOrder, stats.empty)
 				planned := freshConn(t, db)
 				run.blocks(t, planned, 1)
 				grownExec(t, db, grownRows(41, 1000, 40, 20000, 10, 8000, 10, 10000))
@@ -63,7 +64,7 @@ func TestSettlementGrownPlansProbeKeys(t *testing.T) {
 // smallAnalyzedPool is a migrated database with autovacuum off, its
 // statistics taken on 40 orders, 41 accounts and 10 trades, or, with
 // oneOrder, on one order and one account with the small rows then added.
-func smallAnalyzedPool(t testing.TB, oneOrder bool) *pgxpool.Pool {
+func smallAnalyzedPool(t testing.TB, oneOrder, empty bool) *pgxpool.Pool {
 	t.Helper()
 	db := migratedPool(t)
 	grownExec(t, db, `DO $$ DECLARE r record; BEGIN
@@ -71,6 +72,11 @@ func smallAnalyzedPool(t testing.TB, oneOrder bool) *pgxpool.Pool {
 		         WHERE n.nspname = 'public' AND c.relkind = 'r' LOOP
 			EXECUTE format('ALTER TABLE %I SET (autovacuum_enabled = false)', r.relname);
 		END LOOP; END $$`)
+	if empty {
+		grownExec(t, db, "ANALYZE")
+		grownExec(t, db, grownRows(0, 41, 0, 40, 0, 10, 0, 10))
+		return db
+	}
 	if !oneOrder {
 		grownExec(t, db, grownRows(0, 41, 0, 40, 0, 10, 0, 10))
 		grownExec(t, db, "ANALYZE")
