@@ -10,7 +10,10 @@
 -- default. Sequential scans are priced out for the same statements: a
 -- plan cached while the tables were small, the tables then grown past
 -- their statistics, scanned a table once per key
--- (TestSettlementGrownPlansProbeKeys). No parameters; returns one row,
+-- (TestSettlementGrownPlansProbeKeys). The settings apply to plans made
+-- in this transaction: a statement the connection prepared first elsewhere
+-- (the locked path's settlement) keeps the plan it was made with, as pgx
+-- caches each statement per connection. No parameters; returns one row,
 -- ignored.
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('enable_seqscan', 'off', true)

@@ -5,6 +5,8 @@
 -- batch canceled a maker whose fill it could not compute exactly). A
 -- filled or canceled maker leaves the book: no sequence, finished now.
 -- Each maker is read by its key, whatever the planner's statistics say of
--- orders (migration 0022, settlement_update_makers, runs the UPDATE).
+-- orders (settlement_update_makers, migration 0029: it locks each maker
+-- found by an ordered probe of its key, then updates the rows it locked
+-- by their address).
 SELECT settlement_update_makers($1::text[], $2::numeric[], $3::numeric[], $4::numeric[], $5::numeric[], $6::text[],
     $7::text[])
