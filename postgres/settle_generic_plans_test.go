@@ -38,23 +38,7 @@ func TestSettlementGenericPlansProbeKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
-		for _, s := range genericPlanWrite(n) {
-			if s.name == "settle_owned_fence" {
-				var terms string
-				if err := tx.QueryRow(ctx, `SELECT settlement_instrument_terms(i) FROM instruments i WHERE symbol = 'BTC-USD'`).Scan(&terms); err != nil {
-					t.Fatal(err)
-				}
-				s.args = append(s.args, terms)
-			}
-			rows, err := tx.Query(ctx, postgres.SettlementWriteSQL[s.name], s.args...)
-			if err != nil {
-				t.Fatalf("%s: %v", s.name, err)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				t.Fatalf("%s: %v", s.name, err)
-			}
-		}
+		runGenericPlanWrite(t, tx, n)
 		var mode string
 		if err := tx.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode); err != nil {
 			t.Fatal(err)
@@ -258,5 +242,29 @@ func genericPlanWrite(n int) []genericPlanStatement {
 		{name: "settle_lock", args: []any{lockAccounts, lockAssets}},
 		{name: "settle_guard", args: []any{lockAccounts, lockAssets, boundsK, boundsK}},
 		{name: "settle_balances", args: []any{names, lockAccounts, lockAssets, zerosK, zerosK, stepsK, "balances:write", true}},
+	}
+}
+
+// runGenericPlanWrite runs genericPlanWrite(n)'s statements in tx, the
+// fence with the instrument's terms as they stand.
+func runGenericPlanWrite(t testing.TB, tx pgx.Tx, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for _, s := range genericPlanWrite(n) {
+		if s.name == "settle_owned_fence" {
+			var terms string
+			if err := tx.QueryRow(ctx, `SELECT settlement_instrument_terms(i) FROM instruments i WHERE symbol = 'BTC-USD'`).Scan(&terms); err != nil {
+				t.Fatal(err)
+			}
+			s.args = append(s.args, terms)
+		}
+		rows, err := tx.Query(ctx, postgres.SettlementWriteSQL[s.name], s.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
 	}
 }

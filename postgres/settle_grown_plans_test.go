@@ -164,23 +164,7 @@ func grownWriteBlocks(t testing.TB, conn *pgx.Conn, n int) map[string]int64 {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	for _, s := range genericPlanWrite(n) {
-		if s.name == "settle_owned_fence" {
-			var terms string
-			if err := tx.QueryRow(ctx, `SELECT settlement_instrument_terms(i) FROM instruments i WHERE symbol = 'BTC-USD'`).Scan(&terms); err != nil {
-				t.Fatal(err)
-			}
-			s.args = append(s.args, terms)
-		}
-		rows, err := tx.Query(ctx, postgres.SettlementWriteSQL[s.name], s.args...)
-		if err != nil {
-			t.Fatalf("%s: %v", s.name, err)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			t.Fatalf("%s: %v", s.name, err)
-		}
-	}
+	runGenericPlanWrite(t, tx, n)
 	rows, err := tx.Query(ctx, blocksByRelation)
 	if err != nil {
 		t.Fatal(err)
