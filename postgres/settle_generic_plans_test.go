@@ -16,7 +16,19 @@ import (
 )
 
 //go:embed testdata/settle_generic_plans_rows.sql
-var genericPlansRows string
+var planRowsTemplate string
+
+// genericPlansRows is the database TestSettlementGenericPlansProbeKeys
+// plans on: 1,000 accounts, 20,000 orders, 9,999 trades, 1,000 outbox rows.
+var genericPlansRows = planRows(0, 1000, 0, 20000, 0, 9999, 0, 1000)
+
+// planRows are testdata/settle_generic_plans_rows.sql's rows for accounts
+// (a0, a1], orders (o0, o1], trades and their ledger transactions (t0, t1]
+// and relayed outbox rows (x0, x1].
+func planRows(a0, a1, o0, o1, t0, t1, x0, x1 int) string {
+	return strings.NewReplacer("A0", fmt.Sprint(a0+1), "A1", fmt.Sprint(a1), "O0", fmt.Sprint(o0+1), "O1", fmt.Sprint(o1),
+		"T0", fmt.Sprint(t0+1), "T1", fmt.Sprint(t1), "X0", fmt.Sprint(x0+1), "X1", fmt.Sprint(x1)).Replace(planRowsTemplate)
+}
 
 // TestSettlementGenericPlansProbeKeys: an owner's write runs with generic
 // plans (settle_owned_fence.sql sets plan_cache_mode for its transaction),

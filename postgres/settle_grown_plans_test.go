@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"strings"
 	"testing"
@@ -28,7 +27,8 @@ import (
 // hundreds, once a key or once a statement.
 // Cases: statistics of 40 orders, 41 accounts and 10 trades; statistics
 // of one order and one account (a probe by id through an index holding id
-// as a later column then costs what one through orders_pkey does).
+// as a later column then costs what one through orders_pkey does);
+// statistics of the empty tables.
 func TestSettlementGrownPlansProbeKeys(t *testing.T) {
 	for _, stats := range []struct {
 		name     string
@@ -43,7 +43,7 @@ func TestSettlementGrownPlansProbeKeys(t *testing.T) {
 				db := smallAnalyzedPool(t, stats.oneOrder, stats.empty)
 				planned := freshConn(t, db)
 				run.blocks(t, planned, 1)
-				grownExec(t, db, grownRows(41, 1000, 40, 20000, 10, 8000, 10, 10000))
+				grownExec(t, db, planRows(41, 1000, 40, 20000, 10, 8000, 10, 10000))
 				for _, n := range []int{1, 200} {
 					got := run.blocks(t, planned, n)
 					fresh := freshConn(t, db)
@@ -63,7 +63,8 @@ func TestSettlementGrownPlansProbeKeys(t *testing.T) {
 
 // smallAnalyzedPool is a migrated database with autovacuum off, its
 // statistics taken on 40 orders, 41 accounts and 10 trades, or, with
-// oneOrder, on one order and one account with the small rows then added.
+// oneOrder, on one order and one account, or, with empty, on the empty
+// tables, the small rows then added.
 func smallAnalyzedPool(t testing.TB, oneOrder, empty bool) *pgxpool.Pool {
 	t.Helper()
 	db := migratedPool(t)
@@ -74,11 +75,11 @@ func smallAnalyzedPool(t testing.TB, oneOrder, empty bool) *pgxpool.Pool {
 		END LOOP; END $$`)
 	if empty {
 		grownExec(t, db, "ANALYZE")
-		grownExec(t, db, grownRows(0, 41, 0, 40, 0, 10, 0, 10))
+		grownExec(t, db, planRows(0, 41, 0, 40, 0, 10, 0, 10))
 		return db
 	}
 	if !oneOrder {
-		grownExec(t, db, grownRows(0, 41, 0, 40, 0, 10, 0, 10))
+		grownExec(t, db, planRows(0, 41, 0, 40, 0, 10, 0, 10))
 		grownExec(t, db, "ANALYZE")
 		return db
 	}
@@ -88,7 +89,7 @@ func smallAnalyzedPool(t testing.TB, oneOrder, empty bool) *pgxpool.Pool {
 		VALUES ('ORD_' || lpad('1', 26, '0'), 'ACC_' || lpad('2', 26, '0'), 'c1', 'BTC-USD', 'sell', 'limit', 'gtc', 1, 100,
 		'filled', 1, 100, now(), now())`)
 	grownExec(t, db, "ANALYZE")
-	rows := grownRows(0, 41, 1, 40, 0, 10, 0, 10)
+	rows := planRows(0, 41, 1, 40, 0, 10, 0, 10)
 	grownExec(t, db, strings.Replace(rows, "generate_series(1, 41) g;", "generate_series(1, 41) g WHERE g <> 2;", 1))
 	return db
 }
@@ -98,41 +99,6 @@ func grownExec(t testing.TB, db *pgxpool.Pool, sql string) {
 	if _, err := db.Exec(context.Background(), sql); err != nil {
 		t.Fatalf("%v\n%s", err, sql)
 	}
-}
-
-// grownRows are rows of testdata/settle_generic_plans_rows.sql's shape:
-// accounts (a0, a1], orders (o0, o1], trades and their ledger transactions
-// (t0, t1], relayed outbox rows (x0, x1].
-func grownRows(a0, a1, o0, o1, t0, t1, x0, x1 int) string {
-	return strings.NewReplacer("A0", fmt.Sprint(a0+1), "A1", fmt.Sprint(a1), "O0", fmt.Sprint(o0+1), "O1", fmt.Sprint(o1),
-		"T0", fmt.Sprint(t0+1), "T1", fmt.Sprint(t1), "X0", fmt.Sprint(x0+1), "X1", fmt.Sprint(x1)).Replace(`
-INSERT INTO accounts (id, name, kind) SELECT 'ACC_' || lpad(g::text, 26, '0'), 'a' || g, 'customer' FROM generate_series(A0, A1) g;
-INSERT INTO balances (account_id, asset, available, held, version)
-SELECT 'ACC_' || lpad(g::text, 26, '0'), a, 1000000, 0, 1 FROM generate_series(A0, A1) g, unnest(ARRAY['USD','BTC','ETH']) a;
-INSERT INTO event_sources (name, version) SELECT 'events:ACC_' || lpad(g::text, 26, '0') || ':' || s, 10
-FROM generate_series(A0, A1) g, unnest(ARRAY['BTC-USD','ETH-USD','ETH-BTC']) s;
-INSERT INTO orders (id, account_id, client_order_id, symbol, side, type, time_in_force, quantity, price, status,
-    filled_quantity, filled_notional, sequence, created_at, finished_at)
-SELECT 'ORD_' || lpad(g::text, 26, '0'), 'ACC_' || lpad((g % 1000 + 1)::text, 26, '0'), 'c' || g,
-    (ARRAY['BTC-USD','ETH-USD','ETH-BTC'])[g % 3 + 1], CASE WHEN g % 2 = 0 THEN 'buy' ELSE 'sell' END, 'limit', 'gtc',
-    1, 100, CASE WHEN g % 20 = 0 THEN 'open' ELSE 'filled' END, CASE WHEN g % 20 = 0 THEN 0 ELSE 1 END,
-    CASE WHEN g % 20 = 0 THEN 0 ELSE 100 END, CASE WHEN g % 20 = 0 THEN g END, now(), now()
-FROM generate_series(O0, O1) g;
-SELECT setval('orders_book_sequence', 200000);
-INSERT INTO ledger_transactions (id, kind, order_id) OVERRIDING SYSTEM VALUE
-SELECT g, 'trade', 'ORD_' || lpad((2 * g + 1)::text, 26, '0') FROM generate_series(T0, T1) g;
-SELECT setval(pg_get_serial_sequence('ledger_transactions', 'id'), T1);
-INSERT INTO ledger_entries (transaction_id, account_id, asset, amount, part)
-SELECT g, 'ACC_' || lpad(((2 * g + s) % 1000 + 1)::text, 26, '0'), 'USD', CASE WHEN s = 0 THEN 1 ELSE -1 END, 'available'
-FROM generate_series(T0, T1) g, generate_series(0, 1) s;
-INSERT INTO trades (symbol, maker_order_id, taker_order_id, maker_account_id, taker_account_id, taker_side, price, quantity,
-    maker_fee, taker_fee, maker_fee_bps, taker_fee_bps, ledger_transaction_id)
-SELECT (ARRAY['BTC-USD','ETH-USD','ETH-BTC'])[(2 * g) % 3 + 1], 'ORD_' || lpad((2 * g)::text, 26, '0'),
-    'ORD_' || lpad((2 * g + 1)::text, 26, '0'), 'ACC_' || lpad(((2 * g) % 1000 + 1)::text, 26, '0'),
-    'ACC_' || lpad(((2 * g + 1) % 1000 + 1)::text, 26, '0'), 'buy', 100, 1, 0.1, 0.2, 10, 20, g
-FROM generate_series(T0, T1) g;
-INSERT INTO outbox (name, version, payload, relayed_at) SELECT 'x' || g, 1, 'p', now() FROM generate_series(X0, X1) g;
-`)
 }
 
 // blocksByRelation: the blocks each table and index of the schema gave the
