@@ -89,13 +89,13 @@ func (w *batchWork) written() map[balanceKey]bool {
 }
 
 // lockRows opens and locks the balance rows keys in (account, asset)
-// order, into locked, in one round trip.
-func lockRows(ctx context.Context, tx sender, keys []balanceKey, locked map[balanceKey]*lockedBalance) error {
+// order, into locked, in one round trip, with sql's statements.
+func lockRows(ctx context.Context, tx sender, sql *settleStatements, keys []balanceKey, locked map[balanceKey]*lockedBalance) error {
 	if len(keys) == 0 {
 		return nil
 	}
 	b := &pgx.Batch{}
-	queueLock(b, keys, nil, locked)
+	queueLock(b, sql, keys, nil, locked)
 	return tx.SendBatch(ctx, b).Close()
 }
 
@@ -103,10 +103,10 @@ func lockRows(ctx context.Context, tx sender, keys []balanceKey, locked map[bala
 // (rows are never deleted, so one read once exists) and the lock of all of
 // them, in (account, asset) order; the locked rows are read into locked
 // (nil: not read).
-func queueLock(b *pgx.Batch, keys []balanceKey, known map[balanceKey]*lockedBalance, locked map[balanceKey]*lockedBalance) {
-	queueOpen(b, keys, known)
+func queueLock(b *pgx.Batch, sql *settleStatements, keys []balanceKey, known map[balanceKey]*lockedBalance, locked map[balanceKey]*lockedBalance) {
+	queueOpen(b, sql, keys, known)
 	accounts, assets := sortedKeys(keys)
-	lock := b.Queue(settleLockSQL, accounts, assets)
+	lock := b.Queue(sql.lock, accounts, assets)
 	if locked != nil {
 		lock.Query(func(rows pgx.Rows) error { return scanBalances(rows, locked) })
 	}
@@ -115,7 +115,7 @@ func queueLock(b *pgx.Batch, keys []balanceKey, known map[balanceKey]*lockedBala
 // queueOpen opens the rows of keys not known to exist (a new account's
 // first order), so that what the batch inserts can reference them before
 // it locks them.
-func queueOpen(b *pgx.Batch, keys []balanceKey, known map[balanceKey]*lockedBalance) {
+func queueOpen(b *pgx.Batch, sql *settleStatements, keys []balanceKey, known map[balanceKey]*lockedBalance) {
 	accounts, assets := sortedKeys(keys)
 	var openAccounts, openAssets []string
 	for i := range accounts {
@@ -124,7 +124,7 @@ func queueOpen(b *pgx.Batch, keys []balanceKey, known map[balanceKey]*lockedBala
 		}
 	}
 	if len(openAccounts) > 0 {
-		b.Queue(settleOpenSQL, openAccounts, openAssets)
+		b.Queue(sql.open, openAccounts, openAssets)
 	}
 }
 

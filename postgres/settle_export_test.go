@@ -78,22 +78,38 @@ func OwnedExtended(s *Settler) int64 { return s.owned.extended.Load() }
 var SettleEventsSQL = settleEventsSQL
 
 // SettlementWriteSQL is each statement of an owner's write and of its read
-// before, by its file's name, for the tests that run them on their own.
+// before, as the owner sends it, by its file's name, for the tests that run
+// them on their own.
 var SettlementWriteSQL = map[string]string{
 	"settle_owned_fence":   settleOwnedFenceSQL,
-	"settle_open":          settleOpenSQL,
-	"settle_insert_orders": settleInsertOrdersSQL,
+	"settle_open":          ownedStatements.open,
+	"settle_insert_orders": ownedStatements.insertOrders,
 	"settle_owned_makers":  settleOwnedMakersSQL,
-	"settle_update_makers": settleUpdateMakersSQL,
-	"settle_write_ledger":  settleWriteLedgerSQL,
-	"settle_events":        settleEventsSQL,
-	"settle_lock":          settleLockSQL,
-	"settle_guard":         settleGuardSQL,
-	"settle_balances":      settleBalancesSQL,
+	"settle_update_makers": ownedStatements.updateMakers,
+	"settle_write_ledger":  ownedStatements.writeLedger,
+	"settle_events":        ownedStatements.events,
+	"settle_lock":          ownedStatements.lock,
+	"settle_guard":         ownedStatements.guard,
+	"settle_balances":      ownedStatements.balances,
 	"settle_read_plans":    settleReadPlansSQL,
-	"settle_existing":      settleExistingSQL,
-	"settle_duplicates":    settleDuplicatesSQL,
-	"settle_takers":        settleTakersSQL,
+	"settle_existing":      ownedStatements.existing,
+	"settle_duplicates":    ownedStatements.duplicates,
+	"settle_takers":        ownedStatements.takers,
+}
+
+// SharedStatements is each statement the owner's path and the locked path
+// both send, by its file's name: as the locked path and the cancels send
+// it, and as the owner does.
+func SharedStatements() (locked, owned map[string]string) {
+	named := func(s settleStatements) map[string]string {
+		return map[string]string{
+			"settle_existing": s.existing, "settle_duplicates": s.duplicates, "settle_takers": s.takers,
+			"settle_open": s.open, "settle_lock": s.lock, "settle_guard": s.guard,
+			"settle_insert_orders": s.insertOrders, "settle_update_makers": s.updateMakers,
+			"settle_write_ledger": s.writeLedger, "settle_events": s.events, "settle_balances": s.balances,
+		}
+	}
+	return named(lockedStatements), named(ownedStatements)
 }
 
 // SortedBalanceKeys is sortedKeys on parallel arrays: the order, without

@@ -619,12 +619,12 @@ func (s *Settler) readOwned(ctx context.Context, st *ownedBook, batch []*settleR
 	read := &pgx.Batch{}
 	// Generic plans for the reads below, until the batch's end.
 	read.Queue(settleReadPlansSQL)
-	read.Queue(settleExistingSQL, ids).Query(func(rows pgx.Rows) error {
+	read.Queue(ownedStatements.existing, ids).Query(func(rows pgx.Rows) error {
 		var id string
 		_, err := pgx.ForEachRow(rows, []any{&id}, func() error { existing[id] = true; return nil })
 		return err
 	})
-	read.Queue(settleDuplicatesSQL, ids, takerAccounts, clientIDs).Query(func(rows pgx.Rows) error {
+	read.Queue(ownedStatements.duplicates, ids, takerAccounts, clientIDs).Query(func(rows pgx.Rows) error {
 		var pair clientOrderKey
 		var holder string
 		_, err := pgx.ForEachRow(rows, []any{&pair.account, &pair.clientOrderID, &holder}, func() error {
@@ -636,13 +636,13 @@ func (s *Settler) readOwned(ctx context.Context, st *ownedBook, batch []*settleR
 	if flight != nil && flight.probe != "" {
 		// Read before the balances: when the flight's row is there, so are
 		// its balance moves.
-		read.Queue(settleExistingSQL, []string{flight.probe}).Query(func(rows pgx.Rows) error {
+		read.Queue(ownedStatements.existing, []string{flight.probe}).Query(func(rows pgx.Rows) error {
 			_, err := pgx.ForEachRow(rows, []any{new(string)}, func() error { committed = true; return nil })
 			return err
 		})
 	}
 	readTakers := func(rows pgx.Rows) error { return scanBalances(rows, snapshot) }
-	read.Queue(settleTakersSQL, takerAccounts, takerSymbols).Query(readTakers)
+	read.Queue(ownedStatements.takers, takerAccounts, takerSymbols).Query(readTakers)
 	if err := pooled.SendBatch(ctx, read).Close(); err != nil {
 		return ownedRead{}, err
 	}
@@ -762,7 +762,7 @@ func (s *Settler) writeOwned(st *ownedBook, p *ownedFlight, mayRedecide bool) (e
 			return err
 		}
 		locked := make(map[balanceKey]*lockedBalance)
-		if err := lockRows(ctx, pooled, slices.Collect(maps.Keys(lockSet)), locked); err != nil {
+		if err := lockRows(ctx, pooled, p.w.statements(), slices.Collect(maps.Keys(lockSet)), locked); err != nil {
 			return err
 		}
 		if err := s.decideOwned(ctx, st, p, locked); err != nil {

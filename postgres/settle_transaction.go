@@ -190,7 +190,7 @@ func (s *Settler) settleTogether(ctx context.Context, batch []*settleRequest) ([
 			return fail(err)
 		}
 		locked := make(map[balanceKey]*lockedBalance)
-		if err := lockRows(ctx, conn, slices.Collect(maps.Keys(lockSet)), locked); err != nil {
+		if err := lockRows(ctx, conn, &lockedStatements, slices.Collect(maps.Keys(lockSet)), locked); err != nil {
 			return fail(err)
 		}
 		if w, outcomes, err = decideBatch(ctx, conn, batch, instruments, reads, locked, existing, holders); err != nil {

@@ -39,6 +39,7 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 	form balancesForm,
 ) ([]orders.OutboxEntry, error) {
 	batch := &pgx.Batch{}
+	sql := w.statements()
 	if w.owned != nil {
 		// The owner's transaction opens here, behind its fence.
 		w.owned.queueOpening(batch)
@@ -52,12 +53,12 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 	// batch that moves the same accounts waits only for this one's balance
 	// updates, events and commit, not its inserts.
 	if len(keys) > 0 {
-		queueOpen(batch, keys, known)
+		queueOpen(batch, sql, keys, known)
 	}
 	lockAndGuard := func() {
 		if len(keys) > 0 {
 			accounts, assets := sortedKeys(keys)
-			batch.Queue(settleLockSQL, accounts, assets)
+			batch.Queue(sql.lock, accounts, assets)
 		}
 		if !guarded {
 			return
@@ -72,7 +73,7 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 			atLeast, below = append(atLeast, ratText(b.atLeast)), append(below, ratText(b.below))
 		}
 		if len(accounts) > 0 {
-			batch.Queue(settleGuardSQL, accounts, assets, atLeast, below)
+			batch.Queue(sql.guard, accounts, assets, atLeast, below)
 		}
 	}
 
@@ -117,7 +118,7 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		}
 		o.protections = append(o.protections, decimalText(protection))
 	}
-	batch.Queue(settleInsertOrdersSQL, o.ids, o.accounts, o.clientIDs, o.symbols, o.sides, o.types, o.tifs,
+	batch.Queue(sql.insertOrders, o.ids, o.accounts, o.clientIDs, o.symbols, o.sides, o.types, o.tifs,
 		o.postOnly, o.quantities, o.prices, o.statuses, o.rejects, o.cancels, o.filled, o.notionals, o.fees, o.holds,
 		o.rests, o.tokens, o.created, o.duplicateOf, o.protections)
 
@@ -136,7 +137,7 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 			statuses = append(statuses, string(m.status))
 			cancels = append(cancels, optionalText(string(m.cancelReason)))
 		}
-		batch.Queue(settleUpdateMakersSQL, ids, filled, notionals, fees, givenUp, statuses, cancels)
+		batch.Queue(sql.updateMakers, ids, filled, notionals, fees, givenUp, statuses, cancels)
 	}
 
 	if len(w.txns) > 0 {
@@ -168,7 +169,7 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 				traded, lastPrices = append(traded, symbol), append(lastPrices, book.in.LastPrice.String())
 			}
 		}
-		batch.Queue(settleWriteLedgerSQL, kinds, orderIDs, eTxns, eAccounts, eAssets, eAmounts, eParts,
+		batch.Queue(sql.writeLedger, kinds, orderIDs, eTxns, eAccounts, eAssets, eAmounts, eParts,
 			tTxns, symbols, makers, takers, makerAccounts, takerAccounts, sides, prices, quantities,
 			makerFees, takerFees, makerRates, takerRates, traded, lastPrices)
 	}
@@ -188,7 +189,7 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		touched = append(touched, m.id)
 	}
 	var events []orders.OutboxEntry
-	batch.Queue(settleEventsSQL, touched, takers, takers).Query(func(rows pgx.Rows) error {
+	batch.Queue(sql.events, touched, takers, takers).Query(func(rows pgx.Rows) error {
 		var err error
 		events, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
 		return err
@@ -219,7 +220,7 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 			changes[i] = b.changes
 		}
 		// Every moved row exists: the batch locked it (settle_lock.sql).
-		batch.Queue(settleBalancesSQL, names, accounts, assets, available, held, changes,
+		batch.Queue(sql.balances, names, accounts, assets, available, held, changes,
 			form.row, form.values).Query(func(rows pgx.Rows) error {
 			var err error
 			outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])

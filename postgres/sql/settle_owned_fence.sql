@@ -18,10 +18,9 @@
 -- out for them: plans cached while the tables were small, the tables then
 -- grown past their statistics, scanned a table once per key
 -- (TestSettlementGrownPlansProbeKeys).
--- The settings apply to plans made in this transaction: a statement the
--- connection prepared first elsewhere (the locked path's settlement, a
--- cancel) keeps the plan it was made with, as pgx caches each statement
--- per connection.
+-- The settings apply to plans made in this transaction, so the write's
+-- statements are the owner's own texts (settle_statements.go): a plan the
+-- locked path or a cancel made never serves them.
 SELECT settlement_owner_fence($1::text, $2::bigint, $3::text),
        set_config('idle_in_transaction_session_timeout', '5s', true),
        set_config('plan_cache_mode', 'force_generic_plan', true),

@@ -11,9 +11,8 @@
 -- plan cached while the tables were small, the tables then grown past
 -- their statistics, scanned a table once per key
 -- (TestSettlementGrownPlansProbeKeys). The settings apply to plans made
--- in this transaction: a statement the connection prepared first elsewhere
--- (the locked path's settlement) keeps the plan it was made with, as pgx
--- caches each statement per connection. No parameters; returns one row,
--- ignored.
+-- in this transaction, so the statements are the owner's own texts
+-- (settle_statements.go): a plan the locked path made never serves them.
+-- No parameters; returns one row, ignored.
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('enable_seqscan', 'off', true)
