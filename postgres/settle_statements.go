@@ -1,6 +1,9 @@
 package postgres
 
-import _ "embed"
+import (
+	_ "embed"
+	"strings"
+)
 
 //go:embed sql/settle_owned_statement.sql
 var settleOwnedStatementSQL string
@@ -32,13 +35,29 @@ var (
 	ownedStatements = lockedStatements.owned()
 )
 
-// owned is s with each text preceded by settle_owned_statement.sql.
+// owned is s with settle_owned_statement.sql in each text, after the
+// text's leading comment: a text starts as its file does, which is how
+// StatementFile names it (the bench's profile of pg_stat_statements and
+// pg_stat_activity).
 func (s settleStatements) owned() settleStatements {
 	for _, text := range []*string{&s.existing, &s.duplicates, &s.takers, &s.open, &s.lock, &s.guard,
 		&s.insertOrders, &s.updateMakers, &s.writeLedger, &s.events, &s.balances} {
-		*text = settleOwnedStatementSQL + *text
+		comment, code := leadingComment(*text)
+		*text = comment + settleOwnedStatementSQL + code
 	}
 	return s
+}
+
+// leadingComment is text's leading comment lines and the rest.
+func leadingComment(text string) (comment, rest string) {
+	n := 0
+	for line := range strings.Lines(text) {
+		if !strings.HasPrefix(line, "--") || !strings.HasSuffix(line, "\n") {
+			break
+		}
+		n += len(line)
+	}
+	return text[:n], text[n:]
 }
 
 // statements are the texts w's write sends: the owner's when w is an

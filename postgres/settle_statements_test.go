@@ -98,3 +98,23 @@ func preparedPlans(t testing.TB, db *pgxpool.Pool) map[string]preparedPlanCounts
 	}
 	return plans
 }
+
+// TestOwnerStatementsKeepTheirFileNames: an owner's copy of a shared
+// statement is a text of its own, yet named by the statement's file
+// (postgres.StatementFile), as the locked path's is: pg_stat_statements
+// and pg_stat_activity show either text, and the bench's profile counts
+// both under the file.
+func TestOwnerStatementsKeepTheirFileNames(t *testing.T) {
+	lockedTexts, ownedTexts := postgres.SharedStatements()
+	for name, text := range ownedTexts {
+		if text == lockedTexts[name] {
+			t.Errorf("the owner's %s is the locked path's text", name)
+		}
+		if got := postgres.StatementFile(text); got != name {
+			t.Errorf("the owner's %s is named %q", name, got)
+		}
+		if got := postgres.StatementFile(lockedTexts[name]); got != name {
+			t.Errorf("the locked path's %s is named %q", name, got)
+		}
+	}
+}

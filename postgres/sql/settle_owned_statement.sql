@@ -1,5 +1,6 @@
--- The owner's copy: put before each statement an owner's read and write
--- share with the locked path and the cancels (settle_statements.go). A
+-- The owner's copy: put after the leading comment of each statement an
+-- owner's read and write share with the locked path and the cancels
+-- (settle_statements.go), which so still starts as its file does. A
 -- comment only, no inputs or outputs: the text differs, so pgx prepares the
 -- owner's statement on a connection apart, and PostgreSQL makes its cached
 -- plan under the owner's settings (settle_read_plans.sql,
