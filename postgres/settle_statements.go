@@ -13,9 +13,10 @@ var settleOwnedStatementSQL string
 //
 // An owner plans them generically, with sequential scans priced out
 // (settle_read_plans.sql, settle_owned_fence.sql), and PostgreSQL keeps a
-// prepared statement's generic plan for the connection's life, made under
-// the settings of the transaction that first needed it. pgx prepares one
-// statement per text on each connection, so the owner's texts are its own
+// prepared statement's generic plan, made under the settings of the
+// transaction that first needed it, until an analysis or a schema change
+// invalidates it. pgx prepares one statement per text on each
+// connection, so the owner's texts are its own
 // (ownedStatements): a plan the locked path or a cancel made with the
 // default settings, on statistics of small tables, never serves an owner's
 // batch once the tables grew (TestOwnerPlansItsOwnStatements).
