@@ -118,7 +118,8 @@ func (o OwnOptions) withDefaults() OwnOptions {
 //
 // Every Poll the worker beats in the roster (a sorted set of live workers on
 // {emq}, each membership ending Lease after its last beat) and learns how
-// many workers are live and what each holds. Its share is ceil(queues /
+// many workers are live and what each holds; while it joins, every fifth
+// of a Poll, taking nothing until the roster holds still (rosterJoin). Its share is ceil(queues /
 // live workers). Below it, it takes free or expired leases, when no live
 // worker holds fewer than it does (the neediest go first) or a lease stayed
 // free for a Grace. Above it for a Grace (a worker joined), it hands the
@@ -223,7 +224,7 @@ func (s *spread) run(ctx context.Context) error {
 	trouble := outage.Tracker{Loop: "ownership roster"}
 	tick := time.NewTimer(0)
 	defer tick.Stop()
-	joined := false
+	var joining rosterJoin
 	for {
 		select {
 		case <-ctx.Done():
@@ -243,14 +244,43 @@ func (s *spread) run(ctx context.Context) error {
 			continue
 		}
 		trouble.Recover(s.logger)
-		// The first beat only joins: workers started together see each
-		// other before any takes a share.
-		if joined {
-			s.balance(ctx, members)
+		if !joining.settled(members, s.options.Poll) {
+			tick.Reset(outage.Jittered(s.options.Poll / joinBeats))
+			continue
 		}
-		joined = true
+		s.balance(ctx, members)
 		tick.Reset(outage.Jittered(s.options.Poll))
 	}
+}
+
+// joinBeats is how many beats a poll holds while a worker joins.
+const joinBeats = 5
+
+// rosterJoin is what a joining worker saw of the roster: workers started
+// together see each other before any takes a share. A worker beats every
+// poll / joinBeats until two beats in a row show as many members (or a
+// poll passed since its first): so workers started together take their
+// shares after two or three short beats, not a poll, and one started a
+// short beat after the last of them is still seen.
+type rosterJoin struct {
+	first   time.Time
+	members int
+	done    bool
+}
+
+// settled records a beat's members and reports whether the worker may
+// take its share: from then on, at every beat.
+func (r *rosterJoin) settled(members []rosterMember, poll time.Duration) bool {
+	switch now := time.Now(); {
+	case r.done:
+	case r.first.IsZero():
+		r.first, r.members = now, len(members)
+	case len(members) == r.members || now.Sub(r.first) >= poll:
+		r.done = true
+	default:
+		r.members = len(members)
+	}
+	return r.done
 }
 
 // beat renews this worker's membership (ttl 0 leaves the roster) with the

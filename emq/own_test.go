@@ -297,6 +297,45 @@ func TestOwnSpreadsQueuesOverWorkers(t *testing.T) {
 
 }
 
+// TestOwnWorkersStartedTogetherTakeTheirShares: four workers over three
+// queues, started together or one of them an eighth of a poll after the
+// others, see each other before any takes a share: the first owners hold
+// one queue each, so none has to be handed over later. And they take them
+// after a few short beats rather than a poll: the first owner of every
+// queue runs before three quarters of a poll passed (a joining worker
+// beats every fifth of a poll until the roster holds still).
+func TestOwnWorkersStartedTogetherTakeTheirShares(t *testing.T) {
+	const poll = 2 * time.Second
+	for _, tc := range []struct {
+		name string
+		late time.Duration
+	}{{"together", 0}, {"one an eighth of a poll later", poll / 8}} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, rdb := newQueue(t)
+			tracker := newOwnTracker(t)
+			queues := ownQueueNames(3)
+			options := emq.OwnOptions{Lease: 3 * poll, Poll: poll}
+			started := time.Now()
+			workers := []string{"a", "b", "c", "d"}
+			for _, name := range workers[:3] {
+				startOwnWorker(t, rdb, name, queues, tracker, options)
+			}
+			time.Sleep(tc.late)
+			startOwnWorker(t, rdb, "d", queues, tracker, options)
+			eventually(t, 2*poll, "every queue owned", func() bool { return len(tracker.owners()) == len(queues) })
+			if took := time.Since(started); took > 3*poll/4 {
+				t.Errorf("every queue had its first owner %v after the workers started; want under %v (poll %v)",
+					took.Round(time.Millisecond), 3*poll/4, poll)
+			}
+			for worker, n := range tracker.holdings() {
+				if n > 1 {
+					t.Errorf("%s took %d queues before it saw the others; want 1 each (%v)", worker, n, tracker.holdings())
+				}
+			}
+		})
+	}
+}
+
 // TestOwnTakesOverADeadWorkersQueues: the queues of a worker that stops
 // answering are owned by the others within lease + 1 s, never while it
 // still counts itself their owner.
