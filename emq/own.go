@@ -75,7 +75,8 @@ type OwnOptions struct {
 	Margin time.Duration
 	// Poll is how often the worker beats in the roster and, while it holds
 	// less than its share, looks for free leases (default 250ms); at most
-	// half the lease.
+	// half the lease. For two Polls after it joins, it beats every fifth of
+	// one (rosterJoin).
 	Poll time.Duration
 	// Grace is how long the worker holds more than its share before it
 	// hands the excess over, and how long it leaves a queue it gave up to
@@ -118,16 +119,18 @@ func (o OwnOptions) withDefaults() OwnOptions {
 //
 // Every Poll the worker beats in the roster (a sorted set of live workers on
 // {emq}, each membership ending Lease after its last beat) and learns how
-// many workers are live and what each holds; while it joins, every fifth
-// of a Poll, taking nothing until the roster holds still (rosterJoin). Its share is ceil(queues /
-// live workers). Below it, it takes free or expired leases, when no live
-// worker holds fewer than it does (the neediest go first) or a lease stayed
-// free for a Grace. Above it for a Grace (a worker joined), it hands the
-// excess over; with every queue owned and some worker holding two fewer
-// than the most, the first of those holding the most hands one over. A
-// handed-over handler's context ends with ErrHandOver, and the lease is
-// released once it returns. Every lease goes through one script, so workers
-// racing for one queue never both own it.
+// many workers are live and what each holds; for two Polls after it
+// joined, every fifth of a Poll, and in the first of them it takes at most
+// one queue at a beat, at a beat that counted as many members as the one
+// before (rosterJoin). Its share is ceil(queues / live workers). Below it,
+// it takes free or expired leases, when no live worker holds fewer than it
+// does (the neediest go first) or a lease stayed free for a Grace. Above
+// it for a Grace (a worker joined), it hands the excess over; with every
+// queue owned and some worker holding two fewer than the most, the first
+// of those holding the most hands one over. A handed-over handler's
+// context ends with ErrHandOver, and the lease is released once it
+// returns. Every lease goes through one script, so workers racing for one
+// queue never both own it.
 //
 // When ctx is cancelled the worker leaves the roster, hands every
 // ownership over, waits for the handlers to return and releases their
@@ -244,43 +247,70 @@ func (s *spread) run(ctx context.Context) error {
 			continue
 		}
 		trouble.Recover(s.logger)
-		if !joining.settled(members, s.options.Poll) {
+		switch joining.step(members, s.options.Poll) {
+		case joinWaiting:
 			tick.Reset(outage.Jittered(s.options.Poll / joinBeats))
-			continue
+		case joinTakingOne:
+			s.balance(ctx, members, 1)
+			tick.Reset(outage.Jittered(s.options.Poll / joinBeats))
+		case joinTaking:
+			s.balance(ctx, members, 0)
+			tick.Reset(outage.Jittered(s.options.Poll / joinBeats))
+		default:
+			s.balance(ctx, members, 0)
+			tick.Reset(outage.Jittered(s.options.Poll))
 		}
-		s.balance(ctx, members)
-		tick.Reset(outage.Jittered(s.options.Poll))
 	}
 }
 
 // joinBeats is how many beats a poll holds while a worker joins.
 const joinBeats = 5
 
-// rosterJoin is what a joining worker saw of the roster: workers started
-// together see each other before any takes a share. A worker beats every
-// poll / joinBeats until two beats in a row show as many members (or a
-// poll passed since its first): so workers started together take their
-// shares after two or three short beats, not a poll, and one started a
-// short beat after the last of them is still seen.
+// rosterJoin is what a joining worker saw of the roster, for two polls
+// from its first beat, while it beats every poll / joinBeats. In the
+// first poll it takes one queue (when it is among the neediest) at a beat
+// that counted as many members as the one before, and nothing at one that
+// did not: workers started together see each other before any takes a
+// queue, and own their first ones after two or three short beats rather
+// than a poll; a worker alone in the roster for a few short beats, the
+// others it was started with still coming, takes a queue a short beat
+// rather than every queue. In the second poll it takes up to its share at
+// every short beat, so that one the neediest rule held back (the others'
+// counts are a beat old) takes the rest a short beat later, not a poll.
 type rosterJoin struct {
 	first   time.Time
 	members int
-	done    bool
 }
 
-// settled records a beat's members and reports whether the worker may
-// take its share: from then on, at every beat.
-func (r *rosterJoin) settled(members []rosterMember, poll time.Duration) bool {
-	switch now := time.Now(); {
-	case r.done:
-	case r.first.IsZero():
+// joinStep is what a joining worker does at a beat.
+type joinStep int
+
+const (
+	joinWaiting   joinStep = iota // take nothing; beat again a short beat later
+	joinTakingOne                 // take at most one queue; a short beat later
+	joinTaking                    // take up to the share; a short beat later
+	joinDone                      // balance every poll from now on
+)
+
+// step records a beat's members and says what the worker does.
+func (r *rosterJoin) step(members []rosterMember, poll time.Duration) joinStep {
+	now := time.Now()
+	if r.first.IsZero() {
 		r.first, r.members = now, len(members)
-	case len(members) == r.members || now.Sub(r.first) >= poll:
-		r.done = true
-	default:
-		r.members = len(members)
+		return joinWaiting
 	}
-	return r.done
+	still := len(members) == r.members
+	r.members = len(members)
+	switch since := now.Sub(r.first); {
+	case since >= 2*poll:
+		return joinDone
+	case since >= poll:
+		return joinTaking
+	case still:
+		return joinTakingOne
+	default:
+		return joinWaiting
+	}
 }
 
 // beat renews this worker's membership (ttl 0 leaves the roster) with the
@@ -314,8 +344,8 @@ func (s *spread) beat(ctx context.Context, ttl time.Duration) ([]rosterMember, e
 }
 
 // balance hands over what this worker holds beyond its share, or takes
-// free leases up to it.
-func (s *spread) balance(ctx context.Context, members []rosterMember) {
+// free leases up to it: at most limit of them, when limit is above 0.
+func (s *spread) balance(ctx context.Context, members []rosterMember, limit int) {
 	keeping := 0
 	for _, owned := range s.owned {
 		if !owned.handingOver && !owned.lost() {
@@ -365,7 +395,11 @@ func (s *spread) balance(ctx context.Context, members []rosterMember) {
 	if keeping >= share || (sum >= total && now.Before(s.nextSweep)) {
 		return
 	}
-	s.take(ctx, share-keeping, fewestOthers < 0 || keeping <= fewestOthers)
+	want := share - keeping
+	if limit > 0 {
+		want = min(want, limit)
+	}
+	s.take(ctx, want, fewestOthers < 0 || keeping <= fewestOthers)
 }
 
 // take acquires up to want free leases: any, when this worker is among the

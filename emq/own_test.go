@@ -336,6 +336,49 @@ func TestOwnWorkersStartedTogetherTakeTheirShares(t *testing.T) {
 	}
 }
 
+// TestOwnWorkersStartedApartTakeNoMoreThanTheirShares: four workers over
+// eight queues, each started a quarter of a poll after the one before (more
+// than a short beat, so the first is alone in the roster for a while):
+// none holds more than its share of four workers, two, at any moment
+// before every queue is owned, and none has to hand one over. A joining
+// worker takes one queue a short beat until a poll passed since its first,
+// not its whole share of the roster it saw (eight, alone).
+func TestOwnWorkersStartedApartTakeNoMoreThanTheirShares(t *testing.T) {
+	const poll = time.Second
+	_, rdb := newQueue(t)
+	tracker := newOwnTracker(t)
+	queues := ownQueueNames(8)
+	options := emq.OwnOptions{Lease: 3 * poll, Poll: poll}
+	most := 2
+	// watch reports a worker over its share until the moment passes.
+	watch := func(until time.Time) {
+		for time.Now().Before(until) {
+			for worker, n := range tracker.holdings() {
+				if n > most {
+					most = n
+					t.Errorf("%s holds %d queues; want at most 2 (%v)", worker, n, tracker.holdings())
+				}
+			}
+			if len(tracker.owners()) == len(queues) {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	start := time.Now()
+	for i, name := range []string{"a", "b", "c", "d"} {
+		watch(start.Add(time.Duration(i) * poll / 4))
+		startOwnWorker(t, rdb, name, queues, tracker, options)
+	}
+	watch(time.Now().Add(3 * poll))
+	if owned := len(tracker.owners()); owned != len(queues) {
+		t.Fatalf("%d of %d queues owned %v after the last worker started", owned, len(queues), 3*poll)
+	}
+	if started := tracker.started(); started != len(queues) {
+		t.Errorf("%d ownerships taken for %d queues; want one each, none handed over", started, len(queues))
+	}
+}
+
 // TestOwnTakesOverADeadWorkersQueues: the queues of a worker that stops
 // answering are owned by the others within lease + 1 s, never while it
 // still counts itself their owner.
