@@ -235,18 +235,12 @@ var statementKeys = sync.OnceValue(func() map[string]string {
 
 func statementKey(text string) string {
 	text = strings.TrimSpace(text)
-	var comment []string
-	for line := range strings.Lines(text) {
-		if !strings.HasPrefix(line, "--") {
-			break
-		}
-		comment = append(comment, line)
+	// The line break ends a file that is all comment as its other lines.
+	if comment, _ := leadingComment(text + "\n"); comment != "" {
+		return strings.TrimSuffix(comment, "\n")
 	}
-	if len(comment) == 0 {
-		first, _, _ := strings.Cut(text, "\n")
-		return first
-	}
-	return strings.TrimSuffix(strings.Join(comment, ""), "\n")
+	first, _, _ := strings.Cut(text, "\n")
+	return first
 }
 
 // StatementFile names the file of postgres/sql (without .sql) that a

@@ -49,7 +49,8 @@ func (s settleStatements) owned() settleStatements {
 	return s
 }
 
-// leadingComment is text's leading comment lines and the rest.
+// leadingComment is text's leading comment lines, each ending in a line
+// break, and the rest (statementKey's and owned's).
 func leadingComment(text string) (comment, rest string) {
 	n := 0
 	for line := range strings.Lines(text) {
