@@ -80,34 +80,24 @@ var SettleEventsSQL = settleEventsSQL
 // SettlementWriteSQL is each statement of an owner's write and of its read
 // before, as the owner sends it, by its file's name, for the tests that run
 // them on their own.
-var SettlementWriteSQL = map[string]string{
-	"settle_owned_fence":   settleOwnedFenceSQL,
-	"settle_open":          ownedStatements.open,
-	"settle_insert_orders": ownedStatements.insertOrders,
-	"settle_owned_makers":  settleOwnedMakersSQL,
-	"settle_update_makers": ownedStatements.updateMakers,
-	"settle_write_ledger":  ownedStatements.writeLedger,
-	"settle_events":        ownedStatements.events,
-	"settle_lock":          ownedStatements.lock,
-	"settle_guard":         ownedStatements.guard,
-	"settle_balances":      ownedStatements.balances,
-	"settle_read_plans":    settleReadPlansSQL,
-	"settle_existing":      ownedStatements.existing,
-	"settle_duplicates":    ownedStatements.duplicates,
-	"settle_takers":        ownedStatements.takers,
-}
+var SettlementWriteSQL = func() map[string]string {
+	_, texts := SharedStatements()
+	texts["settle_owned_fence"] = settleOwnedFenceSQL
+	texts["settle_owned_makers"] = settleOwnedMakersSQL
+	texts["settle_read_plans"] = settleReadPlansSQL
+	return texts
+}()
 
 // SharedStatements is each statement the owner's path and the locked path
 // both send, by its file's name: as the locked path and the cancels send
 // it, and as the owner does.
 func SharedStatements() (locked, owned map[string]string) {
 	named := func(s settleStatements) map[string]string {
-		return map[string]string{
-			"settle_existing": s.existing, "settle_duplicates": s.duplicates, "settle_takers": s.takers,
-			"settle_open": s.open, "settle_lock": s.lock, "settle_guard": s.guard,
-			"settle_insert_orders": s.insertOrders, "settle_update_makers": s.updateMakers,
-			"settle_write_ledger": s.writeLedger, "settle_events": s.events, "settle_balances": s.balances,
+		texts := make(map[string]string)
+		for name, text := range s.byFile() {
+			texts[name] = *text
 		}
+		return texts
 	}
 	return named(lockedStatements), named(ownedStatements)
 }

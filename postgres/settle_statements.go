@@ -41,12 +41,21 @@ var (
 // StatementFile names it (the bench's profile of pg_stat_statements and
 // pg_stat_activity).
 func (s settleStatements) owned() settleStatements {
-	for _, text := range []*string{&s.existing, &s.duplicates, &s.takers, &s.open, &s.lock, &s.guard,
-		&s.insertOrders, &s.updateMakers, &s.writeLedger, &s.events, &s.balances} {
+	for _, text := range s.byFile() {
 		comment, code := leadingComment(*text)
 		*text = comment + settleOwnedStatementSQL + code
 	}
 	return s
+}
+
+// byFile is each of s's texts by the name of its file in sql/.
+func (s *settleStatements) byFile() map[string]*string {
+	return map[string]*string{
+		"settle_existing": &s.existing, "settle_duplicates": &s.duplicates, "settle_takers": &s.takers,
+		"settle_open": &s.open, "settle_lock": &s.lock, "settle_guard": &s.guard,
+		"settle_insert_orders": &s.insertOrders, "settle_update_makers": &s.updateMakers,
+		"settle_write_ledger": &s.writeLedger, "settle_events": &s.events, "settle_balances": &s.balances,
+	}
 }
 
 // leadingComment is text's leading comment lines, each ending in a line
