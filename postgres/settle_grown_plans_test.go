@@ -109,15 +109,10 @@ const blocksByRelation = `SELECT c.relname, pg_stat_get_xact_blocks_fetched(c.oi
 
 func scanBlocks(rows pgx.Rows) (map[string]int64, error) {
 	got := map[string]int64{}
-	for rows.Next() {
-		var name string
-		var blocks int64
-		if err := rows.Scan(&name, &blocks); err != nil {
-			return nil, err
-		}
-		got[name] = blocks
-	}
-	return got, rows.Err()
+	var name string
+	var blocks int64
+	_, err := pgx.ForEachRow(rows, []any{&name, &blocks}, func() error { got[name] = blocks; return nil })
+	return got, err
 }
 
 // grownWriteBlocks runs genericPlanWrite(n) on conn in a transaction it

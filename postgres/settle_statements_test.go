@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ordergate/ordergate/postgres"
@@ -83,17 +84,13 @@ func preparedPlans(t testing.TB, db *pgxpool.Pool) map[string]preparedPlanCounts
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
 	plans := map[string]preparedPlanCounts{}
-	for rows.Next() {
-		var text string
-		var counts preparedPlanCounts
-		if err := rows.Scan(&text, &counts.generic, &counts.custom); err != nil {
-			t.Fatal(err)
-		}
+	var text string
+	var counts preparedPlanCounts
+	if _, err := pgx.ForEachRow(rows, []any{&text, &counts.generic, &counts.custom}, func() error {
 		plans[text] = counts
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	return plans
