@@ -5,7 +5,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"math/big"
 	"slices"
 	"strings"
 
@@ -31,8 +30,8 @@ var (
 type balanceKey struct{ account, asset string }
 
 // lockedBalance is a balance row the transaction holds locked, and what the
-// transaction did to it so far: exact rationals of the NUMERIC values, never
-// floats, so the funds checks compare what PostgreSQL would.
+// transaction did to it so far: the NUMERIC values exactly, never floats,
+// so the funds checks compare what PostgreSQL would.
 //
 // A row the decision only writes (a maker's, the venue's) is not read
 // before it is locked: known is false, and available and held are then what
@@ -49,13 +48,13 @@ type balanceKey struct{ account, asset string }
 // changes the steps of its version: one per entry and one per hold or
 // release.
 type lockedBalance struct {
-	available, held           *big.Rat
-	movedAvailable, movedHeld big.Rat
+	available, held           *ledgerAmount
+	movedAvailable, movedHeld ledgerAmount
 	known                     bool
 	entries, changes          int64
 	name, asset, acc          string
 
-	start, atLeast, below *big.Rat
+	start, atLeast, below *ledgerAmount
 }
 
 // funds runs a funds check of the decision: whether the row's available
@@ -63,15 +62,16 @@ type lockedBalance struct {
 // the row's value when locked: the batch moved the row by available -
 // start, so the check comes out the same while the locked available is at
 // least need - that (passed) or below it (refused).
-func (b *lockedBalance) funds(need *big.Rat) bool {
-	threshold := new(big.Rat).Sub(need, new(big.Rat).Sub(b.available, b.start))
-	if b.available.Cmp(need) < 0 {
-		if b.below == nil || threshold.Cmp(b.below) < 0 {
+func (b *lockedBalance) funds(need *ledgerAmount) bool {
+	threshold := new(ledgerAmount).minus(b.available, b.start)
+	threshold.minus(need, threshold)
+	if b.available.cmp(need) < 0 {
+		if b.below == nil || threshold.cmp(b.below) < 0 {
 			b.below = threshold
 		}
 		return false
 	}
-	if b.atLeast == nil || threshold.Cmp(b.atLeast) > 0 {
+	if b.atLeast == nil || threshold.cmp(b.atLeast) > 0 {
 		b.atLeast = threshold
 	}
 	return true
@@ -155,8 +155,8 @@ func scanBalances(rows pgx.Rows, into map[balanceKey]*lockedBalance) error {
 			return err
 		}
 		var okA, okH bool
-		b.available, okA = new(big.Rat).SetString(available)
-		b.held, okH = new(big.Rat).SetString(held)
+		b.available, okA = parseAmount(available)
+		b.held, okH = parseAmount(held)
 		if !okA || !okH {
 			return fmt.Errorf("balance %s of %s reads %q, %q", key.asset, key.account, available, held)
 		}
@@ -166,13 +166,11 @@ func scanBalances(rows pgx.Rows, into map[balanceKey]*lockedBalance) error {
 	return rows.Err()
 }
 
-// ratText is r as exact decimal text for a NUMERIC parameter (nil: NULL).
-// Every bound is a sum of decimals of at most orders.LedgerScale places, so its
-// decimal expansion ends there.
-func ratText(r *big.Rat) *string {
-	if r == nil {
+// boundText is a bound as NUMERIC text (nil: NULL).
+func boundText(a *ledgerAmount) *string {
+	if a == nil {
 		return nil
 	}
-	text := r.FloatString(orders.LedgerScale)
+	text := a.text()
 	return &text
 }

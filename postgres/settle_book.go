@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"math/big"
 	"slices"
 
 	"github.com/govalues/decimal"
@@ -27,10 +26,10 @@ type bookOrder struct {
 
 	// What the batch did to an order read from the table, written as
 	// deltas by settle_update_makers.sql: summed exactly, however many
-	// fills, in big.Rat (an old order beyond the digit budget may have sums
-	// the decimal type cannot hold).
+	// fills, as ledger amounts (an old order beyond the digit budget may have
+	// sums the decimal type cannot hold).
 	touched                         bool
-	filled, notional, fees, givenUp big.Rat
+	filled, notional, fees, givenUp ledgerAmount
 	status                          orders.Status
 	cancelReason                    orders.CancelReason
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/big"
 
 	"github.com/govalues/decimal"
 
@@ -40,7 +39,7 @@ type takerRow struct {
 	cancelReason orders.CancelReason
 	// filled, notional and fees sum the order's fills as the taker and,
 	// once it rests, as a maker of later takers of the batch.
-	filled, notional, fees big.Rat
+	filled, notional, fees ledgerAmount
 	hold                   decimal.Decimal
 	// protection is a market order's protection price; zero for a limit
 	// order.
@@ -131,8 +130,8 @@ func newBatchWork(ctx context.Context, tx sender, reads map[sideKey]*sideRead, b
 		provisional: 1 << 62,
 	}
 	for key, b := range balances {
-		w.balances[key] = &lockedBalance{available: new(big.Rat).Set(b.available),
-			held: new(big.Rat).Set(b.held), known: true, name: b.name, asset: b.asset, acc: b.acc,
+		w.balances[key] = &lockedBalance{available: new(ledgerAmount).set(b.available),
+			held: new(ledgerAmount).set(b.held), known: true, name: b.name, asset: b.asset, acc: b.acc,
 			start: b.available}
 	}
 	maps.Copy(w.holders, holders)
@@ -205,7 +204,7 @@ func (w *batchWork) decide(req *settleRequest, duplicate bool) (batchOutcome, er
 	// The funds check records on the row what its answer depended on: the
 	// guard of the batch's locks (lockedBalance.funds).
 	funds := func(asset string, amount decimal.Decimal) bool {
-		return w.balances[balanceKey{order.Account, asset}].funds(orders.Rational(amount))
+		return w.balances[balanceKey{order.Account, asset}].funds(amountOf(amount))
 	}
 	holder := w.holders[clientOrderKey{order.Account, order.ClientOrderID}]
 	for {
@@ -235,9 +234,9 @@ func (w *batchWork) apply(req *settleRequest, book *instrumentBook, d orders.Dec
 	order := req.order
 	row := &takerRow{req: req, order: order, timeInForce: d.TimeInForce, status: d.Status, rejectReason: d.RejectReason,
 		cancelReason: d.CancelReason, duplicateOf: d.DuplicateOf, hold: d.RestingHold, protection: d.ProtectionPrice}
-	row.filled.Set(orders.Rational(d.Filled))
-	row.notional.Set(orders.Rational(d.Notional))
-	row.fees.Set(orders.Rational(d.Fees))
+	row.filled.add(d.Filled)
+	row.notional.add(d.Notional)
+	row.fees.add(d.Fees)
 	txns := make([]*ledgerTxn, len(d.Ledger))
 	for i, t := range d.Ledger {
 		txns[i] = w.record(t)
@@ -295,9 +294,9 @@ func (w *batchWork) fillMaker(book *instrumentBook, maker *bookOrder, t orders.T
 		// A taker of this batch, resting since: its row is still to be
 		// inserted, with all of this in it.
 		row.status, row.hold = m.Status, m.Hold
-		addTo(&row.filled, t.Quantity)
-		addTo(&row.notional, t.Notional)
-		addTo(&row.fees, t.MakerFee)
+		row.filled.add(t.Quantity)
+		row.notional.add(t.Notional)
+		row.fees.add(t.MakerFee)
 		if m.Status == orders.StatusFilled {
 			row.rests = false
 		}
@@ -305,12 +304,12 @@ func (w *batchWork) fillMaker(book *instrumentBook, maker *bookOrder, t orders.T
 	}
 	w.touch(maker)
 	maker.status = m.Status
-	addTo(&maker.filled, t.Quantity)
-	addTo(&maker.notional, t.Notional)
-	addTo(&maker.fees, t.MakerFee)
+	maker.filled.add(t.Quantity)
+	maker.notional.add(t.Notional)
+	maker.fees.add(t.MakerFee)
 	// What left its hold: consumed by the fill, or released.
-	addTo(&maker.givenUp, m.GivesUp)
-	addTo(&maker.givenUp, m.Release)
+	maker.givenUp.add(m.GivesUp)
+	maker.givenUp.add(m.Release)
 	return nil
 }
 
@@ -327,7 +326,7 @@ func (w *batchWork) cancelMaker(book *instrumentBook, maker *bookOrder, c orders
 	}
 	w.touch(maker)
 	maker.status, maker.cancelReason = orders.StatusCanceled, c.Reason
-	addTo(&maker.givenUp, c.Release)
+	maker.givenUp.add(c.Release)
 }
 
 // touch lists a resting order read from the table among those the batch
@@ -337,15 +336,4 @@ func (w *batchWork) touch(maker *bookOrder) {
 		maker.touched = true
 		w.makers = append(w.makers, maker)
 	}
-}
-
-// addTo adds amount to sum, exactly.
-func addTo(sum *big.Rat, amount decimal.Decimal) {
-	sum.Add(sum, orders.Rational(amount))
-}
-
-// sumText is a sum as NUMERIC text: every amount it adds has at most
-// orders.LedgerScale decimals, so this is exact.
-func sumText(sum *big.Rat) string {
-	return sum.FloatString(orders.LedgerScale)
 }

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"math/big"
 	"math/rand/v2"
 	"testing"
 
@@ -70,8 +69,8 @@ func TestGuardBoundsKeepTheDecision(t *testing.T) {
 				if asset == "BTC" {
 					amount = random.IntN(5)
 				}
-				snapshot[balanceKey{acc, asset}] = &lockedBalance{known: true, available: big.NewRat(int64(amount), 1),
-					held: new(big.Rat), acc: acc, asset: asset, name: orders.BalanceName(acc, asset)}
+				snapshot[balanceKey{acc, asset}] = &lockedBalance{known: true, available: amountOf(decimal.MustNew(int64(amount), 0)),
+					held: new(ledgerAmount), acc: acc, asset: asset, name: orders.BalanceName(acc, asset)}
 			}
 		}
 		// The batch.
@@ -111,22 +110,22 @@ func TestGuardBoundsKeepTheDecision(t *testing.T) {
 		inBounds := true
 		for key, b := range snapshot {
 			wb := w1.balances[key]
-			candidates := []*big.Rat{b.available, big.NewRat(int64(random.IntN(400)), 1)}
-			tiny := big.NewRat(1, 1_000_000_000_000_000_000)
+			candidates := []*ledgerAmount{b.available, amountOf(decimal.MustNew(int64(random.IntN(400)), 0))}
+			tiny := amountOf(decimal.MustNew(1, orders.LedgerScale))
 			if wb.atLeast != nil {
-				candidates = append(candidates, wb.atLeast, new(big.Rat).Sub(wb.atLeast, tiny))
+				candidates = append(candidates, wb.atLeast, new(ledgerAmount).minus(wb.atLeast, tiny))
 			}
 			if wb.below != nil {
-				candidates = append(candidates, wb.below, new(big.Rat).Sub(wb.below, tiny))
+				candidates = append(candidates, wb.below, new(ledgerAmount).minus(wb.below, tiny))
 			}
 			l := candidates[random.IntN(len(candidates))]
-			if l.Sign() < 0 {
-				l = new(big.Rat)
+			if l.sign() < 0 {
+				l = new(ledgerAmount)
 			}
-			if wb.atLeast != nil && l.Cmp(wb.atLeast) < 0 || wb.below != nil && l.Cmp(wb.below) >= 0 {
+			if wb.atLeast != nil && l.cmp(wb.atLeast) < 0 || wb.below != nil && l.cmp(wb.below) >= 0 {
 				inBounds = false
 			}
-			locked[key] = &lockedBalance{known: true, available: new(big.Rat).Set(l), held: new(big.Rat),
+			locked[key] = &lockedBalance{known: true, available: new(ledgerAmount).set(l), held: new(ledgerAmount),
 				acc: b.acc, asset: b.asset, name: b.name}
 		}
 		if !inBounds {
@@ -167,7 +166,7 @@ func describe(w *batchWork, out []batchOutcome) string {
 		s += fmt.Sprintf("outcome %v %v %v %d err=%v\n", o.result.duplicate, o.result.status, o.result.reason, o.result.trades, o.err)
 	}
 	for _, r := range w.takers {
-		s += fmt.Sprintf("taker %s %s %s %s %s %s %s %v\n", r.order.ID, r.status, r.rejectReason, r.cancelReason, sumText(&r.filled), sumText(&r.notional), r.hold, r.rests)
+		s += fmt.Sprintf("taker %s %s %s %s %s %s %s %v\n", r.order.ID, r.status, r.rejectReason, r.cancelReason, r.filled.text(), r.notional.text(), r.hold, r.rests)
 	}
 	for _, t := range w.txns {
 		s += fmt.Sprintf("txn %d %s %s", t.position, t.Kind, t.OrderID)
@@ -177,7 +176,7 @@ func describe(w *batchWork, out []batchOutcome) string {
 		s += "\n"
 	}
 	for _, m := range w.makers {
-		s += fmt.Sprintf("maker %s %s %s %s %s\n", m.id, m.status, m.cancelReason, sumText(&m.filled), sumText(&m.givenUp))
+		s += fmt.Sprintf("maker %s %s %s %s %s\n", m.id, m.status, m.cancelReason, m.filled.text(), m.givenUp.text())
 	}
 	return s
 }

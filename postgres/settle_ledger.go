@@ -1,8 +1,6 @@
 package postgres
 
 import (
-	"math/big"
-
 	"github.com/govalues/decimal"
 
 	"github.com/ordergate/ordergate/orders"
@@ -46,17 +44,16 @@ func (w *batchWork) record(t orders.Transaction) *ledgerTxn {
 		key := balanceKey{m.Account, m.Asset}
 		b := w.balances[key]
 		if b == nil {
-			b = &lockedBalance{available: new(big.Rat), held: new(big.Rat), name: orders.BalanceName(m.Account, m.Asset),
+			b = &lockedBalance{available: new(ledgerAmount), held: new(ledgerAmount), name: orders.BalanceName(m.Account, m.Asset),
 				asset: m.Asset, acc: m.Account}
 			w.balances[key] = b
 		}
-		amount := orders.Rational(m.Amount)
 		target, moved := b.available, &b.movedAvailable
 		if m.Part == orders.PartHeld {
 			target, moved = b.held, &b.movedHeld
 		}
-		target.Add(target, amount)
-		moved.Add(moved, amount)
+		target.add(m.Amount)
+		moved.add(m.Amount)
 		switch {
 		case ledger:
 			b.entries++

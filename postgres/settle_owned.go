@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"math/big"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -225,7 +224,7 @@ type ownedFlight struct {
 	ids            map[string]bool
 	probe          string
 	pendingHolders map[clientOrderKey]string
-	deltas         map[balanceKey][2]*big.Rat
+	deltas         map[balanceKey][2]*ledgerAmount
 
 	// writing and committed are when the batch's write started and
 	// committed (the stages' metrics; zero when unmeasured or nothing was

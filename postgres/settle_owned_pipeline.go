@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/big"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -357,14 +356,14 @@ func (s *Settler) extendOwned(st *ownedBook, p, flight *ownedFlight, more []*set
 		p.snapshot[key] = read
 		switch b := w.balances[key]; {
 		case b == nil:
-			w.balances[key] = &lockedBalance{available: new(big.Rat).Set(read.available),
-				held: new(big.Rat).Set(read.held), known: true, name: read.name, asset: read.asset, acc: read.acc,
+			w.balances[key] = &lockedBalance{available: new(ledgerAmount).set(read.available),
+				held: new(ledgerAmount).set(read.held), known: true, name: read.name, asset: read.asset, acc: read.acc,
 				start: read.available}
 		case !b.known:
 			// A maker's row p's batch moved without reading it: its value
 			// now is what was read plus those moves.
-			b.available.Add(read.available, &b.movedAvailable)
-			b.held.Add(read.held, &b.movedHeld)
+			b.available.plus(read.available, &b.movedAvailable)
+			b.held.plus(read.held, &b.movedHeld)
 			b.known, b.start = true, read.available
 		}
 	}
@@ -660,8 +659,8 @@ func (s *Settler) readOwned(ctx context.Context, st *ownedBook, batch []*settleR
 		if !committed {
 			for key, delta := range flight.deltas {
 				if b := snapshot[key]; b != nil {
-					b.available.Add(b.available, delta[0])
-					b.held.Add(b.held, delta[1])
+					b.available.plus(b.available, delta[0])
+					b.held.plus(b.held, delta[1])
 				}
 			}
 		}
@@ -708,12 +707,12 @@ func (p *ownedFlight) record() {
 	}
 	// Every move of the batch, holds and releases included (they are no
 	// ledger transactions since holds left the ledger).
-	p.deltas = make(map[balanceKey][2]*big.Rat, len(w.balances))
+	p.deltas = make(map[balanceKey][2]*ledgerAmount, len(w.balances))
 	for key, b := range w.balances {
-		if b.movedAvailable.Sign() == 0 && b.movedHeld.Sign() == 0 {
+		if b.movedAvailable.sign() == 0 && b.movedHeld.sign() == 0 {
 			continue
 		}
-		p.deltas[key] = [2]*big.Rat{new(big.Rat).Set(&b.movedAvailable), new(big.Rat).Set(&b.movedHeld)}
+		p.deltas[key] = [2]*ledgerAmount{new(ledgerAmount).set(&b.movedAvailable), new(ledgerAmount).set(&b.movedHeld)}
 	}
 }
 

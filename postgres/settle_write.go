@@ -70,7 +70,7 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 				continue
 			}
 			accounts, assets = append(accounts, key.account), append(assets, key.asset)
-			atLeast, below = append(atLeast, ratText(b.atLeast)), append(below, ratText(b.below))
+			atLeast, below = append(atLeast, boundText(b.atLeast)), append(below, boundText(b.below))
 		}
 		if len(accounts) > 0 {
 			batch.Queue(sql.guard, accounts, assets, atLeast, below)
@@ -104,9 +104,9 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		o.statuses = append(o.statuses, &status)
 		o.rejects = append(o.rejects, optionalText(string(row.rejectReason)))
 		o.cancels = append(o.cancels, optionalText(string(row.cancelReason)))
-		o.filled = append(o.filled, sumText(&row.filled))
-		o.notionals = append(o.notionals, sumText(&row.notional))
-		o.fees = append(o.fees, sumText(&row.fees))
+		o.filled = append(o.filled, row.filled.text())
+		o.notionals = append(o.notionals, row.notional.text())
+		o.fees = append(o.fees, row.fees.text())
 		o.holds = append(o.holds, row.hold.String())
 		o.rests = append(o.rests, row.rests)
 		o.tokens = append(o.tokens, row.req.token)
@@ -130,10 +130,10 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		var cancels []*string
 		for _, m := range w.makers {
 			ids = append(ids, m.id)
-			filled = append(filled, sumText(&m.filled))
-			notionals = append(notionals, sumText(&m.notional))
-			fees = append(fees, sumText(&m.fees))
-			givenUp = append(givenUp, sumText(&m.givenUp))
+			filled = append(filled, m.filled.text())
+			notionals = append(notionals, m.notional.text())
+			fees = append(fees, m.fees.text())
+			givenUp = append(givenUp, m.givenUp.text())
 			statuses = append(statuses, string(m.status))
 			cancels = append(cancels, optionalText(string(m.cancelReason)))
 		}
@@ -216,7 +216,7 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		available, held, changes := make([]string, n), make([]string, n), make([]int64, n)
 		for i, b := range moved {
 			names[i], accounts[i], assets[i] = b.name, b.acc, b.asset
-			available[i], held[i] = *ratText(&b.movedAvailable), *ratText(&b.movedHeld)
+			available[i], held[i] = b.movedAvailable.text(), b.movedHeld.text()
 			changes[i] = b.changes
 		}
 		// Every moved row exists: the batch locked it (settle_lock.sql).
