@@ -106,3 +106,51 @@ func TestDecodeOrderRefusesWhatNoSettlementCouldTake(t *testing.T) {
 		})
 	}
 }
+
+// decodePayload is the queue job's payload of the order cmd places, as
+// placement encodes it.
+func decodePayload(tb testing.TB, cmd orders.PlaceCommand) (string, []byte) {
+	tb.Helper()
+	order, err := orders.NewOrder(cmd)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	payload, err := order.Payload()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return order.ID, payload
+}
+
+var decodedSink orders.Order
+
+// BenchmarkDecodeOrder decodes the payloads settlement reads from every
+// job it claims: a pending limit order (the common one), a post-only
+// limit and a market order.
+func BenchmarkDecodeOrder(b *testing.B) {
+	limit := orders.PlaceCommand{Account: "ACC_01J9ZQ4T5V6W7X8Y9Z0A1B2C3D", ClientOrderID: "client-order-0001",
+		Symbol: "BTC-USD", Side: orders.Buy, Type: orders.Limit, Quantity: decimal.MustParse("0.015"), Price: decimal.MustParse("65000.50")}
+	postOnly := limit
+	postOnly.PostOnly = true
+	market := limit
+	market.Side, market.Type = orders.Sell, orders.Market
+	for _, bc := range []struct {
+		name string
+		cmd  orders.PlaceCommand
+	}{
+		{"limit", limit},
+		{"post-only", postOnly},
+		{"market", market},
+	} {
+		id, payload := decodePayload(b, bc.cmd)
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var err error
+				if decodedSink, err = orders.DecodeOrder(id, payload); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -157,17 +157,52 @@ func TestRenderEventsMatchesEncodingJSON(t *testing.T) {
 // draftsSink keeps the benchmark's events on the heap, as the relay's are.
 var draftsSink []orders.EventDraft
 
-// BenchmarkRenderEvents renders the events row of a taker filled by two
-// makers, the row the matching run's relay renders most.
-func BenchmarkRenderEvents(b *testing.B) {
-	entry := orders.OutboxEntry{ID: 7, Name: "events:ACC_01J9ZQ4T5V6W7X8Y9Z0A1B2C3D:BTC-USD", Version: 3,
-		Payload: renderSnapshots["taker filled by two makers"]}
-	b.ReportAllocs()
-	for b.Loop() {
-		var err error
-		if draftsSink, err = RenderEvents(entry); err != nil {
-			b.Fatal(err)
+// benchSnapshot is an events row's payload of orders orders, each
+// filled fills times (as a taker, against as many makers), the first
+// accepted in this write, as settle_events.sql writes it.
+func benchSnapshot(tb testing.TB, orders, fills int) string {
+	tb.Helper()
+	var rows, trades []string
+	for i := range orders {
+		id := fmt.Sprintf("ORD_01J9ZQ4T5V6W7X8Y9Z0A1B%04d", i)
+		rows = append(rows, snapshotOrder(id, fmt.Sprintf(`"client-%04d"`, i), "partially_filled", "1.5", `"65000.5"`,
+			"0.015", "975.0075", "1.485", "0.48", "null"))
+		for j := range fills {
+			trades = append(trades, snapshotFill(int64(1000*i+j), id, "taker", "buy", "65000.5", "0.005", "0.16"))
 		}
+	}
+	payload := `{"orders" : [` + strings.Join(rows, ", ") + `], "fills" : [` + strings.Join(trades, ", ") +
+		`], "accepted" : ["ORD_01J9ZQ4T5V6W7X8Y9Z0A1B0000"]}`
+	if _, err := parseSnapshot(payload); err != nil {
+		tb.Fatal(err)
+	}
+	return payload
+}
+
+// benchSnapshots are the events rows the benchmarks render: the taker
+// filled by two makers the matching run's relay renders most, two orders
+// filled once each, and a batch's larger row.
+func benchSnapshots(tb testing.TB) []struct{ name, payload string } {
+	return []struct{ name, payload string }{
+		{"1 order 2 fills", renderSnapshots["taker filled by two makers"]},
+		{"2 orders 2 fills", benchSnapshot(tb, 2, 1)},
+		{"8 orders 16 fills", benchSnapshot(tb, 8, 2)},
+	}
+}
+
+// BenchmarkRenderEvents renders benchSnapshots' rows.
+func BenchmarkRenderEvents(b *testing.B) {
+	for _, bc := range benchSnapshots(b) {
+		entry := orders.OutboxEntry{ID: 7, Name: "events:ACC_01J9ZQ4T5V6W7X8Y9Z0A1B2C3D:BTC-USD", Version: 3, Payload: bc.payload}
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var err error
+				if draftsSink, err = RenderEvents(entry); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
@@ -238,27 +273,29 @@ var snapshotSink eventSnapshot
 // InputOffset) took 2.7-3.0 us and 23 allocations where it took 1.2-2.1 us
 // and 6, on 2026-12-05 (load ~12).
 func BenchmarkSnapshotParse(b *testing.B) {
-	payload := renderSnapshots["taker filled by two makers"]
-	b.Run("encoding/json", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			var rows struct {
-				Orders   [][]json.RawMessage `json:"orders"`
-				Fills    [][]json.RawMessage `json:"fills"`
-				Accepted []string            `json:"accepted"`
+	for _, bc := range benchSnapshots(b) {
+		payload := bc.payload
+		b.Run(bc.name+"/encoding-json", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var rows struct {
+					Orders   [][]json.RawMessage `json:"orders"`
+					Fills    [][]json.RawMessage `json:"fills"`
+					Accepted []string            `json:"accepted"`
+				}
+				if err := json.Unmarshal([]byte(payload), &rows); err != nil {
+					b.Fatal(err)
+				}
 			}
-			if err := json.Unmarshal([]byte(payload), &rows); err != nil {
-				b.Fatal(err)
+		})
+		b.Run(bc.name+"/parseSnapshot", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var err error
+				if snapshotSink, err = parseSnapshot(payload); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
-	b.Run("parseSnapshot", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			var err error
-			if snapshotSink, err = parseSnapshot(payload); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+		})
+	}
 }
