@@ -133,6 +133,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzDecodePlaceRequest$$' -fuzztime $(FUZZTIME) ./gateway/
 	go test -run '^$$' -fuzz '^FuzzParseAmount$$' -fuzztime $(FUZZTIME) ./orders/
 	go test -run '^$$' -fuzz '^FuzzInstrumentCheck$$' -fuzztime $(FUZZTIME) ./orders/
+	go test -run '^$$' -fuzz '^FuzzUnmarshalOrder$$' -fuzztime $(FUZZTIME) ./orders/
 
 # The seeded chaos run (testkit/chaos) on its own: gateway + 3 workers +
 # a Redis primary and replica (AOF, appendfsync always) + PostgreSQL as real

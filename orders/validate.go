@@ -1,7 +1,6 @@
 package orders
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/govalues/decimal"
@@ -118,7 +117,7 @@ func (o Order) rules() []FieldError {
 // (ErrMalformedOrder) one that no settlement could ever succeed with.
 func DecodeOrder(id string, payload []byte) (Order, error) {
 	var order Order
-	if err := json.Unmarshal(payload, &order); err != nil {
+	if err := unmarshalOrder(payload, &order); err != nil {
 		return Order{}, fmt.Errorf("%w: job %s: %w", ErrMalformedOrder, id, err)
 	}
 	// A job admitted before orders had a time in force means the default.
