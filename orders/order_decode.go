@@ -8,8 +8,8 @@ import (
 	"github.com/govalues/decimal"
 )
 
-// unmarshalOrder reads an order's JSON into o exactly as json.Unmarshal
-// does, and fails as it fails. The payloads settlement reads are what
+// unmarshalOrder reads an order's JSON into o, a zero Order, exactly as
+// json.Unmarshal does, and fails as it fails. The payloads settlement reads are what
 // AppendJSON writes, so it first tries decodeCompactOrder, which reads
 // that form without reflection; anything else (whitespace, escapes,
 // nulls, unknown, repeated or differently cased keys, numbers where
@@ -55,13 +55,12 @@ const (
 // bytes, which this calls in its place. It returns false, with o partly
 // set, for anything else, valid or not.
 func decodeCompactOrder(payload []byte, o *Order) bool {
-	// One copy of the payload: every string field is a part of it.
-	d := compactDecoder{raw: payload, text: string(payload)}
+	d := compactDecoder{raw: payload}
 	if !d.next('{') {
 		return false
 	}
 	if d.next('}') {
-		return d.at == len(d.text)
+		return d.at == len(d.raw)
 	}
 	var seen uint32
 	for {
@@ -70,7 +69,7 @@ func decodeCompactOrder(payload []byte, o *Order) bool {
 			return false
 		}
 		var bit uint32
-		switch key {
+		switch string(key) {
 		case "id":
 			bit, ok = orderFieldID, d.str(&o.ID)
 		case "client_order_id":
@@ -80,11 +79,11 @@ func decodeCompactOrder(payload []byte, o *Order) bool {
 		case "symbol":
 			bit, ok = orderFieldSymbol, d.str(&o.Symbol)
 		case "side":
-			bit, ok = orderFieldSide, d.str((*string)(&o.Side))
+			bit, ok = orderFieldSide, d.known((*string)(&o.Side))
 		case "type":
-			bit, ok = orderFieldType, d.str((*string)(&o.Type))
+			bit, ok = orderFieldType, d.known((*string)(&o.Type))
 		case "time_in_force":
-			bit, ok = orderFieldTimeInForce, d.str((*string)(&o.TimeInForce))
+			bit, ok = orderFieldTimeInForce, d.known((*string)(&o.TimeInForce))
 		case "post_only":
 			bit, ok = orderFieldPostOnly, d.boolean(&o.PostOnly)
 		case "quantity":
@@ -92,7 +91,7 @@ func decodeCompactOrder(payload []byte, o *Order) bool {
 		case "price":
 			bit, ok = orderFieldPrice, d.decimalPointer(&o.Price)
 		case "status":
-			bit, ok = orderFieldStatus, d.str((*string)(&o.Status))
+			bit, ok = orderFieldStatus, d.known((*string)(&o.Status))
 		case "created_at":
 			bit, ok = orderFieldCreatedAt, d.time(&o.CreatedAt)
 		case "canceled_at":
@@ -123,7 +122,7 @@ func decodeCompactOrder(payload []byte, o *Order) bool {
 		}
 		seen |= bit
 		if d.next('}') {
-			return d.at == len(d.text)
+			return d.at == len(d.raw)
 		}
 		if !d.next(',') {
 			return false
@@ -131,16 +130,17 @@ func decodeCompactOrder(payload []byte, o *Order) bool {
 	}
 }
 
-// compactDecoder reads text, a copy of raw, from at.
+// compactDecoder reads raw from at. Every string it sets is a copy of
+// its own (or a constant), not a part of a copy of the whole payload: a
+// resting order keeps its ids for as long as it rests.
 type compactDecoder struct {
-	raw  []byte
-	text string
-	at   int
+	raw []byte
+	at  int
 }
 
 // next consumes c, if it comes next.
 func (d *compactDecoder) next(c byte) bool {
-	if d.at < len(d.text) && d.text[d.at] == c {
+	if d.at < len(d.raw) && d.raw[d.at] == c {
 		d.at++
 		return true
 	}
@@ -149,32 +149,32 @@ func (d *compactDecoder) next(c byte) bool {
 
 // quoted reads a string without escapes, control bytes or invalid UTF-8
 // (a string encoding/json reads as it stands) and returns its contents.
-func (d *compactDecoder) quoted() (string, bool) {
+func (d *compactDecoder) quoted() ([]byte, bool) {
 	if !d.next('"') {
-		return "", false
+		return nil, false
 	}
 	start := d.at
-	for d.at < len(d.text) && plainByte[d.text[d.at]] {
+	for d.at < len(d.raw) && plainByte[d.raw[d.at]] {
 		d.at++
 	}
-	if d.at < len(d.text) && d.text[d.at] == '"' {
-		s := d.text[start:d.at]
+	if d.at < len(d.raw) && d.raw[d.at] == '"' {
+		s := d.raw[start:d.at]
 		d.at++
 		return s, true
 	}
 	// Past the plain bytes: a string of valid UTF-8 is read as it stands
 	// as well, an escape or a control byte is not.
-	for ; d.at < len(d.text); d.at++ {
-		switch c := d.text[d.at]; {
+	for ; d.at < len(d.raw); d.at++ {
+		switch c := d.raw[d.at]; {
 		case c == '"':
-			s := d.text[start:d.at]
+			s := d.raw[start:d.at]
 			d.at++
-			return s, utf8.ValidString(s)
+			return s, utf8.Valid(s)
 		case c == '\\' || c < 0x20:
-			return "", false
+			return nil, false
 		}
 	}
-	return "", false
+	return nil, false
 }
 
 // plainByte: the ASCII bytes a JSON string holds as they stand.
@@ -185,23 +185,46 @@ var plainByte = func() (set [256]bool) {
 	return set
 }()
 
-func (d *compactDecoder) key() (string, bool) {
+func (d *compactDecoder) key() ([]byte, bool) {
 	key, ok := d.quoted()
 	return key, ok && d.next(':')
 }
 
 func (d *compactDecoder) str(into *string) bool {
 	s, ok := d.quoted()
-	*into = s
+	*into = string(s)
 	return ok
 }
 
+// known reads a string as str does, as the constant of its value when
+// it is one of knownValues (no copy).
+func (d *compactDecoder) known(into *string) bool {
+	s, ok := d.quoted()
+	if value, found := knownValues[string(s)]; found {
+		*into = value
+	} else {
+		*into = string(s)
+	}
+	return ok
+}
+
+// knownValues are the sides, types, times in force and statuses.
+var knownValues = func() map[string]string {
+	values := make(map[string]string)
+	for _, v := range []string{string(Buy), string(Sell), string(Limit), string(Market), string(GTC), string(IOC), string(FOK),
+		string(StatusPending), string(StatusActive), string(StatusAccepted), string(StatusOpen), string(StatusPartiallyFilled),
+		string(StatusFilled), string(StatusCanceled), string(StatusRejected), string(StatusFailed)} {
+		values[v] = v
+	}
+	return values
+}()
+
 func (d *compactDecoder) boolean(into *bool) bool {
-	switch rest := d.text[d.at:]; {
-	case len(rest) >= 4 && rest[:4] == "true":
+	switch rest := d.raw[d.at:]; {
+	case len(rest) >= 4 && string(rest[:4]) == "true":
 		*into, d.at = true, d.at+4
 		return true
-	case len(rest) >= 5 && rest[:5] == "false":
+	case len(rest) >= 5 && string(rest[:5]) == "false":
 		*into, d.at = false, d.at+5
 		return true
 	}

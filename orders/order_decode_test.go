@@ -1,6 +1,7 @@
 package orders
 
 import (
+	"encoding"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -188,7 +189,8 @@ var unmarshalSink Order
 // order's payload (BenchmarkDecodeOrder's): encoding/json, gjson and
 // decodeCompactOrder (with unmarshalOrder around it). Read the ratios:
 // the hand-written reader stays only while it is at least twice as fast
-// as gjson.
+// as gjson (whose strings here are all parts of one copy of the payload,
+// which a resting order would keep whole; the reader's are its own).
 func BenchmarkUnmarshalOrder(b *testing.B) {
 	order, err := NewOrder(PlaceCommand{Account: "ACC_01J9ZQ4T5V6W7X8Y9Z0A1B2C3D", ClientOrderID: "client-order-0001",
 		Symbol: "BTC-USD", Side: Buy, Type: Limit, Quantity: decimal.MustParse("0.015"), Price: decimal.MustParse("65000.50")})
@@ -217,5 +219,36 @@ func BenchmarkUnmarshalOrder(b *testing.B) {
 				unmarshalSink = o
 			}
 		})
+	}
+}
+
+// TestDecodeCompactOrderFieldAssumptions holds Order to what
+// decodeCompactOrder assumes of its fields: each under a plain json tag,
+// and each a plain string (set as it stands, no UnmarshalJSON or
+// UnmarshalText of its own to skip), a decimal, a time or a bool, read
+// by name. A field added to Order fails here until the reader knows it.
+func TestDecodeCompactOrderFieldAssumptions(t *testing.T) {
+	order := reflect.TypeFor[Order]()
+	unmarshaler, textUnmarshaler := reflect.TypeFor[json.Unmarshaler](), reflect.TypeFor[encoding.TextUnmarshaler]()
+	for i := range order.NumField() {
+		f := order.Field(i)
+		tag := f.Tag.Get("json")
+		name, options, _ := strings.Cut(tag, ",")
+		if f.Anonymous || name == "" || name == "-" || strings.Contains(options, "string") {
+			t.Errorf("field %s: tag %q is outside what decodeCompactOrder reads", f.Name, tag)
+		}
+		switch f.Type {
+		case reflect.TypeFor[decimal.Decimal](), reflect.TypeFor[*decimal.Decimal](),
+			reflect.TypeFor[time.Time](), reflect.TypeFor[*time.Time](), reflect.TypeFor[bool]():
+			continue
+		}
+		pointer := reflect.PointerTo(f.Type)
+		if f.Type.Kind() != reflect.String || pointer.Implements(unmarshaler) || pointer.Implements(textUnmarshaler) {
+			t.Errorf("field %s: type %s is not a plain string", f.Name, f.Type)
+		}
+		var o Order
+		if !decodeCompactOrder([]byte(`{"`+name+`":"x"}`), &o) {
+			t.Errorf("field %s: decodeCompactOrder does not read %q", f.Name, name)
+		}
 	}
 }
