@@ -25,7 +25,7 @@ func TestLedgerAmountText(t *testing.T) {
 		{"mixed scales", []string{"0.1", "0.02", "0.003"}, "0.123000000000000000"},
 		{"largest coefficient at the ledger's scale", []string{"9.999999999999999999"}, "9.999999999999999999"},
 		{"largest coefficient, whole", []string{"9999999999999999999"}, "9999999999999999999.000000000000000000"},
-		{"beyond one decimal", []string{"9999999999999999999", "9999999999999999999"}, "19999999999999999998.000000000000000000"},
+		{"beyond the decimal type's 19 digits", []string{"9999999999999999999", "9999999999999999999"}, "19999999999999999998.000000000000000000"},
 		{"trailing zeros past the scale", []string{"1.5000000000000000000"}, "1.500000000000000000"},
 	}
 	for _, tt := range tests {
