@@ -16,6 +16,7 @@ import (
 
 	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/postgres"
+	"github.com/ordergate/ordergate/testkit/cputime"
 )
 
 // BenchmarkOwnedSmallWrites is an owner's write at moderate rates, where
@@ -23,15 +24,16 @@ import (
 // instrument, a buy that rests then a sell that takes it (every other write
 // trades). It reports the CPU the database's backends spent per write
 // (pg-µs/write, from /proc/<pid>/schedstat: run the benchmark on the
-// machine of the server) and, where pg_stat_statements is loaded
-// (ORDERGATE_BENCH_POSTGRES_URL), statements per write: top-level (what the
-// settler sends) and nested (what functions and triggers run). Variants
-// "held": a transaction holds a snapshot from before the writes, as a
-// reader or relay running longer than a few writes does in production;
-// PostgreSQL then keeps every version a write leaves of a row, and each
-// later probe of that row walks them. "moving": each trade at another
-// price than the one before (cmd/bench's backlog moves it on most
-// trades). Compare the figures of one run.
+// machine of the server), the CPU the test process spent (go-µs/write: the
+// settler, with the goroutines that drive it) and, where
+// pg_stat_statements is loaded (ORDERGATE_BENCH_POSTGRES_URL), statements
+// per write: top-level (what the settler sends) and nested (what functions
+// and triggers run). Variants "held": a transaction holds a snapshot from
+// before the writes, as a reader or relay running longer than a few writes
+// does in production; PostgreSQL then keeps every version a write leaves
+// of a row, and each later probe of that row walks them. "moving": each
+// trade at another price than the one before (cmd/bench's backlog moves it
+// on most trades). Compare the figures of one run.
 func BenchmarkOwnedSmallWrites(b *testing.B) {
 	for _, variant := range []struct {
 		name         string
@@ -70,14 +72,15 @@ func BenchmarkOwnedSmallWrites(b *testing.B) {
 				holdSnapshot(b, db)
 			}
 			before, beforeCalls := readBatchStats(b, registry), statementCalls(b, db)
-			cpu := backendCPU(b, db)
+			cpu, goCPU := backendCPU(b, db), cputime.Process(b)
 			b.ResetTimer()
 			settle(40, 2*b.N)
 			b.StopTimer()
-			spent := backendCPU(b, db) - cpu
+			spent, goSpent := backendCPU(b, db)-cpu, cputime.Process(b)-goCPU
 			after, afterCalls := readBatchStats(b, registry), statementCalls(b, db)
 			writes := float64(after.transactions - before.transactions)
 			b.ReportMetric(float64(spent)/1e3/writes, "pg-µs/write")
+			b.ReportMetric(float64(goSpent)/1e3/writes, "go-µs/write")
 			b.ReportMetric(float64(after.orders-before.orders)/writes, "orders/write")
 			if beforeCalls != nil {
 				b.ReportMetric(float64(afterCalls[true]-beforeCalls[true])/writes, "top/write")
@@ -181,10 +184,10 @@ func statementCalls(t testing.TB, db *pgxpool.Pool) map[bool]int64 {
 // while the one before was written), buys and sells alternating at one
 // price so most orders trade. It reports, per order, the CPU the
 // database's backends spent (pg-µs/order, /proc/<pid>/schedstat: run it on
-// the server's machine), the rows the write inserted into the settlement's
-// tables, the WAL it wrote and, where pg_stat_statements is loaded
-// (ORDERGATE_BENCH_POSTGRES_URL), the statements: top-level and nested
-// (functions and triggers).
+// the server's machine) and the test process (go-µs/order), the rows the
+// write inserted into the settlement's tables, the WAL it wrote and, where
+// pg_stat_statements is loaded (ORDERGATE_BENCH_POSTGRES_URL), the
+// statements: top-level and nested (functions and triggers).
 func BenchmarkOwnedBatchWrites(b *testing.B) {
 	ctx := context.Background()
 	db, accounts := benchCustomers(b, "&pool_max_conns=20", 50)
@@ -231,11 +234,11 @@ func BenchmarkOwnedBatchWrites(b *testing.B) {
 	if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&beforeWAL); err != nil {
 		b.Fatal(err)
 	}
-	cpu := backendCPU(b, db)
+	cpu, goCPU := backendCPU(b, db), cputime.Process(b)
 	b.ResetTimer()
 	settle(600, b.N)
 	b.StopTimer()
-	spent := backendCPU(b, db) - cpu
+	spent, goSpent := backendCPU(b, db)-cpu, cputime.Process(b)-goCPU
 	after, afterCalls, afterRows := readBatchStats(b, registry), statementCalls(b, db), settledRows(b, db)
 	var wal int64
 	if err := db.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint`, beforeWAL).Scan(&wal); err != nil {
@@ -243,6 +246,7 @@ func BenchmarkOwnedBatchWrites(b *testing.B) {
 	}
 	settled := float64(after.orders - before.orders)
 	b.ReportMetric(float64(spent)/1e3/settled, "pg-µs/order")
+	b.ReportMetric(float64(goSpent)/1e3/settled, "go-µs/order")
 	b.ReportMetric(settled/float64(after.transactions-before.transactions), "orders/write")
 	b.ReportMetric(float64(afterRows-beforeRows)/settled, "rows/order")
 	b.ReportMetric(float64(wal)/settled, "WAL-B/order")
