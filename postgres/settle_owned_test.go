@@ -668,10 +668,11 @@ func TestGiveUpWaitsForTheWritesInFlight(t *testing.T) {
 // ORDERGATE_BENCH_POSTGRES_URL names (dropped when the benchmark ends), or
 // the test server's.
 // benchCustomers opens a pool on the benchmarks' database, with query
-// ("&pool_max_conns=N" or "") after its URL, and makes n customers there.
+// ("&pool_max_conns=N" or "") after its URL, made as the workers make
+// theirs (postgres.NewPool), and makes n customers there.
 func benchCustomers(b *testing.B, query string, n int) (*pgxpool.Pool, []string) {
 	b.Helper()
-	db, err := pgxpool.New(context.Background(), benchDatabaseURL(b)+query)
+	db, err := postgres.NewPool(context.Background(), benchDatabaseURL(b)+query)
 	if err != nil {
 		b.Fatal(err)
 	}
