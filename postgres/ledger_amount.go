@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/big"
 	"math/bits"
+	"strconv"
 	"strings"
 
 	"github.com/govalues/decimal"
@@ -100,26 +101,66 @@ func (a *ledgerAmount) sign() int { return a.units.Sign() }
 
 // text is a as NUMERIC text with orders.LedgerScale decimals.
 func (a *ledgerAmount) text() string {
-	digits := a.units.Append(make([]byte, 0, 48), 10)
-	negative := len(digits) > 0 && digits[0] == '-'
-	if negative {
-		digits = digits[1:]
+	var scratch [48]byte
+	return string(a.appendText(scratch[:0]))
+}
+
+// appendText appends a's text (text) to dst.
+func (a *ledgerAmount) appendText(dst []byte) []byte {
+	if words := a.units.Bits(); bits.UintSize == 64 && len(words) <= 2 {
+		// Two words, as an amount of up to 18 whole digits is: divided
+		// by the unit here, where big.Int's formatting allocates twice.
+		var hi, lo uint64
+		if len(words) > 0 {
+			lo = uint64(words[0])
+		}
+		if len(words) > 1 {
+			hi = uint64(words[1])
+		}
+		if unit := unitsPerScale[0]; hi < unit {
+			whole, fraction := bits.Div64(hi, lo, unit)
+			if a.units.Sign() < 0 {
+				dst = append(dst, '-')
+			}
+			dst = strconv.AppendUint(dst, whole, 10)
+			dst = append(dst, '.')
+			start := len(dst)
+			dst = append(dst, make([]byte, orders.LedgerScale)...)
+			for i := len(dst) - 1; i >= start; i-- {
+				dst[i] = byte('0' + fraction%10)
+				fraction /= 10
+			}
+			return dst
+		}
 	}
-	var b strings.Builder
-	b.Grow(len(digits) + orders.LedgerScale + 3)
-	if negative {
-		b.WriteByte('-')
+	return a.appendTextBig(dst)
+}
+
+// appendTextBig is appendText for any a.
+func (a *ledgerAmount) appendTextBig(dst []byte) []byte {
+	start := len(dst)
+	dst = a.units.Append(dst, 10)
+	if dst[start] == '-' {
+		start++
 	}
-	if whole := len(digits) - orders.LedgerScale; whole > 0 {
-		b.Write(digits[:whole])
-		b.WriteByte('.')
-		b.Write(digits[whole:])
-	} else {
-		b.WriteString("0.")
-		b.WriteString(strings.Repeat("0", -whole))
-		b.Write(digits)
+	digits := len(dst) - start
+	if whole := digits - orders.LedgerScale; whole > 0 {
+		// The point before the last LedgerScale digits.
+		dst = append(dst, 0)
+		point := start + whole
+		copy(dst[point+1:], dst[point:len(dst)-1])
+		dst[point] = '.'
+		return dst
 	}
-	return b.String()
+	// "0." and the zeros the fraction's digits lack, before them.
+	pad := 2 + orders.LedgerScale - digits
+	dst = append(dst, make([]byte, pad)...)
+	copy(dst[start+pad:], dst[start:start+digits])
+	dst[start], dst[start+1] = '0', '.'
+	for i := start + 2; i < start+pad; i++ {
+		dst[i] = '0'
+	}
+	return dst
 }
 
 // parseAmount reads NUMERIC text (an optional sign, digits, and at most

@@ -165,12 +165,3 @@ func scanBalances(rows pgx.Rows, into map[balanceKey]*lockedBalance) error {
 	}
 	return rows.Err()
 }
-
-// boundText is a bound as NUMERIC text (nil: NULL).
-func boundText(a *ledgerAmount) *string {
-	if a == nil {
-		return nil
-	}
-	text := a.text()
-	return &text
-}

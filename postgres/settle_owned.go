@@ -107,14 +107,18 @@ func (f *ownedFence) queueMakersGuard(b *pgx.Batch, w *batchWork) {
 	if n == 0 {
 		return
 	}
-	ids, remaining, holds := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+	ids, remaining, holds := make([]string, 0, n), numericArrayOf(n), numericArrayOf(n)
 	for _, m := range w.makers {
-		ids, remaining, holds = append(ids, m.id), append(remaining, m.believedRemaining.String()), append(holds, m.believedHold.String())
+		ids = append(ids, m.id)
+		remaining.decimal(m.believedRemaining)
+		holds.decimal(m.believedHold)
 	}
 	for _, o := range w.seen {
-		ids, remaining, holds = append(ids, o.id), append(remaining, o.remaining.String()), append(holds, o.hold.String())
+		ids = append(ids, o.id)
+		remaining.decimal(o.remaining)
+		holds.decimal(o.hold)
 	}
-	b.Queue(settleOwnedMakersSQL, ids, remaining, holds)
+	b.Queue(settleOwnedMakersSQL, ids, remaining.param(), holds.param())
 }
 
 // relyOn records the resting order a decision of an owner's batch relied

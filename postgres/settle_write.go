@@ -64,30 +64,37 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 			return
 		}
 		var accounts, assets []string
-		var atLeast, below []*string
+		atLeast, below := numericArrayOf(len(w.balances)), numericArrayOf(len(w.balances))
 		for key, b := range w.balances {
 			if b.atLeast == nil && b.below == nil {
 				continue
 			}
 			accounts, assets = append(accounts, key.account), append(assets, key.asset)
-			atLeast, below = append(atLeast, boundText(b.atLeast)), append(below, boundText(b.below))
+			atLeast.optionalAmount(b.atLeast)
+			below.optionalAmount(b.below)
 		}
 		if len(accounts) > 0 {
-			batch.Queue(sql.guard, accounts, assets, atLeast, below)
+			batch.Queue(sql.guard, accounts, assets, atLeast.param(), below.param())
 		}
 	}
 
-	var o struct {
-		ids, accounts, clientIDs, symbols, sides, types, tifs []string
-		postOnly, rests                                       []bool
-		quantities                                            []string
-		prices, statuses                                      []*string
-		rejects, cancels                                      []*string
-		filled, notionals, fees, holds                        []string
-		tokens                                                []int64
-		created                                               []time.Time
-		duplicateOf, protections                              []*string
+	n := len(w.takers)
+	o := struct {
+		ids, accounts, clientIDs, symbols, sides, types, tifs, statuses []string
+		postOnly, rests                                                 []bool
+		rejects, cancels, duplicateOf                                   []*string
+		tokens                                                          []int64
+		created                                                         []time.Time
+	}{
+		ids: make([]string, 0, n), accounts: make([]string, 0, n), clientIDs: make([]string, 0, n),
+		symbols: make([]string, 0, n), sides: make([]string, 0, n), types: make([]string, 0, n),
+		tifs: make([]string, 0, n), statuses: make([]string, 0, n),
+		postOnly: make([]bool, 0, n), rests: make([]bool, 0, n),
+		rejects: make([]*string, 0, n), cancels: make([]*string, 0, n), duplicateOf: make([]*string, 0, n),
+		tokens: make([]int64, 0, n), created: make([]time.Time, 0, n),
 	}
+	quantities, prices, protections := numericArrayOf(n), numericArrayOf(n), numericArrayOf(n)
+	filled, notionals, fees, holds := numericArrayOf(n), numericArrayOf(n), numericArrayOf(n), numericArrayOf(n)
 	for _, row := range w.takers {
 		order := row.order
 		o.ids = append(o.ids, order.ID)
@@ -98,16 +105,15 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		o.types = append(o.types, string(order.Type))
 		o.tifs = append(o.tifs, string(row.timeInForce))
 		o.postOnly = append(o.postOnly, order.PostOnly)
-		o.quantities = append(o.quantities, order.Quantity.String())
-		o.prices = append(o.prices, decimalText(order.Price))
-		status := string(row.status)
-		o.statuses = append(o.statuses, &status)
+		quantities.decimal(order.Quantity)
+		prices.optionalDecimal(order.Price)
+		o.statuses = append(o.statuses, string(row.status))
 		o.rejects = append(o.rejects, optionalText(string(row.rejectReason)))
 		o.cancels = append(o.cancels, optionalText(string(row.cancelReason)))
-		o.filled = append(o.filled, row.filled.text())
-		o.notionals = append(o.notionals, row.notional.text())
-		o.fees = append(o.fees, row.fees.text())
-		o.holds = append(o.holds, row.hold.String())
+		filled.amount(&row.filled)
+		notionals.amount(&row.notional)
+		fees.amount(&row.fees)
+		holds.decimal(row.hold)
 		o.rests = append(o.rests, row.rests)
 		o.tokens = append(o.tokens, row.req.token)
 		o.created = append(o.created, order.CreatedAt)
@@ -116,62 +122,76 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		if row.protection.IsPos() {
 			protection = &row.protection
 		}
-		o.protections = append(o.protections, decimalText(protection))
+		protections.optionalDecimal(protection)
 	}
 	batch.Queue(sql.insertOrders, o.ids, o.accounts, o.clientIDs, o.symbols, o.sides, o.types, o.tifs,
-		o.postOnly, o.quantities, o.prices, o.statuses, o.rejects, o.cancels, o.filled, o.notionals, o.fees, o.holds,
-		o.rests, o.tokens, o.created, o.duplicateOf, o.protections)
+		o.postOnly, quantities.param(), prices.param(), o.statuses, o.rejects, o.cancels, filled.param(),
+		notionals.param(), fees.param(), holds.param(), o.rests, o.tokens, o.created, o.duplicateOf, protections.param())
 
 	if w.owned != nil {
 		w.owned.queueMakersGuard(batch, w)
 	}
 	if len(w.makers) > 0 {
-		var ids, filled, notionals, fees, givenUp, statuses []string
-		var cancels []*string
+		n := len(w.makers)
+		ids, statuses, cancels := make([]string, 0, n), make([]string, 0, n), make([]*string, 0, n)
+		filled, notionals, fees, givenUp := numericArrayOf(n), numericArrayOf(n), numericArrayOf(n), numericArrayOf(n)
 		for _, m := range w.makers {
 			ids = append(ids, m.id)
-			filled = append(filled, m.filled.text())
-			notionals = append(notionals, m.notional.text())
-			fees = append(fees, m.fees.text())
-			givenUp = append(givenUp, m.givenUp.text())
+			filled.amount(&m.filled)
+			notionals.amount(&m.notional)
+			fees.amount(&m.fees)
+			givenUp.amount(&m.givenUp)
 			statuses = append(statuses, string(m.status))
 			cancels = append(cancels, optionalText(string(m.cancelReason)))
 		}
-		batch.Queue(sql.updateMakers, ids, filled, notionals, fees, givenUp, statuses, cancels)
+		batch.Queue(sql.updateMakers, ids, filled.param(), notionals.param(), fees.param(), givenUp.param(), statuses, cancels)
 	}
 
 	if len(w.txns) > 0 {
-		var kinds, orderIDs []string
-		var eTxns []int64
-		var eAccounts, eAssets, eAmounts, eParts []string
+		kinds, orderIDs := make([]string, 0, len(w.txns)), make([]string, 0, len(w.txns))
+		entries := 0
+		for _, t := range w.txns {
+			entries += len(t.Moves)
+		}
+		eTxns, eAmounts := make([]int64, 0, entries), numericArrayOf(entries)
+		eAccounts, eAssets, eParts := make([]string, 0, entries), make([]string, 0, entries), make([]string, 0, entries)
 		for _, t := range w.txns {
 			kinds, orderIDs = append(kinds, string(t.Kind)), append(orderIDs, t.OrderID)
 			for _, m := range t.Moves {
 				eTxns = append(eTxns, int64(t.position))
 				eAccounts, eAssets = append(eAccounts, m.Account), append(eAssets, m.Asset)
-				eAmounts, eParts = append(eAmounts, m.Amount.String()), append(eParts, string(m.Part))
+				eAmounts.decimal(m.Amount)
+				eParts = append(eParts, string(m.Part))
 			}
 		}
-		var tTxns []int64
-		var symbols, makers, takers, makerAccounts, takerAccounts, sides, prices, quantities, makerFees, takerFees, makerRates, takerRates []string
+		n := len(w.trades)
+		tTxns := make([]int64, 0, n)
+		symbols, makers, takers := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		makerAccounts, takerAccounts, sides := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		prices, quantities := numericArrayOf(n), numericArrayOf(n)
+		makerFees, takerFees, makerRates, takerRates := numericArrayOf(n), numericArrayOf(n), numericArrayOf(n), numericArrayOf(n)
 		for _, t := range w.trades {
 			tTxns = append(tTxns, int64(t.txn.position))
 			symbols, makers, takers = append(symbols, t.symbol), append(makers, t.maker), append(takers, t.taker)
 			makerAccounts, takerAccounts = append(makerAccounts, t.makerAccount), append(takerAccounts, t.takerAccount)
-			sides, prices = append(sides, string(t.takerSide)), append(prices, t.price.String())
-			quantities = append(quantities, t.quantity.String())
-			makerFees, takerFees = append(makerFees, t.makerFee.String()), append(takerFees, t.takerFee.String())
-			makerRates, takerRates = append(makerRates, t.makerFeeBps.String()), append(takerRates, t.takerFeeBps.String())
+			sides = append(sides, string(t.takerSide))
+			prices.decimal(t.price)
+			quantities.decimal(t.quantity)
+			makerFees.decimal(t.makerFee)
+			takerFees.decimal(t.takerFee)
+			makerRates.decimal(t.makerFeeBps)
+			takerRates.decimal(t.takerFeeBps)
 		}
-		traded, lastPrices := []string{}, []string{}
+		traded, lastPrices := []string{}, numericArrayOf(len(w.books))
 		for symbol, book := range w.books {
 			if book.traded {
-				traded, lastPrices = append(traded, symbol), append(lastPrices, book.in.LastPrice.String())
+				traded = append(traded, symbol)
+				lastPrices.decimal(book.in.LastPrice)
 			}
 		}
-		batch.Queue(sql.writeLedger, kinds, orderIDs, eTxns, eAccounts, eAssets, eAmounts, eParts,
-			tTxns, symbols, makers, takers, makerAccounts, takerAccounts, sides, prices, quantities,
-			makerFees, takerFees, makerRates, takerRates, traded, lastPrices)
+		batch.Queue(sql.writeLedger, kinds, orderIDs, eTxns, eAccounts, eAssets, eAmounts.param(), eParts,
+			tTxns, symbols, makers, takers, makerAccounts, takerAccounts, sides, prices.param(), quantities.param(),
+			makerFees.param(), takerFees.param(), makerRates.param(), takerRates.param(), traded, lastPrices.param())
 	}
 	// The batch's events, one outbox row per account and instrument, after
 	// every write they snapshot (the orders, makers and trades: no balance);
@@ -213,14 +233,15 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 		})
 		n := len(moved)
 		names, accounts, assets := make([]string, n), make([]string, n), make([]string, n)
-		available, held, changes := make([]string, n), make([]string, n), make([]int64, n)
+		available, held, changes := numericArrayOf(n), numericArrayOf(n), make([]int64, n)
 		for i, b := range moved {
 			names[i], accounts[i], assets[i] = b.name, b.acc, b.asset
-			available[i], held[i] = b.movedAvailable.text(), b.movedHeld.text()
+			available.amount(&b.movedAvailable)
+			held.amount(&b.movedHeld)
 			changes[i] = b.changes
 		}
 		// Every moved row exists: the batch locked it (settle_lock.sql).
-		batch.Queue(sql.balances, names, accounts, assets, available, held, changes,
+		batch.Queue(sql.balances, names, accounts, assets, available.param(), held.param(), changes,
 			form.row, form.values).Query(func(rows pgx.Rows) error {
 			var err error
 			outbox, err = pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
@@ -238,14 +259,6 @@ func (w *batchWork) write(ctx context.Context, tx sender, keys []balanceKey, kno
 	}
 	// In the order of their ids, as the sweep relays them.
 	return append(events, outbox...), nil
-}
-
-func decimalText(d *decimal.Decimal) *string {
-	if d == nil {
-		return nil
-	}
-	text := d.String()
-	return &text
 }
 
 func optionalText(s string) *string {
