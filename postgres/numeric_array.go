@@ -19,9 +19,10 @@ type numericArray struct {
 	n   int
 }
 
-// numericArrayOf is an empty numericArray with room for n elements.
+// numericArrayOf is an empty numericArray with room for n elements of
+// up to 40 bytes, a ledger amount's longest text with its comma.
 func numericArrayOf(n int) numericArray {
-	return numericArray{buf: make([]byte, 0, 2+n*24)}
+	return numericArray{buf: make([]byte, 0, 2+n*40)}
 }
 
 // next starts an element.

@@ -104,15 +104,17 @@ func TestLedgerAmountAppendTextWords(t *testing.T) {
 }
 
 // BenchmarkArrayParameter compares a numeric[] parameter of 60 elements
-// (a write's ledger entries) as pgx encodes it from a []string on a pool
-// made with ConfigurePool (RegisterTypes), the values' text built first,
-// with numericArray's literal, built from the values, as pgx then sends
-// it.
+// (a write's ledger amounts, or its decimals: prices, quantities, fees) as
+// pgx encodes it from a []string on a pool made with ConfigurePool
+// (RegisterTypes), the values' text built first, with numericArray's
+// literal, built from the values, as pgx then sends it.
 func BenchmarkArrayParameter(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
 	amounts := make([]*ledgerAmount, 60)
+	decimals := make([]decimal.Decimal, 60)
 	for i := range amounts {
-		amounts[i] = amountOf(decimal.MustNew(r.Int64N(1e12)-5e11, 8))
+		decimals[i] = decimal.MustNew(r.Int64N(1e12)-5e11, 8)
+		amounts[i] = amountOf(decimals[i])
 	}
 	m := pgtype.NewMap()
 	RegisterTypes(m)
@@ -141,6 +143,47 @@ func BenchmarkArrayParameter(b *testing.B) {
 				a.amount(v)
 			}
 			build(b, pgtype.NumericArrayOID, a.param())
+		}
+	})
+	b.Run("decimal/pgx-strings", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			texts := make([]string, 0, len(decimals))
+			for _, v := range decimals {
+				texts = append(texts, v.String())
+			}
+			build(b, pgtype.NumericArrayOID, texts)
+		}
+	})
+	b.Run("decimal/literal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			a := numericArrayOf(len(decimals))
+			for _, v := range decimals {
+				a.decimal(v)
+			}
+			build(b, pgtype.NumericArrayOID, a.param())
+		}
+	})
+}
+
+// BenchmarkLedgerAmountText compares an amount's text by big.Int's
+// formatting (appendTextBig, which any amount can take) with the
+// division of its two words that appendText does for the amounts a
+// write holds.
+func BenchmarkLedgerAmountText(b *testing.B) {
+	x := amountOf(decimal.MustNew(-123456789012345678, 8))
+	dst := make([]byte, 0, 64)
+	b.Run("big.Int", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			dst = x.appendTextBig(dst[:0])
+		}
+	})
+	b.Run("words", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			dst = x.appendText(dst[:0])
 		}
 	})
 }

@@ -664,9 +664,6 @@ func TestGiveUpWaitsForTheWritesInFlight(t *testing.T) {
 	mustAudit(t, m.db)
 }
 
-// benchDatabaseURL is a migrated database for a benchmark: on the server
-// ORDERGATE_BENCH_POSTGRES_URL names (dropped when the benchmark ends), or
-// the test server's.
 // benchCustomers opens a pool on the benchmarks' database, with query
 // ("&pool_max_conns=N" or "") after its URL, made as the workers make
 // theirs (postgres.NewPool), and makes n customers there.
@@ -685,6 +682,9 @@ func benchCustomers(b *testing.B, query string, n int) (*pgxpool.Pool, []string)
 	return db, accounts
 }
 
+// benchDatabaseURL is a migrated database for a benchmark: on the server
+// ORDERGATE_BENCH_POSTGRES_URL names (dropped when the benchmark ends), or
+// the test server's.
 func benchDatabaseURL(b *testing.B) string {
 	b.Helper()
 	admin := os.Getenv("ORDERGATE_BENCH_POSTGRES_URL")

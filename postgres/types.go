@@ -26,8 +26,9 @@ func ConfigurePool(config *pgxpool.Config) {
 }
 
 // RegisterTypes makes m send a numeric[] parameter in the text format
-// first. The statements pass their numeric arrays as decimal text
-// ([]string, []*string: exact, no float), which pgx cannot encode in
+// first. Statements that pass their numeric arrays as decimal text
+// ([]string, []*string: exact, no float; an owner's write sends literals,
+// numericArray, instead), which pgx cannot encode in
 // numeric[]'s preferred binary format; it tried that first for every such
 // parameter of every statement, searching for an encode plan anew each
 // time (a plan that is not found is not remembered), building the error,
