@@ -17,6 +17,8 @@ import (
 var (
 	//go:embed sql/outbox_sweep.sql
 	outboxSweepSQL string
+	//go:embed sql/outbox_sweep_hold.sql
+	outboxSweepHoldSQL string
 	//go:embed sql/outbox_mark_relayed.sql
 	outboxMarkRelayedSQL string
 	//go:embed sql/outbox_prune.sql
@@ -33,10 +35,19 @@ const EventRowsWindow = time.Minute
 // rows are one per balance), marked once the relay has carried it.
 type Outbox struct {
 	db *pgxpool.Pool
+	// sweepHold is the longest a sweep's transaction may sit idle while
+	// its carry runs (outbox_sweep_hold.sql).
+	sweepHold time.Duration
 }
 
+// SweepHold is how long a sweep's transaction may wait on its carry
+// without a statement before PostgreSQL ends it and lets its rows go: far
+// beyond a carry's ordinary hundreds of milliseconds and a Redis
+// failover's few seconds.
+const SweepHold = 15 * time.Second
+
 // NewOutbox uses db.
-func NewOutbox(db *pgxpool.Pool) *Outbox { return &Outbox{db: db} }
+func NewOutbox(db *pgxpool.Pool) *Outbox { return &Outbox{db: db, sweepHold: SweepHold} }
 
 // MarkRelayed marks the rows of entries relayed.
 func (j *Outbox) MarkRelayed(ctx context.Context, entries []orders.OutboxEntry) error {
@@ -52,11 +63,16 @@ func (j *Outbox) MarkRelayed(ctx context.Context, entries []orders.OutboxEntry) 
 //
 // The relay's marks ride the sweep's transaction, which runs every second
 // anyway, rather than a transaction of their own; marked first, they are
-// not the sweep's to take.
+// not the sweep's to take. A transaction idle past SweepHold while carry
+// runs is ended by PostgreSQL, so a stopped sweeper cannot hold its rows
+// for good.
 func (j *Outbox) SweepBatch(ctx context.Context, age time.Duration, limit int, marks []orders.OutboxEntry,
 	carry func(context.Context, []orders.OutboxEntry) []orders.OutboxEntry) (taken, marked int, err error) {
 	err = pgx.BeginFunc(ctx, j.db, func(tx pgx.Tx) error {
 		if err := markRelayed(ctx, tx, marks); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, outboxSweepHoldSQL, fmt.Sprint(j.sweepHold.Milliseconds())); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, outboxSweepSQL, age, limit)

@@ -207,6 +207,57 @@ func TestSweepBatchTakesTheOldUnrelayedRowsOldestFirst(t *testing.T) {
 	}
 }
 
+// TestASweepStoppedInItsCarryLetsItsRowsGo: a sweeper stopped while it
+// carries (its transaction open, its rows locked) keeps them from the
+// other sweepers only until its transaction has sat idle for its hold;
+// PostgreSQL then ends it and another sweeper carries and marks them.
+func TestASweepStoppedInItsCarryLetsItsRowsGo(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	hold := 300 * time.Millisecond
+	stopped, other := postgres.NewOutbox(db), postgres.NewOutbox(db)
+	postgres.SetSweepHold(stopped, hold)
+	row := insertOutboxRow(t, db, orders.BalanceName("ACC_A", "USD"), 1, time.Minute, -1)
+
+	carrying, resume, done := make(chan time.Time), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, _, err := stopped.SweepBatch(ctx, 5*time.Second, 10, nil,
+			func(_ context.Context, entries []orders.OutboxEntry) []orders.OutboxEntry {
+				carrying <- time.Now()
+				<-resume
+				return entries
+			})
+		done <- err
+	}()
+	since := <-carrying
+	var got []orders.OutboxEntry
+	var tries int
+	for len(got) == 0 && time.Since(since) < 10*time.Second {
+		tries++
+		_, _, err := other.SweepBatch(ctx, 5*time.Second, 10, nil,
+			func(_ context.Context, entries []orders.OutboxEntry) []orders.OutboxEntry {
+				got = entries
+				return entries
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	waited := time.Since(since)
+	close(resume)
+	if err := <-done; err == nil {
+		t.Error("the stopped sweep committed; want its transaction ended")
+	}
+	if !slices.Equal(got, []orders.OutboxEntry{row}) || tries < 2 || waited < hold {
+		t.Fatalf("another sweeper took %v after %d tries, %v; want %s only once the hold of %v passed",
+			payloadsOf(got), tries, waited, row.Payload, hold)
+	}
+	if exists, _ := outboxRow(t, db, row); exists {
+		t.Errorf("%s is still there once another sweeper carried it", row.Payload)
+	}
+}
+
 func payloadsOf(entries []orders.OutboxEntry) []string {
 	payloads := make([]string, len(entries))
 	for i, entry := range entries {
