@@ -41,10 +41,15 @@ type Outbox struct {
 }
 
 // SweepHold is how long a sweep's transaction may wait on its carry
-// without a statement before PostgreSQL ends it and lets its rows go: far
-// beyond a carry's ordinary hundreds of milliseconds and a Redis
-// failover's few seconds.
+// without a statement before PostgreSQL ends it and lets its rows go. The
+// carry itself is given two thirds of it (sweepCarryShare): one that is
+// slow, a Redis failover longer than that, returns and commits the marks
+// of what went, and the hold ends only a sweeper that stopped, whose
+// timers cannot fire.
 const SweepHold = 15 * time.Second
+
+// sweepCarryShare is the share of the hold a sweep's carry may take.
+const sweepCarryShare = 2.0 / 3
 
 // NewOutbox uses db.
 func NewOutbox(db *pgxpool.Pool) *Outbox { return &Outbox{db: db, sweepHold: SweepHold} }
@@ -63,9 +68,10 @@ func (j *Outbox) MarkRelayed(ctx context.Context, entries []orders.OutboxEntry) 
 //
 // The relay's marks ride the sweep's transaction, which runs every second
 // anyway, rather than a transaction of their own; marked first, they are
-// not the sweep's to take. A transaction idle past SweepHold while carry
-// runs is ended by PostgreSQL, so a stopped sweeper cannot hold its rows
-// for good.
+// not the sweep's to take. carry's context ends within two thirds of
+// SweepHold; a transaction idle past SweepHold all the same (its process
+// stopped) is ended by PostgreSQL, so a stopped sweeper cannot hold its
+// rows for good.
 func (j *Outbox) SweepBatch(ctx context.Context, age time.Duration, limit int, marks []orders.OutboxEntry,
 	carry func(context.Context, []orders.OutboxEntry) []orders.OutboxEntry) (taken, marked int, err error) {
 	err = pgx.BeginFunc(ctx, j.db, func(tx pgx.Tx) error {
@@ -83,7 +89,9 @@ func (j *Outbox) SweepBatch(ctx context.Context, age time.Duration, limit int, m
 		if err != nil {
 			return err
 		}
-		carried := carry(ctx, entries)
+		carryCtx, cancel := context.WithTimeout(ctx, time.Duration(float64(j.sweepHold)*sweepCarryShare))
+		carried := carry(carryCtx, entries)
+		cancel()
 		if err := markRelayed(ctx, tx, carried); err != nil {
 			return err
 		}

@@ -208,9 +208,10 @@ func TestSweepBatchTakesTheOldUnrelayedRowsOldestFirst(t *testing.T) {
 }
 
 // TestASweepStoppedInItsCarryLetsItsRowsGo: a sweeper stopped while it
-// carries (its transaction open, its rows locked) keeps them from the
-// other sweepers only until its transaction has sat idle for its hold;
-// PostgreSQL then ends it and another sweeper carries and marks them.
+// carries (its transaction open, its rows locked, its carry's deadline
+// not heeded) keeps them from the other sweepers only until its
+// transaction has sat idle for its hold; PostgreSQL then ends it and
+// another sweeper carries and marks them.
 func TestASweepStoppedInItsCarryLetsItsRowsGo(t *testing.T) {
 	ctx := context.Background()
 	db := migratedPool(t)
@@ -222,7 +223,10 @@ func TestASweepStoppedInItsCarryLetsItsRowsGo(t *testing.T) {
 	carrying, resume, done := make(chan time.Time), make(chan struct{}), make(chan error, 1)
 	go func() {
 		_, _, err := stopped.SweepBatch(ctx, 5*time.Second, 10, nil,
-			func(_ context.Context, entries []orders.OutboxEntry) []orders.OutboxEntry {
+			func(ctx context.Context, entries []orders.OutboxEntry) []orders.OutboxEntry {
+				if deadline, ok := ctx.Deadline(); !ok || time.Until(deadline) >= hold {
+					t.Errorf("the carry's deadline: %v (set %v); want one inside the hold of %v", time.Until(deadline), ok, hold)
+				}
 				carrying <- time.Now()
 				<-resume
 				return entries
@@ -255,6 +259,28 @@ func TestASweepStoppedInItsCarryLetsItsRowsGo(t *testing.T) {
 	}
 	if exists, _ := outboxRow(t, db, row); exists {
 		t.Errorf("%s is still there once another sweeper carried it", row.Payload)
+	}
+}
+
+// TestASlowCarryEndsInsideTheHold: a carry still running (a Redis
+// failover) is told to stop before the hold ends its transaction, so what
+// it carried by then is marked, not lost with the transaction.
+func TestASlowCarryEndsInsideTheHold(t *testing.T) {
+	ctx := context.Background()
+	db := migratedPool(t)
+	outbox := postgres.NewOutbox(db)
+	postgres.SetSweepHold(outbox, 600*time.Millisecond)
+	row := insertOutboxRow(t, db, orders.BalanceName("ACC_A", "USD"), 1, time.Minute, -1)
+	taken, marked, err := outbox.SweepBatch(ctx, 5*time.Second, 10, nil,
+		func(ctx context.Context, entries []orders.OutboxEntry) []orders.OutboxEntry {
+			<-ctx.Done() // a carry that would run on
+			return entries
+		})
+	if err != nil || taken != 1 || marked != 1 {
+		t.Fatalf("SweepBatch took %d, marked %d, %v; want the slow carry's row marked", taken, marked, err)
+	}
+	if exists, _ := outboxRow(t, db, row); exists {
+		t.Errorf("%s is still there once its sweep committed", row.Payload)
 	}
 }
 
