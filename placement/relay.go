@@ -97,10 +97,10 @@ const (
 // second (settlement's sweepInterval), and a marking that fails (its sweep
 // failed) gives up after at most relayTimeout, so the sweep carries such a
 // row again within 5 + 1 + 5 = 11 s of the first; 5 + 1 + 15 = 21 s when
-// the marks rode a sweep that stopped and was ended at postgres.SweepHold. While PostgreSQL is
-// down nothing is marked and nothing swept, and the sweep carries the rows
-// marking lost when it is back: as late as the outage is long. Orders
-// outlive an outage of up to 8.9 minutes
+// the marks rode a sweep that stopped and was ended at postgres.SweepHold.
+// While PostgreSQL is down nothing is marked and nothing swept, and the
+// sweep carries the rows marking lost when it is back: as late as the
+// outage is long. Orders outlive an outage of up to 8.9 minutes
 // (settlement.DefaultConfig: 60 attempts backing off 100 ms to 10 s, the
 // whole backoffs), so ten minutes covers the ordinary case fifty times over
 // and an outage as long as settlement's retries survive. Past it a second

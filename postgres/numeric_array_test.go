@@ -116,53 +116,44 @@ func BenchmarkArrayParameter(b *testing.B) {
 		decimals[i] = decimal.MustNew(r.Int64N(1e12)-5e11, 8)
 		amounts[i] = amountOf(decimals[i])
 	}
+	b.Run("numeric", func(b *testing.B) {
+		benchArrayParameter(b, amounts, (*ledgerAmount).text, (*numericArray).amount)
+	})
+	b.Run("decimal", func(b *testing.B) {
+		benchArrayParameter(b, decimals, decimal.Decimal.String, (*numericArray).decimal)
+	})
+}
+
+// benchArrayParameter is BenchmarkArrayParameter's two ways for values:
+// pgx from the []string of their texts, and the literal add builds.
+func benchArrayParameter[T any](b *testing.B, values []T, text func(T) string, add func(*numericArray, T)) {
 	m := pgtype.NewMap()
 	RegisterTypes(m)
 	var eqb pgx.ExtendedQueryBuilder
-	build := func(b *testing.B, oid uint32, value any) {
-		sd := &pgconn.StatementDescription{ParamOIDs: []uint32{oid}}
+	build := func(b *testing.B, value any) {
+		sd := &pgconn.StatementDescription{ParamOIDs: []uint32{pgtype.NumericArrayOID}}
 		if err := eqb.Build(m, sd, []any{value}); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.Run("numeric/pgx-strings", func(b *testing.B) {
+	b.Run("pgx-strings", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			texts := make([]string, 0, len(amounts))
-			for _, v := range amounts {
-				texts = append(texts, v.text())
+			texts := make([]string, 0, len(values))
+			for _, v := range values {
+				texts = append(texts, text(v))
 			}
-			build(b, pgtype.NumericArrayOID, texts)
+			build(b, texts)
 		}
 	})
-	b.Run("numeric/literal", func(b *testing.B) {
+	b.Run("literal", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			a := numericArrayOf(len(amounts))
-			for _, v := range amounts {
-				a.amount(v)
+			a := numericArrayOf(len(values))
+			for _, v := range values {
+				add(&a, v)
 			}
-			build(b, pgtype.NumericArrayOID, a.param())
-		}
-	})
-	b.Run("decimal/pgx-strings", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			texts := make([]string, 0, len(decimals))
-			for _, v := range decimals {
-				texts = append(texts, v.String())
-			}
-			build(b, pgtype.NumericArrayOID, texts)
-		}
-	})
-	b.Run("decimal/literal", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			a := numericArrayOf(len(decimals))
-			for _, v := range decimals {
-				a.decimal(v)
-			}
-			build(b, pgtype.NumericArrayOID, a.param())
+			build(b, a.param())
 		}
 	})
 }
