@@ -13,6 +13,9 @@ func CoherenceWaiting(c *BalanceCoherence) int {
 // ArchiveClaim is how long an archiver's claim of an account lasts.
 const ArchiveClaim = archiveClaim
 
+// ArchivePace is the least time between the starts of two passes of Run.
+const ArchivePace = archivePace
+
 // ArchiveRounds and EventChunk bound what one pass archives of an account:
 // that many chunks of that many events.
 const (

@@ -1,0 +1,73 @@
+package placement_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ordergate/ordergate/emq"
+	"github.com/ordergate/ordergate/orders"
+	"github.com/ordergate/ordergate/placement"
+	"github.com/ordergate/ordergate/testkit/testserver"
+)
+
+// appendBulk appends count events to each of the accounts' logs, a chunk's
+// worth per append, in one round trip a chunk.
+func appendBulk(t testing.TB, queue *emq.Queue, accounts []string, count int) {
+	t.Helper()
+	entry := emq.LogEntry{ID: "ev", Type: string(orders.EventBalance), Data: []byte(`{"asset":"USD"}`)}
+	for done := 0; done < count; done += placement.EventChunk {
+		entries := make([]emq.LogEntry, min(placement.EventChunk, count-done))
+		for i := range entries {
+			entries[i] = entry
+		}
+		appends := make([]emq.LogAppend, len(accounts))
+		for i, account := range accounts {
+			appends[i] = emq.LogAppend{Group: account, Entries: entries}
+		}
+		if _, err := queue.AppendLogs(context.Background(), appends); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// runArchiver runs archiver until the test ends.
+func runArchiver(t testing.TB, archiver *placement.EventArchiver) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		archiver.Run(ctx)
+	}()
+	t.Cleanup(func() { stop(); <-ran })
+}
+
+// The archivers' pace does not bound what one account has archived: an
+// account with more events than a pass archives (a market maker on the
+// other side of most fills) is archived pass after pass, Run going on at
+// once after a pass that left it due. A pass a pace would take four paces
+// more for the five passes' worth here; Run takes well under three.
+func TestRunArchivesABusyAccountFasterThanItsPace(t *testing.T) {
+	testserver.Parallel(t)
+	const perPass = placement.ArchiveRounds * placement.EventChunk
+	const events = 5 * perPass
+	f := newArchiveFixture(t)
+	appendBulk(t, f.queue, []string{"busy"}, events)
+	// An hour's delay: Run keeps its own pace, and only a chunk's worth is
+	// due at once.
+	archiver := f.archiver(nil, emq.LogHotTail{Count: 5, Age: time.Hour}, placement.WithArchiveDelay(time.Hour))
+	start := time.Now()
+	runArchiver(t, archiver)
+	bound := 3 * placement.ArchivePace
+	waitFor(t, bound, strconv.Itoa(events)+" events of one account archived", func() bool {
+		archived, err := f.queue.LogsArchived(context.Background(), []string{"busy"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return archived["busy"] == events
+	})
+	t.Logf("%d events of one account archived in %v at a pace of %v", events, time.Since(start).Round(time.Millisecond), placement.ArchivePace)
+	f.historyOf(t, "busy", events)
+}
