@@ -141,6 +141,16 @@ func ClusterMode() bool {
 	return os.Getenv(QueueRedisEnv) == "cluster"
 }
 
+// RerunLeg reports whether the tests run again on another Redis than the
+// first leg's single redis-server: the cluster (EMQ_TEST_REDIS=cluster) or
+// another server binary (ORDERGATE_REDIS_SERVER, the Valkey leg of make
+// test). A long test whose size proves nothing about the Redis under it
+// runs smaller there: those legs are for slots, redirects and a server's
+// commands and scripts, which a smaller run crosses the same way.
+func RerunLeg() bool {
+	return ClusterMode() || os.Getenv(RedisServerEnv) != ""
+}
+
 // Parallel runs t in parallel with the package's other parallel tests
 // (t.Parallel), except in cluster mode (EMQ_TEST_REDIS=cluster), where the
 // tests share one cluster and so run one at a time. It is for tests that

@@ -525,6 +525,25 @@ func TestClusterMode(t *testing.T) {
 	}
 }
 
+func TestRerunLeg(t *testing.T) {
+	for _, tc := range []struct {
+		queue, server string
+		want          bool
+	}{
+		{"", "", false},
+		{"single", "", false},
+		{"cluster", "", true},
+		{"", "/opt/valkey/valkey-server", true},
+		{"cluster", "/opt/valkey/valkey-server", true},
+	} {
+		t.Setenv("EMQ_TEST_REDIS", tc.queue)
+		t.Setenv(testserver.RedisServerEnv, tc.server)
+		if got := testserver.RerunLeg(); got != tc.want {
+			t.Errorf("EMQ_TEST_REDIS=%q %s=%q: RerunLeg() = %v, want %v", tc.queue, testserver.RedisServerEnv, tc.server, got, tc.want)
+		}
+	}
+}
+
 func TestQueueRedisSingleServerByDefault(t *testing.T) {
 	ctx := context.Background()
 	for _, value := range []string{"", "single"} {
