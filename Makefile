@@ -39,10 +39,16 @@ test:
 	bash scripts/deps.sh
 	$(MAKE) --no-print-directory lint
 	go test -race -count=1 -timeout 15m $(LONGEST) ./...
-	EMQ_TEST_REDIS=cluster go test -race -count=1 -timeout 15m $(call longest_first,$(CLUSTER_PACKAGES))
-	EMQ_TEST_REDIS=cluster go test -race -count=1 -timeout 10m -run '$(POSTGRES_REDIS_TESTS)' ./postgres/
+	$(RERUN_ENV) EMQ_TEST_REDIS=cluster go test -race -count=1 -timeout 15m $(call longest_first,$(CLUSTER_PACKAGES))
+	$(RERUN_ENV) EMQ_TEST_REDIS=cluster go test -race -count=1 -timeout 10m -run '$(POSTGRES_REDIS_TESTS)' ./postgres/
 	$(MAKE) --no-print-directory fuzz FUZZTIME=50000x
 	$(MAKE) --no-print-directory test-valkey
+
+# The legs after the first run the suites again on another Redis, for its
+# slots, redirects, commands and scripts; ORDERGATE_TEST_RERUN=1 tells a
+# long test whose size proves nothing about the Redis under it to run
+# smaller there (testserver.RerunLeg). Only these legs set it.
+RERUN_ENV := ORDERGATE_TEST_RERUN=1
 
 # Every package whose tests start a Redis, found by grep, so a new one is not
 # forgotten.
@@ -59,14 +65,14 @@ POSTGRES_REDIS_TESTS = ^(TestPlacerReadsTheOrdersTableFirst|TestCancelRecordsThe
 # The Redis-side suites again on Valkey, whose binaries are kept beside the
 # repository in ../shared/valkey/ (its README says why; a checkout without
 # ../shared skips this leg and says so). testkit/testserver runs the binaries
-# that ORDERGATE_REDIS_SERVER and ORDERGATE_REDIS_CLI name. Two runs:
+# that ORDERGATE_REDIS_SERVER and ORDERGATE_REDIS_CLI name. Two go tests:
 #   - every package whose tests start a Redis (REDIS_PACKAGES), each test on
-#     its own single server; of postgres only the tests that use Redis;
-#   - one chaos run (seed 1, 500 orders, a schedule that kills Redis and
-#     fails it over twice): Valkey restarted from its AOF (appendfsync
-#     always) and its replica promoted, under load. TestChaos picks that
-#     run itself when ORDERGATE_REDIS_SERVER is set, so testkit/chaos runs
-#     in the first go test beside the other packages, not alone after them.
+#     its own single server, and testkit/chaos, whose one run there (seed 1,
+#     500 orders, a schedule that kills Redis and fails it over twice:
+#     Valkey restarted from its AOF, appendfsync always, and its replica
+#     promoted, under load) TestChaos picks itself on a repeat leg, so it
+#     runs beside the other packages, not alone after them;
+#   - of postgres, only the tests that use Redis.
 # What the cluster leg's growth cost is paid here, to keep make test under
 # 20 minutes: measured on the shared 2-core box (load 9-17), the new cluster
 # packages take ~345 s of CPU (gateway 157, placement 59, chaos 57,
@@ -77,7 +83,7 @@ POSTGRES_REDIS_TESTS = ^(TestPlacerReadsTheOrdersTableFirst|TestCancelRecordsThe
 # outside make test); and of postgres it runs only the three tests that use
 # Redis, not its 71 others again (the whole package: 129 s of CPU, 276 s).
 VALKEY_DIR := $(abspath ../shared/valkey)
-VALKEY_ENV := ORDERGATE_REDIS_SERVER='$(VALKEY_DIR)/valkey-server' ORDERGATE_REDIS_CLI='$(VALKEY_DIR)/valkey-cli'
+VALKEY_ENV := $(RERUN_ENV) ORDERGATE_REDIS_SERVER='$(VALKEY_DIR)/valkey-server' ORDERGATE_REDIS_CLI='$(VALKEY_DIR)/valkey-cli'
 test-valkey:
 ifeq ($(wildcard $(VALKEY_DIR)/valkey-server),)
 	@echo "test-valkey: skipped the Valkey leg: no $(VALKEY_DIR)/valkey-server (it comes with ../shared; see CONTRIBUTING.md, On Valkey)"

@@ -60,12 +60,12 @@ func TestChaos(t *testing.T) {
 		// (Run). The seeds fixed above run on a single server already;
 		// a second cluster run cost ≈ 35 s of a make test near 19 minutes.
 		runs = append(runs, runSpec{rand.Uint64() % 1_000_000_000, 500})
-	} else if os.Getenv(testserver.RedisServerEnv) != "" {
-		// The Valkey leg (make test-valkey): seed 1 at 500 orders on the
-		// server ORDERGATE_REDIS_SERVER names, restarted from its AOF and
-		// failed over twice. Chosen here, not by -args, so the package
-		// runs in that leg's one go test beside the others instead of
-		// alone after them.
+	} else if testserver.RerunLeg() {
+		// The Valkey leg (make test-valkey, ORDERGATE_TEST_RERUN=1): seed
+		// 1 at 500 orders on the server ORDERGATE_REDIS_SERVER names,
+		// restarted from its AOF and failed over twice. Chosen here, not
+		// by -args, so the package runs in that leg's one go test beside
+		// the others instead of alone after them.
 		runs = append(runs, runSpec{1, 500})
 	} else {
 		random := rand.Uint64() % 1_000_000_000

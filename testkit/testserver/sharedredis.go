@@ -141,14 +141,20 @@ func ClusterMode() bool {
 	return os.Getenv(QueueRedisEnv) == "cluster"
 }
 
-// RerunLeg reports whether the tests run again on another Redis than the
-// first leg's single redis-server: the cluster (EMQ_TEST_REDIS=cluster) or
-// another server binary (ORDERGATE_REDIS_SERVER, the Valkey leg of make
-// test). A long test whose size proves nothing about the Redis under it
-// runs smaller there: those legs are for slots, redirects and a server's
-// commands and scripts, which a smaller run crosses the same way.
+// RerunEnv is the environment variable make test sets to 1 on the legs
+// that run the suites again after the first: the Redis Cluster leg and
+// the Valkey leg (RerunLeg).
+const RerunEnv = "ORDERGATE_TEST_RERUN"
+
+// RerunLeg reports whether make test marks this run a repeat of its first
+// leg (ORDERGATE_TEST_RERUN=1): the cluster or the Valkey leg. A long test
+// whose size proves nothing about the Redis under it runs smaller there:
+// those legs are for slots, redirects and a server's commands and scripts,
+// which a smaller run crosses the same way. Only make test sets it, so a
+// developer who points ORDERGATE_REDIS_SERVER or EMQ_TEST_REDIS elsewhere
+// still runs every test at its full size.
 func RerunLeg() bool {
-	return ClusterMode() || os.Getenv(RedisServerEnv) != ""
+	return os.Getenv(RerunEnv) == "1"
 }
 
 // Parallel runs t in parallel with the package's other parallel tests

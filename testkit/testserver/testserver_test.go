@@ -527,19 +527,24 @@ func TestClusterMode(t *testing.T) {
 
 func TestRerunLeg(t *testing.T) {
 	for _, tc := range []struct {
-		queue, server string
-		want          bool
+		rerun, queue, server string
+		want                 bool
 	}{
-		{"", "", false},
-		{"single", "", false},
-		{"cluster", "", true},
-		{"", "/opt/valkey/valkey-server", true},
-		{"cluster", "/opt/valkey/valkey-server", true},
+		{"", "", "", false},
+		{"1", "", "", true},
+		{"0", "", "", false},
+		{"1", "cluster", "/opt/valkey/valkey-server", true},
+		// The Redis under the tests alone does not shrink them: only make
+		// test's repeat legs say so.
+		{"", "cluster", "", false},
+		{"", "", "/opt/valkey/valkey-server", false},
 	} {
-		t.Setenv("EMQ_TEST_REDIS", tc.queue)
+		t.Setenv(testserver.RerunEnv, tc.rerun)
+		t.Setenv(testserver.QueueRedisEnv, tc.queue)
 		t.Setenv(testserver.RedisServerEnv, tc.server)
 		if got := testserver.RerunLeg(); got != tc.want {
-			t.Errorf("EMQ_TEST_REDIS=%q %s=%q: RerunLeg() = %v, want %v", tc.queue, testserver.RedisServerEnv, tc.server, got, tc.want)
+			t.Errorf("%s=%q %s=%q %s=%q: RerunLeg() = %v, want %v", testserver.RerunEnv, tc.rerun,
+				testserver.QueueRedisEnv, tc.queue, testserver.RedisServerEnv, tc.server, got, tc.want)
 		}
 	}
 }
