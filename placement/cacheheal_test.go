@@ -53,11 +53,13 @@ func TestCachedBalancesHealAfterAFailover(t *testing.T) {
 
 	accounts := postgres.NewAccounts(db)
 	ledger := postgres.NewLedger(db)
-	// Fifty accounts, each cached on the primary, then filled past the
-	// replica: the heal's scan lists them in one page (coherence's
-	// scanPage is 500) as it listed 200, which took 25 s of the test's
-	// 27 to set up under -race, where the heal took 1.2 s.
-	const n = 50
+	// A hundred accounts, each cached on the primary, then filled past
+	// the replica: more than one refill call of the heal's (coherence's
+	// fillHashesPerCall is 64), so the promoted replica, with no script
+	// cached, answers several calls' NOSCRIPT in one pipeline, as it did
+	// at 200 accounts; those took 25 s of the test's 27 to set up under
+	// -race, where the heal took 1.2 s.
+	const n = 100
 	ids := make([]string, n)
 	seen := map[string]int64{} // the newest version a reader saw, by balance name
 	read := func(account string) {
