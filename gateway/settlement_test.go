@@ -29,7 +29,7 @@ import (
 // On the cluster and Valkey legs (testserver.RerunLeg) it places 1,000: the
 // same scripts on the same three queues, each order crossing admit, claim
 // and complete as in the first leg, which runs the 5,000. The cluster leg
-// runs its tests one at a time, so there the 5,000 cost ~35 s of wall.
+// runs its tests one at a time, so there the 5,000 cost 48 s of wall.
 func TestRandomOrdersSettleExactlyOnce(t *testing.T) {
 	testserver.Parallel(t)
 	if testing.Short() {
