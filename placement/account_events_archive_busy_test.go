@@ -32,16 +32,19 @@ func appendBulk(t testing.TB, queue *emq.Queue, accounts []string, count int) {
 	}
 }
 
-// runArchiver runs archiver until the test ends.
-func runArchiver(t testing.TB, archiver *placement.EventArchiver) {
+// runArchiver runs archiver until the test ends, or until the func it
+// returns is called, which returns once Run did.
+func runArchiver(t testing.TB, archiver *placement.EventArchiver) (stop func()) {
 	t.Helper()
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() {
 		defer close(ran)
 		archiver.Run(ctx)
 	}()
-	t.Cleanup(func() { stop(); <-ran })
+	stop = func() { cancel(); <-ran }
+	t.Cleanup(stop)
+	return stop
 }
 
 // The archivers' pace does not bound what one account has archived: an

@@ -61,19 +61,12 @@ func TestArchiveGaugesEndWithTheirArchiver(t *testing.T) {
 		value, ok := gaugesByShard(t, registry)["events_archive_behind"][shard.Name()]
 		return value, ok
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() {
-		defer close(ran)
-		archiver.Run(ctx)
-	}()
-	t.Cleanup(func() { stop(); <-ran })
+	stop := runArchiver(t, archiver)
 	waitFor(t, 10*time.Second, "events_archive_behind of "+shard.Name()+" at 3 while its archiver runs", func() bool {
 		value, ok := behind()
 		return ok && value == 3
 	})
 	stop()
-	<-ran
 	if value, ok := behind(); ok {
 		t.Errorf("events_archive_behind of %s is %v after its archiver stopped; want no series", shard.Name(), value)
 	}
