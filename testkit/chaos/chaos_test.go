@@ -26,8 +26,9 @@ var (
 // minutes) and one random seed printed in the log. It stops and starts the
 // shared PostgreSQL, so no test of this package may run in parallel with it.
 // With EMQ_TEST_REDIS=cluster it runs one random seed, at 500 orders, on
-// a Redis Cluster (see Run); with ORDERGATE_REDIS_SERVER set (the Valkey
-// leg), seed 1 at 500 orders on that server.
+// a Redis Cluster (see Run); on make test's Valkey leg
+// (testserver.RerunLeg), seed 1 at 500 orders on the server
+// ORDERGATE_REDIS_SERVER names.
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos run: real processes, faults and thousands of orders")
