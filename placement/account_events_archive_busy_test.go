@@ -7,30 +7,9 @@ import (
 	"time"
 
 	"github.com/ordergate/ordergate/emq"
-	"github.com/ordergate/ordergate/orders"
 	"github.com/ordergate/ordergate/placement"
 	"github.com/ordergate/ordergate/testkit/testserver"
 )
-
-// appendBulk appends count events to each of the accounts' logs, a chunk's
-// worth per append, in one round trip a chunk.
-func appendBulk(t testing.TB, queue *emq.Queue, accounts []string, count int) {
-	t.Helper()
-	entry := emq.LogEntry{ID: "ev", Type: string(orders.EventBalance), Data: []byte(`{"asset":"USD"}`)}
-	for done := 0; done < count; done += placement.EventChunk {
-		entries := make([]emq.LogEntry, min(placement.EventChunk, count-done))
-		for i := range entries {
-			entries[i] = entry
-		}
-		appends := make([]emq.LogAppend, len(accounts))
-		for i, account := range accounts {
-			appends[i] = emq.LogAppend{Group: account, Entries: entries}
-		}
-		if _, err := queue.AppendLogs(context.Background(), appends); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 // runArchiver runs archiver until the test ends, or until the func it
 // returns is called, which returns once Run did.
@@ -57,7 +36,7 @@ func TestRunArchivesABusyAccountFasterThanItsPace(t *testing.T) {
 	const perPass = placement.ArchiveRounds * placement.EventChunk
 	const events = 5 * perPass
 	f := newArchiveFixture(t)
-	appendBulk(t, f.queue, []string{"busy"}, events)
+	appendEventsBy(t, f.queue, "busy", events, placement.EventChunk)
 	// An hour's delay: Run keeps its own pace, and only a chunk's worth is
 	// due at once.
 	archiver := f.archiver(nil, emq.LogHotTail{Count: 5, Age: time.Hour}, placement.WithArchiveDelay(time.Hour))

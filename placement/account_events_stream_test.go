@@ -3,6 +3,7 @@ package placement_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -35,9 +36,17 @@ func newEventStreams(t testing.TB, queue *emq.Queue, opts ...placement.EventStre
 // appendEvents appends count events to the account's log, one per append.
 func appendEvents(t testing.TB, queue *emq.Queue, account string, count int) {
 	t.Helper()
-	for range count {
-		entry := emq.LogEntry{ID: "ev", Type: string(orders.EventBalance), Data: []byte(`{"asset":"USD"}`)}
-		if _, err := queue.AppendLog(context.Background(), account, emq.LogSource{}, []emq.LogEntry{entry}); err != nil {
+	appendEventsBy(t, queue, account, count, 1)
+}
+
+// appendEventsBy appends count balance events to account's log, per of
+// them a call.
+func appendEventsBy(t testing.TB, queue *emq.Queue, account string, count, per int) {
+	t.Helper()
+	entry := emq.LogEntry{ID: "ev", Type: string(orders.EventBalance), Data: []byte(`{"asset":"USD"}`)}
+	for done := 0; done < count; done += per {
+		entries := slices.Repeat([]emq.LogEntry{entry}, min(per, count-done))
+		if _, err := queue.AppendLog(context.Background(), account, emq.LogSource{}, entries); err != nil {
 			t.Error(err)
 			return
 		}
