@@ -117,6 +117,10 @@ const CoherenceDedupRetention = 10 * time.Minute
 // rest; it buries a job with no entry it can read: no retry can fix it.
 var ErrOutboxPayload = errors.New("orders: malformed coherence payload")
 
+// errCarryOverran is a sweep's carry that had not answered when the sweep
+// stopped waiting for it (postgres.SweepHold).
+var errCarryOverran = errors.New("placement: the sweep's carry overran its wait; its rows are carried again")
+
 // OutboxRelay carries outbox rows by the coherence mode their table
 // declares, and marks them relayed. It is the Relayer settlement hands its
 // committed entries to, and its sweep relays what a crash left behind.
@@ -155,7 +159,8 @@ type Outbox interface {
 	// SweepBatch marks the rows of marks relayed, then takes up to limit
 	// unrelayed rows older than age, hands them to carry and marks the
 	// ones it returns, in one transaction; it returns how many it took and
-	// how many of those it marked.
+	// how many of those it marked. A carry slower than the transaction
+	// may wait is left to finish alone, and none of its rows is marked.
 	SweepBatch(ctx context.Context, age time.Duration, limit int, marks []orders.OutboxEntry,
 		carry func(context.Context, []orders.OutboxEntry) []orders.OutboxEntry) (taken, marked int, err error)
 	// EventRows returns the events rows of the source name with versions
@@ -350,19 +355,29 @@ func (r *OutboxRelay) Sweep(ctx context.Context) (int, error) {
 }
 
 func (r *OutboxRelay) sweepBatch(ctx context.Context, marks []orders.OutboxEntry) (relayed int, full bool, err error) {
-	var carryErr error
+	// The carry's error comes back on a channel: a carry that overran its
+	// wait finishes after SweepBatch returned.
+	carryErrs := make(chan error, 1)
 	taken, relayed, err := r.db.SweepBatch(ctx, r.sweepAge, sweepBatch, marks,
 		func(ctx context.Context, entries []orders.OutboxEntry) []orders.OutboxEntry {
 			// A job per row: a row the relay carried alone (a write's)
 			// but did not mark makes the relay's job again, a dedup hit.
 			carried, err := r.carry(ctx, entries, true)
-			carryErr = err
+			carryErrs <- err
 			return carried
 		})
 	if err != nil {
 		return 0, false, err
 	}
 	full = taken == sweepBatch
+	var carryErr error
+	select {
+	case carryErr = <-carryErrs:
+	default:
+		if relayed < taken {
+			carryErr = errCarryOverran
+		}
+	}
 	if carryErr != nil {
 		// Keep what was carried and marked; the rest waits for the next sweep.
 		r.logger.Warn("outbox sweep could not relay every row", "rows", taken, "relayed", relayed, "err", carryErr)

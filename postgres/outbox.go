@@ -38,21 +38,37 @@ type Outbox struct {
 	// sweepHold is the longest a sweep's transaction may sit idle while
 	// its carry runs (outbox_sweep_hold.sql).
 	sweepHold time.Duration
+	// carryWait is how long a sweep waits for its carry to return.
+	carryWait time.Duration
 }
 
 // SweepHold is how long a sweep's transaction may wait on its carry
 // without a statement before PostgreSQL ends it and lets its rows go. The
-// carry itself is given two thirds of it (sweepCarryShare): one that is
-// slow, a Redis failover longer than that, returns and commits the marks
-// of what went, and the hold ends only a sweeper that stopped, whose
-// timers cannot fire.
+// carry itself is given two thirds of it (sweepCarryShare); one that runs
+// on past its deadline (a Redis call heeds its own timeouts, not the
+// context's) is waited for until five sixths (sweepWaitShare), and the
+// sweep then commits without it. So the hold ends only a sweeper that
+// stopped, whose timers cannot fire, whatever the Redis client's timeouts.
 const SweepHold = 15 * time.Second
 
-// sweepCarryShare is the share of the hold a sweep's carry may take.
-const sweepCarryShare = 2.0 / 3
+// sweepCarryShare is the share of the hold a sweep's carry may take, and
+// sweepWaitShare the share after which the sweep stops waiting for it.
+const (
+	sweepCarryShare = 2.0 / 3
+	sweepWaitShare  = 5.0 / 6
+)
+
+// sweepFinishTimeout bounds a sweep's last statements and commit, which
+// run on after the sweep's context is cancelled (a worker shutting down)
+// so the marks of what its carry sent are kept.
+const sweepFinishTimeout = 2 * time.Second
 
 // NewOutbox uses db.
-func NewOutbox(db *pgxpool.Pool) *Outbox { return &Outbox{db: db, sweepHold: SweepHold} }
+func NewOutbox(db *pgxpool.Pool) *Outbox {
+	return &Outbox{db: db, sweepHold: SweepHold, carryWait: share(SweepHold, sweepWaitShare)}
+}
+
+func share(d time.Duration, part float64) time.Duration { return time.Duration(float64(d) * part) }
 
 // MarkRelayed marks the rows of entries relayed.
 func (j *Outbox) MarkRelayed(ctx context.Context, entries []orders.OutboxEntry) error {
@@ -69,39 +85,75 @@ func (j *Outbox) MarkRelayed(ctx context.Context, entries []orders.OutboxEntry) 
 // The relay's marks ride the sweep's transaction, which runs every second
 // anyway, rather than a transaction of their own; marked first, they are
 // not the sweep's to take. carry's context ends within two thirds of
-// SweepHold; a transaction idle past SweepHold all the same (its process
-// stopped) is ended by PostgreSQL, so a stopped sweeper cannot hold its
-// rows for good.
+// SweepHold, and a carry that has not returned by five sixths is left to
+// finish alone: the sweep commits the relay's marks and none of its own,
+// and the rows it took are carried again (a dedup hit for what went). A
+// transaction idle past SweepHold all the same (its process stopped) is
+// ended by PostgreSQL, so a stopped sweeper cannot hold its rows for good.
+// Once carry has returned, the marks and the commit run on through ctx's
+// cancel, for at most sweepFinishTimeout.
 func (j *Outbox) SweepBatch(ctx context.Context, age time.Duration, limit int, marks []orders.OutboxEntry,
 	carry func(context.Context, []orders.OutboxEntry) []orders.OutboxEntry) (taken, marked int, err error) {
-	err = pgx.BeginFunc(ctx, j.db, func(tx pgx.Tx) error {
-		if err := markRelayed(ctx, tx, marks); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, outboxSweepHoldSQL, fmt.Sprint(j.sweepHold.Milliseconds())); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, outboxSweepSQL, age, limit)
-		if err != nil {
-			return err
-		}
-		entries, err := pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
-		if err != nil {
-			return err
-		}
-		carryCtx, cancel := context.WithTimeout(ctx, time.Duration(float64(j.sweepHold)*sweepCarryShare))
-		carried := carry(carryCtx, entries)
-		cancel()
-		if err := markRelayed(ctx, tx, carried); err != nil {
-			return err
-		}
-		taken, marked = len(entries), len(carried)
-		return nil
-	})
+	taken, marked, err = j.sweepBatch(ctx, age, limit, marks, carry)
 	if err != nil {
 		return 0, 0, fmt.Errorf("postgres: sweep outbox: %w", err)
 	}
 	return taken, marked, nil
+}
+
+func (j *Outbox) sweepBatch(ctx context.Context, age time.Duration, limit int, marks []orders.OutboxEntry,
+	carry func(context.Context, []orders.OutboxEntry) []orders.OutboxEntry) (taken, marked int, err error) {
+	tx, err := j.db.Begin(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	// A no-op once committed; otherwise it must run even if ctx is done.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := markRelayed(ctx, tx, marks); err != nil {
+		return 0, 0, err
+	}
+	if _, err := tx.Exec(ctx, outboxSweepHoldSQL, fmt.Sprint(j.sweepHold.Milliseconds())); err != nil {
+		return 0, 0, err
+	}
+	rows, err := tx.Query(ctx, outboxSweepSQL, age, limit)
+	if err != nil {
+		return 0, 0, err
+	}
+	entries, err := pgx.CollectRows(rows, pgx.RowToStructByPos[orders.OutboxEntry])
+	if err != nil {
+		return 0, 0, err
+	}
+	carried := j.carryWithin(ctx, entries, carry)
+	finish, cancel := context.WithTimeout(context.WithoutCancel(ctx), sweepFinishTimeout)
+	defer cancel()
+	if err := markRelayed(finish, tx, carried); err != nil {
+		return 0, 0, err
+	}
+	if err := tx.Commit(finish); err != nil {
+		return 0, 0, err
+	}
+	return len(entries), len(carried), nil
+}
+
+// carryWithin runs carry on entries with a deadline of two thirds of the
+// hold and returns what it carried, or nothing once it has run past
+// carryWait: its goroutine then finishes alone and its answer is dropped.
+func (j *Outbox) carryWithin(ctx context.Context, entries []orders.OutboxEntry,
+	carry func(context.Context, []orders.OutboxEntry) []orders.OutboxEntry) []orders.OutboxEntry {
+	carryCtx, cancel := context.WithTimeout(ctx, share(j.sweepHold, sweepCarryShare))
+	done := make(chan []orders.OutboxEntry, 1)
+	go func() {
+		defer cancel()
+		done <- carry(carryCtx, entries)
+	}()
+	wait := time.NewTimer(j.carryWait)
+	defer wait.Stop()
+	select {
+	case carried := <-done:
+		return carried
+	case <-wait.C:
+		return nil
+	}
 }
 
 // Prune deletes up to batch outbox rows relayed longer than retention ago

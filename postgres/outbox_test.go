@@ -218,6 +218,7 @@ func TestASweepStoppedInItsCarryLetsItsRowsGo(t *testing.T) {
 	hold := 300 * time.Millisecond
 	stopped, other := postgres.NewOutbox(db), postgres.NewOutbox(db)
 	postgres.SetSweepHold(stopped, hold)
+	postgres.SetCarryWait(stopped, time.Hour)
 	row := insertOutboxRow(t, db, orders.BalanceName("ACC_A", "USD"), 1, time.Minute, -1)
 
 	carrying, resume, done := make(chan time.Time), make(chan struct{}), make(chan error, 1)
@@ -263,24 +264,89 @@ func TestASweepStoppedInItsCarryLetsItsRowsGo(t *testing.T) {
 }
 
 // TestASlowCarryEndsInsideTheHold: a carry still running (a Redis
-// failover) is told to stop before the hold ends its transaction, so what
-// it carried by then is marked, not lost with the transaction.
+// failover) is told to stop before the hold ends its transaction; what it
+// carried by then is marked with the relay's marks, not lost with the
+// transaction, even when it answers a little after its deadline (a Redis
+// call in flight heeds the client's timeouts, not the context) or after
+// the sweep's context was cancelled (a worker shutting down). One that
+// does not answer before the hold would end is left: the relay's marks
+// commit, and its rows are free for the next sweep.
 func TestASlowCarryEndsInsideTheHold(t *testing.T) {
-	ctx := context.Background()
-	db := migratedPool(t)
-	outbox := postgres.NewOutbox(db)
-	postgres.SetSweepHold(outbox, 600*time.Millisecond)
-	row := insertOutboxRow(t, db, orders.BalanceName("ACC_A", "USD"), 1, time.Minute, -1)
-	taken, marked, err := outbox.SweepBatch(ctx, 5*time.Second, 10, nil,
-		func(ctx context.Context, entries []orders.OutboxEntry) []orders.OutboxEntry {
-			<-ctx.Done() // a carry that would run on
-			return entries
-		})
-	if err != nil || taken != 1 || marked != 1 {
-		t.Fatalf("SweepBatch took %d, marked %d, %v; want the slow carry's row marked", taken, marked, err)
+	hold := 600 * time.Millisecond
+	tests := []struct {
+		name string
+		// cancel cancels the sweep's context once the carry has begun.
+		cancel bool
+		// late is how long the carry runs on past its context's end.
+		late time.Duration
+		// wantCarried is whether the carry's first row is marked.
+		wantCarried bool
+	}{
+		{"answers at its deadline", false, 0, true},
+		{"answers a read timeout after it", false, hold / 12, true},
+		{"answers once the sweep was cancelled", true, hold / 12, true},
+		{"answers too late to mark", false, hold, false},
 	}
-	if exists, _ := outboxRow(t, db, row); exists {
-		t.Errorf("%s is still there once its sweep committed", row.Payload)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			db := migratedPool(t)
+			outbox := postgres.NewOutbox(db)
+			postgres.SetSweepHold(outbox, hold)
+			relays := insertOutboxRow(t, db, orders.BalanceName("ACC_R", "USD"), 1, time.Second, -1)
+			first := insertOutboxRow(t, db, orders.BalanceName("ACC_A", "USD"), 1, 2*time.Minute, -1)
+			second := insertOutboxRow(t, db, orders.BalanceName("ACC_B", "USD"), 1, time.Minute, -1)
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			returned := make(chan struct{})
+			begun := time.Now()
+			taken, marked, err := outbox.SweepBatch(ctx, 5*time.Second, 10, []orders.OutboxEntry{relays},
+				func(carryCtx context.Context, entries []orders.OutboxEntry) []orders.OutboxEntry {
+					defer close(returned)
+					if tt.cancel {
+						cancel()
+					}
+					<-carryCtx.Done()
+					time.Sleep(tt.late)
+					return entries[:1] // the second did not go
+				})
+			took := time.Since(begun)
+			<-returned
+			wantMarked := 0
+			if tt.wantCarried {
+				wantMarked = 1
+			}
+			if err != nil || taken != 2 || marked != wantMarked {
+				t.Fatalf("SweepBatch took %d, marked %d, %v; want 2 taken, %d marked", taken, marked, err, wantMarked)
+			}
+			if took >= hold {
+				t.Errorf("SweepBatch took %v; want it done inside the hold of %v", took, hold)
+			}
+			if exists, _ := outboxRow(t, db, relays); exists {
+				t.Errorf("%s, the relay's, is still there once the sweep committed", relays.Payload)
+			}
+			if exists, _ := outboxRow(t, db, first); exists == tt.wantCarried {
+				t.Errorf("%s: still there %v; want it marked %v", first.Payload, exists, tt.wantCarried)
+			}
+			if exists, _ := outboxRow(t, db, second); !exists {
+				t.Errorf("%s, not carried, was marked", second.Payload)
+			}
+			var again []orders.OutboxEntry
+			if _, _, err := outbox.SweepBatch(context.Background(), 5*time.Second, 10, nil,
+				func(_ context.Context, entries []orders.OutboxEntry) []orders.OutboxEntry {
+					again = entries
+					return nil
+				}); err != nil {
+				t.Fatal(err)
+			}
+			wantAgain := []orders.OutboxEntry{second}
+			if !tt.wantCarried {
+				wantAgain = []orders.OutboxEntry{first, second}
+			}
+			if !slices.Equal(again, wantAgain) {
+				t.Errorf("the next sweep took %v; want %v, the rows not marked", payloadsOf(again), payloadsOf(wantAgain))
+			}
+		})
 	}
 }
 
