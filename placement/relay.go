@@ -117,8 +117,8 @@ const CoherenceDedupRetention = 10 * time.Minute
 // rest; it buries a job with no entry it can read: no retry can fix it.
 var ErrOutboxPayload = errors.New("orders: malformed coherence payload")
 
-// errCarryOverran is a sweep's carry that had not answered when the sweep
-// stopped waiting for it (postgres.SweepHold).
+// errCarryOverran is a sweep's carry that had not returned when the sweep
+// stopped waiting for it (five sixths of postgres.SweepHold).
 var errCarryOverran = errors.New("placement: the sweep's carry overran its wait; its rows are carried again")
 
 // OutboxRelay carries outbox rows by the coherence mode their table
@@ -159,8 +159,9 @@ type Outbox interface {
 	// SweepBatch marks the rows of marks relayed, then takes up to limit
 	// unrelayed rows older than age, hands them to carry and marks the
 	// ones it returns, in one transaction; it returns how many it took and
-	// how many of those it marked. A carry slower than the transaction
-	// may wait is left to finish alone, and none of its rows is marked.
+	// how many of those it marked. A carry that overran the wait the
+	// transaction allows returns after SweepBatch did, and none of its
+	// rows is marked.
 	SweepBatch(ctx context.Context, age time.Duration, limit int, marks []orders.OutboxEntry,
 		carry func(context.Context, []orders.OutboxEntry) []orders.OutboxEntry) (taken, marked int, err error)
 	// EventRows returns the events rows of the source name with versions
@@ -355,15 +356,19 @@ func (r *OutboxRelay) Sweep(ctx context.Context) (int, error) {
 }
 
 func (r *OutboxRelay) sweepBatch(ctx context.Context, marks []orders.OutboxEntry) (relayed int, full bool, err error) {
-	// The carry's error comes back on a channel: a carry that overran its
-	// wait finishes after SweepBatch returned.
-	carryErrs := make(chan error, 1)
+	// The carry reports on a channel: one that overran the sweep's wait
+	// returns after SweepBatch did, and what it carried was not marked.
+	type report struct {
+		carried int
+		err     error
+	}
+	reports := make(chan report, 1)
 	taken, relayed, err := r.db.SweepBatch(ctx, r.sweepAge, sweepBatch, marks,
 		func(ctx context.Context, entries []orders.OutboxEntry) []orders.OutboxEntry {
 			// A job per row: a row the relay carried alone (a write's)
 			// but did not mark makes the relay's job again, a dedup hit.
 			carried, err := r.carry(ctx, entries, true)
-			carryErrs <- err
+			reports <- report{len(carried), err}
 			return carried
 		})
 	if err != nil {
@@ -372,9 +377,13 @@ func (r *OutboxRelay) sweepBatch(ctx context.Context, marks []orders.OutboxEntry
 	full = taken == sweepBatch
 	var carryErr error
 	select {
-	case carryErr = <-carryErrs:
+	case got := <-reports:
+		carryErr = got.err
+		if got.carried != relayed {
+			carryErr = errors.Join(errCarryOverran, carryErr)
+		}
 	default:
-		if relayed < taken {
+		if taken > 0 {
 			carryErr = errCarryOverran
 		}
 	}

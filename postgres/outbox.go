@@ -44,11 +44,12 @@ type Outbox struct {
 
 // SweepHold is how long a sweep's transaction may wait on its carry
 // without a statement before PostgreSQL ends it and lets its rows go. The
-// carry itself is given two thirds of it (sweepCarryShare); one that runs
-// on past its deadline (a Redis call heeds its own timeouts, not the
-// context's) is waited for until five sixths (sweepWaitShare), and the
-// sweep then commits without it. So the hold ends only a sweeper that
-// stopped, whose timers cannot fire, whatever the Redis client's timeouts.
+// carry itself is given two thirds of it (sweepCarryShare); one that
+// overruns that deadline (a Redis call in flight heeds the client's
+// timeouts, not the context's) is waited for until five sixths
+// (sweepWaitShare), and the sweep then commits without its marks. So the
+// hold ends only a sweeper that stopped, whose timers cannot fire,
+// whatever the Redis client's timeouts.
 const SweepHold = 15 * time.Second
 
 // sweepCarryShare is the share of the hold a sweep's carry may take, and
@@ -58,10 +59,10 @@ const (
 	sweepWaitShare  = 5.0 / 6
 )
 
-// sweepFinishTimeout bounds a sweep's last statements and commit, which
-// run on after the sweep's context is cancelled (a worker shutting down)
-// so the marks of what its carry sent are kept.
-const sweepFinishTimeout = 2 * time.Second
+// sweepShutdownGrace bounds what a sweep still does once its context is
+// cancelled (a worker shutting down): wait for its carry, then mark what
+// the carry sent and commit, so those marks are kept.
+const sweepShutdownGrace = 2 * time.Second
 
 // NewOutbox uses db.
 func NewOutbox(db *pgxpool.Pool) *Outbox {
@@ -85,13 +86,13 @@ func (j *Outbox) MarkRelayed(ctx context.Context, entries []orders.OutboxEntry) 
 // The relay's marks ride the sweep's transaction, which runs every second
 // anyway, rather than a transaction of their own; marked first, they are
 // not the sweep's to take. carry's context ends within two thirds of
-// SweepHold, and a carry that has not returned by five sixths is left to
-// finish alone: the sweep commits the relay's marks and none of its own,
-// and the rows it took are carried again (a dedup hit for what went). A
-// transaction idle past SweepHold all the same (its process stopped) is
-// ended by PostgreSQL, so a stopped sweeper cannot hold its rows for good.
-// Once carry has returned, the marks and the commit run on through ctx's
-// cancel, for at most sweepFinishTimeout.
+// SweepHold, and a carry that overran its wait is left to return alone:
+// the sweep commits the relay's marks and none of its own, and the rows
+// it took are carried again (a dedup hit for what went). A transaction
+// idle past SweepHold all the same (its process stopped) is ended by
+// PostgreSQL, so a stopped sweeper cannot hold its rows for good. Once ctx
+// is cancelled, the sweep waits for its carry and then marks and commits
+// within sweepShutdownGrace each.
 func (j *Outbox) SweepBatch(ctx context.Context, age time.Duration, limit int, marks []orders.OutboxEntry,
 	carry func(context.Context, []orders.OutboxEntry) []orders.OutboxEntry) (taken, marked int, err error) {
 	taken, marked, err = j.sweepBatch(ctx, age, limit, marks, carry)
@@ -107,8 +108,12 @@ func (j *Outbox) sweepBatch(ctx context.Context, age time.Duration, limit int, m
 	if err != nil {
 		return 0, 0, err
 	}
-	// A no-op once committed; otherwise it must run even if ctx is done.
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	defer func() {
+		// A no-op once committed; otherwise it runs even if ctx is done.
+		rollback, cancel := context.WithTimeout(context.WithoutCancel(ctx), sweepShutdownGrace)
+		defer cancel()
+		_ = tx.Rollback(rollback)
+	}()
 	if err := markRelayed(ctx, tx, marks); err != nil {
 		return 0, 0, err
 	}
@@ -124,8 +129,10 @@ func (j *Outbox) sweepBatch(ctx context.Context, age time.Duration, limit int, m
 		return 0, 0, err
 	}
 	carried := j.carryWithin(ctx, entries, carry)
-	finish, cancel := context.WithTimeout(context.WithoutCancel(ctx), sweepFinishTimeout)
+	finish, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(sweepShutdownGrace, cancel) })
+	defer stop()
 	if err := markRelayed(finish, tx, carried); err != nil {
 		return 0, 0, err
 	}
@@ -136,8 +143,9 @@ func (j *Outbox) sweepBatch(ctx context.Context, age time.Duration, limit int, m
 }
 
 // carryWithin runs carry on entries with a deadline of two thirds of the
-// hold and returns what it carried, or nothing once it has run past
-// carryWait: its goroutine then finishes alone and its answer is dropped.
+// hold and returns what it carried, or nothing once it has overrun
+// carryWait (or sweepShutdownGrace after ctx is cancelled): it then
+// returns alone and its answer is dropped.
 func (j *Outbox) carryWithin(ctx context.Context, entries []orders.OutboxEntry,
 	carry func(context.Context, []orders.OutboxEntry) []orders.OutboxEntry) []orders.OutboxEntry {
 	carryCtx, cancel := context.WithTimeout(ctx, share(j.sweepHold, sweepCarryShare))
@@ -146,13 +154,20 @@ func (j *Outbox) carryWithin(ctx context.Context, entries []orders.OutboxEntry,
 		defer cancel()
 		done <- carry(carryCtx, entries)
 	}()
+	waitUntil := time.Now().Add(j.carryWait)
 	wait := time.NewTimer(j.carryWait)
 	defer wait.Stop()
-	select {
-	case carried := <-done:
-		return carried
-	case <-wait.C:
-		return nil
+	shutdown := ctx.Done()
+	for {
+		select {
+		case carried := <-done:
+			return carried
+		case <-wait.C:
+			return nil
+		case <-shutdown:
+			shutdown = nil
+			wait.Reset(min(time.Until(waitUntil), sweepShutdownGrace))
+		}
 	}
 }
 

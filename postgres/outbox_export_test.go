@@ -12,3 +12,6 @@ func SetSweepHold(o *Outbox, hold time.Duration) {
 // longer than the hold stands for a sweeper stopped mid-carry, whose timers
 // cannot fire.
 func SetCarryWait(o *Outbox, wait time.Duration) { o.carryWait = wait }
+
+// SweepShutdownGrace bounds what a sweep does once its context is cancelled.
+const SweepShutdownGrace = sweepShutdownGrace

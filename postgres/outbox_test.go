@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -266,39 +267,52 @@ func TestASweepStoppedInItsCarryLetsItsRowsGo(t *testing.T) {
 // TestASlowCarryEndsInsideTheHold: a carry still running (a Redis
 // failover) is told to stop before the hold ends its transaction; what it
 // carried by then is marked with the relay's marks, not lost with the
-// transaction, even when it answers a little after its deadline (a Redis
+// transaction, even when it returns a little after its deadline (a Redis
 // call in flight heeds the client's timeouts, not the context) or after
 // the sweep's context was cancelled (a worker shutting down). One that
-// does not answer before the hold would end is left: the relay's marks
-// commit, and its rows are free for the next sweep.
+// overruns the sweep's wait, or a shutdown's grace, is left: the relay's
+// marks commit, and its rows are free for the next sweep.
 func TestASlowCarryEndsInsideTheHold(t *testing.T) {
 	hold := 600 * time.Millisecond
 	tests := []struct {
 		name string
 		// cancel cancels the sweep's context once the carry has begun.
 		cancel bool
-		// late is how long the carry runs on past its context's end.
-		late time.Duration
+		// late is how long the carry runs on past its context's end;
+		// stuck, that it returns only once the sweep did.
+		late  time.Duration
+		stuck bool
+		// hold and carryWait replace the sweep's hold (600 ms) and its
+		// wait for its carry (5/6 of the hold) when set.
+		hold, carryWait time.Duration
+		// within is how soon the sweep must be done.
+		within time.Duration
 		// wantCarried is whether the carry's first row is marked.
 		wantCarried bool
 	}{
-		{"answers at its deadline", false, 0, true},
-		{"answers a read timeout after it", false, hold / 12, true},
-		{"answers once the sweep was cancelled", true, hold / 12, true},
-		{"answers too late to mark", false, hold, false},
+		{name: "returns at its deadline", within: hold, wantCarried: true},
+		// Guards the wait against being cut to the carry's deadline.
+		{name: "returns a read timeout after it", late: hold / 24, within: hold, wantCarried: true},
+		{name: "returns once the sweep was cancelled", cancel: true, late: hold / 24, within: hold, wantCarried: true},
+		{name: "returns after the wait", late: hold, within: hold},
+		{name: "stuck through a shutdown", cancel: true, stuck: true, hold: 2 * postgres.SweepShutdownGrace, carryWait: time.Hour,
+			within: postgres.SweepShutdownGrace + hold},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			db := migratedPool(t)
 			outbox := postgres.NewOutbox(db)
-			postgres.SetSweepHold(outbox, hold)
+			postgres.SetSweepHold(outbox, cmp.Or(tt.hold, hold))
+			if tt.carryWait > 0 {
+				postgres.SetCarryWait(outbox, tt.carryWait)
+			}
 			relays := insertOutboxRow(t, db, orders.BalanceName("ACC_R", "USD"), 1, time.Second, -1)
 			first := insertOutboxRow(t, db, orders.BalanceName("ACC_A", "USD"), 1, 2*time.Minute, -1)
 			second := insertOutboxRow(t, db, orders.BalanceName("ACC_B", "USD"), 1, time.Minute, -1)
 
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			returned := make(chan struct{})
+			release, returned := make(chan struct{}), make(chan struct{})
 			begun := time.Now()
 			taken, marked, err := outbox.SweepBatch(ctx, 5*time.Second, 10, []orders.OutboxEntry{relays},
 				func(carryCtx context.Context, entries []orders.OutboxEntry) []orders.OutboxEntry {
@@ -306,11 +320,15 @@ func TestASlowCarryEndsInsideTheHold(t *testing.T) {
 					if tt.cancel {
 						cancel()
 					}
+					if tt.stuck {
+						<-release
+					}
 					<-carryCtx.Done()
 					time.Sleep(tt.late)
 					return entries[:1] // the second did not go
 				})
 			took := time.Since(begun)
+			close(release)
 			<-returned
 			wantMarked := 0
 			if tt.wantCarried {
@@ -319,8 +337,8 @@ func TestASlowCarryEndsInsideTheHold(t *testing.T) {
 			if err != nil || taken != 2 || marked != wantMarked {
 				t.Fatalf("SweepBatch took %d, marked %d, %v; want 2 taken, %d marked", taken, marked, err, wantMarked)
 			}
-			if took >= hold {
-				t.Errorf("SweepBatch took %v; want it done inside the hold of %v", took, hold)
+			if took >= tt.within {
+				t.Errorf("SweepBatch took %v; want it done within %v", took, tt.within)
 			}
 			if exists, _ := outboxRow(t, db, relays); exists {
 				t.Errorf("%s, the relay's, is still there once the sweep committed", relays.Payload)
