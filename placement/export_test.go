@@ -10,6 +10,9 @@ func CoherenceWaiting(c *BalanceCoherence) int {
 	return len(c.waiting)
 }
 
+// SweepBatch bounds the rows one sweep transaction takes.
+const SweepBatch = sweepBatch
+
 // ArchiveClaim is how long an archiver's claim of an account lasts.
 const ArchiveClaim = archiveClaim
 

@@ -991,3 +991,54 @@ func TestARemoteRelayAdmitsOntoTheRemoteQueue(t *testing.T) {
 	}
 	f.assertCacheCurrent(t, []string{orders.BalanceName(account, "USD"), orders.BalanceName(account, "BTC")})
 }
+
+// overrunOutbox is an outbox whose sweeps stop waiting for their carries
+// at once, as a sweep does for a carry that overran its wait (a Redis call
+// past the client's timeouts): the carry goes on alone and nothing it
+// carries is marked.
+type overrunOutbox struct {
+	*postgres.Outbox
+	mu       sync.Mutex
+	sweeps   int
+	carrying sync.WaitGroup
+}
+
+func (o *overrunOutbox) SweepBatch(ctx context.Context, age time.Duration, limit int, marks []orders.OutboxEntry,
+	carry func(context.Context, []orders.OutboxEntry) []orders.OutboxEntry) (int, int, error) {
+	o.mu.Lock()
+	o.sweeps++
+	sweeps := o.sweeps
+	o.mu.Unlock()
+	if sweeps > 3 { // the round did not end: no more rows, so the test ends
+		limit = 0
+	}
+	return o.Outbox.SweepBatch(ctx, age, limit, marks, func(ctx context.Context, entries []orders.OutboxEntry) []orders.OutboxEntry {
+		o.carrying.Go(func() { carry(context.WithoutCancel(ctx), entries) })
+		return nil
+	})
+}
+
+// TestASweepWhoseCarryOverranEndsItsRound: a full batch whose carry
+// overran the sweep's wait is not a full batch relayed; the sweep stops
+// there instead of taking the same rows again at once.
+func TestASweepWhoseCarryOverranEndsItsRound(t *testing.T) {
+	f := newCoherenceFixture(t)
+	outbox := &overrunOutbox{Outbox: postgres.NewOutbox(f.db)}
+	relay := placement.NewOutboxRelay(outbox, f.client, placement.CoherenceModes, f.logger, placement.WithSweepAge(0))
+	if _, err := f.db.Exec(context.Background(), `INSERT INTO outbox (name, version, payload)
+		SELECT 'balances:ACC_' || n || ':USD', 1, 'balances:ACC_' || n || ':USD@1' FROM generate_series(1, $1) AS n`,
+		placement.SweepBatch); err != nil {
+		t.Fatal(err)
+	}
+	relayed, err := relay.Sweep(context.Background())
+	outbox.carrying.Wait()
+	outbox.mu.Lock()
+	sweeps := outbox.sweeps
+	outbox.mu.Unlock()
+	if err != nil || relayed != 0 || sweeps != 1 {
+		t.Errorf("Sweep relayed %d in %d batches, %v; want none in one batch", relayed, sweeps, err)
+	}
+	if got := f.unrelayed(t); got != placement.SweepBatch {
+		t.Errorf("%d rows unrelayed; want the %d taken, none marked", got, placement.SweepBatch)
+	}
+}
