@@ -118,7 +118,8 @@ const CoherenceDedupRetention = 10 * time.Minute
 var ErrOutboxPayload = errors.New("orders: malformed coherence payload")
 
 // errCarryOverran is a sweep's carry that had not returned when the sweep
-// stopped waiting for it (five sixths of postgres.SweepHold).
+// stopped waiting for it (five sixths of postgres.SweepHold, or 2 s after
+// a shutdown began).
 var errCarryOverran = errors.New("placement: the sweep's carry overran its wait; its rows are carried again")
 
 // OutboxRelay carries outbox rows by the coherence mode their table
@@ -160,7 +161,7 @@ type Outbox interface {
 	// unrelayed rows older than age, hands them to carry and marks the
 	// ones it returns, in one transaction; it returns how many it took and
 	// how many of those it marked. A carry that overran the wait the
-	// transaction allows returns after SweepBatch did, and none of its
+	// transaction allows may return after SweepBatch did, and none of its
 	// rows is marked.
 	SweepBatch(ctx context.Context, age time.Duration, limit int, marks []orders.OutboxEntry,
 		carry func(context.Context, []orders.OutboxEntry) []orders.OutboxEntry) (taken, marked int, err error)
@@ -357,7 +358,7 @@ func (r *OutboxRelay) Sweep(ctx context.Context) (int, error) {
 
 func (r *OutboxRelay) sweepBatch(ctx context.Context, marks []orders.OutboxEntry) (relayed int, full bool, err error) {
 	// The carry reports on a channel: one that overran the sweep's wait
-	// returns after SweepBatch did, and what it carried was not marked.
+	// may return after SweepBatch did, and what it carried was not marked.
 	type report struct {
 		carried int
 		err     error
@@ -379,7 +380,7 @@ func (r *OutboxRelay) sweepBatch(ctx context.Context, marks []orders.OutboxEntry
 	select {
 	case got := <-reports:
 		carryErr = got.err
-		if got.carried != relayed {
+		if got.carried != relayed || got.err == nil && relayed < taken {
 			carryErr = errors.Join(errCarryOverran, carryErr)
 		}
 	default:

@@ -273,7 +273,7 @@ func TestASweepStoppedInItsCarryLetsItsRowsGo(t *testing.T) {
 // overruns the sweep's wait, or a shutdown's grace, is left: the relay's
 // marks commit, and its rows are free for the next sweep.
 func TestASlowCarryEndsInsideTheHold(t *testing.T) {
-	hold := 600 * time.Millisecond
+	hold := 1200 * time.Millisecond
 	tests := []struct {
 		name string
 		// cancel cancels the sweep's context once the carry has begun.
@@ -282,7 +282,7 @@ func TestASlowCarryEndsInsideTheHold(t *testing.T) {
 		// stuck, that it returns only once the sweep did.
 		late  time.Duration
 		stuck bool
-		// hold and carryWait replace the sweep's hold (600 ms) and its
+		// hold and carryWait replace the sweep's hold (1.2 s) and its
 		// wait for its carry (5/6 of the hold) when set.
 		hold, carryWait time.Duration
 		// within is how soon the sweep must be done.
