@@ -9,8 +9,8 @@ require (
 	github.com/google/btree v1.1.3
 	github.com/govalues/decimal v0.1.36
 	github.com/hashicorp/golang-lru/v2 v2.0.7
-	github.com/jackc/pgx/v5 v5.12.0
-	github.com/labstack/echo/v4 v4.16.0
+	github.com/jackc/pgx/v5 v5.13.0
+	github.com/labstack/echo/v4 v4.16.5
 	github.com/oapi-codegen/runtime v1.9.0
 	github.com/oklog/ulid/v2 v2.1.2
 	github.com/prometheus/client_golang v1.25.0
