@@ -119,7 +119,7 @@ var ErrOutboxPayload = errors.New("orders: malformed coherence payload")
 
 // errCarryOverran is a sweep's carry that had not returned when the sweep
 // stopped waiting for it (five sixths of postgres.SweepHold, or 2 s after
-// a shutdown began).
+// a shutdown began if that is sooner).
 var errCarryOverran = errors.New("placement: the sweep's carry overran its wait; its rows are carried again")
 
 // OutboxRelay carries outbox rows by the coherence mode their table
@@ -160,9 +160,9 @@ type Outbox interface {
 	// SweepBatch marks the rows of marks relayed, then takes up to limit
 	// unrelayed rows older than age, hands them to carry and marks the
 	// ones it returns, in one transaction; it returns how many it took and
-	// how many of those it marked. A carry that overran the wait the
-	// transaction allows may return after SweepBatch did, and none of its
-	// rows is marked.
+	// how many of those it marked. A carry that overran the sweep's wait
+	// for it (five sixths of postgres.SweepHold) may return after
+	// SweepBatch did, and none of its rows is marked.
 	SweepBatch(ctx context.Context, age time.Duration, limit int, marks []orders.OutboxEntry,
 		carry func(context.Context, []orders.OutboxEntry) []orders.OutboxEntry) (taken, marked int, err error)
 	// EventRows returns the events rows of the source name with versions
