@@ -87,7 +87,7 @@ func (q *Queue) cancelGroupRun(ctx context.Context, group string, only *PayloadM
 	}
 	reply, err := cancelAllScript.Run(ctx, q.client.rdb,
 		[]string{q.jobsKey(), q.frontKey(), q.rotationKey(), q.lanesKey(), q.delayedKey(), q.doneKey(),
-			q.finishedKey(), q.tagsKey(), q.laneKey(group)},
+			q.finishedKey(), q.tagsKey(), q.laneKey(group), q.canceledKey()},
 		group, q.retention, max(perRun, 1), name, value, cursor).Slice()
 	if err != nil {
 		return nil, "", fmt.Errorf("emq: cancel the jobs of %s on %s: %w", group, q.name, scriptError(err))

@@ -364,7 +364,7 @@ func (q *Queue) Cancel(ctx context.Context, id string) error {
 	return q.inLane("cancel", id, func(group string) *redis.Cmd {
 		return cancelScript.Run(ctx, q.client.rdb,
 			[]string{q.jobsKey(), q.frontKey(), q.rotationKey(), q.lanesKey(), q.delayedKey(), q.doneKey(),
-				q.finishedKey(), q.tagsKey(), q.laneKey(group)},
+				q.finishedKey(), q.tagsKey(), q.laneKey(group), q.canceledKey()},
 			id, q.retention, group)
 	})
 }

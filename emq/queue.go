@@ -103,6 +103,7 @@ func (q *Queue) activeKey() string           { return q.key("active") }
 func (q *Queue) delayedKey() string          { return q.key("delayed") }
 func (q *Queue) deadKey() string             { return q.key("dead") }
 func (q *Queue) doneKey() string             { return q.key("done") }
+func (q *Queue) canceledKey() string         { return q.key("canceled") }
 func (q *Queue) finishedKey() string         { return FinishedKey(q.name) }
 func (q *Queue) wakeKey() string             { return q.key("wake") }
 

@@ -14,6 +14,8 @@
 -- KEYS[7] emq:{q}:finished      hash  id -> row of a finished job
 -- KEYS[8] emq:{q}:tags          hash  group -> finish tag, kept while its lane is empty
 -- KEYS[9] emq:{q}:lane:<group>  list  the lane of ARGV[3]
+-- KEYS[10] emq:{q}:canceled     hash  id -> canceled row, until the canceller
+--                                    confirms it handled the cancel
 --
 -- ARGV[1] id
 -- ARGV[2] retention: how many finished jobs are kept
@@ -57,5 +59,9 @@ elseif job.state == 'delayed' then
 else
   return redis.error_reply('EMQSTATE ' .. job.state .. ' cancel: job ' .. id .. ' is ' .. job.state)
 end
-finish(KEYS[1], id, job, 'canceled', KEYS[6], KEYS[7], tonumber(ARGV[2]))
+-- Kept apart from the finished records, which the retention trims: the
+-- canceller's record of the cancel may fail after this run, and the row is
+-- then what is left to make it from (Queue.Unconfirmed).
+redis.call('HSET', KEYS[10], id, record_finished(KEYS[1], id, job, 'canceled', KEYS[6], KEYS[7], now()))
+trim_finished(KEYS[6], KEYS[7], tonumber(ARGV[2]))
 return 1

@@ -37,6 +37,8 @@
 -- KEYS[7] emq:{q}:finished      hash  id -> row of a finished job
 -- KEYS[8] emq:{q}:tags          hash  group -> finish tag, kept while its lane is empty
 -- KEYS[9] emq:{q}:lane:<group>  list  the lane of ARGV[1]
+-- KEYS[10] emq:{q}:canceled     hash  id -> canceled row, until the canceller
+--                                    confirms it handled the cancel (cancel.lua)
 --
 -- ARGV[1] the group
 -- ARGV[2] retention: how many finished jobs are kept
@@ -82,7 +84,9 @@ end
 
 local function withdraw(id, job)
   reply[#reply + 1] = id
-  reply[#reply + 1] = record_finished(KEYS[1], id, job, 'canceled', KEYS[6], KEYS[7], at)
+  local row = record_finished(KEYS[1], id, job, 'canceled', KEYS[6], KEYS[7], at)
+  redis.call('HSET', KEYS[10], id, row)
+  reply[#reply + 1] = row
 end
 
 -- The delayed set, in (score, id) order from the entry after the cursor's.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -229,6 +230,9 @@ func (p *Placer) Order(ctx context.Context, account, id string) (orders.Order, e
 	// row Cancel would have written, so a read may write it; a failure only
 	// leaves it for the next read.
 	stored, err := p.history.RecordCanceled(ctx, order)
+	if err == nil {
+		p.confirmCanceled(ctx, order.Symbol, id)
+	}
 	if err == nil && stored != orders.StatusCanceled {
 		return p.history.Order(ctx, account, id)
 	}
@@ -384,6 +388,9 @@ func (p *Placer) Cancel(ctx context.Context, account, id string) (orders.Order, 
 		return canceled, nil
 	}
 	stored, err := p.history.RecordCanceled(ctx, canceled)
+	if err == nil {
+		p.confirmCanceled(ctx, order.Symbol, id)
+	}
 	switch {
 	case err != nil:
 		return orders.Order{}, &orders.CancelNotRecordedError{Order: canceled, Err: err}
@@ -498,6 +505,15 @@ func (p *Placer) CancelAll(ctx context.Context, account, symbol string) ([]order
 		if err != nil {
 			failures = append(failures, fmt.Errorf("%w: %w", orders.ErrUnavailable, err))
 		}
+		// A queued command has no row to record: the sweep of the book
+		// below, or its readmission, stands for it.
+		var commands []string
+		for _, job := range withdrawn {
+			if job.Kind != orders.KindPlace {
+				commands = append(commands, job.ID)
+			}
+		}
+		p.confirmCanceled(ctx, symbol, commands...)
 	}
 	withdrawn := make([]orders.Order, 0, len(jobs))
 	var unconfirmed []orders.Order
@@ -542,6 +558,9 @@ func (p *Placer) CancelAll(ctx context.Context, account, symbol string) ([]order
 		for _, row := range rows {
 			canceled = append(canceled, withDefaults(row))
 		}
+		for _, order := range batch {
+			p.confirmCanceled(ctx, order.Symbol, order.ID)
+		}
 	}
 	if !recorded {
 		// The queued cancels withdrawn were to be replaced by the sweep of
@@ -571,6 +590,107 @@ func (p *Placer) CancelAll(ctx context.Context, account, symbol string) ([]order
 	}
 	return nil, &PartialCancelError{Canceled: canceled, Unconfirmed: unconfirmed, Err: err}
 }
+
+// confirmCanceled tells the queue of symbol that the cancels of ids are
+// recorded (emq.Queue.ConfirmCanceled). A failure leaves them to
+// RecordUnconfirmedCancels, which writes their rows again (a no-op) and
+// confirms them.
+func (p *Placer) confirmCanceled(ctx context.Context, symbol string, ids ...string) {
+	if len(ids) == 0 || !slices.Contains(p.queues.Symbols(), symbol) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
+	defer cancel()
+	_ = p.queues.For(symbol).ConfirmCanceled(ctx, ids...)
+}
+
+// confirmTimeout bounds a confirmation, which runs on after the request's
+// context ends: a cancel already recorded should not be recorded again.
+const confirmTimeout = 2 * time.Second
+
+// RecordUnconfirmedCancels writes the rows of the orders the queues
+// canceled at least olderThan ago whose cancel no caller confirmed (the
+// row's write failed, or the cancel's reply was lost), as CancelAll writes
+// them, and confirms them; it returns how many orders it recorded. Without
+// it such an order's only record is the queue's finished one, which its
+// retention trims. Recording is idempotent, so several gateways may run it
+// at once. A job that is no order (a queued command) or that cannot be
+// read as one is confirmed with nothing recorded: no retry makes it one.
+func (p *Placer) RecordUnconfirmedCancels(ctx context.Context, olderThan time.Duration) (int, error) {
+	if p.history == nil {
+		return 0, errors.New("orders: recording cancels needs a Placer with a History")
+	}
+	recorded := 0
+	var failures []error
+	for _, symbol := range p.queues.Symbols() {
+		queue := p.queues.For(symbol)
+		for {
+			jobs, err := queue.Unconfirmed(ctx, olderThan, recordBatch)
+			if err != nil {
+				failures = append(failures, err)
+			}
+			if len(jobs) == 0 {
+				break
+			}
+			var list []orders.Order
+			ids := make([]string, 0, len(jobs))
+			for _, job := range jobs {
+				ids = append(ids, job.ID)
+				if job.Kind != orders.KindPlace {
+					continue
+				}
+				order, err := orderOf(job)
+				if err != nil {
+					failures = append(failures, err)
+					continue
+				}
+				list = append(list, order)
+			}
+			record, cancel := context.WithTimeout(ctx, recordTimeout)
+			_, err = p.history.RecordAllCanceled(record, list)
+			cancel()
+			if err != nil {
+				failures = append(failures, err)
+				break
+			}
+			if err := queue.ConfirmCanceled(ctx, ids...); err != nil {
+				failures = append(failures, err)
+				break
+			}
+			recorded += len(list)
+			if len(jobs) < recordBatch {
+				break
+			}
+		}
+	}
+	return recorded, errors.Join(failures...)
+}
+
+// KeepRecordingCancels runs RecordUnconfirmedCancels every interval until
+// ctx is cancelled, for the cancels older than UnconfirmedCancelAge.
+func (p *Placer) KeepRecordingCancels(ctx context.Context, interval time.Duration, logger *slog.Logger) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		recorded, err := p.RecordUnconfirmedCancels(ctx, UnconfirmedCancelAge)
+		if err != nil && ctx.Err() == nil {
+			logger.Warn("recording the cancels left unrecorded failed; trying again next interval", "recorded", recorded, "err", err)
+		} else if recorded > 0 {
+			logger.Info("recorded cancels their callers left unrecorded", "orders", recorded)
+		}
+	}
+}
+
+// UnconfirmedCancelAge is how old a cancel no caller confirmed must be
+// before RecordUnconfirmedCancels records it: older than a cancel's own
+// request and its records take (CancelAll writes batches of recordTimeout
+// each), so a cancel still being recorded is not recorded twice in vain.
+const UnconfirmedCancelAge = time.Minute
 
 // readmitCommands puts the instrument commands CancelAll withdrew back on
 // their queues, a cancel under a key naming the one withdrawn (so a retry

@@ -507,3 +507,61 @@ func placeOrder(t testing.TB, placer *placement.Placer, account, clientOrderID s
 	}
 	return placed.Order
 }
+
+// TestCancelsLeftUnrecordedAreRecordedWithoutARead: an order canceled on
+// the queue while its row could not be written (by id or with the rest of
+// its account's) gets its row from RecordUnconfirmedCancels once writes
+// work again, with no read of it, at the queue's cancel time; a cancel
+// recorded at once leaves nothing for it, and a cancel younger than asked
+// for is left to its caller.
+func TestCancelsLeftUnrecordedAreRecordedWithoutARead(t *testing.T) {
+	placer, queue, db, account := placerWithHistory(t)
+	ctx := context.Background()
+	recordedAtOnce := placeOrder(t, placer, account, "at-once")
+	if _, err := placer.Cancel(ctx, account, recordedAtOnce.ID); err != nil {
+		t.Fatal(err)
+	}
+	byID := placeOrder(t, placer, account, "by-id")
+	withTheRest := placeOrder(t, placer, account, "with-the-rest")
+	failOrderWrites(t, db)
+	if _, err := placer.Cancel(ctx, account, byID.ID); !errors.Is(err, orders.ErrCancelNotRecorded) {
+		t.Fatalf("Cancel while writes fail = %v; want it not recorded", err)
+	}
+	if _, err := placer.CancelAll(ctx, account, ""); err == nil {
+		t.Fatal("CancelAll while writes fail succeeded")
+	}
+	allowOrderWrites(t, db)
+
+	left, err := queue.Unconfirmed(ctx, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	canceledAt := map[string]time.Time{}
+	for _, job := range left {
+		ids = append(ids, job.ID)
+		canceledAt[job.ID] = job.Finished
+	}
+	slices.Sort(ids)
+	want := []string{byID.ID, withTheRest.ID}
+	slices.Sort(want)
+	if !slices.Equal(ids, want) {
+		t.Fatalf("unconfirmed cancels %v; want %v", ids, want)
+	}
+	if n, err := placer.RecordUnconfirmedCancels(ctx, time.Hour); err != nil || n != 0 {
+		t.Errorf("recording the cancels older than an hour: %d, %v; want none", n, err)
+	}
+	if n, err := placer.RecordUnconfirmedCancels(ctx, 0); err != nil || n != 2 {
+		t.Fatalf("RecordUnconfirmedCancels = %d, %v; want 2", n, err)
+	}
+	history := postgres.NewHistory(db)
+	for _, id := range want {
+		row, err := history.Order(ctx, account, id)
+		if err != nil || row.Status != orders.StatusCanceled || row.CanceledAt == nil || !row.CanceledAt.Equal(canceledAt[id]) {
+			t.Errorf("%s: %+v, %v; want it canceled at %v", id, row, err, canceledAt[id])
+		}
+	}
+	if left, err := queue.Unconfirmed(ctx, 0, 10); err != nil || len(left) != 0 {
+		t.Errorf("unconfirmed after the pass: %d, %v; want none", len(left), err)
+	}
+}

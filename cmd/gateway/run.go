@@ -324,6 +324,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	httpServer.RegisterOnShutdown(events.Close)
 	served := make(chan error, 1)
 	go func() { served <- httpServer.Serve(listener) }()
+	// An order canceled on its queue whose row was not written (PostgreSQL
+	// down, a lost reply) gets it here, before the queue trims its record.
+	go placer.KeepRecordingCancels(ctx, cancelRecordInterval, logger)
 	logger.Info("gateway listening", "addr", listener.Addr().String())
 
 	select {
@@ -343,6 +346,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	logger.Info("gateway stopped")
 	return nil
 }
+
+// cancelRecordInterval is how often the gateway records the cancels left
+// unrecorded (placement.Placer.KeepRecordingCancels).
+const cancelRecordInterval = 10 * time.Second
 
 // probes report short reasons; the full error goes to the log only.
 func probes(queue *emq.Client, db *pgxpool.Pool) []gateway.Probe {
