@@ -385,6 +385,8 @@ func (p *Placer) Cancel(ctx context.Context, account, id string) (orders.Order, 
 		canceled.Status = orders.StatusCanceled
 	}
 	if p.history == nil {
+		// No row to write: the queue's record is all there is.
+		p.confirmCanceled(ctx, order.Symbol, id)
 		return canceled, nil
 	}
 	stored, err := p.history.RecordCanceled(ctx, canceled)
