@@ -28,6 +28,7 @@ func (q *Queue) Unconfirmed(ctx context.Context, olderThan time.Duration, limit 
 	before := time.Now().Add(-olderThan)
 	var jobs []JobInfo
 	var unreadable []error
+	seen := map[string]bool{}
 	var cursor uint64
 	for {
 		pairs, next, err := q.client.rdb.HScan(ctx, q.canceledKey(), cursor, "", int64(limit)).Result()
@@ -35,6 +36,10 @@ func (q *Queue) Unconfirmed(ctx context.Context, olderThan time.Duration, limit 
 			return jobs, fmt.Errorf("emq: read the unconfirmed cancels of %s: %w", q.name, err)
 		}
 		for i := 0; i+1 < len(pairs) && len(jobs) < limit; i += 2 {
+			if seen[pairs[i]] {
+				continue // HSCAN may return an entry twice
+			}
+			seen[pairs[i]] = true
 			job, err := decodeRow(pairs[i], pairs[i+1])
 			if err != nil {
 				// A row no reader can make a job of is left, not met

@@ -560,9 +560,7 @@ func (p *Placer) CancelAll(ctx context.Context, account, symbol string) ([]order
 		for _, row := range rows {
 			canceled = append(canceled, withDefaults(row))
 		}
-		for _, order := range batch {
-			p.confirmCanceled(ctx, order.Symbol, order.ID)
-		}
+		p.confirmOrders(ctx, batch)
 	}
 	if !recorded {
 		// The queued cancels withdrawn were to be replaced by the sweep of
@@ -604,6 +602,17 @@ func (p *Placer) confirmCanceled(ctx context.Context, symbol string, ids ...stri
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
 	defer cancel()
 	_ = p.queues.For(symbol).ConfirmCanceled(ctx, ids...)
+}
+
+// confirmOrders confirms the cancels of orders, one call per instrument.
+func (p *Placer) confirmOrders(ctx context.Context, list []orders.Order) {
+	bySymbol := map[string][]string{}
+	for _, order := range list {
+		bySymbol[order.Symbol] = append(bySymbol[order.Symbol], order.ID)
+	}
+	for symbol, ids := range bySymbol {
+		p.confirmCanceled(ctx, symbol, ids...)
+	}
 }
 
 // confirmTimeout bounds a confirmation, which runs on after the request's
@@ -652,7 +661,13 @@ func (p *Placer) RecordUnconfirmedCancels(ctx context.Context, olderThan time.Du
 			_, err = p.history.RecordAllCanceled(record, list)
 			cancel()
 			if err != nil {
+				// One order PostgreSQL refuses would hold back every
+				// other one of the queue, pass after pass: write them
+				// one by one, and confirm those that went.
 				failures = append(failures, err)
+				ids = p.recordOneByOne(ctx, list)
+				recorded += len(ids)
+				_ = queue.ConfirmCanceled(ctx, ids...)
 				break
 			}
 			if err := queue.ConfirmCanceled(ctx, ids...); err != nil {
@@ -667,6 +682,31 @@ func (p *Placer) RecordUnconfirmedCancels(ctx context.Context, olderThan time.Du
 	}
 	return recorded, errors.Join(failures...)
 }
+
+// recordOneByOne writes the canceled rows of list one at a time and returns
+// the ids written, stopping after a few failures in a row (PostgreSQL
+// down, rather than one order it refuses).
+func (p *Placer) recordOneByOne(ctx context.Context, list []orders.Order) []string {
+	var written []string
+	failed := 0
+	for _, order := range list {
+		record, cancel := context.WithTimeout(ctx, recordTimeout)
+		_, err := p.history.RecordCanceled(record, order)
+		cancel()
+		if err != nil {
+			if failed++; failed == oneByOneFailures {
+				break
+			}
+			continue
+		}
+		failed = 0
+		written = append(written, order.ID)
+	}
+	return written
+}
+
+// oneByOneFailures is how many failures in a row end recordOneByOne.
+const oneByOneFailures = 3
 
 // KeepRecordingCancels runs RecordUnconfirmedCancels every interval until
 // ctx is cancelled, for the cancels older than UnconfirmedCancelAge.

@@ -511,9 +511,10 @@ func placeOrder(t testing.TB, placer *placement.Placer, account, clientOrderID s
 // TestCancelsLeftUnrecordedAreRecordedWithoutARead: an order canceled on
 // the queue while its row could not be written (by id or with the rest of
 // its account's) gets its row from RecordUnconfirmedCancels once writes
-// work again, with no read of it, at the queue's cancel time; a cancel
-// recorded at once leaves nothing for it, and a cancel younger than asked
-// for is left to its caller.
+// work again, with no read of it, at the queue's cancel time; one order
+// PostgreSQL goes on refusing stays unconfirmed and holds back no other; a
+// cancel recorded at once leaves nothing for it, and a cancel younger than
+// asked for is left to its caller.
 func TestCancelsLeftUnrecordedAreRecordedWithoutARead(t *testing.T) {
 	placer, queue, db, account := placerWithHistory(t)
 	ctx := context.Background()
@@ -523,6 +524,7 @@ func TestCancelsLeftUnrecordedAreRecordedWithoutARead(t *testing.T) {
 	}
 	byID := placeOrder(t, placer, account, "by-id")
 	withTheRest := placeOrder(t, placer, account, "with-the-rest")
+	refused := placeOrder(t, placer, account, "refused")
 	failOrderWrites(t, db)
 	if _, err := placer.Cancel(ctx, account, byID.ID); !errors.Is(err, orders.ErrCancelNotRecorded) {
 		t.Fatalf("Cancel while writes fail = %v; want it not recorded", err)
@@ -531,6 +533,13 @@ func TestCancelsLeftUnrecordedAreRecordedWithoutARead(t *testing.T) {
 		t.Fatal("CancelAll while writes fail succeeded")
 	}
 	allowOrderWrites(t, db)
+	// One order PostgreSQL goes on refusing holds back none of the others.
+	if _, err := db.Exec(ctx, `
+		CREATE FUNCTION refuse_one_order() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.id = '`+refused.ID+`' THEN RAISE EXCEPTION 'refused (test)'; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER refuse_one_order BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION refuse_one_order();`); err != nil {
+		t.Fatal(err)
+	}
 
 	left, err := queue.Unconfirmed(ctx, 0, 10)
 	if err != nil {
@@ -543,17 +552,18 @@ func TestCancelsLeftUnrecordedAreRecordedWithoutARead(t *testing.T) {
 		canceledAt[job.ID] = job.Finished
 	}
 	slices.Sort(ids)
-	want := []string{byID.ID, withTheRest.ID}
-	slices.Sort(want)
-	if !slices.Equal(ids, want) {
-		t.Fatalf("unconfirmed cancels %v; want %v", ids, want)
+	all := []string{byID.ID, withTheRest.ID, refused.ID}
+	slices.Sort(all)
+	if !slices.Equal(ids, all) {
+		t.Fatalf("unconfirmed cancels %v; want %v", ids, all)
 	}
 	if n, err := placer.RecordUnconfirmedCancels(ctx, time.Hour); err != nil || n != 0 {
 		t.Errorf("recording the cancels older than an hour: %d, %v; want none", n, err)
 	}
-	if n, err := placer.RecordUnconfirmedCancels(ctx, 0); err != nil || n != 2 {
-		t.Fatalf("RecordUnconfirmedCancels = %d, %v; want 2", n, err)
+	if n, err := placer.RecordUnconfirmedCancels(ctx, 0); err == nil || n != 2 {
+		t.Fatalf("RecordUnconfirmedCancels = %d, %v; want 2 and the refusal", n, err)
 	}
+	want := []string{byID.ID, withTheRest.ID}
 	history := postgres.NewHistory(db)
 	for _, id := range want {
 		row, err := history.Order(ctx, account, id)
@@ -561,7 +571,7 @@ func TestCancelsLeftUnrecordedAreRecordedWithoutARead(t *testing.T) {
 			t.Errorf("%s: %+v, %v; want it canceled at %v", id, row, err, canceledAt[id])
 		}
 	}
-	if left, err := queue.Unconfirmed(ctx, 0, 10); err != nil || len(left) != 0 {
-		t.Errorf("unconfirmed after the pass: %d, %v; want none", len(left), err)
+	if left, err := queue.Unconfirmed(ctx, 0, 10); err != nil || len(left) != 1 || left[0].ID != refused.ID {
+		t.Errorf("unconfirmed after the pass: %v, %v; want the refused order's only", left, err)
 	}
 }
