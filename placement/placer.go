@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -644,15 +645,17 @@ func (p *Placer) RecordUnconfirmedCancels(ctx context.Context, olderThan time.Du
 				break
 			}
 			var list []orders.Order
-			ids := make([]string, 0, len(jobs))
+			// skipped are the jobs with no row to write: confirmed as they are.
+			var skipped []string
 			for _, job := range jobs {
-				ids = append(ids, job.ID)
 				if job.Kind != orders.KindPlace {
+					skipped = append(skipped, job.ID)
 					continue
 				}
 				order, err := orderOf(job)
 				if err != nil {
 					failures = append(failures, err)
+					skipped = append(skipped, job.ID)
 					continue
 				}
 				list = append(list, order)
@@ -664,13 +667,15 @@ func (p *Placer) RecordUnconfirmedCancels(ctx context.Context, olderThan time.Du
 				// One order PostgreSQL refuses would hold back every
 				// other one of the queue, pass after pass: write them
 				// one by one, and confirm those that went.
-				failures = append(failures, err)
-				ids = p.recordOneByOne(ctx, list)
-				recorded += len(ids)
-				_ = queue.ConfirmCanceled(ctx, ids...)
+				written, errs := p.recordOneByOne(ctx, list)
+				failures = append(failures, errs...)
+				recorded += len(written)
+				if err := queue.ConfirmCanceled(ctx, append(written, skipped...)...); err != nil {
+					failures = append(failures, err)
+				}
 				break
 			}
-			if err := queue.ConfirmCanceled(ctx, ids...); err != nil {
+			if err := queue.ConfirmCanceled(ctx, append(orderIDs(list), skipped...)...); err != nil {
 				failures = append(failures, err)
 				break
 			}
@@ -683,26 +688,38 @@ func (p *Placer) RecordUnconfirmedCancels(ctx context.Context, olderThan time.Du
 	return recorded, errors.Join(failures...)
 }
 
-// recordOneByOne writes the canceled rows of list one at a time and returns
-// the ids written, stopping after a few failures in a row (PostgreSQL
-// down, rather than one order it refuses).
-func (p *Placer) recordOneByOne(ctx context.Context, list []orders.Order) []string {
-	var written []string
-	failed := 0
+func orderIDs(list []orders.Order) []string {
+	ids := make([]string, len(list))
+	for i, order := range list {
+		ids[i] = order.ID
+	}
+	return ids
+}
+
+// recordOneByOne writes the canceled rows of list one at a time, in an
+// order of its own each call (so orders PostgreSQL refuses hold back no
+// others for good), and returns the ids written and the failures. It ends
+// after a few failures in a row: PostgreSQL down, rather than orders it
+// refuses.
+func (p *Placer) recordOneByOne(ctx context.Context, list []orders.Order) (written []string, failures []error) {
+	list = slices.Clone(list)
+	rand.Shuffle(len(list), func(i, j int) { list[i], list[j] = list[j], list[i] })
+	inARow := 0
 	for _, order := range list {
 		record, cancel := context.WithTimeout(ctx, recordTimeout)
 		_, err := p.history.RecordCanceled(record, order)
 		cancel()
 		if err != nil {
-			if failed++; failed == oneByOneFailures {
+			failures = append(failures, fmt.Errorf("record the cancel of %s: %w", order.ID, err))
+			if inARow++; inARow == oneByOneFailures {
 				break
 			}
 			continue
 		}
-		failed = 0
+		inARow = 0
 		written = append(written, order.ID)
 	}
-	return written
+	return written, failures
 }
 
 // oneByOneFailures is how many failures in a row end recordOneByOne.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -573,5 +574,44 @@ func TestCancelsLeftUnrecordedAreRecordedWithoutARead(t *testing.T) {
 	}
 	if left, err := queue.Unconfirmed(ctx, 0, 10); err != nil || len(left) != 1 || left[0].ID != refused.ID {
 		t.Errorf("unconfirmed after the pass: %v, %v; want the refused order's only", left, err)
+	}
+}
+
+// TestRefusedCancelsHoldBackNoOtherForGood: three orders PostgreSQL goes on
+// refusing end a pass's one-by-one writes when they come first, but each
+// pass writes them in an order of its own, so the fourth is recorded
+// within a few passes.
+func TestRefusedCancelsHoldBackNoOtherForGood(t *testing.T) {
+	placer, queue, db, account := placerWithHistory(t)
+	ctx := context.Background()
+	var refused []string
+	for i := range 3 {
+		refused = append(refused, placeOrder(t, placer, account, "refused-"+strconv.Itoa(i)).ID)
+	}
+	good := placeOrder(t, placer, account, "good")
+	failOrderWrites(t, db)
+	if _, err := placer.CancelAll(ctx, account, ""); err == nil {
+		t.Fatal("CancelAll while writes fail succeeded")
+	}
+	allowOrderWrites(t, db)
+	if _, err := db.Exec(ctx, `
+		CREATE FUNCTION refuse_some_orders() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.id = ANY('{`+strings.Join(refused, ",")+`}'::text[]) THEN RAISE EXCEPTION 'refused (test)'; END IF;
+		RETURN NEW; END $$;
+		CREATE TRIGGER refuse_some_orders BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION refuse_some_orders();`); err != nil {
+		t.Fatal(err)
+	}
+	passes := 0
+	for ; passes < 30; passes++ {
+		if n, _ := placer.RecordUnconfirmedCancels(ctx, 0); n == 1 {
+			break
+		}
+	}
+	if row, err := postgres.NewHistory(db).Order(ctx, account, good.ID); err != nil || row.Status != orders.StatusCanceled {
+		t.Fatalf("after %d passes the good order is %+v, %v; want it recorded canceled", passes+1, row, err)
+	}
+	left, err := queue.Unconfirmed(ctx, 0, 10)
+	if err != nil || len(left) != 3 {
+		t.Errorf("unconfirmed after the passes: %d, %v; want the 3 refused", len(left), err)
 	}
 }
