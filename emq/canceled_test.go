@@ -2,6 +2,7 @@ package emq_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -17,7 +18,8 @@ import (
 func TestCanceledJobsAreKeptUntilConfirmed(t *testing.T) {
 	testserver.Parallel(t)
 	ctx := context.Background()
-	client, err := emq.Connect(ctx, testserver.QueueRedis(t))
+	rdb := testserver.QueueRedis(t)
+	client, err := emq.Connect(ctx, rdb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,8 +41,12 @@ func TestCanceledJobsAreKeptUntilConfirmed(t *testing.T) {
 	if err := queue.Cancel(ctx, "c"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.Job(ctx, "a"); err == nil {
-		t.Fatal("a's finished record outlived a retention of 1; the test needs it trimmed")
+	if trimmed, err := rdb.HExists(ctx, emq.FinishedKey("work"), "a").Result(); err != nil || trimmed {
+		t.Fatalf("a's finished record outlived a retention of 1 (%v); the test needs it trimmed", err)
+	}
+	// Read while unconfirmed, from the kept row.
+	if a, err := queue.Job(ctx, "a"); err != nil || a.State != "canceled" {
+		t.Fatalf("Job(a) once its record was trimmed = %+v, %v; want it canceled", a, err)
 	}
 
 	unconfirmed := func(olderThan time.Duration) []string {
@@ -76,5 +82,8 @@ func TestCanceledJobsAreKeptUntilConfirmed(t *testing.T) {
 		if got := unconfirmed(tt.olderThan); !slices.Equal(got, tt.want) {
 			t.Errorf("%s: unconfirmed %v; want %v", tt.name, got, tt.want)
 		}
+	}
+	if _, err := queue.Job(ctx, "a"); !errors.Is(err, emq.ErrNotFound) {
+		t.Errorf("Job(a) once confirmed and trimmed: %v; want ErrNotFound", err)
 	}
 }

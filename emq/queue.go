@@ -382,20 +382,27 @@ type JobInfo struct {
 	LastError string
 }
 
-// Job reads one job; ErrNotFound when there is none.
+// Job reads one job; ErrNotFound when there is none (a finished job past
+// the retention, unless it was canceled and its cancel is not confirmed).
 func (q *Queue) Job(ctx context.Context, id string) (JobInfo, error) {
 	pipe := q.client.rdb.Pipeline()
 	live := pipe.HGet(ctx, q.jobsKey(), id)
 	record := pipe.HGet(ctx, q.finishedKey(), id)
+	kept := pipe.HGet(ctx, q.canceledKey(), id)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return JobInfo{}, fmt.Errorf("emq: read job %s: %w", id, err)
 	}
 	// A job moves from jobs to finished and never back, so reading jobs
 	// first finds it in one of the two, however the reads and its moves
-	// interleave (unless the retention dropped its record).
+	// interleave (unless the retention dropped its record). A canceled
+	// job's row is also kept until its cancel is confirmed (canceled.go),
+	// which outlives the retention.
 	row, err := live.Result()
 	if errors.Is(err, redis.Nil) {
 		row, err = record.Result()
+	}
+	if errors.Is(err, redis.Nil) {
+		row, err = kept.Result()
 	}
 	if errors.Is(err, redis.Nil) {
 		return JobInfo{}, fmt.Errorf("emq: job %s on %s: %w", id, q.name, ErrNotFound)
