@@ -500,34 +500,31 @@ func (p *Placer) CancelAll(ctx context.Context, account, symbol string) ([]order
 	if symbol == "" {
 		symbols = p.queues.Symbols()
 	}
-	var jobs []emq.JobInfo
+	// jobs are the orders withdrawn, commands the queued cancels withdrawn:
+	// the resting orders those were for are canceled below.
+	var jobs, commands []emq.JobInfo
 	var failures []error
 	for _, symbol := range symbols {
 		withdrawn, err := p.queues.For(symbol).CancelGroup(ctx, account, only)
-		jobs = append(jobs, withdrawn...)
 		if err != nil {
 			failures = append(failures, fmt.Errorf("%w: %w", orders.ErrUnavailable, err))
 		}
 		// A queued command has no row to record: the sweep of the book
 		// below, or its readmission, stands for it.
-		var commands []string
+		var commandIDs []string
 		for _, job := range withdrawn {
 			if job.Kind != orders.KindPlace {
-				commands = append(commands, job.ID)
+				commands = append(commands, job)
+				commandIDs = append(commandIDs, job.ID)
+				continue
 			}
+			jobs = append(jobs, job)
 		}
-		p.confirmCanceled(ctx, symbol, commands...)
+		p.confirmCanceled(ctx, symbol, commandIDs...)
 	}
 	withdrawn := make([]orders.Order, 0, len(jobs))
 	var unconfirmed []orders.Order
-	var commands []emq.JobInfo
 	for _, job := range jobs {
-		if job.Kind != orders.KindPlace {
-			// A queued cancel, withdrawn: the resting orders it was for are
-			// canceled below.
-			commands = append(commands, job)
-			continue
-		}
 		order, err := orderOf(job)
 		if err != nil {
 			// Canceled in the queue, but no order can be recorded from it.
@@ -597,7 +594,7 @@ func (p *Placer) CancelAll(ctx context.Context, account, symbol string) ([]order
 // RecordUnconfirmedCancels, which writes their rows again (a no-op) and
 // confirms them.
 func (p *Placer) confirmCanceled(ctx context.Context, symbol string, ids ...string) {
-	if len(ids) == 0 || !slices.Contains(p.queues.Symbols(), symbol) {
+	if len(ids) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
