@@ -18,15 +18,7 @@ import (
 func TestCanceledJobsAreKeptUntilConfirmed(t *testing.T) {
 	testserver.Parallel(t)
 	ctx := context.Background()
-	rdb := testserver.QueueRedis(t)
-	client, err := emq.Connect(ctx, rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	queue := client.Queue("work", emq.WithRetention(1))
-	if err := queue.Declare(ctx, "test.job"); err != nil {
-		t.Fatal(err)
-	}
+	queue, rdb := queueOn(t, testserver.QueueRedis(t), emq.WithRetention(1))
 	for _, j := range []emq.Job{job("a", "g", ""), job("b", "g", ""), job("c", "h", ""), job("d", "h", "")} {
 		if _, err := queue.Admit(ctx, j); err != nil {
 			t.Fatal(err)

@@ -210,15 +210,15 @@ func quickToGiveUp(t testing.TB, server *testserver.Redis) redis.UniversalClient
 	return rdb
 }
 
-// queueOn connects to rdb and returns the test queue, for tests that need a
-// server of their own.
-func queueOn(t testing.TB, rdb redis.UniversalClient) (*emq.Queue, redis.UniversalClient) {
+// queueOn connects to rdb and returns the test queue, made with opts, for
+// tests that need a server or queue options of their own.
+func queueOn(t testing.TB, rdb redis.UniversalClient, opts ...emq.QueueOption) (*emq.Queue, redis.UniversalClient) {
 	t.Helper()
 	client, err := emq.Connect(context.Background(), rdb)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
-	queue := client.Queue("work")
+	queue := client.Queue("work", opts...)
 	if err := queue.Declare(context.Background(), "test.job"); err != nil {
 		t.Fatalf("declare: %v", err)
 	}

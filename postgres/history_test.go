@@ -496,6 +496,19 @@ func allowOrderWrites(t testing.TB, db *pgxpool.Pool) {
 	}
 }
 
+// refuseOrders makes PostgreSQL refuse every insert of the orders ids;
+// other orders still go in.
+func refuseOrders(t testing.TB, db *pgxpool.Pool, ids ...string) {
+	t.Helper()
+	if _, err := db.Exec(context.Background(), `
+		CREATE FUNCTION refuse_some_orders() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.id = ANY('{`+strings.Join(ids, ",")+`}'::text[]) THEN RAISE EXCEPTION 'refused (test)'; END IF;
+		RETURN NEW; END $$;
+		CREATE TRIGGER refuse_some_orders BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION refuse_some_orders();`); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // placeOrder admits a BTC-USD limit buy of the account through placer.
 func placeOrder(t testing.TB, placer *placement.Placer, account, clientOrderID string) orders.Order {
 	t.Helper()
@@ -535,12 +548,7 @@ func TestCancelsLeftUnrecordedAreRecordedWithoutARead(t *testing.T) {
 	}
 	allowOrderWrites(t, db)
 	// One order PostgreSQL goes on refusing holds back none of the others.
-	if _, err := db.Exec(ctx, `
-		CREATE FUNCTION refuse_one_order() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN IF NEW.id = '`+refused.ID+`' THEN RAISE EXCEPTION 'refused (test)'; END IF; RETURN NEW; END $$;
-		CREATE TRIGGER refuse_one_order BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION refuse_one_order();`); err != nil {
-		t.Fatal(err)
-	}
+	refuseOrders(t, db, refused.ID)
 
 	left, err := queue.Unconfirmed(ctx, 0, 10)
 	if err != nil {
@@ -594,13 +602,7 @@ func TestRefusedCancelsHoldBackNoOtherForGood(t *testing.T) {
 		t.Fatal("CancelAll while writes fail succeeded")
 	}
 	allowOrderWrites(t, db)
-	if _, err := db.Exec(ctx, `
-		CREATE FUNCTION refuse_some_orders() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN IF NEW.id = ANY('{`+strings.Join(refused, ",")+`}'::text[]) THEN RAISE EXCEPTION 'refused (test)'; END IF;
-		RETURN NEW; END $$;
-		CREATE TRIGGER refuse_some_orders BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION refuse_some_orders();`); err != nil {
-		t.Fatal(err)
-	}
+	refuseOrders(t, db, refused...)
 	passes := 0
 	for ; passes < 30; passes++ {
 		if n, _ := placer.RecordUnconfirmedCancels(ctx, 0); n == 1 {
