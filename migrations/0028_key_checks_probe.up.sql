@@ -7,9 +7,9 @@
 -- table whole, once, through any of its indexes, keep it and compare every
 -- key against it (a nested loop over a materialized scan): the trades'
 -- check of their orders did, and went on reading the whole orders table on
--- every write that traded as the table grew (docs/performance.md, "The
--- trades' key check read every order"). OFFSET 0 keeps each NOT EXISTS a
--- subquery of its own, which PostgreSQL does not turn into a join: it runs
+-- every write that traded as the table grew (docs/performance.md, "Where
+-- the matching time goes"). OFFSET 0 keeps each NOT EXISTS a subquery of
+-- its own, which PostgreSQL does not turn into a join: it runs
 -- per key.
 -- The orders' probe asks for its key in id order: orders_account_newest
 -- and orders_account_status_newest hold id too, as a later column, and on

@@ -414,8 +414,8 @@ func (a *EventArchiver) due(now time.Time) []string {
 // open) would otherwise fall due in the same pass, and every pass after
 // (an account archived is due again a delay after its next event): one
 // burst a delay of hundreds of chunks, whose writes and WAL held up the
-// owners' commits beside them (docs/performance.md, "The sustained load's
-// stalls"). Each account's own wait spreads them over half the delay, and
+// owners' commits beside them (docs/performance.md, "The account
+// events"). Each account's own wait spreads them over half the delay, and
 // their differing periods keep them apart.
 func dueAfter(account string, delay time.Duration) time.Duration {
 	h := fnv.New32a()

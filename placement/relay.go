@@ -400,11 +400,10 @@ func (r *OutboxRelay) sweepBatch(ctx context.Context, marks []orders.OutboxEntry
 // life left) and then every interval until ctx is cancelled. Meanwhile it
 // marks the rows Relay carried, in each sweep's transaction (Sweep), and
 // once more on its way out: marking costs PostgreSQL no transaction of its
-// own (docs/performance.md, "The coherence lane without PostgreSQL
-// transactions"). The interval must stay well under the sweep age, so the
-// sweep does not take the rows carried since the last one for rows left
-// behind (settlement's is 1 s, the age 5 s); a row it does take again is
-// a dedup hit.
+// own (docs/performance.md, "The queue's loops"). The interval must stay
+// well under the sweep age, so the sweep does not take the rows carried
+// since the last one for rows left behind (settlement's is 1 s, the age
+// 5 s); a row it does take again is a dedup hit.
 func (r *OutboxRelay) KeepSweeping(ctx context.Context, interval time.Duration) {
 	r.mu.Lock()
 	r.markers++
