@@ -274,9 +274,15 @@ func openLoop(ctx context.Context, name string, rate float64, senders int, durat
 // openLoopAt is openLoop handing op each request's number (0, 1, …) and its
 // scheduled time, for a caller that times the request past its answer.
 func openLoopAt(ctx context.Context, name string, rate float64, senders int, duration time.Duration, progress func(string, ...any), op func(ctx context.Context, i int, scheduled time.Time) error) loadResult {
+	return openLoopCount(ctx, name, rate, senders, int(rate*duration.Seconds()), duration, progress, op)
+}
+
+// openLoopCount is openLoopAt sending exactly total requests, the last one
+// scheduled (total − 1) ÷ rate after the start; duration is only what its
+// progress lines give as the length.
+func openLoopCount(ctx context.Context, name string, rate float64, senders, total int, duration time.Duration, progress func(string, ...any), op func(ctx context.Context, i int, scheduled time.Time) error) loadResult {
 	var t, takenAll tally
 	var released histogram
-	total := int(rate * duration.Seconds())
 	type request struct {
 		i         int
 		scheduled time.Time

@@ -162,7 +162,7 @@ func (e *env) events(ctx context.Context, c config, s *servers, admissionPeak, m
 	if c.sustainedDuration > 0 && c.sustainedRate <= 0 && matchingPeak <= 0 {
 		progress("events: the matching phase did not run; a short spread run finds its peak…")
 		probe := c.matching
-		probe.orders, probe.profile = 3000, false
+		probe.orders, probe.profile, probe.rate = 3000, false, 0
 		run, err := e.matchRun(ctx, probe, s, "probe", symbols, progress)
 		if err != nil {
 			return r, fmt.Errorf("events: matching peak probe: %w", err)
@@ -431,7 +431,7 @@ func (e *env) startWorkers(ctx context.Context, databaseURL, redisURL string, n 
 		registry := prometheus.NewRegistry()
 		registries = append(registries, registry)
 		running.Go(func() {
-			errs[i] = e.runWorker(workCtx, databaseURL, redisURL, settlement.DefaultConfig(), registry, nil)
+			errs[i] = e.runWorker(workCtx, databaseURL, redisURL, settlement.DefaultConfig(), registry, nil, nil)
 		})
 	}
 	return func() error {

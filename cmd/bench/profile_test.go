@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -156,13 +157,14 @@ func TestProfileWatchesTheBenchsCPU(t *testing.T) {
 	}
 }
 
-// TestMatchRunProfile profiles the hot run at 200 orders against the
-// harness's servers (whose PostgreSQL has no pg_stat_statements, which the
+// TestMatchRunProfile profiles the hot run at 200 orders, its backlog
+// admitted first and open loop at 400 orders/s, against the harness's
+// servers (whose PostgreSQL has no pg_stat_statements, which the
 // profile says, and which the bench did not start, so its CPU is not
 // read): the rows written, the batches and their phases, the samples.
 func TestMatchRunProfile(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs worker processes over a fresh database")
+		t.Skip("runs worker processes over two fresh databases")
 	}
 	redisServer := testserver.QueueRedisServer(t)
 	database := testserver.Postgres(t)
@@ -174,47 +176,51 @@ func TestMatchRunProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = queue.Close() })
-	e := &env{queue: queue, logger: log, run: "profile"}
-	c := matchingConfig{orders: 200, accounts: 20, workers: 2, profile: true}
-	r, err := e.matchRun(ctx, c, s, "hot", []string{"BTC-USD"}, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := r.Profile
-	if p == nil {
-		t.Fatal("no profile")
-	}
-	if p.Orders != 200 || p.Trades != r.AllTrades || p.Seconds <= 0 {
-		t.Errorf("profile of %d orders, %d trades over %.3f s", p.Orders, p.Trades, p.Seconds)
-	}
-	written := map[string]tableProfile{}
-	for _, table := range p.Tables {
-		written[table.Name] = table
-	}
-	if written["orders"].Inserted != 200 || written["trades"].Inserted != int64(r.AllTrades) || written["ledger_entries"].Inserted == 0 || written["balances"].Updated == 0 {
-		t.Errorf("rows written: %+v", p.Tables)
-	}
-	if p.Database.Commits < p.Database.Rollbacks || p.Database.Commits == 0 || p.WAL.Bytes <= 0 {
-		t.Errorf("database %+v, WAL %+v", p.Database, p.WAL)
-	}
-	if p.StatementsError == "" && len(p.Statements) == 0 {
-		t.Error("neither statements nor why there are none")
-	}
-	if p.Batches.Batches == 0 || p.Batches.Orders < 200 || len(p.Batches.Phases) != 5 {
-		t.Fatalf("batches %+v", p.Batches)
-	}
-	for _, ph := range p.Batches.Phases[:4] {
-		if ph.Count == 0 || ph.Seconds <= 0 || ph.P99Ms < ph.P50Ms {
-			t.Errorf("phase %+v", ph)
-		}
-	}
-	if p.CPU.HasPostgres || p.CPU.Bench <= 0 {
-		t.Errorf("CPU %+v", p.CPU)
-	}
-	table := profileMarkdown([]matchRun{r})
-	for _, want := range []string{"CPU by process", "· orders: inserted", "a settlement batch's cycle", "| decide |"} {
-		if !strings.Contains(table, want) {
-			t.Errorf("the profile's tables lack %q:\n%s", want, table)
-		}
+	for _, rate := range []float64{0, 400} {
+		t.Run("rate "+strconv.Itoa(int(rate)), func(t *testing.T) {
+			e := &env{queue: queue, logger: log, run: "profile" + strconv.Itoa(int(rate))}
+			c := matchingConfig{orders: 200, accounts: 20, workers: 2, profile: true, rate: rate}
+			r, err := e.matchRun(ctx, c, s, "hot", []string{"BTC-USD"}, t.Logf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := r.Profile
+			if p == nil {
+				t.Fatal("no profile")
+			}
+			if p.Orders != 200 || p.Trades != r.AllTrades || p.Seconds <= 0 {
+				t.Errorf("profile of %d orders, %d trades over %.3f s", p.Orders, p.Trades, p.Seconds)
+			}
+			written := map[string]tableProfile{}
+			for _, table := range p.Tables {
+				written[table.Name] = table
+			}
+			if written["orders"].Inserted != 200 || written["trades"].Inserted != int64(r.AllTrades) || written["ledger_entries"].Inserted == 0 || written["balances"].Updated == 0 {
+				t.Errorf("rows written: %+v", p.Tables)
+			}
+			if p.Database.Commits < p.Database.Rollbacks || p.Database.Commits == 0 || p.WAL.Bytes <= 0 {
+				t.Errorf("database %+v, WAL %+v", p.Database, p.WAL)
+			}
+			if p.StatementsError == "" && len(p.Statements) == 0 {
+				t.Error("neither statements nor why there are none")
+			}
+			if p.Batches.Batches == 0 || p.Batches.Orders < 200 || len(p.Batches.Phases) != 5 {
+				t.Fatalf("batches %+v", p.Batches)
+			}
+			for _, ph := range p.Batches.Phases[:4] {
+				if ph.Count == 0 || ph.Seconds <= 0 || ph.P99Ms < ph.P50Ms {
+					t.Errorf("phase %+v", ph)
+				}
+			}
+			if p.CPU.HasPostgres || p.CPU.Bench <= 0 {
+				t.Errorf("CPU %+v", p.CPU)
+			}
+			table := profileMarkdown([]matchRun{r})
+			for _, want := range []string{"CPU by process", "· orders: inserted", "a settlement batch's cycle", "| decide |"} {
+				if !strings.Contains(table, want) {
+					t.Errorf("the profile's tables lack %q:\n%s", want, table)
+				}
+			}
+		})
 	}
 }

@@ -177,7 +177,7 @@ func (e *env) settleBacklog(ctx context.Context, r *settlementResult, s *servers
 
 	progress("settlement: %d workers × concurrency %d settling %d orders…", r.Workers, r.WorkerConcurrency, r.Orders)
 	inPhase := func(format string, a ...any) { progress("settlement: "+format, a...) }
-	settled, coherent, err := e.workThrough(ctx, s.databaseURL, s.redisURL, r.Workers, workerConfig, []*emq.Queue{queue}, r.Orders, nil, inPhase)
+	settled, coherent, err := e.workThrough(ctx, s.databaseURL, s.redisURL, r.Workers, workerConfig, []*emq.Queue{queue}, r.Orders, nil, nil, inPhase)
 	if err != nil {
 		return err
 	}
@@ -244,9 +244,10 @@ func (e *env) admitSettlementBacklog(ctx context.Context, queue *emq.Queue, n in
 
 // runWorker is one worker process as cmd/worker runs it: connections of its
 // own, as settlement.Connect sizes them, and the settlement package's Worker. Only the
-// /metrics listener is left out; nothing scrapes it here. It returns when
-// ctx ends and the worker has drained.
-func (e *env) runWorker(ctx context.Context, databaseURL, redisURL string, config settlement.Config, metrics prometheus.Registerer, hook redis.Hook) error {
+// /metrics listener is left out; nothing scrapes it here. It calls ready
+// (when not nil) once connected and set up, before it runs, and returns
+// when ctx ends and the worker has drained.
+func (e *env) runWorker(ctx context.Context, databaseURL, redisURL string, config settlement.Config, metrics prometheus.Registerer, hook redis.Hook, ready func()) error {
 	deps, err := settlement.Connect(ctx, databaseURL, redisURL, config, e.logger)
 	if err != nil {
 		return stoppedOr(ctx, err)
@@ -259,6 +260,9 @@ func (e *env) runWorker(ctx context.Context, databaseURL, redisURL string, confi
 	worker, err := settlement.New(ctx, deps, config)
 	if err != nil {
 		return stoppedOr(ctx, err)
+	}
+	if ready != nil {
+		ready()
 	}
 	return worker.Run(ctx)
 }
