@@ -145,14 +145,16 @@ func TestProfileWatchesTheBenchsCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := 0.0
-	for i := range 30_000_000 {
+	for i := range 100_000_000 {
 		x += math.Sqrt(float64(i))
 	}
 	p, err := w.end()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Seconds <= 0 || p.Bench <= 0 || p.MachineBusy < p.Bench-0.02 || p.HasPostgres || p.HasRedis || x == 0 {
+	// The kernel counts CPU in ticks of 10 ms, the machine's and the
+	// process's each read at its own moment: two ticks of each apart.
+	if p.Seconds <= 0 || p.Bench <= 0 || p.MachineBusy < p.Bench-0.04 || p.HasPostgres || p.HasRedis || x == 0 {
 		t.Errorf("watched %+v", p)
 	}
 }
