@@ -353,11 +353,15 @@ func (e *env) matchRun(ctx context.Context, c matchingConfig, s *servers, name s
 	if err := db.QueryRow(ctx, tradeCountSQL).Scan(&r.AllTrades); err != nil {
 		return r, err
 	}
-	r.PerSecond = float64(r.Taken) / r.Seconds
+	// At a rate the run's length is the schedule's, not the engine's: its
+	// orders/s would read as a peak it is not (OpenLoop has the achieved).
+	if c.rate == 0 {
+		r.PerSecond = float64(r.Taken) / r.Seconds
+		r.TradesPerSecond = float64(r.AllTrades) / r.Seconds
+	}
 	if r.Profile != nil {
 		r.Profile.Orders, r.Profile.Trades = r.Taken, r.AllTrades
 	}
-	r.TradesPerSecond = float64(r.AllTrades) / r.Seconds
 
 	done, err := readDone(ctx, queueList, ids)
 	if err != nil {
@@ -711,8 +715,18 @@ func (m matchingResult) markdown() string {
 	})
 	row("trades", func(r matchRun) string { return strconv.Itoa(r.AllTrades) })
 	row("seconds until every order was final or resting", func(r matchRun) string { return fmt.Sprintf("%.2f", r.Seconds) })
-	row("orders/s to final or resting", func(r matchRun) string { return fmt.Sprintf("%.0f", r.PerSecond) })
-	row("trades/s", func(r matchRun) string { return fmt.Sprintf("%.0f", r.TradesPerSecond) })
+	// At a rate these are left out: the schedule, not the engine, set
+	// the run's length (the achieved rate is below).
+	peak := func(v func(matchRun) float64) func(matchRun) string {
+		return func(r matchRun) string {
+			if r.OpenLoop != nil {
+				return "–"
+			}
+			return fmt.Sprintf("%.0f", v(r))
+		}
+	}
+	row("orders/s to final or resting", peak(func(r matchRun) float64 { return r.PerSecond }))
+	row("trades/s", peak(func(r matchRun) float64 { return r.TradesPerSecond }))
 	if m.Rate == 0 {
 		row("placement → done p50 / p99 / max ms (backlog admitted first: queueing)", func(r matchRun) string {
 			return fmt.Sprintf("%.0f / %.0f / %.0f", r.LatencyP50Ms, r.LatencyP99Ms, r.LatencyMaxMs)
