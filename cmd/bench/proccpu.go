@@ -11,8 +11,9 @@ import (
 	"time"
 )
 
-// CPU by process, read from /proc as ../shared/tools/cpusplit.py reads it:
-// the profile's "where the cores went" of a matching run.
+// CPU by process, read from each process's /proc/<pid>/stat and the
+// machine's /proc/stat: the profile's "where the cores went" of a matching
+// run.
 
 // clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on every Linux
 // architecture Go runs on.
