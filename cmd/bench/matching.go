@@ -717,16 +717,14 @@ func (m matchingResult) markdown() string {
 	row("seconds until every order was final or resting", func(r matchRun) string { return fmt.Sprintf("%.2f", r.Seconds) })
 	// At a rate these are left out: the schedule, not the engine, set
 	// the run's length (the achieved rate is below).
-	peak := func(v func(matchRun) float64) func(matchRun) string {
-		return func(r matchRun) string {
-			if r.OpenLoop != nil {
-				return "–"
-			}
-			return fmt.Sprintf("%.0f", v(r))
+	perSecond := func(v float64) string {
+		if m.Rate > 0 {
+			return "–"
 		}
+		return fmt.Sprintf("%.0f", v)
 	}
-	row("orders/s to final or resting", peak(func(r matchRun) float64 { return r.PerSecond }))
-	row("trades/s", peak(func(r matchRun) float64 { return r.TradesPerSecond }))
+	row("orders/s to final or resting", func(r matchRun) string { return perSecond(r.PerSecond) })
+	row("trades/s", func(r matchRun) string { return perSecond(r.TradesPerSecond) })
 	if m.Rate == 0 {
 		row("placement → done p50 / p99 / max ms (backlog admitted first: queueing)", func(r matchRun) string {
 			return fmt.Sprintf("%.0f / %.0f / %.0f", r.LatencyP50Ms, r.LatencyP99Ms, r.LatencyMaxMs)
